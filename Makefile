@@ -1,0 +1,69 @@
+# memprof: build, test, install, benchmark.
+#
+# The module is compiled against LuaJIT's public headers only and is never
+# linked against libluajit: the host (luajit, tarantool, nvim, ...) already
+# provides the VM, and linking a second copy would load a second VM.
+
+PREFIX ?= /usr/local
+LUA_VERSION ?= 5.1
+LUA_INCDIR ?= $(shell pkg-config --variable=includedir luajit 2>/dev/null)
+LUA_CMOD_DIR ?= $(PREFIX)/lib/lua/$(LUA_VERSION)
+LUA_LMOD_DIR ?= $(PREFIX)/share/lua/$(LUA_VERSION)
+BIN_DIR ?= $(PREFIX)/bin
+LUAJIT ?= luajit
+BUSTED ?= /usr/bin/busted
+
+CC ?= cc
+CFLAGS ?= -O2 -g
+WARN = -Wall -Wextra
+ALL_CFLAGS = -std=c99 $(WARN) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) $(CFLAGS)
+LDLIBS = -ldl -lpthread
+
+SRCS = $(wildcard src/*.c)
+HDRS = $(wildcard src/*.h)
+OBJS = $(patsubst src/%.c,build/obj/%.o,$(SRCS))
+MODULE = build/memprof.so
+LUA_MODS = $(wildcard lua/memprof/*.lua)
+
+.PHONY: all test bench install uninstall clean format check-format
+
+all: $(MODULE) build/test_cmodule.so
+
+build/obj/%.o: src/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(MODULE): $(OBJS)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
+
+# A tiny C module used by the specs to check C-function attribution.
+build/test_cmodule.so: spec/support/test_cmodule.c
+	@mkdir -p build
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
+
+test: all
+	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./spec/?.lua;;' \
+	  $(LUAJIT) $(BUSTED) spec
+
+bench: all
+	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./bench/?.lua;;' \
+	  $(LUAJIT) bench/run.lua
+
+install: $(MODULE)
+	install -d $(DESTDIR)$(LUA_CMOD_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/memprof $(DESTDIR)$(BIN_DIR)
+	install -m 0755 $(MODULE) $(DESTDIR)$(LUA_CMOD_DIR)/memprof.so
+	install -m 0644 $(LUA_MODS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/
+	install -m 0755 bin/memprof-report $(DESTDIR)$(BIN_DIR)/memprof-report
+
+uninstall:
+	rm -f $(DESTDIR)$(LUA_CMOD_DIR)/memprof.so $(DESTDIR)$(BIN_DIR)/memprof-report
+	rm -rf $(DESTDIR)$(LUA_LMOD_DIR)/memprof
+
+format:
+	clang-format -i $(SRCS) $(HDRS) spec/support/*.c
+
+check-format:
+	clang-format --dry-run --Werror $(SRCS) $(HDRS) spec/support/*.c
+
+clean:
+	rm -rf build

@@ -1,0 +1,52 @@
+/*
+** One profiler per VM (global_State). It lives in malloc'd memory and is
+** the `ud` of the allocator hook, so several VMs in one process, each in
+** its own thread, are profiled independently.
+*/
+#ifndef MEMPROF_PROFILER_H
+#define MEMPROF_PROFILER_H
+
+#include <stdint.h>
+
+#include "lua.h"
+#include "symbols.h"
+#include "vm_layout.h"
+#include "writer.h"
+
+enum profiler_state {
+  PROFILER_RECORDING, /* Events are encoded and written. */
+  PROFILER_HALTED,    /* Writing failed or the stream was finished (exit):
+                         the hook only forwards. */
+};
+
+struct profiler {
+  /* Read on every allocator call. */
+  lua_Alloc orig_alloc;
+  void *orig_ud;
+  volatile int state;
+  unsigned fork_generation; /* Value of profiler_fork_generation at start. */
+  uintptr_t g;
+  struct vm_layout layout;
+  struct writer out;
+  struct symbols syms;
+
+  /* Bookkeeping. */
+  int error;   /* errno that halted recording (write error, ENOMEM). */
+  char *path;  /* For messages. */
+  struct profiler *next; /* All running profilers, for the exit handler. */
+};
+
+/* Incremented in a child after fork(); a profiler started in another
+** process drops its events and never writes to the parent's file. */
+extern volatile unsigned profiler_fork_generation;
+
+/* The allocator that records events; ud is a struct profiler. */
+void *profiler_hook(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* Writes both section headers. Returns 0 or errno. */
+int profiler_write_prologue(struct profiler *p);
+
+/* Writes the epilogue and closes the file. Returns 0 or errno. */
+int profiler_finish(struct profiler *p);
+
+#endif

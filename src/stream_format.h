@@ -1,0 +1,31 @@
+/*
+** Constants of the profile stream (see docs/format.md).
+**
+** The default stream is byte-compatible with Tarantool's memprof output:
+** a symbol table section ("ljs", version 3) followed by an event section
+** ("ljm", version 3). Only the constants live here; the writer encodes them.
+*/
+#ifndef MEMPROF_STREAM_FORMAT_H
+#define MEMPROF_STREAM_FORMAT_H
+
+#define SYMTAB_MAGIC "ljs"
+#define SYMTAB_VERSION 3
+#define SYMTAB_FINAL 0x80
+
+#define EVENTS_MAGIC "ljm"
+#define EVENTS_VERSION 3
+#define EVENTS_EPILOGUE 0x80
+
+/* Event kind: the low two bits of an event header. */
+#define EVENT_SYMBOL 0x00
+#define EVENT_ALLOC 0x01
+#define EVENT_FREE 0x02
+#define EVENT_REALLOC 0x03
+
+/* Source of an allocation: bits 2..4 of an event header. */
+#define SOURCE_INTERNAL (1 << 2)
+#define SOURCE_LUA (2 << 2)
+#define SOURCE_C (3 << 2)
+#define SOURCE_TRACE (4 << 2)
+
+#endif

@@ -1,0 +1,254 @@
+/*
+** Symbols: lazy description of prototypes, C functions and traces.
+*/
+#define _GNU_SOURCE
+#include "symbols.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream_format.h"
+
+#define INITIAL_SLOTS 1024
+
+int symbols_init(struct symbols *s)
+{
+  memset(s, 0, sizeof(*s));
+  s->slots = calloc(INITIAL_SLOTS, sizeof(*s->slots));
+  if (s->slots == NULL)
+    return ENOMEM;
+  s->mask = INITIAL_SLOTS - 1;
+  return 0;
+}
+
+void symbols_free(struct symbols *s)
+{
+  unsigned i;
+  for (i = 0; i < MAX_FFID; i++)
+    free(s->builtin[i]);
+  free(s->slots);
+  free(s->trace_obj);
+  memset(s, 0, sizeof(*s));
+}
+
+int symbols_name_builtin(struct symbols *s, unsigned ffid, const char *name)
+{
+  if (ffid >= MAX_FFID || s->builtin[ffid] != NULL)
+    return 0;
+  s->builtin[ffid] = strdup(name);
+  return s->builtin[ffid] ? 0 : ENOMEM;
+}
+
+/* ---- Address cache: open addressing, linear probing ------------------- */
+
+static size_t slot_of(const struct symbols *s, uintptr_t addr)
+{
+  uint64_t h = (uint64_t)(addr >> 3) * 0x9e3779b97f4a7c15ULL;
+  return (size_t)(h >> 32) & s->mask;
+}
+
+static struct symbol_slot *lookup(const struct symbols *s, uintptr_t addr)
+{
+  size_t i = slot_of(s, addr);
+  while (s->slots[i].addr != 0) {
+    if (s->slots[i].addr == addr)
+      return &s->slots[i];
+    i = (i + 1) & s->mask;
+  }
+  return NULL;
+}
+
+static void place(struct symbols *s, uintptr_t addr, uint32_t traceno)
+{
+  size_t i = slot_of(s, addr);
+  while (s->slots[i].addr != 0 && s->slots[i].addr != addr)
+    i = (i + 1) & s->mask;
+  if (s->slots[i].addr == 0)
+    s->count++;
+  s->slots[i].addr = addr;
+  s->slots[i].traceno = traceno;
+}
+
+static int grow(struct symbols *s)
+{
+  struct symbol_slot *old = s->slots;
+  size_t n = s->mask + 1, i;
+  struct symbol_slot *slots = calloc(2 * n, sizeof(*slots));
+  if (slots == NULL)
+    return ENOMEM;
+  s->slots = slots;
+  s->mask = 2 * n - 1;
+  s->count = 0;
+  for (i = 0; i < n; i++)
+    if (old[i].addr != 0)
+      place(s, old[i].addr, old[i].traceno);
+  free(old);
+  return 0;
+}
+
+static int remember(struct symbols *s, uintptr_t addr, uint32_t traceno)
+{
+  if (2 * (s->count + 1) > s->mask + 1 && grow(s) != 0)
+    return ENOMEM;
+  place(s, addr, traceno);
+  return 0;
+}
+
+void symbols_forget(struct symbols *s, uintptr_t addr)
+{
+  struct symbol_slot *hit = lookup(s, addr);
+  size_t i, j;
+  if (hit == NULL)
+    return;
+  if (hit->traceno != 0 && hit->traceno < s->trace_cap &&
+      s->trace_obj[hit->traceno] == addr)
+    s->trace_obj[hit->traceno] = 0;
+  if (s->last_proto == addr)
+    s->last_proto = 0;
+  /* Backward-shift deletion keeps every probe chain unbroken. */
+  i = (size_t)(hit - s->slots);
+  s->slots[i].addr = 0;
+  s->count--;
+  for (j = (i + 1) & s->mask; s->slots[j].addr != 0; j = (j + 1) & s->mask) {
+    size_t home = slot_of(s, s->slots[j].addr);
+    /* Move j back to the hole unless its home lies cyclically in (i, j]. */
+    if ((j > i && (home <= i || home > j)) ||
+        (j < i && (home <= i && home > j))) {
+      s->slots[i] = s->slots[j];
+      s->slots[j].addr = 0;
+      i = j;
+    }
+  }
+}
+
+/* ---- Names of C functions -------------------------------------------- */
+
+void symbols_c_name(uintptr_t addr, char *buf, size_t len)
+{
+  Dl_info info;
+  if (dladdr((void *)addr, &info) != 0) {
+    if (info.dli_sname != NULL && (uintptr_t)info.dli_saddr == addr) {
+      snprintf(buf, len, "%s", info.dli_sname);
+      return;
+    }
+    if (info.dli_fname != NULL) {
+      const char *base = strrchr(info.dli_fname, '/');
+      snprintf(buf, len, "%s+0x%lx", base ? base + 1 : info.dli_fname,
+               (unsigned long)(addr - (uintptr_t)info.dli_fbase));
+      return;
+    }
+  }
+  snprintf(buf, len, "CFUNC 0x%lx", (unsigned long)addr);
+}
+
+/* ---- Symbol events ---------------------------------------------------- */
+
+static int describe_proto(struct symbols *s, struct writer *w,
+                          const struct vm_layout *lay, uintptr_t pt)
+{
+  const char *name;
+  uint32_t len;
+  int32_t firstline;
+  if (pt == s->last_proto || lookup(s, pt) != NULL) {
+    s->last_proto = pt;
+    return 0;
+  }
+  if (!vm_proto_source(lay, 0, pt, &name, &len, &firstline))
+    return 0;
+  if (!writer_reserve(w, 1 + 2 * ULEB128_MAX))
+    return 0;
+  writer_put_byte(w, EVENT_SYMBOL | SOURCE_LUA);
+  writer_put_uleb128(w, pt);
+  writer_string(w, name, len);
+  if (!writer_reserve(w, ULEB128_MAX))
+    return 0;
+  writer_put_uleb128(w, (uint64_t)(uint32_t)firstline);
+  s->last_proto = pt;
+  return remember(s, pt, 0);
+}
+
+static int describe_c(struct symbols *s, struct writer *w,
+                      const struct vm_site *site)
+{
+  char name[512];
+  if (lookup(s, site->addr) != NULL)
+    return 0;
+  if (site->ffid > FFID_C && s->builtin[site->ffid] != NULL)
+    snprintf(name, sizeof(name), "%s", s->builtin[site->ffid]);
+  else if (site->ffid > FFID_C)
+    snprintf(name, sizeof(name), "builtin#%u", (unsigned)site->ffid);
+  else
+    symbols_c_name(site->addr, name, sizeof(name));
+  if (!writer_reserve(w, 1 + ULEB128_MAX))
+    return 0;
+  writer_put_byte(w, EVENT_SYMBOL | SOURCE_C);
+  writer_put_uleb128(w, site->addr);
+  writer_string(w, name, strlen(name));
+  return remember(s, site->addr, 0);
+}
+
+static int grow_traces(struct symbols *s, uint32_t traceno)
+{
+  uint32_t cap = s->trace_cap ? s->trace_cap : 64;
+  uintptr_t *arr;
+  while (cap <= traceno)
+    cap *= 2;
+  arr = realloc(s->trace_obj, cap * sizeof(*arr));
+  if (arr == NULL)
+    return ENOMEM;
+  memset(arr + s->trace_cap, 0, (cap - s->trace_cap) * sizeof(*arr));
+  s->trace_obj = arr;
+  s->trace_cap = cap;
+  return 0;
+}
+
+static int describe_trace(struct symbols *s, struct writer *w,
+                          const struct vm_layout *lay, uintptr_t g,
+                          uint32_t traceno)
+{
+  uintptr_t pt = 0, T;
+  uint32_t line = 0;
+  int err;
+  if (traceno < s->trace_cap && s->trace_obj[traceno] != 0) {
+    /* Cheap re-check: the number may have been reused after a flush. */
+    uintptr_t arr, cur;
+    if (vm_ptr(0, g + lay->g_trace, &arr) && arr != 0 &&
+        vm_ref(lay, 0, arr + (uintptr_t)traceno * lay->ref_size, &cur) &&
+        cur == s->trace_obj[traceno])
+      return 0;
+  }
+  T = vm_trace_start(lay, 0, g, traceno, &pt, &line);
+  if (T == 0)
+    return 0;
+  if ((err = describe_proto(s, w, lay, pt)) != 0)
+    return err;
+  if (traceno >= s->trace_cap && (err = grow_traces(s, traceno)) != 0)
+    return err;
+  if (!writer_reserve(w, 1 + 3 * ULEB128_MAX))
+    return 0;
+  writer_put_byte(w, EVENT_SYMBOL | SOURCE_TRACE);
+  writer_put_uleb128(w, traceno);
+  writer_put_uleb128(w, pt);
+  writer_put_uleb128(w, line);
+  s->trace_obj[traceno] = T;
+  return remember(s, T, traceno);
+}
+
+int symbols_describe(struct symbols *s, struct writer *w,
+                     const struct vm_layout *lay, uintptr_t g,
+                     const struct vm_site *site)
+{
+  switch (site->source) {
+  case SOURCE_LUA:
+    return describe_proto(s, w, lay, site->addr);
+  case SOURCE_C:
+    return describe_c(s, w, site);
+  case SOURCE_TRACE:
+    return lay->trace_ok ? describe_trace(s, w, lay, g, site->traceno) : 0;
+  default:
+    return 0;
+  }
+}

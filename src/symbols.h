@@ -1,0 +1,59 @@
+/*
+** Symbols: lazy description of prototypes, C functions and traces.
+**
+** The stream describes a symbol right before the first event that refers
+** to it. The cache remembers which addresses have been described; when the
+** VM frees a block at a cached address (a prototype or a trace), the entry
+** is dropped, so an object later allocated at the same address is described
+** again. Everything here runs inside the allocator hook: memory comes from
+** malloc, never from the Lua allocator.
+*/
+#ifndef MEMPROF_SYMBOLS_H
+#define MEMPROF_SYMBOLS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vm_inspect.h"
+#include "writer.h"
+
+#define MAX_FFID 256
+
+struct symbol_slot {
+  uintptr_t addr;   /* 0: empty. */
+  uint32_t traceno; /* For a trace object: its number; else 0. */
+};
+
+struct symbols {
+  struct symbol_slot *slots;
+  size_t mask;  /* Number of slots - 1 (a power of two minus one). */
+  size_t count; /* Occupied slots. */
+  uintptr_t last_proto;  /* The prototype described most recently. */
+  uintptr_t *trace_obj;  /* Per trace number: the trace described. */
+  uint32_t trace_cap;
+  char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
+};
+
+/* Returns 0, or ENOMEM. */
+int symbols_init(struct symbols *s);
+void symbols_free(struct symbols *s);
+
+/* Names a built-in function id (learned at start). Returns 0 or ENOMEM. */
+int symbols_name_builtin(struct symbols *s, unsigned ffid, const char *name);
+
+/* The VM is about to free or move the block at addr. */
+void symbols_forget(struct symbols *s, uintptr_t addr);
+
+/*
+** Writes the symbol events that the event located at `site` needs and that
+** the stream does not hold yet. Reads the VM, so it runs before the real
+** allocator. Returns 0, or ENOMEM if the cache cannot grow.
+*/
+int symbols_describe(struct symbols *s, struct writer *w,
+                     const struct vm_layout *lay, uintptr_t g,
+                     const struct vm_site *site);
+
+/* A printable name for the C function at addr (dladdr, else file+offset). */
+void symbols_c_name(uintptr_t addr, char *buf, size_t len);
+
+#endif

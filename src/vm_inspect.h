@@ -1,0 +1,386 @@
+/*
+** Reading the VM's state from inside the allocator hook.
+**
+** Every function here takes the verified layout and a `safe` flag. With
+** safe = 1 (calibration, where offsets are still being checked) each read
+** goes through safe_read(), which cannot fault. With safe = 0 (the hook,
+** after calibration) reads are plain loads; the functions are inlined with
+** a constant flag so the checks cost a few compares. In both modes every
+** pointer taken from VM memory is range-checked against what it must point
+** into (the thread's stack, the prototype's bytecode, the trace array)
+** before it is dereferenced, and every object's type byte is checked.
+*/
+#ifndef MEMPROF_VM_INSPECT_H
+#define MEMPROF_VM_INSPECT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "stream_format.h"
+#include "vm_layout.h"
+
+/* Reads n bytes at addr without faulting. Returns 1 on success. */
+int safe_read(uintptr_t addr, void *dst, size_t n);
+
+/* Where the VM was when the allocator was called. */
+struct vm_site {
+  uint8_t source;   /* SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE */
+  uint8_t ffid;     /* For a built-in reported as C: its function id. */
+  uint32_t line;    /* SOURCE_LUA: current line. */
+  uint32_t traceno; /* SOURCE_TRACE: trace number. */
+  uintptr_t addr;   /* SOURCE_LUA: GCproto; SOURCE_C: function address. */
+};
+
+#define TVALUE_SIZE 8
+#define GC64_ADDR_MASK 0x00007fffffffffffULL
+#define GC64_ITYPE_FUNC (-9) /* ~LJ_TFUNC as the top 17 bits, signed. */
+
+static inline int vm_read(int safe, uintptr_t addr, void *dst, size_t n)
+{
+  if (safe)
+    return safe_read(addr, dst, n);
+  memcpy(dst, (const void *)addr, n);
+  return 1;
+}
+
+#define VM_READER(name, type)                                                \
+  static inline int name(int safe, uintptr_t addr, type *out)                \
+  {                                                                          \
+    return vm_read(safe, addr, out, sizeof(type));                           \
+  }
+VM_READER(vm_u8, uint8_t)
+VM_READER(vm_u16, uint16_t)
+VM_READER(vm_u32, uint32_t)
+VM_READER(vm_i32, int32_t)
+VM_READER(vm_u64, uint64_t)
+#undef VM_READER
+
+/* A native pointer (8 bytes in every supported build). */
+static inline int vm_ptr(int safe, uintptr_t addr, uintptr_t *out)
+{
+  uint64_t v;
+  if (!vm_u64(safe, addr, &v))
+    return 0;
+  *out = (uintptr_t)v;
+  return 1;
+}
+
+/* A GCRef or MRef: 8 bytes with GC64, 4 bytes without. */
+static inline int vm_ref(const struct vm_layout *lay, int safe, uintptr_t addr,
+                         uintptr_t *out)
+{
+  if (lay->gc64)
+    return vm_ptr(safe, addr, out);
+  uint32_t v;
+  if (!vm_u32(safe, addr, &v))
+    return 0;
+  *out = (uintptr_t)v;
+  return 1;
+}
+
+/* A GC object pointer is non-NULL, 8-byte aligned and of the given type. */
+static inline int vm_is_gc(const struct vm_layout *lay, int safe,
+                           uintptr_t obj, uint8_t gct)
+{
+  uint8_t t;
+  if (obj == 0 || (obj & 7) != 0)
+    return 0;
+  return vm_u8(safe, obj + lay->gct, &t) && t == gct;
+}
+
+/* The function object in the frame slot `frame` (a TValue address). */
+static inline uintptr_t vm_frame_func(const struct vm_layout *lay, int safe,
+                                      uintptr_t frame)
+{
+  uintptr_t fn = 0;
+  if (lay->gc64) {
+    uint64_t tv;
+    if (!vm_u64(safe, frame - TVALUE_SIZE, &tv) ||
+        ((int64_t)tv >> 47) != GC64_ITYPE_FUNC)
+      return 0;
+    fn = (uintptr_t)(tv & GC64_ADDR_MASK);
+  } else {
+    uint32_t lo;
+    if (!vm_u32(safe, frame, &lo))
+      return 0;
+    fn = lo;
+  }
+  return vm_is_gc(lay, safe, fn, GCT_FUNC) ? fn : 0;
+}
+
+/* The frame link (PC of a Lua frame, or delta and type). */
+static inline int vm_frame_link(const struct vm_layout *lay, int safe,
+                                uintptr_t frame, intptr_t *out)
+{
+  if (lay->gc64) {
+    uint64_t v;
+    if (!vm_u64(safe, frame, &v))
+      return 0;
+    *out = (intptr_t)v;
+  } else {
+    int32_t v;
+    if (!vm_i32(safe, frame + 4, &v))
+      return 0;
+    *out = (intptr_t)v;
+  }
+  return 1;
+}
+
+/* A frame link as a bytecode pointer (a 32-bit MRef without GC64). */
+static inline uintptr_t vm_link_pc(const struct vm_layout *lay, intptr_t link)
+{
+  return lay->gc64 ? (uintptr_t)link : (uintptr_t)(uint32_t)link;
+}
+
+/* The prototype of a Lua function, checked to be one. */
+static inline uintptr_t vm_func_proto(const struct vm_layout *lay, int safe,
+                                      uintptr_t fn)
+{
+  uintptr_t pc;
+  if (!vm_ref(lay, safe, fn + lay->fn_pc, &pc) || pc < lay->pt_size)
+    return 0;
+  pc -= lay->pt_size;
+  return vm_is_gc(lay, safe, pc, GCT_PROTO) ? pc : 0;
+}
+
+/* Source line of bytecode position pos (as lj_debug_line computes it). */
+static inline int vm_proto_line(const struct vm_layout *lay, int safe,
+                                uintptr_t pt, uint32_t pos, uint32_t sizebc,
+                                uint32_t *line)
+{
+  uintptr_t info;
+  int32_t first, numline;
+  if (!vm_ref(lay, safe, pt + lay->pt_lineinfo, &info) ||
+      !vm_i32(safe, pt + lay->pt_firstline, &first) ||
+      !vm_i32(safe, pt + lay->pt_numline, &numline))
+    return 0;
+  if (info == 0 || pos > sizebc) { /* No debug info: line 0. */
+    *line = 0;
+    return 1;
+  }
+  if (pos == sizebc) {
+    *line = (uint32_t)(first + numline);
+    return 1;
+  }
+  if (pos == 0) {
+    *line = (uint32_t)first;
+    return 1;
+  }
+  pos--;
+  if (numline < 256) {
+    uint8_t d;
+    if (!vm_u8(safe, info + pos, &d))
+      return 0;
+    *line = (uint32_t)first + d;
+  } else if (numline < 65536) {
+    uint16_t d;
+    if (!vm_u16(safe, info + 2 * (uintptr_t)pos, &d))
+      return 0;
+    *line = (uint32_t)first + d;
+  } else {
+    uint32_t d;
+    if (!vm_u32(safe, info + 4 * (uintptr_t)pos, &d))
+      return 0;
+    *line = (uint32_t)first + d;
+  }
+  return 1;
+}
+
+/*
+** Line of the instruction before `ins` in prototype pt. ins must point into
+** the prototype's bytecode: bc < ins <= bc + sizebc instructions.
+*/
+static inline int vm_pc_line(const struct vm_layout *lay, int safe,
+                             uintptr_t pt, uintptr_t ins, uint32_t *line)
+{
+  uint32_t sizebc;
+  uintptr_t bc = pt + lay->pt_size;
+  if (!vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  if (ins <= bc || ins > bc + 4 * (uintptr_t)sizebc || (ins & 3) != 0)
+    return 0;
+  return vm_proto_line(lay, safe, pt, (uint32_t)((ins - bc) / 4 - 1), sizebc,
+                       line);
+}
+
+/* The thread whose frames are current, and its stack bounds. */
+struct vm_thread {
+  uintptr_t L, stack, base, limit; /* limit = stack + stacksize slots. */
+};
+
+static inline int vm_current_thread(const struct vm_layout *lay, int safe,
+                                    uintptr_t g, struct vm_thread *th)
+{
+  uint32_t size;
+  if (!vm_ref(lay, safe, g + lay->g_cur_L, &th->L) || th->L == 0 ||
+      !vm_ref(lay, safe, th->L + lay->L_stack, &th->stack) ||
+      !vm_ptr(safe, th->L + lay->L_base, &th->base) ||
+      !vm_u32(safe, th->L + lay->L_stacksize, &size))
+    return 0;
+  th->limit = th->stack + (uintptr_t)size * TVALUE_SIZE;
+  return 1;
+}
+
+/* A frame slot must lie above the bottom frame and inside the stack. */
+static inline int vm_frame_ok(const struct vm_layout *lay,
+                              const struct vm_thread *th, uintptr_t frame)
+{
+  return frame > th->stack + (uintptr_t)lay->fr2 * TVALUE_SIZE &&
+         frame < th->limit && ((frame - th->stack) & 7) == 0;
+}
+
+/* A Lua function on top of the stack: its line comes from the C frame's
+** saved PC, unless the VM seeded that slot with L ("no PC yet"). */
+static inline int vm_locate_lua_top(const struct vm_layout *lay, int safe,
+                                    const struct vm_thread *th, uintptr_t fn,
+                                    struct vm_site *site)
+{
+  uintptr_t cf, pc, cfL, pt = vm_func_proto(lay, safe, fn);
+  if (pt == 0 || !vm_ptr(safe, th->L + lay->L_cframe, &cf))
+    return 0;
+  cf &= ~(uintptr_t)3;
+  if (cf == 0 || !vm_ref(lay, safe, cf + lay->cf_pc, &pc) ||
+      !vm_ref(lay, safe, cf + lay->cf_L, &cfL) || pc == cfL)
+    return 0;
+  if (!vm_pc_line(lay, safe, pt, pc, &site->line))
+    return 0;
+  site->source = SOURCE_LUA;
+  site->addr = pt;
+  return 1;
+}
+
+/* A built-in called from Lua is charged to the calling Lua line. */
+static inline int vm_locate_lua_caller(const struct vm_layout *lay, int safe,
+                                       const struct vm_thread *th,
+                                       uintptr_t frame, intptr_t link,
+                                       struct vm_site *site)
+{
+  uintptr_t ins = vm_link_pc(lay, link), caller, fn, pt;
+  uint32_t call;
+  if (ins < 4 || (ins & 3) != 0 || !vm_u32(safe, ins - 4, &call))
+    return 0;
+  caller = frame - TVALUE_SIZE * (1 + (uintptr_t)lay->fr2 + ((call >> 8) & 0xff));
+  if (!vm_frame_ok(lay, th, caller))
+    return 0;
+  fn = vm_frame_func(lay, safe, caller);
+  if (fn == 0 || (pt = vm_func_proto(lay, safe, fn)) == 0)
+    return 0;
+  if (!vm_pc_line(lay, safe, pt, ins, &site->line))
+    return 0;
+  site->source = SOURCE_LUA;
+  site->addr = pt;
+  return 1;
+}
+
+/* Classifies the top frame of the current thread. ptr is the block being
+** reallocated or freed (NULL for a new allocation). */
+static inline void vm_locate_frame(const struct vm_layout *lay, int safe,
+                                   uintptr_t g, uintptr_t ptr,
+                                   struct vm_site *site)
+{
+  struct vm_thread th;
+  uintptr_t frame, fn;
+  uint8_t ffid;
+  intptr_t link;
+
+  site->source = SOURCE_INTERNAL;
+  if (!vm_current_thread(lay, safe, g, &th))
+    return;
+  /* The running thread's own stack is being resized: base and top still
+  ** point into the old block, so its frames must not be walked. */
+  if (ptr != 0 && ptr == th.stack)
+    return;
+  frame = th.base - TVALUE_SIZE;
+  if (!vm_frame_ok(lay, &th, frame) || th.base > th.limit)
+    return;
+  fn = vm_frame_func(lay, safe, frame);
+  if (fn == 0 || !vm_u8(safe, fn + lay->fn_ffid, &ffid))
+    return; /* Host code: the bottom frame holds the thread itself. */
+  if (ffid == FFID_LUA) {
+    vm_locate_lua_top(lay, safe, &th, fn, site);
+    return;
+  }
+  if (ffid == FFID_C) {
+    if (vm_ptr(safe, fn + lay->fn_cfunc, &site->addr) && site->addr != 0)
+      site->source = SOURCE_C;
+    return;
+  }
+  if (vm_frame_link(lay, safe, frame, &link) && (link & 3) == 0 &&
+      vm_locate_lua_caller(lay, safe, &th, frame, link, site))
+    return;
+  /* A built-in not called from Lua (e.g. through pcall or from C) is
+  ** reported as a C function; its object address names it uniquely. */
+  site->source = SOURCE_C;
+  site->addr = fn;
+  site->ffid = ffid;
+}
+
+/* Full classification of one allocator call. */
+static inline void vm_locate(const struct vm_layout *lay, int safe,
+                             uintptr_t g, uintptr_t ptr, struct vm_site *site)
+{
+  int32_t st;
+  site->ffid = 0;
+  if (!vm_i32(safe, g + lay->g_vmstate, &st)) {
+    site->source = SOURCE_INTERNAL;
+    return;
+  }
+  if (st > 0) { /* A trace is running: never walk frames. */
+    site->source = SOURCE_TRACE;
+    site->traceno = (uint32_t)st;
+    return;
+  }
+  if ((uint32_t)~st < VM_STATE_SLOTS &&
+      lay->state_class[~st] == STATE_WALK) {
+    vm_locate_frame(lay, safe, g, ptr, site);
+    return;
+  }
+  site->source = SOURCE_INTERNAL;
+}
+
+/* The trace object for traceno and where it starts (prototype and line).
+** Returns the GCtrace address, or 0 if it cannot be verified. */
+static inline uintptr_t vm_trace_start(const struct vm_layout *lay, int safe,
+                                       uintptr_t g, uint32_t traceno,
+                                       uintptr_t *proto, uint32_t *line)
+{
+  uintptr_t arr, T, pt, startpc;
+  uint32_t size, sizebc;
+  uint16_t no;
+  if (!lay->trace_ok || !vm_ptr(safe, g + lay->g_trace, &arr) || arr == 0 ||
+      !vm_u32(safe, g + lay->g_sizetrace, &size) || traceno >= size ||
+      !vm_ref(lay, safe, arr + (uintptr_t)traceno * lay->ref_size, &T) ||
+      !vm_is_gc(lay, safe, T, GCT_TRACE) ||
+      !vm_u16(safe, T + lay->tr_traceno, &no) || no != traceno ||
+      !vm_ref(lay, safe, T + lay->tr_startpt, &pt) ||
+      !vm_is_gc(lay, safe, pt, GCT_PROTO) ||
+      !vm_ref(lay, safe, T + lay->tr_startpc, &startpc) ||
+      !vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  uintptr_t bc = pt + lay->pt_size;
+  if (startpc < bc || startpc >= bc + 4 * (uintptr_t)sizebc ||
+      (startpc & 3) != 0)
+    return 0;
+  if (!vm_proto_line(lay, safe, pt, (uint32_t)((startpc - bc) / 4), sizebc,
+                     line))
+    return 0;
+  *proto = pt;
+  return T;
+}
+
+/* The chunk name and first line of a prototype. */
+static inline int vm_proto_source(const struct vm_layout *lay, int safe,
+                                  uintptr_t pt, const char **name,
+                                  uint32_t *len, int32_t *firstline)
+{
+  uintptr_t str;
+  if (!vm_ref(lay, safe, pt + lay->pt_chunkname, &str) ||
+      !vm_is_gc(lay, safe, str, GCT_STR) ||
+      !vm_u32(safe, str + lay->str_len, len) ||
+      !vm_i32(safe, pt + lay->pt_firstline, firstline))
+    return 0;
+  *name = (const char *)(str + lay->str_size);
+  return 1;
+}
+
+#endif

@@ -1,0 +1,658 @@
+/*
+** Layout knowledge and its verification.
+**
+** Offsets come from per-family candidate tables (x86_64). A candidate is
+** accepted only if every check below agrees with what the public API says
+** about the same VM; the first failing check is reported by name. Reads
+** during calibration go through safe_read(), so a wrong candidate is
+** rejected, never dereferenced blindly.
+*/
+#define _GNU_SOURCE
+#include "vm_layout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "lauxlib.h"
+#include "vm_inspect.h"
+
+/* ---- Fault-safe reads ------------------------------------------------- */
+
+/* Reads through a pipe: write(2) reports EFAULT instead of faulting. */
+static int pipe_read(uintptr_t addr, void *dst, size_t n)
+{
+  int fds[2], ok = 0;
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return 0;
+  if (write(fds[1], (const void *)addr, n) == (ssize_t)n &&
+      read(fds[0], dst, n) == (ssize_t)n)
+    ok = 1;
+  close(fds[0]);
+  close(fds[1]);
+  return ok;
+}
+
+int safe_read(uintptr_t addr, void *dst, size_t n)
+{
+  struct iovec local = {dst, n}, remote = {(void *)addr, n};
+  int saved = errno, ok;
+  ssize_t got;
+  if (addr < 4096)
+    return 0;
+  got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  if (got == (ssize_t)n)
+    ok = 1;
+  else if (got < 0 && (errno == ENOSYS || errno == EPERM))
+    ok = pipe_read(addr, dst, n);
+  else
+    ok = 0;
+  errno = saved;
+  return ok;
+}
+
+/* ---- Candidate layouts ------------------------------------------------ */
+
+/* Offsets of J->trace from g that the known builds use. */
+struct trace_offsets {
+  uint16_t trace[4];
+};
+
+struct candidate {
+  struct vm_layout layout;
+  struct trace_offsets traces;
+};
+
+static const struct candidate candidates[] = {
+    {
+        /* Upstream LuaJIT 2.1 (2020 and later) and OpenResty's luajit2,
+        ** GC64 on x86_64. OpenResty appends fields at the end of lua_State
+        ** and global_State, which moves only J. */
+        .layout =
+            {
+                .family = "LuaJIT 2.1 GC64 (upstream / OpenResty) x86_64",
+                .gc64 = 1,
+                .fr2 = 1,
+                .ref_size = 8,
+                .L_glref = 16,
+                .L_base = 32,
+                .L_top = 40,
+                .L_maxstack = 48,
+                .L_stack = 56,
+                .L_cframe = 80,
+                .L_stacksize = 88,
+                .g_allocf = 0,
+                .g_allocd = 8,
+                .g_vmstate = 184,
+                .g_cur_L = 368,
+                .gct = 9,
+                .fn_ffid = 10,
+                .fn_pc = 32,
+                .fn_cfunc = 40,
+                .pt_size = 104,
+                .pt_sizebc = 12,
+                .pt_chunkname = 64,
+                .pt_firstline = 72,
+                .pt_numline = 76,
+                .pt_lineinfo = 80,
+                .str_size = 24,
+                .str_len = 20,
+                .cf_pc = 24,
+                .cf_L = 16,
+                .tr_startpt = 64,
+                .tr_startpc = 72,
+                .tr_traceno = 104,
+            },
+        .traces = {{1112, 1120, 0, 0}},
+    },
+    {
+        /* Tarantool 2.6.0's LuaJIT fork: non-GC64, 32-bit references. */
+        .layout =
+            {
+                .family = "LuaJIT 2.1 non-GC64 (Tarantool 2.6.0) x86_64",
+                .gc64 = 0,
+                .fr2 = 0,
+                .ref_size = 4,
+                .L_glref = 8,
+                .L_base = 16,
+                .L_top = 24,
+                .L_maxstack = 32,
+                .L_stack = 36,
+                .L_cframe = 48,
+                .L_stacksize = 56,
+                .g_allocf = 48,
+                .g_allocd = 56,
+                .g_vmstate = 120,
+                .g_cur_L = 280,
+                .gct = 5,
+                .fn_ffid = 6,
+                .fn_pc = 16,
+                .fn_cfunc = 24,
+                .pt_size = 64,
+                .pt_sizebc = 8,
+                .pt_chunkname = 40,
+                .pt_firstline = 44,
+                .pt_numline = 48,
+                .pt_lineinfo = 52,
+                .str_size = 16,
+                .str_len = 12,
+                .cf_pc = 28,
+                .cf_L = 24,
+                .tr_startpt = 48,
+                .tr_startpc = 52,
+                .tr_traceno = 80,
+            },
+        .traces = {{816, 0, 0, 0}},
+    },
+};
+
+/* J->sizetrace follows J->trace (a pointer) and J->freetrace (u32). */
+#define SIZETRACE_AFTER_TRACE 12
+
+/* ---- Calibration context --------------------------------------------- */
+
+/* What the temporary allocator saw while a probe window was open. */
+#define CALIB_EVENTS 256
+struct calib_event {
+  uintptr_t ptr, nptr;
+  size_t nsize;
+  int32_t vmstate;
+  uintptr_t cur_L;
+  struct vm_site site;
+};
+
+struct calib {
+  lua_State *L;
+  uintptr_t g;
+  struct vm_layout lay;
+  const struct candidate *cand;
+  lua_Alloc orig_alloc;
+  void *orig_ud;
+  int window; /* Which probe window is open (0: none). */
+  int nevents;
+  struct calib_event events[CALIB_EVENTS];
+  char *err;
+  size_t errlen;
+  int failed;
+};
+
+static int fail(struct calib *c, const char *check, const char *fmt, ...)
+{
+  va_list ap;
+  int n;
+  if (c->failed)
+    return 0;
+  c->failed = 1;
+  n = snprintf(c->err, c->errlen, "check '%s' failed: ", check);
+  if (n < 0 || (size_t)n >= c->errlen)
+    return 0;
+  va_start(ap, fmt);
+  vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+  va_end(ap);
+  return 0;
+}
+
+/* The allocator installed during the probe windows: it records what the
+** hook would compute, using the candidate layout and fault-safe reads. */
+static void *calib_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+  struct calib *c = ud;
+  if (c->window != 0 && c->nevents < CALIB_EVENTS) {
+    struct calib_event *e = &c->events[c->nevents++];
+    memset(e, 0, sizeof(*e));
+    e->ptr = (uintptr_t)ptr;
+    e->nsize = nsize;
+    if (!vm_i32(1, c->g + c->lay.g_vmstate, &e->vmstate))
+      e->vmstate = 0;
+    vm_ref(&c->lay, 1, c->g + c->lay.g_cur_L, &e->cur_L);
+    /* Classify as if interpreter and C states were walkable. */
+    vm_locate_frame(&c->lay, 1, c->g, e->ptr, &e->site);
+    e->nptr = (uintptr_t)c->orig_alloc(c->orig_ud, ptr, osize, nsize);
+    return (void *)e->nptr;
+  }
+  return c->orig_alloc(c->orig_ud, ptr, osize, nsize);
+}
+
+static struct calib *calib_of(lua_State *L)
+{
+  return lua_touserdata(L, lua_upvalueindex(1));
+}
+
+/* ---- Checks run from C functions called by the driver chunk ----------- */
+
+/* Mode: the bytecode dump flags say whether frames take two slots. */
+static int check_mode(struct calib *c, int dump_flags)
+{
+  int fr2 = (dump_flags & 0x08) != 0;
+  if (fr2 != c->lay.fr2)
+    return fail(c, "bytecode dump flags",
+                "the VM uses %s frames, the candidate %s ones",
+                fr2 ? "two-slot" : "one-slot", c->lay.fr2 ? "two-slot" : "one-slot");
+  return 1;
+}
+
+static int check_global_state(struct calib *c, lua_State *L)
+{
+  void *ud = NULL;
+  lua_Alloc f = lua_getallocf(L, &ud);
+  uintptr_t g, af, ad;
+  if (!vm_ref(&c->lay, 1, (uintptr_t)L + c->lay.L_glref, &g) || g == 0)
+    return fail(c, "global state reference", "lua_State+%u is unreadable",
+                c->lay.L_glref);
+  if (!vm_ptr(1, g + c->lay.g_allocf, &af) ||
+      !vm_ptr(1, g + c->lay.g_allocd, &ad) || af != (uintptr_t)f ||
+      ad != (uintptr_t)ud)
+    return fail(c, "allocator in global state",
+                "g+%u/g+%u do not hold what lua_getallocf returns",
+                c->lay.g_allocf, c->lay.g_allocd);
+  if (c->g != 0 && c->g != g)
+    return fail(c, "global state reference",
+                "a coroutine points to another global state");
+  c->g = g;
+  return 1;
+}
+
+static int check_stack(struct calib *c, lua_State *L)
+{
+  const struct vm_layout *lay = &c->lay;
+  uintptr_t l = (uintptr_t)L, base, top, top2, stack, maxstack;
+  uint32_t size;
+  int extra = 5 + 2 * lay->fr2;
+  if (!vm_ptr(1, l + lay->L_base, &base) || !vm_ptr(1, l + lay->L_top, &top) ||
+      top < base || (top - base) / TVALUE_SIZE != (uintptr_t)lua_gettop(L))
+    return fail(c, "stack base and top", "top-base disagrees with lua_gettop");
+  lua_pushnil(L);
+  if (!vm_ptr(1, l + lay->L_top, &top2) || top2 != top + TVALUE_SIZE) {
+    lua_pop(L, 1);
+    return fail(c, "stack base and top", "pushing a value did not move top");
+  }
+  lua_pop(L, 1);
+  if (!vm_ref(lay, 1, l + lay->L_stack, &stack) ||
+      !vm_ref(lay, 1, l + lay->L_maxstack, &maxstack) ||
+      !vm_u32(1, l + lay->L_stacksize, &size) ||
+      maxstack != stack + TVALUE_SIZE * ((uintptr_t)size - 1 - extra) ||
+      base <= stack || top > maxstack)
+    return fail(c, "stack bounds",
+                "stack, maxstack and stacksize are inconsistent");
+  return 1;
+}
+
+static int check_current_thread(struct calib *c, lua_State *L)
+{
+  uintptr_t cur, cf, cfL;
+  if (!vm_ref(&c->lay, 1, c->g + c->lay.g_cur_L, &cur) || cur != (uintptr_t)L)
+    return fail(c, "current thread (cur_L)",
+                "g+%u does not hold the running lua_State", c->lay.g_cur_L);
+  if (!vm_ptr(1, (uintptr_t)L + c->lay.L_cframe, &cf) ||
+      (cf &= ~(uintptr_t)3) == 0 ||
+      !vm_ref(&c->lay, 1, cf + c->lay.cf_L, &cfL) || cfL != (uintptr_t)L)
+    return fail(c, "C frame", "the C frame's lua_State slot (+%u) is not L",
+                c->lay.cf_L);
+  return 1;
+}
+
+/* Compares a prototype's chunk name and lines with lua_getinfo "S". */
+static int check_proto_source(struct calib *c, uintptr_t pt, lua_Debug *ar)
+{
+  const char *name;
+  uint32_t len;
+  int32_t first, numline;
+  char buf[256];
+  size_t slen = strlen(ar->source);
+  if (!vm_proto_source(&c->lay, 1, pt, &name, &len, &first) ||
+      !vm_i32(1, pt + c->lay.pt_numline, &numline))
+    return fail(c, "prototype fields", "the chunk name is unreadable");
+  if (len != slen || slen >= sizeof(buf) ||
+      !safe_read((uintptr_t)name, buf, len) || memcmp(buf, ar->source, len))
+    return fail(c, "prototype fields",
+                "the chunk name differs from lua_getinfo's source");
+  if (first != ar->linedefined || first + numline != ar->lastlinedefined)
+    return fail(c, "prototype fields",
+                "first line %d and line count %d disagree with lua_getinfo",
+                (int)first, (int)numline);
+  return 1;
+}
+
+/* The probe's own frame, its caller's frame and the caller's line. */
+static int check_frames(struct calib *c, lua_State *L, lua_CFunction self)
+{
+  const struct vm_layout *lay = &c->lay;
+  struct vm_thread th;
+  struct vm_site site;
+  lua_Debug ar;
+  uintptr_t frame, fn, cfn;
+  const void *expect;
+  intptr_t link;
+  uint8_t ffid;
+
+  if (!vm_current_thread(lay, 1, c->g, &th))
+    return fail(c, "frame function", "the current thread is unreadable");
+  frame = th.base - TVALUE_SIZE;
+  if (!lua_getstack(L, 0, &ar) || !lua_getinfo(L, "f", &ar))
+    return fail(c, "frame function", "lua_getstack(0) failed");
+  expect = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  fn = vm_frame_func(lay, 1, frame);
+  if (fn == 0 || fn != (uintptr_t)expect || !vm_u8(1, fn + lay->fn_ffid, &ffid) ||
+      ffid != FFID_C || !vm_ptr(1, fn + lay->fn_cfunc, &cfn) ||
+      cfn != (uintptr_t)self)
+    return fail(c, "frame function",
+                "the function below base is not the running C function");
+  if (!vm_frame_link(lay, 1, frame, &link) || (link & 3) != 0)
+    return fail(c, "frame link", "a C function called from Lua has no Lua link");
+  memset(&site, 0, sizeof(site));
+  if (!vm_locate_lua_caller(lay, 1, &th, frame, link, &site))
+    return fail(c, "caller frame", "the Lua caller cannot be located");
+  if (!lua_getstack(L, 1, &ar) || !lua_getinfo(L, "fSl", &ar))
+    return fail(c, "caller frame", "lua_getstack(1) failed");
+  expect = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  if (vm_func_proto(lay, 1, (uintptr_t)expect) != site.addr)
+    return fail(c, "caller frame", "the frame below is not the Lua caller");
+  if ((int)site.line != ar.currentline)
+    return fail(c, "current line", "computed line %u, lua_getinfo says %d",
+                site.line, ar.currentline);
+  return check_proto_source(c, site.addr, &ar);
+}
+
+/* probe(): checks the layout from inside a C function called from Lua. */
+static int calib_probe(lua_State *L)
+{
+  struct calib *c = calib_of(L);
+  if (!c->failed && check_global_state(c, L) && check_stack(c, L) &&
+      check_current_thread(c, L))
+    check_frames(c, L, calib_probe);
+  return 0;
+}
+
+/* Built-ins are told apart from Lua and C functions by their id. */
+static int check_function_ids(struct calib *c, lua_State *L)
+{
+  uint8_t lua_id = 0, builtin_id = 0;
+  uintptr_t lf = (uintptr_t)lua_topointer(L, 3);
+  uintptr_t bf = (uintptr_t)lua_topointer(L, 4);
+  if (!vm_is_gc(&c->lay, 1, lf, GCT_FUNC) || !vm_is_gc(&c->lay, 1, bf, GCT_FUNC) ||
+      !vm_u8(1, lf + c->lay.fn_ffid, &lua_id) ||
+      !vm_u8(1, bf + c->lay.fn_ffid, &builtin_id) || lua_id != FFID_LUA ||
+      builtin_id <= FFID_C)
+    return fail(c, "function ids", "Lua function id %d, string.rep id %d",
+                lua_id, builtin_id);
+  return 1;
+}
+
+static const struct calib_event *find_event(struct calib *c, uintptr_t nptr,
+                                            uintptr_t ptr)
+{
+  int i;
+  for (i = 0; i < c->nevents; i++) {
+    const struct calib_event *e = &c->events[i];
+    if ((nptr != 0 && e->nptr == nptr && e->ptr == 0 && e->nsize > 0) ||
+        (ptr != 0 && e->ptr == ptr && e->nsize == 0))
+      return e;
+  }
+  return NULL;
+}
+
+/* The saved PC of the C frame, seen by the allocator during `{}`. */
+static int check_lua_allocation(struct calib *c, lua_State *L, int line)
+{
+  const struct calib_event *e = find_event(c, (uintptr_t)lua_topointer(L, 2), 0);
+  if (e == NULL)
+    return fail(c, "allocation in Lua code", "the table was not seen");
+  if (e->cur_L != (uintptr_t)L)
+    return fail(c, "allocation in Lua code", "cur_L is not the running thread");
+  if (e->site.source != SOURCE_LUA || (int)e->site.line != line)
+    return fail(c, "saved PC in the C frame",
+                "the allocation was located at line %u, expected %d",
+                e->site.line, line);
+  c->lay.st_lua = e->vmstate;
+  return 1;
+}
+
+/* A built-in called from Lua is charged to the calling line. */
+static int check_builtin_allocation(struct calib *c, lua_State *L, int line)
+{
+  const struct calib_event *e = find_event(c, (uintptr_t)lua_topointer(L, 2), 0);
+  if (e == NULL)
+    return fail(c, "allocation in a built-in", "the string was not seen");
+  if (e->site.source != SOURCE_LUA || (int)e->site.line != line)
+    return fail(c, "allocation in a built-in",
+                "string.rep was located at line %u, expected %d", e->site.line,
+                line);
+  return 1;
+}
+
+static int check_gc_state(struct calib *c, uintptr_t garbage)
+{
+  const struct calib_event *e = find_event(c, 0, garbage);
+  if (e == NULL)
+    return fail(c, "collector state", "the garbage table was not freed");
+  c->lay.st_gc = e->vmstate;
+  return 1;
+}
+
+/* mark(n, ...): opens and closes the probe windows of the driver chunk. */
+static int calib_mark(lua_State *L)
+{
+  struct calib *c = calib_of(L);
+  int step = (int)lua_tointeger(L, 1);
+  if (c->failed)
+    return 0;
+  switch (step) {
+  case 0: /* Mode, function ids, and the state C code runs under. */
+    if (check_mode(c, (int)lua_tointeger(L, 2)) && check_function_ids(c, L) &&
+        !vm_i32(1, c->g + c->lay.g_vmstate, &c->lay.st_c))
+      fail(c, "VM state", "g+%u is unreadable", c->lay.g_vmstate);
+    break;
+  case 1: /* Window for an allocation in Lua code. */
+  case 3: /* Window for a built-in's allocation. */
+    c->nevents = 0;
+    c->window = step;
+    break;
+  case 2:
+    c->window = 0;
+    check_lua_allocation(c, L, (int)lua_tointeger(L, 3));
+    break;
+  case 4:
+    c->window = 0;
+    check_builtin_allocation(c, L, (int)lua_tointeger(L, 3));
+    break;
+  case 5: /* Window for a full collection freeing a known table. */
+    c->nevents = 0;
+    c->window = step;
+    lua_pushlightuserdata(L, (void *)lua_topointer(L, 2));
+    lua_setfield(L, LUA_REGISTRYINDEX, "memprof.calibration.garbage");
+    break;
+  case 6:
+    c->window = 0;
+    lua_getfield(L, LUA_REGISTRYINDEX, "memprof.calibration.garbage");
+    check_gc_state(c, (uintptr_t)lua_touserdata(L, -1));
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, "memprof.calibration.garbage");
+    break;
+  }
+  return 0;
+}
+
+/* find_trace(f, line): looks for the trace compiled for f's loop. */
+static int calib_find_trace(lua_State *L)
+{
+  struct calib *c = calib_of(L);
+  uintptr_t want = vm_func_proto(&c->lay, 1, (uintptr_t)lua_topointer(L, 1));
+  int line = (int)lua_tointeger(L, 2), i;
+  for (i = 0; i < 4 && c->cand->traces.trace[i] != 0 && want != 0; i++) {
+    struct vm_layout lay = c->lay;
+    uint32_t size, n;
+    lay.trace_ok = 1;
+    lay.g_trace = c->cand->traces.trace[i];
+    lay.g_sizetrace = lay.g_trace + SIZETRACE_AFTER_TRACE;
+    if (!vm_u32(1, c->g + lay.g_sizetrace, &size) || size > 65536)
+      continue;
+    for (n = 1; n < size; n++) {
+      uintptr_t pt = 0;
+      uint32_t tline = 0;
+      if (vm_trace_start(&lay, 1, c->g, n, &pt, &tline) && pt == want &&
+          (int)tline == line) {
+        c->lay.trace_ok = 1;
+        c->lay.g_trace = lay.g_trace;
+        c->lay.g_sizetrace = lay.g_sizetrace;
+        return 0;
+      }
+    }
+  }
+  return 0;
+}
+
+/* ---- The driver ------------------------------------------------------- */
+
+/*
+** Runs the probes. Line numbers are taken with debug.getinfo on the same
+** line as the allocation they describe, so nothing here is hard-coded.
+*/
+static const char driver[] =
+    "local mark, probe, find_trace = ...\n"
+    "mark(0, string.byte(string.dump(function() end), 5), function() end,\n"
+    "     string.rep)\n"
+    "local function call_probe() probe() return true end\n"
+    "call_probe()\n"
+    "local function in_lua()\n"
+    "  mark(1)\n"
+    "  local t = {} local line = debug.getinfo(1, 'l').currentline\n"
+    "  mark(2, t, line)\n"
+    "end\n"
+    "in_lua()\n"
+    "local function in_builtin()\n"
+    "  local unique = tostring({})\n"
+    "  mark(3)\n"
+    "  local s = string.rep(unique, 3) local line = "
+    "debug.getinfo(1, 'l').currentline\n"
+    "  mark(4, s, line)\n"
+    "end\n"
+    "in_builtin()\n"
+    "local garbage = {}\n"
+    "mark(5, garbage)\n"
+    "garbage = nil\n"
+    "collectgarbage()\n"
+    "mark(6)\n"
+    "local co = coroutine.wrap(function() call_probe() end)\n"
+    "co()\n"
+    "if jit and jit.status and jit.status() then\n"
+    "  local function hot()\n"
+    "    local x = 0\n"
+    "    for i = 1, 500 do x = x + i end local line = "
+    "debug.getinfo(1, 'l').currentline\n"
+    "    return line\n"
+    "  end\n"
+    "  find_trace(hot, hot())\n"
+    "end\n";
+
+/* Names the vmstate numbering the observed values belong to. */
+static int classify_states(struct calib *c)
+{
+  struct vm_layout *lay = &c->lay;
+  int i;
+  memset(lay->state_class, STATE_INTERNAL, sizeof(lay->state_class));
+  if (lay->st_lua == -1 && lay->st_c == -2 && lay->st_gc == -3) {
+    /* INTERP, C, GC, EXIT, RECORD, OPT, ASM */
+    lay->state_numbering = "INTERP/C/GC/EXIT/RECORD/OPT/ASM";
+    lay->state_class[0] = lay->state_class[1] = STATE_WALK;
+    lay->state_class[2] = STATE_GC;
+    lay->state_class[3] = STATE_EXIT;
+    for (i = 4; i <= 6; i++)
+      lay->state_class[i] = STATE_JIT;
+    return 1;
+  }
+  if (lay->st_lua == -2 && lay->st_c == -4 && lay->st_gc == -5) {
+    /* INTERP, LFUNC, FFUNC, CFUNC, GC, EXIT, RECORD, OPT, ASM */
+    lay->state_numbering = "INTERP/LFUNC/FFUNC/CFUNC/GC/EXIT/RECORD/OPT/ASM";
+    for (i = 1; i <= 3; i++)
+      lay->state_class[i] = STATE_WALK;
+    lay->state_class[4] = STATE_GC;
+    lay->state_class[5] = STATE_EXIT;
+    for (i = 6; i <= 8; i++)
+      lay->state_class[i] = STATE_JIT;
+    return 1;
+  }
+  return fail(c, "VM state numbering",
+              "Lua code runs under %d, C code under %d, the collector under "
+              "%d: no known numbering matches",
+              (int)lay->st_lua, (int)lay->st_c, (int)lay->st_gc);
+}
+
+/* Tries one candidate. Returns 1 if every check passed. */
+static int try_candidate(lua_State *L, struct calib *c)
+{
+  int top = lua_gettop(L), status;
+  c->lay.trace_ok = 0;
+  c->lay.st_lua = c->lay.st_c = c->lay.st_gc = 0;
+  if (luaL_loadbuffer(L, driver, sizeof(driver) - 1, "=memprof.calibration")) {
+    lua_settop(L, top);
+    return fail(c, "calibration chunk", "it does not compile");
+  }
+  lua_pushlightuserdata(L, c);
+  lua_pushcclosure(L, calib_mark, 1);
+  lua_pushlightuserdata(L, c);
+  lua_pushcclosure(L, calib_probe, 1);
+  lua_pushlightuserdata(L, c);
+  lua_pushcclosure(L, calib_find_trace, 1);
+  /* Run the driver under the recording allocator; it is always removed. */
+  c->g = 0;
+  if (!check_global_state(c, L)) {
+    lua_settop(L, top);
+    return 0;
+  }
+  c->orig_alloc = lua_getallocf(L, &c->orig_ud);
+  lua_setallocf(L, calib_alloc, c);
+  status = lua_pcall(L, 3, 0, 0);
+  lua_setallocf(L, c->orig_alloc, c->orig_ud);
+  if (status != 0) {
+    fail(c, "calibration chunk", "%s",
+         lua_isstring(L, -1) ? lua_tostring(L, -1) : "error");
+    lua_settop(L, top);
+    return 0;
+  }
+  lua_settop(L, top);
+  return !c->failed && classify_states(c);
+}
+
+int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
+                        size_t errlen)
+{
+  struct calib *c = malloc(sizeof(*c));
+  size_t i;
+  char first_err[256] = "";
+#if !defined(__x86_64__)
+  snprintf(err, errlen, "check 'architecture' failed: only x86_64 layouts "
+                        "are known");
+  return 0;
+#endif
+  if (c == NULL) {
+    snprintf(err, errlen, "check 'memory' failed: out of memory");
+    return 0;
+  }
+  for (i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+    memset(c, 0, sizeof(*c));
+    c->L = L;
+    c->cand = &candidates[i];
+    c->lay = candidates[i].layout;
+    c->err = err;
+    c->errlen = errlen;
+    if (try_candidate(L, c)) {
+      *out = c->lay;
+      free(c);
+      return 1;
+    }
+    /* Report the failure of the candidate whose mode matched. */
+    if (first_err[0] == '\0' || strstr(first_err, "bytecode dump flags"))
+      snprintf(first_err, sizeof(first_err), "%s", err);
+  }
+  free(c);
+  snprintf(err, errlen, "%s", first_err);
+  return 0;
+}

@@ -1,0 +1,85 @@
+/*
+** What the module knows about LuaJIT's internal layouts.
+**
+** The module includes no private LuaJIT header. Instead it carries, per
+** build family, the offsets of the few fields the allocator hook reads, and
+** verifies every one of them at start against the public API (see
+** vm_layout.c). A layout that is not verified is never used.
+*/
+#ifndef MEMPROF_VM_LAYOUT_H
+#define MEMPROF_VM_LAYOUT_H
+
+#include <stdint.h>
+
+#include "lua.h"
+
+/* How the hook treats an allocation, by the VM state it happened in. */
+enum vm_state_class {
+  STATE_INTERNAL = 0, /* Unknown or VM-internal work: report INTERNAL. */
+  STATE_WALK,         /* Interpreter or C code: the frames are consistent. */
+  STATE_GC,           /* Garbage collector. */
+  STATE_EXIT,         /* Trace exit handler (restores sunk objects). */
+  STATE_JIT,          /* Trace recorder, optimizer or assembler. */
+};
+
+/* Number of negative vmstate values the hook can classify (~vmstate). */
+#define VM_STATE_SLOTS 16
+
+struct vm_layout {
+  const char *family; /* Which candidate table matched. */
+  int gc64;           /* GCRef/MRef are 8 bytes (1) or 4 bytes (0). */
+  int fr2;            /* Two-slot frames (always with GC64). */
+  int trace_ok;       /* J->trace was found and verified. */
+  uint8_t ref_size;   /* 8 or 4. */
+
+  /* lua_State */
+  uint16_t L_glref, L_base, L_top, L_maxstack, L_stack, L_cframe;
+  uint16_t L_stacksize;
+
+  /* global_State */
+  uint16_t g_allocf, g_allocd, g_vmstate, g_cur_L;
+  uint16_t g_trace;     /* J->trace (a native pointer), from g. */
+  uint16_t g_sizetrace; /* J->sizetrace (u32), from g. */
+
+  /* Any GC object: the type byte. */
+  uint8_t gct;
+  /* GCfunc */
+  uint8_t fn_ffid, fn_pc, fn_cfunc;
+  /* GCproto: its size (bytecode follows it) and fields. */
+  uint8_t pt_size, pt_sizebc, pt_chunkname, pt_firstline, pt_numline;
+  uint8_t pt_lineinfo;
+  /* GCstr: its size (characters follow it) and length. */
+  uint8_t str_size, str_len;
+  /* C frame (L->cframe): saved interpreter PC and lua_State. */
+  uint8_t cf_pc, cf_L;
+  /* GCtrace */
+  uint8_t tr_startpt, tr_startpc, tr_traceno;
+
+  /* Classes of the stored vmstate values -1 .. -VM_STATE_SLOTS. */
+  uint8_t state_class[VM_STATE_SLOTS];
+  /* Learned stored values (for memprof.info()). */
+  int32_t st_lua, st_c, st_gc;
+  const char *state_numbering; /* Which numbering the values matched. */
+};
+
+/* GC object type bytes (~LJ_Txxx); the same in every supported build. */
+#define GCT_STR 4
+#define GCT_THREAD 6
+#define GCT_PROTO 7
+#define GCT_FUNC 8
+#define GCT_TRACE 9
+
+/* Function ids: 0 Lua function, 1 C function, >= 2 built-in. */
+#define FFID_LUA 0
+#define FFID_C 1
+
+/*
+** Learns and verifies the layout of the VM that L belongs to. Runs Lua code
+** and installs a temporary allocator, so it must be called from a C function
+** (never from the hook). Returns 1 on success; on failure returns 0 and
+** writes a message naming the failed check into err.
+*/
+int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
+                        size_t errlen);
+
+#endif
