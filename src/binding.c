@@ -132,8 +132,8 @@ static struct sentinel *verified_layout(lua_State *L)
   struct sentinel *s = get_sentinel(L);
   if (s != NULL && !s->calibrated) {
     s->error[0] = '\0';
-    s->calibrated = vm_layout_calibrate(L, &s->layout, s->error,
-                                        sizeof(s->error));
+    s->calibrated =
+        vm_layout_calibrate(L, &s->layout, s->error, sizeof(s->error));
   }
   return s;
 }
@@ -158,8 +158,7 @@ static int check_options(lua_State *L, int idx, char *msg, size_t len)
 }
 
 /* Names the built-ins (ffid >= 2) of one library table: "string.rep". */
-static void name_builtins_in(lua_State *L, struct profiler *p,
-                             const char *lib)
+static void name_builtins_in(lua_State *L, struct profiler *p, const char *lib)
 {
   const struct vm_layout *lay = &p->layout;
   char name[256];
@@ -183,10 +182,9 @@ static void name_builtins_in(lua_State *L, struct profiler *p,
 /* Learns built-in names from the standard libraries, first match wins. */
 static void name_builtins(lua_State *L, struct profiler *p)
 {
-  static const char *const libs[] = {"_G",    "string", "table", "math",
-                                     "io",    "os",     "coroutine",
-                                     "debug", "bit",    "jit", "package",
-                                     "ffi",   NULL};
+  static const char *const libs[] = {
+      "_G",    "string", "table", "math",    "io",  "os", "coroutine",
+      "debug", "bit",    "jit",   "package", "ffi", NULL};
   int i, top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
   for (i = 0; libs[i] != NULL; i++) {
@@ -333,6 +331,7 @@ static void push_offsets(lua_State *L, const struct vm_layout *lay)
   set_int(L, "fn_ffid", lay->fn_ffid);
   set_int(L, "fn_pc", lay->fn_pc);
   set_int(L, "proto_size", lay->pt_size);
+  set_int(L, "string_header", lay->str_size);
   set_int(L, "proto_chunkname", lay->pt_chunkname);
   set_int(L, "cframe_pc", lay->cf_pc);
   set_int(L, "cframe_L", lay->cf_L);

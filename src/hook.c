@@ -87,8 +87,7 @@ void *profiler_hook(void *ud, void *ptr, size_t osize, size_t nsize)
   /* A failed allocation changes nothing (LuaJIT raises the error itself);
   ** neither does freeing NULL. */
   if ((nptr != NULL || nsize == 0) && (ptr != NULL || nsize != 0))
-    encode_event(&p->out, &site, (uintptr_t)ptr, osize, (uintptr_t)nptr,
-                 nsize);
+    encode_event(&p->out, &site, (uintptr_t)ptr, osize, (uintptr_t)nptr, nsize);
   if (err != 0)
     halt(p, err);
   else if (p->out.failed_errno != 0)
@@ -98,8 +97,8 @@ void *profiler_hook(void *ud, void *ptr, size_t osize, size_t nsize)
 
 int profiler_write_prologue(struct profiler *p)
 {
-  static const uint8_t symtab[] = {'l', 'j', 's', SYMTAB_VERSION, 0, 0, 0,
-                                   SYMTAB_FINAL};
+  static const uint8_t symtab[] = {'l', 'j', 's', SYMTAB_VERSION,
+                                   0,   0,   0,   SYMTAB_FINAL};
   static const uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
   writer_bytes(&p->out, symtab, sizeof(symtab));
   writer_bytes(&p->out, events, sizeof(events));

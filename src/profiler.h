@@ -31,8 +31,8 @@ struct profiler {
   struct symbols syms;
 
   /* Bookkeeping. */
-  int error;   /* errno that halted recording (write error, ENOMEM). */
-  char *path;  /* For messages. */
+  int error;  /* errno that halted recording (write error, ENOMEM). */
+  char *path; /* For messages. */
   struct profiler *next; /* All running profilers, for the exit handler. */
 };
 

@@ -26,10 +26,10 @@ struct symbol_slot {
 
 struct symbols {
   struct symbol_slot *slots;
-  size_t mask;  /* Number of slots - 1 (a power of two minus one). */
-  size_t count; /* Occupied slots. */
-  uintptr_t last_proto;  /* The prototype described most recently. */
-  uintptr_t *trace_obj;  /* Per trace number: the trace described. */
+  size_t mask;          /* Number of slots - 1 (a power of two minus one). */
+  size_t count;         /* Occupied slots. */
+  uintptr_t last_proto; /* The prototype described most recently. */
+  uintptr_t *trace_obj; /* Per trace number: the trace described. */
   uint32_t trace_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
 };

@@ -43,10 +43,10 @@ static inline int vm_read(int safe, uintptr_t addr, void *dst, size_t n)
   return 1;
 }
 
-#define VM_READER(name, type)                                                \
-  static inline int name(int safe, uintptr_t addr, type *out)                \
-  {                                                                          \
-    return vm_read(safe, addr, out, sizeof(type));                           \
+#define VM_READER(name, type)                                                  \
+  static inline int name(int safe, uintptr_t addr, type *out)                  \
+  {                                                                            \
+    return vm_read(safe, addr, out, sizeof(type));                             \
   }
 VM_READER(vm_u8, uint8_t)
 VM_READER(vm_u16, uint16_t)
@@ -79,8 +79,8 @@ static inline int vm_ref(const struct vm_layout *lay, int safe, uintptr_t addr,
 }
 
 /* A GC object pointer is non-NULL, 8-byte aligned and of the given type. */
-static inline int vm_is_gc(const struct vm_layout *lay, int safe,
-                           uintptr_t obj, uint8_t gct)
+static inline int vm_is_gc(const struct vm_layout *lay, int safe, uintptr_t obj,
+                           uint8_t gct)
 {
   uint8_t t;
   if (obj == 0 || (obj & 7) != 0)
@@ -259,7 +259,8 @@ static inline int vm_locate_lua_caller(const struct vm_layout *lay, int safe,
   uint32_t call;
   if (ins < 4 || (ins & 3) != 0 || !vm_u32(safe, ins - 4, &call))
     return 0;
-  caller = frame - TVALUE_SIZE * (1 + (uintptr_t)lay->fr2 + ((call >> 8) & 0xff));
+  caller =
+      frame - TVALUE_SIZE * (1 + (uintptr_t)lay->fr2 + ((call >> 8) & 0xff));
   if (!vm_frame_ok(lay, th, caller))
     return 0;
   fn = vm_frame_func(lay, safe, caller);
@@ -316,8 +317,8 @@ static inline void vm_locate_frame(const struct vm_layout *lay, int safe,
 }
 
 /* Full classification of one allocator call. */
-static inline void vm_locate(const struct vm_layout *lay, int safe,
-                             uintptr_t g, uintptr_t ptr, struct vm_site *site)
+static inline void vm_locate(const struct vm_layout *lay, int safe, uintptr_t g,
+                             uintptr_t ptr, struct vm_site *site)
 {
   int32_t st;
   site->ffid = 0;
@@ -330,8 +331,7 @@ static inline void vm_locate(const struct vm_layout *lay, int safe,
     site->traceno = (uint32_t)st;
     return;
   }
-  if ((uint32_t)~st < VM_STATE_SLOTS &&
-      lay->state_class[~st] == STATE_WALK) {
+  if ((uint32_t)~st < VM_STATE_SLOTS && lay->state_class[~st] == STATE_WALK) {
     vm_locate_frame(lay, safe, g, ptr, site);
     return;
   }

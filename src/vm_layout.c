@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,8 @@ struct calib {
   const struct candidate *cand;
   lua_Alloc orig_alloc;
   void *orig_ud;
-  int window; /* Which probe window is open (0: none). */
+  int window;         /* Which probe window is open (0: none). */
+  uintptr_t only_ptr; /* If set, the window records only frees of this. */
   int nevents;
   struct calib_event events[CALIB_EVENTS];
   char *err;
@@ -202,7 +204,8 @@ static int fail(struct calib *c, const char *check, const char *fmt, ...)
 static void *calib_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   struct calib *c = ud;
-  if (c->window != 0 && c->nevents < CALIB_EVENTS) {
+  if (c->window != 0 && c->nevents < CALIB_EVENTS &&
+      (c->only_ptr == 0 || (uintptr_t)ptr == c->only_ptr)) {
     struct calib_event *e = &c->events[c->nevents++];
     memset(e, 0, sizeof(*e));
     e->ptr = (uintptr_t)ptr;
@@ -232,7 +235,8 @@ static int check_mode(struct calib *c, int dump_flags)
   if (fr2 != c->lay.fr2)
     return fail(c, "bytecode dump flags",
                 "the VM uses %s frames, the candidate %s ones",
-                fr2 ? "two-slot" : "one-slot", c->lay.fr2 ? "two-slot" : "one-slot");
+                fr2 ? "two-slot" : "one-slot",
+                c->lay.fr2 ? "two-slot" : "one-slot");
   return 1;
 }
 
@@ -338,13 +342,14 @@ static int check_frames(struct calib *c, lua_State *L, lua_CFunction self)
   expect = lua_topointer(L, -1);
   lua_pop(L, 1);
   fn = vm_frame_func(lay, 1, frame);
-  if (fn == 0 || fn != (uintptr_t)expect || !vm_u8(1, fn + lay->fn_ffid, &ffid) ||
-      ffid != FFID_C || !vm_ptr(1, fn + lay->fn_cfunc, &cfn) ||
-      cfn != (uintptr_t)self)
+  if (fn == 0 || fn != (uintptr_t)expect ||
+      !vm_u8(1, fn + lay->fn_ffid, &ffid) || ffid != FFID_C ||
+      !vm_ptr(1, fn + lay->fn_cfunc, &cfn) || cfn != (uintptr_t)self)
     return fail(c, "frame function",
                 "the function below base is not the running C function");
   if (!vm_frame_link(lay, 1, frame, &link) || (link & 3) != 0)
-    return fail(c, "frame link", "a C function called from Lua has no Lua link");
+    return fail(c, "frame link",
+                "a C function called from Lua has no Lua link");
   memset(&site, 0, sizeof(site));
   if (!vm_locate_lua_caller(lay, 1, &th, frame, link, &site))
     return fail(c, "caller frame", "the Lua caller cannot be located");
@@ -376,7 +381,8 @@ static int check_function_ids(struct calib *c, lua_State *L)
   uint8_t lua_id = 0, builtin_id = 0;
   uintptr_t lf = (uintptr_t)lua_topointer(L, 3);
   uintptr_t bf = (uintptr_t)lua_topointer(L, 4);
-  if (!vm_is_gc(&c->lay, 1, lf, GCT_FUNC) || !vm_is_gc(&c->lay, 1, bf, GCT_FUNC) ||
+  if (!vm_is_gc(&c->lay, 1, lf, GCT_FUNC) ||
+      !vm_is_gc(&c->lay, 1, bf, GCT_FUNC) ||
       !vm_u8(1, lf + c->lay.fn_ffid, &lua_id) ||
       !vm_u8(1, bf + c->lay.fn_ffid, &builtin_id) || lua_id != FFID_LUA ||
       builtin_id <= FFID_C)
@@ -401,7 +407,8 @@ static const struct calib_event *find_event(struct calib *c, uintptr_t nptr,
 /* The saved PC of the C frame, seen by the allocator during `{}`. */
 static int check_lua_allocation(struct calib *c, lua_State *L, int line)
 {
-  const struct calib_event *e = find_event(c, (uintptr_t)lua_topointer(L, 2), 0);
+  const struct calib_event *e =
+      find_event(c, (uintptr_t)lua_topointer(L, 2), 0);
   if (e == NULL)
     return fail(c, "allocation in Lua code", "the table was not seen");
   if (e->cur_L != (uintptr_t)L)
@@ -417,7 +424,8 @@ static int check_lua_allocation(struct calib *c, lua_State *L, int line)
 /* A built-in called from Lua is charged to the calling line. */
 static int check_builtin_allocation(struct calib *c, lua_State *L, int line)
 {
-  const struct calib_event *e = find_event(c, (uintptr_t)lua_topointer(L, 2), 0);
+  const struct calib_event *e =
+      find_event(c, (uintptr_t)lua_topointer(L, 2), 0);
   if (e == NULL)
     return fail(c, "allocation in a built-in", "the string was not seen");
   if (e->site.source != SOURCE_LUA || (int)e->site.line != line)
@@ -464,17 +472,13 @@ static int calib_mark(lua_State *L)
     break;
   case 5: /* Window for a full collection freeing a known table. */
     c->nevents = 0;
+    c->only_ptr = (uintptr_t)lua_topointer(L, 2);
     c->window = step;
-    lua_pushlightuserdata(L, (void *)lua_topointer(L, 2));
-    lua_setfield(L, LUA_REGISTRYINDEX, "memprof.calibration.garbage");
     break;
   case 6:
     c->window = 0;
-    lua_getfield(L, LUA_REGISTRYINDEX, "memprof.calibration.garbage");
-    check_gc_state(c, (uintptr_t)lua_touserdata(L, -1));
-    lua_pop(L, 1);
-    lua_pushnil(L);
-    lua_setfield(L, LUA_REGISTRYINDEX, "memprof.calibration.garbage");
+    check_gc_state(c, c->only_ptr);
+    c->only_ptr = 0;
     break;
   }
   return 0;
@@ -552,6 +556,72 @@ static const char driver[] =
     "  find_trace(hot, hot())\n"
     "end\n";
 
+/*
+** MEMPROF_LAYOUT_OVERRIDE="field=offset,...": replaces candidate offsets
+** before verification, to try a build whose offsets are not known yet. The
+** checks still run, so a wrong value is refused, never used.
+*/
+struct override_field {
+  const char *name;
+  size_t offset;
+  int wide; /* uint16_t (1) or uint8_t (0). */
+};
+
+#define FIELD16(f)                                                             \
+  {                                                                            \
+#f, offsetof(struct vm_layout, f), 1                                       \
+  }
+#define FIELD8(f)                                                              \
+  {                                                                            \
+#f, offsetof(struct vm_layout, f), 0                                       \
+  }
+static const struct override_field override_fields[] = {
+    FIELD16(L_glref),     FIELD16(L_base),    FIELD16(L_top),
+    FIELD16(L_maxstack),  FIELD16(L_stack),   FIELD16(L_cframe),
+    FIELD16(L_stacksize), FIELD16(g_allocf),  FIELD16(g_allocd),
+    FIELD16(g_vmstate),   FIELD16(g_cur_L),   FIELD8(gct),
+    FIELD8(fn_ffid),      FIELD8(fn_pc),      FIELD8(fn_cfunc),
+    FIELD8(pt_size),      FIELD8(pt_sizebc),  FIELD8(pt_chunkname),
+    FIELD8(pt_firstline), FIELD8(pt_numline), FIELD8(pt_lineinfo),
+    FIELD8(str_size),     FIELD8(str_len),    FIELD8(cf_pc),
+    FIELD8(cf_L),         {NULL, 0, 0}};
+
+static int apply_overrides(struct vm_layout *lay, char *err, size_t errlen)
+{
+  const char *spec = getenv("MEMPROF_LAYOUT_OVERRIDE");
+  while (spec != NULL && *spec != '\0') {
+    const struct override_field *f;
+    size_t n = strcspn(spec, "=");
+    char *end;
+    unsigned long v;
+    for (f = override_fields; f->name != NULL; f++)
+      if (strlen(f->name) == n && strncmp(f->name, spec, n) == 0)
+        break;
+    if (f->name == NULL || spec[n] != '=') {
+      snprintf(err, errlen,
+               "check 'layout override' failed: unknown field "
+               "in MEMPROF_LAYOUT_OVERRIDE at '%s'",
+               spec);
+      return 0;
+    }
+    v = strtoul(spec + n + 1, &end, 0);
+    if (end == spec + n + 1 || v > (f->wide ? 65535ul : 255ul) ||
+        (*end != ',' && *end != '\0')) {
+      snprintf(err, errlen,
+               "check 'layout override' failed: bad offset for "
+               "%s in MEMPROF_LAYOUT_OVERRIDE",
+               f->name);
+      return 0;
+    }
+    if (f->wide)
+      *(uint16_t *)((char *)lay + f->offset) = (uint16_t)v;
+    else
+      *((uint8_t *)lay + f->offset) = (uint8_t)v;
+    spec = *end == ',' ? end + 1 : end;
+  }
+  return 1;
+}
+
 /* Names the vmstate numbering the observed values belong to. */
 static int classify_states(struct calib *c)
 {
@@ -628,8 +698,9 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
   size_t i;
   char first_err[256] = "";
 #if !defined(__x86_64__)
-  snprintf(err, errlen, "check 'architecture' failed: only x86_64 layouts "
-                        "are known");
+  snprintf(err, errlen,
+           "check 'architecture' failed: only x86_64 layouts "
+           "are known");
   return 0;
 #endif
   if (c == NULL) {
@@ -643,6 +714,10 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
     c->lay = candidates[i].layout;
     c->err = err;
     c->errlen = errlen;
+    if (!apply_overrides(&c->lay, err, errlen)) {
+      free(c);
+      return 0;
+    }
     if (try_candidate(L, c)) {
       *out = c->lay;
       free(c);

@@ -16,10 +16,10 @@
 #define ULEB128_MAX 10
 
 struct writer {
-  uint8_t *buf;    /* Start of the buffer. */
-  uint8_t *pos;    /* Next free byte. */
-  uint8_t *limit;  /* Flush before an append would pass this point. */
-  int fd;          /* Destination; -1 once closed. */
+  uint8_t *buf;     /* Start of the buffer. */
+  uint8_t *pos;     /* Next free byte. */
+  uint8_t *limit;   /* Flush before an append would pass this point. */
+  int fd;           /* Destination; -1 once closed. */
   int failed_errno; /* 0, or errno of the first failed write. */
   uint64_t written; /* Bytes handed to the file so far. */
 };

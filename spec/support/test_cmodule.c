@@ -6,7 +6,8 @@
 #include "lua.h"
 
 /* Creates n tables from C; exported so dladdr can name it. */
-__attribute__((visibility("default"))) int test_cmodule_make_tables(lua_State *L)
+__attribute__((visibility("default"))) int
+test_cmodule_make_tables(lua_State *L)
 {
   int n = (int)luaL_checkinteger(L, 1), i;
   lua_createtable(L, n, 0);

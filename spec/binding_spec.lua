@@ -1,0 +1,265 @@
+-- The Lua API (start, stop, is_running, misc.memprof) and every way a
+-- profile can end: stop, lua_close, exit without close, a write error.
+local h = require('helpers.profile')
+local memprof = require('memprof')
+
+local EINVAL, ENOENT, ENOSPC, ENOTDIR = 22, 2, 28, 20
+
+local function exists(path)
+  local f = io.open(path, 'rb')
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- A child script that loads the module from this tree.
+local function script(body)
+  return 'package.cpath = ' .. string.format('%q', package.cpath) .. '\n' ..
+    'package.path = ' .. string.format('%q', package.path) .. '\n' .. body
+end
+
+-- The profile at path parses completely: no warning, its events listed.
+local function read_clean(path)
+  local events, stream = h.read(path)
+  assert.is_nil(stream.warning)
+  return events
+end
+
+describe('memprof.start and memprof.stop', function()
+  after_each(function()
+    if memprof.is_running() then memprof.stop() end
+  end)
+
+  it('start returns true and stop returns true', function()
+    local path = h.tmpname()
+    assert.is_false(memprof.is_running())
+    assert.equal(true, memprof.start(path))
+    assert.is_true(memprof.is_running())
+    assert.equal(true, memprof.stop())
+    assert.is_false(memprof.is_running())
+    read_clean(path)
+    os.remove(path)
+  end)
+
+  it('refuses a second start without touching the second file', function()
+    local path, other = h.tmpname(), h.tmpname()
+    assert.is_true(memprof.start(path))
+    assert.same({ nil, 'profiler is running already', EINVAL },
+      { memprof.start(other) })
+    assert.is_false(exists(other))
+    assert.is_true(memprof.stop())
+    os.remove(path)
+  end)
+
+  it('refuses stop when not running', function()
+    assert.same({ nil, 'profiler is not running', EINVAL }, { memprof.stop() })
+  end)
+
+  it('reports a file that cannot be opened as PATH: strerror', function()
+    assert.same({ nil, '/nonexistent/dir/out.bin: No such file or directory',
+      ENOENT }, { memprof.start('/nonexistent/dir/out.bin') })
+    assert.same({ nil, '/dev/null/out.bin: Not a directory', ENOTDIR },
+      { memprof.start('/dev/null/out.bin') })
+    assert.is_false(memprof.is_running())
+  end)
+
+  it('raises on a path that is not a string', function()
+    assert.has_error(function() memprof.start() end,
+      "bad argument #1 to 'start' (string expected, got no value)")
+    assert.has_error(function() memprof.start({}) end,
+      "bad argument #1 to 'start' (string expected, got table)")
+  end)
+
+  it('refuses unknown options and creates no file', function()
+    local path = h.tmpname()
+    assert.same({ nil, "unknown option 'bogus'", EINVAL },
+      { memprof.start(path, { bogus = 1 }) })
+    assert.same({ nil, 'options must be a table, got number', EINVAL },
+      { memprof.start(path, 5) })
+    assert.is_false(exists(path))
+    assert.is_false(memprof.is_running())
+  end)
+
+  it('truncates an existing file at start', function()
+    local path = h.tmpname()
+    local f = assert(io.open(path, 'wb'))
+    f:write(string.rep('x', 100000))
+    f:close()
+    assert.is_true(memprof.start(path))
+    assert.is_true(memprof.stop())
+    local events = read_clean(path)
+    assert.is_true(#events < 100)
+    os.remove(path)
+  end)
+
+  it('profiles again after a stop', function()
+    for _ = 1, 3 do
+      local path = h.tmpname()
+      assert.is_true(memprof.start(path))
+      local t = {}
+      assert.is_true(memprof.stop())
+      assert.is_true(#read_clean(path) >= 1)
+      os.remove(path)
+      t = nil
+    end
+  end)
+end)
+
+describe('misc.memprof', function()
+  it('is installed into the global misc table', function()
+    assert.is_table(misc)
+    assert.is_function(misc.memprof.start)
+    assert.is_function(misc.memprof.stop)
+    local path = h.tmpname()
+    assert.is_true(misc.memprof.start(path))
+    assert.same({ nil, 'profiler is running already', EINVAL },
+      { memprof.start(path) })
+    assert.is_true(memprof.stop())
+    os.remove(path)
+  end)
+
+  it('never replaces an existing misc.memprof', function()
+    local out, code = h.run_script(script([[
+local mine = { start = 'mine' }
+misc = { memprof = mine }
+local memprof = require('memprof')
+print(misc.memprof == mine, misc.memprof.start, type(memprof.start))
+]]))
+    assert.equal(0, code)
+    assert.equal('true\tmine\tfunction\n', out)
+  end)
+
+  it('creates misc when there is none', function()
+    local out, code = h.run_script(script([[
+misc = nil
+require('memprof')
+print(type(misc), type(misc.memprof.start), type(misc.memprof.stop))
+]]))
+    assert.equal(0, code)
+    assert.equal('table\tfunction\tfunction\n', out)
+  end)
+end)
+
+describe('the end of a profile', function()
+  local WORK = [[
+local keep = {} jit.off()
+for i = 1, 5000 do keep[i] = { tostring(i) } end
+]]
+
+  it('is complete after lua_close while profiling', function()
+    local path = h.tmpname()
+    local out, code = h.run_script(script(string.format([[
+local memprof = require('memprof')
+assert(memprof.start(%q))
+%s
+os.exit(3, true) -- Closes the state first.
+]], path, WORK)))
+    assert.equal('', out)
+    assert.equal(3, code)
+    -- Two header lines, require, start, then the loop at line 6 makes one
+    -- table per iteration (strings like "1" may exist already).
+    local by_size = {}
+    for _, ev in ipairs(read_clean(path)) do
+      if ev.kind == 'alloc' and ev.line == 6 then
+        by_size[ev.nsize] = (by_size[ev.nsize] or 0) + 1
+      end
+    end
+    local most = 0
+    for _, n in pairs(by_size) do most = math.max(most, n) end
+    assert.equal(5000, most)
+    os.remove(path)
+  end)
+
+  it('is complete when the script ends without stop', function()
+    local path = h.tmpname()
+    local out, code = h.run_script(script(string.format([[
+local memprof = require('memprof')
+assert(memprof.start(%q))
+%s]], path, WORK)))
+    assert.equal('', out)
+    assert.equal(0, code)
+    assert.is_true(#read_clean(path) >= 10000)
+    os.remove(path)
+  end)
+
+  it('is complete after os.exit without closing the state', function()
+    local path = h.tmpname()
+    local out, code = h.run_script(script(string.format([[
+local memprof = require('memprof')
+assert(memprof.start(%q))
+%s
+os.exit(7)
+]], path, WORK)))
+    assert.equal('', out)
+    assert.equal(7, code)
+    assert.is_true(#read_clean(path) >= 10000)
+    os.remove(path)
+  end)
+
+  it('reports a write error at stop and the program goes on', function()
+    assert.is_true(memprof.start('/dev/full'))
+    local t = {}
+    for i = 1, 100 do t[i] = {} end
+    assert.same({ nil, '/dev/full: No space left on device', ENOSPC },
+      { memprof.stop() })
+    assert.is_false(memprof.is_running())
+    assert.equal(100, #t)
+  end)
+
+  it('stops writing after a write error in the middle of a profile',
+    function()
+    assert.is_true(memprof.start('/dev/full'))
+    -- Far more than the 1 MiB write buffer.
+    local t = {}
+    for i = 1, 200000 do t[i % 1000 + 1] = { i } end
+    local sum = 0
+    for i = 1, 1000 do sum = sum + t[i][1] end
+    assert.equal(199000 * 1000 + 500500, sum)
+    assert.same({ nil, '/dev/full: No space left on device', ENOSPC },
+      { memprof.stop() })
+    -- And profiling works again afterwards.
+    local path = h.tmpname()
+    assert.is_true(memprof.start(path))
+    assert.is_true(memprof.stop())
+    read_clean(path)
+    os.remove(path)
+  end)
+end)
+
+describe('memory of the module itself', function()
+  local function valgrind(body)
+    local file = h.tmpname('.lua')
+    local f = assert(io.open(file, 'w'))
+    f:write(script(body))
+    f:close()
+    local pipe = assert(io.popen('valgrind --leak-check=full ' ..
+      '--errors-for-leak-kinds=definite --error-exitcode=99 ' ..
+      h.lua .. ' ' .. file .. ' 2>&1; echo "exit=$?"'))
+    local out = pipe:read('*a')
+    pipe:close()
+    os.remove(file)
+    return out, tonumber(out:match('exit=(%d+)%s*$'))
+  end
+
+  it('leaks nothing on stop, on a write error or at lua_close', function()
+    local path = h.tmpname()
+    local out, code = valgrind(string.format([[
+local memprof = require('memprof')
+for round = 1, 3 do
+  assert(memprof.start(%q))
+  local t = {}
+  for i = 1, 20000 do t[i %% 100 + 1] = { tostring(i) } end
+  assert(memprof.stop())
+end
+assert(memprof.start('/dev/full'))
+for i = 1, 100000 do local _ = { i } end
+assert(not memprof.stop())
+assert(memprof.start(%q))
+local u = { 'left running at close' }
+]], path, path))
+    assert.equal(0, code, out)
+    assert.matches('ERROR SUMMARY: 0 errors', out)
+    assert.matches('definitely lost: 0 bytes', out, 1, true)
+    read_clean(path)
+    os.remove(path)
+  end)
+end)

@@ -1,0 +1,111 @@
+-- Test helpers: profile a function in this VM, or a script in a fresh
+-- interpreter, and read the resulting stream back as plain tables.
+local reader = require('memprof.reader')
+
+local M = {}
+
+-- The interpreter for child processes (tarantool runs set it).
+M.lua = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
+
+local counter = 0
+
+function M.tmpname(suffix)
+  counter = counter + 1
+  local dir = os.getenv('TMPDIR') or '/tmp'
+  return string.format('%s/memprof-spec-%d-%d%s', dir,
+    math.floor(os.clock() * 1e6) % 1e9, counter, suffix or '.bin')
+end
+
+-- Copies the reused event table of the reader into a fresh one.
+local function copy_event(ev)
+  local site = ev.site
+  return {
+    kind = ev.kind, source = site.source, name = site.name,
+    line = site.line, traceno = site.traceno, site = site,
+    naddr = ev.naddr, nsize = ev.nsize, oaddr = ev.oaddr, osize = ev.osize,
+  }
+end
+
+-- Reads a whole profile into a list of events; returns it and the stream.
+function M.read(path)
+  local stream = reader.open(path)
+  local events = {}
+  while true do
+    local ev = stream:next()
+    if not ev then break end
+    events[#events + 1] = copy_event(ev)
+  end
+  return events, stream
+end
+
+-- Profiles fn(...) in this VM. Returns the events, the stream, and what
+-- collectgarbage('count') said right after start and right before stop.
+function M.profile(fn, ...)
+  local memprof = require('memprof')
+  local path = M.tmpname()
+  assert(memprof.start(path))
+  local before = collectgarbage('count')
+  fn(...)
+  local after = collectgarbage('count')
+  assert(memprof.stop())
+  local events, stream = M.read(path)
+  os.remove(path)
+  return events, stream, before, after
+end
+
+-- The events whose site name is `name` (and kind, if given).
+function M.at(events, name, kind)
+  local out = {}
+  for _, ev in ipairs(events) do
+    if ev.name == name and (kind == nil or ev.kind == kind) then
+      out[#out + 1] = ev
+    end
+  end
+  return out
+end
+
+-- Allocated minus freed bytes over a list of events.
+function M.net(events)
+  local n = 0
+  for _, ev in ipairs(events) do
+    n = n + (ev.nsize or 0) - (ev.osize or 0)
+  end
+  return n
+end
+
+-- Sizes of the events, sorted.
+function M.sizes(events, field)
+  local out = {}
+  for _, ev in ipairs(events) do out[#out + 1] = ev[field or 'nsize'] end
+  table.sort(out)
+  return out
+end
+
+local function shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- Runs a Lua script in a child interpreter; returns its output (stdout and
+-- stderr together) and exit code.
+function M.run_script(source)
+  local script = M.tmpname('.lua')
+  local f = assert(io.open(script, 'w'))
+  f:write(source)
+  f:close()
+  local pipe = assert(io.popen(M.lua .. ' ' .. shell_quote(script) ..
+    ' 2>&1; echo "exit=$?"'))
+  local out = pipe:read('*a')
+  pipe:close()
+  os.remove(script)
+  local code = tonumber(out:match('exit=(%d+)%s*$'))
+  return out:gsub('exit=%d+%s*$', ''), code
+end
+
+M.shell_quote = shell_quote
+
+-- A chunk with a fixed name, so lines are known: line 1 is the first line.
+function M.chunk(source, name)
+  return assert(loadstring(source, name))
+end
+
+return M

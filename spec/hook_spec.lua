@@ -1,0 +1,245 @@
+-- Attribution of every allocator call: which Lua line, C function,
+-- built-in, trace or VM-internal activity caused it.
+local h = require('helpers.profile')
+local memprof = require('memprof')
+
+local info = memprof.info()
+local STRING_HEADER = info.offsets.string_header
+-- LuaJIT rounds a string's characters plus terminator up to 4 bytes.
+local function string_block(len)
+  return STRING_HEADER + len + 4 - (len + 4) % 4
+end
+
+-- Size of an empty table's block, measured once.
+local function empty_table_size()
+  local events = h.profile(h.chunk('local t = {}\nreturn t', '@empty.lua'))
+  local at = h.at(events, '@empty.lua:1', 'alloc')
+  assert(#at == 1, 'one allocation for {}')
+  return at[1].nsize
+end
+
+describe('allocator hook', function()
+  local TABLE
+
+  setup(function()
+    jit.off()
+    jit.flush()
+    TABLE = empty_table_size()
+  end)
+
+  teardown(function()
+    jit.on()
+  end)
+
+  it('charges string.rep to the calling line, one event per string', function()
+    local payload = h.chunk([[
+local s
+for i = 1, 20 do s = string.rep('a', 100 + i) end
+return s
+]], '@strings.lua')
+    collectgarbage()
+    local _ = string.rep('b', 4096) -- The temporary buffer is big enough.
+    local events = h.profile(payload)
+    local at = h.at(events, '@strings.lua:2')
+    assert.equal(20, #at)
+    local sizes = h.sizes(at)
+    for i = 1, 20 do
+      assert.equal('alloc', at[i].kind)
+      assert.equal(string_block(100 + i), sizes[i])
+    end
+    assert.equal(0, #h.at(events, '@strings.lua:1'))
+  end)
+
+  it('charges a table and its separate array part to the same line', function()
+    local payload = h.chunk([[
+local e = {}
+local t = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
+return e, t
+]], '@tables.lua')
+    local events = h.profile(payload)
+    assert.same({ TABLE }, h.sizes(h.at(events, '@tables.lua:1', 'alloc')))
+    -- Over 16 slots, the array part is a block of its own: the table and
+    -- its array part are two allocations at the same line.
+    local at = h.at(events, '@tables.lua:2')
+    assert.equal(2, #at)
+    assert.equal('alloc', at[1].kind)
+    assert.equal('alloc', at[2].kind)
+    assert.equal(TABLE, at[1].nsize)
+    assert.equal(0, at[2].nsize % 8)
+    assert.is_true(at[2].nsize >= 21 * 8)
+  end)
+
+  it('accounts for every byte: net of the stream equals the heap change',
+    function()
+    local payload = h.chunk([[
+local keep = {}
+for i = 1, 3000 do
+  keep[i % 100 + 1] = { tostring(i), function() return i end }
+  if i % 1000 == 0 then collectgarbage() end
+end
+return keep
+]], '@mixed.lua')
+    local events, _, before, after = h.profile(payload)
+    local frees = #h.at(events, 'INTERNAL', 'free')
+    assert.is_true(frees > 1000, 'the collector freed blocks: ' .. frees)
+    assert.equal((after - before) * 1024, h.net(events))
+  end)
+
+  it('charges allocations in a coroutine to the coroutine lines', function()
+    local payload = h.chunk([[
+local co = coroutine.create(function()
+  local t = {}
+  coroutine.yield(t)
+  local u = {}
+  return u
+end)
+local _, a = coroutine.resume(co)
+local _, b = coroutine.resume(co)
+return a, b
+]], '@coro.lua')
+    local events = h.profile(payload)
+    assert.same({ TABLE }, h.sizes(h.at(events, '@coro.lua:2', 'alloc')))
+    assert.same({ TABLE }, h.sizes(h.at(events, '@coro.lua:4', 'alloc')))
+    assert.equal(0, #h.at(events, '@coro.lua:3'))
+    assert.equal(0, #h.at(events, '@coro.lua:7'))
+  end)
+
+  it('survives a 20000-deep recursion: stack growth is one realloc chain',
+    function()
+    local payload = h.chunk([[
+local function rec(n) if n == 0 then return {} end return (rec(n - 1)) end
+return rec(20000)
+]], '@deep.lua')
+    local events = h.profile(payload)
+    local stack = {}
+    for _, ev in ipairs(events) do
+      if ev.kind == 'realloc' and ev.source == 'internal' then
+        stack[#stack + 1] = ev
+      end
+    end
+    assert.is_true(#stack >= 5, 'the stack grew ' .. #stack .. ' times')
+    for i = 2, #stack do
+      assert.equal(stack[i - 1].naddr, stack[i].oaddr)
+      assert.equal(stack[i - 1].nsize, stack[i].osize)
+      assert.is_true(stack[i].nsize > stack[i].osize)
+    end
+    assert.is_true(stack[#stack].nsize >= 20000 * 2 * 8)
+    -- The closure and its upvalue (main chunk), the innermost table (rec).
+    assert.equal(3, #h.at(events, '@deep.lua:1', 'alloc'))
+  end)
+
+  it('names a chunk loaded while profiling by its chunk name', function()
+    local events = h.profile(function()
+      local f = loadstring('local t = {}\nlocal u = {1}\nreturn t, u',
+        '=loaded while profiling')
+      f()
+    end)
+    assert.same({ TABLE }, h.sizes(h.at(events, '=loaded while profiling:1')))
+    assert.equal(1, #h.at(events, '=loaded while profiling:2', 'alloc'))
+  end)
+
+  it('names a C function of a C module', function()
+    local cmod = require('test_cmodule')
+    local events = h.profile(function() cmod.make_tables(5) end)
+    local at = h.at(events, 'test_cmodule_make_tables')
+    assert.equal(6, #at)
+    for _, ev in ipairs(at) do
+      assert.equal('alloc', ev.kind)
+      assert.equal('c', ev.source)
+    end
+    assert.same({ TABLE, TABLE, TABLE, TABLE, TABLE },
+      { at[2].nsize, at[3].nsize, at[4].nsize, at[5].nsize, at[6].nsize })
+  end)
+
+  it('charges Lua code called from C to its own lines', function()
+    local cmod = require('test_cmodule')
+    local payload = h.chunk('local t = {}\nreturn t', '@called from C.lua')
+    local events = h.profile(function() cmod.call(payload) end)
+    assert.same({ TABLE }, h.sizes(h.at(events, '@called from C.lua:1')))
+  end)
+
+  it('names a built-in that was not called from Lua', function()
+    local events = h.profile(function() pcall(string.rep, 'x', 300) end)
+    local at = h.at(events, 'string.rep', 'alloc')
+    assert.same({ string_block(300) }, h.sizes(at))
+    assert.equal('c', at[1].source)
+  end)
+
+  it('reports frees made by the collector as internal', function()
+    local payload = h.chunk([[
+local list = {}
+for i = 1, 50 do list[i] = {} end
+return list
+]], '@garbage.lua')
+    local events = h.profile(function()
+      local list = payload()
+      list = nil
+      collectgarbage()
+      return list
+    end)
+    local born = {}
+    for _, ev in ipairs(h.at(events, '@garbage.lua:2', 'alloc')) do
+      if ev.nsize == TABLE then born[ev.naddr] = true end
+    end
+    local freed = 0
+    for _, ev in ipairs(events) do
+      if ev.kind == 'free' and born[ev.oaddr] then
+        assert.equal('internal', ev.source)
+        freed = freed + 1
+      end
+    end
+    assert.equal(50, freed)
+  end)
+end)
+
+describe('allocator hook with the JIT compiler on', function()
+  local traces
+
+  setup(function()
+    jit.on()
+    jit.flush()
+    traces = {}
+    local jutil = require('jit.util')
+    jit.attach(function(what, tr, func, pc)
+      if what == 'start' then
+        local fi = jutil.funcinfo(func, pc)
+        traces[tr] = fi.source .. ':' .. fi.currentline
+      end
+    end, 'trace')
+  end)
+
+  teardown(function()
+    jit.attach(function() end)
+    jit.flush()
+  end)
+
+  it('charges allocations of compiled code to the trace and its start line',
+    function()
+    local payload = h.chunk([[
+local t = {}
+for i = 1, 2000 do t[i] = {i, i} end
+return t
+]], '@jit.lua')
+    local events = h.profile(payload)
+    local at_line = h.at(events, '@jit.lua:2', 'alloc')
+    local size = at_line[1].nsize -- The first {1, 1}.
+    local interpreted, compiled, exits = 0, 0, 0
+    for _, ev in ipairs(events) do
+      if ev.kind == 'alloc' and ev.nsize == size then
+        if ev.name == '@jit.lua:2' then
+          interpreted = interpreted + 1
+        elseif ev.source == 'internal' then
+          exits = exits + 1 -- A sunk table made real at a trace exit.
+        elseif ev.source == 'trace' then
+          assert.equal(traces[ev.traceno], '@jit.lua:2')
+          assert.equal(string.format('TRACE [%d] started at @jit.lua:2',
+            ev.traceno), ev.name)
+          compiled = compiled + 1
+        end
+      end
+    end
+    assert.is_true(compiled > 1000, compiled .. ' allocations on trace')
+    assert.is_true(exits <= 2, exits .. ' allocations at trace exits')
+    assert.equal(2000, interpreted + compiled + exits)
+  end)
+end)

@@ -1,0 +1,118 @@
+-- The layout knowledge and its verification at start.
+local h = require('helpers.profile')
+local memprof = require('memprof')
+
+local ENOTSUP = 95
+
+local function script(body)
+  return 'package.cpath = ' .. string.format('%q', package.cpath) .. '\n' ..
+    'package.path = ' .. string.format('%q', package.path) .. '\n' .. body
+end
+
+-- Runs a child with MEMPROF_LAYOUT_OVERRIDE set; it prints start's results
+-- and whether the file exists.
+local function start_with_override(override)
+  local path = h.tmpname()
+  local file = h.tmpname('.lua')
+  local f = assert(io.open(file, 'w'))
+  f:write(script(string.format([[
+local memprof = require('memprof')
+local ok, msg, err = memprof.start(%q)
+if ok then memprof.stop() end
+print(ok, msg, err, io.open(%q) ~= nil)
+]], path, path)))
+  f:close()
+  local pipe = assert(io.popen('MEMPROF_LAYOUT_OVERRIDE=' ..
+    h.shell_quote(override) .. ' ' .. h.lua .. ' ' .. file .. ' 2>&1'))
+  local out = pipe:read('*a')
+  pipe:close()
+  os.remove(file)
+  os.remove(path)
+  return out
+end
+
+describe('memprof.info', function()
+  local info = memprof.info()
+
+  it('says the layout was verified and how', function()
+    assert.is_true(info.calibrated)
+    assert.is_nil(info.error)
+    assert.equal(jit.version, info.version)
+    -- Bytecode dumps flag two-slot frames (always with GC64 on x86_64).
+    local flags = string.byte(string.dump(function() end), 5)
+    assert.equal(math.floor(flags / 8) % 2 == 1, info.gc64)
+    assert.matches(info.gc64 and 'GC64' or 'non%-GC64', info.family)
+  end)
+
+  it('reports the learned VM state values', function()
+    local v = info.vmstate
+    if v.numbering == 'INTERP/C/GC/EXIT/RECORD/OPT/ASM' then
+      assert.same({ -1, -2, -3 }, { v.lua, v.c, v.gc })
+    else
+      assert.equal('INTERP/LFUNC/FFUNC/CFUNC/GC/EXIT/RECORD/OPT/ASM',
+        v.numbering)
+      assert.same({ -2, -4, -5 }, { v.lua, v.c, v.gc })
+    end
+  end)
+
+  it('found the trace array when the JIT compiler is on', function()
+    assert.is_true(info.traces)
+    assert.is_true(info.offsets.g_trace > 0)
+  end)
+
+  it('lists the offsets it verified', function()
+    local o = info.offsets
+    if info.gc64 then
+      assert.same({ 16, 32, 40, 56, 80, 24, 16 },
+        { o.L_glref, o.L_base, o.L_top, o.L_stack, o.L_cframe,
+          o.cframe_pc, o.cframe_L })
+    else
+      assert.same({ 8, 16, 24, 36, 48, 28, 24 },
+        { o.L_glref, o.L_base, o.L_top, o.L_stack, o.L_cframe,
+          o.cframe_pc, o.cframe_L })
+    end
+  end)
+end)
+
+describe('verification at start', function()
+  local o = memprof.info().offsets
+
+  it('refuses a wrong current-thread offset, naming the check', function()
+    local out = start_with_override('g_cur_L=' .. (o.g_cur_L + 8))
+    assert.equal(string.format("nil\tcannot verify this VM's layout: check " ..
+      "'current thread (cur_L)' failed: g+%d does not hold the running " ..
+      "lua_State\t%d\tfalse\n", o.g_cur_L + 8, ENOTSUP), out)
+  end)
+
+  it('refuses a wrong saved-PC offset, naming the check', function()
+    local out = start_with_override('cframe_pc=8')
+    assert.matches("check 'layout override' failed: unknown field", out)
+    out = start_with_override('cf_pc=' .. (o.cframe_pc + 8))
+    assert.matches("^nil\tcannot verify this VM's layout: check 'saved PC " ..
+      "in the C frame' failed: the allocation was located at line %d+, " ..
+      "expected %d+\t95\tfalse\n$", out)
+  end)
+
+  it('refuses a wrong prototype size, naming the check', function()
+    local out = start_with_override('pt_size=' .. (o.proto_size + 8))
+    assert.matches("^nil\tcannot verify this VM's layout: check 'caller " ..
+      "frame' failed: ", out)
+  end)
+
+  it('refuses a wrong VM state offset, naming the check', function()
+    local out = start_with_override('g_vmstate=' .. (o.g_vmstate + 4))
+    assert.matches("^nil\tcannot verify this VM's layout: check 'VM state " ..
+      "numbering' failed: ", out)
+  end)
+
+  it('accepts an override equal to the verified value', function()
+    local out = start_with_override('g_cur_L=' .. o.g_cur_L)
+    assert.equal('true\tnil\tnil\ttrue\n', out)
+  end)
+
+  it('rejects a malformed override', function()
+    assert.equal("nil\tcannot verify this VM's layout: check 'layout " ..
+      "override' failed: bad offset for g_cur_L in MEMPROF_LAYOUT_OVERRIDE" ..
+      "\t95\tfalse\n", start_with_override('g_cur_L=x'))
+  end)
+end)
