@@ -24,8 +24,9 @@ HDRS = $(wildcard src/*.h)
 OBJS = $(patsubst src/%.c,build/obj/%.o,$(SRCS))
 MODULE = build/memprof.so
 LUA_MODS = $(wildcard lua/memprof/*.lua)
+LUA_REPORTS = $(wildcard lua/memprof/report/*.lua)
 
-.PHONY: all test bench install uninstall clean format check-format
+.PHONY: all test test-luajit test-lua51 bench demo install uninstall clean format check-format
 
 all: $(MODULE) build/test_cmodule.so
 
@@ -41,9 +42,18 @@ build/test_cmodule.so: spec/support/test_cmodule.c
 	@mkdir -p build
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
 
-test: all
+# Every spec under LuaJIT, then the analysis specs under plain Lua 5.1.
+test: test-luajit test-lua51
+
+test-luajit: all
 	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./spec/?.lua;;' \
 	  $(LUAJIT) $(BUSTED) spec
+
+# The analysis side also runs on plain Lua 5.1.
+LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
+  spec/report_text_spec.lua spec/cli_spec.lua
+test-lua51:
+	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 
 bench: all
 	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./bench/?.lua;;' \
@@ -52,7 +62,9 @@ bench: all
 install: $(MODULE)
 	install -d $(DESTDIR)$(LUA_CMOD_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/memprof $(DESTDIR)$(BIN_DIR)
 	install -m 0755 $(MODULE) $(DESTDIR)$(LUA_CMOD_DIR)/memprof.so
+	install -d $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report
 	install -m 0644 $(LUA_MODS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/
+	install -m 0644 $(LUA_REPORTS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/
 	install -m 0755 bin/memprof-report $(DESTDIR)$(BIN_DIR)/memprof-report
 
 uninstall:
@@ -67,3 +79,9 @@ check-format:
 
 clean:
 	rm -rf build
+
+# Profiles a small program and prints its report.
+demo: all
+	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;;' \
+	  $(LUAJIT) bench/demo.lua build/demo.bin
+	bin/memprof-report --human-readable build/demo.bin

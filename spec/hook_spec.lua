@@ -4,7 +4,7 @@ local h = require('helpers.profile')
 local memprof = require('memprof')
 
 local info = memprof.info()
-local STRING_HEADER = info.offsets.string_header
+local STRING_HEADER = info.offsets.str_size
 -- LuaJIT rounds a string's characters plus terminator up to 4 bytes.
 local function string_block(len)
   return STRING_HEADER + len + 4 - (len + 4) % 4

@@ -65,11 +65,11 @@ describe('memprof.info', function()
     if info.gc64 then
       assert.same({ 16, 32, 40, 56, 80, 24, 16 },
         { o.L_glref, o.L_base, o.L_top, o.L_stack, o.L_cframe,
-          o.cframe_pc, o.cframe_L })
+          o.cf_pc, o.cf_L })
     else
       assert.same({ 8, 16, 24, 36, 48, 28, 24 },
         { o.L_glref, o.L_base, o.L_top, o.L_stack, o.L_cframe,
-          o.cframe_pc, o.cframe_L })
+          o.cf_pc, o.cf_L })
     end
   end)
 end)
@@ -87,14 +87,14 @@ describe('verification at start', function()
   it('refuses a wrong saved-PC offset, naming the check', function()
     local out = start_with_override('cframe_pc=8')
     assert.matches("check 'layout override' failed: unknown field", out)
-    out = start_with_override('cf_pc=' .. (o.cframe_pc + 8))
+    out = start_with_override('cf_pc=' .. (o.cf_pc + 8))
     assert.matches("^nil\tcannot verify this VM's layout: check 'saved PC " ..
       "in the C frame' failed: the allocation was located at line %d+, " ..
       "expected %d+\t95\tfalse\n$", out)
   end)
 
   it('refuses a wrong prototype size, naming the check', function()
-    local out = start_with_override('pt_size=' .. (o.proto_size + 8))
+    local out = start_with_override('pt_size=' .. (o.pt_size + 8))
     assert.matches("^nil\tcannot verify this VM's layout: check 'caller " ..
       "frame' failed: ", out)
   end)

@@ -89,6 +89,7 @@ static void after_fork_child(void)
 
 static void setup_process(void)
 {
+  writer_tables_init();
   atexit(finish_all_at_exit);
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
@@ -114,7 +115,7 @@ static int push_file_failure(lua_State *L, const char *path, int err)
 static struct profiler *running_profiler(lua_State *L)
 {
   void *ud = NULL;
-  return lua_getallocf(L, &ud) == profiler_hook ? ud : NULL;
+  return profiler_is_hook(lua_getallocf(L, &ud)) ? ud : NULL;
 }
 
 static struct sentinel *get_sentinel(lua_State *L)
@@ -179,6 +180,29 @@ static void name_builtins_in(lua_State *L, struct profiler *p, const char *lib)
   }
 }
 
+/* Built-ins that no library table holds: the functions that iterators and
+** coroutine.wrap return. They are obtained through the API, never by id. */
+static void name_hidden_builtins(lua_State *L, struct profiler *p)
+{
+  static const char maker[] =
+      "return string.gmatch('', ''), select(1, ipairs({})),\n"
+      "  coroutine.wrap(function() end)\n";
+  static const char *const names[] = {"string.gmatch iterator",
+                                      "ipairs iterator", "coroutine.wrap"};
+  int i, top = lua_gettop(L);
+  if (luaL_loadbuffer(L, maker, sizeof(maker) - 1, "=memprof") == 0 &&
+      lua_pcall(L, 0, 3, 0) == 0) {
+    for (i = 0; i < 3; i++) {
+      uintptr_t fn = (uintptr_t)lua_topointer(L, top + 1 + i);
+      uint8_t ffid;
+      if (vm_is_gc(&p->layout, 0, fn, GCT_FUNC) &&
+          vm_u8(0, fn + p->layout.fn_ffid, &ffid) && ffid > FFID_C)
+        symbols_name_builtin(&p->syms, ffid, names[i]);
+    }
+  }
+  lua_settop(L, top);
+}
+
 /* Learns built-in names from the standard libraries, first match wins. */
 static void name_builtins(lua_State *L, struct profiler *p)
 {
@@ -197,6 +221,7 @@ static void name_builtins(lua_State *L, struct profiler *p)
   if (lua_istable(L, -1))
     name_builtins_in(L, p, "file");
   lua_settop(L, top);
+  name_hidden_builtins(L, p);
 }
 
 static void free_profiler(struct profiler *p)
@@ -267,19 +292,18 @@ static int l_start(lua_State *L)
     free_profiler(p);
     return push_file_failure(L, path, err);
   }
-  if ((err = writer_init(&p->out, fd, WRITE_BUFFER_SIZE)) != 0 ||
-      profiler_write_prologue(p) != 0) {
+  if ((err = writer_init(&p->out, fd, WRITE_BUFFER_SIZE, 1)) != 0) {
     close(fd);
-    writer_abandon(&p->out);
     free_profiler(p);
-    return push_file_failure(L, path, err ? err : EIO);
+    return push_file_failure(L, path, err);
   }
+  profiler_write_prologue(p); /* Buffered: errors show at stop. */
   p->fork_generation = profiler_fork_generation;
   p->state = PROFILER_RECORDING;
   p->orig_alloc = lua_getallocf(L, &p->orig_ud);
   list_add(p);
   /* Last step: from here on every allocator call is recorded. */
-  lua_setallocf(L, profiler_hook, p);
+  lua_setallocf(L, profiler_hook_for(&p->layout), p);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -314,27 +338,15 @@ static void set_int(lua_State *L, const char *key, lua_Integer v)
   lua_setfield(L, -2, key);
 }
 
+/* Every verified offset, by field name; g_trace is -1 when traces could
+** not be verified. */
 static void push_offsets(lua_State *L, const struct vm_layout *lay)
 {
+  const struct vm_layout_field *f;
   lua_newtable(L);
-  set_int(L, "L_glref", lay->L_glref);
-  set_int(L, "L_base", lay->L_base);
-  set_int(L, "L_top", lay->L_top);
-  set_int(L, "L_maxstack", lay->L_maxstack);
-  set_int(L, "L_stack", lay->L_stack);
-  set_int(L, "L_cframe", lay->L_cframe);
-  set_int(L, "L_stacksize", lay->L_stacksize);
-  set_int(L, "g_allocf", lay->g_allocf);
-  set_int(L, "g_vmstate", lay->g_vmstate);
-  set_int(L, "g_cur_L", lay->g_cur_L);
+  for (f = vm_layout_fields; f->name != NULL; f++)
+    set_int(L, f->name, vm_layout_get(lay, f));
   set_int(L, "g_trace", lay->trace_ok ? lay->g_trace : -1);
-  set_int(L, "fn_ffid", lay->fn_ffid);
-  set_int(L, "fn_pc", lay->fn_pc);
-  set_int(L, "proto_size", lay->pt_size);
-  set_int(L, "string_header", lay->str_size);
-  set_int(L, "proto_chunkname", lay->pt_chunkname);
-  set_int(L, "cframe_pc", lay->cf_pc);
-  set_int(L, "cframe_L", lay->cf_L);
   lua_setfield(L, -2, "offsets");
 }
 
@@ -365,6 +377,8 @@ static int l_info(lua_State *L)
   lua_setfield(L, -2, "gc64");
   lua_pushboolean(L, s->layout.trace_ok);
   lua_setfield(L, -2, "traces");
+  lua_pushstring(L, s->layout.exact ? "specialised" : "generic");
+  lua_setfield(L, -2, "hook");
   lua_newtable(L);
   set_int(L, "lua", s->layout.st_lua);
   set_int(L, "c", s->layout.st_c);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "stream_format.h"
+#include "vm_candidates.h"
 #include "vm_inspect.h"
 
 volatile unsigned profiler_fork_generation;
@@ -22,29 +23,30 @@ static void halt(struct profiler *p, int err)
   p->state = PROFILER_HALTED;
 }
 
-static void put_location(struct writer *w, const struct vm_site *site)
+/* The location's address (a prototype or C function) repeats from event
+** to event; its encoding is kept for the next event from the same place
+** (profiler.last_location). */
+static inline __attribute__((always_inline)) uint8_t *
+put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr)
 {
-  switch (site->source) {
-  case SOURCE_LUA:
-    writer_put_uleb128(w, site->addr);
-    writer_put_uleb128(w, site->line);
-    break;
-  case SOURCE_C:
-    writer_put_uleb128(w, site->addr);
-    break;
-  case SOURCE_TRACE:
-    writer_put_uleb128(w, site->traceno);
-    break;
-  default:
-    break;
+  if (!ULEB128_WORDS || addr < 0x80 || addr >= (1ULL << 56))
+    return uleb128_put(p, addr);
+  if (addr != lc->addr) {
+    lc->word = uleb128_word(addr, &lc->len);
+    lc->addr = addr;
   }
+  memcpy(p, &lc->word, 8);
+  return p + lc->len;
 }
 
-static void encode_event(struct writer *w, const struct vm_site *site,
-                         uintptr_t ptr, size_t osize, uintptr_t nptr,
-                         size_t nsize)
+/* Encodes one allocation event: header, location, then the old block
+** (realloc, free) and the new block (alloc, realloc). */
+static inline __attribute__((always_inline)) void
+encode_event(struct writer *w, struct location_cache *lc,
+             const struct vm_site *site, uintptr_t ptr, size_t osize,
+             uintptr_t nptr, size_t nsize)
 {
-  uint8_t kind;
+  uint8_t kind, *p;
   if (nsize == 0)
     kind = EVENT_FREE;
   else if (ptr == 0)
@@ -53,33 +55,50 @@ static void encode_event(struct writer *w, const struct vm_site *site,
     kind = EVENT_REALLOC;
   if (!writer_reserve(w, 1 + 6 * ULEB128_MAX))
     return;
-  writer_put_byte(w, (uint8_t)(kind | site->source));
-  put_location(w, site);
+  p = w->pos;
+  *p++ = (uint8_t)(kind | site->source);
+  if (site->source == SOURCE_LUA) {
+    p = put_location_addr(lc, p, site->addr);
+    p = uleb128_put(p, site->line);
+  } else if (site->source == SOURCE_C) {
+    p = put_location_addr(lc, p, site->addr);
+  } else if (site->source == SOURCE_TRACE) {
+    p = uleb128_put(p, site->traceno);
+  }
   if (kind != EVENT_ALLOC) {
-    writer_put_uleb128(w, ptr);
-    writer_put_uleb128(w, osize);
+    p = uleb128_put(p, ptr);
+    p = uleb128_put(p, osize);
   }
   if (kind != EVENT_FREE) {
-    writer_put_uleb128(w, nptr);
-    writer_put_uleb128(w, nsize);
+    p = uleb128_put(p, nptr);
+    p = uleb128_put(p, nsize);
   }
+  w->pos = p;
 }
 
-void *profiler_hook(void *ud, void *ptr, size_t osize, size_t nsize)
+/*
+** Records one allocator call. `lay` gives the offsets: the profiler's own
+** verified layout (generic hook) or a family's constant table, in which
+** case the compiler folds every offset and mode test into the code.
+*/
+static inline __attribute__((always_inline)) void *
+record(struct profiler *p, const struct vm_layout *lay, void *ptr, size_t osize,
+       size_t nsize)
 {
-  struct profiler *p = ud;
   struct vm_site site;
   void *nptr;
-  int err;
-
-  if (p->state != PROFILER_RECORDING ||
-      p->fork_generation != profiler_fork_generation)
-    return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
+  int err = 0;
 
   /* Before the real allocator: where the VM is, and the symbols it needs. */
-  vm_locate(&p->layout, 0, p->g, (uintptr_t)ptr, &site);
-  err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
-  if (ptr != NULL)
+  vm_locate(lay, p->layout.state_class, 0, p->g, (uintptr_t)ptr, &site);
+  if (!(site.source == SOURCE_INTERNAL ||
+        (site.source == SOURCE_LUA && site.addr == p->syms.last_proto) ||
+        (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
+         p->syms.trace_obj[site.traceno] != 0)))
+    err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
+  /* Only prototypes and traces are cached, and no block smaller than a
+  ** GCproto can be one of them. */
+  if (ptr != NULL && osize >= lay->pt_size)
     symbols_forget(&p->syms, (uintptr_t)ptr);
 
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
@@ -87,12 +106,54 @@ void *profiler_hook(void *ud, void *ptr, size_t osize, size_t nsize)
   /* A failed allocation changes nothing (LuaJIT raises the error itself);
   ** neither does freeing NULL. */
   if ((nptr != NULL || nsize == 0) && (ptr != NULL || nsize != 0))
-    encode_event(&p->out, &site, (uintptr_t)ptr, osize, (uintptr_t)nptr, nsize);
+    encode_event(&p->out, &p->last_location, &site, (uintptr_t)ptr, osize,
+                 (uintptr_t)nptr, nsize);
   if (err != 0)
     halt(p, err);
-  else if (p->out.failed_errno != 0)
-    halt(p, p->out.failed_errno);
+  else if (writer_failed(&p->out) != 0)
+    halt(p, writer_failed(&p->out));
   return nptr;
+}
+
+/* Recording is off (halted, or this is a forked child): only forward. */
+static inline int forward_only(const struct profiler *p)
+{
+  return p->state != PROFILER_RECORDING ||
+         p->fork_generation != profiler_fork_generation;
+}
+
+static void *hook_generic(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+  struct profiler *p = ud;
+  if (forward_only(p))
+    return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
+  return record(p, &p->layout, ptr, osize, nsize);
+}
+
+#define FAMILY_HOOK(name, index)                                               \
+  static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
+  {                                                                            \
+    struct profiler *p = ud;                                                   \
+    if (forward_only(p))                                                       \
+      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+    return record(p, &vm_candidates[index].layout, ptr, osize, nsize);         \
+  }
+FAMILY_HOOK(hook_gc64, VM_CANDIDATE_GC64)
+FAMILY_HOOK(hook_nongc64, VM_CANDIDATE_NONGC64)
+#undef FAMILY_HOOK
+
+lua_Alloc profiler_hook_for(const struct vm_layout *lay)
+{
+  if (lay->exact && lay->candidate == VM_CANDIDATE_GC64)
+    return hook_gc64;
+  if (lay->exact && lay->candidate == VM_CANDIDATE_NONGC64)
+    return hook_nongc64;
+  return hook_generic;
+}
+
+int profiler_is_hook(lua_Alloc f)
+{
+  return f == hook_generic || f == hook_gc64 || f == hook_nongc64;
 }
 
 int profiler_write_prologue(struct profiler *p)
@@ -102,7 +163,7 @@ int profiler_write_prologue(struct profiler *p)
   static const uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
   writer_bytes(&p->out, symtab, sizeof(symtab));
   writer_bytes(&p->out, events, sizeof(events));
-  return p->out.failed_errno;
+  return writer_failed(&p->out);
 }
 
 int profiler_finish(struct profiler *p)

@@ -29,6 +29,11 @@ struct profiler {
   struct vm_layout layout;
   struct writer out;
   struct symbols syms;
+  struct location_cache {
+    uintptr_t addr;
+    uint64_t word;
+    unsigned len;
+  } last_location; /* Encoding of the last location address. */
 
   /* Bookkeeping. */
   int error;  /* errno that halted recording (write error, ENOMEM). */
@@ -40,8 +45,13 @@ struct profiler {
 ** process drops its events and never writes to the parent's file. */
 extern volatile unsigned profiler_fork_generation;
 
-/* The allocator that records events; ud is a struct profiler. */
-void *profiler_hook(void *ud, void *ptr, size_t osize, size_t nsize);
+/* The allocator that records events for a verified layout (ud is a
+** struct profiler): a family's specialised hook when the layout is exactly
+** that family's, else the generic one. */
+lua_Alloc profiler_hook_for(const struct vm_layout *lay);
+
+/* Whether f is one of the recording allocators. */
+int profiler_is_hook(lua_Alloc f);
 
 /* Writes both section headers. Returns 0 or errno. */
 int profiler_write_prologue(struct profiler *p);

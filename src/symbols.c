@@ -63,7 +63,9 @@ static struct symbol_slot *lookup(const struct symbols *s, uintptr_t addr)
 
 static void place(struct symbols *s, uintptr_t addr, uint32_t traceno)
 {
-  size_t i = slot_of(s, addr);
+  size_t i = slot_of(s, addr), bit = symbols_filter_bit(addr);
+  /* Bits are never cleared: a stale bit only costs a lookup. */
+  s->filter[bit / 64] |= 1ULL << (bit % 64);
   while (s->slots[i].addr != 0 && s->slots[i].addr != addr)
     i = (i + 1) & s->mask;
   if (s->slots[i].addr == 0)
@@ -97,7 +99,7 @@ static int remember(struct symbols *s, uintptr_t addr, uint32_t traceno)
   return 0;
 }
 
-void symbols_forget(struct symbols *s, uintptr_t addr)
+void symbols_forget_slow(struct symbols *s, uintptr_t addr)
 {
   struct symbol_slot *hit = lookup(s, addr);
   size_t i, j;
@@ -108,6 +110,8 @@ void symbols_forget(struct symbols *s, uintptr_t addr)
     s->trace_obj[hit->traceno] = 0;
   if (s->last_proto == addr)
     s->last_proto = 0;
+  if (s->last_c == addr)
+    s->last_c = 0;
   /* Backward-shift deletion keeps every probe chain unbroken. */
   i = (size_t)(hit - s->slots);
   s->slots[i].addr = 0;
@@ -174,8 +178,10 @@ static int describe_c(struct symbols *s, struct writer *w,
                       const struct vm_site *site)
 {
   char name[512];
-  if (lookup(s, site->addr) != NULL)
+  if (site->addr == s->last_c || lookup(s, site->addr) != NULL) {
+    s->last_c = site->addr;
     return 0;
+  }
   if (site->ffid > FFID_C && s->builtin[site->ffid] != NULL)
     snprintf(name, sizeof(name), "%s", s->builtin[site->ffid]);
   else if (site->ffid > FFID_C)
@@ -187,6 +193,7 @@ static int describe_c(struct symbols *s, struct writer *w,
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_C);
   writer_put_uleb128(w, site->addr);
   writer_string(w, name, strlen(name));
+  s->last_c = site->addr;
   return remember(s, site->addr, 0);
 }
 
@@ -212,14 +219,10 @@ static int describe_trace(struct symbols *s, struct writer *w,
   uintptr_t pt = 0, T;
   uint32_t line = 0;
   int err;
-  if (traceno < s->trace_cap && s->trace_obj[traceno] != 0) {
-    /* Cheap re-check: the number may have been reused after a flush. */
-    uintptr_t arr, cur;
-    if (vm_ptr(0, g + lay->g_trace, &arr) && arr != 0 &&
-        vm_ref(lay, 0, arr + (uintptr_t)traceno * lay->ref_size, &cur) &&
-        cur == s->trace_obj[traceno])
-      return 0;
-  }
+  /* A number is reused only after its trace object is freed, and that
+  ** free clears the entry (symbols_forget). */
+  if (traceno < s->trace_cap && s->trace_obj[traceno] != 0)
+    return 0;
   T = vm_trace_start(lay, 0, g, traceno, &pt, &line);
   if (T == 0)
     return 0;

@@ -24,11 +24,17 @@ struct symbol_slot {
   uint32_t traceno; /* For a trace object: its number; else 0. */
 };
 
+/* Bits of a filter in front of the cache: a clear bit means "no cached
+** address hashes here", so most frees cost one bit test. */
+#define SYMBOL_FILTER_BITS 4096
+
 struct symbols {
+  uint64_t filter[SYMBOL_FILTER_BITS / 64];
   struct symbol_slot *slots;
   size_t mask;          /* Number of slots - 1 (a power of two minus one). */
   size_t count;         /* Occupied slots. */
   uintptr_t last_proto; /* The prototype described most recently. */
+  uintptr_t last_c;     /* The C function described most recently. */
   uintptr_t *trace_obj; /* Per trace number: the trace described. */
   uint32_t trace_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
@@ -41,8 +47,20 @@ void symbols_free(struct symbols *s);
 /* Names a built-in function id (learned at start). Returns 0 or ENOMEM. */
 int symbols_name_builtin(struct symbols *s, unsigned ffid, const char *name);
 
+/* Which filter bit an address maps to. */
+static inline size_t symbols_filter_bit(uintptr_t addr)
+{
+  return (size_t)((addr >> 3) ^ (addr >> 15)) & (SYMBOL_FILTER_BITS - 1);
+}
+
 /* The VM is about to free or move the block at addr. */
-void symbols_forget(struct symbols *s, uintptr_t addr);
+void symbols_forget_slow(struct symbols *s, uintptr_t addr);
+static inline void symbols_forget(struct symbols *s, uintptr_t addr)
+{
+  size_t bit = symbols_filter_bit(addr);
+  if (s->filter[bit / 64] & (1ULL << (bit % 64)))
+    symbols_forget_slow(s, addr);
+}
 
 /*
 ** Writes the symbol events that the event located at `site` needs and that

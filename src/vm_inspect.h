@@ -19,6 +19,10 @@
 #include "stream_format.h"
 #include "vm_layout.h"
 
+/* Everything here is inlined into its caller, so that a constant `safe`
+** flag and a constant layout fold away. */
+#define VM_INLINE static inline __attribute__((always_inline))
+
 /* Reads n bytes at addr without faulting. Returns 1 on success. */
 int safe_read(uintptr_t addr, void *dst, size_t n);
 
@@ -35,7 +39,7 @@ struct vm_site {
 #define GC64_ADDR_MASK 0x00007fffffffffffULL
 #define GC64_ITYPE_FUNC (-9) /* ~LJ_TFUNC as the top 17 bits, signed. */
 
-static inline int vm_read(int safe, uintptr_t addr, void *dst, size_t n)
+VM_INLINE int vm_read(int safe, uintptr_t addr, void *dst, size_t n)
 {
   if (safe)
     return safe_read(addr, dst, n);
@@ -44,7 +48,7 @@ static inline int vm_read(int safe, uintptr_t addr, void *dst, size_t n)
 }
 
 #define VM_READER(name, type)                                                  \
-  static inline int name(int safe, uintptr_t addr, type *out)                  \
+  VM_INLINE int name(int safe, uintptr_t addr, type *out)                      \
   {                                                                            \
     return vm_read(safe, addr, out, sizeof(type));                             \
   }
@@ -56,7 +60,7 @@ VM_READER(vm_u64, uint64_t)
 #undef VM_READER
 
 /* A native pointer (8 bytes in every supported build). */
-static inline int vm_ptr(int safe, uintptr_t addr, uintptr_t *out)
+VM_INLINE int vm_ptr(int safe, uintptr_t addr, uintptr_t *out)
 {
   uint64_t v;
   if (!vm_u64(safe, addr, &v))
@@ -66,8 +70,8 @@ static inline int vm_ptr(int safe, uintptr_t addr, uintptr_t *out)
 }
 
 /* A GCRef or MRef: 8 bytes with GC64, 4 bytes without. */
-static inline int vm_ref(const struct vm_layout *lay, int safe, uintptr_t addr,
-                         uintptr_t *out)
+VM_INLINE int vm_ref(const struct vm_layout *lay, int safe, uintptr_t addr,
+                     uintptr_t *out)
 {
   if (lay->gc64)
     return vm_ptr(safe, addr, out);
@@ -79,8 +83,8 @@ static inline int vm_ref(const struct vm_layout *lay, int safe, uintptr_t addr,
 }
 
 /* A GC object pointer is non-NULL, 8-byte aligned and of the given type. */
-static inline int vm_is_gc(const struct vm_layout *lay, int safe, uintptr_t obj,
-                           uint8_t gct)
+VM_INLINE int vm_is_gc(const struct vm_layout *lay, int safe, uintptr_t obj,
+                       uint8_t gct)
 {
   uint8_t t;
   if (obj == 0 || (obj & 7) != 0)
@@ -89,8 +93,8 @@ static inline int vm_is_gc(const struct vm_layout *lay, int safe, uintptr_t obj,
 }
 
 /* The function object in the frame slot `frame` (a TValue address). */
-static inline uintptr_t vm_frame_func(const struct vm_layout *lay, int safe,
-                                      uintptr_t frame)
+VM_INLINE uintptr_t vm_frame_func(const struct vm_layout *lay, int safe,
+                                  uintptr_t frame)
 {
   uintptr_t fn = 0;
   if (lay->gc64) {
@@ -109,8 +113,8 @@ static inline uintptr_t vm_frame_func(const struct vm_layout *lay, int safe,
 }
 
 /* The frame link (PC of a Lua frame, or delta and type). */
-static inline int vm_frame_link(const struct vm_layout *lay, int safe,
-                                uintptr_t frame, intptr_t *out)
+VM_INLINE int vm_frame_link(const struct vm_layout *lay, int safe,
+                            uintptr_t frame, intptr_t *out)
 {
   if (lay->gc64) {
     uint64_t v;
@@ -127,14 +131,14 @@ static inline int vm_frame_link(const struct vm_layout *lay, int safe,
 }
 
 /* A frame link as a bytecode pointer (a 32-bit MRef without GC64). */
-static inline uintptr_t vm_link_pc(const struct vm_layout *lay, intptr_t link)
+VM_INLINE uintptr_t vm_link_pc(const struct vm_layout *lay, intptr_t link)
 {
   return lay->gc64 ? (uintptr_t)link : (uintptr_t)(uint32_t)link;
 }
 
 /* The prototype of a Lua function, checked to be one. */
-static inline uintptr_t vm_func_proto(const struct vm_layout *lay, int safe,
-                                      uintptr_t fn)
+VM_INLINE uintptr_t vm_func_proto(const struct vm_layout *lay, int safe,
+                                  uintptr_t fn)
 {
   uintptr_t pc;
   if (!vm_ref(lay, safe, fn + lay->fn_pc, &pc) || pc < lay->pt_size)
@@ -144,9 +148,8 @@ static inline uintptr_t vm_func_proto(const struct vm_layout *lay, int safe,
 }
 
 /* Source line of bytecode position pos (as lj_debug_line computes it). */
-static inline int vm_proto_line(const struct vm_layout *lay, int safe,
-                                uintptr_t pt, uint32_t pos, uint32_t sizebc,
-                                uint32_t *line)
+VM_INLINE int vm_proto_line(const struct vm_layout *lay, int safe, uintptr_t pt,
+                            uint32_t pos, uint32_t sizebc, uint32_t *line)
 {
   uintptr_t info;
   int32_t first, numline;
@@ -190,8 +193,8 @@ static inline int vm_proto_line(const struct vm_layout *lay, int safe,
 ** Line of the instruction before `ins` in prototype pt. ins must point into
 ** the prototype's bytecode: bc < ins <= bc + sizebc instructions.
 */
-static inline int vm_pc_line(const struct vm_layout *lay, int safe,
-                             uintptr_t pt, uintptr_t ins, uint32_t *line)
+VM_INLINE int vm_pc_line(const struct vm_layout *lay, int safe, uintptr_t pt,
+                         uintptr_t ins, uint32_t *line)
 {
   uint32_t sizebc;
   uintptr_t bc = pt + lay->pt_size;
@@ -208,8 +211,8 @@ struct vm_thread {
   uintptr_t L, stack, base, limit; /* limit = stack + stacksize slots. */
 };
 
-static inline int vm_current_thread(const struct vm_layout *lay, int safe,
-                                    uintptr_t g, struct vm_thread *th)
+VM_INLINE int vm_current_thread(const struct vm_layout *lay, int safe,
+                                uintptr_t g, struct vm_thread *th)
 {
   uint32_t size;
   if (!vm_ref(lay, safe, g + lay->g_cur_L, &th->L) || th->L == 0 ||
@@ -222,8 +225,8 @@ static inline int vm_current_thread(const struct vm_layout *lay, int safe,
 }
 
 /* A frame slot must lie above the bottom frame and inside the stack. */
-static inline int vm_frame_ok(const struct vm_layout *lay,
-                              const struct vm_thread *th, uintptr_t frame)
+VM_INLINE int vm_frame_ok(const struct vm_layout *lay,
+                          const struct vm_thread *th, uintptr_t frame)
 {
   return frame > th->stack + (uintptr_t)lay->fr2 * TVALUE_SIZE &&
          frame < th->limit && ((frame - th->stack) & 7) == 0;
@@ -231,9 +234,9 @@ static inline int vm_frame_ok(const struct vm_layout *lay,
 
 /* A Lua function on top of the stack: its line comes from the C frame's
 ** saved PC, unless the VM seeded that slot with L ("no PC yet"). */
-static inline int vm_locate_lua_top(const struct vm_layout *lay, int safe,
-                                    const struct vm_thread *th, uintptr_t fn,
-                                    struct vm_site *site)
+VM_INLINE int vm_locate_lua_top(const struct vm_layout *lay, int safe,
+                                const struct vm_thread *th, uintptr_t fn,
+                                struct vm_site *site)
 {
   uintptr_t cf, pc, cfL, pt = vm_func_proto(lay, safe, fn);
   if (pt == 0 || !vm_ptr(safe, th->L + lay->L_cframe, &cf))
@@ -250,10 +253,9 @@ static inline int vm_locate_lua_top(const struct vm_layout *lay, int safe,
 }
 
 /* A built-in called from Lua is charged to the calling Lua line. */
-static inline int vm_locate_lua_caller(const struct vm_layout *lay, int safe,
-                                       const struct vm_thread *th,
-                                       uintptr_t frame, intptr_t link,
-                                       struct vm_site *site)
+VM_INLINE int vm_locate_lua_caller(const struct vm_layout *lay, int safe,
+                                   const struct vm_thread *th, uintptr_t frame,
+                                   intptr_t link, struct vm_site *site)
 {
   uintptr_t ins = vm_link_pc(lay, link), caller, fn, pt;
   uint32_t call;
@@ -273,11 +275,33 @@ static inline int vm_locate_lua_caller(const struct vm_layout *lay, int safe,
   return 1;
 }
 
+/* A built-in called through a continuation frame (a trace stitching around
+** a call it cannot compile, or a metamethod) is charged to the Lua line the
+** continuation returns to. */
+#define FRAME_CONT 2
+VM_INLINE int vm_locate_cont_caller(const struct vm_layout *lay, int safe,
+                                    const struct vm_thread *th, uintptr_t frame,
+                                    intptr_t link, struct vm_site *site)
+{
+  uintptr_t caller = frame - (uintptr_t)(link & ~(intptr_t)7), fn, pt;
+  intptr_t cont;
+  if (link <= 0 || !vm_frame_ok(lay, th, caller) ||
+      !vm_frame_link(lay, safe, frame - TVALUE_SIZE * (1 + (uintptr_t)lay->fr2),
+                     &cont))
+    return 0;
+  fn = vm_frame_func(lay, safe, caller);
+  if (fn == 0 || (pt = vm_func_proto(lay, safe, fn)) == 0 ||
+      !vm_pc_line(lay, safe, pt, vm_link_pc(lay, cont), &site->line))
+    return 0;
+  site->source = SOURCE_LUA;
+  site->addr = pt;
+  return 1;
+}
+
 /* Classifies the top frame of the current thread. ptr is the block being
 ** reallocated or freed (NULL for a new allocation). */
-static inline void vm_locate_frame(const struct vm_layout *lay, int safe,
-                                   uintptr_t g, uintptr_t ptr,
-                                   struct vm_site *site)
+VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
+                               uintptr_t g, uintptr_t ptr, struct vm_site *site)
 {
   struct vm_thread th;
   uintptr_t frame, fn;
@@ -306,8 +330,11 @@ static inline void vm_locate_frame(const struct vm_layout *lay, int safe,
       site->source = SOURCE_C;
     return;
   }
-  if (vm_frame_link(lay, safe, frame, &link) && (link & 3) == 0 &&
-      vm_locate_lua_caller(lay, safe, &th, frame, link, site))
+  if (vm_frame_link(lay, safe, frame, &link) &&
+      ((link & 3) == 0
+           ? vm_locate_lua_caller(lay, safe, &th, frame, link, site)
+           : (link & 7) == FRAME_CONT &&
+                 vm_locate_cont_caller(lay, safe, &th, frame, link, site)))
     return;
   /* A built-in not called from Lua (e.g. through pcall or from C) is
   ** reported as a C function; its object address names it uniquely. */
@@ -316,9 +343,11 @@ static inline void vm_locate_frame(const struct vm_layout *lay, int safe,
   site->ffid = ffid;
 }
 
-/* Full classification of one allocator call. */
-static inline void vm_locate(const struct vm_layout *lay, int safe, uintptr_t g,
-                             uintptr_t ptr, struct vm_site *site)
+/* Full classification of one allocator call. `classes` maps the learned
+** vmstate values (it lives apart from a possibly constant layout). */
+VM_INLINE void vm_locate(const struct vm_layout *lay, const uint8_t *classes,
+                         int safe, uintptr_t g, uintptr_t ptr,
+                         struct vm_site *site)
 {
   int32_t st;
   site->ffid = 0;
@@ -331,7 +360,7 @@ static inline void vm_locate(const struct vm_layout *lay, int safe, uintptr_t g,
     site->traceno = (uint32_t)st;
     return;
   }
-  if ((uint32_t)~st < VM_STATE_SLOTS && lay->state_class[~st] == STATE_WALK) {
+  if ((uint32_t)~st < VM_STATE_SLOTS && classes[~st] == STATE_WALK) {
     vm_locate_frame(lay, safe, g, ptr, site);
     return;
   }
@@ -340,9 +369,9 @@ static inline void vm_locate(const struct vm_layout *lay, int safe, uintptr_t g,
 
 /* The trace object for traceno and where it starts (prototype and line).
 ** Returns the GCtrace address, or 0 if it cannot be verified. */
-static inline uintptr_t vm_trace_start(const struct vm_layout *lay, int safe,
-                                       uintptr_t g, uint32_t traceno,
-                                       uintptr_t *proto, uint32_t *line)
+VM_INLINE uintptr_t vm_trace_start(const struct vm_layout *lay, int safe,
+                                   uintptr_t g, uint32_t traceno,
+                                   uintptr_t *proto, uint32_t *line)
 {
   uintptr_t arr, T, pt, startpc;
   uint32_t size, sizebc;
@@ -369,9 +398,9 @@ static inline uintptr_t vm_trace_start(const struct vm_layout *lay, int safe,
 }
 
 /* The chunk name and first line of a prototype. */
-static inline int vm_proto_source(const struct vm_layout *lay, int safe,
-                                  uintptr_t pt, const char **name,
-                                  uint32_t *len, int32_t *firstline)
+VM_INLINE int vm_proto_source(const struct vm_layout *lay, int safe,
+                              uintptr_t pt, const char **name, uint32_t *len,
+                              int32_t *firstline)
 {
   uintptr_t str;
   if (!vm_ref(lay, safe, pt + lay->pt_chunkname, &str) ||

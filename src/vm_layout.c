@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "lauxlib.h"
+#include "vm_candidates.h"
 #include "vm_inspect.h"
 
 /* ---- Fault-safe reads ------------------------------------------------- */
@@ -57,101 +58,6 @@ int safe_read(uintptr_t addr, void *dst, size_t n)
   return ok;
 }
 
-/* ---- Candidate layouts ------------------------------------------------ */
-
-/* Offsets of J->trace from g that the known builds use. */
-struct trace_offsets {
-  uint16_t trace[4];
-};
-
-struct candidate {
-  struct vm_layout layout;
-  struct trace_offsets traces;
-};
-
-static const struct candidate candidates[] = {
-    {
-        /* Upstream LuaJIT 2.1 (2020 and later) and OpenResty's luajit2,
-        ** GC64 on x86_64. OpenResty appends fields at the end of lua_State
-        ** and global_State, which moves only J. */
-        .layout =
-            {
-                .family = "LuaJIT 2.1 GC64 (upstream / OpenResty) x86_64",
-                .gc64 = 1,
-                .fr2 = 1,
-                .ref_size = 8,
-                .L_glref = 16,
-                .L_base = 32,
-                .L_top = 40,
-                .L_maxstack = 48,
-                .L_stack = 56,
-                .L_cframe = 80,
-                .L_stacksize = 88,
-                .g_allocf = 0,
-                .g_allocd = 8,
-                .g_vmstate = 184,
-                .g_cur_L = 368,
-                .gct = 9,
-                .fn_ffid = 10,
-                .fn_pc = 32,
-                .fn_cfunc = 40,
-                .pt_size = 104,
-                .pt_sizebc = 12,
-                .pt_chunkname = 64,
-                .pt_firstline = 72,
-                .pt_numline = 76,
-                .pt_lineinfo = 80,
-                .str_size = 24,
-                .str_len = 20,
-                .cf_pc = 24,
-                .cf_L = 16,
-                .tr_startpt = 64,
-                .tr_startpc = 72,
-                .tr_traceno = 104,
-            },
-        .traces = {{1112, 1120, 0, 0}},
-    },
-    {
-        /* Tarantool 2.6.0's LuaJIT fork: non-GC64, 32-bit references. */
-        .layout =
-            {
-                .family = "LuaJIT 2.1 non-GC64 (Tarantool 2.6.0) x86_64",
-                .gc64 = 0,
-                .fr2 = 0,
-                .ref_size = 4,
-                .L_glref = 8,
-                .L_base = 16,
-                .L_top = 24,
-                .L_maxstack = 32,
-                .L_stack = 36,
-                .L_cframe = 48,
-                .L_stacksize = 56,
-                .g_allocf = 48,
-                .g_allocd = 56,
-                .g_vmstate = 120,
-                .g_cur_L = 280,
-                .gct = 5,
-                .fn_ffid = 6,
-                .fn_pc = 16,
-                .fn_cfunc = 24,
-                .pt_size = 64,
-                .pt_sizebc = 8,
-                .pt_chunkname = 40,
-                .pt_firstline = 44,
-                .pt_numline = 48,
-                .pt_lineinfo = 52,
-                .str_size = 16,
-                .str_len = 12,
-                .cf_pc = 28,
-                .cf_L = 24,
-                .tr_startpt = 48,
-                .tr_startpc = 52,
-                .tr_traceno = 80,
-            },
-        .traces = {{816, 0, 0, 0}},
-    },
-};
-
 /* J->sizetrace follows J->trace (a pointer) and J->freetrace (u32). */
 #define SIZETRACE_AFTER_TRACE 12
 
@@ -171,7 +77,7 @@ struct calib {
   lua_State *L;
   uintptr_t g;
   struct vm_layout lay;
-  const struct candidate *cand;
+  const struct vm_candidate *cand;
   lua_Alloc orig_alloc;
   void *orig_ud;
   int window;         /* Which probe window is open (0: none). */
@@ -490,11 +396,11 @@ static int calib_find_trace(lua_State *L)
   struct calib *c = calib_of(L);
   uintptr_t want = vm_func_proto(&c->lay, 1, (uintptr_t)lua_topointer(L, 1));
   int line = (int)lua_tointeger(L, 2), i;
-  for (i = 0; i < 4 && c->cand->traces.trace[i] != 0 && want != 0; i++) {
+  for (i = 0; i < 4 && c->cand->trace[i] != 0 && want != 0; i++) {
     struct vm_layout lay = c->lay;
     uint32_t size, n;
     lay.trace_ok = 1;
-    lay.g_trace = c->cand->traces.trace[i];
+    lay.g_trace = c->cand->trace[i];
     lay.g_sizetrace = lay.g_trace + SIZETRACE_AFTER_TRACE;
     if (!vm_u32(1, c->g + lay.g_sizetrace, &size) || size > 65536)
       continue;
@@ -561,21 +467,11 @@ static const char driver[] =
 ** before verification, to try a build whose offsets are not known yet. The
 ** checks still run, so a wrong value is refused, never used.
 */
-struct override_field {
-  const char *name;
-  size_t offset;
-  int wide; /* uint16_t (1) or uint8_t (0). */
-};
-
-#define FIELD16(f)                                                             \
-  {                                                                            \
-#f, offsetof(struct vm_layout, f), 1                                       \
-  }
-#define FIELD8(f)                                                              \
-  {                                                                            \
-#f, offsetof(struct vm_layout, f), 0                                       \
-  }
-static const struct override_field override_fields[] = {
+/* clang-format off */
+#define FIELD16(f) {#f, offsetof(struct vm_layout, f), 1}
+#define FIELD8(f) {#f, offsetof(struct vm_layout, f), 0}
+/* clang-format on */
+const struct vm_layout_field vm_layout_fields[] = {
     FIELD16(L_glref),     FIELD16(L_base),    FIELD16(L_top),
     FIELD16(L_maxstack),  FIELD16(L_stack),   FIELD16(L_cframe),
     FIELD16(L_stacksize), FIELD16(g_allocf),  FIELD16(g_allocd),
@@ -590,11 +486,11 @@ static int apply_overrides(struct vm_layout *lay, char *err, size_t errlen)
 {
   const char *spec = getenv("MEMPROF_LAYOUT_OVERRIDE");
   while (spec != NULL && *spec != '\0') {
-    const struct override_field *f;
+    const struct vm_layout_field *f;
     size_t n = strcspn(spec, "=");
     char *end;
     unsigned long v;
-    for (f = override_fields; f->name != NULL; f++)
+    for (f = vm_layout_fields; f->name != NULL; f++)
       if (strlen(f->name) == n && strncmp(f->name, spec, n) == 0)
         break;
     if (f->name == NULL || spec[n] != '=') {
@@ -619,6 +515,16 @@ static int apply_overrides(struct vm_layout *lay, char *err, size_t errlen)
       *((uint8_t *)lay + f->offset) = (uint8_t)v;
     spec = *end == ',' ? end + 1 : end;
   }
+  return 1;
+}
+
+/* Whether every offset of a equals b's (no override changed one). */
+static int offsets_equal(const struct vm_layout *a, const struct vm_layout *b)
+{
+  const struct vm_layout_field *f;
+  for (f = vm_layout_fields; f->name != NULL; f++)
+    if (vm_layout_get(a, f) != vm_layout_get(b, f))
+      return 0;
   return 1;
 }
 
@@ -707,11 +613,11 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
     snprintf(err, errlen, "check 'memory' failed: out of memory");
     return 0;
   }
-  for (i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+  for (i = 0; i < VM_CANDIDATES; i++) {
     memset(c, 0, sizeof(*c));
     c->L = L;
-    c->cand = &candidates[i];
-    c->lay = candidates[i].layout;
+    c->cand = &vm_candidates[i];
+    c->lay = vm_candidates[i].layout;
     c->err = err;
     c->errlen = errlen;
     if (!apply_overrides(&c->lay, err, errlen)) {
@@ -719,6 +625,8 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
       return 0;
     }
     if (try_candidate(L, c)) {
+      c->lay.candidate = (int)i;
+      c->lay.exact = offsets_equal(&c->lay, &vm_candidates[i].layout);
       *out = c->lay;
       free(c);
       return 1;

@@ -9,6 +9,7 @@
 #ifndef MEMPROF_VM_LAYOUT_H
 #define MEMPROF_VM_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lua.h"
@@ -27,6 +28,8 @@ enum vm_state_class {
 
 struct vm_layout {
   const char *family; /* Which candidate table matched. */
+  int candidate;      /* Its index in vm_candidates. */
+  int exact;          /* Every offset equals the candidate's. */
   int gc64;           /* GCRef/MRef are 8 bytes (1) or 4 bytes (0). */
   int fr2;            /* Two-slot frames (always with GC64). */
   int trace_ok;       /* J->trace was found and verified. */
@@ -72,6 +75,24 @@ struct vm_layout {
 /* Function ids: 0 Lua function, 1 C function, >= 2 built-in. */
 #define FFID_LUA 0
 #define FFID_C 1
+
+/* The offset fields of struct vm_layout, by name: what an override may
+** set, what is compared with a candidate, and what memprof.info() lists.
+** Ends with a NULL name. */
+struct vm_layout_field {
+  const char *name;
+  size_t offset; /* Of the field in struct vm_layout. */
+  int wide;      /* uint16_t (1) or uint8_t (0). */
+};
+extern const struct vm_layout_field vm_layout_fields[];
+
+/* The value of a field of lay. */
+static inline unsigned vm_layout_get(const struct vm_layout *lay,
+                                     const struct vm_layout_field *f)
+{
+  const char *at = (const char *)lay + f->offset;
+  return f->wide ? *(const uint16_t *)at : *(const uint8_t *)at;
+}
 
 /*
 ** Learns and verifies the layout of the VM that L belongs to. Runs Lua code

@@ -1,9 +1,12 @@
 /*
 ** Buffered writer of the profile stream.
 */
+#define _GNU_SOURCE
 #include "writer.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,21 +15,39 @@
 ** location and four numbers) always fits after a single reserve check. */
 #define WRITER_SLACK (ULEB128_MAX * 8)
 
-int writer_init(struct writer *w, int fd, size_t size)
+uint8_t writer_uleb_length[64];
+uint64_t writer_uleb_more[64];
+
+void writer_tables_init(void)
 {
-  memset(w, 0, sizeof(*w));
-  w->fd = fd;
-  if (size < 4 * WRITER_SLACK)
-    size = 4 * WRITER_SLACK;
-  w->buf = malloc(size);
-  if (w->buf == NULL)
-    return ENOMEM;
-  w->pos = w->buf;
-  w->limit = w->buf + size - WRITER_SLACK;
-  return 0;
+  unsigned lz;
+  for (lz = 0; lz < 64; lz++) {
+    unsigned bits = 64 - lz, n = (bits + 6) / 7;
+    writer_uleb_length[lz] = (uint8_t)n;
+    writer_uleb_more[lz] =
+        n >= 2 && n <= 8 ? ((1ULL << (8 * (n - 1))) - 1) & 0x8080808080808080ULL
+                         : 0;
+  }
 }
 
-/* Writes len bytes, retrying short writes and EINTR. */
+/* The background writer: the hook hands it one full buffer at a time. */
+struct writer_thread {
+  pthread_t id;
+  pthread_mutex_t lock;
+  pthread_cond_t changed; /* pending taken or returned, or quit set. */
+  uint8_t *pending;       /* A full buffer to write, or NULL. */
+  size_t pending_len;
+  uint8_t *spare; /* The buffer not being filled, when not pending. */
+  int quit;
+};
+
+static void set_failed(struct writer *w, int err)
+{
+  if (err != 0 && writer_failed(w) == 0)
+    __atomic_store_n(&w->failed_errno, err, __ATOMIC_RELAXED);
+}
+
+/* Writes len bytes, retrying short writes and EINTR. Returns 0 or errno. */
 static int write_all(int fd, const uint8_t *p, size_t len)
 {
   while (len > 0) {
@@ -44,26 +65,120 @@ static int write_all(int fd, const uint8_t *p, size_t len)
   return 0;
 }
 
+static void *thread_main(void *arg)
+{
+  struct writer *w = arg;
+  struct writer_thread *t = w->thread;
+  pthread_mutex_lock(&t->lock);
+  for (;;) {
+    uint8_t *data;
+    size_t len;
+    while (t->pending == NULL && !t->quit)
+      pthread_cond_wait(&t->changed, &t->lock);
+    if (t->pending == NULL)
+      break;
+    data = t->pending;
+    len = t->pending_len;
+    pthread_mutex_unlock(&t->lock);
+    if (writer_failed(w) == 0)
+      set_failed(w, write_all(w->fd, data, len));
+    pthread_mutex_lock(&t->lock);
+    t->spare = data;
+    t->pending = NULL;
+    pthread_cond_broadcast(&t->changed);
+  }
+  pthread_mutex_unlock(&t->lock);
+  return NULL;
+}
+
+/* Starts the thread with every signal blocked, so that the host's signal
+** handlers keep running on the host's own threads. */
+static int start_thread(struct writer *w, uint8_t *spare)
+{
+  struct writer_thread *t = calloc(1, sizeof(*t));
+  sigset_t all, old;
+  int err;
+  if (t == NULL)
+    return ENOMEM;
+  t->spare = spare;
+  pthread_mutex_init(&t->lock, NULL);
+  pthread_cond_init(&t->changed, NULL);
+  w->thread = t;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  err = pthread_create(&t->id, NULL, thread_main, w);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (err != 0) {
+    pthread_cond_destroy(&t->changed);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+    w->thread = NULL;
+  }
+  return err;
+}
+
+int writer_init(struct writer *w, int fd, size_t size, int background)
+{
+  uint8_t *spare = NULL;
+  memset(w, 0, sizeof(*w));
+  w->fd = fd;
+  if (size < 4 * WRITER_SLACK)
+    size = 4 * WRITER_SLACK;
+  w->size = size;
+  w->buf = malloc(size);
+  if (background)
+    spare = malloc(size);
+  if (w->buf == NULL || (background && spare == NULL)) {
+    free(w->buf);
+    free(spare);
+    w->buf = NULL;
+    return ENOMEM;
+  }
+  w->pos = w->buf;
+  w->limit = w->buf + size - WRITER_SLACK;
+  if (background && start_thread(w, spare) != 0)
+    free(spare); /* Write in place instead. */
+  return 0;
+}
+
+/* Hands the filled buffer to the thread and takes the spare one, waiting
+** for it if the thread is still writing it. */
+static void hand_over(struct writer *w, size_t len)
+{
+  struct writer_thread *t = w->thread;
+  pthread_mutex_lock(&t->lock);
+  while (t->pending != NULL)
+    pthread_cond_wait(&t->changed, &t->lock);
+  t->pending = w->buf;
+  t->pending_len = len;
+  w->buf = t->spare;
+  t->spare = NULL;
+  pthread_cond_broadcast(&t->changed);
+  pthread_mutex_unlock(&t->lock);
+}
+
 int writer_flush(struct writer *w)
 {
   size_t len = (size_t)(w->pos - w->buf);
+  int saved = errno; /* The host must not see our errno. */
   if (w->buf == NULL)
-    return w->failed_errno;
-  w->pos = w->buf;
-  if (w->failed_errno == 0 && len > 0) {
-    int saved = errno; /* The host must not see our errno. */
-    w->failed_errno = write_all(w->fd, w->buf, len);
-    if (w->failed_errno == 0)
-      w->written += len;
-    errno = saved;
+    return writer_failed(w);
+  if (writer_failed(w) == 0 && len > 0) {
+    if (w->thread != NULL)
+      hand_over(w, len);
+    else
+      set_failed(w, write_all(w->fd, w->buf, len));
   }
-  return w->failed_errno;
+  w->pos = w->buf;
+  w->limit = w->buf + w->size - WRITER_SLACK;
+  errno = saved;
+  return writer_failed(w);
 }
 
 void writer_bytes(struct writer *w, const void *data, size_t len)
 {
   const uint8_t *p = data;
-  while (len > 0 && w->failed_errno == 0) {
+  while (len > 0 && writer_failed(w) == 0) {
     size_t room = (size_t)(w->limit - w->pos);
     size_t n = len < room ? len : room;
     memcpy(w->pos, p, n);
@@ -83,21 +198,46 @@ void writer_string(struct writer *w, const char *s, size_t len)
   writer_bytes(w, s, len);
 }
 
+/* Waits until the thread has written everything, then stops it. */
+static void stop_thread(struct writer *w)
+{
+  struct writer_thread *t = w->thread;
+  pthread_mutex_lock(&t->lock);
+  t->quit = 1;
+  pthread_cond_broadcast(&t->changed);
+  pthread_mutex_unlock(&t->lock);
+  pthread_join(t->id, NULL);
+  free(t->spare);
+  pthread_cond_destroy(&t->changed);
+  pthread_mutex_destroy(&t->lock);
+  free(t);
+  w->thread = NULL;
+}
+
 int writer_close(struct writer *w)
 {
-  int err = writer_flush(w);
-  if (w->fd >= 0 && close(w->fd) != 0 && err == 0)
-    err = errno;
+  int saved = errno;
+  writer_flush(w);
+  if (w->thread != NULL)
+    stop_thread(w);
+  if (w->fd >= 0 && close(w->fd) != 0)
+    set_failed(w, errno);
   w->fd = -1;
   free(w->buf);
   w->buf = w->pos = w->limit = NULL;
-  if (err != 0 && w->failed_errno == 0)
-    w->failed_errno = err;
-  return w->failed_errno;
+  errno = saved;
+  return writer_failed(w);
 }
 
 void writer_abandon(struct writer *w)
 {
+  /* In a child the thread is gone and its lock may be held: only memory
+  ** is released (a buffer it was writing is leaked, not raced for). */
+  if (w->thread != NULL) {
+    free(w->thread->spare);
+    free(w->thread);
+    w->thread = NULL;
+  }
   free(w->buf);
   w->buf = w->pos = w->limit = NULL;
   w->fd = -1;

@@ -1,39 +1,57 @@
 /*
 ** Buffered writer of the profile stream.
 **
-** The allocator hook appends bytes to a malloc'd buffer and the buffer is
-** written to a file descriptor when it fills up. The first write error is
-** latched: the writer then drops everything, and the error (with its errno)
-** is reported when profiling stops. Nothing here allocates through Lua.
+** The allocator hook appends bytes to one of two malloc'd buffers. When it
+** fills up, it is handed to a background thread that writes it to the file
+** while the hook fills the other one, so the program does not wait for the
+** disk (it waits only if the disk falls a whole buffer behind). Without the
+** thread (it could not be created) buffers are written in place. The first
+** write error is latched: the writer then drops everything, and the error
+** (with its errno) is reported when profiling stops. Nothing here allocates
+** through Lua.
 */
 #ifndef MEMPROF_WRITER_H
 #define MEMPROF_WRITER_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Longest encoding of one unsigned 64-bit LEB128 number. */
 #define ULEB128_MAX 10
 
+struct writer_thread; /* The background writer, if running (writer.c). */
+
 struct writer {
-  uint8_t *buf;     /* Start of the buffer. */
+  uint8_t *buf;     /* Start of the buffer being filled. */
   uint8_t *pos;     /* Next free byte. */
   uint8_t *limit;   /* Flush before an append would pass this point. */
+  size_t size;      /* Size of each buffer. */
   int fd;           /* Destination; -1 once closed. */
-  int failed_errno; /* 0, or errno of the first failed write. */
-  uint64_t written; /* Bytes handed to the file so far. */
+  int failed_errno; /* 0, or errno of the first failed write (atomic). */
+  struct writer_thread *thread;
 };
 
-/* Returns 0, or an errno value if the buffer cannot be allocated. */
-int writer_init(struct writer *w, int fd, size_t size);
+/* The latched write error, or 0. */
+static inline int writer_failed(const struct writer *w)
+{
+  return __atomic_load_n(&w->failed_errno, __ATOMIC_RELAXED);
+}
 
-/* Writes out what is buffered. Returns 0 or the latched errno. */
+/* Returns 0, or an errno value if the buffers cannot be allocated. Starts
+** the background thread when `background` is set (falls back to writing
+** in place if it cannot be created). */
+int writer_init(struct writer *w, int fd, size_t size, int background);
+
+/* Hands what is buffered to the file. Returns 0 or the latched errno. */
 int writer_flush(struct writer *w);
 
-/* Flushes, closes the descriptor, frees the buffer. Returns 0 or errno. */
+/* Flushes, waits until everything is written, stops the thread, closes
+** the descriptor, frees the buffers. Returns 0 or errno. */
 int writer_close(struct writer *w);
 
-/* Releases the buffer without writing anything (used in forked children). */
+/* Releases the buffers without writing anything. Used in a forked child,
+** where the thread does not exist and the file belongs to the parent. */
 void writer_abandon(struct writer *w);
 
 void writer_bytes(struct writer *w, const void *data, size_t len);
@@ -43,7 +61,7 @@ static inline int writer_reserve(struct writer *w, size_t need)
 {
   if (w->pos + need > w->limit)
     writer_flush(w);
-  return w->failed_errno == 0;
+  return writer_failed(w) == 0;
 }
 
 static inline void writer_put_byte(struct writer *w, uint8_t b)
@@ -51,15 +69,62 @@ static inline void writer_put_byte(struct writer *w, uint8_t b)
   *w->pos++ = b;
 }
 
-static inline void writer_put_uleb128(struct writer *w, uint64_t v)
+/* By the number of leading zero bits of a number of 8 to 56 significant
+** bits: its LEB128 length, and the continuation bits of all but its last
+** byte. Filled by writer_tables_init(). */
+extern uint8_t writer_uleb_length[64];
+extern uint64_t writer_uleb_more[64];
+void writer_tables_init(void);
+
+/*
+** Writes v as unsigned LEB128 at p and returns the end. Numbers below 2^56
+*(every address and size
+** on x86_64) are spread into 7-bit groups by three halving steps and stored
+** as one 8-byte word, without a data-dependent loop; the caller's
+** reservation (ULEB128_MAX bytes per number) covers the bytes past the
+** encoding.
+*/
+/* The LEB128 bytes of 0x80 <= v < 2^56 as one little-endian word, and
+** their number. Three halving steps spread v into 7-bit groups. */
+static inline uint64_t uleb128_word(uint64_t v, unsigned *len)
 {
-  uint8_t *p = w->pos;
+  unsigned lz = (unsigned)__builtin_clzll(v);
+  uint64_t x = (v & 0x0fffffffULL) | ((v << 4) & 0x0fffffff00000000ULL);
+  x = (x & 0x00003fff00003fffULL) | ((x << 2) & 0x3fff00003fff0000ULL);
+  x = (x & 0x007f007f007f007fULL) | ((x << 1) & 0x7f007f007f007f00ULL);
+  *len = writer_uleb_length[lz];
+  return x | writer_uleb_more[lz];
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define ULEB128_WORDS 1
+#else
+#define ULEB128_WORDS 0
+#endif
+
+static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)
+{
+  if (v < 0x80) {
+    *p = (uint8_t)v;
+    return p + 1;
+  }
+  if (ULEB128_WORDS && v < (1ULL << 56)) {
+    unsigned len;
+    uint64_t x = uleb128_word(v, &len);
+    memcpy(p, &x, 8);
+    return p + len;
+  }
   while (v >= 0x80) {
     *p++ = (uint8_t)(v | 0x80);
     v >>= 7;
   }
   *p++ = (uint8_t)v;
-  w->pos = p;
+  return p;
+}
+
+static inline void writer_put_uleb128(struct writer *w, uint64_t v)
+{
+  w->pos = uleb128_put(w->pos, v);
 }
 
 /* A string: its length as ULEB128, then its bytes. */

@@ -1,0 +1,143 @@
+-- Benchmark runner: cost of profiling per workload, and parser speed.
+--
+--   make bench                      all workloads
+--   luajit bench/run.lua NAME ...   some of them (LUA_PATH/CPATH as in make)
+--
+-- For each workload, runs with profiling off and on alternately (ROUNDS
+-- each), and prints the median times, the median of the differences
+-- between each profiled run and the unprofiled run before it, as added
+-- time per event (wall
+-- time, which is what the program feels, and CPU time of the whole
+-- process, which includes the background writer), the stream's bytes per
+-- event, and how fast the reader parses it.
+local memprof = require('memprof')
+local reader = require('memprof.reader')
+
+local ROUNDS = tonumber(os.getenv('BENCH_ROUNDS')) or 7
+local SCALE = tonumber(os.getenv('BENCH_SCALE')) or 1
+local TARGET_NS_PER_EVENT = 20
+local TARGET_PARSER_MBS = 30
+local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
+  'mixed' }
+
+local function median(list)
+  local sorted = {}
+  for i, v in ipairs(list) do sorted[i] = v end
+  table.sort(sorted)
+  local n = #sorted
+  if n % 2 == 1 then return sorted[(n + 1) / 2] end
+  return (sorted[n / 2] + sorted[n / 2 + 1]) / 2
+end
+
+local function file_size(path)
+  local f = assert(io.open(path, 'rb'))
+  local size = f:seek('end')
+  f:close()
+  return size
+end
+
+-- A monotonic wall clock (through the FFI), or CPU time without it.
+local wall_clock = os.clock
+do
+  local ok, ffi = pcall(require, 'ffi')
+  if ok then
+    ffi.cdef([[
+      struct memprof_bench_timespec { long tv_sec; long tv_nsec; };
+      int clock_gettime(int clock, struct memprof_bench_timespec *ts);
+    ]])
+    local ts = ffi.new('struct memprof_bench_timespec')
+    local CLOCK_MONOTONIC = 1
+    wall_clock = function()
+      ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+      return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+    end
+  end
+end
+
+-- Runs fn; returns its wall time and CPU time in seconds.
+local function timed(fn)
+  collectgarbage()
+  collectgarbage()
+  local w0, c0 = wall_clock(), os.clock()
+  fn()
+  return wall_clock() - w0, os.clock() - c0
+end
+
+-- Reads the whole stream; returns events and seconds.
+local function parse(path)
+  local t0 = os.clock()
+  local stream = reader.open(path)
+  local n = 0
+  while stream:next() do n = n + 1 end
+  return n, os.clock() - t0
+end
+
+local function measure(name, path)
+  local work = dofile('bench/workloads/' .. name .. '.lua')
+  local off, on, cpu_off, cpu_on = {}, {}, {}, {}
+  work(SCALE) -- Warm up the JIT compiler.
+  for i = 1, ROUNDS do
+    off[i], cpu_off[i] = timed(function() work(SCALE) end)
+    on[i], cpu_on[i] = timed(function()
+      assert(memprof.start(path))
+      work(SCALE)
+      assert(memprof.stop())
+    end)
+  end
+  local events, parse_time = parse(path)
+  local bytes = file_size(path)
+  -- Each profiled run is compared with the unprofiled run next to it, so
+  -- that slow drifts of the machine cancel out.
+  local added, cpu_added = {}, {}
+  for i = 1, ROUNDS do
+    added[i] = on[i] - off[i]
+    cpu_added[i] = cpu_on[i] - cpu_off[i]
+  end
+  return {
+    name = name, events = events, bytes = bytes,
+    off = median(off), on = median(on),
+    ns_per_event = median(added) / events * 1e9,
+    cpu_ns_per_event = median(cpu_added) / events * 1e9,
+    bytes_per_event = bytes / events,
+    parse_mbs = bytes / parse_time / 1e6,
+    parse_eps = events / parse_time,
+  }
+end
+
+local function report(results)
+  print(string.format('%-11s %9s %8s %8s %9s %8s %8s %8s %10s %11s',
+    'workload', 'events', 'off ms', 'on ms', 'slowdown', 'ns/event',
+    'cpu ns/ev', 'B/event', 'parse MB/s', 'parse ev/s'))
+  local worst_ns, worst_mbs = -math.huge, math.huge
+  for _, r in ipairs(results) do
+    print(string.format(
+      '%-11s %9d %8.1f %8.1f %8.2fx %8.1f %8.1f %8.2f %10.1f %11.0f',
+      r.name, r.events, r.off * 1e3, r.on * 1e3, r.on / r.off,
+      r.ns_per_event, r.cpu_ns_per_event, r.bytes_per_event, r.parse_mbs,
+      r.parse_eps))
+    worst_ns = math.max(worst_ns, r.ns_per_event)
+    worst_mbs = math.min(worst_mbs, r.parse_mbs)
+  end
+  print(string.format('worst added wall time: %.1f ns/event (target <= %d): %s',
+    worst_ns, TARGET_NS_PER_EVENT,
+    worst_ns <= TARGET_NS_PER_EVENT and 'met' or 'MISSED'))
+  print(string.format('slowest parser: %.1f MB/s (target >= %d): %s',
+    worst_mbs, TARGET_PARSER_MBS,
+    worst_mbs >= TARGET_PARSER_MBS and 'met' or 'MISSED'))
+end
+
+local function main(args)
+  local names = #args > 0 and args or WORKLOADS
+  local path = os.tmpname()
+  local results = {}
+  print(string.format('%s, %d rounds, scale %d, medians of wall time (%s)',
+    jit and jit.version or _VERSION, ROUNDS, SCALE,
+    wall_clock == os.clock and 'CPU time: no FFI' or 'monotonic clock'))
+  for _, name in ipairs(names) do
+    results[#results + 1] = measure(name, path)
+  end
+  os.remove(path)
+  report(results)
+end
+
+main({ ... })

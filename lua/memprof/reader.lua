@@ -1,0 +1,835 @@
+-- memprof.reader: a streaming reader for memprof files.
+--
+-- The file is read in large chunks and never loaded whole.  Symbol
+-- records (from the initial symbol table and from symbol events) are
+-- consumed internally and update the stream's symbol table; only
+-- allocation events are handed out:
+--
+--   local reader = require('memprof.reader')
+--   local stream = reader.open('out.bin')  -- raises 'out.bin: <strerror>'
+--   for ev in stream:each() do ... end      -- or: local ev = stream:next()
+--   if stream.warning then ... end
+--
+--   reader.open(path [, opts])              -- opts.chunk_size, opts.plain
+--   reader.from_string(bytes [, name [, opts]])
+--   stream:next()   -> the next allocation event, or nil at the end
+--   stream:each()   -> iterator over the events
+--   stream:close()  -> stop early and release the file
+--
+-- Both headers (and the initial symbol table) are read by open(), so a
+-- malformed start raises there.  Errors are raised with error(msg, 0) as
+-- 'NAME: byte N: expected ..., found ...'.  A stream cut in the middle of
+-- an event or lacking its epilogue is not an error: next() returns nil
+-- and stream.warning says what happened; every complete event before the
+-- cut is delivered.
+--
+-- stream:next() returns ONE event table per stream, reused for every
+-- event: copy what you want to keep.  Its fields:
+--   kind    'alloc' | 'realloc' | 'free'
+--   site    the interned site of the event (see below)
+--   naddr, nsize   the new block (alloc, realloc; 0 for free)
+--   oaddr, osize   the old block (realloc, free; 0 for alloc)
+--   offset  byte offset of the event header in the file
+--
+-- A site is one table per symbol instance and line; it is the same table
+-- for every event at that place, so it can be used as a table key:
+--   id      small integer, dense from 1 in order of first appearance
+--   source  'internal' | 'lua' | 'c' | 'trace'
+--   name    the display name ('INTERNAL', '@f.lua:5', 'malloc+0x10', ...)
+--   chunkname, line   for Lua sites (chunkname is nil when the function
+--                     was never described by the stream)
+--   traceno           for trace sites
+--   addr              for C sites (the address of the event)
+--   alias             the alias in the name, if any ('function_alias_1')
+--
+-- Stream fields: name, version (of the event stream), symtab_version,
+-- warning (nil or a message), bytes_read, events (events delivered so
+-- far), sites (every site by id), aliases (the aliases given to
+-- multi-line chunk names, as { name = ..., chunkname = ... }, in order of
+-- first use), decoder ('ffi' or 'plain').
+--
+-- The decoder below is written once and instantiated for two ways of
+-- fetching a byte: string.byte (plain Lua 5.1) and an FFI pointer into
+-- the current chunk (LuaJIT).  Numbers are kept as Lua numbers: exact up
+-- to 2^53, which covers x86_64 addresses and any real size.
+
+local M = {}
+
+local byte, sub, format, concat = string.byte, string.sub, string.format,
+  table.concat
+local next_key = next
+
+local CHUNK_SIZE = 1024 * 1024
+
+-- The longest allocation event: header + 6 numbers of at most 10 bytes.
+local MAX_EVENT = 72
+-- A ULEB128 number has at most 10 bytes; past that the scale exceeds this.
+local MAX_SCALE = 2 ^ 63
+-- What the fast number decoder returns as position when it fails.
+local OVERRUN = math.huge
+
+-- Versions of the format this reader understands, for each header.
+-- The extended format will be added here with its own number.
+local SUPPORTED_VERSIONS = { 3 }
+
+local SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE = 1, 2, 3, 4
+local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3
+local KIND_NAMES = { [KIND_ALLOC] = 'alloc', [KIND_FREE] = 'free',
+  [KIND_REALLOC] = 'realloc' }
+local EPILOGUE = 0x80
+
+-- Kind and source of every usable event header (0x04-0x13).
+local HEADER_KIND, HEADER_SOURCE = {}, {}
+for header = 0x04, 0x13 do
+  HEADER_KIND[header] = header % 4
+  HEADER_SOURCE[header] = (header - header % 4) / 4
+end
+
+-- What each field of an allocation event is, for error messages.
+local LOCATION_FIELDS = {
+  [SOURCE_INTERNAL] = {},
+  [SOURCE_LUA] = { 'the address of a Lua function', 'a line number' },
+  [SOURCE_C] = { 'the address of a C function' },
+  [SOURCE_TRACE] = { 'a trace number' },
+}
+local EVENT_FIELDS = {
+  [KIND_ALLOC] = { 'the address of an allocated block',
+    'the size of an allocated block' },
+  [KIND_FREE] = { 'the address of a freed block',
+    'the size of a freed block' },
+  [KIND_REALLOC] = { 'the old address of a reallocated block',
+    'the old size of a reallocated block',
+    'the new address of a reallocated block',
+    'the new size of a reallocated block' },
+}
+
+-- Raised (and caught) when the file ends inside an event.
+local TRUNCATED = setmetatable({}, {
+  __tostring = function() return 'truncated symbol event' end })
+
+local function hex(n)
+  return format('0x%x', n)
+end
+
+local function plural(count, word)
+  if count == 1 then
+    return '1 ' .. word
+  end
+  return count .. ' ' .. word .. 's'
+end
+
+local function list_with_or(items)
+  if #items == 1 then
+    return tostring(items[1])
+  end
+  local head = {}
+  for i = 1, #items - 1 do
+    head[i] = tostring(items[i])
+  end
+  return concat(head, ', ') .. ' or ' .. tostring(items[#items])
+end
+
+-- Show bytes read from the file, escaping anything not printable.
+local function quote_bytes(s)
+  return "'" .. s:gsub('[^%w%p ]', function(c)
+    return format('\\x%02x', byte(c))
+  end) .. "'"
+end
+
+-- Common methods of every stream -------------------------------------
+
+local common = {}
+
+-- Byte offset in the file of buffer position pos.
+function common:offset_of(pos)
+  return self.base + pos - 1
+end
+
+function common:file_size_so_far()
+  return self.base + self.last
+end
+
+-- Make sure at least `need` unread bytes are buffered, unless the file
+-- ends first.
+function common:fill(need)
+  while self.last - self.pos + 1 < need and not self.eof do
+    local chunk = self.read_chunk()
+    if chunk == nil or chunk == '' then
+      self.eof = true
+    else
+      self.base = self.base + self.pos - 1
+      self.buf = sub(self.buf, self.pos) .. chunk
+      self.pos, self.last = 1, #self.buf
+      self.view = self.make_view(self.buf)
+    end
+  end
+end
+
+function common:fail(offset, message)
+  self:close()
+  error(format('%s: byte %d: %s', self.name, offset, message), 0)
+end
+
+-- The file ends at `offset`, where `what` was expected.
+function common:truncated(what, offset)
+  if self.in_events then
+    self.truncated_what = what
+    error(TRUNCATED, 0)
+  end
+  self:fail(offset, 'expected ' .. what .. ', found the end of the file')
+end
+
+function common:need(count, what, offset)
+  if self.last - self.pos + 1 < count then
+    self:fill(count)
+    if self.last - self.pos + 1 < count then
+      self:truncated(what, offset)
+    end
+  end
+end
+
+function common:read_byte(what)
+  self:need(1, what, self:offset_of(self.pos))
+  local value = byte(self.buf, self.pos)
+  self.pos = self.pos + 1
+  return value
+end
+
+-- Checked ULEB128 decoder for the slow paths (headers and symbols).
+function common:read_uleb(what)
+  local start = self:offset_of(self.pos)
+  local value, scale = 0, 1
+  while true do
+    self:need(1, what, start)
+    local c = byte(self.buf, self.pos)
+    self.pos = self.pos + 1
+    if c < 128 then
+      return value + c * scale
+    end
+    value = value + (c - 128) * scale
+    scale = scale * 128
+    if scale > MAX_SCALE then
+      self:fail(start, 'expected ' .. what ..
+        ', found a number longer than 10 bytes')
+    end
+  end
+end
+
+function common:read_string(what)
+  local length = self:read_uleb('the length of ' .. what)
+  self:need(length, what, self:offset_of(self.pos))
+  local value = sub(self.buf, self.pos, self.pos + length - 1)
+  self.pos = self.pos + length
+  return value
+end
+
+function common:expect_magic(magic, what)
+  local start = self:offset_of(self.pos)
+  self:fill(#magic)
+  local found = sub(self.buf, self.pos, self.pos + #magic - 1)
+  if found == magic then
+    self.pos = self.pos + #magic
+    return
+  end
+  local shown
+  if found == '' then
+    shown = 'the end of the file'
+  elseif #found < #magic then
+    shown = quote_bytes(found) .. ' and then the end of the file'
+  else
+    shown = quote_bytes(found)
+  end
+  self:fail(start, format("expected %s '%s', found %s", what, magic, shown))
+end
+
+function common:expect_version(what)
+  local start = self:offset_of(self.pos)
+  local version = self:read_byte(what .. ' version')
+  for _, supported in ipairs(SUPPORTED_VERSIONS) do
+    if version == supported then
+      return version
+    end
+  end
+  self:fail(start, format('expected %s version %s, found %d', what,
+    list_with_or(SUPPORTED_VERSIONS), version))
+end
+
+function common:skip_reserved(what)
+  self:need(3, 'the reserved bytes of ' .. what, self:offset_of(self.pos))
+  self.pos = self.pos + 3
+end
+
+-- Symbols -------------------------------------------------------------
+
+function common:new_site(site)
+  local id = #self.sites + 1
+  site.id = id
+  self.sites[id] = site
+  return site
+end
+
+-- The chunk name as shown in site names.  A multi-line chunk name (code
+-- loaded from a string) is replaced by a numbered alias, numbered in order
+-- of first use; the alias is returned too.
+function common:display_chunkname(chunkname)
+  if not chunkname:find('\n', 1, true) then
+    return chunkname, nil
+  end
+  local alias = self.alias_of[chunkname]
+  if not alias then
+    alias = 'function_alias_' .. (#self.aliases + 1)
+    self.alias_of[chunkname] = alias
+    self.aliases[#self.aliases + 1] = { name = alias, chunkname = chunkname }
+  end
+  return alias, alias
+end
+
+-- 'CHUNKNAME:LINE' for a line of a Lua function (and the alias used, if
+-- any); 'LFUNC 0xADDR:LINE' if the stream never described the function.
+function common:lua_location(sym, line)
+  if not sym.chunkname then
+    return format('LFUNC %s:%d', hex(sym.addr), line), nil
+  end
+  local chunkname, alias = self:display_chunkname(sym.chunkname)
+  return format('%s:%d', chunkname, line), alias
+end
+
+function common:define_lfunc(addr, chunkname, firstline)
+  self.lfuncs[addr] = { addr = addr, chunkname = chunkname,
+    firstline = firstline, sites = {} }
+end
+
+function common:define_cfunc(addr, name)
+  if not self.cfuncs[addr] then
+    self.c_sorted = nil
+  end
+  self.cfuncs[addr] = { addr = addr, name = name, sites = {} }
+  -- Resolved addresses may now resolve differently.
+  if next_key(self.c_sites) ~= nil then
+    self.c_sites = {}
+  end
+end
+
+-- The trace keeps the function that is at proto_addr now; it is named
+-- when its first event arrives.
+function common:define_trace(traceno, proto_addr, line)
+  self.traces[traceno] = { traceno = traceno, line = line,
+    proto = self.lfuncs[proto_addr] or { addr = proto_addr } }
+  self.trace_sites[traceno] = nil
+end
+
+function common:read_lfunc_body()
+  local addr = self:read_uleb('the address of a Lua function')
+  local chunkname = self:read_string('a chunk name')
+  local firstline = self:read_uleb('the first line of a Lua function')
+  self:define_lfunc(addr, chunkname, firstline)
+end
+
+function common:read_cfunc_body()
+  local addr = self:read_uleb('the address of a C function')
+  local name = self:read_string('the name of a C function')
+  self:define_cfunc(addr, name)
+end
+
+function common:read_trace_body()
+  local traceno = self:read_uleb('a trace number')
+  local proto_addr = self:read_uleb('the address of the Lua function of a trace')
+  local line = self:read_uleb('the start line of a trace')
+  self:define_trace(traceno, proto_addr, line)
+end
+
+function common:read_symbol_table()
+  while true do
+    local start = self:offset_of(self.pos)
+    local header = self:read_byte('a symbol header (or 0x80 to end the table)')
+    if header >= 0x80 then
+      return
+    end
+    local kind = header % 4
+    if kind == 0 then
+      self:read_lfunc_body()
+    elseif kind == 1 then
+      self:read_cfunc_body()
+    elseif kind == 2 then
+      self:read_trace_body()
+    else
+      self:fail(start, format('expected a symbol header (type 0, 1 or 2, ' ..
+        'or 0x80 to end the table), found %s', format('0x%02x', header)))
+    end
+  end
+end
+
+function common:read_headers()
+  self:expect_magic('ljs', 'the symbol table magic')
+  self.symtab_version = self:expect_version('symbol table')
+  self:skip_reserved('the symbol table header')
+  self:read_symbol_table()
+  self:expect_magic('ljm', 'the event stream magic')
+  self.version = self:expect_version('event stream')
+  self:skip_reserved('the event stream header')
+  self.in_events = true
+  self.bytes_read = self:offset_of(self.pos)
+end
+
+-- Site lookups (the slow halves; the fast path checks the caches) -----
+
+function common:internal()
+  local site = self:new_site({ source = 'internal', name = 'INTERNAL' })
+  self.internal_site = site
+  return site
+end
+
+function common:lua_site(addr, line)
+  local sym = self.lfuncs[addr]
+  if not sym then
+    sym = { addr = addr, sites = {} }
+    self.lfuncs[addr] = sym
+  end
+  local name, alias = self:lua_location(sym, line)
+  local site = self:new_site({ source = 'lua', chunkname = sym.chunkname,
+    line = line, name = name, alias = alias })
+  sym.sites[line] = site
+  return site
+end
+
+-- The C symbol with the highest address at or below addr, if any.
+function common:nearest_cfunc(addr)
+  local sorted = self.c_sorted
+  if not sorted then
+    sorted = {}
+    for symbol_addr in pairs(self.cfuncs) do
+      sorted[#sorted + 1] = symbol_addr
+    end
+    table.sort(sorted)
+    self.c_sorted = sorted
+  end
+  local low, high = 1, #sorted
+  local found
+  while low <= high do
+    local middle = math.floor((low + high) / 2)
+    if sorted[middle] <= addr then
+      found = sorted[middle]
+      low = middle + 1
+    else
+      high = middle - 1
+    end
+  end
+  return found and self.cfuncs[found]
+end
+
+function common:c_site(addr)
+  local sym = self.cfuncs[addr] or self:nearest_cfunc(addr)
+  local site
+  if sym then
+    local offset = addr - sym.addr
+    site = sym.sites[offset]
+    if not site then
+      local name = sym.name
+      if name == '' then
+        name = 'CFUNC ' .. hex(sym.addr)
+      end
+      if offset > 0 then
+        name = name .. '+' .. hex(offset)
+      end
+      site = self:new_site({ source = 'c', name = name, addr = addr })
+      sym.sites[offset] = site
+    end
+  else
+    site = self.unknown_c[addr]
+    if not site then
+      site = self:new_site({ source = 'c', name = 'CFUNC ' .. hex(addr),
+        addr = addr })
+      self.unknown_c[addr] = site
+    end
+  end
+  self.c_sites[addr] = site
+  return site
+end
+
+function common:trace_site(traceno)
+  local sym = self.traces[traceno]
+  if not sym then
+    sym = { traceno = traceno }
+    self.traces[traceno] = sym
+  end
+  if not sym.site then
+    local name, alias = format('TRACE [%d]', traceno), nil
+    if sym.proto then
+      local location
+      location, alias = self:lua_location(sym.proto, sym.line)
+      name = name .. ' started at ' .. location
+    end
+    sym.site = self:new_site({ source = 'trace', name = name,
+      traceno = traceno, alias = alias })
+  end
+  self.trace_sites[traceno] = sym.site
+  return sym.site
+end
+
+-- Ends of the event stream ---------------------------------------------
+
+function common:stop(warning)
+  self.done = true
+  self.warning = warning
+  self.bytes_read = self:file_size_so_far()
+  return nil
+end
+
+function common:stop_in_event(what)
+  return self:stop(format('%s: the stream ends at byte %d in the middle ' ..
+    'of an event (expected %s); the report covers the %s before it',
+    self.name, self:file_size_so_far(), what, plural(self.events, 'event')))
+end
+
+function common:stop_without_epilogue()
+  return self:stop(format('%s: the stream has no epilogue (the profile ' ..
+    'was not stopped cleanly); the report covers all %s', self.name,
+    plural(self.events, 'event')))
+end
+
+function common:stop_at_epilogue(pos)
+  local at = self:offset_of(pos)
+  self.pos = pos + 1
+  self:fill(1)
+  local extra = 0
+  while self.last >= self.pos do
+    extra = extra + self.last - self.pos + 1
+    self.pos = self.last + 1
+    self:fill(1)
+  end
+  if extra == 0 then
+    self.done = true
+    self.bytes_read = at + 1
+    return nil
+  end
+  return self:stop(format('%s: the stream has %s after its epilogue at ' ..
+    'byte %d; they were ignored', self.name, plural(extra, 'byte'), at))
+end
+
+-- A header that is not an allocation event: a symbol event (read it,
+-- then go on to the next event), the epilogue, or an error.
+function common:other_header(header, pos)
+  if HEADER_KIND[header] == KIND_SYMBOL then
+    if self:symbol_event(header, pos) then
+      return self:next()
+    end
+    return nil
+  end
+  if header == EPILOGUE then
+    return self:stop_at_epilogue(pos)
+  end
+  if header <= 0x03 then
+    self:fail(self:offset_of(pos), format('expected an event header with ' ..
+      'a source (0x05-0x13 or 0x80), found 0x%02x', header))
+  end
+  self:fail(self:offset_of(pos), format('expected an event header ' ..
+    '(0x00-0x13 or 0x80), found 0x%02x', header))
+end
+
+function common:read_symbol_body(header, pos)
+  local source = HEADER_SOURCE[header]
+  self.pos = pos + 1
+  if source == SOURCE_LUA then
+    self:read_lfunc_body()
+  elseif source == SOURCE_C then
+    self:read_cfunc_body()
+  elseif source == SOURCE_TRACE then
+    self:read_trace_body()
+  else
+    self:fail(self:offset_of(pos), format('expected a symbol event header ' ..
+      '(0x08, 0x0c or 0x10), found 0x%02x', header))
+  end
+end
+
+-- A symbol event: update the symbol table.  Returns false when the file
+-- ends inside it (the stream is then stopped with a warning).
+function common:symbol_event(header, pos)
+  local ok, err = pcall(self.read_symbol_body, self, header, pos)
+  if ok then
+    self.bytes_read = self:offset_of(self.pos)
+    return true
+  end
+  if err ~= TRUNCATED then
+    error(err, 0)
+  end
+  self:stop_in_event(self.truncated_what)
+  return false
+end
+
+-- The fast decoder could not decode the event at pos: find out why, with
+-- the checked decoder, field by field.
+function common:diagnose_event(header, pos)
+  local fields = {}
+  for _, what in ipairs(LOCATION_FIELDS[HEADER_SOURCE[header]]) do
+    fields[#fields + 1] = what
+  end
+  for _, what in ipairs(EVENT_FIELDS[HEADER_KIND[header]]) do
+    fields[#fields + 1] = what
+  end
+  self.pos = pos + 1
+  local ok, err = pcall(function()
+    for _, what in ipairs(fields) do
+      self:read_uleb(what)
+    end
+  end)
+  if ok then
+    error(format('%s: byte %d: internal error: the event decodes with the ' ..
+      'checked decoder but not the fast one', self.name, self:offset_of(pos)), 0)
+  end
+  if err ~= TRUNCATED then
+    error(err, 0)
+  end
+  return self:stop_in_event(self.truncated_what)
+end
+
+-- Stop reading and release the file (done automatically at its end).
+function common:close()
+  self.close_source()
+  self.done = true
+end
+
+-- Iterate over the events: for ev in stream:each() do ... end
+function common:each()
+  return function()
+    return self:next()
+  end
+end
+
+-- The decoder, instantiated once per way of fetching bytes --------------
+
+local function make_methods(make_view, byte_at)
+  -- ULEB128 decoder with a loop: near the end of the data and for numbers
+  -- longer than 8 bytes.  Returns 0, OVERRUN when the number runs past
+  -- `last` or is longer than 10 bytes.
+  local function uleb_loop(b, i, last)
+    local value, scale = 0, 1
+    while true do
+      if i > last then
+        return 0, OVERRUN
+      end
+      local c = byte_at(b, i)
+      i = i + 1
+      if c < 128 then
+        return value + c * scale, i
+      end
+      value = value + (c - 128) * scale
+      scale = scale * 128
+      if scale > MAX_SCALE then
+        return 0, OVERRUN
+      end
+    end
+  end
+
+  -- Fast ULEB128 decoder: unrolled for up to 8 bytes (addresses take 7),
+  -- because LuaJIT compiles straight code much better than short loops.
+  local function uleb(b, i, last)
+    if i + 7 > last then
+      return uleb_loop(b, i, last)
+    end
+    local c = byte_at(b, i)
+    if c < 0x80 then return c, i + 1 end
+    local v = c - 0x80
+    c = byte_at(b, i + 1)
+    if c < 0x80 then return v + c * 0x80, i + 2 end
+    v = v + (c - 0x80) * 0x80
+    c = byte_at(b, i + 2)
+    if c < 0x80 then return v + c * 0x4000, i + 3 end
+    v = v + (c - 0x80) * 0x4000
+    c = byte_at(b, i + 3)
+    if c < 0x80 then return v + c * 0x200000, i + 4 end
+    v = v + (c - 0x80) * 0x200000
+    c = byte_at(b, i + 4)
+    if c < 0x80 then return v + c * 0x10000000, i + 5 end
+    v = v + (c - 0x80) * 0x10000000
+    c = byte_at(b, i + 5)
+    if c < 0x80 then return v + c * 0x800000000, i + 6 end
+    v = v + (c - 0x80) * 0x800000000
+    c = byte_at(b, i + 6)
+    if c < 0x80 then return v + c * 0x40000000000, i + 7 end
+    v = v + (c - 0x80) * 0x40000000000
+    c = byte_at(b, i + 7)
+    if c < 0x80 then return v + c * 0x2000000000000, i + 8 end
+    return uleb_loop(b, i, last)
+  end
+
+  local methods = setmetatable({ make_view = make_view }, { __index = common })
+
+  -- No loop here: LuaJIT then compiles the caller's loop around it.
+  -- Headers other than allocation events go to common:other_header(),
+  -- which calls next() again after a symbol event.
+  function methods:next()
+    if self.done then
+      return nil
+    end
+    local pos, last = self.pos, self.last
+    if last - pos < MAX_EVENT and not self.eof then
+      self:fill(MAX_EVENT)
+      pos, last = self.pos, self.last
+    end
+    if pos > last then
+      return self:stop_without_epilogue()
+    end
+    local b = self.view
+    local header = byte_at(b, pos)
+    local kind = HEADER_KIND[header]
+    if not kind or kind == KIND_SYMBOL then
+      return self:other_header(header, pos)
+    end
+    local source = HEADER_SOURCE[header]
+    local p = pos + 1
+    local loc, line = 0, 0
+    if source == SOURCE_LUA then
+      loc, p = uleb(b, p, last)
+      line, p = uleb(b, p, last)
+    elseif source ~= SOURCE_INTERNAL then
+      loc, p = uleb(b, p, last)
+    end
+    local oaddr, osize, naddr, nsize = 0, 0, 0, 0
+    if kind == KIND_ALLOC then
+      naddr, p = uleb(b, p, last)
+      nsize, p = uleb(b, p, last)
+    elseif kind == KIND_FREE then
+      oaddr, p = uleb(b, p, last)
+      osize, p = uleb(b, p, last)
+    else
+      oaddr, p = uleb(b, p, last)
+      osize, p = uleb(b, p, last)
+      naddr, p = uleb(b, p, last)
+      nsize, p = uleb(b, p, last)
+    end
+    if p == OVERRUN then
+      return self:diagnose_event(header, pos)
+    end
+    local site
+    if source == SOURCE_INTERNAL then
+      site = self.internal_site or self:internal()
+    elseif source == SOURCE_LUA then
+      local sym = self.lfuncs[loc]
+      site = sym and sym.sites[line] or self:lua_site(loc, line)
+    elseif source == SOURCE_C then
+      site = self.c_sites[loc] or self:c_site(loc)
+    else
+      site = self.trace_sites[loc] or self:trace_site(loc)
+    end
+    local ev = self.event
+    ev.kind = KIND_NAMES[kind]
+    ev.site = site
+    ev.oaddr, ev.osize, ev.naddr, ev.nsize = oaddr, osize, naddr, nsize
+    ev.offset = self.base + pos - 1
+    self.pos = p
+    self.bytes_read = self.base + p - 1
+    self.events = self.events + 1
+    return ev
+  end
+
+  return { __index = methods }
+end
+
+local plain_meta = make_methods(function(buf) return buf end, byte)
+
+local ffi_meta
+if jit then
+  local ok, ffi = pcall(require, 'ffi')
+  if ok then
+    local byte_pointer = ffi.typeof('const uint8_t *')
+    -- Shifted by one so that position 1 is the first byte, as for
+    -- string.byte.  The stream keeps the string alive (self.buf).
+    ffi_meta = make_methods(function(buf)
+      return ffi.cast(byte_pointer, buf) - 1
+    end, function(pointer, i)
+      return pointer[i]
+    end)
+  end
+end
+
+-- Opening streams --------------------------------------------------------
+
+-- read_chunk() returns the next piece of the file, or nil at its end.
+-- opts.plain = true forces the plain Lua byte fetcher.
+local function new_stream(name, read_chunk, close_source, opts)
+  local meta = ffi_meta
+  if opts.plain or not meta then
+    meta = plain_meta
+  end
+  local self = setmetatable({
+    name = name,
+    version = nil,
+    symtab_version = nil,
+    warning = nil,
+    bytes_read = 0,
+    events = 0,
+    aliases = {},
+    sites = {},
+    decoder = meta == plain_meta and 'plain' or 'ffi',
+    -- reading state
+    read_chunk = read_chunk,
+    close_source = close_source,
+    buf = '', pos = 1, last = 0, base = 0, eof = false, done = false,
+    in_events = false,
+    event = { kind = 'alloc', site = false, naddr = 0, nsize = 0,
+      oaddr = 0, osize = 0, offset = 0 },
+    -- symbol table
+    lfuncs = {}, cfuncs = {}, traces = {}, c_sorted = nil,
+    c_sites = {}, trace_sites = {}, unknown_c = {}, alias_of = {},
+    internal_site = nil,
+  }, meta)
+  self.view = self.make_view(self.buf)
+  local ok, err = pcall(self.read_headers, self)
+  if not ok then
+    self:close()
+    error(err, 0)
+  end
+  return self
+end
+
+-- Open a profile file.  opts (optional): chunk_size, plain.
+function M.open(path, opts)
+  opts = opts or {}
+  local file, err = io.open(path, 'rb')
+  if not file then
+    -- io.open says "PATH: strerror" already.
+    error(err, 0)
+  end
+  local chunk_size = opts.chunk_size or CHUNK_SIZE
+  local is_open = true
+  local function close()
+    if is_open then
+      is_open = false
+      file:close()
+    end
+  end
+  local function read_chunk()
+    if not is_open then
+      return nil
+    end
+    local chunk, err = file:read(chunk_size)
+    if not chunk then
+      close()
+      if err then
+        error(path .. ': ' .. err, 0)
+      end
+    end
+    return chunk
+  end
+  return new_stream(path, read_chunk, close, opts)
+end
+
+-- A stream over bytes in memory (for tests).  opts as for open().
+function M.from_string(bytes, name, opts)
+  opts = opts or {}
+  local chunk_size = opts.chunk_size or CHUNK_SIZE
+  local at = 1
+  local function read_chunk()
+    if at > #bytes then
+      return nil
+    end
+    local chunk = sub(bytes, at, at + chunk_size - 1)
+    at = at + chunk_size
+    return chunk
+  end
+  return new_stream(name or '(string)', read_chunk, function() end, opts)
+end
+
+M.SUPPORTED_VERSIONS = SUPPORTED_VERSIONS
+
+return M

@@ -1,0 +1,60 @@
+-- memprof.sites: per-site aggregation of events, as an analysis pass.
+--
+-- For each event kind ('alloc', 'realloc', 'free') and each site:
+--   count      number of events
+--   plus       bytes allocated (nsize)
+--   minus      bytes freed (osize)
+--   overrides  for realloc and free: the sites that had produced the
+--              released blocks, in order of first appearance, with
+--              override_count[site] = number of blocks
+--
+--   local pass = sites.new()
+--   pass:feed(ev, owner)      -- owner: as returned by heap:feed(ev)
+--   pass.kinds.alloc          -- list of records, in order of first appearance
+
+local M = {}
+
+M.KINDS = { 'alloc', 'realloc', 'free' }
+
+local Sites = {}
+Sites.__index = Sites
+
+function M.new()
+  local self = setmetatable({ kinds = {}, by_kind = {} }, Sites)
+  for _, kind in ipairs(M.KINDS) do
+    self.kinds[kind] = {}
+    self.by_kind[kind] = {}
+  end
+  return self
+end
+
+function Sites:record(kind, site)
+  local records = self.by_kind[kind]
+  local record = records[site]
+  if not record then
+    record = { site = site, count = 0, plus = 0, minus = 0, overrides = {},
+      override_count = {} }
+    records[site] = record
+    local list = self.kinds[kind]
+    list[#list + 1] = record
+  end
+  return record
+end
+
+function Sites:feed(ev, owner)
+  local kind = ev.kind
+  local record = self.by_kind[kind][ev.site] or self:record(kind, ev.site)
+  record.count = record.count + 1
+  record.plus = record.plus + ev.nsize
+  record.minus = record.minus + ev.osize
+  if owner then
+    local count = record.override_count[owner]
+    if not count then
+      count = 0
+      record.overrides[#record.overrides + 1] = owner
+    end
+    record.override_count[owner] = count + 1
+  end
+end
+
+return M

@@ -1,0 +1,40 @@
+rockspec_format = "3.0"
+package = "memprof"
+version = "scm-1"
+source = {
+  url = "git+https://example.invalid/memprof.git",
+}
+description = {
+  summary = "Memory profiler for LuaJIT, loadable as a C module",
+  detailed = [[
+Records every allocation, reallocation and free of a running LuaJIT VM
+from a C module (no patched VM), attributed to Lua lines, C functions,
+built-ins, JIT traces and the garbage collector, in Tarantool's memprof
+format. memprof-report prints where memory was allocated and what is
+still live.]],
+  license = "MIT",
+}
+dependencies = {
+  "lua >= 5.1",
+}
+build = {
+  type = "builtin",
+  modules = {
+    memprof = {
+      sources = {
+        "src/binding.c", "src/hook.c", "src/symbols.c", "src/vm_layout.c",
+        "src/writer.c",
+      },
+      libraries = { "dl", "pthread" },
+    },
+    ["memprof.reader"] = "lua/memprof/reader.lua",
+    ["memprof.sites"] = "lua/memprof/sites.lua",
+    ["memprof.heap"] = "lua/memprof/heap.lua",
+    ["memprof.analyze"] = "lua/memprof/analyze.lua",
+    ["memprof.cli"] = "lua/memprof/cli.lua",
+    ["memprof.report.text"] = "lua/memprof/report/text.lua",
+  },
+  install = {
+    bin = { ["memprof-report"] = "bin/memprof-report" },
+  },
+}

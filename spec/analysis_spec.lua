@@ -1,0 +1,384 @@
+-- Specs for the analysis passes (memprof.heap, memprof.sites) and the
+-- driver (memprof.analyze).
+
+local reader = require('memprof.reader')
+local analyze = require('memprof.analyze')
+local heap = require('memprof.heap')
+local B = require('helpers.stream_builder')
+local crafted = B.crafted
+
+local BEFORE = heap.BEFORE_PROFILING.name
+
+local function run(builder, opts)
+  return analyze.run(reader.from_string(builder:bytes(), 'out.bin'), opts)
+end
+
+-- Heap stats by site name: { name = { holds, allocs, reallocs, frees } }.
+local function heap_by_name(result)
+  local by_name = {}
+  for _, stats in ipairs(result.heap.sites) do
+    local row = by_name[stats.site.name] or { 0, 0, 0, 0 }
+    row[1] = row[1] + stats.holds
+    row[2] = row[2] + stats.allocs
+    row[3] = row[3] + stats.reallocs
+    row[4] = row[4] + stats.frees
+    by_name[stats.site.name] = row
+  end
+  return by_name
+end
+
+-- Sites records of one kind by name: { name = { count, plus, minus,
+-- overrides = { name = count } } }.
+local function sites_by_name(result, kind)
+  local by_name = {}
+  for _, record in ipairs(result.sites.kinds[kind]) do
+    local row = by_name[record.site.name] or { 0, 0, 0, overrides = {} }
+    row[1] = row[1] + record.count
+    row[2] = row[2] + record.plus
+    row[3] = row[3] + record.minus
+    for _, owner in ipairs(record.overrides) do
+      row.overrides[owner.name] = (row.overrides[owner.name] or 0) +
+        record.override_count[owner]
+    end
+    by_name[record.site.name] = row
+  end
+  return by_name
+end
+
+
+describe('heap pass', function()
+  it('tracks holds, allocs, reallocs and frees per site', function()
+    local result = run(crafted())
+    assert.are.same({
+      ['@test.lua:5'] = { 128, 3, 0, 1 },
+      ['@test.lua:6'] = { 0, 1, 0, 1 },
+      ['@test.lua:7'] = { 128, 1, 1, 0 },
+      [BEFORE] = { -100, 0, 0, 1 },
+      ['TRACE [1] started at @test.lua:5'] = { 16, 1, 0, 0 },
+      ['io_write'] = { 0, 1, 0, 1 },
+    }, heap_by_name(result))
+    assert.are.equal(172, result.heap.total)
+  end)
+
+  it('lists the live blocks with the site that gave them their size',
+    function()
+      local blocks = run(crafted()).heap:live_blocks()
+      local list = {}
+      for i, block in ipairs(blocks) do
+        list[i] = { block.addr, block.size, block.site.name }
+      end
+      assert.are.same({
+        { 0x2000, 64, '@test.lua:5' },
+        { 0x3000, 64, '@test.lua:5' },
+        { 0x5000, 128, '@test.lua:7' },
+        { 0x6000, 16, 'TRACE [1] started at @test.lua:5' },
+      }, list)
+    end)
+
+  it('charges blocks released but never allocated to a pseudo-site',
+    function()
+      local s = B.new():events()
+      s:free(B.internal(), 0x10, 40):realloc(B.internal(), 0x20, 8, 0x30, 16)
+      s:free(B.internal(), 0x30, 16):epilogue()
+      local result = run(s)
+      assert.are.same({ [BEFORE] = { -48, 0, 0, 2 },
+        INTERNAL = { 0, 1, 1, 1 } }, heap_by_name(result))
+      assert.are.equal(-48, result.heap.total)
+    end)
+
+  it('follows a block through several reallocations', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 1):events()
+    s:alloc(B.lua(0x100, 1), 0xa0, 10)
+    s:realloc(B.lua(0x100, 2), 0xa0, 10, 0xb0, 20)
+    s:realloc(B.lua(0x100, 3), 0xb0, 20, 0xa0, 40)
+    s:realloc(B.lua(0x100, 3), 0xa0, 40, 0xa0, 80) -- grown in place
+    s:epilogue()
+    local result = run(s)
+    assert.are.same({
+      ['@a.lua:1'] = { 0, 1, 0, 1 },
+      ['@a.lua:2'] = { 0, 1, 1, 1 },
+      ['@a.lua:3'] = { 80, 2, 2, 1 },
+    }, heap_by_name(result))
+    local blocks = result.heap:live_blocks()
+    assert.are.equal(1, #blocks)
+    assert.are.same({ 0xa0, 80, '@a.lua:3' }, { blocks[1].addr,
+      blocks[1].size, blocks[1].site.name })
+  end)
+end)
+
+describe('sites pass', function()
+  it('counts events and bytes per kind and site, with overrides', function()
+    local result = run(crafted())
+    assert.are.same({
+      ['@test.lua:5'] = { 3, 192, 0, overrides = {} },
+      ['@test.lua:6'] = { 1, 32, 0, overrides = {} },
+      ['TRACE [1] started at @test.lua:5'] = { 1, 16, 0, overrides = {} },
+      ['io_write'] = { 1, 48, 0, overrides = {} },
+    }, sites_by_name(result, 'alloc'))
+    assert.are.same({
+      ['@test.lua:7'] = { 1, 128, 32, overrides = { ['@test.lua:6'] = 1 } },
+    }, sites_by_name(result, 'realloc'))
+    assert.are.same({
+      INTERNAL = { 2, 0, 164, overrides = { ['@test.lua:5'] = 1,
+        [BEFORE] = 1 } },
+      io_write = { 1, 0, 48, overrides = { io_write = 1 } },
+    }, sites_by_name(result, 'free'))
+  end)
+
+  it('keeps records in order of first appearance', function()
+    local records = run(crafted()).sites.kinds.alloc
+    local list = {}
+    for i, record in ipairs(records) do
+      list[i] = record.site.name
+    end
+    assert.are.same({ '@test.lua:5', '@test.lua:6',
+      'TRACE [1] started at @test.lua:5', 'io_write' }, list)
+  end)
+end)
+
+describe('analyze.run', function()
+  it('feeds extra passes every event with the owner of released blocks',
+    function()
+      local seen = {}
+      local pass = {
+        feed = function(_, ev, owner)
+          seen[#seen + 1] = ev.kind .. ' ' .. ev.site.name .. ' ' ..
+            (owner and owner.name or '-')
+        end,
+        finish = function(_, stream)
+          return { events = stream.events }
+        end,
+      }
+      local result = run(crafted(), { passes = { { name = 'log', pass = pass } } })
+      assert.are.same({
+        'alloc @test.lua:5 -', 'alloc @test.lua:5 -', 'alloc @test.lua:5 -',
+        'alloc @test.lua:6 -', 'realloc @test.lua:7 @test.lua:6',
+        'free INTERNAL @test.lua:5', 'free INTERNAL ' .. BEFORE,
+        'alloc TRACE [1] started at @test.lua:5 -', 'alloc io_write -',
+        'free io_write io_write',
+      }, seen)
+      assert.are.same({ events = 10 }, result.log)
+      assert.is_table(result.sites)
+      assert.is_table(result.heap)
+      assert.are.equal('out.bin', result.stream.name)
+    end)
+
+  it('stops at a truncated stream and keeps its warning', function()
+    local bytes = crafted():bytes()
+    local stream = reader.from_string(bytes:sub(1, -3), 'out.bin')
+    local result = analyze.run(stream)
+    assert.are.equal(9, result.stream.events)
+    assert.matches('in the middle of an event', result.stream.warning)
+  end)
+end)
+
+-- The holds invariant on random streams ------------------------------------
+
+-- A deterministic generator (Park-Miller), the same under LuaJIT and Lua 5.1.
+local function random_generator(seed)
+  local state = seed
+  return function(n)
+    state = state * 16807 % 2147483647
+    return state % n + 1
+  end
+end
+
+-- A random stream of `count` events, with the results a correct analysis
+-- must give, computed here independently by following the blocks.
+local function random_stream(seed, count)
+  local random = random_generator(seed)
+  local s = B.new()
+  local names = { lua = {}, c = {}, trace = {} }
+  local protos = { 0x1000, 0x2000, 0x3000, 0x4000 }
+  local generation = 0
+  local function define_lfunc(addr, as_event)
+    generation = generation + 1
+    local chunkname = ('@gen%d.lua'):format(generation)
+    names.lua[addr] = chunkname
+    if as_event then
+      s:define_lfunc(addr, chunkname, 1)
+    else
+      s:lfunc(addr, chunkname, 1)
+    end
+  end
+  local function define_cfunc(addr, as_event)
+    generation = generation + 1
+    local name = 'cfunc' .. generation
+    names.c[addr] = name
+    if as_event then
+      s:define_cfunc(addr, name)
+    else
+      s:cfunc(addr, name)
+    end
+  end
+  local function define_trace(traceno)
+    local proto, line = protos[random(#protos)], random(50)
+    names.trace[traceno] = ('TRACE [%d] started at %s:%d'):format(traceno,
+      names.lua[proto], line)
+    s:define_trace(traceno, proto, line)
+  end
+  for _, addr in ipairs(protos) do
+    define_lfunc(addr, false)
+  end
+  define_cfunc(0x10000, false)
+  define_cfunc(0x20000, false)
+  s:events()
+  for traceno = 1, 3 do
+    define_trace(traceno)
+  end
+
+  local function location()
+    local pick = random(10)
+    if pick <= 3 then
+      return B.internal(), 'INTERNAL'
+    elseif pick <= 7 then
+      local addr, line = protos[random(#protos)], random(30)
+      return B.lua(addr, line), names.lua[addr] .. ':' .. line
+    elseif pick <= 8 then
+      local addr = random(2) * 0x10000
+      return B.c(addr), names.c[addr]
+    else
+      local traceno = random(3)
+      return B.trace(traceno), names.trace[traceno]
+    end
+  end
+
+  local expected = { total = 0, holds = {}, live = {}, kinds = {
+    alloc = {}, realloc = {}, free = {} } }
+  local owner_of, size_of = {}, {}
+  local live_addrs = {}
+  local next_addr, free_addrs = 0x7f0000000000, {}
+  local function charge(name, bytes)
+    expected.holds[name] = (expected.holds[name] or 0) + bytes
+  end
+  local function tally(kind, name, plus, minus)
+    local row = expected.kinds[kind][name] or { 0, 0, 0 }
+    row[1], row[2], row[3] = row[1] + 1, row[2] + plus, row[3] + minus
+    expected.kinds[kind][name] = row
+  end
+  local function new_block(name, size)
+    local addr
+    if #free_addrs > 0 and random(2) == 1 then
+      addr = table.remove(free_addrs)
+    else
+      next_addr = next_addr + 16 * random(100)
+      addr = next_addr
+    end
+    owner_of[addr], size_of[addr] = name, size
+    live_addrs[#live_addrs + 1] = addr
+    charge(name, size)
+    return addr
+  end
+  -- A block to release: a live one, or one from before the profile.
+  local function old_block()
+    if #live_addrs == 0 or random(8) == 1 then
+      return 0x100000 + 16 * random(1000), random(500), BEFORE
+    end
+    local i = random(#live_addrs)
+    local addr = live_addrs[i]
+    live_addrs[i] = live_addrs[#live_addrs]
+    live_addrs[#live_addrs] = nil
+    local owner, size = owner_of[addr], size_of[addr]
+    owner_of[addr], size_of[addr] = nil, nil
+    free_addrs[#free_addrs + 1] = addr
+    return addr, size, owner
+  end
+
+  for _ = 1, count do
+    local action = random(20)
+    if action == 1 then
+      define_lfunc(protos[random(#protos)], true)
+    elseif action == 2 then
+      define_cfunc(random(2) * 0x10000, true)
+    elseif action == 3 then
+      define_trace(random(3))
+    end
+    local loc, name = location()
+    local kind = random(10)
+    if kind <= 5 then
+      local size = random(2000)
+      s:alloc(loc, new_block(name, size), size)
+      tally('alloc', name, size, 0)
+      expected.total = expected.total + size
+    elseif kind <= 7 then
+      local oaddr, osize, owner = old_block()
+      charge(owner, -osize)
+      local nsize = random(4000)
+      local naddr = new_block(name, nsize)
+      s:realloc(loc, oaddr, osize, naddr, nsize)
+      tally('realloc', name, nsize, osize)
+      expected.total = expected.total + nsize - osize
+    else
+      local oaddr, osize, owner = old_block()
+      charge(owner, -osize)
+      s:free(loc, oaddr, osize)
+      tally('free', name, 0, osize)
+      expected.total = expected.total - osize
+    end
+  end
+  if random(2) == 1 then
+    s:epilogue()
+  end
+  for addr, name in pairs(owner_of) do
+    expected.live[#expected.live + 1] = { addr, size_of[addr], name }
+  end
+  table.sort(expected.live, function(a, b) return a[1] < b[1] end)
+  return s, expected
+end
+
+describe('the holds invariant', function()
+  for _, seed in ipairs({ 1, 42, 20240521, 987654321 }) do
+    it('holds on a random stream (seed ' .. seed .. ')', function()
+      local s, expected = random_stream(seed, 700)
+      local result = run(s)
+      assert.are.equal(700, result.stream.events)
+
+      -- The total from the events, computed here independently.
+      local from_events = 0
+      local stream = reader.from_string(s:bytes())
+      for ev in stream:each() do
+        from_events = from_events + ev.nsize - ev.osize
+      end
+      assert.are.equal(expected.total, from_events)
+
+      local sum, negative = 0, 0
+      for _, stats in ipairs(result.heap.sites) do
+        sum = sum + stats.holds
+        if stats.holds < 0 then
+          negative = negative + 1
+        end
+      end
+      assert.are.equal(expected.total, sum)
+      assert.are.equal(expected.total, result.heap.total)
+      assert.is_true(negative > 0) -- the pseudo-site at least
+
+      local holds = {}
+      for name, row in pairs(heap_by_name(result)) do
+        if row[1] ~= 0 then
+          holds[name] = row[1]
+        end
+      end
+      local expected_holds = {}
+      for name, bytes in pairs(expected.holds) do
+        if bytes ~= 0 then
+          expected_holds[name] = bytes
+        end
+      end
+      assert.are.same(expected_holds, holds)
+
+      for kind, rows in pairs(expected.kinds) do
+        local got = {}
+        for name, row in pairs(sites_by_name(result, kind)) do
+          got[name] = { row[1], row[2], row[3] }
+        end
+        assert.are.same(rows, got)
+      end
+
+      local live = {}
+      for i, block in ipairs(result.heap:live_blocks()) do
+        live[i] = { block.addr, block.size, block.site.name }
+      end
+      assert.are.same(expected.live, live)
+    end)
+  end
+end)

@@ -1,0 +1,266 @@
+-- Specs for bin/memprof-report and memprof.cli.  Run from the top of the
+-- source tree (the command is run as ./bin/memprof-report).
+
+local cli = require('memprof.cli')
+local B = require('helpers.stream_builder')
+
+local COMMAND = './bin/memprof-report'
+
+local function write_file(path, bytes)
+  local file = assert(io.open(path, 'wb'))
+  file:write(bytes)
+  file:close()
+end
+
+local function read_file(path)
+  local file = assert(io.open(path, 'rb'))
+  local data = file:read('*a')
+  file:close()
+  return data
+end
+
+local function quote(word)
+  return "'" .. word:gsub("'", "'\\''") .. "'"
+end
+
+-- Run a shell command line; returns exit code, stdout, stderr.
+local function run(command_line)
+  local err_path = os.tmpname()
+  local pipe = assert(io.popen(command_line .. ' 2>' .. err_path ..
+    '; echo "exit:$?"'))
+  local output = pipe:read('*a')
+  pipe:close()
+  local stderr = read_file(err_path)
+  os.remove(err_path)
+  local stdout, code = output:match('^(.*)exit:(%d+)\n$')
+  return tonumber(code), stdout, stderr
+end
+
+local function report(...)
+  local words = { COMMAND }
+  for i = 1, select('#', ...) do
+    words[#words + 1] = quote((select(i, ...)))
+  end
+  return run(table.concat(words, ' '))
+end
+
+local function profile()
+  local s = B.new():lfunc(0x100, '@app.lua', 1):events()
+  s:alloc(B.lua(0x100, 3), 0x10, 2048)
+  s:alloc(B.lua(0x100, 4), 0x20, 100)
+  s:free(B.internal(), 0x20, 100)
+  return s
+end
+
+local LEAKS = [[
+HEAP SUMMARY:
+@app.lua:3 holds 2KiB: 1 allocs, 0 frees
+TOTAL holds 2KiB (net bytes of the stream)
+
+]]
+
+describe('memprof-report', function()
+  local path, paths
+
+  before_each(function()
+    paths = {}
+    path = os.tmpname()
+    paths[1] = path
+    write_file(path, profile():epilogue():bytes())
+  end)
+
+  after_each(function()
+    for _, p in ipairs(paths) do
+      os.remove(p)
+    end
+  end)
+
+  local function another_file(bytes)
+    local p = os.tmpname()
+    paths[#paths + 1] = p
+    write_file(p, bytes)
+    return p
+  end
+
+  it('prints the report and exits with 0', function()
+    local code, stdout, stderr = report(path)
+    assert.are.equal(0, code)
+    assert.are.equal('', stderr)
+    assert.are.equal([[
+ALLOCATIONS
+@app.lua:3: 1 events	+2048B	-0B
+@app.lua:4: 1 events	+100B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+INTERNAL: 1 events	+0B	-100B
+	Overrides:
+		@app.lua:4
+
+HEAP SUMMARY:
+@app.lua:3 holds 2048B: 1 allocs, 0 frees
+TOTAL holds 2048B (net bytes of the stream)
+
+]], stdout)
+  end)
+
+  it('takes --leak-only and --human-readable, before or after the file',
+    function()
+      local code, stdout, stderr = report('--leak-only', path,
+        '--human-readable')
+      assert.are.equal(0, code)
+      assert.are.equal('', stderr)
+      assert.are.equal(LEAKS, stdout)
+    end)
+
+  it('prints its usage with --help and -h', function()
+    for _, word in ipairs({ '--help', '-h' }) do
+      local code, stdout, stderr = report(word)
+      assert.are.equal(0, code)
+      assert.are.equal('', stderr)
+      assert.matches('^Usage: memprof%-report %[OPTIONS%] FILE\n', stdout)
+      assert.matches('%-%-leak%-only', stdout)
+      assert.matches('%-%-human%-readable', stdout)
+    end
+  end)
+
+  it('rejects bad command lines with exit code 1', function()
+    local cases = {
+      { { '--bogus', path }, "memprof-report: unknown option '--bogus' (see --help)\n" },
+      { { '-x', path }, "memprof-report: unknown option '-x' (see --help)\n" },
+      { { '--leak-only=yes', path },
+        "memprof-report: option '--leak-only' takes no value (see --help)\n" },
+      { {}, 'memprof-report: no profile file given (see --help)\n' },
+      { { path, path }, 'memprof-report: give exactly one profile file ' ..
+        '(see --help)\n' },
+    }
+    for _, case in ipairs(cases) do
+      local code, stdout, stderr = report(unpack(case[1]))
+      assert.are.equal(1, code)
+      assert.are.equal('', stdout)
+      assert.are.equal(case[2], stderr)
+    end
+  end)
+
+  it('says why a file cannot be read', function()
+    local code, stdout, stderr = report('/nonexistent/out.bin')
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: /nonexistent/out.bin: No such file ' ..
+      'or directory\n', stderr)
+  end)
+
+  it('reports parse errors with the offset', function()
+    local bad = another_file('xyz\3\0\0\0\128ljm\3\0\0\0\128')
+    local code, stdout, stderr = report(bad)
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: ' .. bad .. ": byte 0: expected the " ..
+      "symbol table magic 'ljs', found 'xyz'\n", stderr)
+
+    local s = profile()
+    local at = s:size()
+    local bad_header = another_file(s:raw('\90'):epilogue():bytes())
+    code, stdout, stderr = report(bad_header)
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal(('memprof-report: %s: byte %d: expected an event ' ..
+      'header (0x00-0x13 or 0x80), found 0x5a\n'):format(bad_header, at),
+      stderr)
+  end)
+
+  it('warns about a truncated profile and still reports it', function()
+    local cut = another_file(profile():bytes())
+    local code, stdout, stderr = report('--leak-only', '--human-readable', cut)
+    assert.are.equal(0, code)
+    assert.are.equal(LEAKS, stdout)
+    assert.are.equal('memprof-report: warning: ' .. cut .. ': the stream ' ..
+      'has no epilogue (the profile was not stopped cleanly); the report ' ..
+      'covers all 3 events\n', stderr)
+
+    local bytes = profile():epilogue():bytes()
+    local mid = another_file(bytes:sub(1, -3))
+    code, stdout, stderr = report('--leak-only', mid)
+    assert.are.equal(0, code)
+    assert.matches('^HEAP SUMMARY:\n', stdout)
+    assert.are.equal(('memprof-report: warning: %s: the stream ends at ' ..
+      'byte %d in the middle of an event (expected the size of a freed ' ..
+      'block); the report covers the 2 events before it\n'):format(mid,
+      #bytes - 2), stderr)
+  end)
+
+  it('reads a file whose name starts with a dash after --', function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute('mkdir ' .. quote(dir))
+    local dashed = dir .. '/-profile.bin'
+    write_file(dashed, profile():epilogue():bytes())
+    local code, stdout = run('cd ' .. quote(dir) .. ' && ' ..
+      quote(os.getenv('PWD') .. '/bin/memprof-report') ..
+      ' --leak-only --human-readable -- -profile.bin')
+    os.remove(dashed)
+    os.remove(dir)
+    assert.are.equal(0, code)
+    assert.are.equal(LEAKS, stdout)
+  end)
+
+  it('finds its library when installed under a prefix', function()
+    local prefix = os.tmpname()
+    os.remove(prefix)
+    local lib = prefix .. '/share/lua/5.1/memprof'
+    local setup = table.concat({
+      'mkdir -p ' .. quote(prefix .. '/bin') .. ' ' .. quote(lib .. '/report'),
+      'cp bin/memprof-report ' .. quote(prefix .. '/bin/'),
+      'cp lua/memprof/*.lua ' .. quote(lib .. '/'),
+      'cp lua/memprof/report/*.lua ' .. quote(lib .. '/report/'),
+    }, ' && ')
+    local code = run(setup)
+    assert.are.equal(0, code)
+    -- From another directory, with no LUA_PATH pointing at the tree.
+    local stdout
+    code, stdout = run('cd / && env -u LUA_PATH ' ..
+      quote(prefix .. '/bin/memprof-report') .. ' --leak-only ' ..
+      '--human-readable ' .. quote(path))
+    run('rm -rf ' .. quote(prefix))
+    assert.are.equal(0, code)
+    assert.are.equal(LEAKS, stdout)
+  end)
+end)
+
+describe('cli.parse', function()
+  it('separates options from files', function()
+    local opts, files = cli.parse({ 'a.bin', '--leak-only', '--', '--x' })
+    assert.are.same({ leak_only = true }, opts)
+    assert.are.same({ 'a.bin', '--x' }, files)
+  end)
+
+  it('takes options with values once they are described', function()
+    table.insert(cli.OPTIONS, { name = 'top', value = 'N', key = 'top',
+      help = 'show the N biggest sites',
+      check = function(value)
+        return tonumber(value), 'expected a number, found ' .. value
+      end })
+    local ok, err = pcall(function()
+      assert.are.same({ { top = 5 }, { 'f' } }, { cli.parse({ '--top', '5', 'f' }) })
+      assert.are.same({ { top = 7 }, { 'f' } }, { cli.parse({ 'f', '--top=7' }) })
+      assert.are.same({ nil, "option '--top' needs a value (N)" },
+        { cli.parse({ '--top' }) })
+      assert.are.same({ nil, "option '--top': expected a number, found x" },
+        { cli.parse({ '--top=x' }) })
+    end)
+    table.remove(cli.OPTIONS)
+    assert(ok, err)
+  end)
+
+  it('returns exit codes from main', function()
+    local out = { data = '', write = function(self, ...)
+      self.data = self.data .. table.concat({ ... })
+    end }
+    local err = { data = '', write = out.write }
+    assert.are.equal(1, cli.main({ '--nope' }, out, err))
+    assert.are.equal("memprof-report: unknown option '--nope' (see --help)\n",
+      err.data)
+    assert.are.equal(0, cli.main({ '--help' }, out, err))
+  end)
+end)

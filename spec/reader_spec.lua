@@ -1,0 +1,528 @@
+-- Specs for memprof.reader.  Runs under LuaJIT and plain Lua 5.1:
+--   LUA_PATH='./lua/?.lua;./spec/?.lua;;' luajit /usr/bin/busted spec/reader_spec.lua
+--   LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 /usr/bin/busted spec/reader_spec.lua
+
+local reader = require('memprof.reader')
+local B = require('helpers.stream_builder')
+
+-- Ways of reading: both byte fetchers (FFI only under LuaJIT), and tiny
+-- chunks so that events straddle chunk boundaries.
+local MODES = {
+  { label = 'plain decoder', opts = { plain = true } },
+  { label = 'plain decoder, 1-byte chunks', opts = { plain = true, chunk_size = 1 } },
+  { label = 'plain decoder, 5-byte chunks', opts = { plain = true, chunk_size = 5 } },
+}
+if jit then
+  MODES[#MODES + 1] = { label = 'ffi decoder', opts = {} }
+  MODES[#MODES + 1] = { label = 'ffi decoder, 1-byte chunks', opts = { chunk_size = 1 } }
+  MODES[#MODES + 1] = { label = 'ffi decoder, 7-byte chunks', opts = { chunk_size = 7 } }
+end
+
+-- Copy the reused event tables into plain records.
+local function collect(stream)
+  local events = {}
+  for ev in stream:each() do
+    events[#events + 1] = { kind = ev.kind, site = ev.site, name = ev.site.name,
+      naddr = ev.naddr, nsize = ev.nsize, oaddr = ev.oaddr, osize = ev.osize,
+      offset = ev.offset }
+  end
+  return events
+end
+
+local function names(events)
+  local list = {}
+  for i, ev in ipairs(events) do
+    list[i] = ev.name
+  end
+  return list
+end
+
+local function open_error(bytes, opts)
+  local ok, err = pcall(reader.from_string, bytes, 'out.bin', opts)
+  assert.is_false(ok)
+  return err
+end
+
+local ADDR = 0x7f1234567000 -- a 47-bit address: 7 bytes of ULEB128
+
+for _, mode in ipairs(MODES) do
+  local function open(bytes)
+    return reader.from_string(bytes, 'out.bin', mode.opts)
+  end
+
+  describe('reader (' .. mode.label .. ')', function()
+    it('decodes every kind of event from every source', function()
+      local s = B.new():lfunc(0x100, '@test.lua', 1):cfunc(0x5000, 'malloc')
+        :trace(3, 0x100, 4):events()
+      local offsets = {}
+      offsets[1] = s:size()
+      s:alloc(B.internal(), ADDR, 64)
+      offsets[2] = s:size()
+      s:alloc(B.lua(0x100, 5), ADDR + 64, 300)
+      offsets[3] = s:size()
+      s:realloc(B.c(0x5000), ADDR, 64, ADDR + 4096, 128)
+      offsets[4] = s:size()
+      s:free(B.trace(3), ADDR + 64, 300)
+      s:epilogue()
+      local stream = open(s:bytes())
+      local events = collect(stream)
+      assert.are.same({
+        { kind = 'alloc', site = events[1].site, name = 'INTERNAL',
+          naddr = ADDR, nsize = 64, oaddr = 0, osize = 0, offset = offsets[1] },
+        { kind = 'alloc', site = events[2].site, name = '@test.lua:5',
+          naddr = ADDR + 64, nsize = 300, oaddr = 0, osize = 0,
+          offset = offsets[2] },
+        { kind = 'realloc', site = events[3].site, name = 'malloc',
+          naddr = ADDR + 4096, nsize = 128, oaddr = ADDR, osize = 64,
+          offset = offsets[3] },
+        { kind = 'free', site = events[4].site, name =
+          'TRACE [3] started at @test.lua:4', naddr = 0, nsize = 0,
+          oaddr = ADDR + 64, osize = 300, offset = offsets[4] },
+      }, events)
+      assert.are.equal('internal', events[1].site.source)
+      assert.are.same({ 'lua', '@test.lua', 5 }, { events[2].site.source,
+        events[2].site.chunkname, events[2].site.line })
+      assert.are.same({ 'c', 0x5000 }, { events[3].site.source,
+        events[3].site.addr })
+      assert.are.same({ 'trace', 3 }, { events[4].site.source,
+        events[4].site.traceno })
+      assert.is_nil(stream.warning)
+      assert.are.equal(4, stream.events)
+      assert.are.equal(#s:bytes(), stream.bytes_read)
+      assert.are.equal(3, stream.version)
+      assert.are.equal(3, stream.symtab_version)
+      assert.are.equal('out.bin', stream.name)
+      assert.is_nil(stream:next())
+    end)
+
+    it('interns sites: one table per symbol and line, ids dense from 1',
+      function()
+        local s = B.new():events():define_lfunc(0x100, '@a.lua', 1)
+        s:alloc(B.lua(0x100, 5), 1, 1):alloc(B.internal(), 2, 1)
+        s:alloc(B.lua(0x100, 5), 3, 1):alloc(B.lua(0x100, 6), 4, 1)
+        s:free(B.internal(), 2, 1):epilogue()
+        local stream = open(s:bytes())
+        local events = collect(stream)
+        assert.are.equal(events[1].site, events[3].site)
+        assert.are.equal(events[2].site, events[5].site)
+        assert.are_not.equal(events[1].site, events[4].site)
+        assert.are.same({ 1, 2, 1, 3, 2 }, { events[1].site.id,
+          events[2].site.id, events[3].site.id, events[4].site.id,
+          events[5].site.id })
+        assert.are.equal(3, #stream.sites)
+        for id, site in ipairs(stream.sites) do
+          assert.are.equal(id, site.id)
+        end
+      end)
+
+    it('reads symbols given lazily by symbol events', function()
+      local s = B.new():events()
+      s:define_lfunc(0x200, '=stdin', 1):alloc(B.lua(0x200, 3), 1, 8)
+      s:define_cfunc(0x300, 'io_write'):alloc(B.c(0x300), 2, 8)
+      s:define_trace(7, 0x200, 2):alloc(B.trace(7), 3, 8)
+      s:epilogue()
+      assert.are.same({ '=stdin:3', 'io_write',
+        'TRACE [7] started at =stdin:2' }, names(collect(open(s:bytes()))))
+    end)
+
+    it('reads large numbers exactly', function()
+      local big = 2 ^ 52 + 1
+      local s = B.new():events():alloc(B.internal(), big, 2 ^ 40 + 3)
+        :free(B.internal(), 2 ^ 47 - 1, 0):epilogue()
+      local events = collect(open(s:bytes()))
+      assert.are.equal(big, events[1].naddr)
+      assert.are.equal(2 ^ 40 + 3, events[1].nsize)
+      assert.are.equal(2 ^ 47 - 1, events[2].oaddr)
+    end)
+
+    it('gives a redefined address a new symbol; earlier events keep the old name',
+      function()
+        local s = B.new():lfunc(0x100, '@old.lua', 1):cfunc(0x500, 'old_c')
+          :events()
+        s:alloc(B.lua(0x100, 3), 1, 8):alloc(B.c(0x500), 2, 8)
+        s:define_lfunc(0x100, '@new.lua', 1):define_cfunc(0x500, 'new_c')
+        s:alloc(B.lua(0x100, 3), 3, 8):alloc(B.c(0x500), 4, 8)
+        s:epilogue()
+        local events = collect(open(s:bytes()))
+        assert.are.same({ '@old.lua:3', 'old_c', '@new.lua:3', 'new_c' },
+          names(events))
+        assert.are_not.equal(events[1].site, events[3].site)
+        assert.are.equal('@old.lua:3', events[1].site.name)
+      end)
+
+    it('renumbers traces: a new trace symbol replaces the old one', function()
+      local s = B.new():lfunc(0x100, '@a.lua', 1):lfunc(0x200, '@b.lua', 1)
+        :trace(1, 0x100, 10):events()
+      s:alloc(B.trace(1), 1, 8):alloc(B.trace(2), 2, 8)
+      s:define_trace(1, 0x200, 20):define_trace(2, 0x100, 30)
+      s:alloc(B.trace(1), 3, 8):alloc(B.trace(2), 4, 8)
+      s:epilogue()
+      assert.are.same({ 'TRACE [1] started at @a.lua:10', 'TRACE [2]',
+        'TRACE [1] started at @b.lua:20', 'TRACE [2] started at @a.lua:30' },
+        names(collect(open(s:bytes()))))
+    end)
+
+    it('names a trace by the function at its address when it was defined',
+      function()
+        local s = B.new():lfunc(0x100, '@a.lua', 1):trace(1, 0x100, 10)
+          :events()
+        s:define_lfunc(0x100, '@b.lua', 1):alloc(B.trace(1), 1, 8):epilogue()
+        assert.are.same({ 'TRACE [1] started at @a.lua:10' },
+          names(collect(open(s:bytes()))))
+      end)
+
+    it('resolves C addresses to the nearest symbol below (Tarantool symtab)',
+      function()
+        local s = B.new()
+        -- An ELF-like table: 500 symbols, 0x40 bytes apart, out of order.
+        for i = 499, 0, -1 do
+          s:cfunc(0x400000 + i * 0x40, 'sym' .. i)
+        end
+        s:events()
+        s:alloc(B.c(0x400000 + 17 * 0x40), 1, 8)        -- exact
+        s:alloc(B.c(0x400000 + 17 * 0x40 + 0x1c), 2, 8) -- inside sym17
+        s:alloc(B.c(0x400000 + 499 * 0x40 + 0x1000), 3, 8) -- past the last
+        s:alloc(B.c(0x3fffff), 4, 8)                    -- below them all
+        s:alloc(B.c(0x400000 + 17 * 0x40 + 0x1c), 5, 8)
+        s:define_cfunc(0x400000 + 17 * 0x40 + 0x10, 'late')
+        s:alloc(B.c(0x400000 + 17 * 0x40 + 0x1c), 6, 8) -- now inside late
+        s:epilogue()
+        local events = collect(open(s:bytes()))
+        assert.are.same({ 'sym17', 'sym17+0x1c', 'sym499+0x1000',
+          'CFUNC 0x3fffff', 'sym17+0x1c', 'late+0xc' }, names(events))
+        assert.are.equal(events[2].site, events[5].site)
+      end)
+
+    it('names functions the stream never described', function()
+      local s = B.new():events():alloc(B.lua(0xabc0, 9), 1, 8)
+        :alloc(B.c(0xdef0), 2, 8):alloc(B.trace(4), 3, 8):epilogue()
+      local events = collect(open(s:bytes()))
+      assert.are.same({ 'LFUNC 0xabc0:9', 'CFUNC 0xdef0', 'TRACE [4]' },
+        names(events))
+      assert.is_nil(events[1].site.chunkname)
+    end)
+
+    it('gives multi-line chunk names aliases, numbered by first use',
+      function()
+        local first = 'local t = {}\nfor i = 1, 10 do t[i] = i end\n'
+        local second = 'return {\n  x = 1 }'
+        local s = B.new():lfunc(0x100, first, 0):lfunc(0x200, second, 0)
+          :trace(1, 0x100, 2):events()
+        s:alloc(B.lua(0x200, 1), 1, 8):alloc(B.lua(0x100, 2), 2, 8)
+        s:alloc(B.lua(0x200, 2), 3, 8):alloc(B.trace(1), 4, 8):epilogue()
+        local stream = open(s:bytes())
+        local events = collect(stream)
+        assert.are.same({ 'function_alias_1:1', 'function_alias_2:2',
+          'function_alias_1:2', 'TRACE [1] started at function_alias_2:2' },
+          names(events))
+        assert.are.same({ { name = 'function_alias_1', chunkname = second },
+          { name = 'function_alias_2', chunkname = first } }, stream.aliases)
+        assert.are.same({ 'function_alias_1', 'function_alias_2',
+          'function_alias_1', 'function_alias_2' }, { events[1].site.alias,
+          events[2].site.alias, events[3].site.alias, events[4].site.alias })
+        assert.are.equal(second, events[1].site.chunkname)
+      end)
+
+    it('warns when the stream has no epilogue', function()
+      local s = B.new():events():alloc(B.internal(), 1, 8)
+        :free(B.internal(), 1, 8)
+      local stream = open(s:bytes())
+      assert.are.equal(2, #collect(stream))
+      assert.are.equal('out.bin: the stream has no epilogue (the profile ' ..
+        'was not stopped cleanly); the report covers all 2 events',
+        stream.warning)
+      assert.are.equal(#s:bytes(), stream.bytes_read)
+    end)
+
+    it('warns about an empty event stream without epilogue', function()
+      local stream = open(B.new():events():bytes())
+      assert.is_nil(stream:next())
+      assert.are.equal('out.bin: the stream has no epilogue (the profile ' ..
+        'was not stopped cleanly); the report covers all 0 events',
+        stream.warning)
+    end)
+
+    it('warns about bytes after the epilogue', function()
+      local s = B.new():events():alloc(B.internal(), 1, 8)
+      local at = s:size()
+      s:epilogue():raw('junk')
+      local stream = open(s:bytes())
+      assert.are.equal(1, #collect(stream))
+      assert.are.equal(('out.bin: the stream has 4 bytes after its ' ..
+        'epilogue at byte %d; they were ignored'):format(at), stream.warning)
+    end)
+
+    it('delivers every event before a cut and says which field was cut',
+      function()
+        local s = B.new():events():alloc(B.internal(), 1, 8)
+          :alloc(B.internal(), 2, 8)
+        local prefix = s:bytes()
+        -- Cut a free event (Lua source) in the size of the freed block.
+        local event = B.new():events():free(B.lua(ADDR, 5), ADDR, 1000)
+          :bytes():sub(16)
+        local stream = open(prefix .. event:sub(1, #event - 1))
+        assert.are.equal(2, #collect(stream))
+        assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+          'middle of an event (expected the size of a freed block); the ' ..
+          'report covers the 2 events before it'):format(#prefix + #event - 1),
+          stream.warning)
+      end)
+  end)
+end
+
+-- Every cut inside every kind of event ------------------------------------
+
+-- An event as a list of fields: { what, encoded bytes }.
+local function fields_of(header, list)
+  local fields = { { 'an event header', string.char(header) } }
+  for _, field in ipairs(list) do
+    local bytes = type(field[2]) == 'string' and field[2] or B.uleb(field[2])
+    fields[#fields + 1] = { field[1], bytes }
+  end
+  return fields
+end
+
+local LUA = { { 'the address of a Lua function', ADDR }, { 'a line number', 300 } }
+local C = { { 'the address of a C function', ADDR + 8 } }
+local TRACE = { { 'a trace number', 200 } }
+
+local function with(loc, rest)
+  local list = {}
+  for _, field in ipairs(loc) do
+    list[#list + 1] = field
+  end
+  for _, field in ipairs(rest) do
+    list[#list + 1] = field
+  end
+  return list
+end
+
+local ALLOC = { { 'the address of an allocated block', ADDR },
+  { 'the size of an allocated block', 20000 } }
+local FREE = { { 'the address of a freed block', ADDR },
+  { 'the size of a freed block', 20000 } }
+local REALLOC = { { 'the old address of a reallocated block', ADDR },
+  { 'the old size of a reallocated block', 20000 },
+  { 'the new address of a reallocated block', ADDR + 0x100000 },
+  { 'the new size of a reallocated block', 40000 } }
+
+local CUT_EVENTS = {
+  { 'internal alloc', fields_of(0x05, ALLOC) },
+  { 'Lua alloc', fields_of(0x09, with(LUA, ALLOC)) },
+  { 'C alloc', fields_of(0x0d, with(C, ALLOC)) },
+  { 'trace alloc', fields_of(0x11, with(TRACE, ALLOC)) },
+  { 'internal free', fields_of(0x06, FREE) },
+  { 'Lua free', fields_of(0x0a, with(LUA, FREE)) },
+  { 'internal realloc', fields_of(0x07, REALLOC) },
+  { 'Lua realloc', fields_of(0x0b, with(LUA, REALLOC)) },
+  { 'trace realloc', fields_of(0x13, with(TRACE, REALLOC)) },
+  { 'Lua function symbol', fields_of(0x08, {
+    { 'the address of a Lua function', ADDR },
+    { 'the length of a chunk name', 9 }, { 'a chunk name', '@file.lua' },
+    { 'the first line of a Lua function', 200 } }) },
+  { 'C function symbol', fields_of(0x0c, {
+    { 'the address of a C function', ADDR },
+    { 'the length of the name of a C function', 8 },
+    { 'the name of a C function', 'io_write' } }) },
+  { 'trace symbol', fields_of(0x10, { { 'a trace number', 300 },
+    { 'the address of the Lua function of a trace', ADDR },
+    { 'the start line of a trace', 1000 } }) },
+}
+
+describe('reader truncation', function()
+  local prefix_builder = B.new():lfunc(ADDR, '@x.lua', 1):events()
+    :alloc(B.internal(), 1, 8):alloc(B.lua(ADDR, 2), 2, 8)
+    :free(B.internal(), 1, 8)
+  local prefix = prefix_builder:bytes()
+
+  for _, case in ipairs(CUT_EVENTS) do
+    local label, fields = case[1], case[2]
+    local parts = {}
+    for i, field in ipairs(fields) do
+      parts[i] = field[2]
+    end
+    local event = table.concat(parts)
+
+    it('cut anywhere inside a ' .. label .. ' event', function()
+      -- The whole event decodes (the layout is right)...
+      local whole = reader.from_string(prefix .. event, 'out.bin')
+      local count = #collect(whole)
+      assert.are.equal(label:find('symbol') and 3 or 4, count)
+      -- ...and each cut names the field it falls in.
+      for _, mode in ipairs(MODES) do
+        local field, field_end = 1, #fields[1][2]
+        for kept = 1, #event - 1 do
+          while kept >= field_end do
+            field = field + 1
+            field_end = field_end + #fields[field][2]
+          end
+          local stream = reader.from_string(prefix .. event:sub(1, kept),
+            'out.bin', mode.opts)
+          assert.are.equal(3, #collect(stream))
+          assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+            'middle of an event (expected %s); the report covers the 3 ' ..
+            'events before it'):format(#prefix + kept, fields[field][1]),
+            stream.warning, mode.label .. ', ' .. kept .. ' bytes kept')
+        end
+      end
+    end)
+  end
+
+  it('never raises when a stream is cut at any byte of its events', function()
+    local s = B.new():lfunc(0x100, 'chunk\nwith lines', 1):events()
+    local first_event = s:size()
+    s:define_cfunc(0x900, 'f'):alloc(B.c(0x904), ADDR, 17)
+    s:define_trace(2, 0x100, 3):realloc(B.trace(2), ADDR, 17, ADDR * 2, 99)
+    s:free(B.lua(0x100, 1), ADDR * 2, 99):alloc(B.internal(), 5, 2 ^ 40)
+    s:epilogue()
+    local bytes = s:bytes()
+    local full = names(collect(reader.from_string(bytes)))
+    for cut = first_event, #bytes - 1 do
+      for _, mode in ipairs(MODES) do
+        local stream = reader.from_string(bytes:sub(1, cut), 'out.bin',
+          mode.opts)
+        local got = names(collect(stream))
+        assert.is_string(stream.warning)
+        for i, name in ipairs(got) do
+          assert.are.equal(full[i], name)
+        end
+      end
+    end
+  end)
+end)
+
+describe('reader errors', function()
+  it('rejects a bad symbol table magic', function()
+    assert.are.equal("out.bin: byte 0: expected the symbol table magic " ..
+      "'ljs', found 'xyz'", open_error('xyz\3\0\0\0\128ljm\3\0\0\0\128'))
+    assert.are.equal("out.bin: byte 0: expected the symbol table magic " ..
+      "'ljs', found '\\x00\\x01\\xff'", open_error('\0\1\255\3\0\0\0'))
+  end)
+
+  it('rejects an unknown symbol table version', function()
+    assert.are.equal('out.bin: byte 3: expected symbol table version 3, ' ..
+      'found 9', open_error(B.new({ symtab_version = 9 }):events():bytes()))
+  end)
+
+  it('rejects a bad event stream magic and version', function()
+    assert.are.equal("out.bin: byte 8: expected the event stream magic " ..
+      "'ljm', found 'ljx'", open_error(B.new():raw('\128ljx\3\0\0\0'):bytes()))
+    assert.are.equal('out.bin: byte 11: expected event stream version 3, ' ..
+      'found 2', open_error(B.new():events({ version = 2 }):bytes()))
+  end)
+
+  it('rejects a bad symbol header in the symbol table', function()
+    assert.are.equal('out.bin: byte 7: expected a symbol header (type 0, ' ..
+      '1 or 2, or 0x80 to end the table), found 0x03',
+      open_error(B.new():raw('\3'):bytes()))
+  end)
+
+  it('rejects files shorter than the two headers', function()
+    assert.are.equal("out.bin: byte 0: expected the symbol table magic " ..
+      "'ljs', found the end of the file", open_error(''))
+    assert.are.equal("out.bin: byte 0: expected the symbol table magic " ..
+      "'ljs', found 'lj' and then the end of the file", open_error('lj'))
+    assert.are.equal('out.bin: byte 3: expected symbol table version, ' ..
+      'found the end of the file', open_error('ljs'))
+    assert.are.equal('out.bin: byte 4: expected the reserved bytes of the ' ..
+      'symbol table header, found the end of the file', open_error('ljs\3\0'))
+    assert.are.equal('out.bin: byte 7: expected a symbol header (or 0x80 ' ..
+      'to end the table), found the end of the file',
+      open_error(B.new():bytes()))
+    local cut = B.new():cfunc(0x1234, 'a_long_name'):bytes()
+    assert.are.equal('out.bin: byte 11: expected the name of a C function, ' ..
+      'found the end of the file', open_error(cut:sub(1, -2)))
+    assert.are.equal("out.bin: byte 8: expected the event stream magic " ..
+      "'ljm', found the end of the file", open_error(B.new():raw('\128')
+        :bytes()))
+    assert.are.equal('out.bin: byte 12: expected the reserved bytes of the ' ..
+      'event stream header, found the end of the file',
+      open_error(B.new():raw('\128ljm\3'):bytes()))
+  end)
+
+  it('rejects a bad event header, naming its offset', function()
+    local s = B.new():events():alloc(B.internal(), 1, 8)
+    local at = s:size()
+    s:raw('\90'):alloc(B.internal(), 2, 8):epilogue()
+    local stream = reader.from_string(s:bytes(), 'out.bin')
+    assert.is_table(stream:next())
+    local ok, err = pcall(stream.next, stream)
+    assert.is_false(ok)
+    assert.are.equal(('out.bin: byte %d: expected an event header ' ..
+      '(0x00-0x13 or 0x80), found 0x5a'):format(at), err)
+  end)
+
+  it('rejects event headers without a source', function()
+    local s = B.new():events():raw('\1'):numbers(1, 8):epilogue()
+    local stream = reader.from_string(s:bytes(), 'out.bin')
+    local ok, err = pcall(stream.next, stream)
+    assert.is_false(ok)
+    assert.are.equal('out.bin: byte 15: expected an event header with a ' ..
+      'source (0x05-0x13 or 0x80), found 0x01', err)
+    s = B.new():events():raw('\4'):numbers(1, 8):epilogue()
+    stream = reader.from_string(s:bytes(), 'out.bin')
+    ok, err = pcall(stream.next, stream)
+    assert.are.equal('out.bin: byte 15: expected a symbol event header ' ..
+      '(0x08, 0x0c or 0x10), found 0x04', err)
+  end)
+
+  it('rejects numbers longer than 10 bytes', function()
+    for _, mode in ipairs(MODES) do
+      local s = B.new():events():raw('\5' .. ('\255'):rep(11) .. '\1\8')
+        :epilogue()
+      local stream = reader.from_string(s:bytes(), 'out.bin', mode.opts)
+      local ok, err = pcall(stream.next, stream)
+      assert.is_false(ok)
+      assert.are.equal('out.bin: byte 16: expected the address of an ' ..
+        'allocated block, found a number longer than 10 bytes', err)
+    end
+    local s = B.new():raw('\1' .. ('\128'):rep(10) .. '\0')
+    assert.are.equal('out.bin: byte 8: expected the address of a C ' ..
+      'function, found a number longer than 10 bytes', open_error(s:bytes()))
+  end)
+
+  it('accepts a 10-byte number', function()
+    local s = B.new():events():raw('\5' .. ('\128'):rep(9) .. '\0\1\8')
+      :epilogue()
+    local events = collect(reader.from_string(s:bytes()))
+    assert.are.equal(0, events[1].naddr)
+    assert.are.equal(1, events[1].nsize)
+  end)
+end)
+
+describe('reader.open', function()
+  it('reads a file in chunks', function()
+    local s = B.new():lfunc(0x100, '@f.lua', 1):events()
+    for i = 1, 1000 do
+      s:alloc(B.lua(0x100, i % 7), ADDR + i * 16, i)
+    end
+    s:epilogue()
+    local path = os.tmpname()
+    local file = assert(io.open(path, 'wb'))
+    file:write(s:bytes())
+    file:close()
+    local stream = reader.open(path, { chunk_size = 100 })
+    local events = collect(stream)
+    os.remove(path)
+    assert.are.equal(1000, #events)
+    assert.are.equal('@f.lua:5', events[999].name)
+    assert.are.equal(999, events[999].nsize)
+    assert.are.equal(#s:bytes(), stream.bytes_read)
+    assert.is_nil(stream.warning)
+    assert.are.equal(path, stream.name)
+  end)
+
+  it('says why a file cannot be opened', function()
+    local ok, err = pcall(reader.open, '/nonexistent/out.bin')
+    assert.is_false(ok)
+    assert.are.equal('/nonexistent/out.bin: No such file or directory', err)
+  end)
+
+  it('uses the FFI decoder under LuaJIT unless told not to', function()
+    local bytes = B.new():events():epilogue():bytes()
+    assert.are.equal(jit and 'ffi' or 'plain',
+      reader.from_string(bytes).decoder)
+    assert.are.equal('plain', reader.from_string(bytes, nil, { plain = true })
+      .decoder)
+  end)
+end)

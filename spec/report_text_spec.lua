@@ -1,0 +1,246 @@
+-- Specs for memprof.report.text: the exact text of the default report.
+
+local reader = require('memprof.reader')
+local analyze = require('memprof.analyze')
+local text = require('memprof.report.text')
+local B = require('helpers.stream_builder')
+local crafted = B.crafted
+
+local function report(builder, opts)
+  local result = analyze.run(reader.from_string(builder:bytes(), 'out.bin'))
+  return text.render(result, opts)
+end
+
+
+local HEAP_SUMMARY = [[
+HEAP SUMMARY:
+@test.lua:5 holds 128B: 3 allocs, 1 frees
+@test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
+TRACE [1] started at @test.lua:5 holds 16B: 1 allocs, 0 frees
+(allocated before profiling) holds -100B: 0 allocs, 1 frees
+TOTAL holds 172B (net bytes of the stream)
+
+]]
+
+describe('text report', function()
+  it('prints every section', function()
+    assert.are.equal([[
+ALLOCATIONS
+@test.lua:5: 3 events	+192B	-0B
+@test.lua:6: 1 events	+32B	-0B
+TRACE [1] started at @test.lua:5: 1 events	+16B	-0B
+io_write: 1 events	+48B	-0B
+
+REALLOCATIONS
+@test.lua:7: 1 events	+128B	-32B
+	Overrides:
+		@test.lua:6
+
+DEALLOCATIONS
+INTERNAL: 2 events	+0B	-164B
+	Overrides:
+		(allocated before profiling)
+		@test.lua:5
+io_write: 1 events	+0B	-48B
+	Overrides:
+		io_write
+
+]] .. HEAP_SUMMARY, report(crafted()))
+  end)
+
+  it('prints only the heap summary with leak_only', function()
+    assert.are.equal(HEAP_SUMMARY, report(crafted(), { leak_only = true }))
+  end)
+
+  it('writes to the handle it is given', function()
+    local path = os.tmpname()
+    local file = assert(io.open(path, 'w'))
+    local result = analyze.run(reader.from_string(crafted():bytes()))
+    text.write(result, file, { leak_only = true })
+    file:close()
+    file = assert(io.open(path, 'r'))
+    local written = file:read('*a')
+    file:close()
+    os.remove(path)
+    assert.are.equal(HEAP_SUMMARY, written)
+  end)
+
+  it('prints sizes in B, KiB, MiB and GiB with human_readable', function()
+    local s = B.new():events()
+    s:alloc(B.internal(), 0x10, 1536)
+    s:alloc(B.internal(), 0x20, 3 * 1024 * 1024)
+    s:free(B.internal(), 0x10, 1536)
+    s:free(B.internal(), 0x90, 5 * 1024 ^ 3 + 1024 ^ 3 / 4)
+    s:epilogue()
+    assert.are.equal([[
+ALLOCATIONS
+INTERNAL: 2 events	+3.00MiB	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+INTERNAL: 2 events	+0B	-5.25GiB
+	Overrides:
+		(allocated before profiling)
+		INTERNAL
+
+HEAP SUMMARY:
+INTERNAL holds 3MiB: 2 allocs, 1 frees
+(allocated before profiling) holds -5.25GiB: 0 allocs, 1 frees
+TOTAL holds -5.25GiB (net bytes of the stream)
+
+]], report(s, { human_readable = true }))
+  end)
+
+  it('formats sizes: integer when exact, else two decimals', function()
+    local cases = {
+      { 0, '0B' }, { 1023, '1023B' }, { 1024, '1KiB' }, { 1536, '1.50KiB' },
+      { 1025, '1.00KiB' }, { 1024 ^ 2, '1MiB' }, { 2.5 * 1024 ^ 2, '2.50MiB' },
+      { 1024 ^ 3, '1GiB' }, { 4096 * 1024 ^ 3, '4096GiB' },
+      { -1536, '-1.50KiB' }, { -100, '-100B' },
+    }
+    for _, case in ipairs(cases) do
+      assert.are.equal(case[2], text.format_size(case[1], true))
+    end
+    assert.are.equal('1536B', text.format_size(1536, false))
+  end)
+
+  it('sorts by event count, then name; the heap by holds, then name',
+    function()
+      local s = B.new():lfunc(0x100, '@b.lua', 1):lfunc(0x200, '@a.lua', 1)
+        :events()
+      s:alloc(B.lua(0x100, 1), 0x10, 10)
+      s:alloc(B.lua(0x200, 1), 0x20, 10)
+      s:alloc(B.lua(0x200, 2), 0x30, 5)
+      s:alloc(B.lua(0x200, 2), 0x40, 5)
+      s:alloc(B.lua(0x200, 3), 0x50, 1)
+      s:epilogue()
+      assert.are.equal([[
+ALLOCATIONS
+@a.lua:2: 2 events	+10B	-0B
+@a.lua:1: 1 events	+10B	-0B
+@a.lua:3: 1 events	+1B	-0B
+@b.lua:1: 1 events	+10B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+
+HEAP SUMMARY:
+@a.lua:1 holds 10B: 1 allocs, 0 frees
+@a.lua:2 holds 10B: 2 allocs, 0 frees
+@b.lua:1 holds 10B: 1 allocs, 0 frees
+@a.lua:3 holds 1B: 1 allocs, 0 frees
+TOTAL holds 31B (net bytes of the stream)
+
+]], report(s))
+    end)
+
+  it('says how many of the blocks of a site came from reallocation',
+    function()
+      local s = B.new():lfunc(0x100, '@r.lua', 1):events()
+      s:alloc(B.lua(0x100, 1), 0x10, 10)
+      s:alloc(B.lua(0x100, 1), 0x20, 10)
+      s:realloc(B.lua(0x100, 1), 0x20, 10, 0x30, 40)
+      s:realloc(B.lua(0x100, 2), 0x10, 10, 0x40, 20)
+      s:epilogue()
+      assert.are.equal([[
+HEAP SUMMARY:
+@r.lua:1 holds 40B: 3 allocs, 2 frees (1 of the allocs were reallocations)
+@r.lua:2 holds 20B: 1 allocs, 0 frees (all allocs were reallocations)
+TOTAL holds 60B (net bytes of the stream)
+
+]], report(s, { leak_only = true }))
+    end)
+
+  it('reports sites with the same name as one row', function()
+    -- The function at 0x100 is replaced by one with the same chunk name
+    -- (a module reloaded): two symbols, two sites, one name.
+    local s = B.new():lfunc(0x100, '@m.lua', 1):events()
+    s:alloc(B.lua(0x100, 4), 0x10, 10)
+    s:define_lfunc(0x100, '@m.lua', 1)
+    s:alloc(B.lua(0x100, 4), 0x20, 30)
+    s:free(B.internal(), 0x10, 10)
+    s:free(B.internal(), 0x20, 30)
+    s:epilogue()
+    assert.are.equal([[
+ALLOCATIONS
+@m.lua:4: 2 events	+40B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+INTERNAL: 2 events	+0B	-40B
+	Overrides:
+		@m.lua:4
+
+HEAP SUMMARY:
+TOTAL holds 0B (net bytes of the stream)
+
+]], report(s))
+  end)
+
+  it('lists the aliases of multi-line chunk names last', function()
+    local chunk = 'local t = {}\n\nfor i = 1, 3 do t[i] = {} end\n'
+    local unused = 'return 1\nend'
+    local s = B.new():lfunc(0x100, chunk, 0):lfunc(0x200, unused, 0)
+      :events()
+    s:alloc(B.lua(0x100, 3), 0x10, 24)
+    s:alloc(B.lua(0x100, 3), 0x20, 24)
+    s:epilogue()
+    assert.are.equal([[
+ALLOCATIONS
+function_alias_1:3: 2 events	+48B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+
+HEAP SUMMARY:
+function_alias_1:3 holds 48B: 2 allocs, 0 frees
+TOTAL holds 48B (net bytes of the stream)
+
+ALIASES:
+function_alias_1:
+1	| local t = {}
+2	| 
+3	| for i = 1, 3 do t[i] = {} end
+
+]], report(s))
+  end)
+
+  it('lists only the aliases used by the rows it prints', function()
+    local first, second = 'a = 1\nb = 2', 'c = 3\nd = 4'
+    local s = B.new():lfunc(0x100, first, 0):lfunc(0x200, second, 0)
+      :events()
+    s:alloc(B.lua(0x100, 1), 0x10, 8)
+    s:free(B.internal(), 0x10, 8)
+    s:alloc(B.lua(0x200, 2), 0x20, 8)
+    s:epilogue()
+    assert.are.equal([[
+HEAP SUMMARY:
+function_alias_2:2 holds 8B: 1 allocs, 0 frees
+TOTAL holds 8B (net bytes of the stream)
+
+ALIASES:
+function_alias_2:
+1	| c = 3
+2	| d = 4
+
+]], report(s, { leak_only = true }))
+  end)
+
+  it('reports an empty stream', function()
+    assert.are.equal([[
+ALLOCATIONS
+
+REALLOCATIONS
+
+DEALLOCATIONS
+
+HEAP SUMMARY:
+TOTAL holds 0B (net bytes of the stream)
+
+]], report(B.new():events():epilogue()))
+  end)
+end)
