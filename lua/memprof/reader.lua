@@ -39,7 +39,8 @@
 --   chunkname, line   for Lua sites (chunkname is nil when the function
 --                     was never described by the stream)
 --   traceno           for trace sites
---   addr              for C sites (the address of the event)
+--   addr              for C sites the address of the event, for Lua
+--                     sites the address of the prototype
 --   alias             the alias in the name, if any ('function_alias_1')
 --
 -- Stream fields: name, version (of the event stream), symtab_version,
@@ -387,7 +388,7 @@ function common:lua_site(addr, line)
   end
   local name, alias = self:lua_location(sym, line)
   local site = self:new_site({ source = 'lua', chunkname = sym.chunkname,
-    line = line, name = name, alias = alias })
+    line = line, name = name, alias = alias, addr = addr })
   sym.sites[line] = site
   return site
 end
