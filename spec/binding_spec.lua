@@ -226,18 +226,37 @@ os.exit(7)
 end)
 
 describe('memory of the module itself', function()
+  -- Our sources: a valgrind record that mentions one of them is ours.
+  local OURS = { 'binding%.c:', 'hook%.c:', 'symbols%.c:', 'vm_layout%.c:',
+    'writer%.c:', 'vm_inspect%.h:', 'memprof%.so' }
+
   local function valgrind(body)
     local file = h.tmpname('.lua')
     local f = assert(io.open(file, 'w'))
     f:write(script(body))
     f:close()
     local pipe = assert(io.popen('valgrind --leak-check=full ' ..
-      '--errors-for-leak-kinds=definite --error-exitcode=99 ' ..
-      h.lua .. ' ' .. file .. ' 2>&1; echo "exit=$?"'))
+      '--show-leak-kinds=definite,possible ' .. h.lua .. ' ' .. file ..
+      ' 2>&1; echo "exit=$?"'))
     local out = pipe:read('*a')
     pipe:close()
     os.remove(file)
     return out, tonumber(out:match('exit=(%d+)%s*$'))
+  end
+
+  -- The error and leak records (blank-line separated) that involve our
+  -- code. The host itself (Tarantool, say) may have records of its own.
+  local function our_records(out)
+    local found = {}
+    for record in (out .. '\n'):gmatch('(.-)\n==%d+== \n') do
+      for _, pattern in ipairs(OURS) do
+        if record:find(pattern) and not record:find('LEAK SUMMARY') then
+          found[#found + 1] = record
+          break
+        end
+      end
+    end
+    return found
   end
 
   it('leaks nothing on stop, on a write error or at lua_close', function()
@@ -255,10 +274,11 @@ for i = 1, 100000 do local _ = { i } end
 assert(not memprof.stop())
 assert(memprof.start(%q))
 local u = { 'left running at close' }
+os.exit(0, true)
 ]], path, path))
     assert.equal(0, code, out)
-    assert.matches('ERROR SUMMARY: 0 errors', out)
-    assert.matches('definitely lost: 0 bytes', out, 1, true)
+    assert.matches('ERROR SUMMARY:', out)
+    assert.same({}, our_records(out))
     read_clean(path)
     os.remove(path)
   end)

@@ -86,6 +86,7 @@ struct calib {
   struct calib_event events[CALIB_EVENTS];
   char *err;
   size_t errlen;
+  char spare_err[256]; /* Failures of later candidates (not reported). */
   int failed;
 };
 
@@ -597,33 +598,56 @@ static int try_candidate(lua_State *L, struct calib *c)
   return !c->failed && classify_states(c);
 }
 
+/* Whether frames take two slots: the flags byte of a bytecode dump has
+** BCDUMP_F_FR2 (0x08). Returns 0 or 1, or -1 if it cannot be told. */
+static int dump_fr2(lua_State *L)
+{
+  static const char chunk[] =
+      "return string.byte(string.dump(function() end), 5)";
+  int flags = -1, top = lua_gettop(L);
+  if (luaL_loadbuffer(L, chunk, sizeof(chunk) - 1, "=memprof") == 0 &&
+      lua_pcall(L, 0, 1, 0) == 0 && lua_isnumber(L, -1))
+    flags = (int)lua_tointeger(L, -1);
+  lua_settop(L, top);
+  return flags < 0 ? -1 : (flags & 0x08) != 0;
+}
+
 int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
                         size_t errlen)
 {
-  struct calib *c = malloc(sizeof(*c));
+  struct calib *c;
   size_t i;
-  char first_err[256] = "";
+  int fr2 = dump_fr2(L), tried = 0;
 #if !defined(__x86_64__)
   snprintf(err, errlen,
            "check 'architecture' failed: only x86_64 layouts "
            "are known");
   return 0;
 #endif
-  if (c == NULL) {
+  if (fr2 < 0) {
+    snprintf(err, errlen,
+             "check 'bytecode dump flags' failed: "
+             "string.dump is not available");
+    return 0;
+  }
+  if ((c = malloc(sizeof(*c))) == NULL) {
     snprintf(err, errlen, "check 'memory' failed: out of memory");
     return 0;
   }
+  /* Only families with the VM's frame mode are tried; the first failure
+  ** among them is the one reported. */
   for (i = 0; i < VM_CANDIDATES; i++) {
+    if (vm_candidates[i].layout.fr2 != fr2)
+      continue;
     memset(c, 0, sizeof(*c));
     c->L = L;
     c->cand = &vm_candidates[i];
     c->lay = vm_candidates[i].layout;
-    c->err = err;
-    c->errlen = errlen;
-    if (!apply_overrides(&c->lay, err, errlen)) {
-      free(c);
-      return 0;
-    }
+    c->err = tried ? c->spare_err : err;
+    c->errlen = tried ? sizeof(c->spare_err) : errlen;
+    tried = 1;
+    if (!apply_overrides(&c->lay, err, errlen))
+      break;
     if (try_candidate(L, c)) {
       c->lay.candidate = (int)i;
       c->lay.exact = offsets_equal(&c->lay, &vm_candidates[i].layout);
@@ -631,11 +655,12 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
       free(c);
       return 1;
     }
-    /* Report the failure of the candidate whose mode matched. */
-    if (first_err[0] == '\0' || strstr(first_err, "bytecode dump flags"))
-      snprintf(first_err, sizeof(first_err), "%s", err);
   }
+  if (!tried)
+    snprintf(err, errlen,
+             "check 'bytecode dump flags' failed: no known "
+             "family uses %s frames",
+             fr2 ? "two-slot" : "one-slot");
   free(c);
-  snprintf(err, errlen, "%s", first_err);
   return 0;
 }
