@@ -347,6 +347,7 @@ static void push_offsets(lua_State *L, const struct vm_layout *lay)
   for (f = vm_layout_fields; f->name != NULL; f++)
     set_int(L, f->name, vm_layout_get(lay, f));
   set_int(L, "g_trace", lay->trace_ok ? lay->g_trace : -1);
+  set_int(L, "g_parent", lay->exit_ok ? lay->g_parent : -1);
   lua_setfield(L, -2, "offsets");
 }
 
@@ -377,6 +378,10 @@ static int l_info(lua_State *L)
   lua_setfield(L, -2, "gc64");
   lua_pushboolean(L, s->layout.trace_ok);
   lua_setfield(L, -2, "traces");
+  lua_pushboolean(L, s->layout.exit_ok);
+  lua_setfield(L, -2, "trace_exits");
+  lua_pushboolean(L, s->layout.record_ok);
+  lua_setfield(L, -2, "recording");
   lua_pushstring(L, s->layout.exact ? "specialised" : "generic");
   lua_setfield(L, -2, "hook");
   lua_newtable(L);

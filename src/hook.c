@@ -90,11 +90,13 @@ record(struct profiler *p, const struct vm_layout *lay, void *ptr, size_t osize,
   int err = 0;
 
   /* Before the real allocator: where the VM is, and the symbols it needs. */
-  vm_locate(lay, p->layout.state_class, 0, p->g, (uintptr_t)ptr, &site);
+  vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &site);
   if (!(site.source == SOURCE_INTERNAL ||
         (site.source == SOURCE_LUA && site.addr == p->syms.last_proto) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
-         p->syms.trace_obj[site.traceno] != 0)))
+         p->syms.trace_obj[site.traceno] != 0 &&
+         p->syms.trace_obj[site.traceno] ==
+             vm_trace_object(&p->layout, 0, p->g, site.traceno))))
     err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
   /* Only prototypes and traces are cached, and no block smaller than a
   ** GCproto can be one of them. */

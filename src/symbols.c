@@ -219,9 +219,11 @@ static int describe_trace(struct symbols *s, struct writer *w,
   uintptr_t pt = 0, T;
   uint32_t line = 0;
   int err;
-  /* A number is reused only after its trace object is freed, and that
-  ** free clears the entry (symbols_forget). */
-  if (traceno < s->trace_cap && s->trace_obj[traceno] != 0)
+  /* jit.flush() empties the trace array at once but leaves the objects to
+  ** the collector, so a number can be reused while the old trace lives:
+  ** the description holds while the array still has the same object. */
+  if (traceno < s->trace_cap && s->trace_obj[traceno] != 0 &&
+      s->trace_obj[traceno] == vm_trace_object(lay, 0, g, traceno))
     return 0;
   T = vm_trace_start(lay, 0, g, traceno, &pt, &line);
   if (T == 0)

@@ -11,10 +11,12 @@
 
 #include "vm_layout.h"
 
-/* A build family's offsets, and where J->trace may sit relative to g. */
+/* A build family's offsets, where J->trace may sit relative to g, and how
+** far J->parent (the trace a trace exit leaves) lies after J->trace. */
 struct vm_candidate {
   struct vm_layout layout;
   uint16_t trace[4];
+  uint16_t parent_after_trace;
 };
 
 static const struct vm_candidate vm_candidates[] = {
@@ -58,6 +60,7 @@ static const struct vm_candidate vm_candidates[] = {
                 .tr_traceno = 104,
             },
         .trace = {1112, 1120, 0, 0},
+        .parent_after_trace = 3016 - 384,
     },
     {
         /* Tarantool 2.6.0's LuaJIT fork: non-GC64, 32-bit references. */
@@ -97,6 +100,7 @@ static const struct vm_candidate vm_candidates[] = {
                 .tr_traceno = 80,
             },
         .trace = {816, 0, 0, 0},
+        .parent_after_trace = 2480 - 368,
     },
 };
 

@@ -343,28 +343,56 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
   site->ffid = ffid;
 }
 
-/* Full classification of one allocator call. `classes` maps the learned
-** vmstate values (it lives apart from a possibly constant layout). */
-VM_INLINE void vm_locate(const struct vm_layout *lay, const uint8_t *classes,
-                         int safe, uintptr_t g, uintptr_t ptr,
-                         struct vm_site *site)
+/* Full classification of one allocator call. `lay` gives the offsets (it
+** may be a family's constant table); `rt` is the verified layout, for what
+** is learned at run time: the vmstate classes and the trace offsets. */
+VM_INLINE void vm_locate(const struct vm_layout *lay,
+                         const struct vm_layout *rt, int safe, uintptr_t g,
+                         uintptr_t ptr, struct vm_site *site)
 {
   int32_t st;
   site->ffid = 0;
-  if (!vm_i32(safe, g + lay->g_vmstate, &st)) {
-    site->source = SOURCE_INTERNAL;
+  site->source = SOURCE_INTERNAL;
+  if (!vm_i32(safe, g + lay->g_vmstate, &st))
     return;
-  }
   if (st > 0) { /* A trace is running: never walk frames. */
     site->source = SOURCE_TRACE;
     site->traceno = (uint32_t)st;
     return;
   }
-  if ((uint32_t)~st < VM_STATE_SLOTS && classes[~st] == STATE_WALK) {
-    vm_locate_frame(lay, safe, g, ptr, site);
+  if ((uint32_t)~st >= VM_STATE_SLOTS)
     return;
+  switch (rt->state_class[~st]) {
+  case STATE_WALK:
+    vm_locate_frame(lay, safe, g, ptr, site);
+    break;
+  case STATE_EXIT: {
+    /* A trace exit restores objects the trace had sunk: they belong to
+    ** the trace being left. */
+    uint32_t parent;
+    if (rt->exit_ok && vm_u32(safe, g + rt->g_parent, &parent) && parent > 0 &&
+        parent < 65536) {
+      site->source = SOURCE_TRACE;
+      site->traceno = parent;
+    }
+    break;
   }
-  site->source = SOURCE_INTERNAL;
+  default:
+    break;
+  }
+}
+
+/* The trace object J->trace[traceno], or 0 (no trace, or out of range). */
+VM_INLINE uintptr_t vm_trace_object(const struct vm_layout *lay, int safe,
+                                    uintptr_t g, uint32_t traceno)
+{
+  uintptr_t arr, T;
+  uint32_t size;
+  if (!lay->trace_ok || !vm_ptr(safe, g + lay->g_trace, &arr) || arr == 0 ||
+      !vm_u32(safe, g + lay->g_sizetrace, &size) || traceno >= size ||
+      !vm_ref(lay, safe, arr + (uintptr_t)traceno * lay->ref_size, &T))
+    return 0;
+  return T;
 }
 
 /* The trace object for traceno and where it starts (prototype and line).
@@ -373,13 +401,10 @@ VM_INLINE uintptr_t vm_trace_start(const struct vm_layout *lay, int safe,
                                    uintptr_t g, uint32_t traceno,
                                    uintptr_t *proto, uint32_t *line)
 {
-  uintptr_t arr, T, pt, startpc;
-  uint32_t size, sizebc;
+  uintptr_t T = vm_trace_object(lay, safe, g, traceno), pt, startpc;
+  uint32_t sizebc;
   uint16_t no;
-  if (!lay->trace_ok || !vm_ptr(safe, g + lay->g_trace, &arr) || arr == 0 ||
-      !vm_u32(safe, g + lay->g_sizetrace, &size) || traceno >= size ||
-      !vm_ref(lay, safe, arr + (uintptr_t)traceno * lay->ref_size, &T) ||
-      !vm_is_gc(lay, safe, T, GCT_TRACE) ||
+  if (!vm_is_gc(lay, safe, T, GCT_TRACE) ||
       !vm_u16(safe, T + lay->tr_traceno, &no) || no != traceno ||
       !vm_ref(lay, safe, T + lay->tr_startpt, &pt) ||
       !vm_is_gc(lay, safe, pt, GCT_PROTO) ||

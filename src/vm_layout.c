@@ -69,6 +69,7 @@ struct calib_event {
   uintptr_t ptr, nptr;
   size_t nsize;
   int32_t vmstate;
+  uint32_t parent; /* J->parent at the candidate offset (exit window). */
   uintptr_t cur_L;
   struct vm_site site;
 };
@@ -82,6 +83,9 @@ struct calib {
   void *orig_ud;
   int window;         /* Which probe window is open (0: none). */
   uintptr_t only_ptr; /* If set, the window records only frees of this. */
+  int32_t only_state; /* If set, the window records only this vmstate. */
+  int32_t also_state; /* ... and also this one (RECORD). */
+  int record_walks;   /* Code run while recording was located right. */
   int nevents;
   struct calib_event events[CALIB_EVENTS];
   char *err;
@@ -111,17 +115,21 @@ static int fail(struct calib *c, const char *check, const char *fmt, ...)
 static void *calib_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   struct calib *c = ud;
+  int32_t st = 0;
   if (c->window != 0 && c->nevents < CALIB_EVENTS &&
-      (c->only_ptr == 0 || (uintptr_t)ptr == c->only_ptr)) {
+      vm_i32(1, c->g + c->lay.g_vmstate, &st) &&
+      (c->only_ptr == 0 || (uintptr_t)ptr == c->only_ptr) &&
+      (c->only_state == 0 || st == c->only_state || st == c->also_state)) {
     struct calib_event *e = &c->events[c->nevents++];
     memset(e, 0, sizeof(*e));
     e->ptr = (uintptr_t)ptr;
     e->nsize = nsize;
-    if (!vm_i32(1, c->g + c->lay.g_vmstate, &e->vmstate))
-      e->vmstate = 0;
+    e->vmstate = st;
     vm_ref(&c->lay, 1, c->g + c->lay.g_cur_L, &e->cur_L);
-    /* Classify as if interpreter and C states were walkable. */
-    vm_locate_frame(&c->lay, 1, c->g, e->ptr, &e->site);
+    if (c->only_state != 0 && st == c->only_state)
+      vm_u32(1, c->g + c->lay.g_parent, &e->parent);
+    else /* Classify as if this state were walkable. */
+      vm_locate_frame(&c->lay, 1, c->g, e->ptr, &e->site);
     e->nptr = (uintptr_t)c->orig_alloc(c->orig_ud, ptr, osize, nsize);
     return (void *)e->nptr;
   }
@@ -391,32 +399,96 @@ static int calib_mark(lua_State *L)
   return 0;
 }
 
-/* find_trace(f, line): looks for the trace compiled for f's loop. */
+/* The number of a trace of lay's trace array that starts in prototype
+** want at line, or 0. */
+static uint32_t trace_number(struct calib *c, const struct vm_layout *lay,
+                             uintptr_t want, int line)
+{
+  uint32_t size, n;
+  if (want == 0 || !vm_u32(1, c->g + lay->g_sizetrace, &size) || size > 65536)
+    return 0;
+  for (n = 1; n < size; n++) {
+    uintptr_t pt = 0;
+    uint32_t tline = 0;
+    if (vm_trace_start(lay, 1, c->g, n, &pt, &tline) && pt == want &&
+        (int)tline == line)
+      return n;
+  }
+  return 0;
+}
+
+/* find_trace(f, line): looks for the trace compiled for f's loop, trying
+** each place J->trace may have. */
 static int calib_find_trace(lua_State *L)
 {
   struct calib *c = calib_of(L);
   uintptr_t want = vm_func_proto(&c->lay, 1, (uintptr_t)lua_topointer(L, 1));
   int line = (int)lua_tointeger(L, 2), i;
-  for (i = 0; i < 4 && c->cand->trace[i] != 0 && want != 0; i++) {
+  for (i = 0; i < 4 && c->cand->trace[i] != 0; i++) {
     struct vm_layout lay = c->lay;
-    uint32_t size, n;
     lay.trace_ok = 1;
     lay.g_trace = c->cand->trace[i];
     lay.g_sizetrace = lay.g_trace + SIZETRACE_AFTER_TRACE;
-    if (!vm_u32(1, c->g + lay.g_sizetrace, &size) || size > 65536)
-      continue;
-    for (n = 1; n < size; n++) {
-      uintptr_t pt = 0;
-      uint32_t tline = 0;
-      if (vm_trace_start(&lay, 1, c->g, n, &pt, &tline) && pt == want &&
-          (int)tline == line) {
-        c->lay.trace_ok = 1;
-        c->lay.g_trace = lay.g_trace;
-        c->lay.g_sizetrace = lay.g_sizetrace;
-        return 0;
-      }
+    if (trace_number(c, &lay, want, line) != 0) {
+      c->lay.trace_ok = 1;
+      c->lay.g_trace = lay.g_trace;
+      c->lay.g_sizetrace = lay.g_sizetrace;
+      c->lay.g_parent = lay.g_trace + c->cand->parent_after_trace;
+      return 0;
     }
   }
+  return 0;
+}
+
+/* The stored vmstate of trace exits (and of recording, one below), by the
+** numbering seen so far; 0 if the numbering is unknown. */
+static int32_t exit_state(const struct calib *c)
+{
+  if (c->lay.st_lua == -1 && c->lay.st_c == -2 && c->lay.st_gc == -3)
+    return -4;
+  if (c->lay.st_lua == -2 && c->lay.st_c == -4 && c->lay.st_gc == -5)
+    return -6;
+  return 0;
+}
+
+/* exits(open): opens the window for the allocations made while traces
+** exit, then (open = false, f, line) checks that J->parent named the trace
+** of f's loop during them. Sinking may be off: then exits stay internal. */
+static int calib_exits(lua_State *L)
+{
+  struct calib *c = calib_of(L);
+  int i, matched = 0, walked = 0, line;
+  uint32_t root, size;
+  uintptr_t want;
+  if (c->failed || !c->lay.trace_ok)
+    return 0;
+  if (lua_toboolean(L, 1)) {
+    c->nevents = 0;
+    c->only_state = exit_state(c);
+    c->also_state = c->only_state - 1; /* RECORD */
+    c->window = c->only_state != 0;
+    return 0;
+  }
+  c->window = 0;
+  want = vm_func_proto(&c->lay, 1, (uintptr_t)lua_topointer(L, 2));
+  line = (int)lua_tointeger(L, 3);
+  root = trace_number(c, &c->lay, want, line);
+  if (root == 0 || !vm_u32(1, c->g + c->lay.g_sizetrace, &size))
+    return 0;
+  for (i = 0; i < c->nevents; i++) {
+    const struct calib_event *e = &c->events[i];
+    if (e->vmstate == c->also_state) {
+      /* The recorded iteration runs in the interpreter under RECORD. */
+      walked += e->site.source == SOURCE_LUA && e->site.addr == want &&
+                (int)e->site.line == line;
+      continue;
+    }
+    if (e->parent == 0 || e->parent >= size)
+      return 0; /* Not a trace number: the offset is wrong. */
+    matched += e->parent == root;
+  }
+  c->lay.exit_ok = matched > 0;
+  c->record_walks = walked > 0;
   return 0;
 }
 
@@ -425,9 +497,14 @@ static int calib_find_trace(lua_State *L)
 /*
 ** Runs the probes. Line numbers are taken with debug.getinfo on the same
 ** line as the allocation they describe, so nothing here is hard-coded.
+** The JIT compiler is off for the driver's own functions (hot counters are
+** shared, so fresh code can start a trace at once, and a trace stitching
+** around a probe would change its frames), and on for the two loops whose
+** traces are looked for.
 */
 static const char driver[] =
-    "local mark, probe, find_trace = ...\n"
+    "local mark, probe, find_trace, exits = ...\n"
+    "if jit and jit.off then jit.off(debug.getinfo(1, 'f').func, true) end\n"
     "mark(0, string.byte(string.dump(function() end), 5), function() end,\n"
     "     string.rep)\n"
     "local function call_probe() probe() return true end\n"
@@ -460,7 +537,19 @@ static const char driver[] =
     "debug.getinfo(1, 'l').currentline\n"
     "    return line\n"
     "  end\n"
+    "  jit.on(hot)\n"
     "  find_trace(hot, hot())\n"
+    "  local function sinking()\n"
+    "    local keep = {}\n"
+    "    for i = 1, 400 do local t = {i, i} if i % 40 == 0 then "
+    "keep[#keep + 1] = t end end local line = "
+    "debug.getinfo(1, 'l').currentline\n"
+    "    return keep, line\n"
+    "  end\n"
+    "  jit.on(sinking)\n"
+    "  exits(true)\n"
+    "  local _, line = sinking()\n"
+    "  exits(false, sinking, line)\n"
     "end\n";
 
 /*
@@ -543,6 +632,8 @@ static int classify_states(struct calib *c)
     lay->state_class[3] = STATE_EXIT;
     for (i = 4; i <= 6; i++)
       lay->state_class[i] = STATE_JIT;
+    if ((lay->record_ok = c->record_walks))
+      lay->state_class[4] = STATE_WALK;
     return 1;
   }
   if (lay->st_lua == -2 && lay->st_c == -4 && lay->st_gc == -5) {
@@ -554,6 +645,8 @@ static int classify_states(struct calib *c)
     lay->state_class[5] = STATE_EXIT;
     for (i = 6; i <= 8; i++)
       lay->state_class[i] = STATE_JIT;
+    if ((lay->record_ok = c->record_walks))
+      lay->state_class[6] = STATE_WALK;
     return 1;
   }
   return fail(c, "VM state numbering",
@@ -567,6 +660,7 @@ static int try_candidate(lua_State *L, struct calib *c)
 {
   int top = lua_gettop(L), status;
   c->lay.trace_ok = 0;
+  c->lay.exit_ok = 0;
   c->lay.st_lua = c->lay.st_c = c->lay.st_gc = 0;
   if (luaL_loadbuffer(L, driver, sizeof(driver) - 1, "=memprof.calibration")) {
     lua_settop(L, top);
@@ -578,6 +672,8 @@ static int try_candidate(lua_State *L, struct calib *c)
   lua_pushcclosure(L, calib_probe, 1);
   lua_pushlightuserdata(L, c);
   lua_pushcclosure(L, calib_find_trace, 1);
+  lua_pushlightuserdata(L, c);
+  lua_pushcclosure(L, calib_exits, 1);
   /* Run the driver under the recording allocator; it is always removed. */
   c->g = 0;
   if (!check_global_state(c, L)) {
@@ -586,7 +682,7 @@ static int try_candidate(lua_State *L, struct calib *c)
   }
   c->orig_alloc = lua_getallocf(L, &c->orig_ud);
   lua_setallocf(L, calib_alloc, c);
-  status = lua_pcall(L, 3, 0, 0);
+  status = lua_pcall(L, 4, 0, 0);
   lua_setallocf(L, c->orig_alloc, c->orig_ud);
   if (status != 0) {
     fail(c, "calibration chunk", "%s",

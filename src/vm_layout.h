@@ -17,7 +17,10 @@
 /* How the hook treats an allocation, by the VM state it happened in. */
 enum vm_state_class {
   STATE_INTERNAL = 0, /* Unknown or VM-internal work: report INTERNAL. */
-  STATE_WALK,         /* Interpreter or C code: the frames are consistent. */
+  STATE_WALK,         /* Interpreter or C code, or the interpreter running
+                         the iteration being recorded (the recorder's own
+                         allocations have no saved PC and stay internal):
+                         the frames are consistent. */
   STATE_GC,           /* Garbage collector. */
   STATE_EXIT,         /* Trace exit handler (restores sunk objects). */
   STATE_JIT,          /* Trace recorder, optimizer or assembler. */
@@ -33,6 +36,8 @@ struct vm_layout {
   int gc64;           /* GCRef/MRef are 8 bytes (1) or 4 bytes (0). */
   int fr2;            /* Two-slot frames (always with GC64). */
   int trace_ok;       /* J->trace was found and verified. */
+  int exit_ok;        /* J->parent (the exiting trace) was verified. */
+  int record_ok;      /* Code run while a trace records is located. */
   uint8_t ref_size;   /* 8 or 4. */
 
   /* lua_State */
@@ -43,6 +48,7 @@ struct vm_layout {
   uint16_t g_allocf, g_allocd, g_vmstate, g_cur_L;
   uint16_t g_trace;     /* J->trace (a native pointer), from g. */
   uint16_t g_sizetrace; /* J->sizetrace (u32), from g. */
+  uint16_t g_parent;    /* J->parent (u32): the trace being exited. */
 
   /* Any GC object: the type byte. */
   uint8_t gct;
