@@ -26,9 +26,15 @@ MODULE = build/memprof.so
 LUA_MODS = $(wildcard lua/memprof/*.lua)
 LUA_REPORTS = $(wildcard lua/memprof/report/*.lua)
 
+# The spec host that runs VMs in threads links the VM (see below).
+LUAJIT_LIBS = $(shell pkg-config --libs luajit 2>/dev/null)
+LUAJIT2_DIR = build/luajit2/usr
+LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
+LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
+
 .PHONY: all test test-luajit test-lua51 bench demo install uninstall clean format check-format
 
-all: $(MODULE) build/test_cmodule.so
+all: $(MODULE) build/test_cmodule.so build/threads_host $(LUAJIT2_HOST)
 
 build/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -36,6 +42,19 @@ build/obj/%.o: src/%.c $(HDRS)
 
 $(MODULE): $(OBJS)
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
+
+# A host that runs several VMs in threads, each profiling itself (it links
+# the VM, as any host does). With OpenResty's luajit2 unpacked into
+# build/luajit2 (see .ci/install-deps), a second host links that VM.
+
+build/threads_host: spec/support/threads_host.c
+	@mkdir -p build
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -lpthread
+
+build/threads_host_luajit2: spec/support/threads_host.c
+	$(CC) $(ALL_CFLAGS) -I$(LUAJIT2_DIR)/include/luajit-2.1 -o $@ $< \
+	  $(LUAJIT2_LIB)/libluajit-5.1.so.2 -Wl,-rpath,$(CURDIR)/$(LUAJIT2_LIB) \
+	  -lpthread
 
 # A tiny C module used by the specs to check C-function attribution.
 build/test_cmodule.so: spec/support/test_cmodule.c

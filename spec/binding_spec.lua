@@ -225,6 +225,56 @@ os.exit(7)
   end)
 end)
 
+describe('fork() while profiling', function()
+  -- After the two header lines of script(), the child allocates 1000
+  -- tables at line 12 and ends in one of three ways; the parent allocates
+  -- 10 tables at line 16 after waiting for it.
+  local function forked(child_exit)
+    local path = h.tmpname()
+    local out, code = h.run_script(script(string.format([[
+local ffi = require('ffi')
+ffi.cdef('int fork(void); int waitpid(int, int *, int);')
+local memprof = require('memprof')
+jit.off()
+assert(memprof.start(%q))
+local before = {}
+local pid = ffi.C.fork()
+if pid == 0 then
+  local kept = {}
+  for i = 1, 1000 do kept[i] = {} end
+  %s
+end
+local status = ffi.new('int[1]') ffi.C.waitpid(pid, status, 0)
+for i = 1, 10 do local t = {} end
+print('child status', status[0])
+assert(memprof.stop())
+]], path, child_exit)))
+    return path, out, code
+  end
+
+  for _, case in ipairs({
+    { 'exits without closing the state', 'os.exit(0)' },
+    { 'closes its state', 'os.exit(0, true)' },
+    { 'calls stop() first', 'print(memprof.stop()) os.exit(0)' },
+  }) do
+    it('keeps the parent file intact when the child ' .. case[1], function()
+      local path, out, code = forked(case[2])
+      assert.equal(0, code)
+      assert.matches('child status\t0\n$', out)
+      local events = read_clean(path)
+      local lines = {}
+      for _, ev in ipairs(events) do
+        if ev.source == 'lua' and ev.kind == 'alloc' then
+          lines[ev.line] = (lines[ev.line] or 0) + 1
+        end
+      end
+      assert.is_nil(lines[12]) -- Nothing of the child's.
+      assert.equal(10, lines[16])
+      os.remove(path)
+    end)
+  end
+end)
+
 describe('memory of the module itself', function()
   -- Our sources: a valgrind record that mentions one of them is ours.
   local OURS = { 'binding%.c:', 'hook%.c:', 'symbols%.c:', 'vm_layout%.c:',

@@ -86,14 +86,15 @@ local function shell_quote(s)
 end
 
 -- Runs a Lua script in a child interpreter; returns its output (stdout and
--- stderr together) and exit code.
+-- stderr together) and exit code (124 if it ran for over two minutes).
 function M.run_script(source)
   local script = M.tmpname('.lua')
   local f = assert(io.open(script, 'w'))
   f:write(source)
   f:close()
-  local pipe = assert(io.popen(M.lua .. ' ' .. shell_quote(script) ..
-    ' 2>&1; echo "exit=$?"'))
+  -- A hung child fails the spec instead of hanging the suite.
+  local pipe = assert(io.popen('timeout 120 ' .. M.lua .. ' ' ..
+    shell_quote(script) .. ' 2>&1; echo "exit=$?"'))
   local out = pipe:read('*a')
   pipe:close()
   os.remove(script)

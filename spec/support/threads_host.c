@@ -1,0 +1,102 @@
+/*
+** A host program for the specs: runs several Lua VMs, one per thread, each
+** profiling itself into its own file at the same time.
+**
+** usage: threads_host CPATH DIR N
+** Thread i (1..N) creates a VM, requires memprof through CPATH, starts a
+** profile into DIR/thread<i>.bin, and (once every thread is profiling)
+** creates 1000 * i tables at line 2 of a chunk named "@thread<i>.lua".
+** Exits 0 if every VM succeeded, else prints the error and exits 1.
+*/
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lauxlib.h"
+#include "lua.h"
+#include "lualib.h"
+
+#define MAX_THREADS 16
+
+static const char *cpath, *dir;
+static pthread_barrier_t all_profiling;
+
+static int barrier(lua_State *L)
+{
+  (void)L;
+  pthread_barrier_wait(&all_profiling);
+  return 0;
+}
+
+static const char body[] =
+    "local n, path, barrier = ...\n"
+    "for i = 1, 1000 * n do local t = {} end\n"
+    "return path\n";
+
+static const char driver[] =
+    "local cpath, n, path, barrier, body = ...\n"
+    "package.cpath = cpath\n"
+    "jit.off()\n"
+    "local memprof = require('memprof')\n"
+    "assert(memprof.start(path))\n"
+    "barrier()\n"
+    "local f = assert(loadstring(body, '@thread' .. n .. '.lua'))\n"
+    "f(n, path)\n"
+    "assert(memprof.stop())\n";
+
+struct job {
+  int n;
+  char error[512];
+};
+
+static void *run(void *arg)
+{
+  struct job *job = arg;
+  char path[4096];
+  lua_State *L = luaL_newstate();
+  snprintf(path, sizeof(path), "%s/thread%d.bin", dir, job->n);
+  luaL_openlibs(L);
+  if (luaL_loadbuffer(L, driver, sizeof(driver) - 1, "=driver") != 0) {
+    snprintf(job->error, sizeof(job->error), "%s", lua_tostring(L, -1));
+  } else {
+    lua_pushstring(L, cpath);
+    lua_pushinteger(L, job->n);
+    lua_pushstring(L, path);
+    lua_pushcfunction(L, barrier);
+    lua_pushlstring(L, body, sizeof(body) - 1);
+    if (lua_pcall(L, 5, 0, 0) != 0)
+      snprintf(job->error, sizeof(job->error), "thread %d: %s", job->n,
+               lua_tostring(L, -1));
+  }
+  lua_close(L);
+  return NULL;
+}
+
+int main(int argc, char **argv)
+{
+  pthread_t threads[MAX_THREADS];
+  struct job jobs[MAX_THREADS];
+  int n, i, failed = 0;
+  if (argc != 4 || (n = atoi(argv[3])) < 1 || n > MAX_THREADS) {
+    fprintf(stderr, "usage: threads_host CPATH DIR N (1..%d)\n", MAX_THREADS);
+    return 2;
+  }
+  cpath = argv[1];
+  dir = argv[2];
+  pthread_barrier_init(&all_profiling, NULL, (unsigned)n);
+  for (i = 0; i < n; i++) {
+    memset(&jobs[i], 0, sizeof(jobs[i]));
+    jobs[i].n = i + 1;
+    pthread_create(&threads[i], NULL, run, &jobs[i]);
+  }
+  for (i = 0; i < n; i++) {
+    pthread_join(threads[i], NULL);
+    if (jobs[i].error[0] != '\0') {
+      fprintf(stderr, "%s\n", jobs[i].error);
+      failed = 1;
+    }
+  }
+  return failed;
+}
