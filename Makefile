@@ -32,7 +32,7 @@ LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
-.PHONY: all test test-luajit test-lua51 bench demo install uninstall clean format check-format
+.PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 bench demo install uninstall clean format check-format
 
 all: $(MODULE) build/test_cmodule.so build/threads_host $(LUAJIT2_HOST)
 
@@ -61,12 +61,25 @@ build/test_cmodule.so: spec/support/test_cmodule.c
 	@mkdir -p build
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
 
-# Every spec under LuaJIT, then the analysis specs under plain Lua 5.1.
-test: test-luajit test-lua51
+# The spec suite on every build that is here (.ci/install-deps installs
+# them all): Debian's LuaJIT, OpenResty's luajit2, Tarantool; then the
+# analysis specs under plain Lua 5.1.
+LUAJIT2 = build/luajit2/usr/bin/luajit
+TARANTOOL ?= tarantool
+SPEC_ENV = LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./spec/?.lua;;'
+test: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
+  $(if $(shell command -v $(TARANTOOL)),test-tarantool) test-lua51
 
 test-luajit: all
-	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./spec/?.lua;;' \
-	  $(LUAJIT) $(BUSTED) spec
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) $(LUAJIT) $(BUSTED) spec
+
+test-luajit2: all
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) $(LUAJIT2) $(BUSTED) spec
+
+# An uncaught error in tarantool can hang it: hence the time limit.
+test-tarantool: all
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(TARANTOOL) timeout 900 \
+	  $(TARANTOOL) $(BUSTED) spec
 
 # The analysis side also runs on plain Lua 5.1.
 LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
@@ -96,8 +109,10 @@ format:
 check-format:
 	clang-format --dry-run --Werror $(SRCS) $(HDRS) spec/support/*.c
 
+# Keeps build/luajit2 (unpacked by .ci/install-deps).
 clean:
-	rm -rf build
+	rm -rf build/obj build/*.so build/threads_host build/threads_host_luajit2 \
+	  build/demo.bin
 
 # Profiles a small program and prints its report.
 demo: all
