@@ -72,26 +72,37 @@ local function parse(path)
   return n, os.clock() - t0
 end
 
-local function measure(name, path)
+-- The extended format's options measured beside the default format.
+local EXTENDED = { stack_depth = tonumber(os.getenv('BENCH_STACK_DEPTH')) or 16 }
+
+local function profiled(work, path, options)
+  return function()
+    assert(memprof.start(path, options))
+    work(SCALE)
+    assert(memprof.stop())
+  end
+end
+
+local function measure(name, path, ext_path)
   local work = dofile('bench/workloads/' .. name .. '.lua')
-  local off, on, cpu_off, cpu_on = {}, {}, {}, {}
+  local off, on, ext, cpu_off, cpu_on = {}, {}, {}, {}, {}
   work(SCALE) -- Warm up the JIT compiler.
   for i = 1, ROUNDS do
     off[i], cpu_off[i] = timed(function() work(SCALE) end)
-    on[i], cpu_on[i] = timed(function()
-      assert(memprof.start(path))
-      work(SCALE)
-      assert(memprof.stop())
-    end)
+    on[i], cpu_on[i] = timed(profiled(work, path))
+    ext[i] = timed(profiled(work, ext_path, EXTENDED))
   end
   local events, parse_time = parse(path)
   local bytes = file_size(path)
+  local ext_events = parse(ext_path)
+  local ext_bytes = file_size(ext_path)
   -- Each profiled run is compared with the unprofiled run next to it, so
   -- that slow drifts of the machine cancel out.
-  local added, cpu_added = {}, {}
+  local added, cpu_added, ext_added = {}, {}, {}
   for i = 1, ROUNDS do
     added[i] = on[i] - off[i]
     cpu_added[i] = cpu_on[i] - cpu_off[i]
+    ext_added[i] = ext[i] - off[i]
   end
   return {
     name = name, events = events, bytes = bytes,
@@ -101,6 +112,8 @@ local function measure(name, path)
     bytes_per_event = bytes / events,
     parse_mbs = bytes / parse_time / 1e6,
     parse_eps = events / parse_time,
+    ext_ns_per_event = median(ext_added) / ext_events * 1e9,
+    ext_bytes_per_event = ext_bytes / ext_events,
   }
 end
 
@@ -118,6 +131,22 @@ local function report(results)
     worst_ns = math.max(worst_ns, r.ns_per_event)
     worst_mbs = math.min(worst_mbs, r.parse_mbs)
   end
+  print(string.format('\nextended format, stack_depth = %d:',
+    EXTENDED.stack_depth))
+  print(string.format('%-11s %10s %10s %10s %10s %10s', 'workload',
+    'ns/event', 'x default', 'B/event', 'x default', ''))
+  local worst_time, worst_bytes = 0, 0
+  for _, r in ipairs(results) do
+    local t, b = r.ext_ns_per_event / r.ns_per_event,
+      r.ext_bytes_per_event / r.bytes_per_event
+    print(string.format('%-11s %10.1f %9.2fx %10.2f %9.2fx', r.name,
+      r.ext_ns_per_event, t, r.ext_bytes_per_event, b))
+    worst_time, worst_bytes = math.max(worst_time, t), math.max(worst_bytes, b)
+  end
+  print(string.format('worst: %.2fx the time (target <= 2): %s; %.2fx the ' ..
+    'bytes (target <= 1.5): %s', worst_time,
+    worst_time <= 2 and 'met' or 'MISSED', worst_bytes,
+    worst_bytes <= 1.5 and 'met' or 'MISSED'))
   print(string.format('worst added wall time: %.1f ns/event (target <= %d): %s',
     worst_ns, TARGET_NS_PER_EVENT,
     worst_ns <= TARGET_NS_PER_EVENT and 'met' or 'MISSED'))
@@ -128,15 +157,16 @@ end
 
 local function main(args)
   local names = #args > 0 and args or WORKLOADS
-  local path = os.tmpname()
+  local path, ext_path = os.tmpname(), os.tmpname()
   local results = {}
   print(string.format('%s, %d rounds, scale %d, medians of wall time (%s)',
     jit and jit.version or _VERSION, ROUNDS, SCALE,
     wall_clock == os.clock and 'CPU time: no FFI' or 'monotonic clock'))
   for _, name in ipairs(names) do
-    results[#results + 1] = measure(name, path)
+    results[#results + 1] = measure(name, path, ext_path)
   end
   os.remove(path)
+  os.remove(ext_path)
   report(results)
 end
 

@@ -139,8 +139,50 @@ static struct sentinel *verified_layout(lua_State *L)
   return s;
 }
 
-static int check_options(lua_State *L, int idx, char *msg, size_t len)
+/* What memprof.start's options table asks for. */
+struct options {
+  int stack_depth; /* 0: no stacks. */
+  int timestamps;
+};
+
+/* One option's value. Returns 1, or 0 with a message. */
+static int read_option(lua_State *L, const char *name, struct options *o,
+                       char *msg, size_t len)
 {
+  if (strcmp(name, "stack_depth") == 0) {
+    lua_Number v = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || v != (lua_Number)(int)v || v < 1 ||
+        v > MAX_STACK_DEPTH) {
+      snprintf(msg, len,
+               "option 'stack_depth' must be an integer from 1 to "
+               "%d, got %s",
+               MAX_STACK_DEPTH,
+               lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1)
+                                              : luaL_typename(L, -1));
+      return 0;
+    }
+    o->stack_depth = (int)v;
+    return 1;
+  }
+  if (strcmp(name, "timestamps") == 0) {
+    if (lua_type(L, -1) != LUA_TBOOLEAN) {
+      snprintf(msg, len, "option 'timestamps' must be a boolean, got %s",
+               luaL_typename(L, -1));
+      return 0;
+    }
+    o->timestamps = lua_toboolean(L, -1);
+    return 1;
+  }
+  snprintf(msg, len, "unknown option '%s'", name);
+  return 0;
+}
+
+/* Reads memprof.start's options table (nil: none). Returns 1, or 0 with a
+** message; nothing has started then. */
+static int read_options(lua_State *L, int idx, struct options *o, char *msg,
+                        size_t len)
+{
+  memset(o, 0, sizeof(*o));
   if (lua_isnoneornil(L, idx))
     return 1;
   if (!lua_istable(L, idx)) {
@@ -149,11 +191,18 @@ static int check_options(lua_State *L, int idx, char *msg, size_t len)
     return 0;
   }
   lua_pushnil(L);
-  if (lua_next(L, idx)) {
-    snprintf(msg, len, "unknown option '%s'",
-             lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
-    lua_pop(L, 2);
-    return 0;
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      snprintf(msg, len, "option names must be strings, got %s",
+               luaL_typename(L, -2));
+      lua_pop(L, 2);
+      return 0;
+    }
+    if (!read_option(L, lua_tostring(L, -2), o, msg, len)) {
+      lua_pop(L, 2);
+      return 0;
+    }
+    lua_pop(L, 1);
   }
   return 1;
 }
@@ -227,16 +276,19 @@ static void name_builtins(lua_State *L, struct profiler *p)
 static void free_profiler(struct profiler *p)
 {
   symbols_free(&p->syms);
+  stacks_free(&p->stacks);
   free(p->path);
   free(p);
 }
 
 static struct profiler *new_profiler(lua_State *L, const struct vm_layout *lay,
+                                     const struct options *opts,
                                      const char *path, int *err)
 {
   struct profiler *p = calloc(1, sizeof(*p));
   if (p == NULL || (p->path = strdup(path)) == NULL ||
-      symbols_init(&p->syms) != 0) {
+      symbols_init(&p->syms) != 0 ||
+      (opts->stack_depth > 0 && stacks_init(&p->stacks) != 0)) {
     if (p != NULL)
       free_profiler(p);
     *err = ENOMEM;
@@ -244,6 +296,9 @@ static struct profiler *new_profiler(lua_State *L, const struct vm_layout *lay,
   }
   p->layout = *lay;
   p->out.fd = -1;
+  p->stack_depth = opts->stack_depth;
+  p->timestamps = opts->timestamps;
+  p->extended = opts->stack_depth > 0 || opts->timestamps;
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
   name_builtins(L, p);
   return p;
@@ -270,12 +325,13 @@ static int l_start(lua_State *L)
   const char *path = luaL_checkstring(L, 1);
   struct sentinel *s;
   struct profiler *p;
+  struct options opts;
   char msg[600];
   int fd, err = 0;
 
   if (running_profiler(L) != NULL)
     return push_failure(L, "profiler is running already", EINVAL);
-  if (!check_options(L, 2, msg, sizeof(msg)))
+  if (!read_options(L, 2, &opts, msg, sizeof(msg)))
     return push_failure(L, msg, EINVAL);
   s = verified_layout(L);
   if (s == NULL || !s->calibrated) {
@@ -283,7 +339,7 @@ static int l_start(lua_State *L)
              s ? s->error : "module state is missing");
     return push_failure(L, msg, ENOTSUP);
   }
-  p = new_profiler(L, &s->layout, path, &err);
+  p = new_profiler(L, &s->layout, &opts, path, &err);
   if (p == NULL)
     return push_file_failure(L, path, err);
   fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);

@@ -6,9 +6,11 @@
 ** lua_*, never raise, never allocate through the Lua allocator, and return
 ** exactly what the real allocator returned.
 */
+#define _GNU_SOURCE
 #include "profiler.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "stream_format.h"
 #include "vm_candidates.h"
@@ -43,8 +45,8 @@ put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr)
 ** (realloc, free) and the new block (alloc, realloc). */
 static inline __attribute__((always_inline)) void
 encode_event(struct writer *w, struct location_cache *lc,
-             const struct vm_site *site, uintptr_t ptr, size_t osize,
-             uintptr_t nptr, size_t nsize)
+             const struct vm_site *site, uint32_t stack, uintptr_t ptr,
+             size_t osize, uintptr_t nptr, size_t nsize)
 {
   uint8_t kind, *p;
   if (nsize == 0)
@@ -56,7 +58,7 @@ encode_event(struct writer *w, struct location_cache *lc,
   if (!writer_reserve(w, 1 + 6 * ULEB128_MAX))
     return;
   p = w->pos;
-  *p++ = (uint8_t)(kind | site->source);
+  *p++ = (uint8_t)(kind | site->source | (stack ? EVENT_HAS_STACK : 0));
   if (site->source == SOURCE_LUA) {
     p = put_location_addr(lc, p, site->addr);
     p = uleb128_put(p, site->line);
@@ -65,6 +67,8 @@ encode_event(struct writer *w, struct location_cache *lc,
   } else if (site->source == SOURCE_TRACE) {
     p = uleb128_put(p, site->traceno);
   }
+  if (stack)
+    p = uleb128_put(p, stack);
   if (kind != EVENT_ALLOC) {
     p = uleb128_put(p, ptr);
     p = uleb128_put(p, osize);
@@ -74,6 +78,56 @@ encode_event(struct writer *w, struct location_cache *lc,
     p = uleb128_put(p, nsize);
   }
   w->pos = p;
+}
+
+/* Monotonic nanoseconds. */
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Events between two readings of the clock. */
+#define CLOCK_EVERY 1024
+/* A time mark is written when at least this much has passed. */
+#define MARK_EVERY_NS 1000000u
+
+/* Writes a time mark if a millisecond has passed (or if forced). */
+static void mark_time(struct profiler *p, int force)
+{
+  uint64_t t = now_ns() - p->clock_start;
+  p->clock_countdown = CLOCK_EVERY;
+  if ((force || t - p->last_mark >= MARK_EVERY_NS) &&
+      writer_reserve(&p->out, 1 + ULEB128_MAX)) {
+    writer_put_byte(&p->out, RECORD_TIME);
+    writer_put_uleb128(&p->out, t);
+    p->last_mark = t;
+  }
+}
+
+/* The extended part of an event: the time mark it may need and the id of
+** its call stack (0: none). Runs before the real allocator, like everything
+** that reads the VM; inlined so the walk gets the family's constant
+** offsets too. */
+static inline __attribute__((always_inline)) uint32_t
+record_extended(struct profiler *p, const struct vm_layout *lay,
+                const struct vm_site *site, void *ptr, int *err)
+{
+  struct vm_raw_frame frames[MAX_STACK_DEPTH];
+  int n, same;
+  if (p->timestamps && --p->clock_countdown == 0)
+    mark_time(p, 0);
+  if (p->stack_depth == 0 ||
+      (site->source != SOURCE_LUA && site->source != SOURCE_C))
+    return 0;
+  n = vm_walk_stack(lay, 0, p->g, (uintptr_t)ptr, frames, p->stack_depth,
+                    &p->stacks.walk, &same);
+  if (n == 0)
+    return 0;
+  if (same && stacks_unchanged(&p->stacks, &p->syms))
+    return p->stacks.last_id;
+  return stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, frames, n, err);
 }
 
 /*
@@ -86,6 +140,7 @@ record(struct profiler *p, const struct vm_layout *lay, void *ptr, size_t osize,
        size_t nsize)
 {
   struct vm_site site;
+  uint32_t stack = 0;
   void *nptr;
   int err = 0;
 
@@ -98,6 +153,8 @@ record(struct profiler *p, const struct vm_layout *lay, void *ptr, size_t osize,
          p->syms.trace_obj[site.traceno] ==
              vm_trace_object(&p->layout, 0, p->g, site.traceno))))
     err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
+  if (p->extended && err == 0)
+    stack = record_extended(p, lay, &site, ptr, &err);
   /* Only prototypes and traces are cached, and no block smaller than a
   ** GCproto can be one of them. */
   if (ptr != NULL && osize >= lay->pt_size)
@@ -108,8 +165,8 @@ record(struct profiler *p, const struct vm_layout *lay, void *ptr, size_t osize,
   /* A failed allocation changes nothing (LuaJIT raises the error itself);
   ** neither does freeing NULL. */
   if ((nptr != NULL || nsize == 0) && (ptr != NULL || nsize != 0))
-    encode_event(&p->out, &p->last_location, &site, (uintptr_t)ptr, osize,
-                 (uintptr_t)nptr, nsize);
+    encode_event(&p->out, &p->last_location, &site, stack, (uintptr_t)ptr,
+                 osize, (uintptr_t)nptr, nsize);
   if (err != 0)
     halt(p, err);
   else if (writer_failed(&p->out) != 0)
@@ -162,15 +219,23 @@ int profiler_write_prologue(struct profiler *p)
 {
   static const uint8_t symtab[] = {'l', 'j', 's', SYMTAB_VERSION,
                                    0,   0,   0,   SYMTAB_FINAL};
-  static const uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
+  uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
+  if (p->extended)
+    events[3] = EVENTS_VERSION_EXTENDED;
   writer_bytes(&p->out, symtab, sizeof(symtab));
   writer_bytes(&p->out, events, sizeof(events));
+  if (p->timestamps) {
+    p->clock_start = now_ns();
+    mark_time(p, 1); /* Time 0. */
+  }
   return writer_failed(&p->out);
 }
 
 int profiler_finish(struct profiler *p)
 {
   int err;
+  if (p->state == PROFILER_RECORDING && p->timestamps)
+    mark_time(p, 1);
   if (p->state == PROFILER_RECORDING && writer_reserve(&p->out, 1))
     writer_put_byte(&p->out, EVENTS_EPILOGUE);
   err = writer_close(&p->out);

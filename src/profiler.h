@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "lua.h"
+#include "stacks.h"
 #include "symbols.h"
 #include "vm_layout.h"
 #include "writer.h"
@@ -34,6 +35,15 @@ struct profiler {
     uint64_t word;
     unsigned len;
   } last_location; /* Encoding of the last location address. */
+
+  /* Extended format (0 and 0 for Tarantool's format). */
+  int extended;    /* Any of the two below: version 100. */
+  int stack_depth; /* Frames per event, 0: no stacks. */
+  int timestamps;  /* Write time marks. */
+  struct stacks stacks;
+  unsigned clock_countdown; /* Events until the clock is read again. */
+  uint64_t clock_start;     /* Monotonic ns at start. */
+  uint64_t last_mark;       /* ns since start of the last time mark. */
 
   /* Bookkeeping. */
   int error;  /* errno that halted recording (write error, ENOMEM). */

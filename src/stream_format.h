@@ -28,4 +28,11 @@
 #define SOURCE_C (3 << 2)
 #define SOURCE_TRACE (4 << 2)
 
+/* The extended format (docs/format.md): the event section's version, the
+** flag of an allocation event that carries a stack id, and two records. */
+#define EVENTS_VERSION_EXTENDED 100
+#define EVENT_HAS_STACK 0x20
+#define RECORD_STACK 0x14
+#define RECORD_TIME 0x18
+
 #endif

@@ -112,6 +112,7 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
     s->last_proto = 0;
   if (s->last_c == addr)
     s->last_c = 0;
+  s->generation++;
   /* Backward-shift deletion keeps every probe chain unbroken. */
   i = (size_t)(hit - s->slots);
   s->slots[i].addr = 0;
@@ -150,8 +151,8 @@ void symbols_c_name(uintptr_t addr, char *buf, size_t len)
 
 /* ---- Symbol events ---------------------------------------------------- */
 
-static int describe_proto(struct symbols *s, struct writer *w,
-                          const struct vm_layout *lay, uintptr_t pt)
+int symbols_describe_proto(struct symbols *s, struct writer *w,
+                           const struct vm_layout *lay, uintptr_t pt)
 {
   const char *name;
   uint32_t len;
@@ -174,27 +175,27 @@ static int describe_proto(struct symbols *s, struct writer *w,
   return remember(s, pt, 0);
 }
 
-static int describe_c(struct symbols *s, struct writer *w,
-                      const struct vm_site *site)
+int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
+                       uint8_t ffid)
 {
   char name[512];
-  if (site->addr == s->last_c || lookup(s, site->addr) != NULL) {
-    s->last_c = site->addr;
+  if (addr == s->last_c || lookup(s, addr) != NULL) {
+    s->last_c = addr;
     return 0;
   }
-  if (site->ffid > FFID_C && s->builtin[site->ffid] != NULL)
-    snprintf(name, sizeof(name), "%s", s->builtin[site->ffid]);
-  else if (site->ffid > FFID_C)
-    snprintf(name, sizeof(name), "builtin#%u", (unsigned)site->ffid);
+  if (ffid > FFID_C && s->builtin[ffid] != NULL)
+    snprintf(name, sizeof(name), "%s", s->builtin[ffid]);
+  else if (ffid > FFID_C)
+    snprintf(name, sizeof(name), "builtin#%u", (unsigned)ffid);
   else
-    symbols_c_name(site->addr, name, sizeof(name));
+    symbols_c_name(addr, name, sizeof(name));
   if (!writer_reserve(w, 1 + ULEB128_MAX))
     return 0;
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_C);
-  writer_put_uleb128(w, site->addr);
+  writer_put_uleb128(w, addr);
   writer_string(w, name, strlen(name));
-  s->last_c = site->addr;
-  return remember(s, site->addr, 0);
+  s->last_c = addr;
+  return remember(s, addr, 0);
 }
 
 static int grow_traces(struct symbols *s, uint32_t traceno)
@@ -228,7 +229,7 @@ static int describe_trace(struct symbols *s, struct writer *w,
   T = vm_trace_start(lay, 0, g, traceno, &pt, &line);
   if (T == 0)
     return 0;
-  if ((err = describe_proto(s, w, lay, pt)) != 0)
+  if ((err = symbols_describe_proto(s, w, lay, pt)) != 0)
     return err;
   if (traceno >= s->trace_cap && (err = grow_traces(s, traceno)) != 0)
     return err;
@@ -248,9 +249,9 @@ int symbols_describe(struct symbols *s, struct writer *w,
 {
   switch (site->source) {
   case SOURCE_LUA:
-    return describe_proto(s, w, lay, site->addr);
+    return symbols_describe_proto(s, w, lay, site->addr);
   case SOURCE_C:
-    return describe_c(s, w, site);
+    return symbols_describe_c(s, w, site->addr, site->ffid);
   case SOURCE_TRACE:
     return lay->trace_ok ? describe_trace(s, w, lay, g, site->traceno) : 0;
   default:

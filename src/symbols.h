@@ -38,6 +38,7 @@ struct symbols {
   uintptr_t *trace_obj; /* Per trace number: the trace described. */
   uint32_t trace_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
+  unsigned generation;     /* Bumped when a described object goes away. */
 };
 
 /* Returns 0, or ENOMEM. */
@@ -70,6 +71,13 @@ static inline void symbols_forget(struct symbols *s, uintptr_t addr)
 int symbols_describe(struct symbols *s, struct writer *w,
                      const struct vm_layout *lay, uintptr_t g,
                      const struct vm_site *site);
+
+/* Describe one prototype, or one C function or built-in (ffid > 1), if
+** the stream does not hold it yet. Return 0, or ENOMEM. */
+int symbols_describe_proto(struct symbols *s, struct writer *w,
+                           const struct vm_layout *lay, uintptr_t pt);
+int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
+                       uint8_t ffid);
 
 /* A printable name for the C function at addr (dladdr, else file+offset). */
 void symbols_c_name(uintptr_t addr, char *buf, size_t len);

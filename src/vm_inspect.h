@@ -232,20 +232,30 @@ VM_INLINE int vm_frame_ok(const struct vm_layout *lay,
          frame < th->limit && ((frame - th->stack) & 7) == 0;
 }
 
-/* A Lua function on top of the stack: its line comes from the C frame's
-** saved PC, unless the VM seeded that slot with L ("no PC yet"). */
-VM_INLINE int vm_locate_lua_top(const struct vm_layout *lay, int safe,
-                                const struct vm_thread *th, uintptr_t fn,
-                                struct vm_site *site)
+/* The saved PC of the C frame (the interpreter's current instruction, +1),
+** or 0 when the VM seeded that slot with L ("no PC yet"). */
+VM_INLINE uintptr_t vm_top_pc(const struct vm_layout *lay, int safe,
+                              const struct vm_thread *th)
 {
-  uintptr_t cf, pc, cfL, pt = vm_func_proto(lay, safe, fn);
-  if (pt == 0 || !vm_ptr(safe, th->L + lay->L_cframe, &cf))
+  uintptr_t cf, pc, cfL;
+  if (!vm_ptr(safe, th->L + lay->L_cframe, &cf))
     return 0;
   cf &= ~(uintptr_t)3;
   if (cf == 0 || !vm_ref(lay, safe, cf + lay->cf_pc, &pc) ||
       !vm_ref(lay, safe, cf + lay->cf_L, &cfL) || pc == cfL)
     return 0;
-  if (!vm_pc_line(lay, safe, pt, pc, &site->line))
+  return pc;
+}
+
+/* A Lua function on top of the stack: its line comes from the C frame's
+** saved PC. */
+VM_INLINE int vm_locate_lua_top(const struct vm_layout *lay, int safe,
+                                const struct vm_thread *th, uintptr_t fn,
+                                struct vm_site *site)
+{
+  uintptr_t pc, pt = vm_func_proto(lay, safe, fn);
+  if (pt == 0 || (pc = vm_top_pc(lay, safe, th)) == 0 ||
+      !vm_pc_line(lay, safe, pt, pc, &site->line))
     return 0;
   site->source = SOURCE_LUA;
   site->addr = pt;
@@ -337,10 +347,214 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
                  vm_locate_cont_caller(lay, safe, &th, frame, link, site)))
     return;
   /* A built-in not called from Lua (e.g. through pcall or from C) is
-  ** reported as a C function; its object address names it uniquely. */
+  ** reported as a C function, identified by its pc: the VM's entry for
+  ** that built-in (bcff[ffid]), the same for every closure of it (each
+  ** string.gmatch call makes a new iterator object). */
+  if (!vm_ref(lay, safe, fn + lay->fn_pc, &site->addr) || site->addr == 0)
+    return;
   site->source = SOURCE_C;
-  site->addr = fn;
   site->ffid = ffid;
+}
+
+/* Steps one stack walk may take (frames, dummy and vararg frames). */
+#define MAX_WALK_STEPS 80
+
+/* One frame of a call stack, before lines and names are looked up. */
+struct vm_raw_frame {
+  uintptr_t obj; /* Lua: GCproto; C: function; built-in: its bcff entry. */
+  uintptr_t pc;  /* Lua: the instruction after the current one, or 0. */
+  uint8_t ffid;  /* FFID_LUA, FFID_C, or a built-in's id. */
+};
+
+#define FRAME_VARG 3
+
+/* The PC of a Lua function whose frame is below `next` (the frame it
+** called), as lj_debug's debug_framepc finds it; 0 if it cannot tell. */
+VM_INLINE uintptr_t vm_caller_pc(const struct vm_layout *lay, int safe,
+                                 uintptr_t next, intptr_t next_link)
+{
+  intptr_t cont;
+  if ((next_link & 3) == 0)
+    return vm_link_pc(lay, next_link);
+  if ((next_link & 7) == FRAME_CONT &&
+      vm_frame_link(lay, safe, next - TVALUE_SIZE * (1 + (uintptr_t)lay->fr2),
+                    &cont))
+    return vm_link_pc(lay, cont);
+  return 0;
+}
+
+/* The frame below `frame`, from its link; 0 if it leaves the stack or
+** does not go down. *varg is set for a vararg pseudo-frame. */
+VM_INLINE uintptr_t vm_frame_below(const struct vm_layout *lay, int safe,
+                                   const struct vm_thread *th, uintptr_t frame,
+                                   intptr_t link, int *varg)
+{
+  uintptr_t below;
+  *varg = 0;
+  if ((link & 3) == 0) {
+    uintptr_t ins = vm_link_pc(lay, link);
+    uint32_t call;
+    if (ins < 4 || (ins & 3) != 0 || !vm_u32(safe, ins - 4, &call))
+      return 0;
+    below =
+        frame - TVALUE_SIZE * (1 + (uintptr_t)lay->fr2 + ((call >> 8) & 0xff));
+  } else {
+    if ((link & ~(intptr_t)7) <= 0)
+      return 0;
+    *varg = (link & 7) == FRAME_VARG;
+    below = frame - (uintptr_t)(link & ~(intptr_t)7);
+  }
+  return below < frame && vm_frame_ok(lay, th, below) ? below : 0;
+}
+
+/* One step of the last walk, to recognise the same frame next time. */
+struct vm_walk_step {
+  uintptr_t frame; /* Address of the frame slot. */
+  uint64_t tv;     /* Its function slot, as stored. */
+  intptr_t link;   /* Its link. */
+  uintptr_t code;  /* fn->pc (Lua, built-ins) or fn->f (C), and ... */
+  uint8_t ffid;    /* ... fn's id: the same object, not a new one there. */
+  uint8_t kept;    /* The step produced frame `raw` (not skipped). */
+  uint8_t varg;    /* It is a vararg pseudo-frame (the next step is not). */
+  uintptr_t below; /* The next frame down, 0 at the end. */
+  struct vm_raw_frame raw;
+};
+
+/* The steps of the last walk of one thread. */
+struct vm_walk_cache {
+  uintptr_t L, stack, limit; /* The thread and its stack then. */
+  uintptr_t top_pc;          /* The top frame's PC in the last walk. */
+  int frames;                /* The number of frames the last walk returned. */
+  int count;
+  struct vm_walk_step step[MAX_WALK_STEPS];
+};
+
+/* The function slot of a frame as stored (before any check). */
+VM_INLINE int vm_frame_tv(const struct vm_layout *lay, int safe,
+                          uintptr_t frame, uint64_t *tv)
+{
+  uint32_t lo;
+  if (lay->gc64)
+    return vm_u64(safe, frame - TVALUE_SIZE, tv);
+  if (!vm_u32(safe, frame, &lo))
+    return 0;
+  *tv = lo;
+  return 1;
+}
+
+/* Fills a step for the frame whose function slot and link were read: the
+** function, its raw frame and the frame below. Returns 0 to stop. */
+VM_INLINE int vm_walk_step(const struct vm_layout *lay, int safe,
+                           const struct vm_thread *th, uintptr_t next,
+                           intptr_t next_link, int skip,
+                           struct vm_walk_step *st, int *varg)
+{
+  uintptr_t fn = vm_frame_func(lay, safe, st->frame);
+  st->kept = 0;
+  st->code = 0;
+  st->ffid = 0;
+  if (fn != 0 && vm_u8(safe, fn + lay->fn_ffid, &st->ffid)) {
+    struct vm_raw_frame *f = &st->raw;
+    f->ffid = st->ffid;
+    f->pc = 0;
+    if (st->ffid == FFID_C) {
+      vm_ptr(safe, fn + lay->fn_cfunc, &st->code);
+      f->obj = st->code;
+    } else {
+      vm_ref(lay, safe, fn + lay->fn_pc, &st->code);
+      /* A built-in is identified by its pc, as in vm_locate_frame. */
+      f->obj = st->ffid == FFID_LUA ? vm_func_proto(lay, safe, fn) : st->code;
+      if (st->ffid == FFID_LUA && next != 0)
+        f->pc = vm_caller_pc(lay, safe, next, next_link);
+    }
+    st->kept = !skip && f->obj != 0;
+  }
+  st->below = vm_frame_below(lay, safe, th, st->frame, st->link, varg);
+  st->varg = (uint8_t)*varg;
+  return 1;
+}
+
+/*
+** The raw call stack of the current thread, innermost first, at most max
+** frames, as lj_debug walks levels: dummy frames (holding the thread) are
+** skipped, and a vararg function is seen at its pseudo-frame only.
+** Returns the number of frames (0: no stack, e.g. a stack being resized).
+**
+** `cache` holds the steps of the last walk: a step whose frame address,
+** function slot, link, code pointer and id are unchanged is the same
+** frame, so its frame and the frame below are taken from the cache (the
+** top frame's PC is always read afresh). Loops allocate from the same
+** stack again and again, so most steps cost a few loads.
+*/
+VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe, uintptr_t g,
+                            uintptr_t ptr, struct vm_raw_frame *out, int max,
+                            struct vm_walk_cache *cache, int *same)
+{
+  struct vm_thread th;
+  uintptr_t frame, next = 0, top_pc = 0;
+  intptr_t next_link = 0;
+  int n = 0, skip = 0, varg, k = 0, i, reuse;
+  *same = 0;
+  if (!vm_current_thread(lay, safe, g, &th) || (ptr != 0 && ptr == th.stack))
+    return 0;
+  /* Cached frames are only valid in the same thread and stack block. */
+  reuse =
+      cache->L == th.L && cache->stack == th.stack && cache->limit == th.limit;
+  cache->L = th.L;
+  cache->stack = th.stack;
+  cache->limit = th.limit;
+  frame = th.base - TVALUE_SIZE;
+  while (n < max && k < MAX_WALK_STEPS && frame != 0) {
+    struct vm_walk_step *st = &cache->step[k];
+    uint64_t tv;
+    intptr_t link;
+    if (!reuse || k >= cache->count || st->frame != frame) {
+      reuse = 0;
+      if (!vm_frame_ok(lay, &th, frame))
+        break;
+    }
+    if (!vm_frame_tv(lay, safe, frame, &tv) ||
+        !vm_frame_link(lay, safe, frame, &link))
+      break;
+    reuse = reuse && st->tv == tv && st->link == link;
+    if (reuse && st->ffid != 0 && st->raw.obj != 0) {
+      /* The same object must still be there: compare its id and code. */
+      uintptr_t fn = vm_frame_func(lay, safe, frame), code = 0;
+      uint8_t ffid = 0;
+      if (fn != 0 && vm_u8(safe, fn + lay->fn_ffid, &ffid))
+        ffid == FFID_C ? vm_ptr(safe, fn + lay->fn_cfunc, &code)
+                       : vm_ref(lay, safe, fn + lay->fn_pc, &code);
+      reuse = ffid == st->ffid && code == st->code;
+    }
+    if (!reuse) {
+      st->frame = frame;
+      st->tv = tv;
+      st->link = link;
+      vm_walk_step(lay, safe, &th, next, next_link, skip, st, &varg);
+    }
+    if (st->kept && n++ == 0 && st->raw.ffid == FFID_LUA)
+      top_pc = vm_top_pc(lay, safe, &th); /* Changes from event to event. */
+    k++;
+    next = frame;
+    next_link = link;
+    skip = st->varg; /* The real frame of a vararg function follows. */
+    frame = st->below;
+  }
+  /* Every step was the same frame, with the same top PC: the same stack,
+  ** and `out` is not needed. */
+  *same = reuse && k == cache->count && n == cache->frames &&
+          top_pc == cache->top_pc;
+  cache->count = k;
+  cache->frames = n;
+  cache->top_pc = top_pc;
+  if (!*same) {
+    for (i = 0, n = 0; i < k; i++)
+      if (cache->step[i].kept)
+        out[n++] = cache->step[i].raw;
+    if (n > 0 && out[0].ffid == FFID_LUA)
+      out[0].pc = top_pc;
+  }
+  return n;
 }
 
 /* Full classification of one allocator call. `lay` gives the offsets (it
