@@ -30,10 +30,9 @@ static int barrier(lua_State *L)
   return 0;
 }
 
-static const char body[] =
-    "local n, path, barrier = ...\n"
-    "for i = 1, 1000 * n do local t = {} end\n"
-    "return path\n";
+static const char body[] = "local n, path, barrier = ...\n"
+                           "for i = 1, 1000 * n do local t = {} end\n"
+                           "return path\n";
 
 static const char driver[] =
     "local cpath, n, path, barrier, body = ...\n"
