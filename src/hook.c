@@ -116,7 +116,9 @@ record_extended(struct profiler *p, const struct vm_layout *lay,
 {
   struct vm_raw_frame frames[MAX_STACK_DEPTH];
   int n, same;
-  if (p->timestamps && --p->clock_countdown == 0)
+  /* The writer thread ticks every millisecond; without it, events are
+  ** counted between two readings of the clock. */
+  if (p->timestamps && (writer_ticked(&p->out) || --p->clock_countdown == 0))
     mark_time(p, 0);
   if (p->stack_depth == 0 ||
       (site->source != SOURCE_LUA && site->source != SOURCE_C))
@@ -227,6 +229,7 @@ int profiler_write_prologue(struct profiler *p)
   if (p->timestamps) {
     p->clock_start = now_ns();
     mark_time(p, 1); /* Time 0. */
+    writer_tick_every(&p->out, MARK_EVERY_NS);
   }
   return writer_failed(&p->out);
 }

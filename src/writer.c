@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,7 +40,21 @@ struct writer_thread {
   size_t pending_len;
   uint8_t *spare; /* The buffer not being filled, when not pending. */
   int quit;
+  long tick_ns; /* 0, or how often to set writer.tick. */
 };
+
+/* Monotonic time plus ns, for a timed wait. */
+static struct timespec deadline_after(long ns)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_nsec += ns;
+  while (t.tv_nsec >= 1000000000L) {
+    t.tv_nsec -= 1000000000L;
+    t.tv_sec++;
+  }
+  return t;
+}
 
 static void set_failed(struct writer *w, int err)
 {
@@ -73,8 +88,15 @@ static void *thread_main(void *arg)
   for (;;) {
     uint8_t *data;
     size_t len;
-    while (t->pending == NULL && !t->quit)
-      pthread_cond_wait(&t->changed, &t->lock);
+    while (t->pending == NULL && !t->quit) {
+      if (t->tick_ns > 0) {
+        struct timespec until = deadline_after(t->tick_ns);
+        if (pthread_cond_timedwait(&t->changed, &t->lock, &until) == ETIMEDOUT)
+          __atomic_store_n(&w->tick, 1, __ATOMIC_RELAXED);
+      } else {
+        pthread_cond_wait(&t->changed, &t->lock);
+      }
+    }
     if (t->pending == NULL)
       break;
     data = t->pending;
@@ -100,9 +122,13 @@ static int start_thread(struct writer *w, uint8_t *spare)
   int err;
   if (t == NULL)
     return ENOMEM;
+  pthread_condattr_t attr;
   t->spare = spare;
   pthread_mutex_init(&t->lock, NULL);
-  pthread_cond_init(&t->changed, NULL);
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* For timed waits. */
+  pthread_cond_init(&t->changed, &attr);
+  pthread_condattr_destroy(&attr);
   w->thread = t;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -139,6 +165,18 @@ int writer_init(struct writer *w, int fd, size_t size, int background)
   if (background && start_thread(w, spare) != 0)
     free(spare); /* Write in place instead. */
   return 0;
+}
+
+int writer_tick_every(struct writer *w, long period_ns)
+{
+  struct writer_thread *t = w->thread;
+  if (t == NULL)
+    return 0;
+  pthread_mutex_lock(&t->lock);
+  t->tick_ns = period_ns;
+  pthread_cond_broadcast(&t->changed);
+  pthread_mutex_unlock(&t->lock);
+  return 1;
 }
 
 /* Hands the filled buffer to the thread and takes the spare one, waiting

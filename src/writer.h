@@ -29,6 +29,7 @@ struct writer {
   size_t size;      /* Size of each buffer. */
   int fd;           /* Destination; -1 once closed. */
   int failed_errno; /* 0, or errno of the first failed write (atomic). */
+  int tick;         /* Set by the thread every tick period (atomic). */
   struct writer_thread *thread;
 };
 
@@ -42,6 +43,17 @@ static inline int writer_failed(const struct writer *w)
 ** the background thread when `background` is set (falls back to writing
 ** in place if it cannot be created). */
 int writer_init(struct writer *w, int fd, size_t size, int background);
+
+/* Makes the background thread set w->tick every period_ns nanoseconds.
+** Returns 0 if there is no thread (the caller then counts events). */
+int writer_tick_every(struct writer *w, long period_ns);
+
+/* Whether a tick came since the last call (and clears it). */
+static inline int writer_ticked(struct writer *w)
+{
+  return __atomic_load_n(&w->tick, __ATOMIC_RELAXED) &&
+         __atomic_exchange_n(&w->tick, 0, __ATOMIC_RELAXED);
+}
 
 /* Hands what is buffered to the file. Returns 0 or the latched errno. */
 int writer_flush(struct writer *w);

@@ -1,0 +1,194 @@
+-- The extended format as the module writes it: call stacks, time marks,
+-- and the options that ask for them.
+local h = require('helpers.profile')
+local memprof = require('memprof')
+local reader = require('memprof.reader')
+
+local EINVAL = 22
+
+-- Profiles fn with options; returns the events (each with its stack as a
+-- list of frame names, innermost first) and the stream.
+local function profile(options, fn)
+  local path = h.tmpname()
+  assert(memprof.start(path, options))
+  fn()
+  assert(memprof.stop())
+  local stream = reader.open(path)
+  local events = {}
+  while true do
+    local ev = stream:next()
+    if not ev then break end
+    local frames
+    if ev.stack then
+      frames = {}
+      for i, site in ipairs(ev.stack.frames) do frames[i] = site.name end
+    end
+    events[#events + 1] = { kind = ev.kind, name = ev.site.name,
+      nsize = ev.nsize, stack = frames and table.concat(frames, ' < '),
+      stack_id = ev.stack and ev.stack.id, time = ev.time }
+  end
+  os.remove(path)
+  return events, stream
+end
+
+-- Counts of events at `name` by stack, leaving out the payload's main
+-- chunk creating its functions (its stack goes on into this spec).
+local function by_stack(events, name)
+  local counts = {}
+  for _, ev in ipairs(events) do
+    if ev.name == name and ev.kind == 'alloc' and
+      not (ev.stack or ''):find('stacks_spec.lua', 1, true) then
+      counts[ev.stack or '-'] = (counts[ev.stack or '-'] or 0) + 1
+    end
+  end
+  return counts
+end
+
+local function version_byte(options)
+  local path = h.tmpname()
+  assert(memprof.start(path, options))
+  assert(memprof.stop())
+  local f = assert(io.open(path, 'rb'))
+  local data = f:read('*a')
+  f:close()
+  os.remove(path)
+  return data:byte(12)
+end
+
+describe('options of memprof.start', function()
+  it('write Tarantool\'s format without options, version 100 with them',
+    function()
+    assert.equal(3, version_byte(nil))
+    assert.equal(3, version_byte({}))
+    assert.equal(100, version_byte({ stack_depth = 4 }))
+    assert.equal(100, version_byte({ timestamps = true }))
+  end)
+
+  it('are refused when unknown or of the wrong type, and nothing starts',
+    function()
+    local path = h.tmpname()
+    for _, case in ipairs({
+      { { stack = 4 }, "unknown option 'stack'" },
+      { { stack_depth = 0 },
+        "option 'stack_depth' must be an integer from 1 to 64, got 0" },
+      { { stack_depth = 65 },
+        "option 'stack_depth' must be an integer from 1 to 64, got 65" },
+      { { stack_depth = 2.5 },
+        "option 'stack_depth' must be an integer from 1 to 64, got 2.5" },
+      { { stack_depth = '8' },
+        "option 'stack_depth' must be an integer from 1 to 64, got string" },
+      { { timestamps = 'yes' },
+        "option 'timestamps' must be a boolean, got string" },
+      { { true }, 'option names must be strings, got number' },
+    }) do
+      assert.same({ nil, case[2], EINVAL }, { memprof.start(path, case[1]) })
+      assert.is_false(memprof.is_running())
+    end
+    local f = io.open(path, 'rb')
+    assert.is_nil(f)
+  end)
+end)
+
+describe('call stacks', function()
+  setup(function() jit.off() end)
+  teardown(function() jit.on() end)
+
+  it('tell apart three callers of one helper', function()
+    local payload = h.chunk([[
+local function helper() local t = {} return t end
+local function a() local r = helper() return r end
+local function b() local r = helper() return r end
+local function c() local r = helper() return r end
+for i = 1, 10 do a() end
+for i = 1, 20 do b() end
+for i = 1, 30 do c() end
+]], '@callers.lua')
+    local events = profile({ stack_depth = 3 }, payload)
+    assert.same({
+      ['@callers.lua:1 < @callers.lua:2 < @callers.lua:5'] = 10,
+      ['@callers.lua:1 < @callers.lua:3 < @callers.lua:6'] = 20,
+      ['@callers.lua:1 < @callers.lua:4 < @callers.lua:7'] = 30,
+    }, by_stack(events, '@callers.lua:1'))
+  end)
+
+  it('start with the built-in, then the Lua line that called it', function()
+    local payload = h.chunk([[
+local function helper(n) local s = string.rep('z', n) return s end
+for i = 1, 5 do helper(100 + i) end
+]], '@builtin.lua')
+    local events = profile({ stack_depth = 3 }, payload)
+    local counts = by_stack(events, '@builtin.lua:1')
+    assert.equal(5, counts['string.rep < @builtin.lua:1 < @builtin.lua:2'])
+  end)
+
+  it('hold at most stack_depth frames, innermost first', function()
+    local payload = h.chunk([[
+local function rec(n) if n == 0 then return {} end local t = rec(n - 1) return t end
+return rec(10)
+]], '@deep.lua')
+    local events = profile({ stack_depth = 4 }, payload)
+    assert.same({ ['@deep.lua:1 < @deep.lua:1 < @deep.lua:1 < @deep.lua:1'] =
+      1 }, by_stack(events, '@deep.lua:1'))
+  end)
+
+  it('name C functions and list a vararg function once', function()
+    local cmod = require('test_cmodule')
+    local payload = h.chunk([[
+local cmod = ...
+local function spread(...) local t = cmod.make_tables(select('#', ...)) return t end
+spread(1, 2, 3)
+]], '@cfunc.lua')
+    local events = profile({ stack_depth = 3 }, function() payload(cmod) end)
+    assert.same({ ['test_cmodule_make_tables < @cfunc.lua:2 < @cfunc.lua:3'] =
+      4 }, by_stack(events, 'test_cmodule_make_tables'))
+  end)
+
+  it('are the coroutine\'s own frames inside a coroutine', function()
+    local payload = h.chunk([[
+local function inner() local t = {} return t end
+local co = coroutine.wrap(function() local x = inner() return x end)
+co()
+]], '@co.lua')
+    local events = profile({ stack_depth = 8 }, payload)
+    assert.same({ ['@co.lua:1 < @co.lua:2'] = 1 }, by_stack(events, '@co.lua:1'))
+  end)
+
+  it('define a stack seen many times once', function()
+    local payload = h.chunk(
+      'local function f() local t = {} return t end\nfor i = 1, 1000 do f() end',
+      '@repeat.lua')
+    local events = profile({ stack_depth = 2 }, payload)
+    local first, n = nil, 0
+    for _, ev in ipairs(events) do
+      if ev.stack == '@repeat.lua:1 < @repeat.lua:2' then
+        first = first or ev.stack_id
+        assert.equal(first, ev.stack_id)
+        n = n + 1
+      end
+    end
+    assert.equal(1000, n)
+  end)
+end)
+
+describe('time marks', function()
+  it('put increasing times on events, from 0 to the stop', function()
+    local events, stream = profile({ timestamps = true }, function()
+      local keep = {}
+      for step = 1, 3 do
+        local t0 = os.clock()
+        while os.clock() - t0 < 0.01 do end -- 10 ms of CPU
+        keep[step] = {}
+      end
+    end)
+    assert.is_true(stream.has_time)
+    local last, seen = -1, 0
+    for _, ev in ipairs(events) do
+      assert.is_number(ev.time)
+      assert.is_true(ev.time >= last)
+      last = ev.time
+      seen = seen + 1
+    end
+    assert.is_true(seen >= 3)
+    assert.is_true(last >= 20e6, 'the last event came after ' .. last .. ' ns')
+  end)
+end)
