@@ -83,7 +83,8 @@ test-tarantool: all
 
 # The analysis side also runs on plain Lua 5.1.
 LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
-  spec/report_text_spec.lua spec/cli_spec.lua
+  spec/report_text_spec.lua spec/cli_spec.lua spec/views_spec.lua \
+  spec/report_views_spec.lua
 test-lua51:
 	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 

@@ -22,8 +22,8 @@ build = {
   modules = {
     memprof = {
       sources = {
-        "src/binding.c", "src/hook.c", "src/symbols.c", "src/vm_layout.c",
-        "src/writer.c",
+        "src/binding.c", "src/hook.c", "src/stacks.c", "src/symbols.c",
+        "src/vm_layout.c", "src/writer.c",
       },
       libraries = { "dl", "pthread" },
     },
@@ -32,7 +32,14 @@ build = {
     ["memprof.heap"] = "lua/memprof/heap.lua",
     ["memprof.analyze"] = "lua/memprof/analyze.lua",
     ["memprof.cli"] = "lua/memprof/cli.lua",
+    ["memprof.groups"] = "lua/memprof/groups.lua",
+    ["memprof.leaks"] = "lua/memprof/leaks.lua",
+    ["memprof.peak"] = "lua/memprof/peak.lua",
+    ["memprof.temporary"] = "lua/memprof/temporary.lua",
+    ["memprof.timeline"] = "lua/memprof/timeline.lua",
     ["memprof.report.text"] = "lua/memprof/report/text.lua",
+    ["memprof.report.layout"] = "lua/memprof/report/layout.lua",
+    ["memprof.report.views"] = "lua/memprof/report/views.lua",
   },
   install = {
     bin = { ["memprof-report"] = "bin/memprof-report" },

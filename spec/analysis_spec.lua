@@ -106,6 +106,71 @@ describe('heap pass', function()
   end)
 end)
 
+describe('heap pass, block facts', function()
+  it('tells the passes after it about the released block', function()
+    local seen = {}
+    local pass = { feed = function(_, ev, owner, h)
+      seen[#seen + 1] = { ev.kind, owner and owner.name or '-',
+        h.released_stack and h.released_stack.id or 0,
+        h.released_born or 0, h.released_age or -1, h.released_size or 0,
+        h.allocations }
+    end }
+    local s = B.new():lfunc(0x100, '@a.lua', 1):events({ version = B.EXTENDED })
+    s:stack(1, { B.lua(0x100, 2), B.lua(0x100, 9) })
+    s:alloc(B.lua(0x100, 2, 1), 0x10, 8)
+    s:alloc(B.lua(0x100, 3), 0x20, 16)
+    s:realloc(B.lua(0x100, 4), 0x10, 8, 0x30, 24)
+    s:free(B.internal(), 0x20, 16)
+    s:free(B.internal(), 0x30, 24)
+    s:free(B.internal(), 0x40, 4)
+    s:epilogue()
+    run(s, { passes = { { name = 'log', pass = pass } } })
+    assert.are.same({
+      { 'alloc', '-', 0, 0, -1, 0, 1 },
+      { 'alloc', '-', 0, 0, -1, 0, 2 },
+      { 'realloc', '@a.lua:2', 1, 1, 1, 8, 3 },
+      { 'free', '@a.lua:3', 0, 2, 1, 16, 3 },
+      { 'free', '@a.lua:4', 0, 3, 0, 24, 3 },
+      { 'free', BEFORE, 0, 0, -1, 0, 3 },
+    }, seen)
+  end)
+
+  it('lists live blocks with their stack and birth', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 1):events({ version = B.EXTENDED })
+    s:stack(1, { B.lua(0x100, 2) })
+    s:alloc(B.lua(0x100, 2, 1), 0x10, 8)
+    s:alloc(B.lua(0x100, 3), 0x20, 16)
+    s:epilogue()
+    local blocks = run(s).heap:live_blocks()
+    assert.are.same({ { 0x10, 8, '@a.lua:2', 1, 1 }, { 0x20, 16, '@a.lua:3',
+      0, 2 } }, { { blocks[1].addr, blocks[1].size, blocks[1].site.name,
+        blocks[1].stack.id, blocks[1].born }, { blocks[2].addr, blocks[2].size,
+        blocks[2].site.name, blocks[2].stack and 1 or 0, blocks[2].born } })
+  end)
+
+  it('stays right after dropping the addresses of many freed blocks',
+    function()
+      local s = B.new():lfunc(0x100, '@a.lua', 1):events()
+      s:alloc(B.lua(0x100, 1), 0x10, 5)
+      for i = 1, 70000 do
+        s:alloc(B.lua(0x100, 2), 0x1000 + i * 16, 16)
+        s:free(B.internal(), 0x1000 + i * 16, 16)
+      end
+      -- An address freed long ago is used again.
+      s:alloc(B.lua(0x100, 3), 0x1000 + 16, 7)
+      s:epilogue()
+      local result = run(s)
+      local list = {}
+      for i, block in ipairs(result.heap:live_blocks()) do
+        list[i] = { block.addr, block.size, block.site.name }
+      end
+      assert.are.same({ { 0x10, 5, '@a.lua:1' }, { 0x1010, 7, '@a.lua:3' } },
+        list)
+      assert.are.equal(12, result.heap.total)
+      assert.is_true(result.heap.dead_count < 70000)
+    end)
+end)
+
 describe('sites pass', function()
   it('counts events and bytes per kind and site, with overrides', function()
     local result = run(crafted())

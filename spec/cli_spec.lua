@@ -98,6 +98,7 @@ INTERNAL: 1 events	+0B	-100B
 	Overrides:
 		@app.lua:4
 
+
 HEAP SUMMARY:
 @app.lua:3 holds 2048B: 1 allocs, 0 frees
 TOTAL holds 2048B (net bytes of the stream)
@@ -119,9 +120,28 @@ TOTAL holds 2048B (net bytes of the stream)
       local code, stdout, stderr = report(word)
       assert.are.equal(0, code)
       assert.are.equal('', stderr)
-      assert.matches('^Usage: memprof%-report %[OPTIONS%] FILE\n', stdout)
-      assert.matches('%-%-leak%-only', stdout)
-      assert.matches('%-%-human%-readable', stdout)
+      assert.are.equal([[
+Usage: memprof-report [OPTIONS] FILE
+
+Print a report of a memprof profile: allocations, reallocations and
+deallocations per site, and what is still allocated at the end.
+With --leaks, --peak, --temporary or --timeline, print those views
+instead.  --group=caller and --group=stack need a profile recorded
+with call stacks (memprof.start(path, {stack_depth = N})), --timeline
+one recorded with time marks (memprof.start(path, {timestamps = true})).
+
+Options:
+  --group=G              rows by line (default), function, caller or stack
+  --top=N                at most N rows per section
+  --sort=S               sort rows by bytes or count
+  --leaks                view: blocks live at the end, with their stacks
+  --peak                 view: the heap's peak, and what held it
+  --temporary[=N]        view: blocks freed within N allocations (default 1)
+  --timeline             view: live bytes over time (needs time marks)
+  --leak-only            default report: only the heap summary
+  --human-readable       sizes in B, KiB, MiB, GiB
+  -h, --help             show this help and exit
+]], stdout)
     end
   end)
 
@@ -134,6 +154,20 @@ TOTAL holds 2048B (net bytes of the stream)
       { {}, 'memprof-report: no profile file given (see --help)\n' },
       { { path, path }, 'memprof-report: give exactly one profile file ' ..
         '(see --help)\n' },
+      { { '--group=file', path }, "memprof-report: option '--group': " ..
+        'expected line, function, caller, stack, found file (see --help)\n' },
+      { { '--sort', 'size', path }, "memprof-report: option '--sort': " ..
+        'expected bytes, count, found size (see --help)\n' },
+      { { '--top=0', path }, "memprof-report: option '--top': expected a " ..
+        'whole number of at least 1, found 0 (see --help)\n' },
+      { { '--temporary=-1', path }, "memprof-report: option " ..
+        "'--temporary': expected a whole number of at least 0, found -1 " ..
+        '(see --help)\n' },
+      { { '--peak=yes', path },
+        "memprof-report: option '--peak' takes no value (see --help)\n" },
+      { { '--leak-only', '--leaks', path }, 'memprof-report: --leak-only is ' ..
+        'for the default report; leave it out with --leaks, --peak, ' ..
+        '--temporary or --timeline (see --help)\n' },
     }
     for _, case in ipairs(cases) do
       local code, stdout, stderr = report(unpack(case[1]))
@@ -228,6 +262,144 @@ TOTAL holds 2048B (net bytes of the stream)
   end)
 end)
 
+describe('memprof-report views', function()
+  local paths
+
+  before_each(function()
+    paths = {}
+  end)
+
+  after_each(function()
+    for _, p in ipairs(paths) do
+      os.remove(p)
+    end
+  end)
+
+  local function file_of(builder)
+    local p = os.tmpname()
+    paths[#paths + 1] = p
+    write_file(p, builder:bytes())
+    return p
+  end
+
+  it('groups by caller and prints the views asked for', function()
+    local path = file_of(B.three_callers())
+    local code, stdout, stderr = report('--group=caller', '--leaks', '--top',
+      '2', path)
+    assert.are.equal(0, code)
+    assert.are.equal('', stderr)
+    assert.are.equal([[
+Grouped by caller: each row is the Lua line that called the function where the events happened.
+
+LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+@app.lua:20: 2 blocks, 400B
+	2 blocks, 400B allocated at:
+		string.format
+		@log.lua:5
+		@app.lua:20
+@app.lua:30: 1 block, 300B
+	1 block, 300B allocated at:
+		string.format
+		@log.lua:5
+		@app.lua:30
+... and 3 more: 3 blocks, 128B
+TOTAL live at end: 6 blocks, 828B
+Freed during the profile, allocated before it: 24B
+Net bytes of the stream: 804B
+
+]], stdout)
+  end)
+
+  it('prints the views in a fixed order, whatever the order asked',
+    function()
+      local path = file_of(B.peak_payload())
+      local code, stdout = report('--timeline', '--temporary=0', '--peak',
+        path)
+      assert.are.equal(0, code)
+      local peak = stdout:find('PEAK: 570B live after event 5', 1, true)
+      local temporary = stdout:find('TEMPORARY BLOCKS: freed before any ' ..
+        'other allocation', 1, true)
+      local timeline = stdout:find('HEAP OVER TIME: live bytes, 0.1 ms ' ..
+        'per row', 1, true)
+      assert.is_true(peak < temporary and temporary < timeline)
+      assert.is_nil(stdout:find('LIVE AT END', 1, true))
+    end)
+
+  it('groups the default report when asked', function()
+    local path = file_of(B.three_callers())
+    local code, stdout = report('--group=function', '--leak-only', path)
+    assert.are.equal(0, code)
+    assert.are.equal([[
+Grouped by function: each row is the function where the events happened, named by where it is defined.
+
+HEAP SUMMARY:
+function at @log.lua:3 holds 764B: 7 allocs, 3 frees
+io_lines holds 48B: 1 allocs, 0 frees
+TRACE [1] started at @app.lua:70 holds 16B: 1 allocs, 0 frees
+(allocated before profiling) holds -24B: 0 allocs, 1 frees
+TOTAL holds 804B (net bytes of the stream)
+
+]], stdout)
+  end)
+
+  it('says what a version 3 profile lacks for the view asked', function()
+    local v3 = file_of(B.crafted())
+    local cases = {
+      { { '--group=caller' }, 'memprof-report: --group=caller needs call ' ..
+        'stacks: record with memprof.start(path, {stack_depth = N})\n' },
+      { { '--group=stack', '--leaks' }, 'memprof-report: --group=stack ' ..
+        'needs call stacks: record with memprof.start(path, ' ..
+        '{stack_depth = N})\n' },
+      { { '--timeline' }, 'memprof-report: --timeline needs time marks: ' ..
+        'record with memprof.start(path, {timestamps = true})\n' },
+    }
+    for _, case in ipairs(cases) do
+      local args = case[1]
+      args[#args + 1] = v3
+      local code, stdout, stderr = report(unpack(args))
+      assert.are.equal(1, code)
+      assert.are.equal('', stdout)
+      assert.are.equal(case[2], stderr)
+    end
+    -- The views that need neither work on version 3 profiles.
+    local code, stdout, stderr = report('--group=function', '--leaks',
+      '--peak', '--temporary', v3)
+    assert.are.equal(0, code)
+    assert.are.equal('', stderr)
+    assert.matches('\nPEAK: 320B live after event 5 %(byte 58 of the ' ..
+      'file%)%. Held by:\n', stdout)
+  end)
+
+  it('says what an extended profile lacks, once it is read', function()
+    local no_stacks = file_of(B.peak_payload())
+    local code, stdout, stderr = report('--group=stack', no_stacks)
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: --group=stack needs call stacks: ' ..
+      'record with memprof.start(path, {stack_depth = N})\n', stderr)
+    local no_time = file_of(B.three_callers())
+    code, stdout, stderr = report('--group=caller', '--timeline', no_time)
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: --timeline needs time marks: record ' ..
+      'with memprof.start(path, {timestamps = true})\n', stderr)
+  end)
+
+  it('reports errors in extended profiles with their offset', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 1):events({ version = B.EXTENDED })
+    s:alloc(B.internal(), 0x10, 8)
+    local at = s:size() + 1 + #B.uleb(0x100) + #B.uleb(3)
+    s:alloc(B.lua(0x100, 3, 4), 0x20, 8):epilogue()
+    local path = file_of(s)
+    local code, stdout, stderr = report('--leaks', path)
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal(('memprof-report: %s: byte %d: expected the id of a ' ..
+      'stack defined earlier in the stream (none is defined yet), found 4\n')
+      :format(path, at), stderr)
+  end)
+end)
+
 describe('cli.parse', function()
   it('separates options from files', function()
     local opts, files = cli.parse({ 'a.bin', '--leak-only', '--', '--x' })
@@ -235,19 +407,44 @@ describe('cli.parse', function()
     assert.are.same({ 'a.bin', '--x' }, files)
   end)
 
-  it('takes options with values once they are described', function()
-    table.insert(cli.OPTIONS, { name = 'top', value = 'N', key = 'top',
-      help = 'show the N biggest sites',
+  it('takes options with values', function()
+    assert.are.same({ { top = 5 }, { 'f' } }, { cli.parse({ '--top', '5', 'f' }) })
+    assert.are.same({ { top = 7 }, { 'f' } }, { cli.parse({ 'f', '--top=7' }) })
+    assert.are.same({ nil, "option '--top' needs a value (N)" },
+      { cli.parse({ '--top' }) })
+    assert.are.same({ nil, "option '--top': expected a whole number of at " ..
+      'least 1, found x' }, { cli.parse({ '--top=x' }) })
+    assert.are.same({ nil, "option '--top': expected a whole number of at " ..
+      'least 1, found 2.5' }, { cli.parse({ '--top=2.5' }) })
+    assert.are.same({ { group = 'stack', sort = 'count' }, { 'f' } },
+      { cli.parse({ '--group', 'stack', '--sort=count', 'f' }) })
+  end)
+
+  it('takes an optional value only after =', function()
+    assert.are.same({ { temporary = 1 }, { 'f' } },
+      { cli.parse({ '--temporary', 'f' }) })
+    assert.are.same({ { temporary = 0 }, { 'f' } },
+      { cli.parse({ '--temporary=0', 'f' }) })
+    assert.are.same({ { temporary = 1 }, { '3', 'f' } },
+      { cli.parse({ '--temporary', '3', 'f' }) })
+    assert.are.same({ { leaks = true, peak = true, timeline = true }, { 'f' } },
+      { cli.parse({ '--leaks', '--peak', '--timeline', 'f' }) })
+  end)
+
+  it('takes more options once they are described', function()
+    table.insert(cli.OPTIONS, { name = 'format', value = 'F', key = 'format',
+      help = 'the output format',
       check = function(value)
-        return tonumber(value), 'expected a number, found ' .. value
+        if value == 'text' then
+          return value
+        end
+        return nil, 'expected text, found ' .. value
       end })
     local ok, err = pcall(function()
-      assert.are.same({ { top = 5 }, { 'f' } }, { cli.parse({ '--top', '5', 'f' }) })
-      assert.are.same({ { top = 7 }, { 'f' } }, { cli.parse({ 'f', '--top=7' }) })
-      assert.are.same({ nil, "option '--top' needs a value (N)" },
-        { cli.parse({ '--top' }) })
-      assert.are.same({ nil, "option '--top': expected a number, found x" },
-        { cli.parse({ '--top=x' }) })
+      assert.are.same({ { format = 'text' }, { 'f' } },
+        { cli.parse({ '--format', 'text', 'f' }) })
+      assert.are.same({ nil, "option '--format': expected text, found x" },
+        { cli.parse({ '--format=x' }) })
     end)
     table.remove(cli.OPTIONS)
     assert(ok, err)

@@ -24,7 +24,7 @@ local function collect(stream)
   for ev in stream:each() do
     events[#events + 1] = { kind = ev.kind, site = ev.site, name = ev.site.name,
       naddr = ev.naddr, nsize = ev.nsize, oaddr = ev.oaddr, osize = ev.osize,
-      offset = ev.offset }
+      offset = ev.offset, stack = ev.stack, time = ev.time }
   end
   return events
 end
@@ -93,6 +93,10 @@ for _, mode in ipairs(MODES) do
       assert.are.equal(3, stream.symtab_version)
       assert.are.equal('out.bin', stream.name)
       assert.is_nil(stream:next())
+      assert.is_false(stream.has_stacks)
+      assert.is_false(stream.has_time)
+      assert.is_nil(stream.time)
+      assert.are.same({}, stream.stacks)
     end)
 
     it('interns sites: one table per symbol and line, ids dense from 1',
@@ -238,8 +242,16 @@ for _, mode in ipairs(MODES) do
       local stream = open(B.new():events():bytes())
       assert.is_nil(stream:next())
       assert.are.equal('out.bin: the stream has no epilogue (the profile ' ..
-        'was not stopped cleanly); the report covers all 0 events',
-        stream.warning)
+        'was not stopped cleanly); it holds no events', stream.warning)
+    end)
+
+    it('warns about a cut inside the very first event', function()
+      local s = B.new():events():raw(string.char(0x05))
+      local stream = open(s:bytes())
+      assert.is_nil(stream:next())
+      assert.are.equal(('out.bin: the stream ends at byte %d in the middle ' ..
+        'of an event (expected the address of an allocated block); no ' ..
+        'event came before it'):format(s:size()), stream.warning)
     end)
 
     it('warns about bytes after the epilogue', function()
@@ -267,8 +279,154 @@ for _, mode in ipairs(MODES) do
           'report covers the 2 events before it'):format(#prefix + #event - 1),
           stream.warning)
       end)
+
+    it('decodes the extended format: stacks and time marks', function()
+      local s = B.new():lfunc(0x100, '@helper.lua', 1)
+        :lfunc(0x200, '@main.lua', 0):cfunc(0x500, 'string.rep')
+        :events({ version = B.EXTENDED })
+      s:alloc(B.internal(), 0x10, 8)
+      s:stack(1, { B.lua(0x100, 3), B.lua(0x200, 10) })
+      s:stack(2, { B.c(0x500), B.lua(0x100, 4), B.lua(0x200, 20) })
+      s:time(1500000)
+      s:alloc(B.lua(0x100, 3, 1), 0x20, 16)
+      s:alloc(B.lua(0x100, 4, 2), ADDR, 1000)
+      s:alloc(B.lua(0x100, 4), 0x50, 24)
+      s:time(2500000)
+      s:stack(3, { B.c(0x500), B.lua(0x200, 30) })
+      s:realloc(B.lua(0x100, 3, 1), 0x20, 16, 0x40, 32)
+      s:free(B.c(0x500, 3), ADDR, 1000)
+      s:free(B.internal(), 0x40, 32)
+      s:epilogue()
+      local stream = open(s:bytes())
+      assert.are.equal(100, stream.version)
+      local events = collect(stream)
+      local stacks = stream.stacks
+      assert.are.equal(3, #stacks)
+      local function frame_names(stack)
+        local list = {}
+        for i, frame in ipairs(stack.frames) do
+          list[i] = frame.name
+        end
+        return list
+      end
+      assert.are.same({ '@helper.lua:3', '@main.lua:10' },
+        frame_names(stacks[1]))
+      assert.are.same({ 'string.rep', '@helper.lua:4', '@main.lua:20' },
+        frame_names(stacks[2]))
+      assert.are.same({ 'string.rep', '@main.lua:30' }, frame_names(stacks[3]))
+      for id, stack in ipairs(stacks) do
+        assert.are.equal(id, stack.id)
+      end
+      local list = {}
+      for i, ev in ipairs(events) do
+        list[i] = { ev.kind, ev.name, ev.stack and ev.stack.id or 0,
+          ev.time or -1 }
+      end
+      assert.are.same({
+        { 'alloc', 'INTERNAL', 0, -1 },
+        { 'alloc', '@helper.lua:3', 1, 1500000 },
+        { 'alloc', '@helper.lua:4', 2, 1500000 },
+        { 'alloc', '@helper.lua:4', 0, 1500000 },
+        { 'realloc', '@helper.lua:3', 1, 2500000 },
+        { 'free', 'string.rep', 3, 2500000 },
+        { 'free', 'INTERNAL', 0, 2500000 },
+      }, list)
+      -- Frames are the events' own interned sites.
+      assert.are.equal(events[2].site, stacks[1].frames[1])
+      assert.are.equal(events[3].site, stacks[2].frames[2])
+      assert.are.equal(events[6].site, stacks[3].frames[1])
+      assert.are.equal(stacks[2].frames[1], stacks[3].frames[1])
+      assert.are.same({ ADDR, 1000, 0x20, 16, 0x40, 32 }, { events[3].naddr,
+        events[3].nsize, events[5].oaddr, events[5].osize, events[5].naddr,
+        events[5].nsize })
+      assert.is_true(stream.has_stacks)
+      assert.is_true(stream.has_time)
+      assert.are.equal(2500000, stream.time)
+      assert.are.equal(7, stream.events)
+      assert.are.equal(#s:bytes(), stream.bytes_read)
+      assert.is_nil(stream.warning)
+    end)
+
+    it('reads an extended stream with time marks but no stacks', function()
+      local s = B.new():events({ version = B.EXTENDED })
+      s:alloc(B.internal(), 1, 8):time(7):alloc(B.internal(), 2, 8)
+        :time(9):epilogue()
+      local stream = open(s:bytes())
+      local events = collect(stream)
+      assert.is_nil(events[1].time)
+      assert.are.equal(7, events[2].time)
+      assert.is_nil(events[2].stack)
+      assert.is_false(stream.has_stacks)
+      assert.is_true(stream.has_time)
+      assert.are.equal(9, stream.time)
+    end)
+
+    it('resolves the frames of a stack against the symbols of the moment',
+      function()
+        local s = B.new():lfunc(0x100, '@old.lua', 1):cfunc(0x400, 'lib_f')
+          :events({ version = B.EXTENDED })
+        s:stack(1, { B.lua(0x100, 2), B.c(0x410), B.lua(0x900, 7),
+          B.c(0x10) })
+        s:define_lfunc(0x100, '@new.lua', 1)
+        s:stack(2, { B.lua(0x100, 2) })
+        s:alloc(B.lua(0x100, 2, 2), 1, 8):epilogue()
+        local stream = open(s:bytes())
+        local events = collect(stream)
+        local names1, stack1 = {}, stream.stacks[1]
+        for i, frame in ipairs(stack1.frames) do
+          names1[i] = frame.name
+        end
+        assert.are.same({ '@old.lua:2', 'lib_f+0x10', 'LFUNC 0x900:7',
+          'CFUNC 0x10' }, names1)
+        assert.are.equal('@new.lua:2', stream.stacks[2].frames[1].name)
+        assert.are.equal(events[1].site, stream.stacks[2].frames[1])
+        assert.are_not.equal(events[1].site, stack1.frames[1])
+      end)
   end)
 end
+
+describe('reader sites', function()
+  it('give the function each site belongs to', function()
+    local chunk = 'local x = {}\nreturn x'
+    local s = B.new():lfunc(0x100, '@f.lua', 12):lfunc(0x200, '@main.lua', 0)
+      :lfunc(0x300, chunk, 4):cfunc(0x400, 'lib_f'):cfunc(0x500, '')
+      :trace(1, 0x100, 13):events()
+    local locations = { B.lua(0x100, 13), B.lua(0x100, 14), B.lua(0x200, 3),
+      B.lua(0x300, 5), B.lua(0x900, 1), B.c(0x400), B.c(0x408), B.c(0x500),
+      B.c(0x10), B.trace(1), B.internal() }
+    for i, loc in ipairs(locations) do
+      s:alloc(loc, i, 8)
+    end
+    s:epilogue()
+    local events = collect(reader.from_string(s:bytes()))
+    local list = {}
+    for i, ev in ipairs(events) do
+      list[i] = { ev.name, ev.site.func.name, ev.site.func.source }
+    end
+    assert.are.same({
+      { '@f.lua:13', 'function at @f.lua:12', 'lua' },
+      { '@f.lua:14', 'function at @f.lua:12', 'lua' },
+      { '@main.lua:3', 'main chunk of @main.lua', 'lua' },
+      { 'function_alias_1:5', 'function at function_alias_1:4', 'lua' },
+      { 'LFUNC 0x900:1', 'function at LFUNC 0x900', 'lua' },
+      { 'lib_f', 'lib_f', 'c' },
+      { 'lib_f+0x8', 'lib_f', 'c' },
+      { 'CFUNC 0x500', 'CFUNC 0x500', 'c' },
+      { 'CFUNC 0x10', 'CFUNC 0x10', 'c' },
+      { 'TRACE [1] started at @f.lua:13', 'TRACE [1] started at @f.lua:13',
+        'trace' },
+      { 'INTERNAL', 'INTERNAL', 'internal' },
+    }, list)
+    assert.are.equal(events[1].site.func, events[2].site.func)
+    assert.are.equal(events[6].site.func, events[7].site.func)
+    assert.are.equal(events[10].site, events[10].site.func)
+    assert.are.equal(events[11].site, events[11].site.func)
+    assert.are.same({ '@f.lua', 12, 0x100, nil }, { events[1].site.func.chunkname,
+      events[1].site.func.line, events[1].site.func.addr,
+      events[1].site.func.alias })
+    assert.are.equal('function_alias_1', events[4].site.func.alias)
+  end)
+end)
 
 -- Every cut inside every kind of event ------------------------------------
 
@@ -407,8 +565,11 @@ describe('reader errors', function()
   it('rejects a bad event stream magic and version', function()
     assert.are.equal("out.bin: byte 8: expected the event stream magic " ..
       "'ljm', found 'ljx'", open_error(B.new():raw('\128ljx\3\0\0\0'):bytes()))
-    assert.are.equal('out.bin: byte 11: expected event stream version 3, ' ..
-      'found 2', open_error(B.new():events({ version = 2 }):bytes()))
+    assert.are.equal('out.bin: byte 11: expected event stream version 3 ' ..
+      'or 100, found 2', open_error(B.new():events({ version = 2 }):bytes()))
+    assert.are.equal('out.bin: byte 3: expected symbol table version 3, ' ..
+      'found 100', open_error(B.new({ symtab_version = 100 }):events()
+        :bytes()))
   end)
 
   it('rejects a bad symbol header in the symbol table', function()
@@ -524,5 +685,250 @@ describe('reader.open', function()
       reader.from_string(bytes).decoder)
     assert.are.equal('plain', reader.from_string(bytes, nil, { plain = true })
       .decoder)
+  end)
+end)
+
+-- The extended format: every cut, every error -------------------------------
+
+local STACK_ID = { { 'a stack id', 1 } }
+
+local EXTENDED_CUT_EVENTS = {
+  { 'Lua alloc with a stack', fields_of(0x29, with(with(LUA, STACK_ID),
+    ALLOC)) },
+  { 'C realloc with a stack', fields_of(0x2f, with(with(C, STACK_ID),
+    REALLOC)) },
+  { 'Lua free with a stack', fields_of(0x2a, with(with(LUA, STACK_ID),
+    FREE)) },
+  { 'stack definition', fields_of(0x14, { { 'a stack id', 2 },
+    { 'the number of frames of a stack', 3 },
+    { 'the kind of a stack frame', '\8' },
+    { 'the address of the Lua function of a frame', ADDR },
+    { 'the line of a frame', 300 },
+    { 'the kind of a stack frame', '\12' },
+    { 'the address of the C function of a frame', ADDR + 8 },
+    { 'the kind of a stack frame', '\8' },
+    { 'the address of the Lua function of a frame', ADDR },
+    { 'the line of a frame', 3 } }) },
+  { 'time mark', fields_of(0x18, { { 'the time of a time mark',
+    123456789012 } }) },
+}
+
+describe('reader truncation (extended format)', function()
+  local prefix = B.new():lfunc(ADDR, '@x.lua', 1):cfunc(ADDR + 8, 'f')
+    :events({ version = B.EXTENDED })
+    :stack(1, { B.lua(ADDR, 2) }):alloc(B.internal(), 1, 8)
+    :alloc(B.lua(ADDR, 2, 1), 2, 8):time(5):free(B.internal(), 1, 8)
+    :bytes()
+
+  for _, case in ipairs(EXTENDED_CUT_EVENTS) do
+    local label, fields = case[1], case[2]
+    local parts = {}
+    for i, field in ipairs(fields) do
+      parts[i] = field[2]
+    end
+    local event = table.concat(parts)
+
+    it('cut anywhere inside a ' .. label, function()
+      local whole = reader.from_string(prefix .. event, 'out.bin')
+      local is_record = label == 'stack definition' or label == 'time mark'
+      assert.are.equal(is_record and 3 or 4, #collect(whole))
+      for _, mode in ipairs(MODES) do
+        local field, field_end = 1, #fields[1][2]
+        for kept = 1, #event - 1 do
+          while kept >= field_end do
+            field = field + 1
+            field_end = field_end + #fields[field][2]
+          end
+          local stream = reader.from_string(prefix .. event:sub(1, kept),
+            'out.bin', mode.opts)
+          assert.are.equal(3, #collect(stream))
+          assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+            'middle of an event (expected %s); the report covers the 3 ' ..
+            'events before it'):format(#prefix + kept, fields[field][1]),
+            stream.warning, mode.label .. ', ' .. kept .. ' bytes kept')
+        end
+      end
+    end)
+  end
+
+  it('keeps no stack whose definition was cut', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 1):events({ version = B.EXTENDED })
+      :stack(1, { B.lua(0x100, 1) }):stack(2, { B.lua(0x100, 2),
+        B.lua(0x100, 3) })
+    local stream = reader.from_string(s:bytes():sub(1, -2), 'out.bin')
+    assert.is_nil(stream:next())
+    assert.are.equal(1, #stream.stacks)
+    assert.matches('expected the line of a frame', stream.warning)
+  end)
+
+  it('never raises when a stream is cut at any byte of its events', function()
+    local s = B.new():lfunc(0x100, 'chunk\nwith lines', 1)
+      :events({ version = B.EXTENDED })
+    local first_event = s:size()
+    s:define_cfunc(0x900, 'f'):stack(1, { B.c(0x904), B.lua(0x100, 2) })
+    s:alloc(B.c(0x904, 1), ADDR, 17):time(1000000)
+    s:define_trace(2, 0x100, 3):realloc(B.trace(2), ADDR, 17, ADDR * 2, 99)
+    s:stack(2, { B.lua(0x100, 1) }):time(2000000)
+    s:free(B.lua(0x100, 1, 2), ADDR * 2, 99):alloc(B.internal(), 5, 2 ^ 40)
+    s:time(3000000):epilogue()
+    local bytes = s:bytes()
+    local full = names(collect(reader.from_string(bytes)))
+    assert.are.equal(4, #full)
+    for cut = first_event, #bytes - 1 do
+      for _, mode in ipairs(MODES) do
+        local stream = reader.from_string(bytes:sub(1, cut), 'out.bin',
+          mode.opts)
+        local got = names(collect(stream))
+        assert.is_string(stream.warning)
+        for i, name in ipairs(got) do
+          assert.are.equal(full[i], name)
+        end
+      end
+    end
+  end)
+end)
+
+-- The error raised by the first next() that fails, in every mode.
+local function next_error(builder)
+  local message
+  for _, mode in ipairs(MODES) do
+    local stream = reader.from_string(builder:bytes(), 'out.bin', mode.opts)
+    local ok, err = pcall(function()
+      while stream:next() do end
+    end)
+    assert.is_false(ok, mode.label)
+    if message then
+      assert.are.equal(message, err, mode.label)
+    end
+    message = err
+  end
+  return message
+end
+
+local EXTENDED_HEADERS = '0x05-0x14, 0x18, 0x29-0x2b, 0x2d-0x2f or 0x80'
+
+describe('reader errors (extended format)', function()
+  local function extended()
+    return B.new():lfunc(0x100, '@a.lua', 1):events({ version = B.EXTENDED })
+      :alloc(B.internal(), 1, 8)
+  end
+
+  it('rejects the reserved record 0x1c, naming its offset', function()
+    local s = extended()
+    local at = s:size()
+    s:raw('\28'):numbers(5):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
+      'found 0x1c, a reserved record that this reader cannot skip')
+      :format(at, EXTENDED_HEADERS), next_error(s))
+  end)
+
+  it('rejects headers with bit 6 set', function()
+    for _, header in ipairs({ 0x45, 0x69, 0xc0 }) do
+      local s = extended()
+      local at = s:size()
+      s:raw(string.char(header)):numbers(1, 8):epilogue()
+      assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
+        'found 0x%02x, a reserved header (bit 6 set) that this reader ' ..
+        'cannot skip'):format(at, EXTENDED_HEADERS, header), next_error(s))
+    end
+  end)
+
+  it('rejects a stack on internal and trace events', function()
+    for _, header in ipairs({ 0x25, 0x27, 0x31, 0x32 }) do
+      local s = extended()
+      local at = s:size()
+      s:raw(string.char(header)):numbers(1, 1, 8):epilogue()
+      assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
+        'found 0x%02x: internal and trace events carry no stack')
+        :format(at, EXTENDED_HEADERS, header), next_error(s))
+    end
+  end)
+
+  it('rejects the records of the extended format in a version 3 stream',
+    function()
+      for _, header in ipairs({ 0x14, 0x18, 0x29, 0x2d }) do
+        local s = B.new():events():alloc(B.internal(), 1, 8)
+        local at = s:size()
+        s:raw(string.char(header)):numbers(1, 1, 1, 8):epilogue()
+        assert.are.equal(('out.bin: byte %d: expected an event header ' ..
+          '(0x00-0x13 or 0x80), found 0x%02x'):format(at, header),
+          next_error(s))
+      end
+    end)
+
+  it('rejects other records of kind 0 with their list', function()
+    local s = extended()
+    local at = s:size()
+    s:raw('\4'):numbers(1, 8):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected a symbol, stack or time ' ..
+      'record header (0x08, 0x0c, 0x10, 0x14 or 0x18), found 0x04')
+      :format(at), next_error(s))
+  end)
+
+  it('rejects a stack id used before its definition, naming its offset',
+    function()
+      local s = extended()
+      local at = s:size() + 1 + #B.uleb(0x100) + #B.uleb(5)
+      s:alloc(B.lua(0x100, 5, 1), 2, 8):epilogue()
+      assert.are.equal(('out.bin: byte %d: expected the id of a stack ' ..
+        'defined earlier in the stream (none is defined yet), found 1')
+        :format(at), next_error(s))
+
+      s = extended():stack(1, { B.lua(0x100, 1) })
+        :stack(2, { B.lua(0x100, 2) })
+      s:alloc(B.lua(0x100, 5, 2), 2, 8)
+      at = s:size() + 1 + #B.uleb(0x500)
+      s:free(B.c(0x500, 3), 2, 8):epilogue()
+      assert.are.equal(('out.bin: byte %d: expected the id of a stack ' ..
+        'defined earlier in the stream (1 to 2), found 3'):format(at),
+        next_error(s))
+    end)
+
+  it('rejects a frame of an unknown kind, naming its offset', function()
+    local s = extended():raw('\20'):numbers(1, 2)
+    s:raw('\8'):numbers(0x100, 3)
+    local at = s:size()
+    s:raw('\16'):numbers(7):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected a stack frame (0x08 for ' ..
+      'a Lua function or 0x0c for a C function), found 0x10'):format(at),
+      next_error(s))
+  end)
+
+  it('rejects stack ids that are not dense from 1', function()
+    local s = extended():stack(1, { B.lua(0x100, 1) })
+    local at = s:size() + 1
+    s:stack(1, { B.lua(0x100, 2) }):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected stack id 2 (stack ids are ' ..
+      'dense from 1 and each is defined once), found 1'):format(at),
+      next_error(s))
+    s = extended()
+    at = s:size() + 1
+    s:stack(5, { B.lua(0x100, 2) }):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected stack id 1 (stack ids are ' ..
+      'dense from 1 and each is defined once), found 5'):format(at),
+      next_error(s))
+  end)
+
+  it('rejects stacks of no frames or more than 64', function()
+    for _, count in ipairs({ 0, 65 }) do
+      local s = extended()
+      local at = s:size() + 2
+      s:raw('\20'):numbers(1, count)
+      for _ = 1, count do
+        s:raw('\8'):numbers(0x100, 1)
+      end
+      s:epilogue()
+      assert.are.equal(('out.bin: byte %d: expected the number of frames ' ..
+        'of a stack (1 to 64), found %d'):format(at, count), next_error(s))
+    end
+    local s = extended()
+    local frames = {}
+    for i = 1, 64 do
+      frames[i] = B.lua(0x100, i)
+    end
+    s:stack(1, frames):alloc(B.lua(0x100, 1, 1), 2, 8):epilogue()
+    local stream = reader.from_string(s:bytes())
+    stream:next()
+    assert.are.equal(64, #stream:next().stack.frames)
   end)
 end)

@@ -36,14 +36,17 @@ REALLOCATIONS
 	Overrides:
 		@test.lua:6
 
+
 DEALLOCATIONS
 INTERNAL: 2 events	+0B	-164B
 	Overrides:
 		(allocated before profiling)
 		@test.lua:5
+
 io_write: 1 events	+0B	-48B
 	Overrides:
 		io_write
+
 
 ]] .. HEAP_SUMMARY, report(crafted()))
   end)
@@ -83,6 +86,7 @@ INTERNAL: 2 events	+0B	-5.25GiB
 	Overrides:
 		(allocated before profiling)
 		INTERNAL
+
 
 HEAP SUMMARY:
 INTERNAL holds 3MiB: 2 allocs, 1 frees
@@ -174,6 +178,7 @@ INTERNAL: 2 events	+0B	-40B
 	Overrides:
 		@m.lua:4
 
+
 HEAP SUMMARY:
 TOTAL holds 0B (net bytes of the stream)
 
@@ -228,6 +233,118 @@ function_alias_2:
 2	| d = 4
 
 ]], report(s, { leak_only = true }))
+  end)
+
+  it('groups the rows by caller, saying so first', function()
+    local result = analyze.run(reader.from_string(B.three_callers():bytes(),
+      'out.bin'), { group = 'caller' })
+    assert.are.equal([[
+Grouped by caller: each row is the Lua line that called the function where the events happened.
+
+ALLOCATIONS
+@app.lua:10: 3 events	+300B	-0B
+@app.lua:20: 2 events	+400B	-0B
+@app.lua:30: 1 events	+300B	-0B
+@app.lua:5 (no Lua caller in the stack): 1 events	+32B	-0B
+@app.lua:50: 1 events	+64B	-0B
+@app.lua:60: 1 events	+48B	-0B
+TRACE [1] started at @app.lua:70 (no call stack): 1 events	+16B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+INTERNAL (no call stack): 5 events	+0B	-356B
+	Overrides:
+		(allocated before profiling)
+		@app.lua:10
+		@app.lua:5 (no Lua caller in the stack)
+
+
+HEAP SUMMARY:
+@app.lua:20 holds 400B: 2 allocs, 0 frees
+@app.lua:30 holds 300B: 1 allocs, 0 frees
+@app.lua:50 holds 64B: 1 allocs, 0 frees
+@app.lua:60 holds 48B: 1 allocs, 0 frees
+TRACE [1] started at @app.lua:70 (no call stack) holds 16B: 1 allocs, 0 frees
+(allocated before profiling) holds -24B: 0 allocs, 1 frees
+TOTAL holds 804B (net bytes of the stream)
+
+]], text.render(result))
+  end)
+
+  it('prints a stack row as its innermost frame and its callers', function()
+    local result = analyze.run(reader.from_string(B.three_callers():bytes(),
+      'out.bin'), { group = 'stack' })
+    assert.are.equal([[
+Grouped by stack: each row is a call stack, innermost frame first.
+
+ALLOCATIONS
+string.format: 3 events	+300B	-0B
+	called from @log.lua:5
+	called from @app.lua:10
+string.format: 2 events	+400B	-0B
+	called from @log.lua:5
+	called from @app.lua:20
+... and 5 more: 5 events	+460B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+INTERNAL (no call stack): 5 events	+0B	-356B
+	Overrides:
+		(allocated before profiling)
+		@app.lua:5
+		string.format <- @log.lua:5 <- @app.lua:10
+
+
+HEAP SUMMARY:
+string.format holds 400B: 2 allocs, 0 frees
+	called from @log.lua:5
+	called from @app.lua:20
+string.format holds 300B: 1 allocs, 0 frees
+	called from @log.lua:5
+	called from @app.lua:30
+... and 4 more hold 104B: 3 allocs, 1 frees
+TOTAL holds 804B (net bytes of the stream)
+
+]], text.render(result, { top = 2 }))
+  end)
+
+  it('sorts by bytes or by count when asked', function()
+    assert.are.equal([[
+ALLOCATIONS
+@test.lua:5: 3 events	+192B	-0B
+io_write: 1 events	+48B	-0B
+@test.lua:6: 1 events	+32B	-0B
+TRACE [1] started at @test.lua:5: 1 events	+16B	-0B
+
+REALLOCATIONS
+@test.lua:7: 1 events	+128B	-32B
+	Overrides:
+		@test.lua:6
+
+
+DEALLOCATIONS
+INTERNAL: 2 events	+0B	-164B
+	Overrides:
+		(allocated before profiling)
+		@test.lua:5
+
+io_write: 1 events	+0B	-48B
+	Overrides:
+		io_write
+
+
+]] .. HEAP_SUMMARY, report(crafted(), { sort = 'bytes' }))
+    -- By count, the heap summary is sorted by live blocks (allocs - frees).
+    assert.are.equal([[
+HEAP SUMMARY:
+@test.lua:5 holds 128B: 3 allocs, 1 frees
+@test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
+... and 2 more hold -84B: 1 allocs, 1 frees
+TOTAL holds 172B (net bytes of the stream)
+
+]], report(crafted(), { sort = 'count', top = 2, leak_only = true }))
   end)
 
   it('reports an empty stream', function()

@@ -74,6 +74,24 @@ describe('memprof.info', function()
   end)
 end)
 
+describe('traces', function()
+  it('are looked for again at a start with the JIT compiler on', function()
+    local path = h.tmpname()
+    local out, code = h.run_script(script(string.format([[
+local memprof = require('memprof')
+jit.off()
+assert(memprof.start(%q)) assert(memprof.stop())
+local before = memprof.info().traces
+jit.on()
+assert(memprof.start(%q)) assert(memprof.stop())
+print(before, memprof.info().traces)
+]], path, path)))
+    os.remove(path)
+    assert.equal(0, code)
+    assert.equal('false\ttrue\n', out)
+  end)
+end)
+
 describe('verification at start', function()
   local o = memprof.info().offsets
 

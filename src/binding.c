@@ -127,14 +127,37 @@ static struct sentinel *get_sentinel(lua_State *L)
   return s;
 }
 
-/* Calibrates once per VM; the layout cannot change while the VM lives. */
+/* Whether the JIT compiler is on (jit.status()). */
+static int jit_is_on(lua_State *L)
+{
+  int on = 0, top = lua_gettop(L);
+  lua_getglobal(L, "jit");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "status");
+    if (lua_isfunction(L, -1) && lua_pcall(L, 0, 1, 0) == 0)
+      on = lua_toboolean(L, -1);
+  }
+  lua_settop(L, top);
+  return on;
+}
+
+/* Calibrates once per VM; the layout cannot change while the VM lives.
+** Traces are looked for again at a later start if they could not be
+** verified (the JIT compiler was off then, or busy) and it is on now. */
 static struct sentinel *verified_layout(lua_State *L)
 {
   struct sentinel *s = get_sentinel(L);
-  if (s != NULL && !s->calibrated) {
+  if (s == NULL)
+    return NULL;
+  if (!s->calibrated) {
     s->error[0] = '\0';
     s->calibrated =
         vm_layout_calibrate(L, &s->layout, s->error, sizeof(s->error));
+  } else if (!s->layout.trace_ok && jit_is_on(L)) {
+    struct vm_layout again;
+    char error[sizeof(s->error)];
+    if (vm_layout_calibrate(L, &again, error, sizeof(error)))
+      s->layout = again;
   }
   return s;
 }

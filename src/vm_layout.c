@@ -434,10 +434,12 @@ static int calib_find_trace(lua_State *L)
       c->lay.g_trace = lay.g_trace;
       c->lay.g_sizetrace = lay.g_sizetrace;
       c->lay.g_parent = lay.g_trace + c->cand->parent_after_trace;
-      return 0;
+      lua_pushboolean(L, 1);
+      return 1;
     }
   }
-  return 0;
+  lua_pushboolean(L, 0);
+  return 1;
 }
 
 /* The stored vmstate of trace exits (and of recording, one below), by the
@@ -487,9 +489,10 @@ static int calib_exits(lua_State *L)
       return 0; /* Not a trace number: the offset is wrong. */
     matched += e->parent == root;
   }
-  c->lay.exit_ok = matched > 0;
-  c->record_walks = walked > 0;
-  return 0;
+  c->lay.exit_ok = c->lay.exit_ok || matched > 0;
+  c->record_walks = c->record_walks || walked > 0;
+  lua_pushboolean(L, c->lay.exit_ok && c->record_walks);
+  return 1;
 }
 
 /* ---- The driver ------------------------------------------------------- */
@@ -499,8 +502,10 @@ static int calib_exits(lua_State *L)
 ** line as the allocation they describe, so nothing here is hard-coded.
 ** The JIT compiler is off for the driver's own functions (hot counters are
 ** shared, so fresh code can start a trace at once, and a trace stitching
-** around a probe would change its frames), and on for the two loops whose
-** traces are looked for.
+** around a probe would change its frames). The two loops whose traces are
+** looked for are fresh chunks, tried up to three times: in a busy VM a
+** trace may be aborted, or all traces flushed when jit.opt maxtrace is
+** reached.
 */
 static const char driver[] =
     "local mark, probe, find_trace, exits = ...\n"
@@ -531,25 +536,21 @@ static const char driver[] =
     "local co = coroutine.wrap(function() call_probe() end)\n"
     "co()\n"
     "if jit and jit.status and jit.status() then\n"
-    "  local function hot()\n"
-    "    local x = 0\n"
-    "    for i = 1, 500 do x = x + i end local line = "
-    "debug.getinfo(1, 'l').currentline\n"
-    "    return line\n"
+    "  for attempt = 1, 3 do\n"
+    "    local hot = loadstring(\"local x = 0 for i = 1, 500 do \" ..\n"
+    "      \"x = x + i end return debug.getinfo(1, 'l').currentline\",\n"
+    "      '=memprof.calibration.trace')\n"
+    "    if find_trace(hot, hot()) then break end\n"
     "  end\n"
-    "  jit.on(hot)\n"
-    "  find_trace(hot, hot())\n"
-    "  local function sinking()\n"
-    "    local keep = {}\n"
-    "    for i = 1, 400 do local t = {i, i} if i % 40 == 0 then "
-    "keep[#keep + 1] = t end end local line = "
-    "debug.getinfo(1, 'l').currentline\n"
-    "    return keep, line\n"
+    "  for attempt = 1, 3 do\n"
+    "    local sinking = loadstring(\"local keep = {} for i = 1, 400 do \" ..\n"
+    "      \"local t = {i, i} if i % 40 == 0 then keep[#keep + 1] = t \" ..\n"
+    "      \"end end return keep, debug.getinfo(1, 'l').currentline\",\n"
+    "      '=memprof.calibration.exit')\n"
+    "    exits(true)\n"
+    "    local _, line = sinking()\n"
+    "    if exits(false, sinking, line) then break end\n"
     "  end\n"
-    "  jit.on(sinking)\n"
-    "  exits(true)\n"
-    "  local _, line = sinking()\n"
-    "  exits(false, sinking, line)\n"
     "end\n";
 
 /*

@@ -1,49 +1,120 @@
 -- memprof.analyze: read a stream once and feed every analysis pass.
 --
---   local result = analyze.run(stream)
---   result.heap    -- memprof.heap pass (always run, first)
---   result.sites   -- memprof.sites pass
---   result.stream  -- the stream (name, warning, events, aliases, ...)
+--   local result = analyze.run(stream [, opts])
+--   result.heap      -- memprof.heap pass (always run, first)
+--   result.sites     -- memprof.sites pass
+--   result.stream    -- the stream (name, warning, events, aliases, ...)
+--   result.grouper   -- the memprof.groups grouper of the rows
+--   result.leaks, result.peak, result.temporary, result.timeline
+--                    -- the views asked for (see each module)
 --
--- More passes: analyze.run(stream, { passes = { { name = 'peak',
--- pass = my_pass } } }).  A pass has feed(ev, owner), called for every
--- event in order (ev is the reader's reused table: copy what you keep;
--- owner is the site that produced the block a realloc or free releases),
--- and optionally finish(stream), whose result (if not nil) replaces the
--- pass in result[name].
+-- opts (all optional):
+--   group     'line' (default) | 'function' | 'caller' | 'stack': what the
+--             rows of the heap and sites passes and of the views are.
+--             With 'line', the heap and sites passes keep one record per
+--             site, as they always have; with another mode, one per group.
+--   views     a set of views to compute: { leaks = true, peak = true,
+--             temporary = true, timeline = true }
+--   temporary_limit   the age limit of temporary blocks (default 1)
+--   passes    more passes: { { name = 'mine', pass = my_pass }, ... }
+--
+-- A pass has feed(ev, owner, heap), called for every event in order (ev
+-- is the reader's reused table: copy what you keep; owner is the site
+-- that produced the block a realloc or free releases; heap is the heap
+-- pass, which has already seen the event and tells about the released
+-- block), and optionally finish(stream, heap), whose result (if not nil)
+-- replaces the pass in result[name].
+--
+-- The views need nothing more than the passes' results to be printed or
+-- exported: no pass keeps a reference to the reader's event table.
 
+local groups = require('memprof.groups')
 local heap = require('memprof.heap')
 local sites = require('memprof.sites')
+local leaks = require('memprof.leaks')
+local peak = require('memprof.peak')
+local temporary = require('memprof.temporary')
+local timeline = require('memprof.timeline')
 
 local M = {}
 
-function M.default_passes()
-  return { { name = 'sites', pass = sites.new() } }
+-- The views, in the order their passes run and reports print them.
+M.VIEWS = { 'leaks', 'peak', 'temporary', 'timeline' }
+
+-- What each view needs from the stream beyond the version 3 format.
+M.VIEW_NEEDS = { timeline = 'time' }
+
+local function view_pass(name, grouper, opts)
+  if name == 'leaks' then
+    return leaks.new(grouper)
+  elseif name == 'peak' then
+    return peak.new(grouper)
+  elseif name == 'temporary' then
+    return temporary.new(grouper, opts.temporary_limit or 1)
+  end
+  return timeline.new()
+end
+
+function M.default_passes(grouper)
+  return { { name = 'sites', pass = sites.new({ grouper = grouper }) } }
+end
+
+-- The passes for opts, after the heap.
+local function make_passes(grouper, by_group, opts)
+  local entries = M.default_passes(by_group)
+  local views = opts.views or {}
+  for _, name in ipairs(M.VIEWS) do
+    if views[name] then
+      entries[#entries + 1] = { name = name,
+        pass = view_pass(name, grouper, opts) }
+    end
+  end
+  for _, entry in ipairs(opts.passes or {}) do
+    entries[#entries + 1] = entry
+  end
+  return entries
+end
+
+-- One function that feeds passes[first..] in turn.  Calls chained this
+-- way, rather than a loop over the passes inside the loop over the
+-- events, let LuaJIT compile the whole loop over the events.
+local function chain(passes, first)
+  local pass = passes[first]
+  if not pass then
+    return function() end
+  end
+  local rest = chain(passes, first + 1)
+  return function(ev, owner, heap_pass)
+    pass:feed(ev, owner, heap_pass)
+    return rest(ev, owner, heap_pass)
+  end
+end
+
+local function feed_all(stream, heap_pass, passes)
+  local feed = chain(passes, 1)
+  local ev = stream:next()
+  while ev do
+    feed(ev, heap_pass:feed(ev), heap_pass)
+    ev = stream:next()
+  end
 end
 
 function M.run(stream, opts)
   opts = opts or {}
-  local heap_pass = heap.new()
-  local entries = M.default_passes()
-  for _, entry in ipairs(opts.passes or {}) do
-    entries[#entries + 1] = entry
-  end
+  local grouper = groups.new(opts.group or 'line')
+  -- The heap and sites passes group by line with the sites themselves.
+  local by_group = grouper.mode ~= 'line' and grouper or nil
+  local heap_pass = heap.new({ grouper = by_group })
+  local entries = make_passes(grouper, by_group, opts)
   local passes = {}
   for i, entry in ipairs(entries) do
     passes[i] = entry.pass
   end
-  local count = #passes
-  local ev = stream:next()
-  while ev do
-    local owner = heap_pass:feed(ev)
-    for i = 1, count do
-      passes[i]:feed(ev, owner)
-    end
-    ev = stream:next()
-  end
-  local result = { stream = stream, heap = heap_pass }
+  feed_all(stream, heap_pass, passes)
+  local result = { stream = stream, heap = heap_pass, grouper = grouper }
   for _, entry in ipairs(entries) do
-    local finished = entry.pass.finish and entry.pass:finish(stream)
+    local finished = entry.pass.finish and
+      entry.pass:finish(stream, heap_pass)
     if finished == nil then
       finished = entry.pass
     end

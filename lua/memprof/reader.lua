@@ -1,9 +1,9 @@
 -- memprof.reader: a streaming reader for memprof files.
 --
 -- The file is read in large chunks and never loaded whole.  Symbol
--- records (from the initial symbol table and from symbol events) are
--- consumed internally and update the stream's symbol table; only
--- allocation events are handed out:
+-- records (from the initial symbol table and from symbol events), stack
+-- definitions and time marks are consumed internally and update the
+-- stream's state; only allocation events are handed out:
 --
 --   local reader = require('memprof.reader')
 --   local stream = reader.open('out.bin')  -- raises 'out.bin: <strerror>'
@@ -23,6 +23,9 @@
 -- and stream.warning says what happened; every complete event before the
 -- cut is delivered.
 --
+-- The event stream is version 3 (Tarantool's format) or 100 (the
+-- extended format: call stacks and time marks, see docs/format.md).
+--
 -- stream:next() returns ONE event table per stream, reused for every
 -- event: copy what you want to keep.  Its fields:
 --   kind    'alloc' | 'realloc' | 'free'
@@ -30,6 +33,10 @@
 --   naddr, nsize   the new block (alloc, realloc; 0 for free)
 --   oaddr, osize   the old block (realloc, free; 0 for alloc)
 --   offset  byte offset of the event header in the file
+--   stack   the interned call stack of the event, or nil (see below)
+--   time    nanoseconds since the start, from the last time mark before
+--           the event; nil before the first mark and in streams without
+--           time marks
 --
 -- A site is one table per symbol instance and line; it is the same table
 -- for every event at that place, so it can be used as a table key:
@@ -42,12 +49,26 @@
 --   addr              for C sites the address of the event, for Lua
 --                     sites the address of the prototype
 --   alias             the alias in the name, if any ('function_alias_1')
+--   func    the function the site belongs to, one table per symbol
+--           instance: { source, name, chunkname, line, addr, alias };
+--           for Lua its name is 'function at CHUNKNAME:FIRSTLINE' (or
+--           'main chunk of CHUNKNAME', 'function at LFUNC 0xADDR'), for C
+--           the symbol's name without the +0xOFFSET; a trace site and the
+--           internal site are their own func
+--
+-- A stack is one table per stack definition: { id = N, frames = { site,
+-- site, ... } }, innermost frame first; its frames are the same interned
+-- sites as the events' (a frame equal to an event's location is the
+-- same table as ev.site).
 --
 -- Stream fields: name, version (of the event stream), symtab_version,
 -- warning (nil or a message), bytes_read, events (events delivered so
--- far), sites (every site by id), aliases (the aliases given to
--- multi-line chunk names, as { name = ..., chunkname = ... }, in order of
--- first use), decoder ('ffi' or 'plain').
+-- far), sites (every site by id), stacks (every stack by id), has_stacks
+-- (a stack was defined), has_time (a time mark was read), time (the last
+-- time mark, or nil), aliases (the aliases given to multi-line chunk
+-- names, as { name = ..., chunkname = ... }, in order of first use),
+-- decoder ('ffi' or 'plain').  has_stacks and has_time become true as the
+-- records are read: they are final once next() has returned nil.
 --
 -- The decoder below is written once and instantiated for two ways of
 -- fetching a byte: string.byte (plain Lua 5.1) and an FFI pointer into
@@ -62,29 +83,72 @@ local next_key = next
 
 local CHUNK_SIZE = 1024 * 1024
 
--- The longest allocation event: header + 6 numbers of at most 10 bytes.
+-- The longest allocation event: header + 7 numbers of at most 10 bytes
+-- (location, stack id, old and new blocks).
 local MAX_EVENT = 72
 -- A ULEB128 number has at most 10 bytes; past that the scale exceeds this.
 local MAX_SCALE = 2 ^ 63
 -- What the fast number decoder returns as position when it fails.
 local OVERRUN = math.huge
 
--- Versions of the format this reader understands, for each header.
--- The extended format will be added here with its own number.
-local SUPPORTED_VERSIONS = { 3 }
+-- Versions of the format this reader understands: the symbol table's,
+-- and the event stream's (3, Tarantool's; 100, the extended format).
+local SYMTAB_VERSIONS = { 3 }
+local SUPPORTED_VERSIONS = { 3, 100 }
+local EXTENDED_VERSION = 100
 
 local SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE = 1, 2, 3, 4
+-- Sources of the extended records of kind 0.
+local SOURCE_STACK, SOURCE_TIME = 5, 6
 local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3
 local KIND_NAMES = { [KIND_ALLOC] = 'alloc', [KIND_FREE] = 'free',
   [KIND_REALLOC] = 'realloc' }
 local EPILOGUE = 0x80
+-- In an allocation event header of the extended format: a stack id
+-- follows the location.
+local STACK_BIT = 0x20
+local MAX_FRAMES = 64
+local FRAME_LUA, FRAME_C = 0x08, 0x0c
 
--- Kind and source of every usable event header (0x04-0x13).
-local HEADER_KIND, HEADER_SOURCE = {}, {}
+-- Kind and source of every usable header.  HEADER_SOURCE covers the
+-- headers of both versions, and so does HEADER_KIND_EXTENDED, which the
+-- fast path uses for both (it sends the extended headers found in a
+-- version 3 stream to other_header()); the stream's own table,
+-- self.header_kind, is what says whether a header is valid.
+local HEADER_SOURCE = {}
+local HEADER_KIND_V3, HEADER_KIND_EXTENDED = {}, {}
 for header = 0x04, 0x13 do
-  HEADER_KIND[header] = header % 4
+  HEADER_KIND_V3[header] = header % 4
+  HEADER_KIND_EXTENDED[header] = header % 4
   HEADER_SOURCE[header] = (header - header % 4) / 4
 end
+for _, header in ipairs({ 0x14, 0x18 }) do
+  HEADER_KIND_EXTENDED[header] = KIND_SYMBOL
+  HEADER_SOURCE[header] = header / 4
+end
+-- Allocation events from Lua and C functions may carry a stack.
+for _, source in ipairs({ SOURCE_LUA, SOURCE_C }) do
+  for kind = KIND_ALLOC, KIND_REALLOC do
+    local header = STACK_BIT + source * 4 + kind
+    HEADER_KIND_EXTENDED[header] = kind
+    HEADER_SOURCE[header] = source
+  end
+end
+
+-- The valid headers, as error messages list them.
+local VALID_HEADERS = {
+  [3] = '0x00-0x13 or 0x80',
+  [EXTENDED_VERSION] = '0x05-0x14, 0x18, 0x29-0x2b, 0x2d-0x2f or 0x80',
+}
+local VALID_WITH_SOURCE = {
+  [3] = '0x05-0x13 or 0x80',
+  [EXTENDED_VERSION] = '0x05-0x14, 0x18, 0x29-0x2b, 0x2d-0x2f or 0x80',
+}
+local VALID_RECORDS = {
+  [3] = 'a symbol event header (0x08, 0x0c or 0x10)',
+  [EXTENDED_VERSION] = 'a symbol, stack or time record header ' ..
+    '(0x08, 0x0c, 0x10, 0x14 or 0x18)',
+}
 
 -- What each field of an allocation event is, for error messages.
 local LOCATION_FIELDS = {
@@ -243,16 +307,16 @@ function common:expect_magic(magic, what)
   self:fail(start, format("expected %s '%s', found %s", what, magic, shown))
 end
 
-function common:expect_version(what)
+function common:expect_version(what, versions)
   local start = self:offset_of(self.pos)
   local version = self:read_byte(what .. ' version')
-  for _, supported in ipairs(SUPPORTED_VERSIONS) do
+  for _, supported in ipairs(versions) do
     if version == supported then
       return version
     end
   end
   self:fail(start, format('expected %s version %s, found %d', what,
-    list_with_or(SUPPORTED_VERSIONS), version))
+    list_with_or(versions), version))
 end
 
 function common:skip_reserved(what)
@@ -362,11 +426,14 @@ end
 
 function common:read_headers()
   self:expect_magic('ljs', 'the symbol table magic')
-  self.symtab_version = self:expect_version('symbol table')
+  self.symtab_version = self:expect_version('symbol table', SYMTAB_VERSIONS)
   self:skip_reserved('the symbol table header')
   self:read_symbol_table()
   self:expect_magic('ljm', 'the event stream magic')
-  self.version = self:expect_version('event stream')
+  self.version = self:expect_version('event stream', SUPPORTED_VERSIONS)
+  if self.version == EXTENDED_VERSION then
+    self.header_kind = HEADER_KIND_EXTENDED
+  end
   self:skip_reserved('the event stream header')
   self.in_events = true
   self.bytes_read = self:offset_of(self.pos)
@@ -376,8 +443,44 @@ end
 
 function common:internal()
   local site = self:new_site({ source = 'internal', name = 'INTERNAL' })
+  site.func = site
   self.internal_site = site
   return site
+end
+
+-- The function of a Lua symbol, named by where it is defined: one table
+-- per symbol instance, shared by the sites of the function.
+function common:lua_function(sym)
+  if sym.func then
+    return sym.func
+  end
+  local name, alias
+  if not sym.chunkname then
+    name = 'function at LFUNC ' .. hex(sym.addr)
+  else
+    local chunkname
+    chunkname, alias = self:display_chunkname(sym.chunkname)
+    if sym.firstline == 0 then
+      name = 'main chunk of ' .. chunkname
+    else
+      name = format('function at %s:%d', chunkname, sym.firstline)
+    end
+  end
+  sym.func = { source = 'lua', name = name, chunkname = sym.chunkname,
+    line = sym.firstline, addr = sym.addr, alias = alias }
+  return sym.func
+end
+
+-- The function of a C symbol: its name, without an offset.
+function common:c_function(sym)
+  if not sym.func then
+    local name = sym.name
+    if name == '' then
+      name = 'CFUNC ' .. hex(sym.addr)
+    end
+    sym.func = { source = 'c', name = name, addr = sym.addr }
+  end
+  return sym.func
 end
 
 function common:lua_site(addr, line)
@@ -388,7 +491,8 @@ function common:lua_site(addr, line)
   end
   local name, alias = self:lua_location(sym, line)
   local site = self:new_site({ source = 'lua', chunkname = sym.chunkname,
-    line = line, name = name, alias = alias, addr = addr })
+    line = line, name = name, alias = alias, addr = addr,
+    func = self:lua_function(sym) })
   sym.sites[line] = site
   return site
 end
@@ -432,7 +536,8 @@ function common:c_site(addr)
       if offset > 0 then
         name = name .. '+' .. hex(offset)
       end
-      site = self:new_site({ source = 'c', name = name, addr = addr })
+      site = self:new_site({ source = 'c', name = name, addr = addr,
+        func = self:c_function(sym) })
       sym.sites[offset] = site
     end
   else
@@ -440,6 +545,7 @@ function common:c_site(addr)
     if not site then
       site = self:new_site({ source = 'c', name = 'CFUNC ' .. hex(addr),
         addr = addr })
+      site.func = site
       self.unknown_c[addr] = site
     end
   end
@@ -462,6 +568,7 @@ function common:trace_site(traceno)
     end
     sym.site = self:new_site({ source = 'trace', name = name,
       traceno = traceno, alias = alias })
+    sym.site.func = sym.site
   end
   self.trace_sites[traceno] = sym.site
   return sym.site
@@ -476,16 +583,26 @@ function common:stop(warning)
   return nil
 end
 
+-- What a report of a cut stream covers: `before` describes the events
+-- that made it (' before it' or '').
+local function covered(count, before)
+  if count == 0 then
+    return 'no event came' .. before
+  end
+  return 'the report covers the ' .. plural(count, 'event') .. before
+end
+
 function common:stop_in_event(what)
   return self:stop(format('%s: the stream ends at byte %d in the middle ' ..
-    'of an event (expected %s); the report covers the %s before it',
-    self.name, self:file_size_so_far(), what, plural(self.events, 'event')))
+    'of an event (expected %s); %s', self.name, self:file_size_so_far(),
+    what, covered(self.events, ' before it')))
 end
 
 function common:stop_without_epilogue()
   return self:stop(format('%s: the stream has no epilogue (the profile ' ..
-    'was not stopped cleanly); the report covers all %s', self.name,
-    plural(self.events, 'event')))
+    'was not stopped cleanly); %s', self.name,
+    self.events == 0 and 'it holds no events' or
+    'the report covers all ' .. plural(self.events, 'event')))
 end
 
 function common:stop_at_epilogue(pos)
@@ -507,11 +624,27 @@ function common:stop_at_epilogue(pos)
     'byte %d; they were ignored', self.name, plural(extra, 'byte'), at))
 end
 
--- A header that is not an allocation event: a symbol event (read it,
+-- Why an invalid header of the extended format is invalid, if there is
+-- more to say than that it is.
+local function extended_header_note(header)
+  if header % 0x80 >= 0x40 then
+    return ', a reserved header (bit 6 set) that this reader cannot skip'
+  elseif header == 0x1c then
+    return ', a reserved record that this reader cannot skip'
+  end
+  local kind, source = header % 4, (header % STACK_BIT - header % 4) / 4
+  if header >= STACK_BIT and header < 0x80 and kind ~= KIND_SYMBOL and
+      (source == SOURCE_INTERNAL or source == SOURCE_TRACE) then
+    return ': internal and trace events carry no stack'
+  end
+  return ''
+end
+
+-- A header that is not an allocation event: a record of kind 0 (read it,
 -- then go on to the next event), the epilogue, or an error.
 function common:other_header(header, pos)
-  if HEADER_KIND[header] == KIND_SYMBOL then
-    if self:symbol_event(header, pos) then
+  if self.header_kind[header] == KIND_SYMBOL then
+    if self:record(header, pos) then
       return self:next()
     end
     return nil
@@ -519,15 +652,68 @@ function common:other_header(header, pos)
   if header == EPILOGUE then
     return self:stop_at_epilogue(pos)
   end
+  local note = ''
+  if self.version == EXTENDED_VERSION then
+    note = extended_header_note(header)
+  end
   if header <= 0x03 then
     self:fail(self:offset_of(pos), format('expected an event header with ' ..
-      'a source (0x05-0x13 or 0x80), found 0x%02x', header))
+      'a source (%s), found 0x%02x%s', VALID_WITH_SOURCE[self.version],
+      header, note))
   end
   self:fail(self:offset_of(pos), format('expected an event header ' ..
-    '(0x00-0x13 or 0x80), found 0x%02x', header))
+    '(%s), found 0x%02x%s', VALID_HEADERS[self.version], header, note))
 end
 
-function common:read_symbol_body(header, pos)
+-- One frame of a stack definition: the interned site it names.
+function common:read_frame()
+  local start = self:offset_of(self.pos)
+  local kind = self:read_byte('the kind of a stack frame')
+  if kind == FRAME_LUA then
+    local addr = self:read_uleb('the address of the Lua function of a frame')
+    local line = self:read_uleb('the line of a frame')
+    local sym = self.lfuncs[addr]
+    return sym and sym.sites[line] or self:lua_site(addr, line)
+  elseif kind == FRAME_C then
+    local addr = self:read_uleb('the address of the C function of a frame')
+    return self.c_sites[addr] or self:c_site(addr)
+  end
+  self:fail(start, format('expected a stack frame (0x08 for a Lua ' ..
+    'function or 0x0c for a C function), found 0x%02x', kind))
+end
+
+-- A stack definition (0x14): id, number of frames, frames.  The stack is
+-- added only once it is complete.
+function common:read_stack_body()
+  local stacks = self.stacks
+  local id_at = self:offset_of(self.pos)
+  local id = self:read_uleb('a stack id')
+  if id ~= #stacks + 1 then
+    self:fail(id_at, format('expected stack id %d (stack ids are dense ' ..
+      'from 1 and each is defined once), found %d', #stacks + 1, id))
+  end
+  local count_at = self:offset_of(self.pos)
+  local count = self:read_uleb('the number of frames of a stack')
+  if count < 1 or count > MAX_FRAMES then
+    self:fail(count_at, format('expected the number of frames of a stack ' ..
+      '(1 to %d), found %d', MAX_FRAMES, count))
+  end
+  local frames = {}
+  for i = 1, count do
+    frames[i] = self:read_frame()
+  end
+  stacks[id] = { id = id, frames = frames }
+  self.has_stacks = true
+end
+
+-- The event table is reused, so its time is set here, once per mark.
+function common:read_time_body()
+  self.time = self:read_uleb('the time of a time mark')
+  self.event.time = self.time
+  self.has_time = true
+end
+
+function common:read_record_body(header, pos)
   local source = HEADER_SOURCE[header]
   self.pos = pos + 1
   if source == SOURCE_LUA then
@@ -536,16 +722,21 @@ function common:read_symbol_body(header, pos)
     self:read_cfunc_body()
   elseif source == SOURCE_TRACE then
     self:read_trace_body()
+  elseif source == SOURCE_STACK then
+    self:read_stack_body()
+  elseif source == SOURCE_TIME then
+    self:read_time_body()
   else
-    self:fail(self:offset_of(pos), format('expected a symbol event header ' ..
-      '(0x08, 0x0c or 0x10), found 0x%02x', header))
+    self:fail(self:offset_of(pos), format('expected %s, found 0x%02x',
+      VALID_RECORDS[self.version], header))
   end
 end
 
--- A symbol event: update the symbol table.  Returns false when the file
--- ends inside it (the stream is then stopped with a warning).
-function common:symbol_event(header, pos)
-  local ok, err = pcall(self.read_symbol_body, self, header, pos)
+-- A record of kind 0 (a symbol event, a stack definition, a time mark):
+-- update the stream's state.  Returns false when the file ends inside it
+-- (the stream is then stopped with a warning).
+function common:record(header, pos)
+  local ok, err = pcall(self.read_record_body, self, header, pos)
   if ok then
     self.bytes_read = self:offset_of(self.pos)
     return true
@@ -564,7 +755,10 @@ function common:diagnose_event(header, pos)
   for _, what in ipairs(LOCATION_FIELDS[HEADER_SOURCE[header]]) do
     fields[#fields + 1] = what
   end
-  for _, what in ipairs(EVENT_FIELDS[HEADER_KIND[header]]) do
+  if header >= STACK_BIT then
+    fields[#fields + 1] = 'a stack id'
+  end
+  for _, what in ipairs(EVENT_FIELDS[self.header_kind[header]]) do
     fields[#fields + 1] = what
   end
   self.pos = pos + 1
@@ -581,6 +775,14 @@ function common:diagnose_event(header, pos)
     error(err, 0)
   end
   return self:stop_in_event(self.truncated_what)
+end
+
+-- An event refers to a stack not defined before it.
+function common:undefined_stack(id, pos)
+  local defined = #self.stacks == 0 and 'none is defined yet' or
+    '1 to ' .. #self.stacks
+  self:fail(self:offset_of(pos), format('expected the id of a stack ' ..
+    'defined earlier in the stream (%s), found %d', defined, id))
 end
 
 -- Stop reading and release the file (done automatically at its end).
@@ -672,7 +874,9 @@ local function make_methods(make_view, byte_at)
     end
     local b = self.view
     local header = byte_at(b, pos)
-    local kind = HEADER_KIND[header]
+    -- (HEADER_KIND_EXTENDED has the headers of both versions; the
+    -- extended ones are checked against the version off the fast path.)
+    local kind = HEADER_KIND_EXTENDED[header]
     if not kind or kind == KIND_SYMBOL then
       return self:other_header(header, pos)
     end
@@ -684,6 +888,14 @@ local function make_methods(make_view, byte_at)
       line, p = uleb(b, p, last)
     elseif source ~= SOURCE_INTERNAL then
       loc, p = uleb(b, p, last)
+    end
+    local stack_id, stack_at = 0, 0
+    if header >= STACK_BIT then
+      if self.version ~= EXTENDED_VERSION then
+        return self:other_header(header, pos)
+      end
+      stack_at = p
+      stack_id, p = uleb(b, p, last)
     end
     local oaddr, osize, naddr, nsize = 0, 0, 0, 0
     if kind == KIND_ALLOC then
@@ -701,6 +913,13 @@ local function make_methods(make_view, byte_at)
     if p == OVERRUN then
       return self:diagnose_event(header, pos)
     end
+    local stack = nil
+    if stack_at ~= 0 then
+      stack = self.stacks[stack_id]
+      if not stack then
+        return self:undefined_stack(stack_id, stack_at)
+      end
+    end
     local site
     if source == SOURCE_INTERNAL then
       site = self.internal_site or self:internal()
@@ -717,6 +936,7 @@ local function make_methods(make_view, byte_at)
     ev.site = site
     ev.oaddr, ev.osize, ev.naddr, ev.nsize = oaddr, osize, naddr, nsize
     ev.offset = self.base + pos - 1
+    ev.stack = stack
     self.pos = p
     self.bytes_read = self.base + p - 1
     self.events = self.events + 1
@@ -761,19 +981,28 @@ local function new_stream(name, read_chunk, close_source, opts)
     events = 0,
     aliases = {},
     sites = {},
+    stacks = {},
+    has_stacks = false,
+    has_time = false,
+    time = nil,
     decoder = meta == plain_meta and 'plain' or 'ffi',
     -- reading state
     read_chunk = read_chunk,
     close_source = close_source,
     buf = '', pos = 1, last = 0, base = 0, eof = false, done = false,
     in_events = false,
+    header_kind = HEADER_KIND_V3,
+    -- stack and time are created as false, then set to nil below, so
+    -- that the table has their slots: storing nil into an existing slot
+    -- is much faster than into a missing key.
     event = { kind = 'alloc', site = false, naddr = 0, nsize = 0,
-      oaddr = 0, osize = 0, offset = 0 },
+      oaddr = 0, osize = 0, offset = 0, stack = false, time = false },
     -- symbol table
     lfuncs = {}, cfuncs = {}, traces = {}, c_sorted = nil,
     c_sites = {}, trace_sites = {}, unknown_c = {}, alias_of = {},
     internal_site = nil,
   }, meta)
+  self.event.stack, self.event.time = nil, nil
   self.view = self.make_view(self.buf)
   local ok, err = pcall(self.read_headers, self)
   if not ok then
@@ -832,5 +1061,7 @@ function M.from_string(bytes, name, opts)
 end
 
 M.SUPPORTED_VERSIONS = SUPPORTED_VERSIONS
+M.SYMTAB_VERSIONS = SYMTAB_VERSIONS
+M.EXTENDED_VERSION = EXTENDED_VERSION
 
 return M

@@ -8,9 +8,15 @@
 --              released blocks, in order of first appearance, with
 --              override_count[site] = number of blocks
 --
---   local pass = sites.new()
---   pass:feed(ev, owner)      -- owner: as returned by heap:feed(ev)
+--   local pass = sites.new([opts])  -- opts.grouper: a memprof.groups
+--                                   -- grouper; records are then per group
+--   pass:feed(ev, owner, heap)  -- owner: as returned by heap:feed(ev);
+--                               -- heap: the heap pass (for the stack of
+--                               -- the released block)
 --   pass.kinds.alloc          -- list of records, in order of first appearance
+--
+-- A record's `site` is the site (or the group, with a grouper); `group`
+-- is the same table.  Overrides are sites (or groups) too.
 
 local M = {}
 
@@ -19,8 +25,10 @@ M.KINDS = { 'alloc', 'realloc', 'free' }
 local Sites = {}
 Sites.__index = Sites
 
-function M.new()
-  local self = setmetatable({ kinds = {}, by_kind = {} }, Sites)
+function M.new(opts)
+  opts = opts or {}
+  local self = setmetatable({ kinds = {}, by_kind = {},
+    grouper = opts.grouper or false }, Sites)
   for _, kind in ipairs(M.KINDS) do
     self.kinds[kind] = {}
     self.by_kind[kind] = {}
@@ -32,8 +40,8 @@ function Sites:record(kind, site)
   local records = self.by_kind[kind]
   local record = records[site]
   if not record then
-    record = { site = site, count = 0, plus = 0, minus = 0, overrides = {},
-      override_count = {} }
+    record = { site = site, group = site, count = 0, plus = 0, minus = 0,
+      overrides = {}, override_count = {} }
     records[site] = record
     local list = self.kinds[kind]
     list[#list + 1] = record
@@ -41,9 +49,17 @@ function Sites:record(kind, site)
   return record
 end
 
-function Sites:feed(ev, owner)
+function Sites:feed(ev, owner, heap)
   local kind = ev.kind
-  local record = self.by_kind[kind][ev.site] or self:record(kind, ev.site)
+  local key = ev.site
+  local grouper = self.grouper
+  if grouper then
+    key = grouper:key(key, ev.stack)
+    if owner then
+      owner = grouper:key(owner, heap and heap.released_stack)
+    end
+  end
+  local record = self.by_kind[kind][key] or self:record(kind, key)
   record.count = record.count + 1
   record.plus = record.plus + ev.nsize
   record.minus = record.minus + ev.osize

@@ -9,11 +9,20 @@
 --   s:epilogue()
 --   local bytes = s:bytes()
 --
--- Locations: B.internal(), B.lua(proto_addr, line), B.c(addr),
--- B.trace(traceno).  s:size() is the number of bytes written so far,
--- which is the offset of the next record.
+-- Locations: B.internal(), B.lua(proto_addr, line [, stack_id]),
+-- B.c(addr [, stack_id]), B.trace(traceno).  s:size() is the number of
+-- bytes written so far, which is the offset of the next record.
+--
+-- The extended format (event stream version 100):
+--   s:events({ version = B.EXTENDED })
+--   s:stack(1, { B.lua(0x100, 5), B.c(0x777) })  -- a stack definition
+--   s:alloc(B.lua(0x100, 5, 1), 0x1000, 64)       -- an event with stack 1
+--   s:time(2000000)                               -- a time mark (ns)
 
 local B = {}
+
+-- The version of the extended event stream.
+B.EXTENDED = 100
 
 local char, concat, floor = string.char, table.concat, math.floor
 
@@ -41,12 +50,12 @@ function B.internal()
   return { source = 'internal' }
 end
 
-function B.lua(proto_addr, line)
-  return { source = 'lua', proto_addr, line }
+function B.lua(proto_addr, line, stack_id)
+  return { source = 'lua', stack = stack_id, proto_addr, line }
 end
 
-function B.c(addr)
-  return { source = 'c', addr }
+function B.c(addr, stack_id)
+  return { source = 'c', stack = stack_id, addr }
 end
 
 function B.trace(traceno)
@@ -119,9 +128,30 @@ function Builder:define_trace(traceno, proto_addr, line)
   return self:raw(char(0x10)):numbers(traceno, proto_addr, line)
 end
 
+-- The header, location and (when loc.stack is set) stack id of an event.
 function Builder:event(kind, loc)
-  self:raw(char(kind + SOURCE_BITS[loc.source]))
-  return self:numbers(unpack(loc))
+  local stack_bit = loc.stack and 0x20 or 0
+  self:raw(char(kind + SOURCE_BITS[loc.source] + stack_bit))
+  self:numbers(unpack(loc))
+  if loc.stack then
+    self:numbers(loc.stack)
+  end
+  return self
+end
+
+-- A stack definition: frames are B.lua(proto_addr, line) and B.c(addr)
+-- locations, innermost first.
+function Builder:stack(id, frames)
+  self:raw(char(0x14)):numbers(id, #frames)
+  for _, frame in ipairs(frames) do
+    self:raw(char(SOURCE_BITS[frame.source])):numbers(unpack(frame))
+  end
+  return self
+end
+
+-- A time mark: nanoseconds since the start.
+function Builder:time(ns)
+  return self:raw(char(0x18)):numbers(ns)
 end
 
 function Builder:alloc(loc, naddr, nsize)
@@ -156,6 +186,100 @@ function B.crafted()
   s:define_cfunc(0x777, 'io_write')
   s:alloc(B.c(0x777), 0x7000, 48)
   s:free(B.c(0x777), 0x7000, 48)
+  s:epilogue()
+  return s
+end
+
+-- An extended stream: a logging helper (@log.lua, defined at line 3)
+-- whose line 5 calls string.format on behalf of three callers in
+-- @app.lua (lines 10, 20, 30), plus an allocation made directly by the
+-- helper's line 7 for @app.lua:50, one by a C function called from
+-- @app.lua:60, one at the top level of @app.lua (line 5), a trace and
+-- the collector.  Live at the end: 2 x 200B from line 20, 300B from
+-- line 30, 64B from line 50, 48B from line 60, 16B from the trace;
+-- the rest is freed.  Net bytes: 828 live - 24 (a block from before the
+-- profile) = 804.
+function B.three_callers()
+  local s = B.new():lfunc(0x100, '@log.lua', 3):lfunc(0x200, '@app.lua', 0)
+    :cfunc(0x900, 'string.format'):cfunc(0xa00, 'io_lines')
+    :trace(1, 0x200, 70):events({ version = B.EXTENDED })
+  s:stack(1, { B.c(0x900), B.lua(0x100, 5), B.lua(0x200, 10) })
+  s:stack(2, { B.c(0x900), B.lua(0x100, 5), B.lua(0x200, 20) })
+  s:stack(3, { B.c(0x900), B.lua(0x100, 5), B.lua(0x200, 30) })
+  s:stack(4, { B.lua(0x100, 7), B.lua(0x200, 50) })
+  s:stack(5, { B.c(0xa00), B.lua(0x200, 60) })
+  s:stack(6, { B.lua(0x200, 5) })
+  s:alloc(B.lua(0x100, 5, 1), 0x1000, 100)
+  s:alloc(B.lua(0x100, 5, 1), 0x1100, 100)
+  s:alloc(B.lua(0x100, 5, 1), 0x1200, 100)
+  s:alloc(B.lua(0x100, 5, 2), 0x2000, 200)
+  s:alloc(B.lua(0x100, 5, 2), 0x2100, 200)
+  s:alloc(B.lua(0x100, 5, 3), 0x3000, 300)
+  s:alloc(B.lua(0x100, 7, 4), 0x4000, 64)
+  s:alloc(B.c(0xa00, 5), 0x5000, 48)
+  s:alloc(B.lua(0x200, 5, 6), 0x6000, 32)
+  s:alloc(B.trace(1), 0x7000, 16)
+  s:free(B.internal(), 0x1000, 100)
+  s:free(B.internal(), 0x1100, 100)
+  s:free(B.internal(), 0x1200, 100)
+  s:free(B.internal(), 0x6000, 32)
+  s:free(B.internal(), 0x9000, 24)
+  s:epilogue()
+  return s
+end
+
+-- An extended stream whose peak is known.  Net bytes after each event:
+--   1 alloc 100B at @p.lua:1          100
+--   2 alloc 200B at @p.lua:2          300   (a peak)
+--   3 free of 30B from before          270
+--   4 free of the block of event 1     170
+--   5 alloc 400B at @p.lua:3          570   THE PEAK
+--   6 realloc of event 2's block to
+--     50B at @p.lua:4                  420
+--   7 free of event 5's block           20
+--   8 alloc 300B at @p.lua:1          320
+-- At the peak: @p.lua:3 holds 400B (1 block), @p.lua:2 200B (1 block),
+-- the pseudo-site -30B (1 block freed).  Time marks: 1 ms before event
+-- 1, 2 ms before event 4, 3 ms before event 6, 4 ms at the end.
+function B.peak_payload()
+  local s = B.new():lfunc(0x100, '@p.lua', 1):events({ version = B.EXTENDED })
+  s:time(1000000)
+  s:alloc(B.lua(0x100, 1), 0x10, 100)
+  s:alloc(B.lua(0x100, 2), 0x20, 200)
+  s:free(B.internal(), 0x9000, 30)
+  s:time(2000000)
+  s:free(B.internal(), 0x10, 100)
+  s:alloc(B.lua(0x100, 3), 0x30, 400)
+  s:time(3000000)
+  s:realloc(B.lua(0x100, 4), 0x20, 200, 0x40, 50)
+  s:free(B.internal(), 0x30, 400)
+  s:alloc(B.lua(0x100, 1), 0x50, 300)
+  s:time(4000000)
+  s:epilogue()
+  return s
+end
+
+-- A version 3 stream of short- and long-lived blocks.  With a limit of
+-- 1 (ages in brackets: other allocations between a block's and its
+-- release):
+--   A 10B at @t.lua:1, freed at once            temporary [0]
+--   B 20B at @t.lua:1, freed after C             temporary [1]
+--   C 30B at @t.lua:2, reallocated after D, E    freed later [2]
+--   C' 60B at @t.lua:1 (the realloc), freed      temporary [0]
+--   D 40B, E 50B at @t.lua:2                     live at the end
+-- plus a free of 8B allocated before the profile (not a block of it).
+function B.temporaries()
+  local s = B.new():lfunc(0x100, '@t.lua', 1):events()
+  s:alloc(B.lua(0x100, 1), 0xa, 10)
+  s:free(B.internal(), 0xa, 10)
+  s:alloc(B.lua(0x100, 1), 0xb, 20)
+  s:alloc(B.lua(0x100, 2), 0xc, 30)
+  s:free(B.internal(), 0xb, 20)
+  s:alloc(B.lua(0x100, 2), 0xd, 40)
+  s:alloc(B.lua(0x100, 2), 0xe, 50)
+  s:realloc(B.lua(0x100, 1), 0xc, 30, 0xf, 60)
+  s:free(B.internal(), 0xf, 60)
+  s:free(B.internal(), 0x9000, 8)
   s:epilogue()
   return s
 end

@@ -7,9 +7,20 @@
 --     opts    leak_only: only the HEAP SUMMARY (and ALIASES)
 --             human_readable: sizes in B/KiB/MiB/GiB
 --             key: function(site) -> row name (default: site.name)
+--             top: at most this many rows per section; the others are
+--               summed on a line "... and K more: ..."
+--             sort: 'count' or 'bytes' (default: events by count, the
+--               heap summary by bytes); 'bytes' sorts the event sections
+--               by bytes allocated (+), or freed (-) for DEALLOCATIONS,
+--               and 'count' the heap summary by live blocks (allocs -
+--               frees)
 --
 -- Rows are grouped by name: sites with the same name (a function
--- reloaded at another address, say) are reported as one row.
+-- reloaded at another address, say) are reported as one row.  When the
+-- analysis grouped the rows otherwise (analyze.run's opts.group), the
+-- report starts with a line saying what the rows are, and a row of a
+-- stack is written as its innermost frame followed by one line per
+-- caller ("called from NAME").
 --
 -- Sections ALLOCATIONS, REALLOCATIONS, DEALLOCATIONS: one row per site
 -- with its event count and bytes allocated (+) and freed (-), sorted by
@@ -28,26 +39,11 @@
 
 local M = {}
 
-local format, concat, floor, abs = string.format, table.concat, math.floor,
-  math.abs
+local layout = require('memprof.report.layout')
 
-local UNITS = { 'B', 'KiB', 'MiB', 'GiB' }
+local format = string.format
 
--- 1536 -> '1536B', or '1.50KiB' in human-readable form.
-function M.format_size(bytes, human_readable)
-  if not human_readable then
-    return format('%dB', bytes)
-  end
-  local unit, scaled = 1, bytes
-  while abs(scaled) >= 1024 and unit < #UNITS do
-    scaled = scaled / 1024
-    unit = unit + 1
-  end
-  if scaled == floor(scaled) then
-    return format('%d%s', scaled, UNITS[unit])
-  end
-  return format('%.2f%s', scaled, UNITS[unit])
-end
+M.format_size = layout.format_size
 
 local function site_name(site)
   return site.name
@@ -62,7 +58,7 @@ local function group_by_name(records, key, fields, merge)
     local name = key(record.site)
     local row = by_name[name]
     if not row then
-      row = { name = name, sites = {} }
+      row = { name = name, sites = {}, frames = record.site.frames }
       for _, field in ipairs(fields) do row[field] = 0 end
       by_name[name] = row
       rows[#rows + 1] = row
@@ -76,39 +72,34 @@ local function group_by_name(records, key, fields, merge)
   return rows
 end
 
--- Sorts rows by `field`, largest first, then by name.
-local function sort_by(rows, field)
-  table.sort(rows, function(a, b)
-    if a[field] ~= b[field] then
-      return a[field] > b[field]
-    end
-    return a.name < b.name
-  end)
-  return rows
+local EVENT_FIELDS = { 'count', 'plus', 'minus' }
+local HEAP_FIELDS = { 'holds', 'allocs', 'reallocs', 'frees' }
+
+local function live_blocks(row)
+  return row.allocs - row.frees
 end
 
--- Rows for one event kind, grouped by name.
-local function event_rows(records, key)
-  local rows = group_by_name(records, key, { 'count', 'plus', 'minus' },
+-- Rows for one event kind, grouped by name and sorted.
+local function event_rows(records, key, sort_field)
+  local rows = group_by_name(records, key, EVENT_FIELDS,
     function(row, record)
       row.overrides = row.overrides or {}
       for _, owner in ipairs(record.overrides) do
         row.overrides[key(owner)] = owner
       end
     end)
-  return sort_by(rows, 'count')
+  return layout.sort_rows(rows, sort_field)
 end
 
--- Heap rows with nonzero holds, grouped by name.
-local function heap_rows(stats_list, key)
+-- Heap rows with nonzero holds, grouped by name and sorted.
+local function heap_rows(stats_list, key, sort_field)
   local kept = {}
-  for _, row in ipairs(group_by_name(stats_list, key,
-      { 'holds', 'allocs', 'reallocs', 'frees' })) do
+  for _, row in ipairs(group_by_name(stats_list, key, HEAP_FIELDS)) do
     if row.holds ~= 0 then
       kept[#kept + 1] = row
     end
   end
-  return sort_by(kept, 'holds')
+  return layout.sort_rows(kept, sort_field)
 end
 
 local function sorted_keys(set)
@@ -122,22 +113,22 @@ end
 
 local function note_used_aliases(used, sites)
   for _, site in pairs(sites) do
-    if site.alias then
-      used[site.alias] = true
-    end
+    layout.note_aliases(used, site)
   end
 end
 
 local SECTIONS = {
-  { kind = 'alloc', title = 'ALLOCATIONS' },
-  { kind = 'realloc', title = 'REALLOCATIONS' },
-  { kind = 'free', title = 'DEALLOCATIONS' },
+  { kind = 'alloc', title = 'ALLOCATIONS', bytes = 'plus' },
+  { kind = 'realloc', title = 'REALLOCATIONS', bytes = 'plus' },
+  { kind = 'free', title = 'DEALLOCATIONS', bytes = 'minus' },
 }
 
-local function write_events(out, rows, title, size, used_aliases)
+local function write_events(out, rows, title, opts, used_aliases)
+  local size = layout.sizer(opts)
+  local shown, rest = layout.split_top(rows, opts.top)
   out:write(title, '\n')
-  for _, row in ipairs(rows) do
-    out:write(format('%s: %d events\t+%s\t-%s\n', row.name, row.count,
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
       size(row.plus), size(row.minus)))
     local overrides = sorted_keys(row.overrides)
     if #overrides > 0 then
@@ -145,9 +136,15 @@ local function write_events(out, rows, title, size, used_aliases)
       for _, name in ipairs(overrides) do
         out:write('\t\t', name, '\n')
       end
+      out:write('\n') -- As Tarantool's report: a blank line after the list.
     end
     note_used_aliases(used_aliases, row.sites)
     note_used_aliases(used_aliases, row.overrides)
+  end
+  if #rest > 0 then
+    local sums = layout.sum(rest, EVENT_FIELDS)
+    out:write(format('... and %d more: %d events\t+%s\t-%s\n', #rest,
+      sums.count, size(sums.plus), size(sums.minus)))
   end
   out:write('\n')
 end
@@ -162,80 +159,57 @@ local function realloc_note(row)
   return format(' (%d of the allocs were reallocations)', row.reallocs)
 end
 
-local function write_heap(out, rows, total, size, used_aliases)
+local function write_heap(out, rows, total, opts, used_aliases)
+  local size = layout.sizer(opts)
+  local shown, rest = layout.split_top(rows, opts.top)
   out:write('HEAP SUMMARY:\n')
-  for _, row in ipairs(rows) do
-    out:write(format('%s holds %s: %d allocs, %d frees%s\n', row.name,
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row, format(' holds %s: %d allocs, %d frees%s',
       size(row.holds), row.allocs, row.frees, realloc_note(row)))
     note_used_aliases(used_aliases, row.sites)
+  end
+  if #rest > 0 then
+    local sums = layout.sum(rest, HEAP_FIELDS)
+    out:write(format('... and %d more hold %s: %d allocs, %d frees\n', #rest,
+      size(sums.holds), sums.allocs, sums.frees))
   end
   out:write(format('TOTAL holds %s (net bytes of the stream)\n', size(total)))
   out:write('\n')
 end
 
--- The lines of a chunk name, without the empty piece after a final
--- newline.
-local function source_lines(chunkname)
-  local lines = {}
-  for line in (chunkname .. '\n'):gmatch('(.-)\n') do
-    lines[#lines + 1] = line
+local function heap_sort_field(opts)
+  if opts.sort == 'count' then
+    return live_blocks
   end
-  if chunkname:sub(-1) == '\n' then
-    lines[#lines] = nil
-  end
-  return lines
-end
-
-local function write_aliases(out, aliases, used)
-  local shown = {}
-  for _, alias in ipairs(aliases) do
-    if used[alias.name] then
-      shown[#shown + 1] = alias
-    end
-  end
-  if #shown == 0 then
-    return
-  end
-  out:write('ALIASES:\n')
-  for _, alias in ipairs(shown) do
-    out:write(alias.name, ':\n')
-    for number, line in ipairs(source_lines(alias.chunkname)) do
-      out:write(format('%d\t| %s\n', number, line))
-    end
-    out:write('\n')
-  end
+  return 'holds'
 end
 
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
   local key = opts.key or site_name
-  local function size(bytes)
-    return M.format_size(bytes, opts.human_readable)
-  end
   local used_aliases = {}
+  if result.grouper then
+    layout.write_grouping(out, result.grouper.mode)
+  end
   if not opts.leak_only then
     for _, section in ipairs(SECTIONS) do
-      local rows = event_rows(result.sites.kinds[section.kind], key)
-      write_events(out, rows, section.title, size, used_aliases)
+      local sort_field = opts.sort == 'bytes' and section.bytes or 'count'
+      local rows = event_rows(result.sites.kinds[section.kind], key,
+        sort_field)
+      write_events(out, rows, section.title, opts, used_aliases)
     end
   end
-  write_heap(out, heap_rows(result.heap.sites, key), result.heap.total, size,
-    used_aliases)
-  write_aliases(out, result.stream.aliases, used_aliases)
+  write_heap(out, heap_rows(result.heap.sites, key, heap_sort_field(opts)),
+    result.heap.total, opts, used_aliases)
+  layout.write_aliases(out, result.stream.aliases, used_aliases)
 end
 
 -- The report as a string (for tests and embedding).
 function M.render(result, opts)
-  local parts = {}
-  local buffer = { write = function(self, ...)
-    for i = 1, select('#', ...) do
-      parts[#parts + 1] = select(i, ...)
-    end
-    return self
-  end }
-  M.write(result, buffer, opts)
-  return concat(parts)
+  return layout.render(function(out)
+    M.write(result, out, opts)
+  end)
 end
 
 return M

@@ -1,0 +1,213 @@
+-- memprof.groups: what the rows of a report stand for.
+--
+--   local groups = require('memprof.groups')
+--   local grouper = groups.new('caller')
+--   local group = grouper:key(site, stack)   -- stack may be nil
+--
+-- Modes (groups.MODES):
+--   line      the place of the event: '@f.lua:12', 'string.rep',
+--             'TRACE [3] started at @f.lua:40', 'INTERNAL' (the default)
+--   function  the function that place belongs to (site.func):
+--             'function at @f.lua:10', 'main chunk of @f.lua', the C
+--             function's name, the trace, 'INTERNAL'
+--   caller    the Lua line that called the function in which the
+--             allocation happened: the first frame of the stack equal to
+--             the event's place is found, and the caller is the next Lua
+--             frame after it
+--   stack     the whole call stack
+--
+-- Groups are interned by name: key() returns the same table for every
+-- (site, stack) whose row has the same name, so a group can be used as a
+-- table key and results need no merging.  A group's fields:
+--   id       dense from 1, in order of first appearance
+--   mode     the grouper's mode
+--   name     the one-line name of the row, unique within the grouper; for
+--            a stack, its frames innermost first, joined by ' <- '
+--   source   'lua' | 'c' | 'trace' | 'internal' | 'before' (the pseudo-
+--            site of blocks allocated before profiling, which is its own
+--            row in every mode)
+--   site     what the row is named after: the site (line), the
+--            function table of the site (function, see memprof.reader),
+--            the caller's frame (caller), the innermost frame (stack)
+--   frames   stack mode: the stack's frames (sites), innermost first
+--   note     nil, or why the row is not what the mode asks for:
+--            'no stack' (the event carried no stack, so the row is its
+--            own place: internal and trace events, streams without
+--            stacks) or 'no caller' (no Lua frame follows the place in
+--            the stack: the top level, or the stack was cut short)
+--   aliases  the aliases ('function_alias_N') that the name uses
+--
+-- Modes 'caller' and 'stack' need streams with stacks
+-- (groups.needs_stacks(mode)).
+
+local M = {}
+
+M.MODES = { 'line', 'function', 'caller', 'stack' }
+
+local NEEDS_STACKS = { caller = true, stack = true }
+
+local NOTE_SUFFIX = {
+  ['no stack'] = ' (no call stack)',
+  ['no caller'] = ' (no Lua caller in the stack)',
+}
+
+function M.is_mode(mode)
+  for _, known in ipairs(M.MODES) do
+    if mode == known then
+      return true
+    end
+  end
+  return false
+end
+
+function M.needs_stacks(mode)
+  return NEEDS_STACKS[mode] == true
+end
+
+local Grouper = {}
+Grouper.__index = Grouper
+
+function M.new(mode)
+  assert(M.is_mode(mode), 'unknown grouping mode')
+  return setmetatable({
+    mode = mode,
+    uses_stacks = M.needs_stacks(mode),
+    list = {},        -- every group, by id
+    by_name = {},     -- name -> group
+    by_site = {},     -- site -> group (events without a stack)
+    by_stack = {},    -- stack -> group (stack mode)
+                      -- stack -> site -> group (caller mode)
+  }, Grouper)
+end
+
+-- The aliases used by a list of sites (or function tables).
+local function aliases_of(sites)
+  local list, seen = {}, {}
+  for _, site in ipairs(sites) do
+    local alias = site.alias
+    if alias and not seen[alias] then
+      seen[alias] = true
+      list[#list + 1] = alias
+    end
+  end
+  return list
+end
+
+-- The group called `name`, created from `fields` if it is new.
+function Grouper:intern(name, fields)
+  local group = self.by_name[name]
+  if not group then
+    group = fields
+    group.name = name
+    group.mode = self.mode
+    group.id = #self.list + 1
+    self.list[group.id] = group
+    self.by_name[name] = group
+  end
+  return group
+end
+
+-- A row named after one site (or function table), with an optional note.
+function Grouper:site_group(site, note)
+  local name = site.name
+  if note then
+    name = name .. NOTE_SUFFIX[note]
+  end
+  return self:intern(name, { source = site.source, site = site, note = note,
+    aliases = aliases_of({ site }) })
+end
+
+-- The position of the event's place in a stack's frames, or nil.
+local function place_in(frames, site)
+  for i = 1, #frames do
+    if frames[i] == site then
+      return i
+    end
+  end
+  -- The same place under another symbol instance (the C symbol nearest
+  -- to an address can change between the definition and the event).
+  for i = 1, #frames do
+    if frames[i].name == site.name then
+      return i
+    end
+  end
+  return nil
+end
+
+-- The Lua frame that called the function in which the event happened.
+function M.caller_of(frames, site)
+  local at = place_in(frames, site)
+  if not at then
+    return nil
+  end
+  for i = at + 1, #frames do
+    if frames[i].source == 'lua' then
+      return frames[i]
+    end
+  end
+  return nil
+end
+
+function Grouper:caller_group(site, stack)
+  local caller = M.caller_of(stack.frames, site)
+  if caller then
+    return self:site_group(caller)
+  end
+  return self:site_group(site, 'no caller')
+end
+
+function Grouper:stack_group(stack)
+  local frames = stack.frames
+  local names = {}
+  for i, frame in ipairs(frames) do
+    names[i] = frame.name
+  end
+  return self:intern(table.concat(names, ' <- '), { source = frames[1].source,
+    site = frames[1], frames = frames, aliases = aliases_of(frames) })
+end
+
+-- The group of a site alone: in line and function modes, and for events
+-- without a stack in the other modes.
+function Grouper:site_only_group(site)
+  local mode = self.mode
+  if mode == 'line' or site.source == 'before' then
+    return self:site_group(site)
+  elseif mode == 'function' then
+    return self:site_group(site.func or site)
+  end
+  return self:site_group(site, 'no stack')
+end
+
+-- The group of an event (or block) with this site and stack (nil if
+-- none), computed once per site and stack.
+function Grouper:key(site, stack)
+  if not stack or not self.uses_stacks then
+    local group = self.by_site[site]
+    if not group then
+      group = self:site_only_group(site)
+      self.by_site[site] = group
+    end
+    return group
+  end
+  if self.mode == 'stack' then
+    local group = self.by_stack[stack]
+    if not group then
+      group = self:stack_group(stack)
+      self.by_stack[stack] = group
+    end
+    return group
+  end
+  local by_site = self.by_stack[stack]
+  if not by_site then
+    by_site = {}
+    self.by_stack[stack] = by_site
+  end
+  local group = by_site[site]
+  if not group then
+    group = self:caller_group(site, stack)
+    by_site[site] = group
+  end
+  return group
+end
+
+return M

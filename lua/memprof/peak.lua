@@ -1,0 +1,141 @@
+-- memprof.peak: the heap's high-water mark and what held it, as an
+-- analysis pass.
+--
+-- The heap's size is the net bytes since the start (heap.total after
+-- each event); the peak is the first moment it is highest (0 bytes "at
+-- the start", before any event, if it never grows).  The memory live at
+-- that moment is broken down by group (the group of the event that
+-- produced each block); frees of blocks allocated before profiling are
+-- charged to the pseudo-site "(allocated before profiling)", so the rows
+-- always add up to the peak.
+--
+-- One pass, memory proportional to the number of groups: each group
+-- keeps its live bytes and blocks now, and their change since the
+-- latest peak.  A new peak starts a new generation, which makes every
+-- change recorded before it stale at once; at the end, a group's share
+-- of the peak is its final value minus its change since the peak.
+--
+--   local pass = peak.new(grouper)      -- a memprof.groups grouper
+--   -- analyze.run feeds it (after the heap), then finish(stream) gives:
+--   {
+--     bytes = <the peak, net bytes>,
+--     event = <number of the event that reached it, 0 for the start>,
+--     offset = <byte offset of that event in the file, or nil>,
+--     time = <ns: the time mark before that event, or nil>,
+--     time_next = <ns: the next time mark after it, or nil>,
+--     rows = {                          -- by bytes, then name
+--       { group = <group>, bytes = <bytes live>, blocks = <blocks live> },
+--       ...                             -- groups holding nothing left out
+--     },
+--     total = <net bytes at the end>,
+--   }
+-- The pseudo-site's row has negative bytes and blocks: what was freed of
+-- the memory allocated before profiling.
+
+local M = {}
+
+local Peak = {}
+Peak.__index = Peak
+
+function M.new(grouper)
+  return setmetatable({
+    grouper = grouper,
+    records = {},     -- in order of first appearance
+    by_group = {},
+    generation = 1,
+    events = 0,
+    peak = 0, peak_event = 0, peak_offset = nil, peak_time = nil,
+    time_next = nil,
+    waiting_for_time = false,
+  }, Peak)
+end
+
+function Peak:record(group)
+  local record = self.by_group[group]
+  if not record then
+    record = { group = group, bytes = 0, blocks = 0, since_bytes = 0,
+      since_blocks = 0, generation = 0 }
+    self.by_group[group] = record
+    self.records[#self.records + 1] = record
+  end
+  return record
+end
+
+function Peak:change(group, bytes, blocks)
+  local record = self.by_group[group] or self:record(group)
+  record.bytes = record.bytes + bytes
+  record.blocks = record.blocks + blocks
+  if record.generation == self.generation then
+    record.since_bytes = record.since_bytes + bytes
+    record.since_blocks = record.since_blocks + blocks
+  else
+    record.generation = self.generation
+    record.since_bytes = bytes
+    record.since_blocks = blocks
+  end
+end
+
+function Peak:note_time(time)
+  if self.waiting_for_time and time ~= self.peak_time then
+    self.time_next = time
+    self.waiting_for_time = false
+  end
+end
+
+function Peak:new_peak(ev, bytes)
+  self.peak = bytes
+  self.peak_event = self.events
+  self.peak_offset = ev.offset
+  self.peak_time = ev.time
+  self.time_next = nil
+  self.waiting_for_time = true
+  self.generation = self.generation + 1
+end
+
+function Peak:feed(ev, owner, heap)
+  self.events = self.events + 1
+  local grouper = self.grouper
+  if owner then
+    self:change(grouper:key(owner, heap.released_stack), -ev.osize, -1)
+  end
+  if ev.kind ~= 'free' then
+    self:change(grouper:key(ev.site, ev.stack), ev.nsize, 1)
+  end
+  self:note_time(ev.time)
+  if heap.total > self.peak then
+    self:new_peak(ev, heap.total)
+  end
+end
+
+function Peak:finish(stream)
+  if self.waiting_for_time and stream.time ~= self.peak_time then
+    self.time_next = stream.time
+  end
+  local rows = {}
+  for _, record in ipairs(self.records) do
+    local bytes, blocks = record.bytes, record.blocks
+    if record.generation == self.generation then
+      bytes = bytes - record.since_bytes
+      blocks = blocks - record.since_blocks
+    end
+    if bytes ~= 0 or blocks ~= 0 then
+      rows[#rows + 1] = { group = record.group, bytes = bytes,
+        blocks = blocks }
+    end
+  end
+  table.sort(rows, function(a, b)
+    if a.bytes ~= b.bytes then
+      return a.bytes > b.bytes
+    end
+    return a.group.name < b.group.name
+  end)
+  local total = 0
+  for _, record in ipairs(self.records) do
+    total = total + record.bytes
+  end
+  return { bytes = self.peak, event = self.peak_event,
+    offset = self.peak_offset, time = self.peak_time,
+    time_next = self.time_next, rows = rows, total = total }
+end
+
+return M

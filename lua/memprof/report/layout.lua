@@ -1,0 +1,200 @@
+-- memprof.report.layout: what the text reports share: sizes, names of
+-- rows, sorting, --top, the grouping heading and the ALIASES section.
+
+local M = {}
+
+local format, floor, abs = string.format, math.floor, math.abs
+
+local UNITS = { 'B', 'KiB', 'MiB', 'GiB' }
+
+-- 1536 -> '1536B', or '1.50KiB' in human-readable form.
+function M.format_size(bytes, human_readable)
+  if not human_readable then
+    return format('%dB', bytes)
+  end
+  local unit, scaled = 1, bytes
+  while abs(scaled) >= 1024 and unit < #UNITS do
+    scaled = scaled / 1024
+    unit = unit + 1
+  end
+  if scaled == floor(scaled) then
+    return format('%d%s', scaled, UNITS[unit])
+  end
+  return format('%.2f%s', scaled, UNITS[unit])
+end
+
+-- A size formatter for the options of a report.
+function M.sizer(opts)
+  return function(bytes)
+    return M.format_size(bytes, opts.human_readable)
+  end
+end
+
+function M.plural(count, word)
+  if count == 1 or count == -1 then
+    return format('%d %s', count, word)
+  end
+  return format('%d %ss', count, word)
+end
+
+-- Nanoseconds as milliseconds, with three decimals: '12.345 ms'.
+function M.format_ms(ns)
+  return format('%.3f ms', ns / 1e6)
+end
+
+-- The lines that name a row: its name, or for a stack its innermost
+-- frame, then one line per caller, "called from NAME".
+function M.title_lines(group)
+  local frames = group.frames
+  if not frames then
+    return { group.name }
+  end
+  local lines = { frames[1].name }
+  for i = 2, #frames do
+    lines[i] = 'called from ' .. frames[i].name
+  end
+  return lines
+end
+
+-- Writes a row: its first title line followed by `tail`, then the other
+-- title lines indented by `indent` and one more tab.
+function M.write_title(out, group, tail, indent)
+  indent = indent or ''
+  local lines = M.title_lines(group)
+  out:write(indent, lines[1], tail, '\n')
+  for i = 2, #lines do
+    out:write(indent, '\t', lines[i], '\n')
+  end
+end
+
+-- Writes the frames of a stack, one per line, innermost first.
+function M.write_frames(out, frames, indent)
+  for _, frame in ipairs(frames) do
+    out:write(indent, frame.name, '\n')
+  end
+end
+
+-- Sorts rows by `field` (a key of the row, or a function of it), largest
+-- first, then by name (`name_of(row)`, default row.name).
+function M.sort_rows(rows, field, name_of)
+  local value = field
+  if type(field) ~= 'function' then
+    value = function(row) return row[field] end
+  end
+  name_of = name_of or function(row) return row.name end
+  table.sort(rows, function(a, b)
+    local va, vb = value(a), value(b)
+    if va ~= vb then
+      return va > vb
+    end
+    return name_of(a) < name_of(b)
+  end)
+  return rows
+end
+
+-- The first `top` rows (all when top is nil) and the rest.
+function M.split_top(rows, top)
+  if not top or #rows <= top then
+    return rows, {}
+  end
+  local shown, rest = {}, {}
+  for i, row in ipairs(rows) do
+    if i <= top then
+      shown[#shown + 1] = row
+    else
+      rest[#rest + 1] = row
+    end
+  end
+  return shown, rest
+end
+
+-- Sums the numeric `fields` over rows.
+function M.sum(rows, fields)
+  local sums = {}
+  for _, field in ipairs(fields) do
+    sums[field] = 0
+  end
+  for _, row in ipairs(rows) do
+    for _, field in ipairs(fields) do
+      sums[field] = sums[field] + row[field]
+    end
+  end
+  return sums
+end
+
+local GROUPING_HEADINGS = {
+  ['function'] = 'Grouped by function: each row is the function where ' ..
+    'the events happened, named by where it is defined.',
+  caller = 'Grouped by caller: each row is the Lua line that called the ' ..
+    'function where the events happened.',
+  stack = 'Grouped by stack: each row is a call stack, innermost frame ' ..
+    'first.',
+}
+
+-- A line saying what the rows are, for groupings other than by line.
+function M.write_grouping(out, mode)
+  local heading = GROUPING_HEADINGS[mode]
+  if heading then
+    out:write(heading, '\n\n')
+  end
+end
+
+-- Notes the aliases a site or group uses in `used` (a set of names).
+function M.note_aliases(used, named)
+  if named.aliases then
+    for _, alias in ipairs(named.aliases) do
+      used[alias] = true
+    end
+  elseif named.alias then
+    used[named.alias] = true
+  end
+end
+
+-- The lines of a chunk name, without the empty piece after a final
+-- newline.
+local function source_lines(chunkname)
+  local lines = {}
+  for line in (chunkname .. '\n'):gmatch('(.-)\n') do
+    lines[#lines + 1] = line
+  end
+  if chunkname:sub(-1) == '\n' then
+    lines[#lines] = nil
+  end
+  return lines
+end
+
+-- ALIASES: the source of the multi-line chunk names used by the rows.
+function M.write_aliases(out, aliases, used)
+  local shown = {}
+  for _, alias in ipairs(aliases) do
+    if used[alias.name] then
+      shown[#shown + 1] = alias
+    end
+  end
+  if #shown == 0 then
+    return
+  end
+  out:write('ALIASES:\n')
+  for _, alias in ipairs(shown) do
+    out:write(alias.name, ':\n')
+    for number, line in ipairs(source_lines(alias.chunkname)) do
+      out:write(format('%d\t| %s\n', number, line))
+    end
+    out:write('\n')
+  end
+end
+
+-- What fn(out) writes to out, as one string.
+function M.render(fn)
+  local parts = {}
+  local buffer = { write = function(self, ...)
+    for i = 1, select('#', ...) do
+      parts[#parts + 1] = select(i, ...)
+    end
+    return self
+  end }
+  fn(buffer)
+  return table.concat(parts)
+end
+
+return M

@@ -1,0 +1,321 @@
+-- memprof.report.views: the text of the views: live at the end (leaks),
+-- the peak, temporary blocks and the heap over time.
+--
+--   views.write(result, out, opts)
+--     result  from memprof.analyze.run() with the views asked for
+--     out     a file handle (default io.stdout)
+--     opts    views: the set of views to print ({ leaks = true, ... }),
+--               printed in the order of analyze.VIEWS
+--             top: at most this many rows per view (and stacks per row
+--               of LIVE AT END: at most 3 unless top is smaller); the
+--               others are summed on a line "... and K more: ..."
+--             sort: 'bytes' (default) or 'count'
+--             human_readable: sizes in B/KiB/MiB/GiB
+--   views.render(result, opts) -> the same, as a string
+--
+-- Every view ends with a TOTAL line that reconciles with the stream;
+-- docs/views.md shows each with a sample.
+
+local layout = require('memprof.report.layout')
+local analyze = require('memprof.analyze')
+local timeline = require('memprof.timeline')
+
+local M = {}
+
+local format, floor = string.format, math.floor
+local plural = layout.plural
+
+-- Stacks shown under a row of LIVE AT END.
+M.STACKS_PER_ROW = 3
+-- Width of the bars of HEAP OVER TIME.
+M.BAR_WIDTH = 40
+
+local function group_name(row)
+  return row.group.name
+end
+
+-- Sorts view rows by bytes_field or count_field, as opts.sort says.
+local function sort_rows(rows, opts, bytes_field, count_field)
+  local field = opts.sort == 'count' and count_field or bytes_field
+  return layout.sort_rows(rows, field, group_name)
+end
+
+-- LIVE AT END --------------------------------------------------------------
+
+local function write_stacks(out, stacks, opts)
+  local size = layout.sizer(opts)
+  local limit = M.STACKS_PER_ROW
+  if opts.top and opts.top < limit then
+    limit = opts.top
+  end
+  local shown, rest = layout.split_top(stacks, limit)
+  for _, record in ipairs(shown) do
+    out:write(format('\t%s, %s allocated at:\n',
+      plural(record.count, 'block'), size(record.bytes)))
+    layout.write_frames(out, record.stack.frames, '\t\t')
+  end
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'count', 'bytes' })
+    out:write(format('\t... and %d more %s: %s, %s\n', #rest,
+      #rest == 1 and 'stack' or 'stacks', plural(sums.count, 'block'),
+      size(sums.bytes)))
+  end
+end
+
+local function note_stack_aliases(used, stacks)
+  for _, record in ipairs(stacks) do
+    for _, frame in ipairs(record.stack.frames) do
+      layout.note_aliases(used, frame)
+    end
+  end
+end
+
+function M.write_leaks(out, leaks, opts, used)
+  local size = layout.sizer(opts)
+  out:write('LIVE AT END: blocks allocated during the profile and never ' ..
+    'freed, by where they were allocated (for a reallocated block, where ' ..
+    'it was last reallocated)\n')
+  local rows = sort_rows(leaks.rows, opts, 'bytes', 'count')
+  local shown, rest = layout.split_top(rows, opts.top)
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row.group, format(': %s, %s',
+      plural(row.count, 'block'), size(row.bytes)))
+    layout.note_aliases(used, row.group)
+    write_stacks(out, row.stacks, opts)
+    note_stack_aliases(used, row.stacks)
+  end
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'count', 'bytes' })
+    out:write(format('... and %d more: %s, %s\n', #rest,
+      plural(sums.count, 'block'), size(sums.bytes)))
+  end
+  out:write(format('TOTAL live at end: %s, %s\n', plural(leaks.count, 'block'),
+    size(leaks.bytes)))
+  if leaks.before_profiling ~= 0 then
+    out:write(format('Freed during the profile, allocated before it: %s\n',
+      size(-leaks.before_profiling)))
+  end
+  out:write(format('Net bytes of the stream: %s\n\n', size(leaks.total)))
+end
+
+-- PEAK ---------------------------------------------------------------------
+
+local function peak_moment(peak, stream)
+  if peak.event == 0 then
+    return 'at the start (the heap never grew past its size at the start)'
+  end
+  local text = format('after event %d (byte %d of the file)', peak.event,
+    peak.offset)
+  if not stream.has_time then
+    return text
+  end
+  local from = peak.time or 0
+  if peak.time_next then
+    return format('%s, between %s and %s', text, layout.format_ms(from),
+      layout.format_ms(peak.time_next))
+  end
+  return format('%s, at %s or later', text, layout.format_ms(from))
+end
+
+local function peak_row_tail(row, size)
+  if row.group.source == 'before' then
+    return format(': %s (%s freed)', size(row.bytes),
+      plural(-row.blocks, 'block'))
+  end
+  return format(': %s in %s', size(row.bytes), plural(row.blocks, 'block'))
+end
+
+function M.write_peak(out, peak, opts, used, stream)
+  local size = layout.sizer(opts)
+  out:write(format('PEAK: %s live %s. Held by:\n', size(peak.bytes),
+    peak_moment(peak, stream)))
+  local rows = sort_rows(peak.rows, opts, 'bytes', 'blocks')
+  local shown, rest = layout.split_top(rows, opts.top)
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row.group, peak_row_tail(row, size))
+    layout.note_aliases(used, row.group)
+  end
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'bytes', 'blocks' })
+    out:write(format('... and %d more: %s in %s\n', #rest, size(sums.bytes),
+      plural(sums.blocks, 'block')))
+  end
+  out:write(format('TOTAL at the peak: %s\n\n', size(peak.bytes)))
+end
+
+-- TEMPORARY BLOCKS -----------------------------------------------------------
+
+local function temporary_tail(row, size)
+  local text = format(': %s temporary, %s', row.temporary_blocks,
+    size(row.temporary_bytes))
+  text = text .. format('; %d freed later, %s', row.freed_blocks,
+    size(row.freed_bytes))
+  return text .. format('; %d live at end, %s', row.live_blocks,
+    size(row.live_bytes))
+end
+
+local function limit_text(limit)
+  if limit == 0 then
+    return 'freed before any other allocation'
+  end
+  return format('freed with at most %s between their own and their free',
+    plural(limit, 'other allocation'))
+end
+
+-- The rows with temporary blocks, and the others.
+local function split_temporary(rows)
+  local with, without = {}, {}
+  for _, row in ipairs(rows) do
+    if row.temporary_blocks > 0 then
+      with[#with + 1] = row
+    else
+      without[#without + 1] = row
+    end
+  end
+  return with, without
+end
+
+function M.write_temporary(out, result, opts, used)
+  local size = layout.sizer(opts)
+  out:write(format('TEMPORARY BLOCKS: %s, by where they were allocated\n',
+    limit_text(result.limit)))
+  local with, without = split_temporary(result.rows)
+  sort_rows(with, opts, 'temporary_bytes', 'temporary_blocks')
+  local shown, rest = layout.split_top(with, opts.top)
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row.group, temporary_tail(row, size))
+    layout.note_aliases(used, row.group)
+  end
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'temporary_blocks', 'temporary_bytes',
+      'freed_blocks', 'freed_bytes', 'live_blocks', 'live_bytes' })
+    out:write(format('... and %d more', #rest), temporary_tail(sums, size),
+      '\n')
+  end
+  if #without > 0 then
+    local sums = layout.sum(without, { 'blocks', 'bytes' })
+    out:write(format('(%s with no temporary blocks: %s, %s)\n',
+      plural(#without, 'other row'), plural(sums.blocks, 'block'),
+      size(sums.bytes)))
+  end
+  local totals = result.totals
+  out:write(format('TOTAL: %s allocated, %s: %d temporary (%s), %d freed ' ..
+    'later (%s), %d live at end (%s)\n\n', plural(totals.blocks, 'block'),
+    size(totals.bytes), totals.temporary_blocks,
+    size(totals.temporary_bytes), totals.freed_blocks,
+    size(totals.freed_bytes), totals.live_blocks, size(totals.live_bytes)))
+end
+
+-- HEAP OVER TIME -------------------------------------------------------------
+
+-- How to print times for rows `width` ns wide: the unit and the number
+-- of decimals that show the width exactly.
+local function time_format(width)
+  local unit, name = 1e6, 'ms'
+  if width >= 1e9 then
+    unit, name = 1e9, 's'
+  end
+  local scaled, decimals = width / unit, 0
+  while decimals < 6 and
+      math.abs(scaled * 10 ^ decimals - floor(scaled * 10 ^ decimals + 0.5))
+      > 1e-9 do
+    decimals = decimals + 1
+  end
+  return function(ns)
+    return format('%.' .. decimals .. 'f %s', ns / unit, name)
+  end
+end
+
+local function bar(value, highest)
+  if value <= 0 or highest <= 0 then
+    return ''
+  end
+  return string.rep('#', floor(value / highest * M.BAR_WIDTH + 0.5))
+end
+
+local function timeline_rows(shown, size, show_time)
+  local lines, highest = {}, 0
+  for _, row in ipairs(shown.rows) do
+    if row.high > highest then
+      highest = row.high
+    end
+  end
+  for i, row in ipairs(shown.rows) do
+    local line = { show_time(row.start), size(row.high), size(row.last),
+      bar(row.high, highest) }
+    if i == shown.peak_row then
+      line[4] = line[4] .. '  <- peak'
+    end
+    lines[i] = line
+  end
+  return lines
+end
+
+-- Right-aligns the first three columns.
+local function write_columns(out, lines)
+  local widths = { 0, 0, 0 }
+  for _, line in ipairs(lines) do
+    for c = 1, 3 do
+      if #line[c] > widths[c] then
+        widths[c] = #line[c]
+      end
+    end
+  end
+  for _, line in ipairs(lines) do
+    local text = format('%' .. widths[1] .. 's  %' .. widths[2] .. 's  %' ..
+      widths[3] .. 's  %s', line[1], line[2], line[3], line[4])
+    out:write((text:gsub('%s+$', '')), '\n')
+  end
+end
+
+function M.write_timeline(out, result, opts, stream)
+  if not stream.has_time then
+    out:write('HEAP OVER TIME: the profile has no time marks (record with ' ..
+      'memprof.start(path, {timestamps = true}))\n\n')
+    return
+  end
+  local size = layout.sizer(opts)
+  local shown = timeline.rows(result)
+  local show_time = time_format(shown.width)
+  out:write(format('HEAP OVER TIME: live bytes, %s per row (the highest ' ..
+    'value in the row, and the value at its end)\n', show_time(shown.width)))
+  local lines = { { 'time', 'highest', 'at end', '' } }
+  for _, line in ipairs(timeline_rows(shown, size, show_time)) do
+    lines[#lines + 1] = line
+  end
+  write_columns(out, lines)
+  out:write('\n')
+end
+
+-- All views -----------------------------------------------------------------
+
+function M.write(result, out, opts)
+  out = out or io.stdout
+  opts = opts or {}
+  local views = opts.views or {}
+  local used = {}
+  layout.write_grouping(out, result.grouper.mode)
+  if views.leaks then
+    M.write_leaks(out, result.leaks, opts, used)
+  end
+  if views.peak then
+    M.write_peak(out, result.peak, opts, used, result.stream)
+  end
+  if views.temporary then
+    M.write_temporary(out, result.temporary, opts, used)
+  end
+  if views.timeline then
+    M.write_timeline(out, result.timeline, opts, result.stream)
+  end
+  layout.write_aliases(out, result.stream.aliases, used)
+end
+
+function M.render(result, opts)
+  return layout.render(function(out)
+    M.write(result, out, opts)
+  end)
+end
+
+M.VIEWS = analyze.VIEWS
+
+return M

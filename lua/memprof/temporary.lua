@@ -1,0 +1,99 @@
+-- memprof.temporary: short-lived blocks, as an analysis pass.
+--
+-- A block's age when it is released (freed, or reallocated away) is the
+-- number of allocation events (allocs and reallocs) between the event
+-- that produced it and the release.  A block is temporary when its age
+-- is at most `limit`: with limit 1, a block freed before any other
+-- allocation, or after just one, is temporary.  Every block produced
+-- during the profile is counted once, in one of three classes:
+--   temporary   released at an age of at most `limit`
+--   freed       released later
+--   live        still live at the end
+-- so for each group, and in total, blocks = temporary + freed + live
+-- (counts and bytes).  Blocks allocated before profiling are not counted.
+--
+--   local pass = temporary.new(grouper, limit)
+--   -- analyze.run feeds it (after the heap), then finish(stream, heap):
+--   {
+--     limit = <limit>,
+--     rows = {                           -- in order of first appearance
+--       { group = <group>,
+--         blocks = <blocks produced>, bytes = <their bytes>,
+--         temporary_blocks = ..., temporary_bytes = ...,
+--         freed_blocks = ..., freed_bytes = ...,
+--         live_blocks = ..., live_bytes = ... },
+--       ...
+--     },
+--     totals = { blocks, bytes, temporary_blocks, ... }  -- the same fields
+--   }
+-- Bytes are the size each block was produced with.
+
+local M = {}
+
+M.FIELDS = { 'blocks', 'bytes', 'temporary_blocks', 'temporary_bytes',
+  'freed_blocks', 'freed_bytes', 'live_blocks', 'live_bytes' }
+
+local Temporary = {}
+Temporary.__index = Temporary
+
+function M.new(grouper, limit)
+  return setmetatable({ grouper = grouper, limit = limit or 1, rows = {},
+    by_group = {} }, Temporary)
+end
+
+local function new_counts(fields)
+  for _, field in ipairs(M.FIELDS) do
+    fields[field] = 0
+  end
+  return fields
+end
+
+function Temporary:row(group)
+  local row = self.by_group[group]
+  if not row then
+    row = new_counts({ group = group })
+    self.by_group[group] = row
+    self.rows[#self.rows + 1] = row
+  end
+  return row
+end
+
+function Temporary:feed(ev, owner, heap)
+  local grouper = self.grouper
+  local age = heap.released_age
+  if owner and age then
+    local row = self:row(grouper:key(owner, heap.released_stack))
+    if age <= self.limit then
+      row.temporary_blocks = row.temporary_blocks + 1
+      row.temporary_bytes = row.temporary_bytes + heap.released_size
+    else
+      row.freed_blocks = row.freed_blocks + 1
+      row.freed_bytes = row.freed_bytes + heap.released_size
+    end
+  end
+  if ev.kind ~= 'free' then
+    local site, stack = ev.site, ev.stack
+    local row = self.by_group[grouper:key(site, stack)] or
+      self:row(grouper:key(site, stack))
+    row.blocks = row.blocks + 1
+    row.bytes = row.bytes + ev.nsize
+  end
+end
+
+function Temporary:finish(_, heap)
+  local grouper = self.grouper
+  heap:each_live_block(function(_, size, site, stack)
+    local row = self:row(grouper:key(site, stack))
+    row.live_blocks = row.live_blocks + 1
+    row.live_bytes = row.live_bytes + size
+  end)
+  local totals = new_counts({})
+  for _, row in ipairs(self.rows) do
+    for _, field in ipairs(M.FIELDS) do
+      totals[field] = totals[field] + row[field]
+    end
+  end
+  return { limit = self.limit, rows = self.rows, totals = totals }
+end
+
+return M
