@@ -29,7 +29,9 @@ struct writer {
   size_t size;      /* Size of each buffer. */
   int fd;           /* Destination; -1 once closed. */
   int failed_errno; /* 0, or errno of the first failed write (atomic). */
-  int tick;         /* Set by the thread every tick period (atomic). */
+  int tick;         /* Set by the thread every tick period. Accessed only
+                       with atomic builtins (helgrind, which does not model
+                       them, reports them as races). */
   struct writer_thread *thread;
 };
 
