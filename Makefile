@@ -84,7 +84,10 @@ test-tarantool: all
 # The analysis side also runs on plain Lua 5.1.
 LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
   spec/report_text_spec.lua spec/cli_spec.lua spec/views_spec.lua \
-  spec/report_views_spec.lua
+  spec/report_views_spec.lua spec/report_json_spec.lua \
+  spec/report_folded_spec.lua spec/report_pprof_spec.lua \
+  spec/report_chrome_spec.lua spec/diff_spec.lua spec/progress_spec.lua \
+  spec/report_html_spec.lua
 test-lua51:
 	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 
@@ -99,9 +102,11 @@ install: $(MODULE)
 	install -m 0644 $(LUA_MODS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/
 	install -m 0644 $(LUA_REPORTS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/
 	install -m 0755 bin/memprof-report $(DESTDIR)$(BIN_DIR)/memprof-report
+	install -m 0755 bin/memprof $(DESTDIR)$(BIN_DIR)/memprof
 
 uninstall:
-	rm -f $(DESTDIR)$(LUA_CMOD_DIR)/memprof.so $(DESTDIR)$(BIN_DIR)/memprof-report
+	rm -f $(DESTDIR)$(LUA_CMOD_DIR)/memprof.so $(DESTDIR)$(BIN_DIR)/memprof-report \
+	  $(DESTDIR)$(BIN_DIR)/memprof
 	rm -rf $(DESTDIR)$(LUA_LMOD_DIR)/memprof
 
 format:

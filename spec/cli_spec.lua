@@ -122,6 +122,7 @@ TOTAL holds 2048B (net bytes of the stream)
       assert.are.equal('', stderr)
       assert.are.equal([[
 Usage: memprof-report [OPTIONS] FILE
+       memprof-report --diff [OPTIONS] BEFORE AFTER
 
 Print a report of a memprof profile: allocations, reallocations and
 deallocations per site, and what is still allocated at the end.
@@ -129,8 +130,10 @@ With --leaks, --peak, --temporary or --timeline, print those views
 instead.  --group=caller and --group=stack need a profile recorded
 with call stacks (memprof.start(path, {stack_depth = N})), --timeline
 one recorded with time marks (memprof.start(path, {timestamps = true})).
+With --diff, print which rows grew or shrank from BEFORE to AFTER.
 
 Options:
+  --format=NAME          the output format (see below)
   --group=G              rows by line (default), function, caller or stack
   --top=N                at most N rows per section
   --sort=S               sort rows by bytes or count
@@ -140,7 +143,18 @@ Options:
   --timeline             view: live bytes over time (needs time marks)
   --leak-only            default report: only the heap summary
   --human-readable       sizes in B, KiB, MiB, GiB
+  --metric=M             folded: alloc-bytes|alloc-count|live-bytes|peak-bytes
+  --output=PATH          write to PATH (folded: to PATH.METRIC.folded)
+  --diff                 compare two profiles: --diff BEFORE AFTER
   -h, --help             show this help and exit
+
+Formats (--format=NAME; docs/formats.md):
+  text                   the report, or the views asked for (default)
+  json                   every view as JSON (docs/json.md)
+  folded                 collapsed stacks for flame graphs (--metric)
+  pprof                  gzipped profile.proto for go tool pprof
+  chrome                 the heap over time as a Chrome trace
+  html                   a page of every view, for a browser
 ]], stdout)
     end
   end)
@@ -400,6 +414,102 @@ TOTAL holds 804B (net bytes of the stream)
   end)
 end)
 
+describe('memprof-report --format', function()
+  local dir
+
+  before_each(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    os.execute('mkdir ' .. quote(dir))
+  end)
+
+  after_each(function()
+    os.execute('rm -rf ' .. quote(dir))
+  end)
+
+  local function file_of(builder)
+    local p = dir .. '/p.bin'
+    write_file(p, builder:bytes())
+    return p
+  end
+
+  it('writes text by default, and to a file with --output', function()
+    local path = file_of(B.three_callers())
+    local _, default = report('--leaks', '--group=caller', path)
+    local code, stdout, stderr = report('--format=text', '--leaks',
+      '--group=caller', path)
+    assert.are.equal(0, code)
+    assert.are.equal('', stderr)
+    assert.are.equal(default, stdout)
+    code, stdout, stderr = report('--leaks', '--group=caller',
+      '--output=' .. dir .. '/r.txt', path)
+    assert.are.equal(0, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: wrote ' .. dir .. '/r.txt\n', stderr)
+    assert.are.equal(default, read_file(dir .. '/r.txt'))
+  end)
+
+  it('writes JSON with the grouping and limit asked for', function()
+    local path = file_of(B.three_callers())
+    local code, stdout, stderr = report('--format=json', '--group=function',
+      '--temporary=0', path)
+    assert.are.equal(0, code)
+    assert.are.equal('', stderr)
+    local doc = require('cjson').decode(stdout)
+    assert.are.equal(path, doc.stream.name)
+    assert.are.equal('function', doc.grouping)
+    assert.are.equal(0, doc.temporary.limit)
+    assert.are.equal('function at @log.lua:3', doc.live.rows[1].name)
+    assert.are.equal(764, doc.live.rows[1].bytes)
+  end)
+
+  it('dispatches to memprof.report.html', function()
+    local path = file_of(B.three_callers())
+    local html = require('memprof.report.html')
+    local reader = require('memprof.reader')
+    local analyze = require('memprof.analyze')
+    local result = analyze.run(reader.open(path), { views = { leaks = true,
+      peak = true, temporary = true, timeline = true },
+      passes = html.passes and html.passes() })
+    local parts = {}
+    html.write(result, { write = function(self, ...)
+      for i = 1, select('#', ...) do
+        parts[#parts + 1] = select(i, ...)
+      end
+      return self
+    end }, {})
+    local code, stdout, stderr = report('--format=html', path)
+    assert.are.equal(0, code)
+    assert.are.equal('', stderr)
+    assert.are.equal(table.concat(parts), stdout)
+  end)
+
+  it('refuses what a format cannot do', function()
+    local v3 = file_of(B.crafted())
+    local cases = {
+      { { '--format=xml' }, "memprof-report: option '--format': expected " ..
+        'text, json, folded, pprof, chrome, html, found xml (see --help)\n' },
+      { { '--format=json', '--top=2' }, 'memprof-report: --top does not ' ..
+        'apply to --format=json (see --help)\n' },
+      { { '--format=chrome', '--leaks' }, 'memprof-report: --leaks does not ' ..
+        'apply to --format=chrome (see --help)\n' },
+      { { '--format=json', '--group=caller' }, 'memprof-report: ' ..
+        '--group=caller needs call stacks: record with memprof.start(path, ' ..
+        '{stack_depth = N})\n' },
+      { { '--format=json', '--output=/nonexistent/x.json' }, 'memprof-report: ' ..
+        '/nonexistent/x.json: No such file or directory\n' },
+    }
+    for _, case in ipairs(cases) do
+      local args = case[1]
+      args[#args + 1] = v3
+      local code, stdout, stderr = report(unpack(args))
+      assert.are.equal(1, code)
+      assert.are.equal('', stdout)
+      assert.are.equal(case[2], stderr)
+    end
+  end)
+end)
+
 describe('cli.parse', function()
   it('separates options from files', function()
     local opts, files = cli.parse({ 'a.bin', '--leak-only', '--', '--x' })
@@ -432,22 +542,30 @@ describe('cli.parse', function()
   end)
 
   it('takes more options once they are described', function()
-    table.insert(cli.OPTIONS, { name = 'format', value = 'F', key = 'format',
-      help = 'the output format',
+    table.insert(cli.OPTIONS, { name = 'color', value = 'C', key = 'color',
+      help = 'the colour',
       check = function(value)
-        if value == 'text' then
+        if value == 'red' then
           return value
         end
-        return nil, 'expected text, found ' .. value
+        return nil, 'expected red, found ' .. value
       end })
     local ok, err = pcall(function()
-      assert.are.same({ { format = 'text' }, { 'f' } },
-        { cli.parse({ '--format', 'text', 'f' }) })
-      assert.are.same({ nil, "option '--format': expected text, found x" },
-        { cli.parse({ '--format=x' }) })
+      assert.are.same({ { color = 'red' }, { 'f' } },
+        { cli.parse({ '--color', 'red', 'f' }) })
+      assert.are.same({ nil, "option '--color': expected red, found x" },
+        { cli.parse({ '--color=x' }) })
     end)
     table.remove(cli.OPTIONS)
     assert(ok, err)
+  end)
+
+  it('stops at the first word that is not an option when asked', function()
+    assert.are.same({ { top = 2 }, { 'script.lua', '--top=3', 'x' } },
+      { cli.parse({ '--top=2', 'script.lua', '--top=3', 'x' },
+        { stop = true }) })
+    assert.are.same({ { top = 2 }, { '-script.lua', 'x' } },
+      { cli.parse({ '--top=2', '--', '-script.lua', 'x' }, { stop = true }) })
   end)
 
   it('returns exit codes from main', function()

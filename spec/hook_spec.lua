@@ -183,6 +183,16 @@ return rec(20000)
     assert.equal('c', at[1].source)
   end)
 
+  it('tells apart built-ins written in C, reported on their own', function()
+    -- Both share the VM entry of C built-ins: only their ids differ.
+    local events = h.profile(function()
+      pcall(string.format, 'told apart %d', 1234567)
+      pcall(table.concat, { 'told apart ', 'concatenated' })
+    end)
+    assert.equal(1, #h.at(events, 'string.format', 'alloc'))
+    assert.equal(1, #h.at(events, 'table.concat', 'alloc'))
+  end)
+
   it('reports frees made by the collector as internal', function()
     local payload = h.chunk([[
 local list = {}

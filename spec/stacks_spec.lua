@@ -121,6 +121,17 @@ for i = 1, 5 do helper(100 + i) end
     assert.equal(5, counts['string.rep < @builtin.lua:1 < @builtin.lua:2'])
   end)
 
+  it('name each built-in by its own name', function()
+    local payload = h.chunk([[
+local function f(i) local s = string.format('built-in names %d', i) local t = table.concat({s, s}) return t end
+for i = 1, 3 do f(i * 1000) end
+]], '@builtins.lua')
+    local events = profile({ stack_depth = 2 }, payload)
+    local counts = by_stack(events, '@builtins.lua:1')
+    assert.equal(3, counts['string.format < @builtins.lua:1'])
+    assert.equal(3, counts['table.concat < @builtins.lua:1'])
+  end)
+
   it('hold at most stack_depth frames, innermost first', function()
     local payload = h.chunk([[
 local function rec(n) if n == 0 then return {} end local t = rec(n - 1) return t end

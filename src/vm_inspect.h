@@ -347,12 +347,9 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
                  vm_locate_cont_caller(lay, safe, &th, frame, link, site)))
     return;
   /* A built-in not called from Lua (e.g. through pcall or from C) is
-  ** reported as a C function, identified by its pc: the VM's entry for
-  ** that built-in (bcff[ffid]), the same for every closure of it (each
-  ** string.gmatch call makes a new iterator object). */
-  if (!vm_ref(lay, safe, fn + lay->fn_pc, &site->addr) || site->addr == 0)
-    return;
+  ** reported as a C function, identified by its id (see BUILTIN_ADDR). */
   site->source = SOURCE_C;
+  site->addr = BUILTIN_ADDR(ffid);
   site->ffid = ffid;
 }
 
@@ -361,7 +358,7 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
 
 /* One frame of a call stack, before lines and names are looked up. */
 struct vm_raw_frame {
-  uintptr_t obj; /* Lua: GCproto; C: function; built-in: its bcff entry. */
+  uintptr_t obj; /* Lua: GCproto; C: function; built-in: BUILTIN_ADDR. */
   uintptr_t pc;  /* Lua: the instruction after the current one, or 0. */
   uint8_t ffid;  /* FFID_LUA, FFID_C, or a built-in's id. */
 };
@@ -462,8 +459,9 @@ VM_INLINE int vm_walk_step(const struct vm_layout *lay, int safe,
       f->obj = st->code;
     } else {
       vm_ref(lay, safe, fn + lay->fn_pc, &st->code);
-      /* A built-in is identified by its pc, as in vm_locate_frame. */
-      f->obj = st->ffid == FFID_LUA ? vm_func_proto(lay, safe, fn) : st->code;
+      /* A built-in is identified by its id, as in vm_locate_frame. */
+      f->obj = st->ffid == FFID_LUA ? vm_func_proto(lay, safe, fn)
+                                    : BUILTIN_ADDR(st->ffid);
       if (st->ffid == FFID_LUA && next != 0)
         f->pc = vm_caller_pc(lay, safe, next, next_link);
     }

@@ -82,6 +82,16 @@ struct vm_layout {
 #define FFID_LUA 0
 #define FFID_C 1
 
+/*
+** The address under which the stream describes a built-in reported as a
+** C function. Neither its object (string.gmatch makes a new iterator each
+** call) nor its pc (every built-in written in C shares bc_cfunc_int) nor
+** its handler (assembler built-ins share fallbacks) tells built-ins apart;
+** their id does. 0x800 + id lies in the first page, where no function can
+** be, and is small enough for every reader's numbers.
+*/
+#define BUILTIN_ADDR(ffid) ((uintptr_t)0x800 + (uintptr_t)(ffid))
+
 /* The offset fields of struct vm_layout, by name: what an override may
 ** set, what is compared with a candidate, and what memprof.info() lists.
 ** Ends with a NULL name. */

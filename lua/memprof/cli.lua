@@ -10,35 +10,56 @@
 -- "--name=VALUE" and "--name VALUE" and stores the string (after
 -- `check`, if any); an option with an optional value (optional = true)
 -- accepts "--name" (storing `default`) and "--name=VALUE" only.  More
--- options (--format=, say) are added by adding entries:
---   { name = 'format', value = 'F', key = 'format', help = '...',
+-- options are added by adding entries:
+--   { name = 'color', value = 'C', key = 'color', help = '...',
 --     check = function(v) return v, '' end }
 --
--- Without a view option the report is the default one (Tarantool's
--- layout, memprof.report.text); with --leaks, --peak, --temporary or
--- --timeline it is those views (memprof.report.views).
+-- --format=NAME chooses the output: a format is the module
+-- memprof.report.NAME, with write(result, out, opts); FORMATS lists
+-- them and the options each takes.  A format module may also have
+--   analysis(opts, stream, reader) -> the options of analyze.run
+--     (without it: every view the stream can have, with the passes of
+--     passes() if the module has it)
+--   check() -> nil, or why the format cannot be written here
+--   notes(result) -> lines for stderr
+--   outputs(opts) -> { { path =, opts = }, ... } for --output
+--   BINARY = true: never written to a terminal
+-- The text format is the default report (Tarantool's layout), or with
+-- --leaks, --peak, --temporary or --timeline those views.
+--
+-- --diff BEFORE AFTER compares two profiles (memprof.diff).
+--
+-- While a profile larger than a read chunk is read, and stderr is a
+-- terminal, a line on stderr says how far the reading has got
+-- (memprof.progress).
 
 local reader = require('memprof.reader')
 local analyze = require('memprof.analyze')
 local groups = require('memprof.groups')
-local text = require('memprof.report.text')
-local views = require('memprof.report.views')
+local progress = require('memprof.progress')
+local diff = require('memprof.diff')
+local diff_report = require('memprof.report.diff')
+local folded = require('memprof.report.folded')
 
 local M = {}
 
 local PROGRAM = 'memprof-report'
+M.PROGRAM = PROGRAM
+
+local format = string.format
 
 -- check(value) for whole numbers of at least `least`.
 local function whole_number(least)
   return function(value)
     local number = tonumber(value)
     if not number or number ~= math.floor(number) or number < least then
-      return nil, string.format('expected a whole number of at least %d, ' ..
+      return nil, format('expected a whole number of at least %d, ' ..
         'found %s', least, value)
     end
     return number
   end
 end
+M.whole_number = whole_number
 
 -- check(value) for one word of a list.
 local function one_of(words)
@@ -48,12 +69,54 @@ local function one_of(words)
         return value
       end
     end
-    return nil, string.format('expected %s, found %s',
+    return nil, format('expected %s, found %s',
       table.concat(words, ', '), value)
   end
 end
 
+-- The formats, in the order --help lists them.  `takes`: the keys of
+-- the options that apply to the format.
+local VIEW_KEYS = { 'leaks', 'peak', 'temporary', 'timeline' }
+
+local function keys(list, more)
+  local set = {}
+  for _, key in ipairs(list) do
+    set[key] = true
+  end
+  for _, key in ipairs(more or {}) do
+    set[key] = true
+  end
+  return set
+end
+
+M.FORMATS = {
+  { name = 'text', help = 'the report, or the views asked for (default)',
+    takes = keys(VIEW_KEYS, { 'group', 'top', 'sort', 'leak_only',
+      'human_readable', 'output' }) },
+  { name = 'json', help = 'every view as JSON (docs/json.md)',
+    takes = keys({ 'group', 'temporary', 'output' }) },
+  { name = 'folded', help = 'collapsed stacks for flame graphs (--metric)',
+    takes = keys({ 'group', 'metric', 'output' }) },
+  { name = 'pprof', help = 'gzipped profile.proto for go tool pprof',
+    takes = keys({ 'output' }) },
+  { name = 'chrome', help = 'the heap over time as a Chrome trace',
+    takes = keys({ 'output' }) },
+  { name = 'html', help = 'a page of every view, for a browser',
+    takes = keys({ 'group', 'top', 'sort', 'temporary', 'output' }) },
+}
+
+local FORMAT_NAMES = {}
+for i, entry in ipairs(M.FORMATS) do
+  FORMAT_NAMES[i] = entry.name
+end
+
+-- What --diff takes.
+local DIFF_TAKES = keys({ 'group', 'top', 'sort', 'human_readable', 'output',
+  'diff' })
+
 M.OPTIONS = {
+  { name = 'format', value = 'NAME', key = 'format',
+    check = one_of(FORMAT_NAMES), help = 'the output format (see below)' },
   { name = 'group', value = 'G', key = 'group', check = one_of(groups.MODES),
     help = 'rows by line (default), function, caller or stack' },
   { name = 'top', value = 'N', key = 'top', check = whole_number(1),
@@ -73,6 +136,12 @@ M.OPTIONS = {
     help = 'default report: only the heap summary' },
   { name = 'human-readable', key = 'human_readable',
     help = 'sizes in B, KiB, MiB, GiB' },
+  { name = 'metric', value = 'M', key = 'metric', check = one_of(folded.METRICS),
+    help = 'folded: alloc-bytes|alloc-count|live-bytes|peak-bytes' },
+  { name = 'output', value = 'PATH', key = 'output',
+    help = 'write to PATH (folded: to PATH.METRIC.folded)' },
+  { name = 'diff', key = 'diff',
+    help = 'compare two profiles: --diff BEFORE AFTER' },
   { name = 'help', short = 'h', key = 'help',
     help = 'show this help and exit' },
 }
@@ -80,20 +149,9 @@ M.OPTIONS = {
 -- The view options, in the order the report prints them.
 M.VIEWS = analyze.VIEWS
 
-local function usage()
-  local lines = {
-    'Usage: ' .. PROGRAM .. ' [OPTIONS] FILE',
-    '',
-    'Print a report of a memprof profile: allocations, reallocations and',
-    'deallocations per site, and what is still allocated at the end.',
-    'With --leaks, --peak, --temporary or --timeline, print those views',
-    'instead.  --group=caller and --group=stack need a profile recorded',
-    'with call stacks (memprof.start(path, {stack_depth = N})), --timeline',
-    'one recorded with time marks (memprof.start(path, {timestamps = true})).',
-    '',
-    'Options:',
-  }
-  for _, option in ipairs(M.OPTIONS) do
+local function option_lines(options)
+  local lines = {}
+  for _, option in ipairs(options) do
     local spelling = '--' .. option.name
     if option.optional then
       spelling = spelling .. '[=' .. option.value .. ']'
@@ -103,13 +161,42 @@ local function usage()
     if option.short then
       spelling = '-' .. option.short .. ', ' .. spelling
     end
-    lines[#lines + 1] = string.format('  %-22s %s', spelling, option.help)
+    lines[#lines + 1] = format('  %-22s %s', spelling, option.help)
+  end
+  return lines
+end
+M.option_lines = option_lines
+
+local function usage()
+  local lines = {
+    'Usage: ' .. PROGRAM .. ' [OPTIONS] FILE',
+    '       ' .. PROGRAM .. ' --diff [OPTIONS] BEFORE AFTER',
+    '',
+    'Print a report of a memprof profile: allocations, reallocations and',
+    'deallocations per site, and what is still allocated at the end.',
+    'With --leaks, --peak, --temporary or --timeline, print those views',
+    'instead.  --group=caller and --group=stack need a profile recorded',
+    'with call stacks (memprof.start(path, {stack_depth = N})), --timeline',
+    'one recorded with time marks (memprof.start(path, {timestamps = true})).',
+    'With --diff, print which rows grew or shrank from BEFORE to AFTER.',
+    '',
+    'Options:',
+  }
+  for _, line in ipairs(option_lines(M.OPTIONS)) do
+    lines[#lines + 1] = line
+  end
+  lines[#lines + 1] = ''
+  lines[#lines + 1] = 'Formats (--format=NAME; docs/formats.md):'
+  for _, entry in ipairs(M.FORMATS) do
+    lines[#lines + 1] = format('  %-22s %s', entry.name, entry.help)
   end
   return table.concat(lines, '\n') .. '\n'
 end
 
-local function find_option(name, short)
-  for _, option in ipairs(M.OPTIONS) do
+-- Parsing ------------------------------------------------------------------
+
+local function find_option(options, name, short)
+  for _, option in ipairs(options) do
     if (name and option.name == name) or (short and option.short == short) then
       return option
     end
@@ -117,62 +204,91 @@ local function find_option(name, short)
   return nil
 end
 
--- Parse args into opts and a list of file names.  Returns nil and a
--- message on a bad command line.
-function M.parse(args)
-  local opts, files = {}, {}
+-- The value of an option that takes one: from "--name=VALUE" or the next
+-- word.  Returns the value (checked) and the index of the last word
+-- used, or nil and a message.
+local function option_value(option, spelled, value, args, i)
+  if value == nil then
+    i = i + 1
+    value = args[i]
+    if value == nil then
+      return nil, format("option '%s' needs a value (%s)", spelled,
+        option.value)
+    end
+  end
+  if option.check then
+    -- check(value) returns the value to store, or nil and a message.
+    local checked, message = option.check(value)
+    if checked == nil then
+      return nil, format("option '%s': %s", spelled, message)
+    end
+    value = checked
+  end
+  return value, i
+end
+
+-- Reads the option at args[i] into opts.  Returns the index of the last
+-- word used, or nil and a message.
+local function read_option(options, opts, args, i)
+  local word = args[i]
+  local name, value = word:match('^%-%-([^=]+)=(.*)$')
+  name = name or word:match('^%-%-(.+)$')
+  local short = not name and word:match('^%-(%w)$')
+  local option = (name or short) and find_option(options, name, short)
+  if not option then
+    return nil, format("unknown option '%s'", word)
+  end
+  local spelled = name and '--' .. name or '-' .. short
+  if option.optional and value == nil then
+    opts[option.key] = option.default
+  elseif option.value then
+    local stored, last = option_value(option, spelled, value, args, i)
+    if stored == nil then
+      return nil, last
+    end
+    opts[option.key] = stored
+    return last
+  elseif value ~= nil then
+    return nil, format("option '%s' takes no value", spelled)
+  else
+    opts[option.key] = true
+  end
+  return i
+end
+
+-- Parse args into opts and a list of the other words (file names).
+-- Returns nil and a message on a bad command line.  how (optional):
+--   options  the option table (default cli.OPTIONS)
+--   stop     stop at the first word that is not an option: it and the
+--            words after it are the list
+function M.parse(args, how)
+  how = how or {}
+  local options = how.options or M.OPTIONS
+  local opts, words = {}, {}
   local i = 1
   while i <= #args do
     local word = args[i]
-    if word == '--' then
-      for j = i + 1, #args do
-        files[#files + 1] = args[j]
+    if word == '--' or (how.stop and not word:match('^%-.')) then
+      for j = word == '--' and i + 1 or i, #args do
+        words[#words + 1] = args[j]
       end
       break
     end
-    local name, value = word:match('^%-%-([^=]+)=(.*)$')
-    name = name or word:match('^%-%-(.+)$')
-    local short = not name and word:match('^%-(%w)$')
-    if name or short then
-      local option = find_option(name, short)
-      if not option then
-        return nil, string.format("unknown option '%s'", word)
+    if word:match('^%-.') then
+      local last, message = read_option(options, opts, args, i)
+      if not last then
+        return nil, message
       end
-      local spelled = name and '--' .. name or '-' .. short
-      if option.optional and value == nil then
-        opts[option.key] = option.default
-      elseif option.value then
-        if value == nil then
-          i = i + 1
-          value = args[i]
-          if value == nil then
-            return nil, string.format("option '%s' needs a value (%s)",
-              spelled, option.value)
-          end
-        end
-        if option.check then
-          -- check(value) returns the value to store, or nil and a message.
-          local checked, message = option.check(value)
-          if checked == nil then
-            return nil, string.format("option '%s': %s", spelled, message)
-          end
-          value = checked
-        end
-        opts[option.key] = value
-      elseif value ~= nil then
-        return nil, string.format("option '%s' takes no value", spelled)
-      else
-        opts[option.key] = true
-      end
-    elseif word:match('^%-.') then
-      return nil, string.format("unknown option '%s'", word)
+      i = last
     else
-      files[#files + 1] = word
+      words[#words + 1] = word
     end
     i = i + 1
   end
-  return opts, files
+  return opts, words
 end
+
+-- What to analyse ------------------------------------------------------------
 
 -- The set of views asked for, or nil for the default report.
 local function views_asked(opts)
@@ -192,7 +308,7 @@ end
 local function missing_data(stream, opts)
   local group = opts.group or 'line'
   if groups.needs_stacks(group) and not stream.has_stacks then
-    return string.format('--group=%s needs call stacks: record with ' ..
+    return format('--group=%s needs call stacks: record with ' ..
       'memprof.start(path, {stack_depth = N})', group)
   end
   if opts.timeline and not stream.has_time then
@@ -202,24 +318,59 @@ local function missing_data(stream, opts)
   return nil
 end
 
-local function analysis_options(opts, asked)
-  return { group = opts.group, views = asked,
-    temporary_limit = opts.temporary }
+-- The options of analyze.run for a format.
+local function analysis_options(format_name, module, opts, stream)
+  if module.analysis then
+    return module.analysis(opts, stream, reader)
+  end
+  if format_name == 'text' then
+    return { group = opts.group, views = views_asked(opts),
+      temporary_limit = opts.temporary }
+  end
+  -- Every view the stream can have, and the format's own passes.
+  return { group = opts.group, temporary_limit = opts.temporary,
+    views = { leaks = true, peak = true, temporary = true,
+      timeline = stream.version == reader.EXTENDED_VERSION },
+    passes = module.passes and module.passes() }
 end
 
--- Writes the report; returns true, or nil and a message when the stream
--- cannot give what is asked.
-local function report(path, opts, out, err)
-  local stream = reader.open(path)
+-- The options passed to the format's write().
+local function write_options(opts)
+  local copy = {}
+  for k, v in pairs(opts) do
+    copy[k] = v
+  end
+  copy.views = views_asked(opts)
+  return copy
+end
+
+-- Reading ------------------------------------------------------------------
+
+-- Reads and analyses a profile.  analysis(stream) gives the options of
+-- analyze.run.  Returns the result, or nil and a message when the stream
+-- cannot give what the options ask (a format that groups by stack by
+-- itself also takes a stream without stacks).
+local function read_profile(path, opts, err, analysis)
+  local meter = progress.for_stderr(err, path)
+  local ok, stream = pcall(reader.open, path, { on_read = meter.update })
+  if not ok then
+    meter.done()
+    error(stream, 0)
+  end
+  local options = analysis(stream)
   if stream.version ~= reader.EXTENDED_VERSION then
     local missing = missing_data(stream, opts)
     if missing then
       stream:close()
+      meter.done()
       return nil, missing
     end
   end
-  local asked = views_asked(opts)
-  local result = analyze.run(stream, analysis_options(opts, asked))
+  local done, result = pcall(analyze.run, stream, options)
+  meter.done()
+  if not done then
+    error(result, 0)
+  end
   if stream.warning then
     err:write(PROGRAM, ': warning: ', stream.warning, '\n')
   end
@@ -227,22 +378,172 @@ local function report(path, opts, out, err)
   if missing then
     return nil, missing
   end
-  if asked then
-    views.write(result, out, { views = asked, top = opts.top,
-      sort = opts.sort, human_readable = opts.human_readable })
-  else
-    text.write(result, out, opts)
+  return result
+end
+
+-- Writing ------------------------------------------------------------------
+
+local function format_entry(name)
+  for _, entry in ipairs(M.FORMATS) do
+    if entry.name == name then
+      return entry
+    end
+  end
+  return nil
+end
+
+-- Calls write(out, opts) for each output: stdout, or the files of
+-- --output.
+local function write_outputs(module, opts, out, err, write)
+  if not opts.output then
+    write(out, opts)
+    return true
+  end
+  local outputs = module.outputs and module.outputs(opts) or
+    { { path = opts.output, opts = opts } }
+  for _, output in ipairs(outputs) do
+    local file, message = io.open(output.path, 'wb')
+    if not file then
+      return nil, message
+    end
+    write(file, output.opts)
+    file:close()
+    err:write(PROGRAM, ': wrote ', output.path, '\n')
   end
   return true
 end
 
+-- Writes the report of one file; returns true, or nil and a message.
+local function report(path, opts, out, err)
+  local name = opts.format or 'text'
+  local module = require('memprof.report.' .. name)
+  local problem = module.check and module.check()
+  if problem then
+    return nil, problem
+  end
+  if module.BINARY and not opts.output and out == io.stdout and
+      progress.is_terminal(1) then
+    return nil, format('--format=%s writes binary data: redirect the ' ..
+      'output or use --output=FILE', name)
+  end
+  local result, missing = read_profile(path, opts, err, function(stream)
+    return analysis_options(name, module, opts, stream)
+  end)
+  if not result then
+    return nil, missing
+  end
+  for _, note in ipairs(module.notes and module.notes(result) or {}) do
+    err:write(PROGRAM, ': note: ', note, '\n')
+  end
+  return write_outputs(module, write_options(opts), out, err,
+    function(handle, options)
+      module.write(result, handle, options)
+    end)
+end
+
+-- Writes the changes from one file to another.
+local function report_diff(paths, opts, out, err)
+  local results = {}
+  for i, path in ipairs(paths) do
+    local result, missing = read_profile(path, opts, err, function()
+      return { group = opts.group }
+    end)
+    if not result then
+      return nil, missing
+    end
+    results[i] = result
+  end
+  local changes = diff.compare(results[1], results[2], { sort = opts.sort })
+  return write_outputs({}, opts, out, err, function(handle)
+    diff_report.write(changes, handle, { before = paths[1], after = paths[2],
+      group = results[2].grouper.mode, sort = opts.sort, top = opts.top,
+      human_readable = opts.human_readable })
+  end)
+end
+
+-- Checking the command line ------------------------------------------------
+
+local function spelling_of(key)
+  for _, option in ipairs(M.OPTIONS) do
+    if option.key == key then
+      return '--' .. option.name
+    end
+  end
+  return key
+end
+
+-- The first option given that `takes` does not have, or nil.
+local function stray_option(opts, takes)
+  for _, option in ipairs(M.OPTIONS) do
+    local key = option.key
+    if opts[key] ~= nil and key ~= 'format' and not takes[key] then
+      return key
+    end
+  end
+  return nil
+end
+
 -- A problem with the combination of options, or nil.
 local function conflict(opts)
+  if opts.diff then
+    if opts.format and opts.format ~= 'text' then
+      return '--diff writes text; leave out --format'
+    end
+    local stray = stray_option(opts, DIFF_TAKES)
+    if stray then
+      return format('%s does not apply to --diff', spelling_of(stray))
+    end
+    return nil
+  end
+  local name = opts.format or 'text'
+  local stray = stray_option(opts, format_entry(name).takes)
+  if stray then
+    return format('%s does not apply to --format=%s', spelling_of(stray),
+      name)
+  end
   if opts.leak_only and views_asked(opts) then
     return '--leak-only is for the default report; leave it out with ' ..
       '--leaks, --peak, --temporary or --timeline'
   end
+  if name == 'folded' and opts.group and opts.group ~= 'line' and
+      opts.group ~= 'function' then
+    return '--format=folded takes --group=line or --group=function ' ..
+      '(frames named by line or by function)'
+  end
   return nil
+end
+
+local function file_problem(opts, files)
+  if opts.diff then
+    if #files ~= 2 then
+      return '--diff needs two profile files, BEFORE and AFTER'
+    end
+    return nil
+  end
+  if #files == 0 then
+    return 'no profile file given'
+  elseif #files > 1 then
+    return 'give exactly one profile file'
+  end
+  return nil
+end
+
+M.conflict = conflict
+
+-- Writes the report of `target` (a file, or with opts.diff the list of
+-- two files) for checked options; returns the exit code.
+function M.report_main(target, opts, out, err)
+  local run = opts.diff and report_diff or report
+  local ok, done, missing = pcall(run, target, opts, out, err)
+  if not ok then
+    err:write(PROGRAM, ': ', tostring(done), '\n')
+    return 1
+  end
+  if not done then
+    err:write(PROGRAM, ': ', missing, '\n')
+    return 1
+  end
+  return 0
 end
 
 function M.main(args, out, err)
@@ -257,27 +558,12 @@ function M.main(args, out, err)
     out:write(usage())
     return 0
   end
-  if #files ~= 1 then
-    local problem = #files == 0 and 'no profile file given' or
-      'give exactly one profile file'
-    err:write(PROGRAM, ': ', problem, ' (see --help)\n')
-    return 1
-  end
-  local problem = conflict(opts)
+  local problem = file_problem(opts, files) or conflict(opts)
   if problem then
     err:write(PROGRAM, ': ', problem, ' (see --help)\n')
     return 1
   end
-  local ok, done, missing = pcall(report, files[1], opts, out, err)
-  if not ok then
-    err:write(PROGRAM, ': ', tostring(done), '\n')
-    return 1
-  end
-  if not done then
-    err:write(PROGRAM, ': ', missing, '\n')
-    return 1
-  end
-  return 0
+  return M.report_main(opts.diff and files or files[1], opts, out, err)
 end
 
 return M

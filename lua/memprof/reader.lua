@@ -10,7 +10,9 @@
 --   for ev in stream:each() do ... end      -- or: local ev = stream:next()
 --   if stream.warning then ... end
 --
---   reader.open(path [, opts])              -- opts.chunk_size, opts.plain
+--   reader.open(path [, opts])              -- opts.chunk_size, opts.plain,
+--                                           -- opts.on_read(bytes read
+--                                           -- so far), after each chunk
 --   reader.from_string(bytes [, name [, opts]])
 --   stream:next()   -> the next allocation event, or nil at the end
 --   stream:each()   -> iterator over the events
@@ -1012,7 +1014,7 @@ local function new_stream(name, read_chunk, close_source, opts)
   return self
 end
 
--- Open a profile file.  opts (optional): chunk_size, plain.
+-- Open a profile file.  opts (optional): chunk_size, plain, on_read.
 function M.open(path, opts)
   opts = opts or {}
   local file, err = io.open(path, 'rb')
@@ -1022,6 +1024,7 @@ function M.open(path, opts)
   end
   local chunk_size = opts.chunk_size or CHUNK_SIZE
   local is_open = true
+  local on_read, total = opts.on_read, 0
   local function close()
     if is_open then
       is_open = false
@@ -1038,6 +1041,9 @@ function M.open(path, opts)
       if err then
         error(path .. ': ' .. err, 0)
       end
+    elseif on_read then
+      total = total + #chunk
+      on_read(total)
     end
     return chunk
   end

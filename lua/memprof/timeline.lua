@@ -10,7 +10,10 @@
 -- profile needs more than MAX_SLOTS slots it is multiplied by 10 and the
 -- slots merged, so memory stays small however long the profile.
 --
---   local pass = timeline.new()
+--   local pass = timeline.new([opts])
+--     opts.clock = 'events': an event's time is its number in
+--     microseconds (event n at n * 1000 ns) instead of its time mark, for
+--     streams without time marks
 --   -- analyze.run feeds it (after the heap), then finish(stream) gives:
 --   {
 --     resolution = <ns per slot>,
@@ -40,9 +43,10 @@ local floor = math.floor
 local Timeline = {}
 Timeline.__index = Timeline
 
-function M.new()
+function M.new(opts)
   return setmetatable({ resolution = M.START_RESOLUTION, high = {},
-    last = {}, events = {}, last_time = 0, time = -1, slot = 1 }, Timeline)
+    last = {}, events = {}, last_time = 0, time = -1, slot = 1,
+    by_event = (opts and opts.clock) == 'events', count = 0 }, Timeline)
 end
 
 -- Multiply the resolution by 10, merging each 10 slots into one.
@@ -75,7 +79,12 @@ function Timeline:slot_of(time)
 end
 
 function Timeline:feed(ev, _, heap)
+  -- The time of the event: its time mark, or its number in microseconds.
   local time = ev.time or 0
+  if self.by_event then
+    self.count = self.count + 1
+    time = self.count * 1000
+  end
   local slot = self.slot
   if time ~= self.time then
     self.time = time
@@ -101,7 +110,7 @@ end
 
 function Timeline:finish(stream)
   local duration = self.last_time
-  if stream.time and stream.time > duration then
+  if not self.by_event and stream.time and stream.time > duration then
     duration = stream.time
   end
   return { resolution = self.resolution, high = self.high, last = self.last,

@@ -4,7 +4,11 @@
 --   text.write(result, out, opts)
 --     result  from memprof.analyze.run()
 --     out     a file handle (default io.stdout)
---     opts    leak_only: only the HEAP SUMMARY (and ALIASES)
+--     opts    views: a set of views ({ leaks = true, ... }); when it
+--               has any, the text of those views is written instead
+--               (memprof.report.views, which takes top, sort and
+--               human_readable too)
+--             leak_only: only the HEAP SUMMARY (and ALIASES)
 --             human_readable: sizes in B/KiB/MiB/GiB
 --             key: function(site) -> row name (default: site.name)
 --             top: at most this many rows per section; the others are
@@ -40,6 +44,7 @@
 local M = {}
 
 local layout = require('memprof.report.layout')
+local views = require('memprof.report.views')
 
 local format = string.format
 
@@ -187,6 +192,9 @@ end
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
+  if opts.views and next(opts.views) then
+    return views.write(result, out, opts)
+  end
   local key = opts.key or site_name
   local used_aliases = {}
   if result.grouper then

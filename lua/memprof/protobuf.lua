@@ -1,0 +1,87 @@
+-- memprof.protobuf: a small Protocol Buffers encoder (what the pprof
+-- export needs: varints, length-delimited fields, packed repeated
+-- varints).  Plain Lua 5.1 and LuaJIT.
+--
+--   local pb = require('memprof.protobuf')
+--   local message = pb.message()
+--   message:varint(1, 42)              -- field 1, wire type 0
+--   message:bytes(2, 'text')           -- field 2, wire type 2
+--   message:message(3, other)          -- an embedded message
+--   message:packed(4, { 1, 2, 3 })     -- packed repeated varints
+--   local encoded = message:encode()
+--
+-- Numbers must be whole and between 0 and 2^53 (exact in a Lua number):
+-- every value of a memory profile is, and the encoder refuses others
+-- rather than write a wrong negative number.
+
+local M = {}
+
+local char, concat, floor = string.char, table.concat, math.floor
+
+local WIRE_VARINT, WIRE_BYTES = 0, 2
+
+-- The ULEB128 bytes of a whole number in [0, 2^53].
+function M.varint(n)
+  assert(type(n) == 'number' and n >= 0 and n == floor(n) and n <= 2 ^ 53,
+    'protobuf: expected a whole number between 0 and 2^53')
+  local out = {}
+  repeat
+    local low = n % 128
+    n = (n - low) / 128
+    if n > 0 then
+      low = low + 128
+    end
+    out[#out + 1] = char(low)
+  until n == 0
+  return concat(out)
+end
+
+local function key(field, wire)
+  return M.varint(field * 8 + wire)
+end
+
+local Message = {}
+Message.__index = Message
+
+function M.message()
+  return setmetatable({ parts = {} }, Message)
+end
+
+function Message:add(bytes)
+  self.parts[#self.parts + 1] = bytes
+  return self
+end
+
+function Message:varint(field, n)
+  return self:add(key(field, WIRE_VARINT) .. M.varint(n))
+end
+
+-- A varint field left out when zero (the default value of proto3).
+function Message:optional(field, n)
+  if n == 0 then
+    return self
+  end
+  return self:varint(field, n)
+end
+
+function Message:bytes(field, bytes)
+  return self:add(key(field, WIRE_BYTES) .. M.varint(#bytes) .. bytes)
+end
+
+function Message:message(field, message)
+  return self:bytes(field, message:encode())
+end
+
+function Message:packed(field, numbers)
+  local parts = {}
+  for i, n in ipairs(numbers) do
+    parts[i] = M.varint(n)
+  end
+  return self:bytes(field, concat(parts))
+end
+
+function Message:encode()
+  return concat(self.parts)
+end
+
+return M

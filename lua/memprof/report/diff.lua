@@ -1,0 +1,96 @@
+-- memprof.report.diff: the text of memprof-report --diff.
+--
+--   diff_report.write(changes, out, opts)
+--     changes  from memprof.diff.compare()
+--     opts     before, after: the names of the two files
+--              group: the grouping of the rows (for the heading)
+--              sort: 'bytes' (default) or 'count', as compared
+--              top: at most this many rows; the others are summed
+--              human_readable: sizes in B/KiB/MiB/GiB
+--   diff_report.render(changes, opts) -> the same, as a string
+--
+--   CHANGES from before.bin to after.bin, by growth in bytes allocated
+--   @app.lua:7: allocated +512B (1024B -> 1536B), allocations +4 (8 -> 12), live at end +64B (128B -> 192B)
+--   @app.lua:9 (new): allocated +464B (0B -> 464B), ...
+--   (3 rows unchanged)
+--   TOTAL: allocated ..., allocations ..., live at end ... (net bytes of the streams)
+
+local layout = require('memprof.report.layout')
+
+local M = {}
+
+local format = string.format
+
+local SORT_TEXT = { bytes = 'bytes allocated', count = 'allocations' }
+
+local STATUS_SUFFIX = { new = ' (new)', gone = ' (gone)', changed = '' }
+
+-- A change with its sign: '+512B', '-64B', '0B'.
+local function signed(n, show)
+  if n > 0 then
+    return '+' .. show(n)
+  end
+  return show(n)
+end
+
+local function count(n)
+  return format('%d', n)
+end
+
+local function describe(entry, size)
+  local bytes, events, live = entry.allocated_bytes, entry.allocated_events,
+    entry.live_bytes
+  return format('allocated %s (%s -> %s), allocations %s (%d -> %d), ' ..
+    'live at end %s (%s -> %s)', signed(bytes.change, size),
+    size(bytes.before), size(bytes.after), signed(events.change, count),
+    events.before, events.after, signed(live.change, size),
+    size(live.before), size(live.after))
+end
+
+-- The sums of the entries of `rest`.
+local function sum_changes(rest)
+  local sums = {}
+  for _, field in ipairs({ 'allocated_bytes', 'allocated_events',
+    'live_bytes' }) do
+    local sum = { before = 0, after = 0, change = 0 }
+    for _, entry in ipairs(rest) do
+      sum.before = sum.before + entry[field].before
+      sum.after = sum.after + entry[field].after
+      sum.change = sum.change + entry[field].change
+    end
+    sums[field] = sum
+  end
+  return sums
+end
+
+function M.write(changes, out, opts)
+  out = out or io.stdout
+  opts = opts or {}
+  local size = layout.sizer(opts)
+  layout.write_grouping(out, opts.group)
+  out:write(format('CHANGES from %s to %s, by growth in %s\n', opts.before,
+    opts.after, SORT_TEXT[opts.sort or 'bytes']))
+  local shown, rest = layout.split_top(changes.rows, opts.top)
+  for _, entry in ipairs(shown) do
+    layout.write_title(out, entry.group, STATUS_SUFFIX[entry.status] ..
+      ': ' .. describe(entry, size))
+  end
+  if #rest > 0 then
+    out:write(format('... and %d more: %s\n', #rest,
+      describe(sum_changes(rest), size)))
+  end
+  if changes.unchanged > 0 then
+    out:write(format('(%s unchanged)\n',
+      layout.plural(changes.unchanged, 'row')))
+  end
+  out:write('TOTAL: ', describe(changes.totals, size),
+    ' (net bytes of the streams)\n')
+end
+
+function M.render(changes, opts)
+  return layout.render(function(out)
+    M.write(changes, out, opts)
+  end)
+end
+
+return M

@@ -1,0 +1,142 @@
+-- memprof.report.folded: collapsed stacks for flame graphs, the input
+-- of flamegraph.pl, inferno and speedscope:
+--
+--   main chunk of @app.lua:10;@log.lua:5;string.format 300
+--
+-- one line per stack, its frames outermost first, separated by ';',
+-- then a space and the stack's value for one metric.
+--
+--   folded.write(result, out, opts)
+--     result  from memprof.analyze.run() with group 'stack' (or 'line'
+--             for a stream without stacks) and the peak view
+--     opts    metric: 'alloc-bytes' (default) | 'alloc-count' |
+--               'live-bytes' | 'peak-bytes'
+--             group: 'function' names frames by their function
+--               ('function at @log.lua:3') instead of their line
+--   folded.lines(result, opts) -> { { path = 'a;b', value = n }, ... }
+--
+-- Metrics, per stack: bytes allocated (allocations and reallocations),
+-- allocation events, bytes live at the end, bytes live at the peak.
+-- An event without a stack (traces, the VM itself, or a whole stream
+-- recorded without stacks) is one frame, its place.  Stacks with a
+-- value of 0 or less are left out: the pseudo-row of blocks allocated
+-- before profiling has negative live bytes, so the live and peak
+-- graphs add up to the memory allocated during the profile.  Stacks
+-- that end up with the same frames (two sites of one name, or frames
+-- named by function) are one line.  A ';' in a name is written as ','
+-- and a line break as a space, so that every line parses.
+
+local rows = require('memprof.report.rows')
+
+local M = {}
+
+M.METRICS = { 'alloc-bytes', 'alloc-count', 'live-bytes', 'peak-bytes' }
+M.DEFAULT_METRIC = 'alloc-bytes'
+
+-- The frames of a row, innermost first.
+local function frames_of(group)
+  if group.frames then
+    return group.frames
+  end
+  return { group.site or group }
+end
+
+local function frame_name(frame, by_function)
+  local name = frame.name
+  if by_function and frame.func then
+    name = frame.func.name
+  end
+  return (name:gsub(';', ','):gsub('[\r\n]', ' '))
+end
+
+-- 'outer;...;inner' for a row.
+local function path_of(group, by_function)
+  local frames = frames_of(group)
+  local names = {}
+  for i = #frames, 1, -1 do
+    names[#names + 1] = frame_name(frames[i], by_function)
+  end
+  return table.concat(names, ';')
+end
+
+-- { { group = ..., value = ... }, ... } for a metric.
+local function values(result, metric)
+  local list = {}
+  if metric == 'peak-bytes' then
+    assert(result.peak, 'the peak-bytes metric needs the peak view')
+    for _, row in ipairs(result.peak.rows) do
+      list[#list + 1] = { group = row.group, value = row.bytes }
+    end
+    return list
+  end
+  local field = ({ ['alloc-bytes'] = 'allocated_bytes',
+    ['alloc-count'] = 'allocated_events',
+    ['live-bytes'] = 'live_bytes' })[metric]
+  assert(field, 'unknown metric')
+  for _, row in ipairs(rows.collect(result)) do
+    list[#list + 1] = { group = row.group, value = row[field] }
+  end
+  return list
+end
+
+function M.lines(result, opts)
+  opts = opts or {}
+  local by_function = opts.group == 'function'
+  local lines, by_path = {}, {}
+  for _, entry in ipairs(values(result, opts.metric or M.DEFAULT_METRIC)) do
+    if entry.value > 0 then
+      local path = path_of(entry.group, by_function)
+      local line = by_path[path]
+      if not line then
+        line = { path = path, value = 0 }
+        by_path[path] = line
+        lines[#lines + 1] = line
+      end
+      line.value = line.value + entry.value
+    end
+  end
+  table.sort(lines, function(a, b) return a.path < b.path end)
+  return lines
+end
+
+-- The analysis it needs (see memprof.cli): rows by stack when the
+-- stream can have stacks, and the peak.
+function M.analysis(_, stream, reader)
+  local extended = stream.version == reader.EXTENDED_VERSION
+  return { group = extended and 'stack' or 'line', views = { peak = true } }
+end
+
+-- With --output=PREFIX: one file per metric (only opts.metric's, if
+-- given), PREFIX.METRIC.folded.
+function M.outputs(opts)
+  local metrics = opts.metric and { opts.metric } or M.METRICS
+  local list = {}
+  for i, metric in ipairs(metrics) do
+    local copy = {}
+    for k, v in pairs(opts) do
+      copy[k] = v
+    end
+    copy.metric = metric
+    list[i] = { path = opts.output .. '.' .. metric .. '.folded', opts = copy }
+  end
+  return list
+end
+
+-- What to say on stderr about the result.
+function M.notes(result)
+  if result.stream.has_stacks then
+    return {}
+  end
+  return { 'the profile has no call stacks: each stack is one frame, the ' ..
+    'place of the events (record with memprof.start(path, ' ..
+    '{stack_depth = N}) for stacks)' }
+end
+
+function M.write(result, out, opts)
+  out = out or io.stdout
+  for _, line in ipairs(M.lines(result, opts)) do
+    out:write(line.path, ' ', string.format('%.0f', line.value), '\n')
+  end
+end
+
+return M

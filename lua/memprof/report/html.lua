@@ -1,0 +1,2099 @@
+-- memprof.report.html: the report as one self-contained HTML page.
+--
+--   html.write(result, out, opts)
+--     result  from memprof.analyze.run(), ideally with every view
+--             ({ leaks = true, peak = true, temporary = true,
+--             timeline = true }) and the passes of html.passes()
+--     out     a file handle (default io.stdout)
+--     opts    top: at most this many rows per table (default 40); the
+--               others are summed on a row "… and K more rows"
+--             sort: 'bytes' (default) or 'count': the order of the rows
+--             (other options of the text reports are ignored: the page
+--             always has every view the result has, sizes in B/KiB/MiB
+--             with the exact number of bytes on hover)
+--   html.render(result, opts) -> the same, as a string
+--   html.passes() -> { { name = 'flame', pass = ... } }, to give to
+--             analyze.run as opts.passes: it keeps the bytes allocated
+--             and live per call stack whatever the grouping of the rows
+--
+-- The page has no reference to anything outside it: the style and the
+-- script are inline, and the data the script draws (the flame graphs,
+-- the heap over time) is embedded as JSON in which every '<' is written
+-- '\u003c', so it can never close its <script> element.  Everything but
+-- the flame graphs and the tooltips is plain HTML and SVG, readable with
+-- scripts off.  docs/html.md describes the page.
+--
+-- Flame graphs: without html.passes() in the analysis, the allocated
+-- bytes are drawn per row of the report (per stack only when the rows
+-- are grouped by stack) and the live bytes from the LIVE AT END view's
+-- stacks; a note on the page says so.
+
+local layout = require('memprof.report.layout')
+local timeline = require('memprof.timeline')
+
+local M = {}
+
+local format, concat, floor = string.format, table.concat, math.floor
+
+-- Rows per table when opts.top is not given.
+M.DEFAULT_TOP = 40
+-- Stacks listed under a row of the live-at-end table.
+M.STACKS_PER_ROW = 3
+-- Rows of the heap-over-time chart, at most.
+M.CHART_ROWS = 400
+-- Frames of a flame graph, at most: the smallest are left out beyond.
+M.MAX_FRAMES = 30000
+
+-- Text -----------------------------------------------------------------------
+
+-- The length of the valid UTF-8 sequence at text[i], or nil.
+local function utf8_length(text, i)
+  local first = text:byte(i)
+  if first < 0x80 then
+    return 1
+  end
+  local length
+  if first >= 0xc2 and first <= 0xdf then
+    length = 2
+  elseif first >= 0xe0 and first <= 0xef then
+    length = 3
+  elseif first >= 0xf0 and first <= 0xf4 then
+    length = 4
+  else
+    return nil
+  end
+  for k = i + 1, i + length - 1 do
+    local following = text:byte(k)
+    if not following or following < 0x80 or following > 0xbf then
+      return nil
+    end
+  end
+  return length
+end
+
+-- Text with every byte that is not valid UTF-8 replaced by U+FFFD (chunk
+-- names are bytes, the page is UTF-8).
+local function clean_text(text)
+  text = tostring(text)
+  if not text:find('[\128-\255]') then
+    return text
+  end
+  local parts, i = {}, 1
+  while i <= #text do
+    local length = utf8_length(text, i)
+    if length then
+      parts[#parts + 1] = text:sub(i, i + length - 1)
+      i = i + length
+    else
+      parts[#parts + 1] = '\239\191\189'
+      i = i + 1
+    end
+  end
+  return concat(parts)
+end
+
+local HTML_ESCAPES = { ['&'] = '&amp;', ['<'] = '&lt;', ['>'] = '&gt;',
+  ['"'] = '&quot;', ["'"] = '&#39;' }
+
+local function escape(text)
+  return (clean_text(text):gsub('[&<>"\']', HTML_ESCAPES))
+end
+
+local SIZE_UNITS = { 'B', 'KiB', 'MiB', 'GiB', 'TiB' }
+
+-- 1536 -> '1.50 KiB': three significant digits.
+local function human_size(bytes)
+  local unit, scaled = 1, bytes
+  while math.abs(scaled) >= 1024 and unit < #SIZE_UNITS do
+    scaled = scaled / 1024
+    unit = unit + 1
+  end
+  if unit == 1 then
+    return format('%d B', bytes)
+  end
+  local magnitude = math.abs(scaled)
+  local decimals = magnitude < 10 and 2 or magnitude < 100 and 1 or 0
+  return format('%.' .. decimals .. 'f %s', scaled, SIZE_UNITS[unit])
+end
+
+-- 1234567 -> '1,234,567'.
+local function with_commas(number)
+  local text = format('%d', number)
+  local sign, digits = text:match('^(-?)(%d+)$')
+  digits = digits:reverse():gsub('(%d%d%d)', '%1,'):reverse()
+  return sign .. digits:gsub('^,', '')
+end
+
+local function percent(part, whole)
+  if whole == 0 then
+    return 0
+  end
+  return part / whole * 100
+end
+
+local function percent_text(part, whole)
+  local value = percent(part, whole)
+  if value ~= 0 and math.abs(value) < 0.1 then
+    return '&lt;0.1%'
+  end
+  return format('%.1f%%', value)
+end
+
+-- Nanoseconds in the unit that suits `scale` (ns): '850 µs', '12.3 ms'.
+local function time_unit(scale)
+  if scale >= 1e9 then
+    return 1e9, 's'
+  elseif scale >= 1e6 then
+    return 1e6, 'ms'
+  end
+  return 1e3, 'µs'
+end
+
+local function human_time(ns)
+  if ns == 0 then
+    return '0 ms'
+  end
+  local unit, name = time_unit(ns)
+  local scaled = ns / unit
+  local decimals = scaled < 10 and 2 or scaled < 100 and 1 or 0
+  return format('%.' .. decimals .. 'f %s', scaled, name)
+end
+
+-- A size with its exact number of bytes as a tooltip.
+local function size_html(bytes)
+  return format('<span title="%s bytes">%s</span>', with_commas(bytes),
+    human_size(bytes))
+end
+
+-- JSON -----------------------------------------------------------------------
+
+-- Tables with this metatable are written as arrays even when empty.
+local ARRAY = {}
+
+local function array(list)
+  return setmetatable(list or {}, ARRAY)
+end
+
+local JSON_ESCAPES = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n',
+  ['\r'] = '\\r', ['\t'] = '\\t' }
+
+local function json_escape(char)
+  return JSON_ESCAPES[char] or format('\\u%04x', char:byte())
+end
+
+-- '<', '>' and '&' are escaped too: the JSON sits inside a <script>.
+local function json_string(text)
+  return '"' .. clean_text(text):gsub('[%c"\\<>&]', json_escape) .. '"'
+end
+
+local function json_number(number)
+  if number ~= number or number == math.huge or number == -math.huge then
+    return 'null'
+  end
+  if number == floor(number) and math.abs(number) < 2 ^ 53 then
+    return format('%d', number)
+  end
+  return format('%.6g', number)
+end
+
+local json_value
+
+local function json_array(list, parts)
+  parts[#parts + 1] = '['
+  for i, item in ipairs(list) do
+    if i > 1 then
+      parts[#parts + 1] = ','
+    end
+    json_value(item, parts)
+  end
+  parts[#parts + 1] = ']'
+end
+
+local function json_object(object, parts)
+  local keys = {}
+  for key in pairs(object) do
+    keys[#keys + 1] = key
+  end
+  table.sort(keys)
+  parts[#parts + 1] = '{'
+  for i, key in ipairs(keys) do
+    if i > 1 then
+      parts[#parts + 1] = ','
+    end
+    parts[#parts + 1] = json_string(key) .. ':'
+    json_value(object[key], parts)
+  end
+  parts[#parts + 1] = '}'
+end
+
+-- Appends the JSON text of value to parts.
+json_value = function(value, parts)
+  local kind = type(value)
+  if kind == 'table' then
+    if getmetatable(value) == ARRAY or value[1] ~= nil then
+      json_array(value, parts)
+    else
+      json_object(value, parts)
+    end
+  elseif kind == 'string' then
+    parts[#parts + 1] = json_string(value)
+  elseif kind == 'number' then
+    parts[#parts + 1] = json_number(value)
+  elseif kind == 'boolean' then
+    parts[#parts + 1] = tostring(value)
+  else
+    parts[#parts + 1] = 'null'
+  end
+end
+
+function M.json(value)
+  local parts = {}
+  json_value(value, parts)
+  return concat(parts)
+end
+
+-- The flame pass -------------------------------------------------------------
+
+-- Bytes allocated and live per call stack (per site for events without a
+-- stack), whatever the grouping of the report's rows.
+local FlamePass = {}
+FlamePass.__index = FlamePass
+
+function M.flame_pass()
+  return setmetatable({ allocated = {}, by_key = {} }, FlamePass)
+end
+
+-- The frames of an event, innermost first: its stack, or its site alone.
+local function frames_of(site, stack)
+  if stack then
+    return stack.frames
+  end
+  return { site }
+end
+
+local function stack_record(records, by_key, site, stack)
+  local key = stack or site
+  local record = by_key[key]
+  if not record then
+    record = { frames = frames_of(site, stack), bytes = 0, count = 0 }
+    by_key[key] = record
+    records[#records + 1] = record
+  end
+  return record
+end
+
+function FlamePass:feed(ev)
+  if ev.kind ~= 'free' then
+    local record = self.by_key[ev.stack or ev.site] or
+      stack_record(self.allocated, self.by_key, ev.site, ev.stack)
+    record.bytes = record.bytes + ev.nsize
+    record.count = record.count + 1
+  end
+end
+
+function FlamePass:finish(_, heap)
+  local live, by_key = {}, {}
+  heap:each_live_block(function(_, size, site, stack)
+    local record = stack_record(live, by_key, site, stack)
+    record.bytes = record.bytes + size
+    record.count = record.count + 1
+  end)
+  return { allocated = self.allocated, live = live }
+end
+
+function M.passes()
+  return { { name = 'flame', pass = M.flame_pass() } }
+end
+
+-- Stacks for the flame graphs, from the result -------------------------------
+
+-- The frames of a row of the report: its stack, or the row alone (the
+-- site itself when the row is a site without a stack).
+local function group_frames(group)
+  if group.frames then
+    return group.frames
+  end
+  return { group.note == 'no stack' and group.site or group }
+end
+
+-- Allocated bytes per row of the sites pass (per stack when the rows are
+-- stacks).
+local function allocated_by_row(result)
+  local records = {}
+  for _, kind in ipairs({ 'alloc', 'realloc' }) do
+    for _, record in ipairs(result.sites.kinds[kind]) do
+      records[#records + 1] = { frames = group_frames(record.group),
+        bytes = record.plus, count = record.count }
+    end
+  end
+  return records
+end
+
+-- The blocks of a live-at-end row that no stack record accounts for.
+local function stackless_rest(row)
+  local count, bytes = row.count, row.bytes
+  for _, record in ipairs(row.stacks) do
+    count = count - record.count
+    bytes = bytes - record.bytes
+  end
+  return count, bytes
+end
+
+local function live_from_leaks(leaks)
+  local records = {}
+  for _, row in ipairs(leaks.rows) do
+    for _, record in ipairs(row.stacks) do
+      records[#records + 1] = { frames = record.stack.frames,
+        bytes = record.bytes, count = record.count }
+    end
+    local count, bytes = stackless_rest(row)
+    if count > 0 then
+      records[#records + 1] = { frames = group_frames(row.group),
+        bytes = bytes, count = count }
+    end
+  end
+  return records
+end
+
+local function live_from_heap(heap)
+  local records = {}
+  for _, stats in ipairs(heap.sites) do
+    if stats.holds > 0 and stats.group.source ~= 'before' then
+      records[#records + 1] = { frames = group_frames(stats.group),
+        bytes = stats.holds, count = stats.allocs - stats.frees }
+    end
+  end
+  return records
+end
+
+local function stack_records(result)
+  if result.flame then
+    return result.flame.allocated, result.flame.live
+  end
+  local live
+  if result.leaks then
+    live = live_from_leaks(result.leaks)
+  else
+    live = live_from_heap(result.heap)
+  end
+  return allocated_by_row(result), live
+end
+
+local GROUPING_WORDS = { line = 'line', ['function'] = 'function',
+  caller = 'calling line', stack = 'call stack' }
+
+-- Why a graph is not made of whole call stacks, or nil.
+local function flame_note(result, which)
+  local stream = result.stream
+  if not stream.has_stacks then
+    return 'This profile has no call stacks, so each frame is one site. ' ..
+      'Record with memprof.start(path, {stack_depth = N}) to see who ' ..
+      'called what.'
+  end
+  local mode = result.grouper.mode
+  if which == 'allocated' and not result.flame and mode ~= 'stack' then
+    return format('The analysis kept these bytes per %s, not per call ' ..
+      'stack: each frame is one row of the report. Generate the page ' ..
+      'with memprof-report --format=html for whole stacks.',
+      GROUPING_WORDS[mode])
+  end
+  return nil
+end
+
+-- Flame trees ----------------------------------------------------------------
+
+-- Interns frames by name: the frames table of the page, 0-based ids.
+local function new_frame_table()
+  return { list = array(), id_of = {} }
+end
+
+local function frame_id(frames, site)
+  local name = clean_text(site.name)
+  local id = frames.id_of[name]
+  if not id then
+    id = #frames.list
+    frames.id_of[name] = id
+    frames.list[id + 1] = { name = name, source = site.source or 'lua' }
+  end
+  return id
+end
+
+local function new_node(id)
+  return { id = id, bytes = 0, count = 0, children = {}, child_of = {} }
+end
+
+-- Adds a stack (innermost frame first) below the root.
+local function add_stack(root, record, table_of_frames)
+  local node = root
+  node.bytes = node.bytes + record.bytes
+  node.count = node.count + record.count
+  for i = #record.frames, 1, -1 do
+    local id = frame_id(table_of_frames, record.frames[i])
+    local child = node.child_of[id]
+    if not child then
+      child = new_node(id)
+      node.child_of[id] = child
+      node.children[#node.children + 1] = child
+    end
+    child.bytes = child.bytes + record.bytes
+    child.count = child.count + record.count
+    node = child
+  end
+end
+
+-- The bytes of every node of a tree.
+local function node_sizes(root)
+  local sizes, pending = {}, { root }
+  while #pending > 0 do
+    local node = table.remove(pending)
+    sizes[#sizes + 1] = node.bytes
+    for _, child in ipairs(node.children) do
+      pending[#pending + 1] = child
+    end
+  end
+  return sizes
+end
+
+-- The size below which nodes are left out, so that at most about
+-- M.MAX_FRAMES remain (a node is never smaller than its children, so
+-- the nodes kept form a tree), and how many are left out.
+local function size_limit(root)
+  local sizes = node_sizes(root)
+  if #sizes <= M.MAX_FRAMES then
+    return 0, 0
+  end
+  table.sort(sizes, function(a, b) return a > b end)
+  local limit = sizes[M.MAX_FRAMES]
+  local dropped = 0
+  for _, size in ipairs(sizes) do
+    if size < limit then
+      dropped = dropped + 1
+    end
+  end
+  return limit, dropped
+end
+
+-- The tree as the page's JSON wants it: { f = frame id (absent for the
+-- root), b = bytes, n = count, c = children, largest first }, without
+-- the children smaller than `limit`.
+local function tree_json(node, frames, limit)
+  table.sort(node.children, function(a, b)
+    if a.bytes ~= b.bytes then
+      return a.bytes > b.bytes
+    end
+    return frames.list[a.id + 1].name < frames.list[b.id + 1].name
+  end)
+  local out = { f = node.id, b = node.bytes, n = node.count }
+  local children = array()
+  for _, child in ipairs(node.children) do
+    if child.bytes >= limit then
+      children[#children + 1] = tree_json(child, frames, limit)
+    end
+  end
+  if #children > 0 then
+    out.c = children
+  end
+  return out
+end
+
+-- The tree of the records (stacks with bytes and counts), and how many
+-- of its frames were left out.
+local function flame_tree(records, frames)
+  local root = new_node(nil)
+  for _, record in ipairs(records) do
+    if record.bytes > 0 then
+      add_stack(root, record, frames)
+    end
+  end
+  local limit, dropped = size_limit(root)
+  return tree_json(root, frames, limit), dropped
+end
+
+-- What the graphs count, and the names of their roots.
+local FLAME_TITLES = {
+  allocated = { counted = 'allocations', root = 'all allocations' },
+  live = { counted = 'blocks', root = 'all live blocks' },
+}
+
+-- The share of a tree's bytes in frames of compiled code.
+local function trace_share(root, frames)
+  local bytes = 0
+  for _, child in ipairs(root.c or {}) do
+    if frames.list[child.f + 1].source == 'trace' then
+      bytes = bytes + child.b
+    end
+  end
+  return percent(bytes, root.b)
+end
+
+-- A note for a tree mostly made of traces, which have no stacks.
+local function trace_note(root, frames)
+  local share = trace_share(root, frames)
+  if share < 5 then
+    return nil
+  end
+  return format('%.0f%% of these bytes were allocated by compiled code ' ..
+    '(JIT traces), which has no call stack: each trace is one frame.',
+    share)
+end
+
+local function flame_graph(result, name, records, frames)
+  local titles = FLAME_TITLES[name]
+  local root, dropped = flame_tree(records, frames)
+  local notes = {}
+  notes[#notes + 1] = flame_note(result, name)
+  notes[#notes + 1] = trace_note(root, frames)
+  if dropped > 0 then
+    notes[#notes + 1] = format('The %s smallest frames are left out, to ' ..
+      'keep the page light.', with_commas(dropped))
+  end
+  return { counted = titles.counted, root_name = titles.root, root = root,
+    note = #notes > 0 and concat(notes, ' ') or nil }
+end
+
+local function flame_graphs(result, frames)
+  local allocated, live = stack_records(result)
+  return {
+    allocated = flame_graph(result, 'allocated', allocated, frames),
+    live = flame_graph(result, 'live', live, frames),
+  }
+end
+
+-- Summary figures ------------------------------------------------------------
+
+local function sum_kind(result, kind, field)
+  local total = 0
+  for _, record in ipairs(result.sites.kinds[kind]) do
+    total = total + record[field]
+  end
+  return total
+end
+
+local function totals(result)
+  local t = {
+    allocated = sum_kind(result, 'alloc', 'plus') +
+      sum_kind(result, 'realloc', 'plus'),
+    allocations = sum_kind(result, 'alloc', 'count') +
+      sum_kind(result, 'realloc', 'count'),
+    freed = sum_kind(result, 'realloc', 'minus') +
+      sum_kind(result, 'free', 'minus'),
+    frees = sum_kind(result, 'free', 'count'),
+    reallocs = sum_kind(result, 'realloc', 'count'),
+    net = result.heap.total,
+    events = result.stream.events,
+  }
+  if result.stream.has_time then
+    t.duration = result.timeline and result.timeline.duration or
+      result.stream.time
+  end
+  return t
+end
+
+-- Chart geometry and scales --------------------------------------------------
+
+local CHART = { width = 1000, height = 280, left = 76, right = 24, top = 28,
+  bottom = 40 }
+
+-- The smallest of 1, 2, 5 times a power of ten that is at least `raw`.
+local function nice_step(raw)
+  if raw <= 0 then
+    return 1
+  end
+  local power = 10 ^ floor(math.log(raw) / math.log(10))
+  for _, factor in ipairs({ 1, 2, 5, 10 }) do
+    if factor * power >= raw * (1 - 1e-9) then
+      return factor * power
+    end
+  end
+  return 10 * power
+end
+
+-- Ticks of a byte axis from low to high: { value, label } with round
+-- values in the unit of the largest.
+local function byte_ticks(low, high)
+  local unit, name = 1, 1
+  local largest = math.max(math.abs(low), math.abs(high))
+  while largest / unit >= 1024 and name < #SIZE_UNITS do
+    unit = unit * 1024
+    name = name + 1
+  end
+  local step = nice_step((high - low) / unit / 4) * unit
+  local ticks = {}
+  local value = floor(low / step) * step
+  repeat
+    local label = value == 0 and '0' or
+      format('%g %s', value / unit, SIZE_UNITS[name])
+    ticks[#ticks + 1] = { value = value, label = label }
+    value = value + step
+  until ticks[#ticks].value >= high - step * 1e-9 and #ticks >= 2
+  return ticks
+end
+
+local function time_ticks(stop)
+  local unit, name = time_unit(stop)
+  local step = nice_step(stop / unit / 6) * unit
+  local ticks = {}
+  local value = 0
+  while value <= stop * (1 + 1e-9) do
+    ticks[#ticks + 1] = { value = value,
+      label = format('%g %s', value / unit, name) }
+    value = value + step
+  end
+  return ticks
+end
+
+-- The chart's scales: x(ns) and y(bytes) in the SVG's units.
+local function chart_scales(rows)
+  local low, high = 0, 0
+  for _, row in ipairs(rows) do
+    low = math.min(low, row.high, row.last)
+    high = math.max(high, row.high)
+  end
+  if high == low then
+    high = low + 1024
+  end
+  local yticks = byte_ticks(low, high)
+  local bottom_value, top_value = yticks[1].value, yticks[#yticks].value
+  local stop = rows[#rows].stop
+  local plot_w = CHART.width - CHART.left - CHART.right
+  local plot_h = CHART.height - CHART.top - CHART.bottom
+  return {
+    stop = stop, yticks = yticks, xticks = time_ticks(stop),
+    x = function(ns)
+      return CHART.left + ns / stop * plot_w
+    end,
+    y = function(bytes)
+      return CHART.top + (top_value - bytes) / (top_value - bottom_value) *
+        plot_h
+    end,
+  }
+end
+
+-- The page's data ------------------------------------------------------------
+
+local function timeline_data(result)
+  if not (result.timeline and result.stream.has_time) then
+    return nil
+  end
+  local shown = timeline.rows(result.timeline, M.CHART_ROWS)
+  local rows = array()
+  for i, row in ipairs(shown.rows) do
+    rows[i] = array({ row.start, row.stop, row.high, row.last, row.events })
+  end
+  return { rows = rows, width = shown.width, peak_row = shown.peak_row - 1,
+    plot = { width = CHART.width, left = CHART.left, right = CHART.right },
+    shown = shown }
+end
+
+local function page_data(result)
+  local frames = new_frame_table()
+  local graphs = flame_graphs(result, frames)
+  local data = {
+    file = result.stream.name or '',
+    frames = frames.list,
+    graphs = graphs,
+  }
+  local chart = timeline_data(result)
+  if chart then
+    data.timeline = { rows = chart.rows, width = chart.width,
+      peak_row = chart.peak_row, plot = chart.plot }
+  end
+  return data, chart
+end
+
+-- HTML helpers ---------------------------------------------------------------
+
+-- A row's name: its title line, and for a stack the callers, hidden in
+-- a <details> when there are more than two.
+local function name_html(group)
+  local lines = layout.title_lines(group)
+  local parts = { '<span class="site">', escape(lines[1]), '</span>' }
+  if #lines == 1 then
+    return concat(parts)
+  end
+  local callers = {}
+  for i = 2, #lines do
+    callers[#callers + 1] = '<span class="caller">' .. escape(lines[i]) ..
+      '</span>'
+  end
+  if #callers <= 2 then
+    return concat(parts) .. concat(callers)
+  end
+  return concat(parts) .. format('<details class="callers"><summary>%d ' ..
+    'callers</summary>%s</details>', #callers, concat(callers))
+end
+
+-- A share cell: a bar and the percentage.
+local function share_cell(part, whole)
+  local width = math.max(0, math.min(100, percent(part, whole)))
+  return format('<td class="share"><span class="bar"><span style="width:' ..
+    '%.1f%%"></span></span><span class="pct">%s</span></td>', width,
+    percent_text(part, whole))
+end
+
+local function number_cell(number)
+  return '<td class="num">' .. with_commas(number) .. '</td>'
+end
+
+local function size_cell(bytes)
+  return '<td class="num">' .. size_html(bytes) .. '</td>'
+end
+
+local function table_html(id, caption, heads, body_rows, foot_rows)
+  local parts = { format('<div class="table-wrap"><table id="%s">' ..
+    '<caption>%s</caption><thead><tr>', id, caption) }
+  for i, head in ipairs(heads) do
+    parts[#parts + 1] = format('<th scope="col"%s>%s</th>',
+      i > 1 and ' class="num"' or '', head)
+  end
+  parts[#parts + 1] = '</tr></thead><tbody>'
+  for _, row in ipairs(body_rows) do
+    parts[#parts + 1] = '<tr>' .. row .. '</tr>'
+  end
+  parts[#parts + 1] = '</tbody><tfoot>'
+  for _, row in ipairs(foot_rows) do
+    parts[#parts + 1] = '<tr>' .. row .. '</tr>'
+  end
+  parts[#parts + 1] = '</tfoot></table></div>'
+  return concat(parts, '\n')
+end
+
+local function empty_table(id, caption, text)
+  return format('<div class="table-wrap" id="%s"><p class="table-title">' ..
+    '%s</p><p class="empty">%s</p></div>', id, caption, text)
+end
+
+local function more_label(rest)
+  return format('<th scope="row" class="more">… and %d more %s</th>', #rest,
+    #rest == 1 and 'row' or 'rows')
+end
+
+-- Sorts table rows by bytes_field, or by count_field when the options
+-- say sort = 'count'; then by name.
+local function sort_by(rows, settings, bytes_field, count_field)
+  local field = settings.sort == 'count' and count_field or bytes_field
+  return layout.sort_rows(rows, field, function(row)
+    return row.group.name
+  end)
+end
+
+-- The tables -----------------------------------------------------------------
+
+-- Allocated bytes per row name (alloc and realloc together).
+local function allocated_rows(result, settings)
+  local rows, by_name = {}, {}
+  for _, kind in ipairs({ 'alloc', 'realloc' }) do
+    for _, record in ipairs(result.sites.kinds[kind]) do
+      local name = record.group.name
+      local row = by_name[name]
+      if not row then
+        row = { group = record.group, bytes = 0, count = 0 }
+        by_name[name] = row
+        rows[#rows + 1] = row
+      end
+      row.bytes = row.bytes + record.plus
+      row.count = row.count + record.count
+    end
+  end
+  return sort_by(rows, settings, 'bytes', 'count')
+end
+
+local function allocated_table(result, settings, sums)
+  local rows = allocated_rows(result, settings)
+  if #rows == 0 then
+    return empty_table('table-allocated', 'Sites by allocated bytes',
+      'Nothing was allocated during the profile.')
+  end
+  local shown, rest = layout.split_top(rows, settings.top)
+  local body = {}
+  for i, row in ipairs(shown) do
+    body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
+      size_cell(row.bytes) .. number_cell(row.count) ..
+      share_cell(row.bytes, sums.allocated)
+  end
+  local foot = {}
+  if #rest > 0 then
+    local rest_sums = layout.sum(rest, { 'bytes', 'count' })
+    foot[1] = more_label(rest) .. size_cell(rest_sums.bytes) ..
+      number_cell(rest_sums.count) .. share_cell(rest_sums.bytes,
+      sums.allocated)
+  end
+  foot[#foot + 1] = '<th scope="row">Total</th>' ..
+    size_cell(sums.allocated) .. number_cell(sums.allocations) ..
+    share_cell(sums.allocated, sums.allocated)
+  return table_html('table-allocated', 'Sites by allocated bytes',
+    { 'Site', 'Allocated', 'Allocations', 'Share' }, body, foot)
+end
+
+local function stack_list_html(stacks)
+  if #stacks == 0 then
+    return ''
+  end
+  local shown, rest = layout.split_top(stacks, M.STACKS_PER_ROW)
+  local items = {}
+  for i, record in ipairs(shown) do
+    local names = {}
+    for k, frame in ipairs(record.stack.frames) do
+      names[k] = escape(frame.name)
+    end
+    items[i] = format('<li><span class="stack-size">%s in %s</span>' ..
+      '<span class="frames">%s</span></li>', human_size(record.bytes),
+      layout.plural(record.count, 'block'), concat(names, '<br>'))
+  end
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'count', 'bytes' })
+    items[#items + 1] = format('<li class="more">… and %d more: %s in %s' ..
+      '</li>', #rest, human_size(sums.bytes), layout.plural(sums.count,
+      'block'))
+  end
+  return format('<details class="stacks"><summary>allocated from %s' ..
+    '</summary><ol>%s</ol></details>', layout.plural(#stacks, 'stack'),
+    concat(items))
+end
+
+local function live_table(result, settings)
+  local leaks = result.leaks
+  if not leaks then
+    return empty_table('table-live', 'Live at end',
+      'The leaks view was not computed.')
+  end
+  if #leaks.rows == 0 then
+    return empty_table('table-live', 'Live at end',
+      'Every block allocated during the profile was freed.')
+  end
+  local rows = sort_by(leaks.rows, settings, 'bytes', 'count')
+  local shown, rest = layout.split_top(rows, settings.top)
+  local body = {}
+  for i, row in ipairs(shown) do
+    body[i] = '<th scope="row">' .. name_html(row.group) ..
+      stack_list_html(row.stacks) .. '</th>' .. size_cell(row.bytes) ..
+      number_cell(row.count) .. share_cell(row.bytes, leaks.bytes)
+  end
+  local foot = {}
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'bytes', 'count' })
+    foot[1] = more_label(rest) .. size_cell(sums.bytes) ..
+      number_cell(sums.count) .. share_cell(sums.bytes, leaks.bytes)
+  end
+  foot[#foot + 1] = '<th scope="row">Total live at end</th>' ..
+    size_cell(leaks.bytes) .. number_cell(leaks.count) ..
+    share_cell(leaks.bytes, leaks.bytes)
+  return table_html('table-live', 'Live at end: blocks never freed, by ' ..
+    'where they were allocated', { 'Site', 'Live', 'Blocks', 'Share' },
+    body, foot)
+end
+
+local function peak_caption(result)
+  local peak = result.peak
+  if peak.event == 0 then
+    return 'Peak: the heap never grew past its size at the start'
+  end
+  local text = format('Peak holders: %s live after event %s',
+    human_size(peak.bytes), with_commas(peak.event))
+  if result.stream.has_time then
+    text = text .. ', at ' .. human_time(peak.time or 0)
+  end
+  return text
+end
+
+local function peak_table(result, settings)
+  local peak = result.peak
+  if not peak then
+    return empty_table('table-peak', 'Peak holders',
+      'The peak view was not computed.')
+  end
+  if #peak.rows == 0 then
+    return empty_table('table-peak', escape(peak_caption(result)),
+      'Nothing was live at the peak.')
+  end
+  local shown, rest = layout.split_top(sort_by(peak.rows, settings, 'bytes',
+    'blocks'), settings.top)
+  local body = {}
+  for i, row in ipairs(shown) do
+    body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
+      size_cell(row.bytes) .. number_cell(row.blocks) ..
+      share_cell(row.bytes, peak.bytes)
+  end
+  local foot = {}
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'bytes', 'blocks' })
+    foot[1] = more_label(rest) .. size_cell(sums.bytes) ..
+      number_cell(sums.blocks) .. share_cell(sums.bytes, peak.bytes)
+  end
+  foot[#foot + 1] = '<th scope="row">Total at the peak</th>' ..
+    size_cell(peak.bytes) .. '<td></td>' .. share_cell(peak.bytes, peak.bytes)
+  return table_html('table-peak', escape(peak_caption(result)),
+    { 'Site', 'Live at the peak', 'Blocks', 'Share' }, body, foot)
+end
+
+local function temporary_caption(limit)
+  if limit == 0 then
+    return 'Temporary blocks: freed before any other allocation'
+  end
+  return format('Temporary blocks: freed within %s',
+    layout.plural(limit, 'other allocation'))
+end
+
+local function temporary_cells(row)
+  return size_cell(row.temporary_bytes) .. number_cell(row.temporary_blocks)
+    .. size_cell(row.freed_bytes) .. size_cell(row.live_bytes) ..
+    share_cell(row.temporary_bytes, row.bytes)
+end
+
+local function temporary_table(result, settings)
+  local temporary = result.temporary
+  if not temporary then
+    return empty_table('table-temporary', 'Temporary blocks',
+      'The temporary view was not computed.')
+  end
+  local caption = temporary_caption(temporary.limit)
+  local with = {}
+  for _, row in ipairs(temporary.rows) do
+    if row.temporary_blocks > 0 then
+      with[#with + 1] = row
+    end
+  end
+  if #with == 0 then
+    return empty_table('table-temporary', caption,
+      'No block was freed that soon.')
+  end
+  local shown, rest = layout.split_top(sort_by(with, settings,
+    'temporary_bytes', 'temporary_blocks'), settings.top)
+  local body = {}
+  for i, row in ipairs(shown) do
+    body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
+      temporary_cells(row)
+  end
+  local foot = {}
+  if #rest > 0 then
+    foot[1] = more_label(rest) .. temporary_cells(layout.sum(rest,
+      { 'bytes', 'temporary_bytes', 'temporary_blocks', 'freed_bytes',
+        'live_bytes' }))
+  end
+  foot[#foot + 1] = '<th scope="row">Total (every row)</th>' ..
+    temporary_cells(temporary.totals)
+  return table_html('table-temporary', caption, { 'Site', 'Temporary',
+    'Blocks', 'Freed later', 'Live at end', 'Temporary share' }, body, foot)
+end
+
+-- The template: head and style -----------------------------------------------
+
+local STYLE_BASE = [[
+:root {
+  --bg: #f6f7f9; --panel: #ffffff; --text: #1d2330; --muted: #5d6677;
+  --line: #e2e5eb; --accent: #2f6fdf; --accent-soft: #e6efff;
+  --head-bg: #18202e; --head-text: #f2f4f8; --warn-bg: #fff4db;
+  --warn-line: #e9b949; --chart-fill: #9cc0ff; --chart-line: #2f6fdf;
+  --peak: #d9363e; --match: #d43ccf;
+  --mono: ui-monospace,
+    "SFMono-Regular", "DejaVu Sans Mono", "Liberation Mono", Menlo,
+    monospace;
+  color-scheme: light dark;
+}
+@media (prefers-color-scheme: dark) {
+  :root {
+    --bg: #11151c; --panel: #1a202b; --text: #e4e8ef; --muted: #9aa4b5;
+    --line: #2c3442; --accent: #7aa7ff; --accent-soft: #23324d;
+    --head-bg: #0b0e13; --warn-bg: #3a2f12; --warn-line: #a07c1c;
+    --chart-fill: #2d4f8f; --chart-line: #7aa7ff;
+  }
+}
+* { box-sizing: border-box; }
+html { scroll-behavior: smooth; scroll-padding-top: 56px; }
+body {
+  margin: 0; background: var(--bg); color: var(--text);
+  font: 14px/1.45 system-ui,
+    -apple-system, "Segoe UI", Roboto, "Liberation Sans", "DejaVu Sans",
+    sans-serif;
+}
+a { color: var(--accent); }
+:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
+main { max-width: 1240px; margin: 0 auto; padding: 16px 20px 40px; }
+h2 { font-size: 17px; margin: 0; }
+.mono, .site, .caller, .frames { font-family: var(--mono); font-size: 12.5px; }
+.muted { color: var(--muted); }
+.note { color: var(--muted); margin: 6px 0 10px; font-size: 13px; }
+.empty { color: var(--muted); font-style: italic; margin: 8px 0; }
+kbd {
+  font-family: var(--mono); font-size: 11px; padding: 0 4px;
+  border: 1px solid var(--line); border-radius: 3px; background: var(--bg);
+}
+]]
+
+local STYLE_HEADER = [[
+.top { background: var(--head-bg); color: var(--head-text); }
+.top-inner {
+  max-width: 1240px; margin: 0 auto; padding: 18px 20px 14px;
+  display: flex; flex-wrap: wrap; align-items: baseline; gap: 6px 18px;
+}
+.brand {
+  font-weight: 700; letter-spacing: .04em; font-size: 13px;
+  background: var(--accent); color: #fff; padding: 2px 8px; border-radius: 4px;
+}
+.top h1 {
+  font-size: 20px; margin: 0; font-family: var(--mono);
+  word-break: break-all;
+}
+.top .path { color: #aab3c2; font-size: 12.5px; font-family: var(--mono); }
+.facts {
+  display: flex; flex-wrap: wrap; gap: 6px; margin: 0; padding: 0;
+  width: 100%;
+}
+.facts li {
+  list-style: none; font-size: 12px; color: #c9d1de;
+  border: 1px solid #344056; border-radius: 12px; padding: 1px 10px;
+}
+.facts b { color: #fff; font-weight: 600; }
+nav.sections {
+  position: sticky; top: 0; z-index: 5; background: var(--panel);
+  border-bottom: 1px solid var(--line);
+}
+nav.sections ul {
+  max-width: 1240px; margin: 0 auto; padding: 0 20px; display: flex; gap: 4px;
+}
+nav.sections li { list-style: none; }
+nav.sections a {
+  display: block; padding: 10px 12px; color: var(--muted);
+  text-decoration: none; font-weight: 500; border-bottom: 2px solid transparent;
+}
+nav.sections a:hover { color: var(--text); border-bottom-color: var(--accent); }
+.warning {
+  background: var(--warn-bg); border: 1px solid var(--warn-line);
+  border-radius: 6px; padding: 10px 14px; margin: 0 0 14px;
+}
+.cards {
+  display: grid; grid-template-columns: repeat(auto-fit, minmax(165px, 1fr));
+  gap: 12px; margin: 0 0 16px;
+}
+.card {
+  background: var(--panel); border: 1px solid var(--line); border-radius: 8px;
+  padding: 10px 14px;
+}
+.card .label {
+  color: var(--muted); font-size: 12px; text-transform: uppercase;
+  letter-spacing: .05em;
+}
+.card .value { font-size: 22px; font-weight: 650; margin: 2px 0 0; }
+.card .detail { color: var(--muted); font-size: 12px; }
+.panel {
+  background: var(--panel); border: 1px solid var(--line); border-radius: 8px;
+  padding: 14px 16px 16px; margin: 0 0 16px;
+}
+.panel-head {
+  display: flex; flex-wrap: wrap; align-items: center; gap: 10px 16px;
+}
+.panel-head h2 { margin-right: auto; }
+footer {
+  color: var(--muted); font-size: 12px; text-align: center;
+  padding: 0 20px 24px;
+}
+]]
+
+local STYLE_FLAME = [[
+.tabs {
+  display: inline-flex; border: 1px solid var(--line); border-radius: 6px;
+  overflow: hidden;
+}
+.tabs button {
+  font: inherit; border: 0; background: transparent; color: var(--muted);
+  padding: 5px 14px; cursor: pointer;
+}
+.tabs button + button { border-left: 1px solid var(--line); }
+.tabs button[aria-selected="true"] {
+  background: var(--accent-soft); color: var(--accent); font-weight: 600;
+}
+.search { display: flex; align-items: center; gap: 6px; }
+.search input {
+  font: inherit; width: 230px; padding: 5px 9px; color: var(--text);
+  background: var(--bg); border: 1px solid var(--line); border-radius: 6px;
+}
+.flame-bar {
+  display: flex; flex-wrap: wrap; align-items: center; gap: 6px 10px;
+  min-height: 30px; margin: 4px 0 6px;
+}
+.crumbs {
+  display: flex; flex-wrap: wrap; gap: 2px; font-family: var(--mono);
+  font-size: 12px;
+}
+.crumbs button {
+  font: inherit; border: 0; background: none; color: var(--accent);
+  cursor: pointer; padding: 1px 3px; border-radius: 3px;
+}
+.crumbs button:hover { background: var(--accent-soft); }
+.crumbs .sep { color: var(--muted); }
+.crumbs .current { color: var(--text); font-weight: 600; padding: 1px 3px; }
+.reset {
+  font: inherit; font-size: 12px; padding: 3px 10px; cursor: pointer;
+  background: var(--panel); color: var(--text);
+  border: 1px solid var(--line); border-radius: 5px;
+}
+.reset[disabled] { opacity: .45; cursor: default; }
+.matched {
+  margin-left: auto; font-size: 12px; color: var(--match); font-weight: 600;
+}
+.flame { position: relative; width: 100%; overflow: hidden; user-select: none; }
+.frame {
+  position: absolute; height: 19px; padding: 0 4px; overflow: hidden;
+  white-space: nowrap; text-overflow: ellipsis; cursor: pointer;
+  font: 11.5px/19px var(--mono); color: #1b1b1b;
+  border-right: 1px solid var(--panel); border-bottom: 1px solid var(--panel);
+  border-radius: 2px;
+}
+.frame:hover, .frame:focus-visible {
+  filter: brightness(.9); outline: 1px solid #000; outline-offset: -1px;
+}
+.frame.ancestor { opacity: .55; }
+.frame.match { background: var(--match) !important; color: #fff; }
+.flame.searching .frame:not(.match) { opacity: .45; }
+.legend {
+  display: flex; flex-wrap: wrap; gap: 14px; font-size: 12px;
+  color: var(--muted); margin-top: 8px;
+}
+.legend i {
+  display: inline-block; width: 11px; height: 11px; border-radius: 2px;
+  margin-right: 5px; vertical-align: -1px;
+}
+.tooltip {
+  position: fixed; z-index: 20; pointer-events: none; max-width: 520px;
+  background: #10151f; color: #f3f5f9; border-radius: 6px; padding: 8px 10px;
+  font-size: 12px; box-shadow: 0 4px 18px rgba(0,0,0,.25);
+}
+.tooltip .tip-name {
+  font-family: var(--mono); font-weight: 600; word-break: break-all;
+  margin-bottom: 3px;
+}
+.tooltip .tip-row { color: #c6cedb; }
+.tooltip b { color: #fff; }
+]]
+
+local STYLE_CHART = [[
+.chart svg { width: 100%; height: auto; display: block; overflow: visible; }
+.chart .grid line { stroke: var(--line); }
+.chart .axis text { fill: var(--muted); font-size: 11px; }
+.chart .area { fill: var(--chart-fill); opacity: .55; }
+.chart .outline { fill: none; stroke: var(--chart-line); stroke-width: 1.5; }
+.chart .peak line { stroke: var(--peak); stroke-dasharray: 4 3; }
+.chart .peak circle {
+  fill: var(--peak); stroke: var(--panel); stroke-width: 2;
+}
+.chart .peak text {
+  fill: var(--peak); font-size: 12px; font-weight: 600;
+  paint-order: stroke; stroke: var(--panel); stroke-width: 4px;
+  stroke-linejoin: round;
+}
+.chart .guide { stroke: var(--text); stroke-width: 1; opacity: .5; }
+.chart .overlay { fill: transparent; cursor: crosshair; }
+.chart svg:focus-visible { outline: 2px solid var(--accent); }
+]]
+
+local STYLE_TABLES = [[
+.tables { display: grid; gap: 18px; }
+.table-wrap { overflow-x: auto; }
+table { width: 100%; border-collapse: collapse; font-size: 13px; }
+caption, .table-title {
+  text-align: left; font-weight: 600; font-size: 14px; padding: 0 0 6px;
+  margin: 0;
+}
+th, td {
+  padding: 5px 8px; border-bottom: 1px solid var(--line);
+  vertical-align: top;
+}
+thead th {
+  font-size: 12px; color: var(--muted); font-weight: 600; text-align: left;
+  border-bottom: 2px solid var(--line); white-space: nowrap;
+}
+tbody th { text-align: left; font-weight: normal; }
+tbody tr:hover { background: var(--accent-soft); }
+tfoot th, tfoot td { font-weight: 600; border-bottom: 0; }
+tfoot th { text-align: left; }
+tfoot .more { font-weight: normal; color: var(--muted); font-style: italic; }
+.num {
+  width: 1%; padding-left: 28px; text-align: right; white-space: nowrap;
+  font-variant-numeric: tabular-nums;
+}
+.share {
+  width: 1%; padding-left: 28px; white-space: nowrap;
+  font-variant-numeric: tabular-nums; text-align: right;
+}
+.share .pct { display: inline-block; min-width: 58px; }
+.bar {
+  display: inline-block; width: 90px; height: 8px; background: var(--line);
+  border-radius: 4px; overflow: hidden; vertical-align: 0;
+}
+.bar span { display: block; height: 100%; background: var(--accent); }
+.site { word-break: break-all; }
+.caller {
+  display: block; color: var(--muted); padding-left: 14px;
+  word-break: break-all;
+}
+details summary { cursor: pointer; color: var(--accent); font-size: 12px; }
+details.stacks ol { margin: 4px 0 2px; padding-left: 22px; }
+details.stacks li { margin: 2px 0 6px; }
+.stack-size { display: block; font-size: 12px; color: var(--muted); }
+.frames { display: block; color: var(--text); }
+.aliases pre {
+  font-family: var(--mono); font-size: 12px; background: var(--bg);
+  padding: 8px; border-radius: 6px; overflow-x: auto;
+}
+]]
+
+local function head_html(result)
+  return concat({
+    '<!DOCTYPE html>',
+    '<html lang="en">',
+    '<head>',
+    '<meta charset="utf-8">',
+    '<meta name="viewport" content="width=device-width, initial-scale=1">',
+    '<meta name="generator" content="memprof-report">',
+    '<title>memprof: ' .. escape(result.stream.name or 'profile') ..
+      '</title>',
+    '<style>',
+    STYLE_BASE, STYLE_HEADER, STYLE_FLAME, STYLE_CHART, STYLE_TABLES,
+    '</style>',
+    '</head>',
+    '<body>',
+  }, '\n') .. '\n'
+end
+
+-- The template: header, warnings, summary ------------------------------------
+
+local function basename(path)
+  return path:match('([^/]+)$') or path
+end
+
+local VERSION_NAMES = { [3] = "Tarantool's format",
+  [100] = 'extended: stacks and time marks' }
+
+local GROUPING_NAMES = { line = 'by line', ['function'] = 'by function',
+  caller = 'by caller', stack = 'by stack' }
+
+local function fact(label, value)
+  return format('<li>%s <b>%s</b></li>', label, value)
+end
+
+local function facts_html(result)
+  local stream = result.stream
+  local version = stream.version or '?'
+  local facts = {
+    fact('format', escape(version) .. (VERSION_NAMES[version] and
+      ' (' .. VERSION_NAMES[version] .. ')' or '')),
+    fact('events', with_commas(stream.events or 0)),
+    fact('call stacks', stream.has_stacks and 'yes' or 'no'),
+    fact('time marks', stream.has_time and 'yes' or 'no'),
+    fact('rows grouped', GROUPING_NAMES[result.grouper.mode] or
+      escape(result.grouper.mode)),
+  }
+  if stream.warning then
+    facts[#facts + 1] = fact('stream', 'truncated')
+  end
+  return '<ul class="facts">' .. concat(facts) .. '</ul>'
+end
+
+local function header_html(result)
+  local name = result.stream.name or 'profile'
+  local path = ''
+  if basename(name) ~= name then
+    path = '<span class="path">' .. escape(name) .. '</span>'
+  end
+  return concat({
+    '<header class="top"><div class="top-inner">',
+    '<span class="brand">memprof</span>',
+    '<h1 id="file-name">' .. escape(basename(name)) .. '</h1>',
+    path,
+    facts_html(result),
+    '</div></header>',
+    '<nav class="sections" aria-label="Sections"><ul>',
+    '<li><a href="#flame-graphs">Flame graphs</a></li>',
+    '<li><a href="#heap-over-time">Heap over time</a></li>',
+    '<li><a href="#top-tables">Top tables</a></li>',
+    '</ul></nav>',
+  }, '\n') .. '\n'
+end
+
+local function warnings_html(result)
+  local warning = result.stream.warning
+  if not warning then
+    return ''
+  end
+  return format('<div class="warning" role="alert" id="warning"><b>The ' ..
+    'stream is incomplete:</b> %s. Everything before the cut is ' ..
+    'reported.</div>\n', escape(warning))
+end
+
+local function card(label, value, detail)
+  return format('<div class="card"><div class="label">%s</div>' ..
+    '<div class="value">%s</div><div class="detail">%s</div></div>', label,
+    value, detail or '')
+end
+
+local function peak_card(result)
+  local peak = result.peak
+  if not peak then
+    return card('Peak', '–', 'not computed')
+  end
+  local detail = format('after event %s', with_commas(peak.event))
+  if peak.event == 0 then
+    detail = 'at the start'
+  elseif result.stream.has_time then
+    detail = 'at ' .. human_time(peak.time or 0)
+  end
+  return card('Peak', size_html(peak.bytes), detail)
+end
+
+local function live_card(result)
+  local leaks = result.leaks
+  if not leaks then
+    return card('Live at end', size_html(result.heap.total),
+      'net bytes of the stream')
+  end
+  return card('Live at end', size_html(leaks.bytes),
+    layout.plural(leaks.count, 'block'))
+end
+
+local function summary_html(result, sums)
+  local cards = {
+    card('Allocated', size_html(sums.allocated),
+      with_commas(sums.allocations) .. ' allocations'),
+    card('Freed', size_html(sums.freed), with_commas(sums.frees) ..
+      ' frees, ' .. with_commas(sums.reallocs) .. ' reallocs'),
+    live_card(result),
+    peak_card(result),
+    card('Net', size_html(sums.net), 'allocated − freed'),
+  }
+  if sums.duration then
+    cards[#cards + 1] = card('Duration', human_time(sums.duration),
+      with_commas(sums.events) .. ' events')
+  else
+    cards[#cards + 1] = card('Events', with_commas(sums.events),
+      'no time marks')
+  end
+  return '<section class="cards" aria-label="Totals">' .. concat(cards) ..
+    '</section>\n'
+end
+
+-- The template: flame graphs -------------------------------------------------
+
+local function flame_panel(graph, name, selected)
+  local note = graph.note and format('<p class="note" id="note-%s">%s</p>',
+    name, escape(graph.note)) or ''
+  return format('<div class="flame-panel" role="tabpanel" ' ..
+    'id="panel-%s" aria-labelledby="tab-%s"%s>%s<div class="flame-bar" ' ..
+    'id="bar-%s"></div><div class="flame" id="flame-%s" data-graph="%s">' ..
+    '</div></div>', name, name, selected and '' or ' hidden', note, name,
+    name, name)
+end
+
+local function tab_button(name, title, selected)
+  return format('<button type="button" role="tab" id="tab-%s" ' ..
+    'aria-controls="panel-%s" aria-selected="%s" tabindex="%s">%s</button>',
+    name, name, tostring(selected), selected and '0' or '-1', title)
+end
+
+local LEGEND = '<div class="legend" aria-hidden="true">' ..
+  '<span><i style="background:hsl(28,85%,64%)"></i>Lua</span>' ..
+  '<span><i style="background:hsl(205,70%,68%)"></i>C function</span>' ..
+  '<span><i style="background:hsl(140,50%,60%)"></i>JIT trace</span>' ..
+  '<span><i style="background:hsl(220,10%,74%)"></i>VM internal</span>' ..
+  '<span>Click a frame to zoom into it, <kbd>Esc</kbd> to zoom out; ' ..
+  '<kbd>/</kbd> to search.</span></div>'
+
+local function flames_html(data)
+  return concat({
+    '<section class="panel" id="flame-graphs" aria-labelledby="flame-title">',
+    '<div class="panel-head"><h2 id="flame-title">Flame graphs</h2>',
+    '<div class="tabs" role="tablist" aria-label="Flame graph">',
+    tab_button('allocated', 'Allocated bytes', true),
+    tab_button('live', 'Live at end', false),
+    '</div>',
+    '<label class="search"><span class="muted">Search</span>' ..
+      '<input type="search" id="flame-search" placeholder="frame name, ' ..
+      'e.g. string.rep" autocomplete="off" spellcheck="false"></label>',
+    '</div>',
+    '<p class="note">Callers on top, callees below; a frame\'s width is ' ..
+      'its share of the bytes.</p>',
+    flame_panel(data.graphs.allocated, 'allocated', true),
+    flame_panel(data.graphs.live, 'live', false),
+    '<noscript><p class="empty">The flame graphs need JavaScript; the ' ..
+      'tables below show the same sites.</p></noscript>',
+    LEGEND,
+    '</section>',
+  }, '\n') .. '\n'
+end
+
+-- The template: the heap over time -------------------------------------------
+
+local function fixed(number)
+  return format('%.1f', number)
+end
+
+-- The area under the highest values, as SVG path data (steps).
+local function area_path(rows, scales)
+  local base = fixed(scales.y(0))
+  local parts = { 'M', fixed(scales.x(rows[1].start)), base }
+  for _, row in ipairs(rows) do
+    local y = fixed(scales.y(row.high))
+    parts[#parts + 1] = 'L' .. fixed(scales.x(row.start)) .. ' ' .. y
+    parts[#parts + 1] = 'L' .. fixed(scales.x(row.stop)) .. ' ' .. y
+  end
+  parts[#parts + 1] = 'L' .. fixed(scales.x(rows[#rows].stop)) .. ' ' ..
+    base .. 'Z'
+  return concat(parts, ' ')
+end
+
+local function outline_path(rows, scales)
+  local parts = {}
+  for i, row in ipairs(rows) do
+    local y = fixed(scales.y(row.high))
+    parts[#parts + 1] = (i == 1 and 'M' or 'L') .. fixed(scales.x(row.start))
+      .. ' ' .. y
+    parts[#parts + 1] = 'L' .. fixed(scales.x(row.stop)) .. ' ' .. y
+  end
+  return concat(parts, ' ')
+end
+
+local function grid_svg(scales)
+  local parts = { '<g class="grid">' }
+  local axis = { '<g class="axis">' }
+  local left, right = CHART.left, CHART.width - CHART.right
+  for _, tick in ipairs(scales.yticks) do
+    local y = fixed(scales.y(tick.value))
+    parts[#parts + 1] = format('<line x1="%d" x2="%d" y1="%s" y2="%s"/>',
+      left, right, y, y)
+    axis[#axis + 1] = format('<text x="%d" y="%s" text-anchor="end" ' ..
+      'dy="4">%s</text>', left - 8, y, tick.label)
+  end
+  local bottom = CHART.height - CHART.bottom
+  for _, tick in ipairs(scales.xticks) do
+    axis[#axis + 1] = format('<text x="%s" y="%d" text-anchor="middle">' ..
+      '%s</text>', fixed(scales.x(tick.value)), bottom + 18, tick.label)
+  end
+  parts[#parts + 1] = '</g>'
+  axis[#axis + 1] = '</g>'
+  return concat(parts) .. concat(axis)
+end
+
+local function peak_label(peak, bytes, time)
+  if peak and peak.event == 0 then
+    return format('peak %s at the start', human_size(bytes))
+  end
+  return format('peak %s at %s', human_size(bytes), human_time(time))
+end
+
+-- The peak: a dashed line at its time, a dot at its height, a label.
+local function peak_marker_svg(result, chart, scales)
+  local peak_row = chart.shown.rows[chart.shown.peak_row]
+  local peak = result.peak
+  local bytes = peak and peak.bytes or peak_row.high
+  local time = peak and peak.time or peak_row.start
+  local x = math.max(scales.x(peak_row.start), math.min(scales.x(time),
+    scales.x(peak_row.stop)))
+  local y = scales.y(bytes)
+  local on_the_right = x > CHART.width * 0.7
+  return format('<g class="peak" id="peak-marker"><line x1="%s" x2="%s" ' ..
+    'y1="%d" y2="%d"/><circle cx="%s" cy="%s" r="4.5"/><text x="%s" ' ..
+    'y="%s" text-anchor="%s">%s</text></g>', fixed(x), fixed(x), CHART.top,
+    CHART.height - CHART.bottom, fixed(x), fixed(y),
+    fixed(x + (on_the_right and -8 or 8)), fixed(math.max(y - 8, 14)),
+    on_the_right and 'end' or 'start', escape(peak_label(peak, bytes, time)))
+end
+
+local function chart_svg(result, chart)
+  local rows = chart.shown.rows
+  local scales = chart_scales(rows)
+  local plot_w = CHART.width - CHART.left - CHART.right
+  local plot_h = CHART.height - CHART.top - CHART.bottom
+  return concat({
+    format('<svg id="chart-svg" viewBox="0 0 %d %d" role="img" ' ..
+      'tabindex="0" aria-label="Live bytes over time; the peak is %s">',
+      CHART.width, CHART.height, human_size(result.peak and
+      result.peak.bytes or 0)),
+    grid_svg(scales),
+    '<path class="area" d="' .. area_path(rows, scales) .. '"/>',
+    '<path class="outline" d="' .. outline_path(rows, scales) .. '"/>',
+    peak_marker_svg(result, chart, scales),
+    format('<line class="guide" id="chart-guide" x1="0" x2="0" y1="%d" ' ..
+      'y2="%d" visibility="hidden"/>', CHART.top, CHART.height - CHART.bottom),
+    format('<rect class="overlay" id="chart-overlay" x="%d" y="%d" ' ..
+      'width="%d" height="%d"/>', CHART.left, CHART.top, plot_w, plot_h),
+    '</svg>',
+  }, '\n')
+end
+
+local function chart_note(chart)
+  return format('<p class="note">Live bytes (allocated minus freed since ' ..
+    'the start): the highest value in each %s. Hover or use the arrow ' ..
+    'keys on the chart for details.</p>', human_time(chart.shown.width))
+end
+
+local function timeline_html(result, chart)
+  local body
+  if chart then
+    body = chart_note(chart) .. '<div class="chart">' ..
+      chart_svg(result, chart) .. '</div>'
+  elseif result.stream.has_time then
+    body = '<p class="empty">The timeline view was not computed.</p>'
+  else
+    body = '<p class="empty" id="no-time-marks">This profile has no time ' ..
+      'marks, so the heap cannot be drawn over time. Record with ' ..
+      '<code>memprof.start(path, {timestamps = true})</code>.</p>'
+  end
+  return concat({
+    '<section class="panel" id="heap-over-time" ' ..
+      'aria-labelledby="time-title">',
+    '<div class="panel-head"><h2 id="time-title">Heap over time</h2></div>',
+    body,
+    '</section>',
+  }, '\n') .. '\n'
+end
+
+-- The template: tables, aliases, data, script --------------------------------
+
+local function aliases_html(stream)
+  local aliases = stream.aliases or {}
+  if #aliases == 0 then
+    return ''
+  end
+  local parts = { '<details class="aliases"><summary>Aliases of multi-line ' ..
+    'chunk names</summary>' }
+  for _, alias in ipairs(aliases) do
+    parts[#parts + 1] = format('<p class="mono">%s:</p><pre>%s</pre>',
+      escape(alias.name), escape(alias.chunkname))
+  end
+  parts[#parts + 1] = '</details>'
+  return concat(parts)
+end
+
+local function tables_html(result, sums, settings)
+  return concat({
+    '<section class="panel" id="top-tables" aria-labelledby="tables-title">',
+    '<div class="panel-head"><h2 id="tables-title">Top tables</h2></div>',
+    format('<p class="note">Rows are grouped %s. Sizes are in bytes ' ..
+      '(KiB = 1024 B); hover over a size for the exact number.</p>',
+      GROUPING_NAMES[result.grouper.mode] or 'by line'),
+    '<div class="tables">',
+    allocated_table(result, settings, sums),
+    live_table(result, settings),
+    peak_table(result, settings),
+    temporary_table(result, settings),
+    '</div>',
+    aliases_html(result.stream),
+    '</section>',
+  }, '\n') .. '\n'
+end
+
+local function data_html(data)
+  return '<script type="application/json" id="memprof-data">' ..
+    M.json(data) .. '</script>\n'
+end
+
+local FOOTER = '<footer>Generated by memprof-report. This page is one ' ..
+  'file with no external resources.</footer>\n' ..
+  '<div class="tooltip" id="tooltip" role="tooltip" hidden></div>\n'
+
+-- The template: the script, in parts -----------------------------------------
+
+local SCRIPT_UTIL = [[
+'use strict';
+var SIZE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+function formatBytes(bytes) {
+  var unit = 0, scaled = bytes;
+  while (Math.abs(scaled) >= 1024 && unit < SIZE_UNITS.length - 1) {
+    scaled /= 1024;
+    unit += 1;
+  }
+  if (unit === 0) return bytes + ' B';
+  var size = Math.abs(scaled);
+  var decimals = size < 10 ? 2 : size < 100 ? 1 : 0;
+  return scaled.toFixed(decimals) + ' ' + SIZE_UNITS[unit];
+}
+
+function formatCount(count) {
+  return count.toLocaleString('en-US');
+}
+
+function formatShare(part, whole) {
+  if (!whole) return '0%';
+  var value = part / whole * 100;
+  if (value !== 0 && Math.abs(value) < 0.1) return '<0.1%';
+  return value.toFixed(1) + '%';
+}
+
+function formatTime(ns) {
+  if (ns === 0) return '0 ms';
+  var unit = 1e3, name = '\u00b5s';
+  if (ns >= 1e9) { unit = 1e9; name = 's'; }
+  else if (ns >= 1e6) { unit = 1e6; name = 'ms'; }
+  var scaled = ns / unit;
+  return scaled.toFixed(scaled < 10 ? 2 : scaled < 100 ? 1 : 0) + ' ' + name;
+}
+
+function element(tag, className, text) {
+  var node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// A small string hash, to vary the colours of neighbouring frames.
+function hashText(text) {
+  var hash = 0;
+  for (var i = 0; i < text.length; i++) {
+    hash = (hash * 31 + text.charCodeAt(i)) | 0;
+  }
+  return Math.abs(hash);
+}
+
+var SOURCE_HUES = {
+  lua: [28, 85, 58], c: [205, 70, 62], trace: [140, 50, 55],
+  internal: [220, 10, 70], before: [220, 10, 70], root: [220, 12, 82]
+};
+
+function frameColour(name, source) {
+  var hue = SOURCE_HUES[source] || SOURCE_HUES.lua;
+  var hash = hashText(name);
+  var shift = (hash % 17) - 8;
+  var light = hue[2] + (hash >> 5) % 14;
+  return 'hsl(' + (hue[0] + shift) + ',' + hue[1] + '%,' + light + '%)';
+}
+]]
+
+local SCRIPT_TOOLTIP = [[
+// One tooltip for the whole page, placed near the pointer or an element.
+function Tooltip(node) {
+  this.node = node;
+}
+
+Tooltip.prototype.show = function (title, lines, x, y) {
+  var node = this.node;
+  node.textContent = '';
+  node.appendChild(element('div', 'tip-name', title));
+  lines.forEach(function (line) {
+    node.appendChild(element('div', 'tip-row', line));
+  });
+  node.hidden = false;
+  var width = node.offsetWidth, height = node.offsetHeight;
+  var left = Math.min(x + 14, window.innerWidth - width - 8);
+  var top = y + 16;
+  if (top + height > window.innerHeight - 8) top = y - height - 12;
+  node.style.left = Math.max(8, left) + 'px';
+  node.style.top = Math.max(8, top) + 'px';
+};
+
+Tooltip.prototype.showAt = function (target, title, lines) {
+  var box = target.getBoundingClientRect();
+  this.show(title, lines, box.left, box.bottom - 10);
+};
+
+Tooltip.prototype.hide = function () {
+  this.node.hidden = true;
+};
+]]
+
+local SCRIPT_FLAME = [[
+var ROW_HEIGHT = 20;
+// Frames narrower than this share of the zoomed frame are not drawn.
+var MIN_SHARE = 0.0008;
+
+// Gives every node its parent, depth, name, source and offset (bytes
+// before it on its row), so that any node can become the zoomed one.
+function prepareTree(root, frames, rootName) {
+  var stack = [root];
+  root.parent = null;
+  root.depth = 0;
+  root.x = 0;
+  root.name = rootName;
+  root.source = 'root';
+  while (stack.length) {
+    var node = stack.pop();
+    var offset = node.x;
+    (node.c || []).forEach(function (child) {
+      var frame = frames[child.f];
+      child.parent = node;
+      child.depth = node.depth + 1;
+      child.x = offset;
+      child.name = frame.name;
+      child.source = frame.source;
+      offset += child.b;
+      stack.push(child);
+    });
+  }
+  return root;
+}
+
+function FlameGraph(name, graph, frames, tooltip) {
+  this.name = name;
+  this.graph = graph;
+  this.root = prepareTree(graph.root, frames, graph.root_name);
+  this.zoomed = this.root;
+  this.query = '';
+  this.tooltip = tooltip;
+  this.box = document.getElementById('flame-' + name);
+  this.bar = document.getElementById('bar-' + name);
+  this.nodes = [];
+  this.buildBar();
+  this.listen();
+}
+
+FlameGraph.prototype.buildBar = function () {
+  this.crumbs = element('div', 'crumbs');
+  this.crumbs.setAttribute('aria-label', 'Zoom path');
+  this.resetButton = element('button', 'reset', 'Reset zoom');
+  this.resetButton.type = 'button';
+  this.matched = element('span', 'matched');
+  this.matched.setAttribute('aria-live', 'polite');
+  this.bar.appendChild(this.resetButton);
+  this.bar.appendChild(this.crumbs);
+  this.bar.appendChild(this.matched);
+  var self = this;
+  this.resetButton.addEventListener('click', function () {
+    self.zoom(self.root);
+  });
+};
+
+FlameGraph.prototype.listen = function () {
+  var self = this;
+  var box = this.box;
+  function nodeOf(event) {
+    var target = event.target.closest('.frame');
+    if (!target) return null;
+    return { element: target, node: self.nodes[target.dataset.index] };
+  }
+  box.addEventListener('click', function (event) {
+    var hit = nodeOf(event);
+    if (hit) self.zoom(hit.node, true);
+  });
+  box.addEventListener('keydown', function (event) {
+    var hit = nodeOf(event);
+    if (hit && (event.key === 'Enter' || event.key === ' ')) {
+      event.preventDefault();
+      self.zoom(hit.node, true);
+    }
+  });
+  box.addEventListener('mousemove', function (event) {
+    var hit = nodeOf(event);
+    if (hit) self.describe(hit.node, event.clientX, event.clientY);
+    else self.tooltip.hide();
+  });
+  box.addEventListener('mouseleave', function () { self.tooltip.hide(); });
+  box.addEventListener('focusin', function (event) {
+    var hit = nodeOf(event);
+    if (hit) {
+      var rect = hit.element.getBoundingClientRect();
+      self.describe(hit.node, rect.left, rect.bottom - 10);
+    }
+  });
+  box.addEventListener('focusout', function () { self.tooltip.hide(); });
+};
+
+FlameGraph.prototype.describe = function (node, x, y) {
+  var root = this.root, zoomed = this.zoomed;
+  var lines = [
+    formatBytes(node.b) + ' (' + formatCount(node.b) + ' bytes)',
+    formatCount(node.n) + ' ' + this.graph.counted,
+    formatShare(node.b, root.b) + ' of all'
+  ];
+  if (zoomed !== root && node.depth > zoomed.depth) {
+    lines[2] += ', ' + formatShare(node.b, zoomed.b) + ' of ' + zoomed.name;
+  }
+  this.tooltip.show(node.name, lines, x, y);
+};
+
+FlameGraph.prototype.zoom = function (node, keepFocus) {
+  this.zoomed = node;
+  this.render();
+  if (keepFocus) {
+    var index = this.nodes.indexOf(node);
+    var target = this.box.querySelector('[data-index="' + index + '"]');
+    if (target) target.focus({ preventScroll: true });
+  }
+};
+
+// The nodes to draw: the ancestors of the zoomed node, it, and its
+// descendants wide enough to see.
+FlameGraph.prototype.visible = function () {
+  var zoomed = this.zoomed, list = [];
+  for (var up = zoomed.parent; up; up = up.parent) {
+    list.push({ node: up, left: 0, width: 1, ancestor: true });
+  }
+  list.reverse();
+  var stack = [zoomed];
+  while (stack.length) {
+    var node = stack.pop();
+    var width = zoomed.b ? node.b / zoomed.b : 0;
+    if (node !== zoomed && width < MIN_SHARE) continue;
+    list.push({ node: node, left: zoomed.b ? (node.x - zoomed.x) / zoomed.b : 0,
+      width: width || 1, ancestor: false });
+    // Pushed right to left, so that frames come in reading order.
+    var children = node.c || [];
+    for (var i = children.length - 1; i >= 0; i--) stack.push(children[i]);
+  }
+  return list;
+};
+
+FlameGraph.prototype.frameElement = function (item, index) {
+  var node = item.node;
+  var label = node.source === 'root' ?
+    node.name + ': ' + formatBytes(node.b) : node.name;
+  var div = element('div', 'frame' + (item.ancestor ? ' ancestor' : ''), label);
+  div.style.left = (item.left * 100).toFixed(4) + '%';
+  div.style.width = (item.width * 100).toFixed(4) + '%';
+  div.style.top = (node.depth * ROW_HEIGHT) + 'px';
+  div.style.background = frameColour(node.name, node.source);
+  div.dataset.index = index;
+  div.dataset.name = node.name;
+  div.setAttribute('role', 'button');
+  div.setAttribute('aria-label', node.name + ': ' + formatBytes(node.b) +
+    ', ' + formatShare(node.b, this.root.b));
+  // Only frames wide enough for a label take part in the tab order.
+  div.tabIndex = item.width >= 0.04 ? 0 : -1;
+  if (this.query && matches(node, this.query)) div.classList.add('match');
+  return div;
+};
+
+FlameGraph.prototype.render = function () {
+  var items = this.visible();
+  var box = this.box, depth = 0;
+  var fragment = document.createDocumentFragment();
+  this.nodes = items.map(function (item) { return item.node; });
+  items.forEach(function (item, index) {
+    depth = Math.max(depth, item.node.depth);
+    fragment.appendChild(this.frameElement(item, index));
+  }, this);
+  box.textContent = '';
+  box.appendChild(fragment);
+  box.style.height = ((depth + 1) * ROW_HEIGHT + 2) + 'px';
+  box.classList.toggle('searching', this.query !== '');
+  this.renderBar();
+  if (!this.root.b) {
+    box.textContent = '';
+    box.style.height = 'auto';
+    box.appendChild(element('p', 'empty', 'No bytes to show.'));
+  }
+};
+
+FlameGraph.prototype.renderBar = function () {
+  var self = this, path = [];
+  for (var node = this.zoomed; node; node = node.parent) path.unshift(node);
+  this.crumbs.textContent = '';
+  path.forEach(function (node, i) {
+    if (i > 0) self.crumbs.appendChild(element('span', 'sep', '\u203a'));
+    if (node === self.zoomed) {
+      self.crumbs.appendChild(element('span', 'current', node.name));
+    } else {
+      var button = element('button', '', node.name);
+      button.type = 'button';
+      button.addEventListener('click', function () { self.zoom(node); });
+      self.crumbs.appendChild(button);
+    }
+  });
+  this.resetButton.disabled = this.zoomed === this.root;
+  this.matched.textContent = this.query ? matchedText(this) : '';
+};
+]]
+
+local SCRIPT_SEARCH = [[
+function matches(node, query) {
+  return node.source !== 'root' &&
+    node.name.toLowerCase().indexOf(query) !== -1;
+}
+
+// Bytes of the frames matching the query, each counted once: a match
+// inside a match adds nothing.
+function matchedBytes(root, query) {
+  var total = 0, stack = [root];
+  while (stack.length) {
+    var node = stack.pop();
+    if (matches(node, query)) {
+      total += node.b;
+      continue;
+    }
+    (node.c || []).forEach(function (child) { stack.push(child); });
+  }
+  return total;
+}
+
+function matchedText(graph) {
+  var bytes = matchedBytes(graph.root, graph.query);
+  return 'Matched: ' + formatBytes(bytes) + ' (' +
+    formatShare(bytes, graph.root.b) + ')';
+}
+]]
+
+local SCRIPT_CHART = [[
+// Hover and arrow keys on the heap-over-time chart.
+function HeapChart(timeline, tooltip) {
+  this.rows = timeline.rows;
+  this.plot = timeline.plot;
+  this.peakRow = timeline.peak_row;
+  this.tooltip = tooltip;
+  this.svg = document.getElementById('chart-svg');
+  this.guide = document.getElementById('chart-guide');
+  this.current = -1;
+  this.listen();
+}
+
+HeapChart.prototype.rowAt = function (clientX) {
+  var box = this.svg.getBoundingClientRect();
+  var scale = this.plot.width / box.width;
+  var x = (clientX - box.left) * scale - this.plot.left;
+  var plotWidth = this.plot.width - this.plot.left - this.plot.right;
+  var index = Math.floor(x / plotWidth * this.rows.length);
+  return Math.max(0, Math.min(this.rows.length - 1, index));
+};
+
+HeapChart.prototype.show = function (index, clientX, clientY) {
+  var row = this.rows[index];
+  var plotWidth = this.plot.width - this.plot.left - this.plot.right;
+  var x = this.plot.left + (index + 0.5) / this.rows.length * plotWidth;
+  this.current = index;
+  this.guide.setAttribute('x1', x);
+  this.guide.setAttribute('x2', x);
+  this.guide.setAttribute('visibility', 'visible');
+  var title = formatTime(row[0]) + ' \u2013 ' + formatTime(row[1]);
+  var lines = [
+    'highest: ' + formatBytes(row[2]) + ', at the end: ' + formatBytes(row[3]),
+    formatCount(row[4]) + ' events'
+  ];
+  if (index === this.peakRow) lines.push('the peak');
+  if (clientX === undefined) {
+    var box = this.svg.getBoundingClientRect();
+    clientX = box.left + x * box.width / this.plot.width;
+    clientY = box.top + box.height / 3;
+  }
+  this.tooltip.show(title, lines, clientX, clientY);
+};
+
+HeapChart.prototype.hide = function () {
+  this.guide.setAttribute('visibility', 'hidden');
+  this.tooltip.hide();
+};
+
+HeapChart.prototype.listen = function () {
+  var self = this, svg = this.svg;
+  svg.addEventListener('mousemove', function (event) {
+    self.show(self.rowAt(event.clientX), event.clientX, event.clientY);
+  });
+  svg.addEventListener('mouseleave', function () { self.hide(); });
+  svg.addEventListener('blur', function () { self.hide(); });
+  svg.addEventListener('keydown', function (event) {
+    var step = { ArrowLeft: -1, ArrowRight: 1 }[event.key];
+    if (event.key === 'Home') self.show(0);
+    else if (event.key === 'End') self.show(self.rows.length - 1);
+    else if (event.key === 'p') self.show(self.peakRow);
+    else if (step) {
+      var start = self.current < 0 ? self.peakRow : self.current + step;
+      self.show(Math.max(0, Math.min(self.rows.length - 1, start)));
+    } else return;
+    event.preventDefault();
+  });
+};
+]]
+
+local SCRIPT_BOOT = [[
+function selectTab(graphs, name) {
+  Object.keys(graphs).forEach(function (key) {
+    var tab = document.getElementById('tab-' + key);
+    var selected = key === name;
+    tab.setAttribute('aria-selected', String(selected));
+    tab.tabIndex = selected ? 0 : -1;
+    document.getElementById('panel-' + key).hidden = !selected;
+  });
+}
+
+function listenToTabs(graphs) {
+  var names = Object.keys(graphs);
+  names.forEach(function (name, i) {
+    var tab = document.getElementById('tab-' + name);
+    tab.addEventListener('click', function () { selectTab(graphs, name); });
+    tab.addEventListener('keydown', function (event) {
+      var step = { ArrowLeft: -1, ArrowRight: 1 }[event.key];
+      if (!step) return;
+      var next = names[(i + step + names.length) % names.length];
+      selectTab(graphs, next);
+      document.getElementById('tab-' + next).focus();
+    });
+  });
+}
+
+function listenToSearch(graphs) {
+  var input = document.getElementById('flame-search');
+  input.addEventListener('input', function () {
+    var query = input.value.trim().toLowerCase();
+    Object.keys(graphs).forEach(function (name) {
+      graphs[name].query = query;
+      graphs[name].render();
+    });
+  });
+  document.addEventListener('keydown', function (event) {
+    var typing = event.target.tagName === 'INPUT';
+    if (event.key === '/' && !typing) {
+      event.preventDefault();
+      input.focus();
+    } else if (event.key === 'Escape') {
+      if (typing && input.value) {
+        input.value = '';
+        input.dispatchEvent(new Event('input'));
+        return;
+      }
+      Object.keys(graphs).forEach(function (name) {
+        var graph = graphs[name];
+        if (graph.zoomed.parent) graph.zoom(graph.zoomed.parent);
+      });
+    }
+  });
+}
+
+function start() {
+  var data = JSON.parse(document.getElementById('memprof-data').textContent);
+  var tooltip = new Tooltip(document.getElementById('tooltip'));
+  var graphs = {};
+  ['allocated', 'live'].forEach(function (name) {
+    graphs[name] = new FlameGraph(name, data.graphs[name], data.frames,
+      tooltip);
+    graphs[name].render();
+  });
+  listenToTabs(graphs);
+  listenToSearch(graphs);
+  if (data.timeline) new HeapChart(data.timeline, tooltip);
+  document.body.dataset.ready = 'true';
+}
+
+start();
+]]
+
+local function script_html()
+  return concat({ '<script>', SCRIPT_UTIL, SCRIPT_TOOLTIP, SCRIPT_FLAME,
+    SCRIPT_SEARCH, SCRIPT_CHART, SCRIPT_BOOT, '</script>' }, '\n') ..
+    '\n</body>\n</html>\n'
+end
+
+-- The page -------------------------------------------------------------------
+
+function M.write(result, out, opts)
+  out = out or io.stdout
+  opts = opts or {}
+  local settings = { top = opts.top or M.DEFAULT_TOP, sort = opts.sort }
+  local data, chart = page_data(result)
+  local sums = totals(result)
+  out:write(head_html(result))
+  out:write(header_html(result))
+  out:write('<main>\n')
+  out:write(warnings_html(result))
+  out:write(summary_html(result, sums))
+  out:write(flames_html(data))
+  out:write(timeline_html(result, chart))
+  out:write(tables_html(result, sums, settings))
+  out:write('</main>\n')
+  out:write(FOOTER)
+  out:write(data_html(data))
+  out:write(script_html())
+end
+
+function M.render(result, opts)
+  return layout.render(function(out)
+    M.write(result, out, opts)
+  end)
+end
+
+return M

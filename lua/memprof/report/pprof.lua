@@ -1,0 +1,208 @@
+-- memprof.report.pprof: the profile in pprof's format (profile.proto,
+-- gzip-compressed), for `go tool pprof` and the tools that read it.
+--
+--   pprof.write(result, out, opts)   -- result of memprof.analyze.run(),
+--                                    -- grouped by 'stack' (or 'line' for
+--                                    -- a stream without stacks)
+--   pprof.encode(result) -> the profile.proto message (not compressed)
+--
+-- Sample types (in this order): alloc_space (bytes), alloc_objects
+-- (count), inuse_space (bytes), inuse_objects (count); the default is
+-- alloc_space.  One sample per stack: the bytes and events of the
+-- allocations and reallocations made with that stack, and the bytes and
+-- blocks of them still live at the end.  An event without a stack is a
+-- one-frame sample.  Frees of blocks allocated before the profile are
+-- left out (they would be negative).
+--
+-- Each place (a line of a Lua function, a C function, a trace, the VM)
+-- is a location with one line; its function is the Lua function (named
+-- as in --group=function: 'function at @log.lua:3', with the file name
+-- and first line), the C function, the trace or INTERNAL.  Nothing is
+-- compressed: the gzip file holds stored deflate blocks (memprof.gzip).
+
+local pb = require('memprof.protobuf')
+local gzip = require('memprof.gzip')
+local rows = require('memprof.report.rows')
+
+local M = {}
+
+M.SAMPLE_TYPES = {
+  { 'alloc_space', 'bytes' }, { 'alloc_objects', 'count' },
+  { 'inuse_space', 'bytes' }, { 'inuse_objects', 'count' },
+}
+
+-- Field numbers of profile.proto.
+local PROFILE = { sample_type = 1, sample = 2, mapping = 3, location = 4,
+  ['function'] = 5,
+  string_table = 6, duration_nanos = 10, comment = 13,
+  default_sample_type = 14 }
+local VALUE_TYPE = { type = 1, unit = 2 }
+local SAMPLE = { location_id = 1, value = 2 }
+local MAPPING = { id = 1, filename = 5, has_functions = 7,
+  has_filenames = 8, has_line_numbers = 9 }
+local LOCATION = { id = 1, mapping_id = 2, line = 4 }
+local LINE = { function_id = 1, line = 2 }
+local FUNCTION = { id = 1, name = 2, system_name = 3, filename = 4,
+  start_line = 5 }
+
+local Builder = {}
+Builder.__index = Builder
+
+local function new_builder()
+  return setmetatable({
+    strings = { '' }, string_index = { [''] = 0 },
+    functions = {}, function_id = {},
+    locations = {}, location_id = {},
+  }, Builder)
+end
+
+-- The index of a string in the string table (0 is '').
+function Builder:string(s)
+  local index = self.string_index[s]
+  if not index then
+    index = #self.strings
+    self.strings[index + 1] = s
+    self.string_index[s] = index
+  end
+  return index
+end
+
+-- The file name of a Lua function: its chunk name without the '@' of a
+-- file, or the alias of a chunk name of several lines.
+local function file_name(func)
+  if func.alias then
+    return func.alias
+  end
+  local chunkname = func.chunkname or ''
+  return (chunkname:gsub('^@', ''))
+end
+
+function Builder:function_of(site)
+  local func = site.func or site
+  local id = self.function_id[func]
+  if id then
+    return id
+  end
+  id = #self.functions + 1
+  self.function_id[func] = id
+  local message = pb.message():varint(FUNCTION.id, id)
+  local name = self:string(func.name)
+  message:optional(FUNCTION.name, name)
+  message:optional(FUNCTION.system_name, name)
+  if func.source == 'lua' then
+    message:optional(FUNCTION.filename, self:string(file_name(func)))
+    message:optional(FUNCTION.start_line, func.line or 0)
+  end
+  self.functions[id] = message
+  return id
+end
+
+function Builder:location_of(site)
+  local id = self.location_id[site]
+  if id then
+    return id
+  end
+  id = #self.locations + 1
+  self.location_id[site] = id
+  local line = pb.message():varint(LINE.function_id, self:function_of(site))
+  if site.source == 'lua' then
+    line:optional(LINE.line, site.line or 0)
+  end
+  self.locations[id] = pb.message():varint(LOCATION.id, id)
+    :varint(LOCATION.mapping_id, 1):message(LOCATION.line, line)
+  return id
+end
+
+local function frames_of(group)
+  if group.frames then
+    return group.frames
+  end
+  return { group.site or group }
+end
+
+local function positive(n)
+  return n > 0 and n or 0
+end
+
+function Builder:sample(row)
+  local values = { row.allocated_bytes, row.allocated_events,
+    positive(row.live_bytes), positive(row.live_blocks) }
+  if values[1] == 0 and values[2] == 0 and values[3] == 0 and
+      values[4] == 0 then
+    return nil
+  end
+  local ids = {}
+  for i, frame in ipairs(frames_of(row.group)) do
+    ids[i] = self:location_of(frame)
+  end
+  return pb.message():packed(SAMPLE.location_id, ids)
+    :packed(SAMPLE.value, values)
+end
+
+function M.encode(result)
+  local self = new_builder()
+  local profile = pb.message()
+  for _, sample_type in ipairs(M.SAMPLE_TYPES) do
+    profile:message(PROFILE.sample_type, pb.message()
+      :varint(VALUE_TYPE.type, self:string(sample_type[1]))
+      :varint(VALUE_TYPE.unit, self:string(sample_type[2])))
+  end
+  for _, row in ipairs(rows.collect(result)) do
+    local sample = self:sample(row)
+    if sample then
+      profile:message(PROFILE.sample, sample)
+    end
+  end
+  -- One mapping, the program, whose functions, files and lines are all
+  -- known: pprof then needs no binary to name anything.
+  profile:message(PROFILE.mapping, pb.message():varint(MAPPING.id, 1)
+    :varint(MAPPING.filename, self:string('lua'))
+    :varint(MAPPING.has_functions, 1):varint(MAPPING.has_filenames, 1)
+    :varint(MAPPING.has_line_numbers, 1))
+  for _, location in ipairs(self.locations) do
+    profile:message(PROFILE.location, location)
+  end
+  for _, func in ipairs(self.functions) do
+    profile:message(PROFILE['function'], func)
+  end
+  local stream = result.stream
+  if stream.has_time and stream.time then
+    profile:optional(PROFILE.duration_nanos, stream.time)
+  end
+  local comment = self:string('memprof profile ' .. stream.name)
+  local default = self:string('alloc_space')
+  -- The string table last: every string is known by now.
+  for _, s in ipairs(self.strings) do
+    profile:bytes(PROFILE.string_table, s)
+  end
+  profile:packed(PROFILE.comment, { comment })
+  profile:varint(PROFILE.default_sample_type, default)
+  return profile:encode()
+end
+
+-- gzip data: memprof-report does not write it to a terminal.
+M.BINARY = true
+
+-- The analysis it needs (see memprof.cli): rows by stack when the
+-- stream can have stacks.
+function M.analysis(_, stream, reader)
+  local extended = stream.version == reader.EXTENDED_VERSION
+  return { group = extended and 'stack' or 'line' }
+end
+
+-- What to say on stderr about the result.
+function M.notes(result)
+  if result.stream.has_stacks then
+    return {}
+  end
+  return { 'the profile has no call stacks: each sample is one frame, the ' ..
+    'place of the events (record with memprof.start(path, ' ..
+    '{stack_depth = N}) for stacks)' }
+end
+
+function M.write(result, out)
+  out = out or io.stdout
+  out:write(gzip.wrap(M.encode(result)))
+end
+
+return M

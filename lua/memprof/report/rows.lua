@@ -1,0 +1,152 @@
+-- memprof.report.rows: the figures of each row of an analysis, with the
+-- sites and heap passes merged into the rows of the analysis' grouping.
+--
+--   local rows = require('memprof.report.rows')
+--   local list = rows.collect(result)   -- result of memprof.analyze.run
+--
+-- The sites and heap passes keep one record per site when the rows are
+-- lines (two sites with one name, a function loaded twice, are one
+-- row), and one per group otherwise; here every record is counted in
+-- its group (result.grouper), so each row appears once.  The list is
+-- in order of the groups' ids; each row:
+--   group            the memprof.groups group
+--   name             its name
+--   alloc_events, alloc_bytes          allocation events, bytes allocated
+--   realloc_events, realloc_bytes      reallocations, their new bytes
+--   realloc_old_bytes                  the bytes they released
+--   free_events, freed_bytes           deallocations at this row
+--   allocated_events = alloc_events + realloc_events (events that
+--                      produced a block), allocated_bytes = alloc_bytes +
+--                      realloc_bytes
+--   live_bytes       what the row's blocks hold at the end: bytes it
+--                    produced minus those of its blocks later released
+--                    (negative for the pseudo-row of blocks allocated
+--                    before profiling)
+--   live_blocks      its blocks still live (allocated_events minus
+--                    released blocks)
+--   released_blocks  its blocks freed or reallocated away (anywhere)
+--   overrides        per kind ('realloc', 'free'): { { group =, blocks = },
+--                    ... } the rows whose blocks the events released
+
+local M = {}
+
+local FIELDS = { 'alloc_events', 'alloc_bytes', 'realloc_events',
+  'realloc_bytes', 'realloc_old_bytes', 'free_events', 'freed_bytes',
+  'allocated_events', 'allocated_bytes', 'live_bytes', 'live_blocks',
+  'released_blocks' }
+M.FIELDS = FIELDS
+
+-- The group of a key of the sites or heap passes: a group already, or a
+-- site (rows by line).
+function M.group_of(grouper, key)
+  if key.mode then
+    return key
+  end
+  return grouper:key(key)
+end
+
+local function new_row(group)
+  local row = { group = group, name = group.name,
+    overrides = { realloc = {}, free = {} }, override_at = {} }
+  for _, field in ipairs(FIELDS) do
+    row[field] = 0
+  end
+  return row
+end
+
+local Collector = {}
+Collector.__index = Collector
+
+function Collector:row(key)
+  local group = M.group_of(self.grouper, key)
+  local row = self.by_group[group]
+  if not row then
+    row = new_row(group)
+    self.by_group[group] = row
+  end
+  return row
+end
+
+function Collector:add_overrides(row, kind, record)
+  local at = row.override_at
+  for _, owner in ipairs(record.overrides) do
+    local group = M.group_of(self.grouper, owner)
+    local key = kind .. '\0' .. group.id
+    local entry = at[key]
+    if not entry then
+      entry = { group = group, blocks = 0 }
+      at[key] = entry
+      local list = row.overrides[kind]
+      list[#list + 1] = entry
+    end
+    entry.blocks = entry.blocks + record.override_count[owner]
+  end
+end
+
+local EVENT_FIELDS = {
+  alloc = { 'alloc_events', 'alloc_bytes' },
+  realloc = { 'realloc_events', 'realloc_bytes', 'realloc_old_bytes' },
+  free = { 'free_events', nil, 'freed_bytes' },
+}
+
+function Collector:add_events(kind, records)
+  local fields = EVENT_FIELDS[kind]
+  for _, record in ipairs(records) do
+    local row = self:row(record.site)
+    row[fields[1]] = row[fields[1]] + record.count
+    if fields[2] then
+      row[fields[2]] = row[fields[2]] + record.plus
+    end
+    if fields[3] then
+      row[fields[3]] = row[fields[3]] + record.minus
+    end
+    if kind ~= 'alloc' then
+      self:add_overrides(row, kind, record)
+    end
+  end
+end
+
+function Collector:add_heap(stats_list)
+  for _, stats in ipairs(stats_list) do
+    local row = self:row(stats.site)
+    row.live_bytes = row.live_bytes + stats.holds
+    row.live_blocks = row.live_blocks + stats.allocs - stats.frees
+    row.released_blocks = row.released_blocks + stats.frees
+  end
+end
+
+function M.collect(result)
+  local self = setmetatable({ grouper = result.grouper, by_group = {} },
+    Collector)
+  for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
+    self:add_events(kind, result.sites.kinds[kind])
+  end
+  self:add_heap(result.heap.sites)
+  local list = {}
+  for _, group in ipairs(result.grouper.list) do
+    local row = self.by_group[group]
+    if row then
+      row.allocated_events = row.alloc_events + row.realloc_events
+      row.allocated_bytes = row.alloc_bytes + row.realloc_bytes
+      row.override_at = nil
+      list[#list + 1] = row
+    end
+  end
+  return list
+end
+
+-- The sums of the numeric fields over rows.
+function M.totals(list)
+  local totals = {}
+  for _, field in ipairs(FIELDS) do
+    totals[field] = 0
+  end
+  for _, row in ipairs(list) do
+    for _, field in ipairs(FIELDS) do
+      totals[field] = totals[field] + row[field]
+    end
+  end
+  return totals
+end
+
+return M

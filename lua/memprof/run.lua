@@ -1,0 +1,312 @@
+-- memprof.run: the memprof command, which profiles a whole script.
+--
+--   memprof run [-o PROFILE] [--stack-depth N] [--timestamps] [--lua=CMD]
+--               [REPORT OPTIONS] SCRIPT [ARGS...]
+--   memprof report [OPTIONS] FILE     (the same as memprof-report)
+--
+--   run.main(args, out, err [, how]) -> exit code
+--     how.self   the interpreter running memprof (default: the lowest
+--                entry of the global arg table, as `luajit` or
+--                `/usr/bin/tarantool`)
+--     how.dir    the directory of the memprof script (to find
+--                memprof.so next to it)
+--
+-- How a script is run: in a child process, `CMD -e WRAPPER SCRIPT
+-- ARGS...`, where CMD is --lua (default: the interpreter memprof runs
+-- under, when it is LuaJIT or Tarantool; `luajit` under plain Lua).
+-- Both luajit and tarantool run the -e chunk before the script, in the
+-- same Lua state, with `arg` already set for the script.  The wrapper
+-- loads memprof.so by its path (package.loadlib, so the script's
+-- package.cpath is untouched, and require('memprof') in the script
+-- returns the same module), leaves in `arg` only what the script would
+-- see (arg[0], its arguments, and the interpreter at arg[-1]), and
+-- starts the profiler.  Nothing has to stop it: when the script ends,
+-- fails, or calls os.exit, the module completes the file (at lua_close,
+-- or in its exit handler).  A child process, rather than running the
+-- script in this process, is what makes that robust: whatever the
+-- script does to its process (os.exit, a crash, a signal), memprof is
+-- still there to print the report, then exits with the script's status
+-- (128 + N when a signal N killed it).
+
+local cli = require('memprof.cli')
+
+local M = {}
+
+local PROGRAM = 'memprof'
+local format = string.format
+
+M.RUN_OPTIONS = {
+  { name = 'profile', short = 'o', value = 'PROFILE', key = 'profile',
+    help = 'write the profile there (default memprof-SCRIPT.bin)' },
+  { name = 'stack-depth', value = 'N', key = 'stack_depth',
+    check = function(value)
+      local number = tonumber(value)
+      if not number or number ~= math.floor(number) or number < 1 or
+          number > 64 then
+        return nil, 'expected a whole number from 1 to 64, found ' .. value
+      end
+      return number
+    end,
+    help = 'record call stacks of at most N frames (1 to 64)' },
+  { name = 'timestamps', key = 'timestamps',
+    help = 'record time marks (for --timeline and the chrome format)' },
+  { name = 'lua', value = 'CMD', key = 'lua',
+    help = 'run the script with CMD (luajit, tarantool, ...)' },
+  { name = 'help', short = 'h', key = 'help',
+    help = 'show this help and exit' },
+}
+
+-- The options of memprof run: its own, then memprof-report's (but
+-- --diff and --help).
+local function run_options()
+  local list = {}
+  for _, option in ipairs(M.RUN_OPTIONS) do
+    list[#list + 1] = option
+  end
+  for _, option in ipairs(cli.OPTIONS) do
+    if option.key ~= 'diff' and option.key ~= 'help' then
+      list[#list + 1] = option
+    end
+  end
+  return list
+end
+
+local function usage()
+  local lines = {
+    'Usage: ' .. PROGRAM .. ' run [OPTIONS] SCRIPT [ARGS...]',
+    '       ' .. PROGRAM .. ' report [OPTIONS] FILE  (as memprof-report)',
+    '',
+    'Run a Lua script under the profiler, without editing it, then print',
+    'the report of its profile (or the --format asked for).  The script',
+    'runs in a child process (--lua, default the interpreter running',
+    'memprof) with its arguments; memprof exits with its exit status.',
+    '',
+    'Options of run:',
+  }
+  for _, line in ipairs(cli.option_lines(M.RUN_OPTIONS)) do
+    lines[#lines + 1] = line
+  end
+  lines[#lines + 1] = ''
+  lines[#lines + 1] = 'And the options of memprof-report (memprof-report --help).'
+  return table.concat(lines, '\n') .. '\n'
+end
+
+-- Finding things -----------------------------------------------------------
+
+local function shell_quote(word)
+  return "'" .. word:gsub("'", "'\\''") .. "'"
+end
+M.shell_quote = shell_quote
+
+local function exists(path)
+  local file = io.open(path, 'rb')
+  if file then
+    file:close()
+    return true
+  end
+  return false
+end
+
+-- Where memprof.so is: next to the memprof script (the source tree's
+-- build/, or lib/lua/5.1 of the prefix it is installed in), then along
+-- package.cpath.
+function M.find_module(dir)
+  local candidates = {}
+  if dir then
+    candidates[1] = dir .. '/../build/memprof.so'
+    candidates[2] = dir .. '/../lib/lua/5.1/memprof.so'
+  end
+  for template in package.cpath:gmatch('[^;]+') do
+    candidates[#candidates + 1] = (template:gsub('%?', 'memprof'))
+  end
+  for _, path in ipairs(candidates) do
+    if exists(path) then
+      return path
+    end
+  end
+  return nil
+end
+
+-- The interpreter running this program: the lowest entry of arg.
+function M.running_interpreter()
+  if type(arg) ~= 'table' then
+    return nil
+  end
+  local lowest = 0
+  while arg[lowest - 1] ~= nil do
+    lowest = lowest - 1
+  end
+  if lowest == 0 then
+    return nil
+  end
+  return arg[lowest]
+end
+
+-- The command that runs scripts: --lua, or this interpreter when it is
+-- LuaJIT-based (plain Lua cannot load memprof.so), or luajit.
+local function interpreter(opts, how)
+  if opts.lua then
+    return opts.lua
+  end
+  local self = how.self or M.running_interpreter()
+  if self and rawget(_G, 'jit') then
+    return self
+  end
+  return 'luajit'
+end
+
+-- 'memprof-app.bin' for 'dir/app.lua'.
+function M.default_profile(script)
+  local base = script:match('([^/]*)$'):gsub('%.lua$', '')
+  if base == '' then
+    base = 'script'
+  end
+  return 'memprof-' .. base .. '.bin'
+end
+
+-- The child ------------------------------------------------------------------
+
+-- A Lua literal of a value of the start options.
+local function literal(value)
+  if type(value) == 'string' then
+    return format('%q', value)
+  end
+  return tostring(value)
+end
+
+-- The chunk run by -e before the script.
+function M.wrapper(module_path, profile, opts)
+  local options = {}
+  if opts.stack_depth then
+    options[#options + 1] = 'stack_depth = ' .. literal(opts.stack_depth)
+  end
+  if opts.timestamps then
+    options[#options + 1] = 'timestamps = true'
+  end
+  local start_options = #options > 0 and
+    '{ ' .. table.concat(options, ', ') .. ' }' or 'nil'
+  return table.concat({
+    'local open, why = package.loadlib(' .. literal(module_path) ..
+      ", 'luaopen_memprof')",
+    "if not open then io.stderr:write('memprof: cannot load ', " ..
+      literal(module_path) .. ", ': ', tostring(why), '\\n') os.exit(1) end",
+    "local memprof = open('memprof')",
+    "package.loaded.memprof = memprof",
+    'local lowest = -1',
+    'while arg[lowest - 1] ~= nil do lowest = lowest - 1 end',
+    'local self = arg[lowest]',
+    'for i = lowest, -1 do arg[i] = nil end',
+    'arg[-1] = self',
+    'local ok, message = memprof.start(' .. literal(profile) .. ', ' ..
+      start_options .. ')',
+    "if not ok then io.stderr:write('memprof: cannot start the profiler: ', " ..
+      "tostring(message), '\\n') os.exit(1) end",
+  }, ' ')
+end
+
+-- The command line of the child.
+function M.command(interp, wrapper, words)
+  local parts = {}
+  for word in interp:gmatch('%S+') do
+    parts[#parts + 1] = shell_quote(word)
+  end
+  parts[#parts + 1] = '-e'
+  parts[#parts + 1] = shell_quote(wrapper)
+  for _, word in ipairs(words) do
+    parts[#parts + 1] = shell_quote(word)
+  end
+  return table.concat(parts, ' ')
+end
+
+-- The exit code of a child from os.execute's results.
+function M.exit_code(status, how, code)
+  if type(status) == 'number' then
+    -- Lua 5.1: the wait status from system().
+    if status % 256 == 0 then
+      return math.floor(status / 256) % 256
+    end
+    return 128 + status % 128
+  end
+  if how == 'signal' then
+    return 128 + code
+  end
+  return code or (status and 0 or 1)
+end
+
+-- Running ----------------------------------------------------------------------
+
+-- The options of memprof-report given to memprof run.
+local function report_options(opts)
+  local copy = {}
+  for _, option in ipairs(cli.OPTIONS) do
+    copy[option.key] = opts[option.key]
+  end
+  return copy
+end
+
+local function run(opts, words, out, err, how)
+  local module_path = M.find_module(how.dir)
+  if not module_path then
+    err:write(PROGRAM, ': cannot find memprof.so (next to this program or ',
+      'along package.cpath)\n')
+    return 1
+  end
+  local profile = opts.profile or M.default_profile(words[1])
+  local command = M.command(interpreter(opts, how),
+    M.wrapper(module_path, profile, opts), words)
+  out:flush()
+  local code = M.exit_code(os.execute(command))
+  err:write(format('%s: %s exited with %d; profile in %s\n', PROGRAM,
+    words[1], code, profile))
+  local report_code = cli.report_main(profile, report_options(opts), out, err)
+  if code ~= 0 then
+    return code
+  end
+  return report_code
+end
+
+local function run_main(args, out, err, how)
+  local opts, words = cli.parse(args, { options = run_options(), stop = true })
+  if not opts then
+    err:write(PROGRAM, ' run: ', words, ' (see memprof run --help)\n')
+    return 1
+  end
+  if opts.help then
+    out:write(usage())
+    return 0
+  end
+  if #words == 0 then
+    err:write(PROGRAM, ' run: no script given (see memprof run --help)\n')
+    return 1
+  end
+  local problem = cli.conflict(report_options(opts))
+  if problem then
+    err:write(PROGRAM, ' run: ', problem, ' (see memprof run --help)\n')
+    return 1
+  end
+  return run(opts, words, out, err, how)
+end
+
+function M.main(args, out, err, how)
+  out = out or io.stdout
+  err = err or io.stderr
+  how = how or {}
+  local command = args[1]
+  local rest = {}
+  for i = 2, #args do
+    rest[#rest + 1] = args[i]
+  end
+  if command == 'run' then
+    return run_main(rest, out, err, how)
+  elseif command == 'report' then
+    return cli.main(rest, out, err)
+  elseif command == '--help' or command == '-h' then
+    out:write(usage())
+    return 0
+  end
+  err:write(PROGRAM, ': ', command and format("unknown command '%s'",
+    command) or 'no command given', ' (see memprof --help)\n')
+  return 1
+end
+
+return M

@@ -1,0 +1,71 @@
+-- Test helpers: run commands and handle files.
+--
+--   local C = require('helpers.command')
+--   local code, stdout, stderr = C.run('ls /')     -- a shell command line
+--   C.command('./bin/memprof-report', '--leaks', path)  -- quoted words
+--   C.write_file(path, bytes), C.read_file(path) -> bytes or nil
+--   C.quote(word)               -- for the shell
+--   C.temp_dir() -> a new directory; C.remove_tree(dir)
+--   C.have(program) -> whether `program` is on PATH
+
+local M = {}
+
+function M.quote(word)
+  return "'" .. tostring(word):gsub("'", "'\\''") .. "'"
+end
+
+function M.write_file(path, bytes)
+  local file = assert(io.open(path, 'wb'))
+  file:write(bytes)
+  file:close()
+end
+
+function M.read_file(path)
+  local file = io.open(path, 'rb')
+  if not file then
+    return nil
+  end
+  local data = file:read('*a')
+  file:close()
+  return data
+end
+
+-- Runs a shell command line; returns its exit code, stdout and stderr.
+function M.run(command_line)
+  local err_path = os.tmpname()
+  local pipe = assert(io.popen(command_line .. ' 2>' .. err_path ..
+    '; echo "exit:$?"'))
+  local output = pipe:read('*a')
+  pipe:close()
+  local stderr = M.read_file(err_path)
+  os.remove(err_path)
+  local stdout, code = output:match('^(.*)exit:(%d+)\n$')
+  return tonumber(code), stdout, stderr
+end
+
+-- A command line of quoted words.
+function M.command(...)
+  local words = {}
+  for i = 1, select('#', ...) do
+    words[i] = M.quote((select(i, ...)))
+  end
+  return table.concat(words, ' ')
+end
+
+function M.temp_dir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute('mkdir ' .. M.quote(dir)))
+  return dir
+end
+
+function M.remove_tree(dir)
+  os.execute('rm -rf ' .. M.quote(dir))
+end
+
+function M.have(program)
+  local code = M.run('command -v ' .. M.quote(program) .. ' >/dev/null')
+  return code == 0
+end
+
+return M

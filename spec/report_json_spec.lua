@@ -1,0 +1,178 @@
+-- Specs for memprof.report.json: the document is decoded with lua-cjson
+-- and its values checked.  Runs under LuaJIT and plain Lua 5.1 (both
+-- need lua-cjson, the Debian package lua-cjson).
+
+local cjson = require('cjson')
+local reader = require('memprof.reader')
+local analyze = require('memprof.analyze')
+local json = require('memprof.report.json')
+local B = require('helpers.stream_builder')
+
+local ALL = { leaks = true, peak = true, temporary = true, timeline = true }
+
+local function render(builder, group)
+  local result = analyze.run(reader.from_string(builder:bytes(), 'out.bin'),
+    { group = group, views = ALL })
+  local parts = {}
+  json.write(result, { write = function(_, ...)
+    for i = 1, select('#', ...) do
+      parts[#parts + 1] = select(i, ...)
+    end
+  end })
+  return table.concat(parts)
+end
+
+local function decode(builder, group)
+  return cjson.decode(render(builder, group))
+end
+
+-- { name = entry } for the entries of a section.
+local function by_name(list)
+  local map = {}
+  for _, entry in ipairs(list) do
+    map[entry.name] = entry
+  end
+  return map
+end
+
+describe('json report', function()
+  it('describes the stream, its sites, stacks and rows', function()
+    local doc = decode(B.three_callers(), 'caller')
+    assert.are.equal(1, doc.memprof_json)
+    assert.are.same({ name = 'out.bin', version = 100, symtab_version = 3,
+      events = 15, bytes_read = #B.three_callers():bytes(),
+      has_stacks = true, has_time = false, last_time_ns = cjson.null },
+      doc.stream)
+    assert.are.same({}, doc.warnings)
+    assert.are.equal('caller', doc.grouping)
+    assert.are.equal(12, #doc.sites)
+    assert.are.same({ id = 2, name = '@log.lua:5', source = 'lua',
+      chunkname = '@log.lua', line = 5, traceno = cjson.null,
+      address = '0x100', ['function'] = 'function at @log.lua:3',
+      alias = cjson.null }, doc.sites[2])
+    assert.are.same({ id = 11, name = 'TRACE [1] started at @app.lua:70',
+      source = 'trace', chunkname = cjson.null, line = cjson.null,
+      traceno = 1, address = cjson.null,
+      ['function'] = 'TRACE [1] started at @app.lua:70', alias = cjson.null },
+      doc.sites[11])
+    assert.are.same({ id = 2, frames = { 1, 2, 4 } }, doc.stacks[2])
+    assert.are.equal(6, #doc.stacks)
+    assert.are.same({ id = 2, name = '@app.lua:20', source = 'lua',
+      note = cjson.null, site = 4, ['function'] = cjson.null,
+      frames = cjson.null }, doc.rows[2])
+    assert.are.same({ id = 9, name = '(allocated before profiling)',
+      source = 'before', note = cjson.null, site = cjson.null,
+      ['function'] = cjson.null, frames = cjson.null }, doc.rows[9])
+    assert.are.equal('no caller', doc.rows[6].note)
+  end)
+
+  it('has the sections of the default report, per row', function()
+    local doc = decode(B.three_callers(), 'caller')
+    local allocations = by_name(doc.allocations)
+    assert.are.equal(7, #doc.allocations)
+    assert.are.same({ row = 2, name = '@app.lua:20', events = 2, bytes = 400 },
+      allocations['@app.lua:20'])
+    assert.are.same({ row = 1, name = '@app.lua:10', events = 3, bytes = 300 },
+      doc.allocations[2])
+    assert.are.same({}, doc.reallocations)
+    assert.are.same({ { row = 8, name = 'INTERNAL (no call stack)',
+      events = 5, bytes = 356, overrides = {
+        { row = 1, name = '@app.lua:10', blocks = 3 },
+        { row = 9, name = '(allocated before profiling)', blocks = 1 },
+        { row = 6, name = '@app.lua:5 (no Lua caller in the stack)',
+          blocks = 1 } } } }, doc.deallocations)
+    local heap = by_name(doc.heap)
+    assert.are.same({ row = 1, name = '@app.lua:10', live_bytes = 0,
+      live_blocks = 0, allocs = 3, reallocs = 0, frees = 3 },
+      heap['@app.lua:10'])
+    assert.are.same({ row = 9, name = '(allocated before profiling)',
+      live_bytes = -24, live_blocks = -1, allocs = 0, reallocs = 0,
+      frees = 1 }, heap['(allocated before profiling)'])
+    assert.are.same({ events = 15, alloc_events = 10, realloc_events = 0,
+      free_events = 5, allocated_bytes = 1160, freed_bytes = 356,
+      net_bytes = 804 }, doc.totals)
+  end)
+
+  it('has the views', function()
+    local doc = decode(B.three_callers(), 'caller')
+    assert.are.same({ row = 2, name = '@app.lua:20', blocks = 2, bytes = 400,
+      stacks = { { stack = 2, blocks = 2, bytes = 400 } } }, doc.live.rows[1])
+    assert.are.same({ row = 7,
+      name = 'TRACE [1] started at @app.lua:70 (no call stack)', blocks = 1,
+      bytes = 16, stacks = {} }, doc.live.rows[5])
+    assert.are.equal(6, doc.live.blocks)
+    assert.are.equal(828, doc.live.bytes)
+    assert.are.equal(24, doc.live.freed_before_profiling)
+    assert.are.equal(804, doc.live.net_bytes)
+    assert.are.equal(1160, doc.peak.bytes)
+    assert.are.equal(10, doc.peak.event)
+    assert.are.equal(cjson.null, doc.peak.time_ns)
+    assert.are.same({ row = 2, name = '@app.lua:20', bytes = 400, blocks = 2 },
+      doc.peak.rows[1])
+    assert.are.equal(1, doc.temporary.limit)
+    assert.are.same({ row = 6, name = '@app.lua:5 (no Lua caller in the stack)',
+      blocks = 1, bytes = 32, temporary_blocks = 1, temporary_bytes = 32,
+      freed_blocks = 0, freed_bytes = 0, live_blocks = 0, live_bytes = 0 },
+      doc.temporary.rows[1])
+    assert.are.same({ blocks = 10, bytes = 1160, temporary_blocks = 1,
+      temporary_bytes = 32, freed_blocks = 3, freed_bytes = 300,
+      live_blocks = 6, live_bytes = 828 }, doc.temporary.totals)
+    assert.are.equal(cjson.null, doc.timeline)
+  end)
+
+  it('has the peak and the timeline of a profile with time marks', function()
+    local doc = decode(B.peak_payload(), 'line')
+    assert.are.same({ bytes = 570, event = 5, offset = 55,
+      time_ns = 2000000, next_time_ns = 3000000, rows = {
+        { row = 4, name = '@p.lua:3', bytes = 400, blocks = 1 },
+        { row = 2, name = '@p.lua:2', bytes = 200, blocks = 1 },
+        { row = 3, name = '(allocated before profiling)', bytes = -30,
+          blocks = -1 } } }, doc.peak)
+    assert.are.same({ resolution_ns = 10000, duration_ns = 4000000, slots = {
+      { start_ns = 1000000, highest = 300, last = 270, events = 3 },
+      { start_ns = 2000000, highest = 570, last = 570, events = 2 },
+      { start_ns = 3000000, highest = 420, last = 320, events = 3 },
+    } }, doc.timeline)
+    assert.are.equal(4000000, doc.stream.last_time_ns)
+    assert.is_true(doc.stream.has_time)
+  end)
+
+  it('makes one row of the sites of one name', function()
+    -- The same line of a function loaded twice, at two addresses.
+    local s = B.new():lfunc(0x100, '@a.lua', 0):lfunc(0x200, '@a.lua', 0)
+      :events()
+    s:alloc(B.lua(0x100, 3), 0x10, 10)
+    s:alloc(B.lua(0x200, 3), 0x20, 20)
+    s:free(B.internal(), 0x10, 10)
+    s:epilogue()
+    local doc = decode(s, 'line')
+    assert.are.same({ '@a.lua:3', '0x100', '@a.lua:3', '0x200', 'INTERNAL' },
+      { doc.sites[1].name, doc.sites[1].address, doc.sites[2].name,
+        doc.sites[2].address, doc.sites[3].name })
+    assert.are.same({ { row = 1, name = '@a.lua:3', events = 2, bytes = 30 } },
+      doc.allocations)
+    assert.are.same({ { row = 1, name = '@a.lua:3', live_bytes = 20,
+      live_blocks = 1, allocs = 2, reallocs = 0, frees = 1 } }, doc.heap)
+  end)
+
+  it('writes empty lists as [] and large numbers exactly', function()
+    local s = B.new():lfunc(0x7f0123456789, '@big.lua', 1):events()
+    s:alloc(B.lua(0x7f0123456789, 2), 0x10, 2 ^ 50 + 1)
+    s:epilogue()
+    local text = render(s, 'line')
+    assert.truthy(text:find('"reallocations":[]', 1, true))
+    assert.truthy(text:find('"bytes":1125899906842625', 1, true))
+    local doc = cjson.decode(text)
+    assert.are.equal('0x7f0123456789', doc.sites[1].address)
+    assert.are.same({}, doc.deallocations)
+    assert.are.equal(2 ^ 50 + 1, doc.totals.net_bytes)
+  end)
+
+  it('reports the warning of a cut stream', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 1):events()
+    s:alloc(B.lua(0x100, 1), 0x10, 8)
+    local doc = decode(s, 'line')
+    assert.are.same({ 'out.bin: the stream has no epilogue (the profile was not stopped ' ..
+      'cleanly); the report covers all 1 event' }, doc.warnings)
+  end)
+end)

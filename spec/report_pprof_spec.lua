@@ -1,0 +1,184 @@
+-- Specs for the pprof export: memprof.protobuf, memprof.gzip (checked
+-- by gzip itself) and memprof.report.pprof, checked by its real
+-- consumer, `go tool pprof` (Debian package golang-go), run offline with
+-- its home and caches in a temporary directory.  Runs under LuaJIT and
+-- plain Lua 5.1.
+
+local pb = require('memprof.protobuf')
+local gzip = require('memprof.gzip')
+local B = require('helpers.stream_builder')
+local C = require('helpers.command')
+
+local REPORT = './bin/memprof-report'
+
+local function hex(bytes)
+  return (bytes:gsub('.', function(c)
+    return string.format('%02x', c:byte())
+  end))
+end
+
+describe('protobuf encoder', function()
+  it('encodes varints', function()
+    assert.are.equal('00', hex(pb.varint(0)))
+    assert.are.equal('7f', hex(pb.varint(127)))
+    assert.are.equal('8001', hex(pb.varint(128)))
+    assert.are.equal('ac02', hex(pb.varint(300)))
+    assert.are.equal('8080808080808010', hex(pb.varint(2 ^ 53)))
+    assert.has_error(function() pb.varint(-1) end,
+      'protobuf: expected a whole number between 0 and 2^53')
+    assert.has_error(function() pb.varint(1.5) end,
+      'protobuf: expected a whole number between 0 and 2^53')
+  end)
+
+  it('encodes fields and messages', function()
+    local inner = pb.message():varint(1, 150)
+    local message = pb.message():bytes(2, 'testing'):message(3, inner)
+      :packed(4, { 3, 270, 86942 }):optional(5, 0):optional(6, 1)
+    assert.are.equal('120774657374696e67' .. '1a03089601' ..
+      '2206038e029ea705' .. '3001', hex(message:encode()))
+  end)
+end)
+
+describe('gzip writer', function()
+  it('computes CRC-32', function()
+    for _, opts in ipairs({ {}, { plain = true } }) do
+      assert.are.equal(0xCBF43926, gzip.crc32('123456789', opts))
+      assert.are.equal(0, gzip.crc32('', opts))
+      assert.are.equal(0x414FA339, gzip.crc32('The quick brown fox jumps ' ..
+        'over the lazy dog', opts))
+    end
+  end)
+
+  it('writes files that gzip reads back', function()
+    local dir = C.temp_dir()
+    local data = {}
+    for i = 1, 30000 do
+      data[i] = string.char(i % 256, (i * 7) % 256)
+    end
+    -- Empty, one block, and just over two blocks (65535 bytes each).
+    local cases = { '', 'hello', table.concat(data):sub(1, 65535 * 2 + 5) }
+    for i, content in ipairs(cases) do
+      local path = dir .. '/' .. i .. '.gz'
+      C.write_file(path, gzip.wrap(content))
+      local code, stdout, stderr = C.run('gzip -dc ' .. C.quote(path))
+      assert.are.equal('', stderr)
+      assert.are.equal(0, code)
+      assert.are.equal(#content, #stdout)
+      assert.is_true(content == stdout)
+    end
+    C.remove_tree(dir)
+  end)
+end)
+
+describe('pprof report read by go tool pprof', function()
+  local dir
+
+  setup(function()
+    assert(C.have('go'), 'these specs need go (Debian package golang-go)')
+  end)
+
+  before_each(function()
+    dir = C.temp_dir()
+  end)
+
+  after_each(function()
+    C.remove_tree(dir)
+  end)
+
+  -- The profile of a stream, written by memprof-report --output.
+  local function profile_of(builder)
+    local path = dir .. '/p.bin'
+    C.write_file(path, builder:bytes())
+    local out = dir .. '/p.pb.gz'
+    local code, stdout = C.run(C.command(REPORT, '--format=pprof',
+      '--output=' .. out, path))
+    assert.are.equal(0, code)
+    assert.are.equal('', stdout)
+    return out, path
+  end
+
+  -- go tool pprof's output, offline, with its files under dir.
+  local function pprof(...)
+    local env = 'HOME=' .. C.quote(dir) .. ' GOCACHE=' ..
+      C.quote(dir .. '/cache') .. ' GOFLAGS=-mod=mod GOPROXY=off ' ..
+      'PPROF_TMPDIR=' .. C.quote(dir)
+    local code, stdout, stderr = C.run(env .. ' go tool pprof ' ..
+      C.command(...))
+    assert.are.equal('', stderr)
+    assert.are.equal(0, code)
+    return stdout
+  end
+
+  it('shows the top functions by bytes allocated', function()
+    local file, source = profile_of(B.three_callers())
+    assert.are.equal([[
+File: lua
+memprof profile ]] .. source .. [[
+
+Type: alloc_space
+Showing nodes accounting for 1160B, 100% of 1160B total
+      flat  flat%   sum%        cum   cum%
+     1000B 86.21% 86.21%      1000B 86.21%  string.format
+       64B  5.52% 91.72%      1064B 91.72%  function at @log.lua:3
+       48B  4.14% 95.86%        48B  4.14%  io_lines
+       32B  2.76% 98.62%      1144B 98.62%  main chunk of @app.lua
+       16B  1.38%   100%        16B  1.38%  TRACE [1] started at @app.lua:70
+]], pprof('-top', '-sample_index=alloc_space', file))
+  end)
+
+  it('has every sample type, and lines and files of Lua frames', function()
+    local file, source = profile_of(B.three_callers())
+    assert.are.equal([[
+File: lua
+memprof profile ]] .. source .. [[
+
+Type: inuse_space
+Showing nodes accounting for 828B, 100% of 828B total
+      flat  flat%   sum%        cum   cum%
+      700B 84.54% 84.54%       700B 84.54%  string.format
+       64B  7.73% 92.27%        64B  7.73%  function at @log.lua:3 log.lua:7
+       48B  5.80% 98.07%        48B  5.80%  io_lines
+       16B  1.93%   100%        16B  1.93%  TRACE [1] started at @app.lua:70
+         0     0%   100%       700B 84.54%  function at @log.lua:3 log.lua:5
+         0     0%   100%       400B 48.31%  main chunk of @app.lua app.lua:20
+         0     0%   100%       300B 36.23%  main chunk of @app.lua app.lua:30
+         0     0%   100%        64B  7.73%  main chunk of @app.lua app.lua:50
+         0     0%   100%        48B  5.80%  main chunk of @app.lua app.lua:60
+]], pprof('-top', '-lines', '-sample_index=inuse_space', file))
+    local raw = pprof('-raw', file)
+    assert.truthy(raw:find('alloc_space/bytes[dflt] alloc_objects/count ' ..
+      'inuse_space/bytes inuse_objects/count\n', 1, true))
+    assert.truthy(raw:find('\n        400          2        400          2: ' ..
+      '1 2 4 \n', 1, true))
+    assert.truthy(raw:find('\n     2: 0x0 M=1 function at @log.lua:3 ' ..
+      'log.lua:5 s=3\n', 1, true))
+    local objects = pprof('-top', '-sample_index=alloc_objects', file)
+    assert.truthy(objects:find('\n         6 60.00% 60.00%          6 ' ..
+      '60.00%  string.format\n', 1, true))
+  end)
+
+  it('makes one-frame samples for a profile without stacks', function()
+    local file = profile_of(B.crafted())
+    local top = pprof('-top', '-sample_index=inuse_objects', file)
+    assert.truthy(top:find([[
+Type: inuse_objects
+Showing nodes accounting for 4, 100% of 4 total
+      flat  flat%   sum%        cum   cum%
+         3 75.00% 75.00%          3 75.00%  function at @test.lua:1
+         1 25.00%   100%          1 25.00%  TRACE [1] started at @test.lua:5
+]], 1, true))
+  end)
+end)
+
+describe('memprof-report --format=pprof', function()
+  it('never writes gzip data to a terminal', function()
+    local path = os.tmpname()
+    C.write_file(path, B.crafted():bytes())
+    local code, stdout = C.run('script -q -e -c ' .. C.quote(C.command(REPORT,
+      '--format=pprof', path)) .. ' /dev/null')
+    os.remove(path)
+    assert.are.equal(1, code)
+    assert.are.equal('memprof-report: --format=pprof writes binary data: ' ..
+      'redirect the output or use --output=FILE\r\n', stdout)
+  end)
+end)

@@ -1,0 +1,215 @@
+-- Specs for `memprof run` (bin/memprof, memprof.run): a script profiled
+-- in a child process without being edited.  memprof runs under the
+-- interpreter being tested (MEMPROF_TEST_LUA, default luajit), so the
+-- script does too; a spec runs it under tarantool with --lua.  Needs
+-- build/memprof.so: LuaJIT hosts only.
+
+local run = require('memprof.run')
+local reader = require('memprof.reader')
+local C = require('helpers.command')
+
+local LUA = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
+local MEMPROF = os.getenv('PWD') .. '/bin/memprof'
+
+-- Writes its arguments (and arg[-1], arg[0]) one per line to the file
+-- named by its first argument; keeps 100 tables made at line 5; then
+-- exits (arg[2] = 'exit', with code arg[3]) or fails (arg[2] = 'fail').
+local SCRIPT = [[
+local out = assert(io.open(arg[1], 'w'))
+out:write(tostring(arg[-1]), '\n', arg[0], '\n', table.concat(arg, '\n'), '\n')
+out:close()
+local keep = {}
+for i = 1, 100 do keep[i] = { i } end
+_G.keep = keep
+if arg[2] == 'exit' then os.exit(tonumber(arg[3])) end
+if arg[2] == 'fail' then error('failed on purpose') end
+]]
+
+-- The row of `name` in the HEAP SUMMARY of a report, or nil.
+local function heap_row(report, name)
+  local summary = report:match('HEAP SUMMARY:\n(.*)$')
+  for line in (summary or ''):gmatch('[^\n]+') do
+    if line:sub(1, #name + 7) == name .. ' holds ' and
+        line:find('^.- holds %-?%d+B: %d+ allocs, %d+ frees') then
+      return line
+    end
+  end
+  return nil
+end
+
+describe('memprof run', function()
+  local dir
+
+  before_each(function()
+    dir = C.temp_dir()
+    C.write_file(dir .. '/app.lua', SCRIPT)
+  end)
+
+  after_each(function()
+    C.remove_tree(dir)
+  end)
+
+  -- Runs memprof in dir under LUA; returns exit code, stdout, stderr.
+  local function memprof(...)
+    return C.run('cd ' .. C.quote(dir) .. ' && timeout 120 ' ..
+      C.command(LUA, MEMPROF, ...))
+  end
+
+  local function lines_of(path)
+    local list = {}
+    for line in C.read_file(path):gmatch('([^\n]*)\n') do
+      list[#list + 1] = line
+    end
+    return list
+  end
+
+  it('runs the script with its arguments and prints the report', function()
+    local code, stdout, stderr = memprof('run', 'app.lua', 'args.txt', 'b c',
+      '')
+    assert.are.equal(0, code)
+    -- arg[-1] is what the interpreter shows a script it runs directly.
+    C.write_file(dir .. '/self.lua', 'io.write(tostring(arg[-1]))')
+    local _, self = C.run('cd ' .. C.quote(dir) .. ' && timeout 120 ' ..
+      C.command(LUA, 'self.lua'))
+    assert.are.same({ self, 'app.lua', 'args.txt', 'b c', '' },
+      lines_of(dir .. '/args.txt'))
+    assert.are.equal('memprof: app.lua exited with 0; profile in ' ..
+      'memprof-app.bin\n', stderr)
+    assert.truthy(stdout:find('^ALLOCATIONS\n'))
+    assert.truthy(stdout:find('\n@app.lua:5: %d+ events\t%+%d+B\t%-0B\n'))
+    -- (The byte counts depend on the VM and the JIT, the rows do not.)
+    assert.truthy(heap_row(stdout, '@app.lua:5'))
+    -- The profile is where it said.
+    local stream = reader.open(dir .. '/memprof-app.bin')
+    assert.are.equal(3, stream.version)
+    stream:close()
+  end)
+
+  it('passes on the exit status of the script', function()
+    local code, stdout, stderr = memprof('run', '-o', 'exit.bin',
+      '--leak-only', 'app.lua', 'args.txt', 'exit', '7')
+    assert.are.equal(7, code)
+    assert.are.equal('memprof: app.lua exited with 7; profile in exit.bin\n',
+      stderr)
+    assert.truthy(stdout:find('^HEAP SUMMARY:\n'))
+    assert.truthy(heap_row(stdout, '@app.lua:5'))
+    code, stdout, stderr = memprof('run', '-o', 'fail.bin', '--leak-only',
+      'app.lua', 'args.txt', 'fail')
+    assert.are.equal(1, code)
+    assert.truthy(stderr:find('failed on purpose', 1, true))
+    assert.truthy(stderr:find('memprof: app.lua exited with 1; profile in ' ..
+      'fail.bin\n', 1, true))
+    assert.truthy(stdout:find('^HEAP SUMMARY:\n'))
+    assert.truthy(C.read_file(dir .. '/fail.bin'))
+  end)
+
+  it('records stacks and time marks, and writes the format asked for',
+    function()
+      local code, stdout = memprof('run', '--profile=deep.bin',
+        '--stack-depth', '8', '--timestamps', '--format=folded',
+        '--metric=live-bytes', 'app.lua', 'args.txt')
+      assert.are.equal(0, code)
+      assert.truthy(stdout:find('@app.lua:5 %d+\n'))
+      local stream = reader.open(dir .. '/deep.bin')
+      while stream:next() do end
+      assert.are.equal(100, stream.version)
+      assert.is_true(stream.has_stacks)
+      assert.is_true(stream.has_time)
+    end)
+
+  it('prints its usage', function()
+    for _, args in ipairs({ { '--help' }, { 'run', '--help' } }) do
+      local code, stdout, stderr = memprof(unpack(args))
+      assert.are.equal(0, code)
+      assert.are.equal('', stderr)
+      assert.are.equal([[
+Usage: memprof run [OPTIONS] SCRIPT [ARGS...]
+       memprof report [OPTIONS] FILE  (as memprof-report)
+
+Run a Lua script under the profiler, without editing it, then print
+the report of its profile (or the --format asked for).  The script
+runs in a child process (--lua, default the interpreter running
+memprof) with its arguments; memprof exits with its exit status.
+
+Options of run:
+  -o, --profile=PROFILE  write the profile there (default memprof-SCRIPT.bin)
+  --stack-depth=N        record call stacks of at most N frames (1 to 64)
+  --timestamps           record time marks (for --timeline and the chrome format)
+  --lua=CMD              run the script with CMD (luajit, tarantool, ...)
+  -h, --help             show this help and exit
+
+And the options of memprof-report (memprof-report --help).
+]], stdout)
+    end
+  end)
+
+  it('reports a profile with memprof report', function()
+    C.write_file(dir .. '/p.bin', require('helpers.stream_builder').crafted()
+      :bytes())
+    local code, stdout, stderr = memprof('report', '--leak-only', 'p.bin')
+    assert.are.equal(0, code)
+    assert.are.equal('', stderr)
+    local _, direct = C.run('cd ' .. C.quote(dir) .. ' && ' ..
+      C.command(os.getenv('PWD') .. '/bin/memprof-report', '--leak-only',
+        'p.bin'))
+    assert.are.equal(direct, stdout)
+  end)
+
+  it('says what is wrong with its command line', function()
+    local cases = {
+      { { 'run' }, 'memprof run: no script given (see memprof run --help)\n' },
+      { { 'run', '--stack-depth=65', 'app.lua' }, "memprof run: option " ..
+        "'--stack-depth': expected a whole number from 1 to 64, found 65 " ..
+        '(see memprof run --help)\n' },
+      { { 'run', '--top=2', '--format=pprof', 'app.lua' }, 'memprof run: ' ..
+        '--top does not apply to --format=pprof (see memprof run --help)\n' },
+      { { 'walk' }, "memprof: unknown command 'walk' (see memprof --help)\n" },
+      { {}, 'memprof: no command given (see memprof --help)\n' },
+    }
+    for _, case in ipairs(cases) do
+      local code, stdout, stderr = memprof(unpack(case[1]))
+      assert.are.equal(1, code)
+      assert.are.equal('', stdout)
+      assert.are.equal(case[2], stderr)
+    end
+    -- Options after the script are the script's.
+    local code, _, stderr = memprof('run', '-o', 'x.bin', 'app.lua',
+      'args.txt', '--top=2')
+    assert.are.equal(0, code)
+    assert.are.equal('memprof: app.lua exited with 0; profile in x.bin\n',
+      stderr)
+    assert.are.equal('--top=2', lines_of(dir .. '/args.txt')[4])
+  end)
+
+  it('runs scripts under tarantool', function()
+    if not C.have('tarantool') then
+      error('this spec needs tarantool (Debian package tarantool)')
+    end
+    local code, stdout, stderr = memprof('run', '--lua=tarantool', '-o',
+      't.bin', '--leak-only', 'app.lua', 'args.txt', 'exit', '5')
+    assert.are.equal(5, code)
+    assert.are.equal('memprof: app.lua exited with 5; profile in t.bin\n',
+      stderr)
+    assert.truthy(heap_row(stdout, '@app.lua:5'))
+    local args = lines_of(dir .. '/args.txt')
+    assert.truthy(args[1]:find('tarantool$'))
+    assert.are.same({ 'app.lua', 'args.txt', 'exit', '5' },
+      { args[2], args[3], args[4], args[5] })
+  end)
+end)
+
+describe('memprof.run helpers', function()
+  it('decodes exit statuses', function()
+    assert.are.equal(0, run.exit_code(0))
+    assert.are.equal(3, run.exit_code(768))
+    assert.are.equal(137, run.exit_code(9))
+    assert.are.equal(3, run.exit_code(nil, 'exit', 3))
+    assert.are.equal(0, run.exit_code(true, 'exit', 0))
+    assert.are.equal(143, run.exit_code(nil, 'signal', 15))
+  end)
+
+  it('names the default profile after the script', function()
+    assert.are.equal('memprof-app.bin', run.default_profile('dir/app.lua'))
+    assert.are.equal('memprof-tool.bin', run.default_profile('tool'))
+  end)
+end)
