@@ -12,8 +12,8 @@ local B = require('helpers.stream_builder')
 local C = require('helpers.command')
 
 local REPORT = './bin/memprof-report'
-local SPEEDSCOPE = os.getenv('MEMPROF_SPEEDSCOPE') or
-  'build/node_modules/speedscope'
+local consumers = require('helpers.consumers')
+local SPEEDSCOPE = consumers.SPEEDSCOPE
 
 -- The folded text of a stream, analysed as memprof-report does.
 local function render(builder, opts)
@@ -187,12 +187,9 @@ describe('folded report read by speedscope', function()
   local function import(text)
     local path = os.tmpname()
     C.write_file(path, text)
-    local code, stdout, stderr = C.run(C.command('node',
-      'spec/support/speedscope_import.js', SPEEDSCOPE, path))
+    local imported = consumers.speedscope(path)
     os.remove(path)
-    assert.are.equal('', stderr)
-    assert.are.equal(0, code)
-    return require('cjson').decode(stdout)
+    return imported
   end
 
   it('imports the stacks and their weights', function()

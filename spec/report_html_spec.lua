@@ -387,103 +387,12 @@ end)
 
 -- The browser ---------------------------------------------------------------
 
-local CHROMIUM = os.getenv('MEMPROF_CHROMIUM') or 'chromium'
-local CHROMIUM_FLAGS = '--headless --no-sandbox --disable-gpu ' ..
-  '--disable-background-networking --disable-component-update ' ..
-  '--disable-sync --no-first-run --hide-scrollbars ' ..
-  '--run-all-compositor-stages-before-draw --virtual-time-budget=5000'
-
+local consumers = require('helpers.consumers')
+local C = require('helpers.command')
 local q = profile.shell_quote
-
-local function read_file(path)
-  local f = io.open(path, 'rb')
-  if not f then
-    return nil
-  end
-  local text = f:read('*a')
-  f:close()
-  return text
-end
-
-local function write_file(path, text)
-  local f = assert(io.open(path, 'wb'))
-  f:write(text)
-  f:close()
-end
-
-local function have_chromium()
-  local pipe = io.popen('command -v ' .. q(CHROMIUM) .. ' 2>/dev/null')
-  local found = pipe:read('*a')
-  pipe:close()
-  return found ~= ''
-end
-
--- Runs chromium on a page; returns its stdout and stderr.
-local function chromium(page_path, args)
-  local dir = profile.tmpname('-chromium')
-  local out, err = dir .. '.out', dir .. '.err'
-  os.execute(string.format('mkdir -p %s && timeout 120 %s %s ' ..
-    '--user-data-dir=%s %s %s >%s 2>%s', q(dir), q(CHROMIUM), CHROMIUM_FLAGS,
-    q(dir), args, q('file://' .. page_path), q(out), q(err)))
-  local stdout, stderr = read_file(out) or '', read_file(err) or ''
-  os.execute('rm -rf ' .. q(dir) .. ' ' .. q(out) .. ' ' .. q(err))
-  return stdout, stderr
-end
-
-local ENTITIES = { lt = '<', gt = '>', quot = '"', amp = '&', nbsp = ' ' }
-
-local function unescape(text)
-  text = text:gsub('&#(%d+);', function(code)
-    return string.char(tonumber(code))
-  end)
-  return (text:gsub('&(%a+);', ENTITIES))
-end
-
--- What the page's script wrote to the console (only this page's lines:
--- errors, uncaught exceptions, anything logged).
-local function console_lines(stderr)
-  local lines = {}
-  for line in stderr:gmatch('[^\n]+') do
-    if line:find('CONSOLE', 1, true) or line:find('Uncaught', 1, true) then
-      lines[#lines + 1] = line
-    end
-  end
-  return lines
-end
-
-local CHECK_SCRIPT = read_file('spec/support/html_check.js')
-
--- The page `text` with the check script after its own, run in Chromium.
--- Returns the check's report (nil if it did not run), the console lines,
--- and a list of problems: errors, console output, no report.
-local function browser_check(text, config)
-  local path = profile.tmpname('.html')
-  local at = text:find('</body>', 1, true)
-  write_file(path, text:sub(1, at - 1) .. '<script>window.MEMPROF_CHECK = ' ..
-    cjson.encode(config) .. ';</script>\n<script>' .. CHECK_SCRIPT ..
-    '</script>\n' .. text:sub(at))
-  local dom, stderr = chromium(path, '--enable-logging=stderr --v=0 ' ..
-    '--dump-dom')
-  os.remove(path)
-  local json = dom:match('.*<pre id="memprof%-check">(.-)</pre>')
-  local report = json and cjson.decode(unescape(json))
-  local problems = console_lines(stderr)
-  if not report then
-    problems[#problems + 1] = 'the check did not run: ' .. stderr:sub(1, 500)
-  else
-    for _, message in ipairs(report.errors) do
-      problems[#problems + 1] = message
-    end
-    if not report.ready then
-      problems[#problems + 1] = 'the page did not finish its start'
-    end
-    if #report.resources > 0 then
-      problems[#problems + 1] = 'the page fetched ' ..
-        table.concat(report.resources, ', ')
-    end
-  end
-  return report, problems
-end
+local read_file, write_file = C.read_file, C.write_file
+local have_chromium, chromium = consumers.have_chromium, consumers.chromium
+local browser_check = consumers.browser_check
 
 local function current_dir()
   local pipe = io.popen('pwd')

@@ -8,6 +8,7 @@ local pb = require('memprof.protobuf')
 local gzip = require('memprof.gzip')
 local B = require('helpers.stream_builder')
 local C = require('helpers.command')
+local consumers = require('helpers.consumers')
 
 local REPORT = './bin/memprof-report'
 
@@ -99,11 +100,7 @@ describe('pprof report read by go tool pprof', function()
 
   -- go tool pprof's output, offline, with its files under dir.
   local function pprof(...)
-    local env = 'HOME=' .. C.quote(dir) .. ' GOCACHE=' ..
-      C.quote(dir .. '/cache') .. ' GOFLAGS=-mod=mod GOPROXY=off ' ..
-      'PPROF_TMPDIR=' .. C.quote(dir)
-    local code, stdout, stderr = C.run(env .. ' go tool pprof ' ..
-      C.command(...))
+    local code, stdout, stderr = consumers.pprof(dir, ...)
     assert.are.equal('', stderr)
     assert.are.equal(0, code)
     return stdout
