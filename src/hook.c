@@ -137,9 +137,31 @@ record_extended(struct profiler *p, const struct vm_layout *lay,
 ** verified layout (generic hook) or a family's constant table, in which
 ** case the compiler folds every offset and mode test into the code.
 */
+/* The extended part, out of line so that the default path stays small;
+** one per family, so the stack walk also gets constant offsets. */
+typedef uint32_t (*extended_fn)(struct profiler *p, const struct vm_site *site,
+                                void *ptr, int *err);
+
+static __attribute__((noinline)) uint32_t
+extended_generic(struct profiler *p, const struct vm_site *site, void *ptr,
+                 int *err)
+{
+  return record_extended(p, &p->layout, site, ptr, err);
+}
+
+#define FAMILY_EXTENDED(name, index)                                           \
+  static __attribute__((noinline)) uint32_t name(                              \
+      struct profiler *p, const struct vm_site *site, void *ptr, int *err)     \
+  {                                                                            \
+    return record_extended(p, &vm_candidates[index].layout, site, ptr, err);   \
+  }
+FAMILY_EXTENDED(extended_gc64, VM_CANDIDATE_GC64)
+FAMILY_EXTENDED(extended_nongc64, VM_CANDIDATE_NONGC64)
+#undef FAMILY_EXTENDED
+
 static inline __attribute__((always_inline)) void *
-record(struct profiler *p, const struct vm_layout *lay, void *ptr, size_t osize,
-       size_t nsize)
+record(struct profiler *p, const struct vm_layout *lay, extended_fn extended,
+       void *ptr, size_t osize, size_t nsize)
 {
   struct vm_site site;
   uint32_t stack = 0;
@@ -156,7 +178,7 @@ record(struct profiler *p, const struct vm_layout *lay, void *ptr, size_t osize,
              vm_trace_object(&p->layout, 0, p->g, site.traceno))))
     err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
   if (p->extended && err == 0)
-    stack = record_extended(p, lay, &site, ptr, &err);
+    stack = extended(p, &site, ptr, &err);
   /* Only prototypes and traces are cached, and no block smaller than a
   ** GCproto can be one of them. */
   if (ptr != NULL && osize >= lay->pt_size)
@@ -188,19 +210,20 @@ static void *hook_generic(void *ud, void *ptr, size_t osize, size_t nsize)
   struct profiler *p = ud;
   if (forward_only(p))
     return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
-  return record(p, &p->layout, ptr, osize, nsize);
+  return record(p, &p->layout, extended_generic, ptr, osize, nsize);
 }
 
-#define FAMILY_HOOK(name, index)                                               \
+#define FAMILY_HOOK(name, index, extended)                                     \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
     if (forward_only(p))                                                       \
       return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
-    return record(p, &vm_candidates[index].layout, ptr, osize, nsize);         \
+    return record(p, &vm_candidates[index].layout, extended, ptr, osize,       \
+                  nsize);                                                      \
   }
-FAMILY_HOOK(hook_gc64, VM_CANDIDATE_GC64)
-FAMILY_HOOK(hook_nongc64, VM_CANDIDATE_NONGC64)
+FAMILY_HOOK(hook_gc64, VM_CANDIDATE_GC64, extended_gc64)
+FAMILY_HOOK(hook_nongc64, VM_CANDIDATE_NONGC64, extended_nongc64)
 #undef FAMILY_HOOK
 
 lua_Alloc profiler_hook_for(const struct vm_layout *lay)
