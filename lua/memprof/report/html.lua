@@ -798,26 +798,33 @@ local function allocated_rows(result, settings)
   return sort_by(rows, settings, 'bytes', 'count')
 end
 
+-- The body rows of a table of bytes, a count (row[count_field]) and a
+-- share of `total`: the first `top` rows, and in the foot one row summing
+-- the rest.
+local function share_rows(rows, top, count_field, total)
+  local shown, rest = layout.split_top(rows, top)
+  local body = {}
+  for i, row in ipairs(shown) do
+    body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
+      size_cell(row.bytes) .. number_cell(row[count_field]) ..
+      share_cell(row.bytes, total)
+  end
+  local foot = {}
+  if #rest > 0 then
+    local sums = layout.sum(rest, { 'bytes', count_field })
+    foot[1] = more_label(rest) .. size_cell(sums.bytes) ..
+      number_cell(sums[count_field]) .. share_cell(sums.bytes, total)
+  end
+  return body, foot
+end
+
 local function allocated_table(result, settings, sums)
   local rows = allocated_rows(result, settings)
   if #rows == 0 then
     return empty_table('table-allocated', 'Sites by allocated bytes',
       'Nothing was allocated during the profile.')
   end
-  local shown, rest = layout.split_top(rows, settings.top)
-  local body = {}
-  for i, row in ipairs(shown) do
-    body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
-      size_cell(row.bytes) .. number_cell(row.count) ..
-      share_cell(row.bytes, sums.allocated)
-  end
-  local foot = {}
-  if #rest > 0 then
-    local rest_sums = layout.sum(rest, { 'bytes', 'count' })
-    foot[1] = more_label(rest) .. size_cell(rest_sums.bytes) ..
-      number_cell(rest_sums.count) .. share_cell(rest_sums.bytes,
-      sums.allocated)
-  end
+  local body, foot = share_rows(rows, settings.top, 'count', sums.allocated)
   foot[#foot + 1] = '<th scope="row">Total</th>' ..
     size_cell(sums.allocated) .. number_cell(sums.allocations) ..
     share_cell(sums.allocated, sums.allocated)
@@ -906,20 +913,8 @@ local function peak_table(result, settings)
     return empty_table('table-peak', escape(peak_caption(result)),
       'Nothing was live at the peak.')
   end
-  local shown, rest = layout.split_top(sort_by(peak.rows, settings, 'bytes',
-    'blocks'), settings.top)
-  local body = {}
-  for i, row in ipairs(shown) do
-    body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
-      size_cell(row.bytes) .. number_cell(row.blocks) ..
-      share_cell(row.bytes, peak.bytes)
-  end
-  local foot = {}
-  if #rest > 0 then
-    local sums = layout.sum(rest, { 'bytes', 'blocks' })
-    foot[1] = more_label(rest) .. size_cell(sums.bytes) ..
-      number_cell(sums.blocks) .. share_cell(sums.bytes, peak.bytes)
-  end
+  local body, foot = share_rows(sort_by(peak.rows, settings, 'bytes',
+    'blocks'), settings.top, 'blocks', peak.bytes)
   foot[#foot + 1] = '<th scope="row">Total at the peak</th>' ..
     size_cell(peak.bytes) .. '<td></td>' .. share_cell(peak.bytes, peak.bytes)
   return table_html('table-peak', escape(peak_caption(result)),
