@@ -34,7 +34,8 @@ LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_
 
 .PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 bench demo install uninstall clean format check-format
 
-all: $(MODULE) build/test_cmodule.so build/threads_host $(LUAJIT2_HOST)
+all: $(MODULE) build/test_cmodule.so build/threads_host build/leb128_check \
+  $(LUAJIT2_HOST)
 
 build/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -55,6 +56,11 @@ build/threads_host_luajit2: spec/support/threads_host.c
 	$(CC) $(ALL_CFLAGS) -I$(LUAJIT2_DIR)/include/luajit-2.1 -o $@ $< \
 	  $(LUAJIT2_LIB)/libluajit-5.1.so.2 -Wl,-rpath,$(CURDIR)/$(LUAJIT2_LIB) \
 	  -lpthread
+
+# The writer's LEB128 encoders against a plain loop (spec/writer_spec.lua).
+build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
+	@mkdir -p build
+	$(CC) $(ALL_CFLAGS) -o $@ spec/support/leb128_check.c src/writer.c -lpthread
 
 # A tiny C module used by the specs to check C-function attribution.
 build/test_cmodule.so: spec/support/test_cmodule.c
@@ -118,6 +124,7 @@ check-format:
 # Keeps build/luajit2 (unpacked by .ci/install-deps).
 clean:
 	rm -rf build/obj build/*.so build/threads_host build/threads_host_luajit2 \
+	  build/leb128_check \
 	  build/demo.bin
 
 # Profiles a small program and prints its report.

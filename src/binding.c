@@ -382,7 +382,7 @@ static int l_start(lua_State *L)
   p->orig_alloc = lua_getallocf(L, &p->orig_ud);
   list_add(p);
   /* Last step: from here on every allocator call is recorded. */
-  lua_setallocf(L, profiler_hook_for(&p->layout), p);
+  lua_setallocf(L, profiler_hook_for(p), p);
   lua_pushboolean(L, 1);
   return 1;
 }

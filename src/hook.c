@@ -29,24 +29,37 @@ static void halt(struct profiler *p, int err)
 ** to event; its encoding is kept for the next event from the same place
 ** (profiler.last_location). */
 static inline __attribute__((always_inline)) uint8_t *
-put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr)
+put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr,
+                  int pdep)
 {
   if (!ULEB128_WORDS || addr < 0x80 || addr >= (1ULL << 56))
-    return uleb128_put(p, addr);
+    return uleb128_put_with(p, addr, pdep);
   if (addr != lc->addr) {
-    lc->word = uleb128_word(addr, &lc->len);
+    lc->word = uleb128_word_with(addr, &lc->len, pdep);
     lc->addr = addr;
   }
   memcpy(p, &lc->word, 8);
   return p + lc->len;
 }
 
-/* Encodes one allocation event: header, location, then the old block
-** (realloc, free) and the new block (alloc, realloc). */
-static inline __attribute__((always_inline)) void
-encode_event(struct writer *w, struct location_cache *lc,
-             const struct vm_site *site, uint32_t stack, uintptr_t ptr,
-             size_t osize, uintptr_t nptr, size_t nsize)
+/* The longest allocation event: a header, then up to seven numbers (the
+** location's address, its line or a trace number, the stack id, the old
+** block and the new block), of which the line and the stack id are 32-bit
+** numbers of at most 5 bytes. */
+#define EVENT_MAX_BYTES (1 + 6 * ULEB128_MAX)
+
+/*
+** Encodes an allocation event up to its new block: header, location, stack
+** id, then the old block (realloc, free). The bytes go past the writer's
+** position without advancing it: the event is committed by end_event()
+** once the real allocator has succeeded. Returns where the new block goes,
+** or NULL if the writer has failed. `reserved`: the caller has checked
+** that the buffer has room and the writer has not failed.
+*/
+static inline __attribute__((always_inline)) uint8_t *
+begin_event(struct writer *w, struct location_cache *lc,
+            const struct vm_site *site, uint32_t stack, uintptr_t ptr,
+            size_t osize, size_t nsize, int pdep, int reserved)
 {
   uint8_t kind, *p;
   if (nsize == 0)
@@ -55,27 +68,34 @@ encode_event(struct writer *w, struct location_cache *lc,
     kind = EVENT_ALLOC;
   else
     kind = EVENT_REALLOC;
-  if (!writer_reserve(w, 1 + 6 * ULEB128_MAX))
-    return;
+  if (!reserved && !writer_reserve(w, EVENT_MAX_BYTES))
+    return NULL;
   p = w->pos;
   *p++ = (uint8_t)(kind | site->source | (stack ? EVENT_HAS_STACK : 0));
   if (site->source == SOURCE_LUA) {
-    p = put_location_addr(lc, p, site->addr);
-    p = uleb128_put(p, site->line);
+    p = put_location_addr(lc, p, site->addr, pdep);
+    p = uleb128_put_with(p, site->line, pdep);
   } else if (site->source == SOURCE_C) {
-    p = put_location_addr(lc, p, site->addr);
+    p = put_location_addr(lc, p, site->addr, pdep);
   } else if (site->source == SOURCE_TRACE) {
-    p = uleb128_put(p, site->traceno);
+    p = uleb128_put_with(p, site->traceno, pdep);
   }
   if (stack)
-    p = uleb128_put(p, stack);
+    p = uleb128_put_with(p, stack, pdep);
   if (kind != EVENT_ALLOC) {
-    p = uleb128_put(p, ptr);
-    p = uleb128_put(p, osize);
+    p = uleb128_put_with(p, ptr, pdep);
+    p = uleb128_put_with(p, osize, pdep);
   }
-  if (kind != EVENT_FREE) {
-    p = uleb128_put(p, nptr);
-    p = uleb128_put(p, nsize);
+  return p;
+}
+
+/* Adds the new block (alloc, realloc) and commits the event. */
+static inline __attribute__((always_inline)) void
+end_event(struct writer *w, uint8_t *p, uintptr_t nptr, size_t nsize, int pdep)
+{
+  if (nsize != 0) {
+    p = uleb128_put_with(p, nptr, pdep);
+    p = uleb128_put_with(p, nsize, pdep);
   }
   w->pos = p;
 }
@@ -106,95 +126,188 @@ static void mark_time(struct profiler *p, int force)
   }
 }
 
-/* The extended part of an event: the time mark it may need and the id of
-** its call stack (0: none). Runs before the real allocator, like everything
-** that reads the VM; inlined so the walk gets the family's constant
-** offsets too. */
+/* The id of the call stack of an event at a Lua line or in a C function
+** (0: none). Reads the VM, so it runs before the real allocator. */
 static inline __attribute__((always_inline)) uint32_t
-record_extended(struct profiler *p, const struct vm_layout *lay,
-                const struct vm_site *site, void *ptr, int *err)
+record_stack(struct profiler *p, const struct vm_layout *lay, void *ptr,
+             int *err)
 {
   struct vm_raw_frame frames[MAX_STACK_DEPTH];
-  int n, same;
-  /* The writer thread ticks every millisecond; without it, events are
-  ** counted between two readings of the clock. */
-  if (p->timestamps && (writer_ticked(&p->out) || --p->clock_countdown == 0))
-    mark_time(p, 0);
-  if (p->stack_depth == 0 ||
-      (site->source != SOURCE_LUA && site->source != SOURCE_C))
-    return 0;
+  struct vm_walk_entry *e;
+  uint32_t id;
+  int n, same, i;
+  /* A described prototype went away: the bytecode a cached step read
+  ** (the call instruction of its caller) may have been replaced. */
+  if (p->stacks.walk_generation != p->syms.generation) {
+    for (i = 0; i < VM_WALK_WAYS; i++)
+      p->stacks.walk.entry[i].count = 0;
+    p->stacks.walk_generation = p->syms.generation;
+  }
   n = vm_walk_stack(lay, 0, p->g, (uintptr_t)ptr, frames, p->stack_depth,
-                    &p->stacks.walk, &same);
+                    &p->stacks.walk, &e, &same);
   if (n == 0)
     return 0;
-  if (same && stacks_unchanged(&p->stacks, &p->syms))
-    return p->stacks.last_id;
-  return stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, frames, n, err);
+  if (same && e->stack_id != 0 && e->generation == p->stacks.generation)
+    return e->stack_id;
+  if (same)
+    vm_walk_output(e, frames);
+  id = stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, frames, n, err);
+  e->stack_id = id;
+  e->generation = p->stacks.generation;
+  return id;
 }
+
+/* The stack walk is out of line so that the default path stays small; one
+** per family, so that it gets the family's constant offsets too. */
+typedef uint32_t (*stack_fn)(struct profiler *p, void *ptr, int *err);
+
+static __attribute__((noinline)) uint32_t stack_generic(struct profiler *p,
+                                                        void *ptr, int *err)
+{
+  return record_stack(p, &p->layout, ptr, err);
+}
+
+#define FAMILY_STACK(name, index)                                              \
+  static __attribute__((noinline)) uint32_t name(struct profiler *p,           \
+                                                 void *ptr, int *err)          \
+  {                                                                            \
+    return record_stack(p, &vm_candidates[index].layout, ptr, err);            \
+  }
+FAMILY_STACK(stack_gc64, VM_CANDIDATE_GC64)
+FAMILY_STACK(stack_nongc64, VM_CANDIDATE_NONGC64)
+#undef FAMILY_STACK
 
 /*
-** Records one allocator call. `lay` gives the offsets: the profiler's own
-** verified layout (generic hook) or a family's constant table, in which
-** case the compiler folds every offset and mode test into the code.
+** The extended part of an event: the time mark it may need, and the id of
+** its call stack. The writer thread ticks every millisecond; without it,
+** events are counted between two readings of the clock.
 */
-/* The extended part, out of line so that the default path stays small;
-** one per family, so the stack walk also gets constant offsets. */
-typedef uint32_t (*extended_fn)(struct profiler *p, const struct vm_site *site,
-                                void *ptr, int *err);
-
-static __attribute__((noinline)) uint32_t
-extended_generic(struct profiler *p, const struct vm_site *site, void *ptr,
-                 int *err)
+static inline __attribute__((always_inline)) uint32_t
+record_extended(struct profiler *p, stack_fn stack_of,
+                const struct vm_site *site, void *ptr, int *err)
 {
-  return record_extended(p, &p->layout, site, ptr, err);
+  uint32_t stack = 0;
+  if (p->timestamps && (writer_ticked(&p->out) || --p->clock_countdown == 0))
+    mark_time(p, 0);
+  if (p->stack_depth != 0 && *err == 0 &&
+      (site->source == SOURCE_LUA || site->source == SOURCE_C))
+    stack = stack_of(p, ptr, err);
+  /* A function freed may be replaced by another at its address. */
+  if (ptr != NULL)
+    vm_walk_forget(&p->stacks.walk, (uintptr_t)ptr);
+  return stack;
 }
 
-#define FAMILY_EXTENDED(name, index)                                           \
-  static __attribute__((noinline)) uint32_t name(                              \
-      struct profiler *p, const struct vm_site *site, void *ptr, int *err)     \
-  {                                                                            \
-    return record_extended(p, &vm_candidates[index].layout, site, ptr, err);   \
-  }
-FAMILY_EXTENDED(extended_gc64, VM_CANDIDATE_GC64)
-FAMILY_EXTENDED(extended_nongc64, VM_CANDIDATE_NONGC64)
-#undef FAMILY_EXTENDED
+/* Whether the next event needs a time mark (record_extended would write
+** one). Changes nothing. */
+static inline int time_mark_due(const struct profiler *p)
+{
+  return writer_tick_pending(&p->out) || p->clock_countdown <= 1;
+}
 
-static inline __attribute__((always_inline)) void *
-record(struct profiler *p, const struct vm_layout *lay, extended_fn extended,
-       void *ptr, size_t osize, size_t nsize)
+/* The extended part of an event that needs neither a stack nor a time
+** mark (see time_mark_due): what record_extended does then. */
+static inline __attribute__((always_inline)) void
+count_extended(struct profiler *p, void *ptr)
+{
+  if (p->timestamps)
+    p->clock_countdown--;
+  if (ptr != NULL)
+    vm_walk_forget(&p->stacks.walk, (uintptr_t)ptr);
+}
+
+/* What the fast path returns for an event it leaves to the full one. */
+#define FULL_PATH ((uint8_t *)1)
+
+/*
+** Records one allocator call up to the real allocator: locates the event,
+** writes the symbols and stack it needs, and encodes it up to its new
+** block (see begin_event). Returns where the new block goes, or NULL if
+** nothing can be written.
+**
+** `lay` gives the offsets: the profiler's own verified layout (generic
+** hook) or a family's constant table, in which case the compiler folds
+** every offset and mode test into the code. With `fast` set, it does only
+** what needs no function call (the common case: a known place, room in the
+** buffer, and in the extended format no time mark and no stack, which
+** only Lua lines and C functions have: see vm_in_frames) and
+** returns FULL_PATH for anything else, so that the fast path keeps its few
+** values in registers.
+*/
+static inline __attribute__((always_inline)) uint8_t *
+record_before(struct profiler *p, const struct vm_layout *lay,
+              stack_fn stack_of, int pdep, int fast, void *ptr, size_t osize,
+              size_t nsize)
 {
   struct vm_site site;
   uint32_t stack = 0;
-  void *nptr;
+  uint8_t *event;
   int err = 0;
 
-  /* Before the real allocator: where the VM is, and the symbols it needs. */
-  vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &site);
+  if (fast && (p->out.pos + EVENT_MAX_BYTES > p->out.limit ||
+               writer_failed(&p->out) != 0 ||
+               (p->stack_depth != 0 && vm_in_frames(lay, &p->layout, 0, p->g))))
+    return FULL_PATH;
+  vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
+            &site);
   if (!(site.source == SOURCE_INTERNAL ||
         (site.source == SOURCE_LUA && site.addr == p->syms.last_proto) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
          p->syms.trace_obj[site.traceno] != 0 &&
          p->syms.trace_obj[site.traceno] ==
-             vm_trace_object(&p->layout, 0, p->g, site.traceno))))
+             vm_trace_object(&p->layout, 0, p->g, site.traceno)))) {
+    if (fast)
+      return FULL_PATH;
     err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
-  if (p->extended && err == 0)
-    stack = extended(p, &site, ptr, &err);
+  }
+  if (fast && p->timestamps && time_mark_due(p))
+    return FULL_PATH;
   /* Only prototypes and traces are cached, and no block smaller than a
   ** GCproto can be one of them. */
-  if (ptr != NULL && osize >= lay->pt_size)
-    symbols_forget(&p->syms, (uintptr_t)ptr);
+  if (ptr != NULL && osize >= lay->pt_size &&
+      symbols_may_hold(&p->syms, (uintptr_t)ptr)) {
+    if (fast)
+      return FULL_PATH;
+    symbols_forget_slow(&p->syms, (uintptr_t)ptr);
+  }
+  if (!fast && p->extended)
+    stack = record_extended(p, stack_of, &site, ptr, &err);
+  else if (fast && p->extended)
+    count_extended(p, ptr);
+  event = begin_event(&p->out, &p->last_location, &site, stack, (uintptr_t)ptr,
+                      osize, nsize, pdep, fast);
+  if (!fast && (err != 0 || event == NULL))
+    halt(p, err != 0 ? err : writer_failed(&p->out));
+  return event;
+}
 
+/* A free (of a block, not NULL) cannot fail: its event is committed before
+** the real allocator, which is then a tail call. */
+static inline __attribute__((always_inline)) void *
+record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
+            int pdep, void *ptr, size_t osize)
+{
+  uint8_t *event = record_before(p, lay, stack_of, pdep, 0, ptr, osize, 0);
+  if (event != NULL)
+    p->out.pos = event;
+  return p->orig_alloc(p->orig_ud, ptr, osize, 0);
+}
+
+/* An allocation or reallocation is committed once it has succeeded (a
+** failed one changes nothing; LuaJIT raises the error itself). */
+static inline __attribute__((always_inline)) void *
+record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
+             int pdep, int fast, void *ptr, size_t osize, size_t nsize,
+             void *(*full)(struct profiler *, void *, size_t, size_t))
+{
+  uint8_t *event =
+      record_before(p, lay, stack_of, pdep, fast, ptr, osize, nsize);
+  void *nptr;
+  if (fast && event == FULL_PATH)
+    return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
-
-  /* A failed allocation changes nothing (LuaJIT raises the error itself);
-  ** neither does freeing NULL. */
-  if ((nptr != NULL || nsize == 0) && (ptr != NULL || nsize != 0))
-    encode_event(&p->out, &p->last_location, &site, stack, (uintptr_t)ptr,
-                 osize, (uintptr_t)nptr, nsize);
-  if (err != 0)
-    halt(p, err);
-  else if (writer_failed(&p->out) != 0)
-    halt(p, writer_failed(&p->out));
+  if (event != NULL && nptr != NULL)
+    end_event(&p->out, event, (uintptr_t)nptr, nsize, pdep);
   return nptr;
 }
 
@@ -205,39 +318,86 @@ static inline int forward_only(const struct profiler *p)
          p->fork_generation != profiler_fork_generation;
 }
 
-static void *hook_generic(void *ud, void *ptr, size_t osize, size_t nsize)
-{
-  struct profiler *p = ud;
-  if (forward_only(p))
-    return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
-  return record(p, &p->layout, extended_generic, ptr, osize, nsize);
-}
-
-#define FAMILY_HOOK(name, index, extended)                                     \
+/*
+** The hooks: the generic one, for any verified layout, and one per build
+** family with constant offsets; each with and without PDEP for LEB128
+** (see writer_fast_pdep). Each takes the fast path (see record_before) and
+** falls back on the full one, in functions of their own, so that the fast
+** path saves few registers and calls the real allocator of a free as a
+** tail call.
+*/
+#define HOOK(name, family_layout, stack_of, pdep)                              \
+  static __attribute__((noinline)) void *name##_free(struct profiler *p,       \
+                                                     void *ptr, size_t osize)  \
+  {                                                                            \
+    return record_free(p, family_layout, stack_of, pdep, ptr, osize);          \
+  }                                                                            \
+  static __attribute__((noinline)) void *name##_alloc(                         \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
+  {                                                                            \
+    return record_alloc(p, family_layout, stack_of, pdep, 0, ptr, osize,       \
+                        nsize, NULL);                                          \
+  }                                                                            \
+  static __attribute__((noinline)) void *name##_alloc_fast(                    \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
+  {                                                                            \
+    return record_alloc(p, family_layout, stack_of, pdep, 1, ptr, osize,       \
+                        nsize, name##_alloc);                                  \
+  }                                                                            \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
-    if (forward_only(p))                                                       \
+    uint8_t *event;                                                            \
+    /* Freeing NULL is no event. */                                            \
+    if (forward_only(p) || (nsize == 0 && ptr == NULL))                        \
       return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
-    return record(p, &vm_candidates[index].layout, extended, ptr, osize,       \
-                  nsize);                                                      \
+    if (nsize != 0)                                                            \
+      return p->stack_depth != 0 &&                                            \
+                     vm_in_frames(family_layout, &p->layout, 0, p->g)          \
+                 ? name##_alloc(p, ptr, osize, nsize)                          \
+                 : name##_alloc_fast(p, ptr, osize, nsize);                    \
+    event = record_before(p, family_layout, stack_of, pdep, 1, ptr, osize, 0); \
+    if (event == FULL_PATH)                                                    \
+      return name##_free(p, ptr, osize);                                       \
+    p->out.pos = event;                                                        \
+    return p->orig_alloc(p->orig_ud, ptr, osize, 0);                           \
   }
-FAMILY_HOOK(hook_gc64, VM_CANDIDATE_GC64, extended_gc64)
-FAMILY_HOOK(hook_nongc64, VM_CANDIDATE_NONGC64, extended_nongc64)
-#undef FAMILY_HOOK
+HOOK(hook_generic, &p->layout, stack_generic, 0)
+HOOK(hook_generic_pdep, &p->layout, stack_generic, 1)
+HOOK(hook_gc64, &vm_candidates[VM_CANDIDATE_GC64].layout, stack_gc64, 0)
+HOOK(hook_gc64_pdep, &vm_candidates[VM_CANDIDATE_GC64].layout, stack_gc64, 1)
+HOOK(hook_nongc64, &vm_candidates[VM_CANDIDATE_NONGC64].layout, stack_nongc64,
+     0)
+HOOK(hook_nongc64_pdep, &vm_candidates[VM_CANDIDATE_NONGC64].layout,
+     stack_nongc64, 1)
+#undef HOOK
 
-lua_Alloc profiler_hook_for(const struct vm_layout *lay)
+/* By layout (generic, or a family's), without or with PDEP. */
+static const lua_Alloc hooks[3][2] = {
+    {hook_generic, hook_generic_pdep},
+    {hook_gc64, hook_gc64_pdep},
+    {hook_nongc64, hook_nongc64_pdep},
+};
+
+lua_Alloc profiler_hook_for(const struct profiler *p)
 {
+  const struct vm_layout *lay = &p->layout;
+  int family = 0;
   if (lay->exact && lay->candidate == VM_CANDIDATE_GC64)
-    return hook_gc64;
-  if (lay->exact && lay->candidate == VM_CANDIDATE_NONGC64)
-    return hook_nongc64;
-  return hook_generic;
+    family = 1;
+  else if (lay->exact && lay->candidate == VM_CANDIDATE_NONGC64)
+    family = 2;
+  return hooks[family][writer_fast_pdep != 0];
 }
 
 int profiler_is_hook(lua_Alloc f)
 {
-  return f == hook_generic || f == hook_gc64 || f == hook_nongc64;
+  const lua_Alloc *h = &hooks[0][0];
+  size_t i;
+  for (i = 0; i < sizeof(hooks) / sizeof(hooks[0][0]); i++)
+    if (h[i] == f)
+      return 1;
+  return 0;
 }
 
 int profiler_write_prologue(struct profiler *p)

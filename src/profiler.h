@@ -55,10 +55,10 @@ struct profiler {
 ** process drops its events and never writes to the parent's file. */
 extern volatile unsigned profiler_fork_generation;
 
-/* The allocator that records events for a verified layout (ud is a
-** struct profiler): a family's specialised hook when the layout is exactly
-** that family's, else the generic one. */
-lua_Alloc profiler_hook_for(const struct vm_layout *lay);
+/* The allocator that records p's events (its ud is p): a family's
+** specialised hook when p's verified layout is exactly that family's, else
+** the generic one; with PDEP where it is fast. */
+lua_Alloc profiler_hook_for(const struct profiler *p);
 
 /* Whether f is one of the recording allocators. */
 int profiler_is_hook(lua_Alloc f);

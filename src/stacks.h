@@ -37,7 +37,8 @@ struct stacks {
   struct stack_key_table raw;      /* (proto, pc) frames -> id */
   struct stack_key_table resolved; /* (proto, line) frames -> id */
   uint32_t next_id;                /* Ids are never reused. */
-  struct vm_walk_cache walk;       /* The steps of the last walk. */
+  struct vm_walk_cache walk;       /* The steps of the last walk, */
+  unsigned walk_generation;        /* valid in this symbols.generation. */
   /* The last stack seen: loops repeat it event after event. */
   struct vm_raw_frame last[MAX_STACK_DEPTH];
   int last_count;
@@ -53,14 +54,6 @@ void stacks_free(struct stacks *st);
 ** symbols its frames need) first if the stream does not have it. Returns
 ** 0 on ENOMEM or a write failure (the event then goes without a stack).
 */
-/* Whether the last stack id still holds for a walk that found the very
-** same frames (no described object went away since). */
-static inline int stacks_unchanged(const struct stacks *st,
-                                   const struct symbols *syms)
-{
-  return st->last_count > 0 && st->generation == syms->generation;
-}
-
 uint32_t stacks_id(struct stacks *st, struct symbols *syms, struct writer *w,
                    const struct vm_layout *lay, const struct vm_raw_frame *f,
                    int n, int *err);

@@ -110,6 +110,8 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
     s->trace_obj[hit->traceno] = 0;
   if (s->last_proto == addr)
     s->last_proto = 0;
+  if (s->line_memo.pt == addr)
+    s->line_memo.pt = 0;
   if (s->last_c == addr)
     s->last_c = 0;
   s->generation++;
@@ -161,10 +163,13 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
     s->last_proto = pt;
     return 0;
   }
-  if (!vm_proto_source(lay, 0, pt, &name, &len, &firstline))
+  if (!vm_proto_source(lay, 0, pt, &name, &len, &firstline) ||
+      !writer_reserve(w, 1 + 2 * ULEB128_MAX)) {
+    /* Not cached, so its free would not reach the hook's line memo. */
+    if (s->line_memo.pt == pt)
+      s->line_memo.pt = 0;
     return 0;
-  if (!writer_reserve(w, 1 + 2 * ULEB128_MAX))
-    return 0;
+  }
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_LUA);
   writer_put_uleb128(w, pt);
   writer_string(w, name, len);

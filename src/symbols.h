@@ -34,8 +34,9 @@ struct symbols {
   size_t mask;          /* Number of slots - 1 (a power of two minus one). */
   size_t count;         /* Occupied slots. */
   uintptr_t last_proto; /* The prototype described most recently. */
-  uintptr_t last_c;     /* The C function described most recently. */
-  uintptr_t *trace_obj; /* Per trace number: the trace described. */
+  struct vm_line_memo line_memo; /* The hook's; its pt is a cached one. */
+  uintptr_t last_c;              /* The C function described most recently. */
+  uintptr_t *trace_obj;          /* Per trace number: the trace described. */
   uint32_t trace_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
   unsigned generation;     /* Bumped when a described object goes away. */
@@ -54,12 +55,18 @@ static inline size_t symbols_filter_bit(uintptr_t addr)
   return (size_t)((addr >> 3) ^ (addr >> 15)) & (SYMBOL_FILTER_BITS - 1);
 }
 
+/* Whether the cache may hold addr (a clear filter bit: it does not). */
+static inline int symbols_may_hold(const struct symbols *s, uintptr_t addr)
+{
+  size_t bit = symbols_filter_bit(addr);
+  return (s->filter[bit / 64] & (1ULL << (bit % 64))) != 0;
+}
+
 /* The VM is about to free or move the block at addr. */
 void symbols_forget_slow(struct symbols *s, uintptr_t addr);
 static inline void symbols_forget(struct symbols *s, uintptr_t addr)
 {
-  size_t bit = symbols_filter_bit(addr);
-  if (s->filter[bit / 64] & (1ULL << (bit % 64)))
+  if (symbols_may_hold(s, addr))
     symbols_forget_slow(s, addr);
 }
 

@@ -247,16 +247,34 @@ VM_INLINE uintptr_t vm_top_pc(const struct vm_layout *lay, int safe,
   return pc;
 }
 
+/* The line of the last top PC located in a prototype: loops allocate at
+** the same instruction again and again. Its owner must clear `pt` when
+** that prototype is freed (another may take its address). */
+struct vm_line_memo {
+  uintptr_t pt, pc;
+  uint32_t line;
+};
+
 /* A Lua function on top of the stack: its line comes from the C frame's
-** saved PC. */
+** saved PC. `memo` may be NULL. */
 VM_INLINE int vm_locate_lua_top(const struct vm_layout *lay, int safe,
                                 const struct vm_thread *th, uintptr_t fn,
-                                struct vm_site *site)
+                                struct vm_line_memo *memo, struct vm_site *site)
 {
   uintptr_t pc, pt = vm_func_proto(lay, safe, fn);
-  if (pt == 0 || (pc = vm_top_pc(lay, safe, th)) == 0 ||
-      !vm_pc_line(lay, safe, pt, pc, &site->line))
+  if (pt == 0 || (pc = vm_top_pc(lay, safe, th)) == 0)
     return 0;
+  if (memo != NULL && pt == memo->pt && pc == memo->pc) {
+    site->line = memo->line;
+  } else {
+    if (!vm_pc_line(lay, safe, pt, pc, &site->line))
+      return 0;
+    if (memo != NULL) {
+      memo->pt = pt;
+      memo->pc = pc;
+      memo->line = site->line;
+    }
+  }
   site->source = SOURCE_LUA;
   site->addr = pt;
   return 1;
@@ -311,7 +329,8 @@ VM_INLINE int vm_locate_cont_caller(const struct vm_layout *lay, int safe,
 /* Classifies the top frame of the current thread. ptr is the block being
 ** reallocated or freed (NULL for a new allocation). */
 VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
-                               uintptr_t g, uintptr_t ptr, struct vm_site *site)
+                               uintptr_t g, uintptr_t ptr,
+                               struct vm_line_memo *memo, struct vm_site *site)
 {
   struct vm_thread th;
   uintptr_t frame, fn;
@@ -332,7 +351,7 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
   if (fn == 0 || !vm_u8(safe, fn + lay->fn_ffid, &ffid))
     return; /* Host code: the bottom frame holds the thread itself. */
   if (ffid == FFID_LUA) {
-    vm_locate_lua_top(lay, safe, &th, fn, site);
+    vm_locate_lua_top(lay, safe, &th, fn, memo, site);
     return;
   }
   if (ffid == FFID_C) {
@@ -409,22 +428,59 @@ struct vm_walk_step {
   uintptr_t frame; /* Address of the frame slot. */
   uint64_t tv;     /* Its function slot, as stored. */
   intptr_t link;   /* Its link. */
-  uintptr_t code;  /* fn->pc (Lua, built-ins) or fn->f (C), and ... */
-  uint8_t ffid;    /* ... fn's id: the same object, not a new one there. */
   uint8_t kept;    /* The step produced frame `raw` (not skipped). */
   uint8_t varg;    /* It is a vararg pseudo-frame (the next step is not). */
   uintptr_t below; /* The next frame down, 0 at the end. */
   struct vm_raw_frame raw;
 };
 
-/* The steps of the last walk of one thread. */
-struct vm_walk_cache {
+/* One cached walk: its thread and stack block, and its steps. */
+struct vm_walk_entry {
   uintptr_t L, stack, limit; /* The thread and its stack then. */
-  uintptr_t top_pc;          /* The top frame's PC in the last walk. */
-  int frames;                /* The number of frames the last walk returned. */
-  int count;
+  uintptr_t top_pc;          /* The top frame's PC in that walk. */
+  int top_step;              /* The step whose PC is read afresh, or -1. */
+  int frames;                /* The number of frames the walk returned. */
+  int count;                 /* Steps; 0: the entry is empty. */
+  unsigned used;             /* When it was last used (cache.clock). */
+  uint32_t stack_id;         /* The hook's id for its stack, 0: none yet. */
+  unsigned generation;       /* The hook's: when stack_id was given. */
   struct vm_walk_step step[MAX_WALK_STEPS];
 };
+
+/*
+** The last few walks. A step is the same frame as before when its slot,
+** function slot and link are unchanged and the function object is still
+** the same: a function in a live frame cannot be freed, and every free
+** goes through the hook, which calls vm_walk_forget() to empty the cache
+** when it frees an object whose address is in `functions` (a 64-bit
+** filter of the functions of every entry). Several entries, because loops
+** often allocate from two or three stacks in turn.
+*/
+#define VM_WALK_WAYS 4
+struct vm_walk_cache {
+  uint64_t functions; /* Filter of the function objects of the steps. */
+  unsigned clock;     /* Counts walks, for `used`. */
+  int last;           /* The entry of the last walk. */
+  struct vm_walk_entry entry[VM_WALK_WAYS];
+};
+
+/* The filter bit of a GC object's address (objects are 8-byte aligned). */
+VM_INLINE uint64_t vm_walk_bit(uintptr_t obj)
+{
+  return 1ULL << (((obj >> 3) ^ (obj >> 9)) & 63);
+}
+
+/* The VM frees or moves the block at ptr: if it may be a function of the
+** cached walk, the cache is dropped (another function may take its place). */
+VM_INLINE void vm_walk_forget(struct vm_walk_cache *cache, uintptr_t ptr)
+{
+  int i;
+  if (cache->functions & vm_walk_bit(ptr)) {
+    for (i = 0; i < VM_WALK_WAYS; i++)
+      cache->entry[i].count = 0;
+    cache->functions = 0;
+  }
+}
 
 /* The function slot of a frame as stored (before any check). */
 VM_INLINE int vm_frame_tv(const struct vm_layout *lay, int safe,
@@ -440,119 +496,217 @@ VM_INLINE int vm_frame_tv(const struct vm_layout *lay, int safe,
 }
 
 /* Fills a step for the frame whose function slot and link were read: the
-** function, its raw frame and the frame below. Returns 0 to stop. */
-VM_INLINE int vm_walk_step(const struct vm_layout *lay, int safe,
-                           const struct vm_thread *th, uintptr_t next,
-                           intptr_t next_link, int skip,
-                           struct vm_walk_step *st, int *varg)
+** function, its raw frame and the frame below. */
+VM_INLINE void vm_walk_step(const struct vm_layout *lay, int safe,
+                            const struct vm_thread *th, uintptr_t next,
+                            intptr_t next_link, int skip,
+                            struct vm_walk_step *st)
 {
-  uintptr_t fn = vm_frame_func(lay, safe, st->frame);
+  uintptr_t fn = vm_frame_func(lay, safe, st->frame), code;
+  struct vm_raw_frame *f = &st->raw;
+  uint8_t ffid;
+  int varg;
   st->kept = 0;
-  st->code = 0;
-  st->ffid = 0;
-  if (fn != 0 && vm_u8(safe, fn + lay->fn_ffid, &st->ffid)) {
-    struct vm_raw_frame *f = &st->raw;
-    f->ffid = st->ffid;
-    f->pc = 0;
-    if (st->ffid == FFID_C) {
-      vm_ptr(safe, fn + lay->fn_cfunc, &st->code);
-      f->obj = st->code;
+  f->obj = 0;
+  f->pc = 0;
+  f->ffid = 0;
+  if (fn != 0 && vm_u8(safe, fn + lay->fn_ffid, &ffid)) {
+    f->ffid = ffid;
+    if (ffid == FFID_C) {
+      f->obj = vm_ptr(safe, fn + lay->fn_cfunc, &code) ? code : 0;
     } else {
-      vm_ref(lay, safe, fn + lay->fn_pc, &st->code);
       /* A built-in is identified by its id, as in vm_locate_frame. */
-      f->obj = st->ffid == FFID_LUA ? vm_func_proto(lay, safe, fn)
-                                    : BUILTIN_ADDR(st->ffid);
-      if (st->ffid == FFID_LUA && next != 0)
+      f->obj =
+          ffid == FFID_LUA ? vm_func_proto(lay, safe, fn) : BUILTIN_ADDR(ffid);
+      if (ffid == FFID_LUA && next != 0)
         f->pc = vm_caller_pc(lay, safe, next, next_link);
     }
     st->kept = !skip && f->obj != 0;
   }
-  st->below = vm_frame_below(lay, safe, th, st->frame, st->link, varg);
-  st->varg = (uint8_t)*varg;
-  return 1;
+  st->below = vm_frame_below(lay, safe, th, st->frame, st->link, &varg);
+  st->varg = (uint8_t)varg;
+}
+
+/* A step of the last walk found again: the same slot, function and link.
+** Its frame's PC and whether it is kept depend on the frame above. */
+VM_INLINE void vm_walk_again(const struct vm_layout *lay, int safe,
+                             const struct vm_walk_step *old, uintptr_t next,
+                             intptr_t next_link, int skip,
+                             struct vm_walk_step *st)
+{
+  *st = *old;
+  if (st->raw.ffid == FFID_LUA)
+    st->raw.pc = next != 0 ? vm_caller_pc(lay, safe, next, next_link) : 0;
+  st->kept = !skip && st->raw.obj != 0;
+}
+
+/* Whether every step of entry e is still the same frame, from `frame`
+** (the top frame slot) down. */
+VM_INLINE int vm_walk_same_steps(const struct vm_layout *lay, int safe,
+                                 const struct vm_walk_entry *e, uintptr_t frame)
+{
+  const struct vm_walk_step *st = e->step;
+  int k;
+  for (k = 0; k < e->count; k++, st++) {
+    uint64_t tv;
+    intptr_t link;
+    if (st->frame != frame || !vm_frame_tv(lay, safe, frame, &tv) ||
+        tv != st->tv || !vm_frame_link(lay, safe, frame, &link) ||
+        link != st->link)
+      return 0;
+    frame = st->below;
+  }
+  return k > 0;
+}
+
+/* Copies the kept frames of entry e to out; returns their number. */
+VM_INLINE int vm_walk_output(const struct vm_walk_entry *e,
+                             struct vm_raw_frame *out)
+{
+  int i, n = 0;
+  for (i = 0; i < e->count; i++)
+    if (e->step[i].kept)
+      out[n++] = e->step[i].raw;
+  if (e->top_step >= 0)
+    out[0].pc = e->top_pc;
+  return n;
+}
+
+/* The entry that holds the current stack unchanged, or NULL. */
+VM_INLINE struct vm_walk_entry *
+vm_walk_find(const struct vm_layout *lay, int safe, struct vm_walk_cache *cache,
+             const struct vm_thread *th, uintptr_t frame)
+{
+  int i;
+  for (i = 0; i < VM_WALK_WAYS; i++) {
+    struct vm_walk_entry *e = &cache->entry[(cache->last + i) % VM_WALK_WAYS];
+    if (e->count > 0 && e->step[0].frame == frame && e->L == th->L &&
+        e->stack == th->stack && e->limit == th->limit &&
+        vm_walk_same_steps(lay, safe, e, frame))
+      return e;
+  }
+  return NULL;
+}
+
+/* The entry a new walk goes to: an empty one, else the least recently
+** used, never the last walk's (the new walk takes frames from it). */
+VM_INLINE struct vm_walk_entry *vm_walk_victim(struct vm_walk_cache *cache)
+{
+  struct vm_walk_entry *victim = NULL;
+  int i;
+  for (i = 0; i < VM_WALK_WAYS; i++) {
+    struct vm_walk_entry *e = &cache->entry[i];
+    if (i == cache->last)
+      continue;
+    if (victim == NULL || e->count == 0 ||
+        (victim->count != 0 && e->used < victim->used))
+      victim = e;
+    if (e->count == 0)
+      break;
+  }
+  return victim;
 }
 
 /*
 ** The raw call stack of the current thread, innermost first, at most max
 ** frames, as lj_debug walks levels: dummy frames (holding the thread) are
 ** skipped, and a vararg function is seen at its pseudo-frame only.
-** Returns the number of frames (0: no stack, e.g. a stack being resized).
+** Returns the number of frames (0: no stack, e.g. a stack being resized),
+** and the cache entry that holds them in *entry.
 **
-** `cache` holds the steps of the last walk: a step whose frame address,
-** function slot, link, code pointer and id are unchanged is the same
-** frame, so its frame and the frame below are taken from the cache (the
-** top frame's PC is always read afresh). Loops allocate from the same
-** stack again and again, so most steps cost a few loads.
+** `cache` holds the last walks (see struct vm_walk_cache). Loops allocate
+** from the same few stacks again and again: when an entry's steps are all
+** the same frames and the top frame's PC is unchanged too, *same is set
+** and `out` is not filled; when only the PC moved, `out` is filled from
+** the entry. Otherwise the stack is walked again into another entry, and
+** each frame found in the last walk (frames lie at decreasing addresses in
+** both) is taken from it: typically only the top frames change, in a deep
+** stack that does not.
 */
 VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe, uintptr_t g,
                             uintptr_t ptr, struct vm_raw_frame *out, int max,
-                            struct vm_walk_cache *cache, int *same)
+                            struct vm_walk_cache *cache,
+                            struct vm_walk_entry **entry, int *same)
 {
   struct vm_thread th;
-  uintptr_t frame, next = 0, top_pc = 0;
+  const struct vm_walk_entry *prev = &cache->entry[cache->last];
+  const struct vm_walk_step *old = prev->step;
+  struct vm_walk_entry *e;
+  struct vm_walk_step *steps;
+  uintptr_t frame, next = 0;
   intptr_t next_link = 0;
-  int n = 0, skip = 0, varg, k = 0, i, reuse;
+  int n = 0, skip = 0, k = 0, j = 0, nold, i;
   *same = 0;
   if (!vm_current_thread(lay, safe, g, &th) || (ptr != 0 && ptr == th.stack))
     return 0;
-  /* Cached frames are only valid in the same thread and stack block. */
-  reuse =
-      cache->L == th.L && cache->stack == th.stack && cache->limit == th.limit;
-  cache->L = th.L;
-  cache->stack = th.stack;
-  cache->limit = th.limit;
   frame = th.base - TVALUE_SIZE;
+  cache->clock++;
+  if ((e = vm_walk_find(lay, safe, cache, &th, frame)) != NULL) {
+    uintptr_t top_pc = e->top_step >= 0 ? vm_top_pc(lay, safe, &th) : 0;
+    cache->last = (int)(e - cache->entry);
+    e->used = cache->clock;
+    *entry = e;
+    if (top_pc == e->top_pc) {
+      *same = 1;
+      return e->frames;
+    }
+    e->top_pc = top_pc;
+    e->stack_id = 0;
+    return vm_walk_output(e, out);
+  }
+  /* Cached frames are only valid in the same thread and stack block. */
+  nold = prev->L == th.L && prev->stack == th.stack && prev->limit == th.limit
+             ? prev->count
+             : 0;
+  e = vm_walk_victim(cache);
+  steps = e->step;
+  e->L = th.L;
+  e->stack = th.stack;
+  e->limit = th.limit;
+  e->top_step = -1;
+  e->stack_id = 0;
   while (n < max && k < MAX_WALK_STEPS && frame != 0) {
-    struct vm_walk_step *st = &cache->step[k];
+    struct vm_walk_step *st = &steps[k];
     uint64_t tv;
     intptr_t link;
-    if (!reuse || k >= cache->count || st->frame != frame) {
-      reuse = 0;
-      if (!vm_frame_ok(lay, &th, frame))
-        break;
-    }
+    int found;
+    while (j < nold && old[j].frame > frame)
+      j++;
+    found = j < nold && old[j].frame == frame;
+    if (!found && !vm_frame_ok(lay, &th, frame))
+      break;
     if (!vm_frame_tv(lay, safe, frame, &tv) ||
         !vm_frame_link(lay, safe, frame, &link))
       break;
-    reuse = reuse && st->tv == tv && st->link == link;
-    if (reuse && st->ffid != 0 && st->raw.obj != 0) {
-      /* The same object must still be there: compare its id and code. */
-      uintptr_t fn = vm_frame_func(lay, safe, frame), code = 0;
-      uint8_t ffid = 0;
-      if (fn != 0 && vm_u8(safe, fn + lay->fn_ffid, &ffid))
-        ffid == FFID_C ? vm_ptr(safe, fn + lay->fn_cfunc, &code)
-                       : vm_ref(lay, safe, fn + lay->fn_pc, &code);
-      reuse = ffid == st->ffid && code == st->code;
-    }
-    if (!reuse) {
+    if (found && old[j].tv == tv && old[j].link == link) {
+      vm_walk_again(lay, safe, &old[j], next, next_link, skip, st);
+    } else {
       st->frame = frame;
       st->tv = tv;
       st->link = link;
-      vm_walk_step(lay, safe, &th, next, next_link, skip, st, &varg);
+      vm_walk_step(lay, safe, &th, next, next_link, skip, st);
     }
     if (st->kept && n++ == 0 && st->raw.ffid == FFID_LUA)
-      top_pc = vm_top_pc(lay, safe, &th); /* Changes from event to event. */
+      e->top_step = k;
     k++;
     next = frame;
     next_link = link;
     skip = st->varg; /* The real frame of a vararg function follows. */
     frame = st->below;
   }
-  /* Every step was the same frame, with the same top PC: the same stack,
-  ** and `out` is not needed. */
-  *same = reuse && k == cache->count && n == cache->frames &&
-          top_pc == cache->top_pc;
-  cache->count = k;
-  cache->frames = n;
-  cache->top_pc = top_pc;
-  if (!*same) {
-    for (i = 0, n = 0; i < k; i++)
-      if (cache->step[i].kept)
-        out[n++] = cache->step[i].raw;
-    if (n > 0 && out[0].ffid == FFID_LUA)
-      out[0].pc = top_pc;
-  }
-  return n;
+  e->count = k;
+  e->frames = n;
+  e->top_pc = e->top_step >= 0 ? vm_top_pc(lay, safe, &th) : 0;
+  e->used = cache->clock;
+  cache->last = (int)(e - cache->entry);
+  *entry = e;
+  /* Bits of the entry it replaces stay set until the cache is emptied: a
+  ** stale bit only costs an early emptying. */
+  for (i = 0; i < e->count; i++)
+    cache->functions |=
+        vm_walk_bit(lay->gc64 ? (uintptr_t)(steps[i].tv & GC64_ADDR_MASK)
+                              : (uintptr_t)steps[i].tv);
+  return vm_walk_output(e, out);
 }
 
 /* Full classification of one allocator call. `lay` gives the offsets (it
@@ -560,10 +714,12 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe, uintptr_t g,
 ** is learned at run time: the vmstate classes and the trace offsets. */
 VM_INLINE void vm_locate(const struct vm_layout *lay,
                          const struct vm_layout *rt, int safe, uintptr_t g,
-                         uintptr_t ptr, struct vm_site *site)
+                         uintptr_t ptr, struct vm_line_memo *memo,
+                         struct vm_site *site)
 {
   int32_t st;
   site->ffid = 0;
+  site->traceno = 0;
   site->source = SOURCE_INTERNAL;
   if (!vm_i32(safe, g + lay->g_vmstate, &st))
     return;
@@ -576,7 +732,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
     return;
   switch (rt->state_class[~st]) {
   case STATE_WALK:
-    vm_locate_frame(lay, safe, g, ptr, site);
+    vm_locate_frame(lay, safe, g, ptr, memo, site);
     break;
   case STATE_EXIT: {
     /* A trace exit restores objects the trace had sunk: they belong to
@@ -592,6 +748,16 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   default:
     break;
   }
+}
+
+/* Whether vm_locate() would walk frames: the VM runs Lua or C code, and
+** the event is charged to a Lua line or a C function (or host code). */
+VM_INLINE int vm_in_frames(const struct vm_layout *lay,
+                           const struct vm_layout *rt, int safe, uintptr_t g)
+{
+  int32_t st;
+  return vm_i32(safe, g + lay->g_vmstate, &st) && st <= 0 &&
+         (uint32_t)~st < VM_STATE_SLOTS && rt->state_class[~st] == STATE_WALK;
 }
 
 /* The trace object J->trace[traceno], or 0 (no trace, or out of range). */

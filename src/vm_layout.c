@@ -129,7 +129,7 @@ static void *calib_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     if (c->only_state != 0 && st == c->only_state)
       vm_u32(1, c->g + c->lay.g_parent, &e->parent);
     else /* Classify as if this state were walkable. */
-      vm_locate_frame(&c->lay, 1, c->g, e->ptr, &e->site);
+      vm_locate_frame(&c->lay, 1, c->g, e->ptr, NULL, &e->site);
     e->nptr = (uintptr_t)c->orig_alloc(c->orig_ud, ptr, osize, nsize);
     return (void *)e->nptr;
   }

@@ -12,6 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#if WRITER_HAS_PDEP
+#include <cpuid.h>
+#endif
+
 /* Room kept free at the end of the buffer so that one event (header,
 ** location and four numbers) always fits after a single reserve check. */
 #define WRITER_SLACK (ULEB128_MAX * 8)
@@ -19,8 +23,40 @@
 uint8_t writer_uleb_length[64];
 uint64_t writer_uleb_more[64];
 
+int writer_fast_pdep;
+
+/* BMI2 is CPUID leaf 7, EBX bit 8. AMD implements PDEP in microcode
+** before family 19h (Zen 3): hundreds of cycles, slower than the shifts. */
+static int detect_fast_pdep(void)
+{
+#if WRITER_HAS_PDEP
+  unsigned eax, ebx, ecx, edx, family;
+  char vendor[13];
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || eax < 7)
+    return 0;
+  memcpy(vendor, &ebx, 4);
+  memcpy(vendor + 4, &edx, 4);
+  memcpy(vendor + 8, &ecx, 4);
+  vendor[12] = '\0';
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+    return 0;
+  family =
+      ((eax >> 8) & 0xf) + ((eax >> 8 & 0xf) == 0xf ? (eax >> 20) & 0xff : 0);
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(ebx & (1u << 8)))
+    return 0;
+  if ((strcmp(vendor, "AuthenticAMD") == 0 ||
+       strcmp(vendor, "HygonGenuine") == 0) &&
+      family < 0x19)
+    return 0;
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 void writer_tables_init(void)
 {
+  writer_fast_pdep = detect_fast_pdep();
   unsigned lz;
   for (lz = 0; lz < 64; lz++) {
     unsigned bits = 64 - lz, n = (bits + 6) / 7;

@@ -50,6 +50,12 @@ int writer_init(struct writer *w, int fd, size_t size, int background);
 ** Returns 0 if there is no thread (the caller then counts events). */
 int writer_tick_every(struct writer *w, long period_ns);
 
+/* Whether a tick came since the last writer_ticked(). */
+static inline int writer_tick_pending(const struct writer *w)
+{
+  return __atomic_load_n(&w->tick, __ATOMIC_RELAXED) != 0;
+}
+
 /* Whether a tick came since the last call (and clears it). */
 static inline int writer_ticked(struct writer *w)
 {
@@ -85,27 +91,44 @@ static inline void writer_put_byte(struct writer *w, uint8_t b)
 
 /* By the number of leading zero bits of a number of 8 to 56 significant
 ** bits: its LEB128 length, and the continuation bits of all but its last
-** byte. Filled by writer_tables_init(). */
+** byte. Filled by writer_tables_init(), which also sets writer_fast_pdep. */
 extern uint8_t writer_uleb_length[64];
 extern uint64_t writer_uleb_more[64];
 void writer_tables_init(void);
 
+/* Whether this CPU has a fast PDEP instruction (BMI2, and not an AMD CPU
+** before Zen 3, where it is microcoded). */
+extern int writer_fast_pdep;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define WRITER_HAS_PDEP 1
+#else
+#define WRITER_HAS_PDEP 0
+#endif
+
 /*
-** Writes v as unsigned LEB128 at p and returns the end. Numbers below 2^56
-*(every address and size
-** on x86_64) are spread into 7-bit groups by three halving steps and stored
-** as one 8-byte word, without a data-dependent loop; the caller's
-** reservation (ULEB128_MAX bytes per number) covers the bytes past the
-** encoding.
+** The LEB128 bytes of 0x80 <= v < 2^56 as one little-endian word, and
+** their number: v's 7-bit groups are spread one to a byte, then the
+** continuation bits are set. With `pdep` (a constant at every call, true
+** only where writer_fast_pdep is) one PDEP instruction spreads them;
+** otherwise three halving steps do, without a data-dependent loop.
 */
-/* The LEB128 bytes of 0x80 <= v < 2^56 as one little-endian word, and
-** their number. Three halving steps spread v into 7-bit groups. */
-static inline uint64_t uleb128_word(uint64_t v, unsigned *len)
+static inline __attribute__((always_inline)) uint64_t
+uleb128_word_with(uint64_t v, unsigned *len, int pdep)
 {
   unsigned lz = (unsigned)__builtin_clzll(v);
-  uint64_t x = (v & 0x0fffffffULL) | ((v << 4) & 0x0fffffff00000000ULL);
-  x = (x & 0x00003fff00003fffULL) | ((x << 2) & 0x3fff00003fff0000ULL);
-  x = (x & 0x007f007f007f007fULL) | ((x << 1) & 0x7f007f007f007f00ULL);
+  uint64_t x;
+#if WRITER_HAS_PDEP
+  if (pdep) {
+    __asm__("pdep %2, %1, %0" : "=r"(x) : "r"(v), "r"(0x7f7f7f7f7f7f7f7fULL));
+  } else
+#endif
+  {
+    (void)pdep;
+    x = (v & 0x0fffffffULL) | ((v << 4) & 0x0fffffff00000000ULL);
+    x = (x & 0x00003fff00003fffULL) | ((x << 2) & 0x3fff00003fff0000ULL);
+    x = (x & 0x007f007f007f007fULL) | ((x << 1) & 0x7f007f007f007f00ULL);
+  }
   *len = writer_uleb_length[lz];
   return x | writer_uleb_more[lz];
 }
@@ -116,7 +139,12 @@ static inline uint64_t uleb128_word(uint64_t v, unsigned *len)
 #define ULEB128_WORDS 0
 #endif
 
-static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)
+/* Writes v as unsigned LEB128 at p and returns the end. A number below
+** 2^56 (every address and size on x86_64) is stored as one 8-byte word;
+** the caller's reservation (ULEB128_MAX bytes per number) covers the bytes
+** past the encoding. */
+static inline __attribute__((always_inline)) uint8_t *
+uleb128_put_with(uint8_t *p, uint64_t v, int pdep)
 {
   if (v < 0x80) {
     *p = (uint8_t)v;
@@ -124,7 +152,7 @@ static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)
   }
   if (ULEB128_WORDS && v < (1ULL << 56)) {
     unsigned len;
-    uint64_t x = uleb128_word(v, &len);
+    uint64_t x = uleb128_word_with(v, &len, pdep);
     memcpy(p, &x, 8);
     return p + len;
   }
@@ -134,6 +162,11 @@ static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)
   }
   *p++ = (uint8_t)v;
   return p;
+}
+
+static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)
+{
+  return uleb128_put_with(p, v, 0);
 }
 
 static inline void writer_put_uleb128(struct writer *w, uint64_t v)
