@@ -3,45 +3,32 @@
 
 local cli = require('memprof.cli')
 local B = require('helpers.stream_builder')
+local C = require('helpers.command')
 
 local COMMAND = './bin/memprof-report'
 
-local function write_file(path, bytes)
-  local file = assert(io.open(path, 'wb'))
-  file:write(bytes)
-  file:close()
-end
-
-local function read_file(path)
-  local file = assert(io.open(path, 'rb'))
-  local data = file:read('*a')
-  file:close()
-  return data
-end
-
-local function quote(word)
-  return "'" .. word:gsub("'", "'\\''") .. "'"
-end
-
--- Run a shell command line; returns exit code, stdout, stderr.
-local function run(command_line)
-  local err_path = os.tmpname()
-  local pipe = assert(io.popen(command_line .. ' 2>' .. err_path ..
-    '; echo "exit:$?"'))
-  local output = pipe:read('*a')
-  pipe:close()
-  local stderr = read_file(err_path)
-  os.remove(err_path)
-  local stdout, code = output:match('^(.*)exit:(%d+)\n$')
-  return tonumber(code), stdout, stderr
-end
+local write_file, read_file, quote, run =
+  C.write_file, C.read_file, C.quote, C.run
 
 local function report(...)
-  local words = { COMMAND }
-  for i = 1, select('#', ...) do
-    words[#words + 1] = quote((select(i, ...)))
+  return run(C.command(COMMAND, ...))
+end
+
+-- Files a test writes, removed after it (remove_temp_files).
+local temp_files = {}
+
+local function temp_file(bytes)
+  local p = os.tmpname()
+  temp_files[#temp_files + 1] = p
+  write_file(p, bytes)
+  return p
+end
+
+local function remove_temp_files()
+  for _, p in ipairs(temp_files) do
+    os.remove(p)
   end
-  return run(table.concat(words, ' '))
+  temp_files = {}
 end
 
 local function profile()
@@ -60,27 +47,15 @@ TOTAL holds 2KiB (net bytes of the stream)
 ]]
 
 describe('memprof-report', function()
-  local path, paths
+  local path
 
   before_each(function()
-    paths = {}
-    path = os.tmpname()
-    paths[1] = path
-    write_file(path, profile():epilogue():bytes())
+    path = temp_file(profile():epilogue():bytes())
   end)
 
-  after_each(function()
-    for _, p in ipairs(paths) do
-      os.remove(p)
-    end
-  end)
+  after_each(remove_temp_files)
 
-  local function another_file(bytes)
-    local p = os.tmpname()
-    paths[#paths + 1] = p
-    write_file(p, bytes)
-    return p
-  end
+  local another_file = temp_file
 
   it('prints the report and exits with 0', function()
     local code, stdout, stderr = report(path)
@@ -277,23 +252,10 @@ Formats (--format=NAME; docs/formats.md):
 end)
 
 describe('memprof-report views', function()
-  local paths
-
-  before_each(function()
-    paths = {}
-  end)
-
-  after_each(function()
-    for _, p in ipairs(paths) do
-      os.remove(p)
-    end
-  end)
+  after_each(remove_temp_files)
 
   local function file_of(builder)
-    local p = os.tmpname()
-    paths[#paths + 1] = p
-    write_file(p, builder:bytes())
-    return p
+    return temp_file(builder:bytes())
   end
 
   it('groups by caller and prints the views asked for', function()
@@ -418,13 +380,11 @@ describe('memprof-report --format', function()
   local dir
 
   before_each(function()
-    dir = os.tmpname()
-    os.remove(dir)
-    os.execute('mkdir ' .. quote(dir))
+    dir = C.temp_dir()
   end)
 
   after_each(function()
-    os.execute('rm -rf ' .. quote(dir))
+    C.remove_tree(dir)
   end)
 
   local function file_of(builder)

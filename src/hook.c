@@ -135,25 +135,23 @@ record_stack(struct profiler *p, const struct vm_layout *lay, void *ptr,
   struct vm_raw_frame frames[MAX_STACK_DEPTH];
   struct vm_walk_entry *e;
   uint32_t id;
-  int n, same, i;
+  int n, same;
   /* A described prototype went away: the bytecode a cached step read
   ** (the call instruction of its caller) may have been replaced. */
   if (p->stacks.walk_generation != p->syms.generation) {
-    for (i = 0; i < VM_WALK_WAYS; i++)
-      p->stacks.walk.entry[i].count = 0;
+    vm_walk_clear(&p->stacks.walk);
     p->stacks.walk_generation = p->syms.generation;
   }
   n = vm_walk_stack(lay, 0, p->g, (uintptr_t)ptr, frames, p->stack_depth,
                     &p->stacks.walk, &e, &same);
   if (n == 0)
     return 0;
-  if (same && e->stack_id != 0 && e->generation == p->stacks.generation)
+  if (same && e->stack_id != 0)
     return e->stack_id;
   if (same)
     vm_walk_output(e, frames);
   id = stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, frames, n, err);
   e->stack_id = id;
-  e->generation = p->stacks.generation;
   return id;
 }
 
@@ -282,19 +280,24 @@ record_before(struct profiler *p, const struct vm_layout *lay,
 }
 
 /* A free (of a block, not NULL) cannot fail: its event is committed before
-** the real allocator, which is then a tail call. */
+** the real allocator, which is then a tail call. The fast path leaves what
+** it cannot record to `full`. */
 static inline __attribute__((always_inline)) void *
 record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
-            int pdep, void *ptr, size_t osize)
+            int pdep, int fast, void *ptr, size_t osize,
+            void *(*full)(struct profiler *, void *, size_t))
 {
-  uint8_t *event = record_before(p, lay, stack_of, pdep, 0, ptr, osize, 0);
+  uint8_t *event = record_before(p, lay, stack_of, pdep, fast, ptr, osize, 0);
+  if (fast && event == FULL_PATH)
+    return full(p, ptr, osize);
   if (event != NULL)
     p->out.pos = event;
   return p->orig_alloc(p->orig_ud, ptr, osize, 0);
 }
 
 /* An allocation or reallocation is committed once it has succeeded (a
-** failed one changes nothing; LuaJIT raises the error itself). */
+** failed one changes nothing; LuaJIT raises the error itself). The fast
+** path leaves what it cannot record to `full`. */
 static inline __attribute__((always_inline)) void *
 record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
              int pdep, int fast, void *ptr, size_t osize, size_t nsize,
@@ -330,7 +333,7 @@ static inline int forward_only(const struct profiler *p)
   static __attribute__((noinline)) void *name##_free(struct profiler *p,       \
                                                      void *ptr, size_t osize)  \
   {                                                                            \
-    return record_free(p, family_layout, stack_of, pdep, ptr, osize);          \
+    return record_free(p, family_layout, stack_of, pdep, 0, ptr, osize, NULL); \
   }                                                                            \
   static __attribute__((noinline)) void *name##_alloc(                         \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
@@ -347,20 +350,13 @@ static inline int forward_only(const struct profiler *p)
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
-    uint8_t *event;                                                            \
     /* Freeing NULL is no event. */                                            \
     if (forward_only(p) || (nsize == 0 && ptr == NULL))                        \
       return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
     if (nsize != 0)                                                            \
-      return p->stack_depth != 0 &&                                            \
-                     vm_in_frames(family_layout, &p->layout, 0, p->g)          \
-                 ? name##_alloc(p, ptr, osize, nsize)                          \
-                 : name##_alloc_fast(p, ptr, osize, nsize);                    \
-    event = record_before(p, family_layout, stack_of, pdep, 1, ptr, osize, 0); \
-    if (event == FULL_PATH)                                                    \
-      return name##_free(p, ptr, osize);                                       \
-    p->out.pos = event;                                                        \
-    return p->orig_alloc(p->orig_ud, ptr, osize, 0);                           \
+      return name##_alloc_fast(p, ptr, osize, nsize);                          \
+    return record_free(p, family_layout, stack_of, pdep, 1, ptr, osize,        \
+                       name##_free);                                           \
   }
 HOOK(hook_generic, &p->layout, stack_generic, 0)
 HOOK(hook_generic_pdep, &p->layout, stack_generic, 1)

@@ -443,7 +443,6 @@ struct vm_walk_entry {
   int count;                 /* Steps; 0: the entry is empty. */
   unsigned used;             /* When it was last used (cache.clock). */
   uint32_t stack_id;         /* The hook's id for its stack, 0: none yet. */
-  unsigned generation;       /* The hook's: when stack_id was given. */
   struct vm_walk_step step[MAX_WALK_STEPS];
 };
 
@@ -470,16 +469,21 @@ VM_INLINE uint64_t vm_walk_bit(uintptr_t obj)
   return 1ULL << (((obj >> 3) ^ (obj >> 9)) & 63);
 }
 
-/* The VM frees or moves the block at ptr: if it may be a function of the
-** cached walk, the cache is dropped (another function may take its place). */
-VM_INLINE void vm_walk_forget(struct vm_walk_cache *cache, uintptr_t ptr)
+/* Empties every entry. */
+VM_INLINE void vm_walk_clear(struct vm_walk_cache *cache)
 {
   int i;
-  if (cache->functions & vm_walk_bit(ptr)) {
-    for (i = 0; i < VM_WALK_WAYS; i++)
-      cache->entry[i].count = 0;
-    cache->functions = 0;
-  }
+  for (i = 0; i < VM_WALK_WAYS; i++)
+    cache->entry[i].count = 0;
+  cache->functions = 0;
+}
+
+/* The VM frees or moves the block at ptr: if it may be a function of a
+** cached walk, the cache is emptied (another function may take its place). */
+VM_INLINE void vm_walk_forget(struct vm_walk_cache *cache, uintptr_t ptr)
+{
+  if (cache->functions & vm_walk_bit(ptr))
+    vm_walk_clear(cache);
 }
 
 /* The function slot of a frame as stored (before any check). */

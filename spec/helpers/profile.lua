@@ -1,5 +1,6 @@
 -- Test helpers: profile a function in this VM, or a script in a fresh
 -- interpreter, and read the resulting stream back as plain tables.
+local command = require('helpers.command')
 local reader = require('memprof.reader')
 
 local M = {}
@@ -81,9 +82,7 @@ function M.sizes(events, field)
   return out
 end
 
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
+local shell_quote = command.quote
 
 -- Runs a Lua script in a child interpreter; returns its output (stdout and
 -- stderr together) and exit code (124 if it ran for over two minutes).
