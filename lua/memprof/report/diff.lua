@@ -87,10 +87,6 @@ function M.write(changes, out, opts)
     ' (net bytes of the streams)\n')
 end
 
-function M.render(changes, opts)
-  return layout.render(function(out)
-    M.write(changes, out, opts)
-  end)
-end
+M.render = layout.renderer(M.write)
 
 return M

@@ -124,12 +124,7 @@ end
 
 -- What to say on stderr about the result.
 function M.notes(result)
-  if result.stream.has_stacks then
-    return {}
-  end
-  return { 'the profile has no call stacks: each stack is one frame, the ' ..
-    'place of the events (record with memprof.start(path, ' ..
-    '{stack_depth = N}) for stacks)' }
+  return rows.stack_notes(result, 'stack')
 end
 
 function M.write(result, out, opts)

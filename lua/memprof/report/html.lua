@@ -2085,10 +2085,6 @@ function M.write(result, out, opts)
   out:write(script_html())
 end
 
-function M.render(result, opts)
-  return layout.render(function(out)
-    M.write(result, out, opts)
-  end)
-end
+M.render = layout.renderer(M.write)
 
 return M

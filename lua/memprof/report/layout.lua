@@ -197,4 +197,14 @@ function M.render(fn)
   return table.concat(parts)
 end
 
+-- The render function of a report whose write(x, out, opts) writes it:
+-- render(x, opts) returns the report as a string.
+function M.renderer(write)
+  return function(x, opts)
+    return M.render(function(out)
+      write(x, out, opts)
+    end)
+  end
+end
+
 return M

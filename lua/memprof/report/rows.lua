@@ -149,4 +149,15 @@ function M.totals(list)
   return totals
 end
 
+-- The notes (for stderr) of an export made of UNITs ('stack', 'sample'):
+-- without call stacks in the profile, each of them is one frame.
+function M.stack_notes(result, unit)
+  if result.stream.has_stacks then
+    return {}
+  end
+  return { 'the profile has no call stacks: each ' .. unit .. ' is one ' ..
+    'frame, the place of the events (record with memprof.start(path, ' ..
+    '{stack_depth = N}) for stacks)' }
+end
+
 return M

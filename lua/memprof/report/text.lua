@@ -214,10 +214,6 @@ function M.write(result, out, opts)
 end
 
 -- The report as a string (for tests and embedding).
-function M.render(result, opts)
-  return layout.render(function(out)
-    M.write(result, out, opts)
-  end)
-end
+M.render = layout.renderer(M.write)
 
 return M

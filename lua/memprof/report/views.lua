@@ -310,11 +310,7 @@ function M.write(result, out, opts)
   layout.write_aliases(out, result.stream.aliases, used)
 end
 
-function M.render(result, opts)
-  return layout.render(function(out)
-    M.write(result, out, opts)
-  end)
-end
+M.render = layout.renderer(M.write)
 
 M.VIEWS = analyze.VIEWS
 
