@@ -127,11 +127,24 @@ static struct sentinel *get_sentinel(lua_State *L)
   return s;
 }
 
-/* Whether the JIT compiler is on (jit.status()). */
+/* Pushes a loaded library's table (registry._LOADED[name]), or nil. The
+** module never looks at globals: hosts replace them (OpenResty's ngx_lua
+** guards writes to them and replaces coroutine.*). */
+static void push_library(lua_State *L, const char *name)
+{
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (lua_istable(L, -1))
+    lua_getfield(L, -1, name);
+  else
+    lua_pushnil(L);
+  lua_remove(L, -2);
+}
+
+/* Whether the JIT compiler is on (the jit library's status()). */
 static int jit_is_on(lua_State *L)
 {
   int on = 0, top = lua_gettop(L);
-  lua_getglobal(L, "jit");
+  push_library(L, "jit");
   if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "status");
     if (lua_isfunction(L, -1) && lua_pcall(L, 0, 1, 0) == 0)
@@ -252,27 +265,53 @@ static void name_builtins_in(lua_State *L, struct profiler *p, const char *lib)
   }
 }
 
-/* Built-ins that no library table holds: the functions that iterators and
-** coroutine.wrap return. They are obtained through the API, never by id. */
-static void name_hidden_builtins(lua_State *L, struct profiler *p)
+/* Names the built-in that calling lib.fn(args) returns (iterators and the
+** function coroutine.wrap makes: no library table holds them). It is
+** called only if lib.fn is itself a built-in, so that a host's replacement
+** is never run. */
+static void name_made_builtin(lua_State *L, struct profiler *p, const char *lib,
+                              const char *fn, int nargs, const char *name)
 {
-  static const char maker[] =
-      "return string.gmatch('', ''), select(1, ipairs({})),\n"
-      "  coroutine.wrap(function() end)\n";
-  static const char *const names[] = {"string.gmatch iterator",
-                                      "ipairs iterator", "coroutine.wrap"};
-  int i, top = lua_gettop(L);
-  if (luaL_loadbuffer(L, maker, sizeof(maker) - 1, "=memprof") == 0 &&
-      lua_pcall(L, 0, 3, 0) == 0) {
-    for (i = 0; i < 3; i++) {
-      uintptr_t fn = (uintptr_t)lua_topointer(L, top + 1 + i);
-      uint8_t ffid;
-      if (vm_is_gc(&p->layout, 0, fn, GCT_FUNC) &&
-          vm_u8(0, fn + p->layout.fn_ffid, &ffid) && ffid > FFID_C)
-        symbols_name_builtin(&p->syms, ffid, names[i]);
+  const struct vm_layout *lay = &p->layout;
+  int top = lua_gettop(L) - nargs;
+  uintptr_t f;
+  uint8_t ffid;
+  push_library(L, lib);
+  if (lua_istable(L, -1))
+    lua_getfield(L, -1, fn);
+  else
+    lua_pushnil(L);
+  f = (uintptr_t)lua_topointer(L, -1);
+  if (lua_type(L, -1) == LUA_TFUNCTION && vm_u8(0, f + lay->fn_ffid, &ffid) &&
+      ffid > FFID_C) {
+    lua_insert(L, top + 1); /* The function below its arguments. */
+    lua_pop(L, 1);          /* The library table. */
+    if (lua_pcall(L, nargs, 1, 0) == 0) {
+      f = (uintptr_t)lua_topointer(L, -1);
+      if (lua_type(L, -1) == LUA_TFUNCTION && vm_is_gc(lay, 0, f, GCT_FUNC) &&
+          vm_u8(0, f + lay->fn_ffid, &ffid) && ffid > FFID_C)
+        symbols_name_builtin(&p->syms, ffid, name);
     }
   }
   lua_settop(L, top);
+}
+
+/* C function for coroutine.wrap to wrap: it never runs. */
+static int never_runs(lua_State *L)
+{
+  (void)L;
+  return 0;
+}
+
+static void name_hidden_builtins(lua_State *L, struct profiler *p)
+{
+  lua_pushliteral(L, "");
+  lua_pushliteral(L, "");
+  name_made_builtin(L, p, "string", "gmatch", 2, "string.gmatch iterator");
+  lua_newtable(L);
+  name_made_builtin(L, p, "_G", "ipairs", 1, "ipairs iterator");
+  lua_pushcfunction(L, never_runs);
+  name_made_builtin(L, p, "coroutine", "wrap", 1, "coroutine.wrap");
 }
 
 /* Learns built-in names from the standard libraries, first match wins. */
@@ -435,11 +474,11 @@ static int l_info(lua_State *L)
 {
   struct sentinel *s = verified_layout(L);
   lua_newtable(L);
-  lua_getglobal(L, "jit");
+  push_library(L, "jit");
   if (lua_istable(L, -1))
     lua_getfield(L, -1, "version");
   else
-    lua_getglobal(L, "_VERSION");
+    lua_pushnil(L);
   lua_setfield(L, -3, "version");
   lua_pop(L, 1);
   lua_pushboolean(L, s != NULL && s->calibrated);
@@ -463,6 +502,12 @@ static int l_info(lua_State *L)
   lua_setfield(L, -2, "recording");
   lua_pushstring(L, s->layout.exact ? "specialised" : "generic");
   lua_setfield(L, -2, "hook");
+  lua_pushstring(L, s->layout.build != NULL ? "matched" : "discovered");
+  lua_setfield(L, -2, "layout");
+  if (s->layout.build != NULL) {
+    lua_pushstring(L, s->layout.build);
+    lua_setfield(L, -2, "build");
+  }
   lua_newtable(L);
   set_int(L, "lua", s->layout.st_lua);
   set_int(L, "c", s->layout.st_c);
@@ -511,15 +556,24 @@ static void pin_module(void)
     dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
-/* misc.memprof.start/stop, as in Tarantool; an existing one is kept. */
+/* misc.memprof.start/stop, as in Tarantool; an existing one is kept. The
+** global table is reached through the registry and written with rawset,
+** so that a host's guard on new globals (ngx_lua warns on every one) is
+** not triggered. */
 static void install_misc(lua_State *L)
 {
-  lua_getglobal(L, "misc");
+  push_library(L, "_G");
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_getfield(L, -1, "misc");
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
     lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setglobal(L, "misc");
+    lua_pushliteral(L, "misc");
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
   }
   if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "memprof");
@@ -529,11 +583,14 @@ static void install_misc(lua_State *L)
       lua_setfield(L, -2, "start");
       lua_pushcfunction(L, l_stop);
       lua_setfield(L, -2, "stop");
-      lua_setfield(L, -3, "memprof");
+      lua_pushliteral(L, "memprof");
+      lua_pushvalue(L, -2);
+      lua_rawset(L, -5);
+      lua_pop(L, 1);
     }
     lua_pop(L, 1);
   }
-  lua_pop(L, 1);
+  lua_pop(L, 2);
 }
 
 __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)

@@ -142,8 +142,8 @@ record_stack(struct profiler *p, const struct vm_layout *lay, void *ptr,
     vm_walk_clear(&p->stacks.walk);
     p->stacks.walk_generation = p->syms.generation;
   }
-  n = vm_walk_stack(lay, 0, p->g, (uintptr_t)ptr, frames, p->stack_depth,
-                    &p->stacks.walk, &e, &same);
+  n = vm_walk_stack(lay, 0, p->g + p->layout.g_cur_L, (uintptr_t)ptr, frames,
+                    p->stack_depth, &p->stacks.walk, &e, &same);
   if (n == 0)
     return 0;
   if (same && e->stack_id != 0)
@@ -244,7 +244,7 @@ record_before(struct profiler *p, const struct vm_layout *lay,
 
   if (fast && (p->out.pos + EVENT_MAX_BYTES > p->out.limit ||
                writer_failed(&p->out) != 0 ||
-               (p->stack_depth != 0 && vm_in_frames(lay, &p->layout, 0, p->g))))
+               (p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
     return FULL_PATH;
   vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
             &site);

@@ -1,23 +1,31 @@
 /*
-** Offsets of the known LuaJIT build families on x86_64.
+** Offsets of known LuaJIT builds.
 **
-** Included by vm_layout.c, which verifies a candidate against the running
-** VM before it is used, and by hook.c, which compiles one hook per family
-** with these offsets as constants (used only when the verified layout
-** equals the family's table exactly).
+** Nothing here is needed to start: every offset is discovered and verified
+** at run time (vm_discover.c, vm_layout.c). The two mode tables hold the
+** object offsets shared by every known build of a mode on this
+** architecture; hook.c compiles one hook per mode with them as constants,
+** used when the discovered object offsets equal them. The known builds
+** add what moves between builds (global_State and jit_State offsets,
+** strings, the stack's extra slots), so that memprof.info() can name a
+** build whose layout matches one seen before (docs/builds.md).
 */
 #ifndef MEMPROF_VM_CANDIDATES_H
 #define MEMPROF_VM_CANDIDATES_H
 
 #include "vm_layout.h"
 
-/* A build family's offsets, where J->trace may sit relative to g, and how
-** far J->parent (the trace a trace exit leaves) lies after J->trace. */
 struct vm_candidate {
   struct vm_layout layout;
-  uint16_t trace[4];
-  uint16_t parent_after_trace;
 };
+
+/* The saved PC in the interpreter's C frame: 24 on x86_64 (GC64), 8 on
+** arm64 since 2021 (upstream 421c4c79). */
+#if defined(__aarch64__)
+#define CF_PC_GC64 8
+#else
+#define CF_PC_GC64 24
+#endif
 
 static const struct vm_candidate vm_candidates[] = {
     {
@@ -26,7 +34,7 @@ static const struct vm_candidate vm_candidates[] = {
         ** and global_State, which moves only J. */
         .layout =
             {
-                .family = "LuaJIT 2.1 GC64 (upstream / OpenResty) x86_64",
+                .family = "LuaJIT 2.1 GC64",
                 .gc64 = 1,
                 .fr2 = 1,
                 .ref_size = 8,
@@ -53,20 +61,18 @@ static const struct vm_candidate vm_candidates[] = {
                 .pt_lineinfo = 80,
                 .str_size = 24,
                 .str_len = 20,
-                .cf_pc = 24,
+                .cf_pc = CF_PC_GC64,
                 .cf_L = 16,
                 .tr_startpt = 64,
                 .tr_startpc = 72,
                 .tr_traceno = 104,
             },
-        .trace = {1112, 1120, 0, 0},
-        .parent_after_trace = 3016 - 384,
     },
     {
         /* Tarantool 2.6.0's LuaJIT fork: non-GC64, 32-bit references. */
         .layout =
             {
-                .family = "LuaJIT 2.1 non-GC64 (Tarantool 2.6.0) x86_64",
+                .family = "LuaJIT 2.1 non-GC64",
                 .gc64 = 0,
                 .fr2 = 0,
                 .ref_size = 4,
@@ -99,13 +105,46 @@ static const struct vm_candidate vm_candidates[] = {
                 .tr_startpc = 52,
                 .tr_traceno = 80,
             },
-        .trace = {816, 0, 0, 0},
-        .parent_after_trace = 2480 - 368,
     },
 };
 
 #define VM_CANDIDATE_GC64 0
 #define VM_CANDIDATE_NONGC64 1
 #define VM_CANDIDATES (sizeof(vm_candidates) / sizeof(vm_candidates[0]))
+
+/* A known build: its mode table, and what moves between builds. allocd
+** follows allocf, and J->sizetrace lies 12 bytes after J->trace, in all. */
+struct vm_known_build {
+  const char *name;
+  int candidate;
+  int arm64;
+  uint16_t g_allocf, g_vmstate, g_cur_L, g_trace, g_parent;
+  uint8_t str_size, str_len, stack_extra;
+};
+
+static const struct vm_known_build vm_known_builds[] = {
+    {"Debian bookworm luajit 2.1.0~beta3+git20220320", VM_CANDIDATE_GC64, 0, 0,
+     184, 368, 1112, 3744, 24, 20, 7},
+    {"OpenResty luajit2 2.1-20230119", VM_CANDIDATE_GC64, 0, 0, 184, 368, 1120,
+     3752, 24, 20, 7},
+    {"Tarantool 2.6.0", VM_CANDIDATE_NONGC64, 0, 48, 120, 280, 816, 2928, 16,
+     12, 5},
+    {"upstream LuaJIT v2.1.0-beta3 (2017)", VM_CANDIDATE_GC64, 0, 16, 128, 344,
+     1064, 3704, 24, 16, 7},
+    {"upstream LuaJIT v2.1.0-beta3 (2017)", VM_CANDIDATE_NONGC64, 0, 16, 88,
+     248, 784, 2896, 16, 12, 5},
+    {"upstream LuaJIT v2.1 (2026-08)", VM_CANDIDATE_GC64, 0, 0, 184, 376, 1128,
+     3760, 24, 20, 8},
+    {"upstream LuaJIT v2.1 (2026-08)", VM_CANDIDATE_NONGC64, 0, 0, 136, 296,
+     864, 2968, 20, 16, 5},
+    {"Tarantool's LuaJIT (master, 2024-10)", VM_CANDIDATE_GC64, 0, 64, 440, 480,
+     1232, 3864, 24, 16, 7},
+    {"Tarantool's LuaJIT (master, 2024-10)", VM_CANDIDATE_NONGC64, 0, 64, 352,
+     392, 952, 3056, 16, 12, 5},
+    {"upstream LuaJIT v2.1 (2026-08)", VM_CANDIDATE_GC64, 1, 0, 184, 376, 1120,
+     3752, 24, 20, 8},
+};
+
+#define VM_KNOWN_BUILDS (sizeof(vm_known_builds) / sizeof(vm_known_builds[0]))
 
 #endif

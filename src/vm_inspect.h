@@ -211,11 +211,14 @@ struct vm_thread {
   uintptr_t L, stack, base, limit; /* limit = stack + stacksize slots. */
 };
 
+/* cur_L_at is the address of g->cur_L: global_State offsets always come
+** from the verified layout (they move between builds of one family),
+** while the object layouts may be a family's constants. */
 VM_INLINE int vm_current_thread(const struct vm_layout *lay, int safe,
-                                uintptr_t g, struct vm_thread *th)
+                                uintptr_t cur_L_at, struct vm_thread *th)
 {
   uint32_t size;
-  if (!vm_ref(lay, safe, g + lay->g_cur_L, &th->L) || th->L == 0 ||
+  if (!vm_ref(lay, safe, cur_L_at, &th->L) || th->L == 0 ||
       !vm_ref(lay, safe, th->L + lay->L_stack, &th->stack) ||
       !vm_ptr(safe, th->L + lay->L_base, &th->base) ||
       !vm_u32(safe, th->L + lay->L_stacksize, &size))
@@ -329,7 +332,7 @@ VM_INLINE int vm_locate_cont_caller(const struct vm_layout *lay, int safe,
 /* Classifies the top frame of the current thread. ptr is the block being
 ** reallocated or freed (NULL for a new allocation). */
 VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
-                               uintptr_t g, uintptr_t ptr,
+                               uintptr_t cur_L_at, uintptr_t ptr,
                                struct vm_line_memo *memo, struct vm_site *site)
 {
   struct vm_thread th;
@@ -338,7 +341,7 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
   intptr_t link;
 
   site->source = SOURCE_INTERNAL;
-  if (!vm_current_thread(lay, safe, g, &th))
+  if (!vm_current_thread(lay, safe, cur_L_at, &th))
     return;
   /* The running thread's own stack is being resized: base and top still
   ** point into the old block, so its frames must not be walked. */
@@ -627,8 +630,9 @@ VM_INLINE struct vm_walk_entry *vm_walk_victim(struct vm_walk_cache *cache)
 ** both) is taken from it: typically only the top frames change, in a deep
 ** stack that does not.
 */
-VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe, uintptr_t g,
-                            uintptr_t ptr, struct vm_raw_frame *out, int max,
+VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
+                            uintptr_t cur_L_at, uintptr_t ptr,
+                            struct vm_raw_frame *out, int max,
                             struct vm_walk_cache *cache,
                             struct vm_walk_entry **entry, int *same)
 {
@@ -641,7 +645,8 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe, uintptr_t g,
   intptr_t next_link = 0;
   int n = 0, skip = 0, k = 0, j = 0, nold, i;
   *same = 0;
-  if (!vm_current_thread(lay, safe, g, &th) || (ptr != 0 && ptr == th.stack))
+  if (!vm_current_thread(lay, safe, cur_L_at, &th) ||
+      (ptr != 0 && ptr == th.stack))
     return 0;
   frame = th.base - TVALUE_SIZE;
   cache->clock++;
@@ -725,7 +730,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   site->ffid = 0;
   site->traceno = 0;
   site->source = SOURCE_INTERNAL;
-  if (!vm_i32(safe, g + lay->g_vmstate, &st))
+  if (!vm_i32(safe, g + rt->g_vmstate, &st))
     return;
   if (st > 0) { /* A trace is running: never walk frames. */
     site->source = SOURCE_TRACE;
@@ -736,7 +741,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
     return;
   switch (rt->state_class[~st]) {
   case STATE_WALK:
-    vm_locate_frame(lay, safe, g, ptr, memo, site);
+    vm_locate_frame(lay, safe, g + rt->g_cur_L, ptr, memo, site);
     break;
   case STATE_EXIT: {
     /* A trace exit restores objects the trace had sunk: they belong to
@@ -756,11 +761,10 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
 
 /* Whether vm_locate() would walk frames: the VM runs Lua or C code, and
 ** the event is charged to a Lua line or a C function (or host code). */
-VM_INLINE int vm_in_frames(const struct vm_layout *lay,
-                           const struct vm_layout *rt, int safe, uintptr_t g)
+VM_INLINE int vm_in_frames(const struct vm_layout *rt, int safe, uintptr_t g)
 {
   int32_t st;
-  return vm_i32(safe, g + lay->g_vmstate, &st) && st <= 0 &&
+  return vm_i32(safe, g + rt->g_vmstate, &st) && st <= 0 &&
          (uint32_t)~st < VM_STATE_SLOTS && rt->state_class[~st] == STATE_WALK;
 }
 

@@ -1,10 +1,13 @@
 /*
 ** What the module knows about LuaJIT's internal layouts.
 **
-** The module includes no private LuaJIT header. Instead it carries, per
-** build family, the offsets of the few fields the allocator hook reads, and
-** verifies every one of them at start against the public API (see
-** vm_layout.c). A layout that is not verified is never used.
+** The module includes no private LuaJIT header. At the first start in a VM
+** it finds the offsets of the few fields the allocator hook reads by
+** searching the VM's structures for values the public API reveals
+** (vm_discover.c), then verifies every one of them against the public API
+** (vm_layout.c). A layout that is not verified is never used. Tables of
+** known builds (vm_candidates.h) only name a build that matches and let
+** the hook use constant offsets.
 */
 #ifndef MEMPROF_VM_LAYOUT_H
 #define MEMPROF_VM_LAYOUT_H
@@ -30,9 +33,11 @@ enum vm_state_class {
 #define VM_STATE_SLOTS 16
 
 struct vm_layout {
-  const char *family; /* Which candidate table matched. */
-  int candidate;      /* Its index in vm_candidates. */
-  int exact;          /* Every offset equals the candidate's. */
+  const char *family; /* The mode: "LuaJIT 2.1 GC64 x86_64", ... */
+  const char *build;  /* The known build whose offsets all match, or NULL. */
+  int candidate;      /* The mode's table in vm_candidates. */
+  int exact;          /* Every object offset equals the mode table's, so
+                         the hook can use them as constants. */
   int gc64;           /* GCRef/MRef are 8 bytes (1) or 4 bytes (0). */
   int fr2;            /* Two-slot frames (always with GC64). */
   int trace_ok;       /* J->trace was found and verified. */
@@ -63,6 +68,8 @@ struct vm_layout {
   uint8_t cf_pc, cf_L;
   /* GCtrace */
   uint8_t tr_startpt, tr_startpc, tr_traceno;
+  /* Build constant: stack slots above maxstack (LJ_STACK_EXTRA). */
+  uint8_t stack_extra;
 
   /* Classes of the stored vmstate values -1 .. -VM_STATE_SLOTS. */
   uint8_t state_class[VM_STATE_SLOTS];
@@ -95,10 +102,19 @@ struct vm_layout {
 /* The offset fields of struct vm_layout, by name: what an override may
 ** set, what is compared with a candidate, and what memprof.info() lists.
 ** Ends with a NULL name. */
+enum vm_field_role {
+  FIELD_OBJECT,  /* In an object; constant in a family's hook. */
+  FIELD_RUNTIME, /* Always read from the verified layout: global_State
+                    and jit_State offsets, strings and traces, which move
+                    between builds of one mode (none is on the hook's
+                    fast path). */
+  FIELD_CONST,   /* A build constant, not an offset. */
+};
 struct vm_layout_field {
   const char *name;
   size_t offset; /* Of the field in struct vm_layout. */
   int wide;      /* uint16_t (1) or uint8_t (0). */
+  int role;
 };
 extern const struct vm_layout_field vm_layout_fields[];
 
