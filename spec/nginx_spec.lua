@@ -1,0 +1,218 @@
+-- nginx with OpenResty's Lua module (Debian's libnginx-mod-http-lua and
+-- luajit2, unpacked into build/nginx by .ci/install-nginx). ngx_lua
+-- replaces coroutine.* with its own scheduler's functions (which yield to
+-- nginx, and refuse to run in init_worker_by_lua*), and warns when a
+-- request writes a global. The profiler must work from every context a
+-- worker runs Lua in: init_worker_by_lua*, request handlers, timers.
+--
+-- Each scenario runs its own nginx (one worker, so every request reaches
+-- the VM that profiles) and reads the profile back: a request runs a
+-- workload from a Lua file of the server's directory, which makes WORK_N
+-- tables at a known line, and the profile must hold exactly WORK_N
+-- allocations there.
+local nginx = require('helpers.nginx')
+if not nginx.available() then
+  return
+end
+
+local h = require('helpers.profile')
+
+local WORK_N = 500
+local WORK_LINE = 12
+
+-- Compiled code is charged to its trace, not to a line: the workload runs
+-- in the interpreter (jit.off for this chunk and every function in it).
+local WORKLOAD = [[
+-- The workload of spec/nginx_spec.lua.
+local M = {}
+if jit then jit.off(true, true) end
+
+function M.run(n)
+  local keep = {}
+  -- The array part is sized here, so that line 12 makes the tables only.
+  for i = 1, n do
+    keep[i] = false
+  end
+  for i = 1, n do
+    keep[i] = {}
+  end
+  return keep
+end
+
+return M
+]]
+
+-- State shared by the contexts of the worker (a module is per VM).
+local STATE = 'return {}\n'
+
+local STOP = [[
+local ok, err = require('memprof').stop()
+ngx.say(tostring(ok), ' ', tostring(err))
+]]
+
+local WORK = string.format([[
+require('workload').run(%d)
+ngx.say('ok')
+]], WORK_N)
+
+local RUNNING = [[
+ngx.say(tostring(require('memprof').is_running()))
+]]
+
+-- Lines of error.log that are not notices, at most 40 of them.
+local function log_excerpt(server)
+  local out = {}
+  for line in server:error_log():gmatch('[^\n]+') do
+    if not line:find('[notice]', 1, true) then
+      out[#out + 1] = line
+      if #out == 40 then break end
+    end
+  end
+  return table.concat(out, '\n')
+end
+
+-- GET path: it must answer 200 with `expected` (without the newline).
+local function expect(server, path, expected)
+  local status, body = server:get(path)
+  body = body:gsub('\n$', '')
+  assert(status == 200 and body == expected, string.format(
+    'GET %s: expected 200 %q, got %d %q; error.log:\n%s', path, expected,
+    status, body, log_excerpt(server)))
+end
+
+-- The allocations of the profile at the workload's table line.
+local function workload_allocations(server, profile)
+  local events, stream = h.read(profile)
+  assert.is_nil(stream.warning)
+  local name = '@' .. server:path('workload.lua') .. ':' .. WORK_LINE
+  local at, sizes = {}, {}
+  for _, ev in ipairs(events) do
+    if ev.kind == 'alloc' and ev.name == name then
+      at[#at + 1] = ev
+      sizes[ev.nsize] = (sizes[ev.nsize] or 0) + 1
+    end
+  end
+  return at, sizes
+end
+
+-- Exactly WORK_N tables at the workload's line, all of one size.
+local function assert_workload(server, profile)
+  local at, sizes = workload_allocations(server, profile)
+  assert.equal(WORK_N, #at)
+  local n = 0
+  for _ in pairs(sizes) do n = n + 1 end
+  assert.equal(1, n, 'every table at the line has the same size')
+end
+
+local function start_server(opts)
+  opts.files = opts.files or {}
+  opts.files['workload.lua'] = WORKLOAD
+  opts.files['state.lua'] = STATE
+  opts.locations = opts.locations or {}
+  opts.locations['/work'] = WORK
+  opts.locations['/stop'] = STOP
+  opts.locations['/running'] = RUNNING
+  return nginx.start(opts)
+end
+
+describe('nginx with ngx_lua', function()
+  it('profiles from init_worker_by_lua_block to a request', function()
+    local s = start_server({
+      init_worker = [[
+local ok, err = require('memprof').start(
+  ngx.config.prefix() .. 'profile.bin')
+if not ok then ngx.log(ngx.ERR, 'memprof.start: ', err) end
+]],
+    })
+    finally(function() s:stop() end)
+    expect(s, '/running', 'true')
+    expect(s, '/work', 'ok')
+    expect(s, '/stop', 'true nil')
+    assert_workload(s, s:path('profile.bin'))
+  end)
+
+  it('profiles between requests: start, workload, stop', function()
+    local s = start_server({ locations = {
+      ['/start'] = [[
+local ok, err = require('memprof').start(ngx.config.prefix() ..
+  'profile.bin')
+ngx.say(tostring(ok), ' ', tostring(err))
+]],
+    } })
+    finally(function() s:stop() end)
+    expect(s, '/start', 'true nil')
+    expect(s, '/running', 'true')
+    expect(s, '/work', 'ok')
+    expect(s, '/stop', 'true nil')
+    assert_workload(s, s:path('profile.bin'))
+  end)
+
+  it('profiles from an ngx.timer.at callback to a request', function()
+    local s = start_server({ locations = {
+      ['/timer'] = [[
+local ok, err = ngx.timer.at(0, function()
+  local ok, err = require('memprof').start(ngx.config.prefix() ..
+    'profile.bin')
+  require('state').timer = tostring(ok) .. ' ' .. tostring(err)
+end)
+ngx.say(ok and 'scheduled' or 'not scheduled: ' .. tostring(err))
+]],
+      ['/state'] = [[
+ngx.say(tostring(require('state').timer))
+]],
+    } })
+    finally(function() s:stop() end)
+    expect(s, '/timer', 'scheduled')
+    -- The timer runs after the request: wait until it has ('nil' before,
+    -- then what memprof.start said).
+    local body = s:poll('/state', ' ', 50)
+    assert(body, 'the timer did not run; error.log:\n' .. log_excerpt(s))
+    assert.equal('true nil', (body:gsub('\n$', '')),
+      'memprof.start in the timer; error.log:\n' .. log_excerpt(s))
+    expect(s, '/running', 'true')
+    expect(s, '/work', 'ok')
+    expect(s, '/stop', 'true nil')
+    assert_workload(s, s:path('profile.bin'))
+  end)
+
+  it('loads in a request without writing a global', function()
+    local s = start_server({ locations = {
+      ['/load'] = [[
+local memprof = require('memprof')
+ngx.say(type(memprof.start), ' ', type(memprof.stop))
+]],
+    } })
+    finally(function() s:stop() end)
+    expect(s, '/load', 'function function')
+    assert(not s:error_log():find('writing a global Lua variable', 1, true),
+      'a global was written; error.log:\n' .. log_excerpt(s))
+  end)
+
+  -- What works already: the module loaded and calibrated in the master
+  -- (init_by_lua_block, where ngx_lua keeps the standard coroutine
+  -- functions), inherited by the worker through fork().
+  it('profiles between requests once the master calibrated', function()
+    local s = start_server({
+      init = [[
+local info = require('memprof').info()
+if not info.calibrated then
+  ngx.log(ngx.ERR, 'memprof.info: ', info.error)
+end
+]],
+      locations = {
+        ['/start'] = [[
+local ok, err = require('memprof').start(ngx.config.prefix() ..
+  'profile.bin')
+ngx.say(tostring(ok), ' ', tostring(err))
+]],
+      },
+    })
+    finally(function() s:stop() end)
+    expect(s, '/start', 'true nil')
+    expect(s, '/work', 'ok')
+    expect(s, '/stop', 'true nil')
+    assert_workload(s, s:path('profile.bin'))
+    assert(not s:error_log():find('writing a global Lua variable', 1, true),
+      'a global was written; error.log:\n' .. log_excerpt(s))
+  end)
+end)
