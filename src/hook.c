@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "profiler.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -378,8 +379,13 @@ static const lua_Alloc hooks[3][2] = {
 lua_Alloc profiler_hook_for(const struct profiler *p)
 {
   const struct vm_layout *lay = &p->layout;
+  const char *force = getenv("MEMPROF_HOOK");
   int family = 0;
-  if (lay->exact && lay->candidate == VM_CANDIDATE_GC64)
+  /* MEMPROF_HOOK=generic: the hook a layout unlike every mode table gets,
+  ** so that the benchmark can compare the two on one build. */
+  if (force != NULL && strcmp(force, "generic") == 0)
+    family = 0;
+  else if (lay->exact && lay->candidate == VM_CANDIDATE_GC64)
     family = 1;
   else if (lay->exact && lay->candidate == VM_CANDIDATE_NONGC64)
     family = 2;
