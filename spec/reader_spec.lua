@@ -99,6 +99,20 @@ for _, mode in ipairs(MODES) do
       assert.are.same({}, stream.stacks)
     end)
 
+    it('names events in a trace whose number the VM did not store', function()
+      local s = B.new():events()
+      s:alloc(B.trace(0), ADDR, 48)
+      s:alloc(B.trace(0), ADDR + 48, 48)
+      s:epilogue()
+      local events = collect(open(s:bytes()))
+      assert.are.same({ 'TRACE (compiled code, trace not known)',
+        'TRACE (compiled code, trace not known)' },
+        { events[1].name, events[2].name })
+      assert.are.same({ 'trace', 0 }, { events[1].site.source,
+        events[1].site.traceno })
+      assert.are.equal(events[1].site, events[2].site)
+    end)
+
     it('interns sites: one table per symbol and line, ids dense from 1',
       function()
         local s = B.new():events():define_lfunc(0x100, '@a.lua', 1)

@@ -732,7 +732,9 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   site->source = SOURCE_INTERNAL;
   if (!vm_i32(safe, g + rt->g_vmstate, &st))
     return;
-  if (st > 0) { /* A trace is running: never walk frames. */
+  /* A trace is running: never walk frames. Traces are numbered from 1;
+  ** 0 is what arm64 stores in every trace (it does not store numbers). */
+  if (st >= 0) {
     site->source = SOURCE_TRACE;
     site->traceno = (uint32_t)st;
     return;

@@ -563,7 +563,11 @@ function common:trace_site(traceno)
   end
   if not sym.site then
     local name, alias = format('TRACE [%d]', traceno), nil
-    if sym.proto then
+    if traceno == 0 then
+      -- Traces are numbered from 1; a VM that does not store the number
+      -- of the running trace (arm64) records 0 for all of them.
+      name = 'TRACE (compiled code, trace not known)'
+    elseif sym.proto then
       local location
       location, alias = self:lua_location(sym.proto, sym.line)
       name = name .. ' started at ' .. location
