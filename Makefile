@@ -77,14 +77,19 @@ test: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
   $(if $(shell command -v $(TARANTOOL)),test-tarantool) test-lua51
 
 test-luajit: all
-	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) $(LUAJIT) $(BUSTED) spec
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) \
+	  MEMPROF_TEST_BUILD='Debian bookworm luajit 2.1.0~beta3+git20220320' \
+	  $(LUAJIT) $(BUSTED) spec
 
 test-luajit2: all
-	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) $(LUAJIT2) $(BUSTED) spec
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) \
+	  MEMPROF_TEST_BUILD='OpenResty luajit2 2.1-20230119' \
+	  $(LUAJIT2) $(BUSTED) spec
 
 # An uncaught error in tarantool can hang it: hence the time limit.
 test-tarantool: all
-	$(SPEC_ENV) MEMPROF_TEST_LUA=$(TARANTOOL) timeout 900 \
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(TARANTOOL) \
+	  MEMPROF_TEST_BUILD='Tarantool 2.6.0' timeout 900 \
 	  $(TARANTOOL) $(BUSTED) spec
 
 # The analysis side also runs on plain Lua 5.1.

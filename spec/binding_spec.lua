@@ -1,6 +1,7 @@
 -- The Lua API (start, stop, is_running, misc.memprof) and every way a
 -- profile can end: stop, lua_close, exit without close, a write error.
 local h = require('helpers.profile')
+local C = require('helpers.command')
 local memprof = require('memprof')
 
 local EINVAL, ENOENT, ENOSPC, ENOTDIR = 22, 2, 28, 20
@@ -285,7 +286,7 @@ describe('memory of the module itself', function()
     local f = assert(io.open(file, 'w'))
     f:write(script(body))
     f:close()
-    local pipe = assert(io.popen('valgrind --leak-check=full ' ..
+    local pipe = assert(io.popen(C.CLEAN_ENV .. 'valgrind --leak-check=full ' ..
       '--show-leak-kinds=definite,possible ' .. h.lua .. ' ' .. file ..
       ' 2>&1; echo "exit=$?"'))
     local out = pipe:read('*a')

@@ -1,6 +1,7 @@
 -- Hosts other than a plain interpreter: a C program running several VMs
 -- in threads, and Neovim.
 local h = require('helpers.profile')
+local C = require('helpers.command')
 
 local function exists(path)
   local f = io.open(path, 'rb')
@@ -9,7 +10,8 @@ local function exists(path)
 end
 
 local function run(command)
-  local pipe = assert(io.popen(command .. ' 2>&1; echo "exit=$?"'))
+  local pipe = assert(io.popen(C.CLEAN_ENV .. command ..
+    ' 2>&1; echo "exit=$?"'))
   local out = pipe:read('*a')
   pipe:close()
   return out:gsub('exit=%d+%s*$', ''), tonumber(out:match('exit=(%d+)%s*$'))

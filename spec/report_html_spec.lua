@@ -413,7 +413,7 @@ local function profile_demo(path)
   local patch = "local m = require('memprof') local start = m.start " ..
     "m.start = function(p) return start(p, { stack_depth = 16, " ..
     "timestamps = true }) end"
-  local pipe = io.popen(string.format("LUA_CPATH='./build/?.so;;' " ..
+  local pipe = io.popen(string.format(C.CLEAN_ENV .. "LUA_CPATH='./build/?.so;;' " ..
     "LUA_PATH='./lua/?.lua;;' timeout 120 %s -joff -e %s bench/demo.lua " ..
     "%s 2>&1", os.getenv('MEMPROF_DEMO_LUA') or 'luajit', q(patch), q(path)))
   local out = pipe:read('*a')

@@ -60,10 +60,36 @@ describe('memprof.info', function()
     assert.is_true(info.offsets.g_trace > 0)
   end)
 
+  it('names the known build its offsets match, or says it found new ones',
+    function()
+    -- The Makefile names the build each suite runs on ('discovered' for
+    -- builds whose layout is in no table).
+    local expected = os.getenv('MEMPROF_TEST_BUILD')
+    assert.equal(info.build and 'matched' or 'discovered', info.layout)
+    if expected == 'discovered' then
+      assert.is_nil(info.build)
+    elseif expected then
+      assert.equal(expected, info.build)
+    end
+  end)
+
+  it('learned the extra stack slots of this build', function()
+    -- 5 + 2 * FR2 slots, 8 with two-slot frames since upstream d1a2fef8
+    -- (2023-09).
+    local o = info.offsets
+    if info.gc64 then
+      assert.is_true(o.stack_extra == 7 or o.stack_extra == 8)
+    else
+      assert.equal(5, o.stack_extra)
+    end
+  end)
+
   it('lists the offsets it verified', function()
     local o = info.offsets
     if info.gc64 then
-      assert.same({ 16, 32, 40, 56, 80, 24, 16 },
+      -- The saved PC sits at 8 in arm64's C frame, at 24 on x86_64.
+      local cf_pc = jit.arch == 'arm64' and 8 or 24
+      assert.same({ 16, 32, 40, 56, 80, cf_pc, 16 },
         { o.L_glref, o.L_base, o.L_top, o.L_stack, o.L_cframe,
           o.cf_pc, o.cf_L })
     else
@@ -135,5 +161,19 @@ describe('verification at start', function()
     assert.equal("nil\tcannot verify this VM's layout: check 'layout " ..
       "override' failed: bad offset for g_cur_L in MEMPROF_LAYOUT_OVERRIDE" ..
       "\t95\tfalse\n", start_with_override('g_cur_L=x'))
+  end)
+end)
+
+describe('spec helpers', function()
+  it('start child VMs without the suite\'s per-build settings', function()
+    local code = "local C = require('helpers.command') " ..
+      "local _, out = C.run('echo \"[$MEMPROF_LAYOUT_OVERRIDE]" ..
+      "[$MEMPROF_HOOK]\"') io.write(out)"
+    local pipe = assert(io.popen("MEMPROF_LAYOUT_OVERRIDE=g_cur_L=1 " ..
+      "MEMPROF_HOOK=generic LUA_PATH='./spec/?.lua;;' " .. h.lua ..
+      ' -e ' .. h.shell_quote(code) .. ' 2>&1'))
+    local out = pipe:read('*a')
+    pipe:close()
+    assert.equal('[][]\n', out)
   end)
 end)

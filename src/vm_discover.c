@@ -915,8 +915,10 @@ static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
 }
 
 /* J->trace: a pointer after global_State (jit_State follows it) to an
-** array whose size follows it (after the free-trace number), holding the
-** traces of the two hot loops. */
+** array holding the traces of the two hot loops. Its size is one of the
+** two 32-bit numbers after it; the other is the lowest free trace number,
+** never larger: the larger one that fits is the size (on a tie, the later
+** slot, as in every known build). */
 int discover_traces(struct calib *c)
 {
   struct vm_layout *lay = &c->lay;
@@ -930,17 +932,24 @@ int discover_traces(struct calib *c)
   for (o = s.from; o < s.to; o += s.step) {
     uintptr_t arr = (uintptr_t)get_u64(g, o);
     struct span sz = SPAN(c, g_sizetrace, o + 8, o + 16, 4);
+    uint32_t best = 0;
+    size_t best_z = 0;
     if (arr == 0 || (arr & 7) != 0)
       continue;
     for (z = sz.from; z < sz.to && z + 4 <= WINDOW; z += sz.step) {
       uint32_t size = get_u32(g, z);
-      if (size >= 2 && size <= 65536 && trace_array_fits(c, arr, size)) {
-        lay->g_trace = (uint16_t)o;
-        lay->g_sizetrace = (uint16_t)z;
-        lay->trace_ok = 1;
-        free(g);
-        return 1;
+      if (size >= 2 && size <= 65536 && size >= best &&
+          trace_array_fits(c, arr, size)) {
+        best = size;
+        best_z = z;
       }
+    }
+    if (best != 0) {
+      lay->g_trace = (uint16_t)o;
+      lay->g_sizetrace = (uint16_t)best_z;
+      lay->trace_ok = 1;
+      free(g);
+      return 1;
     }
   }
   free(g);

@@ -7,6 +7,8 @@
 --   C.quote(word)               -- for the shell
 --   C.temp_dir() -> a new directory; C.remove_tree(dir)
 --   C.have(program) -> whether `program` is on PATH
+--   C.CLEAN_ENV .. line         -- a shell line that starts no VM with the
+--                                  suite's per-build settings
 
 local M = {}
 
@@ -30,10 +32,16 @@ function M.read_file(path)
   return data
 end
 
+-- Per-build settings of the VM running the suite (a layout override, a
+-- forced hook) are for that VM only: every child VM a spec starts (another
+-- build, Neovim, nginx, a C host) runs without them unless the spec sets
+-- them on its own command line.
+M.CLEAN_ENV = 'unset MEMPROF_LAYOUT_OVERRIDE MEMPROF_HOOK; '
+
 -- Runs a shell command line; returns its exit code, stdout and stderr.
 function M.run(command_line)
   local err_path = os.tmpname()
-  local pipe = assert(io.popen(command_line .. ' 2>' .. err_path ..
+  local pipe = assert(io.popen(M.CLEAN_ENV .. command_line .. ' 2>' .. err_path ..
     '; echo "exit:$?"'))
   local output = pipe:read('*a')
   pipe:close()

@@ -92,7 +92,7 @@ function M.run_script(source)
   f:write(source)
   f:close()
   -- A hung child fails the spec instead of hanging the suite.
-  local pipe = assert(io.popen('timeout 120 ' .. M.lua .. ' ' ..
+  local pipe = assert(io.popen(command.CLEAN_ENV .. 'timeout 120 ' .. M.lua .. ' ' ..
     shell_quote(script) .. ' 2>&1; echo "exit=$?"'))
   local out = pipe:read('*a')
   pipe:close()
