@@ -19,10 +19,13 @@ WARN = -Wall -Wextra
 ALL_CFLAGS = -std=c99 $(WARN) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) $(CFLAGS)
 LDLIBS = -ldl -lpthread
 
+# Where the module and the specs' C module go; another BUILD keeps a
+# second build apart (.ci/build-hosts cross-builds one for arm64 there).
+BUILD ?= build
 SRCS = $(wildcard src/*.c)
 HDRS = $(wildcard src/*.h)
-OBJS = $(patsubst src/%.c,build/obj/%.o,$(SRCS))
-MODULE = build/memprof.so
+OBJS = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS))
+MODULE = $(BUILD)/memprof.so
 LUA_MODS = $(wildcard lua/memprof/*.lua)
 LUA_REPORTS = $(wildcard lua/memprof/report/*.lua)
 
@@ -34,10 +37,10 @@ LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_
 
 .PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 bench demo install uninstall clean format check-format
 
-all: $(MODULE) build/test_cmodule.so build/threads_host build/leb128_check \
+all: $(MODULE) $(BUILD)/test_cmodule.so build/threads_host build/leb128_check \
   $(LUAJIT2_HOST)
 
-build/obj/%.o: src/%.c $(HDRS)
+$(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -63,8 +66,8 @@ build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
 	$(CC) $(ALL_CFLAGS) -o $@ spec/support/leb128_check.c src/writer.c -lpthread
 
 # A tiny C module used by the specs to check C-function attribution.
-build/test_cmodule.so: spec/support/test_cmodule.c
-	@mkdir -p build
+$(BUILD)/test_cmodule.so: spec/support/test_cmodule.c
+	@mkdir -p $(BUILD)
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
 
 # The spec suite on every build that is here (.ci/install-deps installs
