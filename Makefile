@@ -19,10 +19,13 @@ WARN = -Wall -Wextra
 ALL_CFLAGS = -std=c99 $(WARN) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) $(CFLAGS)
 LDLIBS = -ldl -lpthread
 
+# Where the module and the specs' C module go; another BUILD keeps a
+# second build apart (.ci/build-hosts cross-builds one for arm64 there).
+BUILD ?= build
 SRCS = $(wildcard src/*.c)
 HDRS = $(wildcard src/*.h)
-OBJS = $(patsubst src/%.c,build/obj/%.o,$(SRCS))
-MODULE = build/memprof.so
+OBJS = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS))
+MODULE = $(BUILD)/memprof.so
 LUA_MODS = $(wildcard lua/memprof/*.lua)
 LUA_REPORTS = $(wildcard lua/memprof/report/*.lua)
 
@@ -32,12 +35,13 @@ LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
-.PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 bench demo install uninstall clean format check-format
+.PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 \
+  test-hosts test-host test-arm64 arm64-module bench demo install uninstall clean format check-format
 
-all: $(MODULE) build/test_cmodule.so build/threads_host build/leb128_check \
+all: $(MODULE) $(BUILD)/test_cmodule.so build/threads_host build/leb128_check \
   $(LUAJIT2_HOST)
 
-build/obj/%.o: src/%.c $(HDRS)
+$(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -63,18 +67,42 @@ build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
 	$(CC) $(ALL_CFLAGS) -o $@ spec/support/leb128_check.c src/writer.c -lpthread
 
 # A tiny C module used by the specs to check C-function attribution.
-build/test_cmodule.so: spec/support/test_cmodule.c
-	@mkdir -p build
+$(BUILD)/test_cmodule.so: spec/support/test_cmodule.c
+	@mkdir -p $(BUILD)
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
 
 # The spec suite on every build that is here (.ci/install-deps installs
 # them all): Debian's LuaJIT, OpenResty's luajit2, Tarantool; then the
-# analysis specs under plain Lua 5.1.
+# analysis specs under plain Lua 5.1; then the LuaJIT builds of
+# .ci/build-hosts (below), the arm64 one under qemu.
 LUAJIT2 = build/luajit2/usr/bin/luajit
 TARANTOOL ?= tarantool
-SPEC_ENV = LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./spec/?.lua;;'
+
+# More LuaJIT builds, built from source by .ci/build-hosts into HOSTS_DIR
+# (.ci/install-deps runs it): HOSTS_DIR/NAME/luajit is each one's
+# interpreter, HOSTS_DIR/NAME/lua its jit.* modules. Their default paths
+# cover /usr/local only, so Debian's Lua directories (busted, cjson) come
+# after ours.
+HOSTS_DIR ?= build/hosts
+HOST_NAMES = upstream-2017-nongc64 upstream-2017-gc64 \
+  upstream-2026-gc64 upstream-2026-nongc64 \
+  tarantool-2.11-nongc64 tarantool-2.11-gc64 \
+  tarantool-master-nongc64 tarantool-master-gc64 \
+  openresty-trixie openresty-sid
+HOSTS = $(foreach h,$(HOST_NAMES),$(if $(wildcard $(HOSTS_DIR)/$(h)/luajit),$(h)))
+HOST_TIMEOUT ?= 900
+DEBIAN_LUA_PATH = /usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua
+DEBIAN_LUA_CPATH = /usr/lib/x86_64-linux-gnu/lua/5.1/?.so
+HOST_DIR = $(abspath $(HOSTS_DIR)/$(HOST))
+ARM64_DIR = $(abspath $(HOSTS_DIR)/upstream-2026-arm64)
+ARM64_LUA = $(ARM64_DIR)/luajit
+
+SPEC_CPATH = ./build/?.so;;
+SPEC_PATH = ./lua/?.lua;./spec/?.lua;;
+SPEC_ENV = LUA_CPATH='$(SPEC_CPATH)' LUA_PATH='$(SPEC_PATH)'
 test: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
-  $(if $(shell command -v $(TARANTOOL)),test-tarantool) test-lua51
+  $(if $(shell command -v $(TARANTOOL)),test-tarantool) test-lua51 \
+  $(if $(HOSTS),test-hosts) $(if $(wildcard $(ARM64_LUA)),test-arm64)
 
 test-luajit: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) \
@@ -91,6 +119,47 @@ test-tarantool: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(TARANTOOL) \
 	  MEMPROF_TEST_BUILD='Tarantool 2.6.0' timeout 900 \
 	  $(TARANTOOL) $(BUSTED) spec
+
+# `make test-host HOST=NAME` runs the spec suite under one host,
+# `make test-hosts` under each that is built (all of them, even after a
+# failure). Each run has a time limit, as a broken VM can hang.
+test-hosts: all
+	@test -n "$(HOSTS)" || { echo "no hosts in $(HOSTS_DIR): run .ci/build-hosts"; exit 1; }
+	@rc=0; for h in $(HOSTS); do \
+	  echo "== host $$h"; \
+	  $(MAKE) --no-print-directory test-host HOST=$$h || rc=1; \
+	done; exit $$rc
+
+test-host: all
+	@test -n "$(HOST)" -a -x "$(HOST_DIR)/luajit" || \
+	  { echo "no host '$(HOST)' in $(HOSTS_DIR) (HOST=NAME; see .ci/build-hosts)"; exit 1; }
+	LUA_CPATH='$(SPEC_CPATH)$(DEBIAN_LUA_CPATH)' \
+	  LUA_PATH='$(SPEC_PATH)$(HOST_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
+	  MEMPROF_TEST_LUA=$(HOST_DIR)/luajit timeout $(HOST_TIMEOUT) \
+	  $(HOST_DIR)/luajit $(BUSTED) spec
+
+# Upstream LuaJIT for arm64 under qemu (see .ci/build-hosts): the
+# recording specs, with memprof.so and test_cmodule.so cross-built for
+# arm64 into that host's folder (rebuilt here when the sources change)
+# and Debian's arm64 builds of busted's C modules; no x86_64 C module
+# can load there, so the default cpath is left out.
+ARM64_CC ?= aarch64-linux-gnu-gcc
+ARM64_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
+  spec/vm_layout_spec.lua
+ARM64_TIMEOUT ?= 1800
+
+arm64-module:
+	@test -x "$(ARM64_LUA)" || \
+	  { echo "no arm64 host in $(HOSTS_DIR): run .ci/build-hosts"; exit 1; }
+	$(MAKE) --no-print-directory BUILD=$(ARM64_DIR) CC=$(ARM64_CC) \
+	  LUA_INCDIR=$(ARM64_DIR)/tree/src \
+	  $(ARM64_DIR)/memprof.so $(ARM64_DIR)/test_cmodule.so
+
+test-arm64: arm64-module
+	LUA_CPATH='$(ARM64_DIR)/?.so;$(ARM64_DIR)/deps/usr/lib/aarch64-linux-gnu/lua/5.1/?.so' \
+	  LUA_PATH='$(SPEC_PATH)$(ARM64_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
+	  MEMPROF_TEST_LUA=$(ARM64_LUA) timeout $(ARM64_TIMEOUT) \
+	  $(ARM64_LUA) $(BUSTED) $(ARM64_SPECS)
 
 # The analysis side also runs on plain Lua 5.1.
 LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
