@@ -94,6 +94,19 @@ HOST_TIMEOUT ?= 900
 DEBIAN_LUA_PATH = /usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua
 DEBIAN_LUA_CPATH = /usr/lib/x86_64-linux-gnu/lua/5.1/?.so
 HOST_DIR = $(abspath $(HOSTS_DIR)/$(HOST))
+# The known build whose offsets each host's must match (vm_candidates.h;
+# memprof.info().build, checked by spec/vm_layout_spec.lua).
+KNOWN_upstream-2017-nongc64 = upstream LuaJIT v2.1.0-beta3 (2017)
+KNOWN_upstream-2017-gc64 = upstream LuaJIT v2.1.0-beta3 (2017)
+KNOWN_upstream-2026-gc64 = upstream LuaJIT v2.1 (2026-08)
+KNOWN_upstream-2026-nongc64 = upstream LuaJIT v2.1 (2026-08)
+KNOWN_tarantool-2.11-nongc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
+KNOWN_tarantool-2.11-gc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
+KNOWN_tarantool-master-nongc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
+KNOWN_tarantool-master-gc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
+KNOWN_openresty-trixie = OpenResty luajit2 2.1-20250117 / 2.1-20251030
+KNOWN_openresty-sid = OpenResty luajit2 2.1-20250117 / 2.1-20251030
+KNOWN_upstream-2026-arm64 = upstream LuaJIT v2.1 (2026-08)
 ARM64_DIR = $(abspath $(HOSTS_DIR)/upstream-2026-arm64)
 ARM64_LUA = $(ARM64_DIR)/luajit
 
@@ -135,6 +148,7 @@ test-host: all
 	  { echo "no host '$(HOST)' in $(HOSTS_DIR) (HOST=NAME; see .ci/build-hosts)"; exit 1; }
 	LUA_CPATH='$(SPEC_CPATH)$(DEBIAN_LUA_CPATH)' \
 	  LUA_PATH='$(SPEC_PATH)$(HOST_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
+	  MEMPROF_TEST_BUILD="$(KNOWN_$(HOST))" \
 	  MEMPROF_TEST_LUA=$(HOST_DIR)/luajit timeout $(HOST_TIMEOUT) \
 	  $(HOST_DIR)/luajit $(BUSTED) spec
 
@@ -158,6 +172,7 @@ arm64-module:
 test-arm64: arm64-module
 	LUA_CPATH='$(ARM64_DIR)/?.so;$(ARM64_DIR)/deps/usr/lib/aarch64-linux-gnu/lua/5.1/?.so' \
 	  LUA_PATH='$(SPEC_PATH)$(ARM64_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
+	  MEMPROF_TEST_BUILD="$(KNOWN_upstream-2026-arm64)" \
 	  MEMPROF_TEST_LUA=$(ARM64_LUA) timeout $(ARM64_TIMEOUT) \
 	  $(ARM64_LUA) $(BUSTED) $(ARM64_SPECS)
 
