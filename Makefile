@@ -66,6 +66,11 @@ build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
 	@mkdir -p build
 	$(CC) $(ALL_CFLAGS) -o $@ spec/support/leb128_check.c src/writer.c -lpthread
 
+# A fixed seed for LuaJIT's PRNG, for the callgrind runs of make bench.
+build/fixed_seed.so: bench/support/fixed_seed.c
+	@mkdir -p build
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $< -ldl
+
 # A tiny C module used by the specs to check C-function attribution.
 $(BUILD)/test_cmodule.so: spec/support/test_cmodule.c
 	@mkdir -p $(BUILD)
@@ -186,7 +191,8 @@ LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
 test-lua51:
 	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 
-bench: all
+# bench/callgrind.lua preloads build/fixed_seed.so into its runs.
+bench: all build/fixed_seed.so
 	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./bench/?.lua;;' \
 	  $(LUAJIT) bench/run.lua
 
@@ -205,10 +211,11 @@ uninstall:
 	rm -rf $(DESTDIR)$(LUA_LMOD_DIR)/memprof
 
 format:
-	clang-format -i $(SRCS) $(HDRS) spec/support/*.c
+	clang-format -i $(SRCS) $(HDRS) spec/support/*.c bench/support/*.c
 
 check-format:
-	clang-format --dry-run --Werror $(SRCS) $(HDRS) spec/support/*.c
+	clang-format --dry-run --Werror $(SRCS) $(HDRS) spec/support/*.c \
+	  bench/support/*.c
 
 # Keeps build/luajit2 (unpacked by .ci/install-deps).
 clean:

@@ -9,12 +9,25 @@
 -- time per event (wall
 -- time, which is what the program feels, and CPU time of the whole
 -- process, which includes the background writer), the stream's bytes per
--- event, and how fast the reader parses it.
+-- event, and how fast the reader parses it. Then, with valgrind, the
+-- instructions the module executes per event (bench/callgrind.lua).
+--
+--   BENCH_CALLGRIND=off             without the callgrind section
+--   BENCH_CALLGRIND=only            the callgrind section alone
+--   BENCH_CALLGRIND_SCALE           its workloads' scale (default 0.1)
+--   BENCH_CALLGRIND_SEED            the seed of LuaJIT's PRNG in its runs
+--                                   (default 1)
 local memprof = require('memprof')
 local reader = require('memprof.reader')
+local callgrind = require('callgrind')
 
 local ROUNDS = tonumber(os.getenv('BENCH_ROUNDS')) or 7
 local SCALE = tonumber(os.getenv('BENCH_SCALE')) or 1
+-- Callgrind runs about 50 times slower: a tenth of the work still gives
+-- each workload more than 100k events.
+local CALLGRIND = os.getenv('BENCH_CALLGRIND') or 'on'
+local CALLGRIND_SCALE = tonumber(os.getenv('BENCH_CALLGRIND_SCALE')) or 0.1
+local CALLGRIND_SEED = tonumber(os.getenv('BENCH_CALLGRIND_SEED')) or 1
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
@@ -160,8 +173,7 @@ local function report(results)
     worst_mbs >= TARGET_PARSER_MBS and 'met' or 'MISSED'))
 end
 
-local function main(args)
-  local names = #args > 0 and args or WORKLOADS
+local function timings(names)
   local path, ext_path = os.tmpname(), os.tmpname()
   local results = {}
   print(string.format('%s, %d rounds, scale %d, medians of wall time (%s)',
@@ -173,6 +185,25 @@ local function main(args)
   os.remove(path)
   os.remove(ext_path)
   report(results)
+end
+
+local function instructions(names)
+  callgrind.run(names, {
+    scale = CALLGRIND_SCALE,
+    seed = CALLGRIND_SEED,
+    seed_library = 'build/fixed_seed.so',
+    stack_depth = EXTENDED.stack_depth,
+    lua = arg and arg[-1] or 'luajit',
+    module = 'callgrind',
+    -- Events are counted as for the timings.
+    count_events = function(path) return (parse(path)) end,
+  })
+end
+
+local function main(args)
+  local names = #args > 0 and args or WORKLOADS
+  if CALLGRIND ~= 'only' then timings(names) end
+  if CALLGRIND ~= 'off' then instructions(names) end
 end
 
 main({ ... })
