@@ -10,7 +10,7 @@ local function exists(path)
 end
 
 local function run(command)
-  local pipe = assert(io.popen(C.CLEAN_ENV .. command ..
+  local pipe = assert(io.popen(C.CLEAN_ENV .. 'timeout 120 ' .. command ..
     ' 2>&1; echo "exit=$?"'))
   local out = pipe:read('*a')
   pipe:close()

@@ -565,13 +565,12 @@ static void push_builtin(lua_State *L)
 ** removed afterwards. Returns 1 if it ran to its end. */
 static int run_driver(lua_State *L, struct calib *c)
 {
-  static char chunk[DRIVER_PADDING + sizeof(driver)];
+  /* On the stack: VMs in other threads may be calibrating too. */
+  char chunk[DRIVER_PADDING + sizeof(driver)];
   int top = lua_gettop(L), status;
   void *set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
-  if (chunk[0] == '\0') {
-    memset(chunk, '\n', DRIVER_PADDING);
-    memcpy(chunk + DRIVER_PADDING, driver, sizeof(driver));
-  }
+  memset(chunk, '\n', DRIVER_PADDING);
+  memcpy(chunk + DRIVER_PADDING, driver, sizeof(driver));
   if (luaL_loadbuffer(L, chunk, sizeof(chunk) - 1, "=memprof.calibration")) {
     lua_settop(L, top);
     return calib_fail(c, "calibration chunk", "it does not compile");

@@ -39,8 +39,9 @@ static const char driver[] =
     "package.cpath = cpath\n"
     "jit.off()\n"
     "local memprof = require('memprof')\n"
-    "assert(memprof.start(path))\n"
-    "barrier()\n"
+    "local ok, err = memprof.start(path)\n"
+    "barrier()\n" /* Even after a failed start: the others wait for it. */
+    "assert(ok, err)\n"
     "local f = assert(loadstring(body, '@thread' .. n .. '.lua'))\n"
     "f(n, path)\n"
     "assert(memprof.stop())\n";
