@@ -34,8 +34,8 @@ LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_
 
 .PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 bench demo install uninstall clean format check-format
 
-all: $(MODULE) build/test_cmodule.so build/threads_host build/leb128_check \
-  $(LUAJIT2_HOST)
+all: $(MODULE) build/test_cmodule.so build/alloc_wrapper.so build/threads_host \
+  build/leb128_check $(LUAJIT2_HOST)
 
 build/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -64,6 +64,11 @@ build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
 
 # A tiny C module used by the specs to check C-function attribution.
 build/test_cmodule.so: spec/support/test_cmodule.c
+	@mkdir -p build
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
+
+# Another allocator hook, for the specs of the allocator chain.
+build/alloc_wrapper.so: spec/support/alloc_wrapper.c
 	@mkdir -p build
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
 
