@@ -38,8 +38,8 @@ LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_
 .PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 \
   test-hosts test-host test-arm64 arm64-module bench demo install uninstall clean format check-format
 
-all: $(MODULE) $(BUILD)/test_cmodule.so build/threads_host build/leb128_check \
-  $(LUAJIT2_HOST)
+all: $(MODULE) $(BUILD)/test_cmodule.so build/alloc_wrapper.so \
+  build/threads_host build/leb128_check $(LUAJIT2_HOST)
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -74,6 +74,11 @@ build/fixed_seed.so: bench/support/fixed_seed.c
 # A tiny C module used by the specs to check C-function attribution.
 $(BUILD)/test_cmodule.so: spec/support/test_cmodule.c
 	@mkdir -p $(BUILD)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
+
+# Another allocator hook, for the specs of the allocator chain.
+build/alloc_wrapper.so: spec/support/alloc_wrapper.c
+	@mkdir -p build
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
 
 # The spec suite on every build that is here (.ci/install-deps installs

@@ -22,8 +22,8 @@ build = {
   modules = {
     memprof = {
       sources = {
-        "src/binding.c", "src/hook.c", "src/stacks.c", "src/symbols.c",
-        "src/vm_layout.c", "src/writer.c",
+        "src/binding.c", "src/hook.c", "src/lifecycle.c", "src/stacks.c",
+        "src/symbols.c", "src/vm_layout.c", "src/writer.c",
       },
       libraries = { "dl", "pthread" },
     },

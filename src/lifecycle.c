@@ -1,0 +1,611 @@
+/*
+** The life of a profile (see lifecycle.h).
+**
+** A profile is a struct profiler, malloc'd at start; it is the `ud` of the
+** allocator hook that records it (hook.c). Besides stop, three ways out
+** are handled: lua_close (the binding's registry sentinel calls
+** lifecycle_close from its __gc, before the package library unloads C
+** modules; the module is also pinned in memory), exit() without lua_close
+** (an atexit handler completes every open stream), and fork() (the child
+** drops its events and never writes to the parent's file).
+**
+** The allocator chain. start wraps whatever allocator the VM has and stop
+** puts it back, but other code wraps the allocator too. The built-in
+** misc.memprof of Tarantool's fork (its lj_memprof.c) does: at its start it
+** keeps the allocator it finds as its "original" and installs its own with
+** that original's ud; at its stop, and first thing in lua_close, it puts
+** that original back without looking at what is installed. So:
+**
+**  - A stop puts our original back only while our hook is the VM's
+**    allocator. When another hook sits above ours, that hook calls ours
+**    and will put ours back at its own stop: ours stays installed, its
+**    profile is completed, and from then on it only forwards (a halted
+**    profiler does nothing else: profiler.h). Such a hook is "parked": its
+**    memory is never freed while something may call it. Once it is the
+**    VM's allocator again, the next start takes its place in the chain (it
+**    is taken out, and the new hook wraps what it wrapped) instead of
+**    stacking on it, and lua_close takes it out likewise. A hook still
+**    below another one when the VM is closed stays allocated: the VM frees
+**    its last blocks through it.
+**
+**  - Whether a profile runs is kept per VM (struct vm_profiles), not
+**    deduced from lua_getallocf, so that is_running and stop agree while a
+**    hook sits above ours.
+**
+**  - A hook that another one took out of the chain (the VM's allocator is
+**    again exactly the one our hook wraps, so nothing can reach ours) is
+**    noticed at the next start, stop or is_running: its profile is
+**    completed then, is_running says false, and stop says what happened.
+**    The hook is parked, not freed: whoever held it might install it again.
+**
+**  - No profile starts while the built-in misc.memprof runs (see
+**    builtin_state below for how that is told).
+*/
+#define _GNU_SOURCE
+#include "lifecycle.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lauxlib.h"
+#include "profiler.h"
+#include "vm_inspect.h"
+
+#define WRITE_BUFFER_SIZE (1u << 20)
+
+/* One of our hooks: the profiler is its ud, hence the first member. */
+struct chain_link {
+  struct profiler p;
+  struct chain_link *next; /* In vm_profiles.parked. */
+};
+
+/* ---- Profilers of this process ---------------------------------------- */
+
+static pthread_mutex_t running_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct profiler *running_list;
+static pthread_once_t process_once = PTHREAD_ONCE_INIT;
+
+/* Held while the built-in's allocator is learned (see below). */
+static pthread_mutex_t builtin_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void list_add(struct profiler *p)
+{
+  pthread_mutex_lock(&running_lock);
+  p->next = running_list;
+  running_list = p;
+  pthread_mutex_unlock(&running_lock);
+}
+
+static void list_remove(struct profiler *p)
+{
+  struct profiler **pp;
+  pthread_mutex_lock(&running_lock);
+  for (pp = &running_list; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      break;
+    }
+  pthread_mutex_unlock(&running_lock);
+}
+
+/* exit() without lua_close: complete every stream this process owns. The
+** hooks stay installed (the VMs still exist) and only forward from now on. */
+static void finish_all_at_exit(void)
+{
+  struct profiler *p;
+  pthread_mutex_lock(&running_lock);
+  for (p = running_list; p != NULL; p = p->next)
+    if (p->fork_generation == profiler_fork_generation && p->out.fd >= 0)
+      profiler_finish(p);
+  pthread_mutex_unlock(&running_lock);
+}
+
+/* No lock is held by another thread across fork(): the child would never
+** see it released. */
+static void before_fork(void)
+{
+  pthread_mutex_lock(&builtin_lock);
+  pthread_mutex_lock(&running_lock);
+}
+
+static void after_fork_parent(void)
+{
+  pthread_mutex_unlock(&running_lock);
+  pthread_mutex_unlock(&builtin_lock);
+}
+
+static void after_fork_child(void)
+{
+  profiler_fork_generation++;
+  pthread_mutex_unlock(&running_lock);
+  pthread_mutex_unlock(&builtin_lock);
+}
+
+static void setup_process(void)
+{
+  writer_tables_init();
+  atexit(finish_all_at_exit);
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+void lifecycle_init_process(void)
+{
+  pthread_once(&process_once, setup_process);
+}
+
+/* ---- Names of the built-ins ------------------------------------------- */
+
+/* Names the built-ins (ffid >= 2) of one library table: "string.rep". */
+static void name_builtins_in(lua_State *L, struct profiler *p, const char *lib)
+{
+  const struct vm_layout *lay = &p->layout;
+  char name[256];
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    uintptr_t fn = (uintptr_t)lua_topointer(L, -1);
+    uint8_t ffid;
+    if (lua_type(L, -1) == LUA_TFUNCTION && lua_type(L, -2) == LUA_TSTRING &&
+        vm_is_gc(lay, 0, fn, GCT_FUNC) && vm_u8(0, fn + lay->fn_ffid, &ffid) &&
+        ffid > FFID_C) {
+      if (lib[0] == '\0')
+        snprintf(name, sizeof(name), "%s", lua_tostring(L, -2));
+      else
+        snprintf(name, sizeof(name), "%s.%s", lib, lua_tostring(L, -2));
+      symbols_name_builtin(&p->syms, ffid, name);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+void life_push_library(lua_State *L, const char *name)
+{
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (lua_istable(L, -1))
+    lua_getfield(L, -1, name);
+  else
+    lua_pushnil(L);
+  lua_remove(L, -2);
+}
+
+/* Names the built-in that calling lib.fn(args) returns (iterators and the
+** function coroutine.wrap makes: no library table holds them). It is
+** called only if lib.fn is itself a built-in, so that a host's replacement
+** is never run. */
+static void name_made_builtin(lua_State *L, struct profiler *p, const char *lib,
+                              const char *fn, int nargs, const char *name)
+{
+  const struct vm_layout *lay = &p->layout;
+  int top = lua_gettop(L) - nargs;
+  uintptr_t f;
+  uint8_t ffid;
+  life_push_library(L, lib);
+  if (lua_istable(L, -1))
+    lua_getfield(L, -1, fn);
+  else
+    lua_pushnil(L);
+  f = (uintptr_t)lua_topointer(L, -1);
+  if (lua_type(L, -1) == LUA_TFUNCTION && vm_u8(0, f + lay->fn_ffid, &ffid) &&
+      ffid > FFID_C) {
+    lua_insert(L, top + 1); /* The function below its arguments. */
+    lua_pop(L, 1);          /* The library table. */
+    if (lua_pcall(L, nargs, 1, 0) == 0) {
+      f = (uintptr_t)lua_topointer(L, -1);
+      if (lua_type(L, -1) == LUA_TFUNCTION && vm_is_gc(lay, 0, f, GCT_FUNC) &&
+          vm_u8(0, f + lay->fn_ffid, &ffid) && ffid > FFID_C)
+        symbols_name_builtin(&p->syms, ffid, name);
+    }
+  }
+  lua_settop(L, top);
+}
+
+/* C function for coroutine.wrap to wrap: it never runs. */
+static int never_runs(lua_State *L)
+{
+  (void)L;
+  return 0;
+}
+
+/* Built-ins that no library table holds: the functions that iterators and
+** coroutine.wrap return. They are obtained through the API, never by id. */
+static void name_hidden_builtins(lua_State *L, struct profiler *p)
+{
+  lua_pushliteral(L, "");
+  lua_pushliteral(L, "");
+  name_made_builtin(L, p, "string", "gmatch", 2, "string.gmatch iterator");
+  lua_newtable(L);
+  name_made_builtin(L, p, "_G", "ipairs", 1, "ipairs iterator");
+  lua_pushcfunction(L, never_runs);
+  name_made_builtin(L, p, "coroutine", "wrap", 1, "coroutine.wrap");
+}
+
+/* Learns built-in names from the standard libraries, first match wins. */
+static void name_builtins(lua_State *L, struct profiler *p)
+{
+  static const char *const libs[] = {
+      "_G",    "string", "table", "math",    "io",  "os", "coroutine",
+      "debug", "bit",    "jit",   "package", "ffi", NULL};
+  int i, top = lua_gettop(L);
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  for (i = 0; libs[i] != NULL; i++) {
+    lua_getfield(L, -1, libs[i]);
+    if (lua_istable(L, -1))
+      name_builtins_in(L, p, strcmp(libs[i], "_G") == 0 ? "" : libs[i]);
+    lua_pop(L, 1);
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, "FILE*");
+  if (lua_istable(L, -1))
+    name_builtins_in(L, p, "file");
+  lua_settop(L, top);
+  name_hidden_builtins(L, p);
+}
+
+/* ---- Profiles ----------------------------------------------------------- */
+
+/* What a profile holds besides the hook's fields: a parked hook needs none
+** of it (it only forwards). */
+static void free_profile_data(struct profiler *p)
+{
+  symbols_free(&p->syms);
+  stacks_free(&p->stacks);
+  free(p->path);
+  p->path = NULL;
+}
+
+static void free_link(struct chain_link *l)
+{
+  free_profile_data(&l->p);
+  free(l);
+}
+
+static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
+                                   const struct profile_options *opts,
+                                   const char *path, int *err)
+{
+  struct chain_link *l = calloc(1, sizeof(*l));
+  struct profiler *p = l != NULL ? &l->p : NULL;
+  if (p == NULL || (p->path = strdup(path)) == NULL ||
+      symbols_init(&p->syms) != 0 ||
+      (opts->stack_depth > 0 && stacks_init(&p->stacks) != 0)) {
+    if (l != NULL)
+      free_link(l);
+    *err = ENOMEM;
+    return NULL;
+  }
+  p->layout = *lay;
+  p->out.fd = -1;
+  p->state = PROFILER_HALTED; /* Until it is installed. */
+  p->stack_depth = opts->stack_depth;
+  p->timestamps = opts->timestamps;
+  p->extended = opts->stack_depth > 0 || opts->timestamps;
+  vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
+  name_builtins(L, p);
+  return l;
+}
+
+/* Completes p's stream (or drops it in a forked child, where the file
+** belongs to the parent). From here on p's hook only forwards. Returns 0 or
+** errno. */
+static int end_profile(struct profiler *p)
+{
+  list_remove(p);
+  if (p->fork_generation != profiler_fork_generation) {
+    writer_abandon(&p->out);
+    p->state = PROFILER_HALTED;
+    return 0;
+  }
+  return profiler_finish(p);
+}
+
+/* Whether p's hook is the VM's allocator (the top of the chain). */
+static int at_top(lua_State *L, const struct profiler *p)
+{
+  void *ud = NULL;
+  lua_Alloc f = lua_getallocf(L, &ud);
+  return ud == p && profiler_is_hook(f);
+}
+
+static void park(struct vm_profiles *vm, struct chain_link *l)
+{
+  free_profile_data(&l->p);
+  l->next = vm->parked;
+  vm->parked = l;
+}
+
+/* Takes out of the chain the parked hooks that are the VM's allocator, one
+** below the other: nothing calls them any more. */
+static void unpark_top(lua_State *L, struct vm_profiles *vm)
+{
+  struct chain_link **ll = &vm->parked;
+  while (*ll != NULL) {
+    struct chain_link *l = *ll;
+    if (!at_top(L, &l->p)) {
+      ll = &l->next;
+      continue;
+    }
+    lua_setallocf(L, l->p.orig_alloc, l->p.orig_ud);
+    *ll = l->next;
+    free_link(l);
+    ll = &vm->parked; /* What it wrapped may be parked too. */
+  }
+}
+
+/*
+** Whether the running profile's hook has been taken out of the chain: the
+** VM's allocator is no hook of ours, and it is the allocator our hook wraps
+** or runs with that allocator's ud. Nothing can reach our hook then: what
+** is below it does not lead back to it, and a hook installed above ours
+** found ours, so it runs with our ud (if it keeps the ud it found, as the
+** built-in does) or with one of its own, never with the ud of what is
+** below ours. A NULL ud tells nothing. A hook below ours that has a ud of
+** its own and puts back what it wrapped removes ours unseen: that cannot
+** be told from here. If taken out, the profile ends there.
+*/
+static void notice_detachment(lua_State *L, struct vm_profiles *vm)
+{
+  struct chain_link *l = vm->active;
+  void *ud = NULL;
+  lua_Alloc f;
+  if (l == NULL || at_top(L, &l->p))
+    return;
+  f = lua_getallocf(L, &ud);
+  if (!(f == l->p.orig_alloc && ud == l->p.orig_ud) &&
+      (ud == NULL || ud != l->p.orig_ud))
+    return;
+  vm->active = NULL;
+  vm->detached = 1;
+  end_profile(&l->p);
+  park(vm, l);
+}
+
+/* Ends the running profile l; see the top of this file. Returns 0 or
+** errno. */
+static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
+                     char **path)
+{
+  int err;
+  vm->active = NULL;
+  if (at_top(L, &l->p)) {
+    /* First: nothing more hits p. */
+    lua_setallocf(L, l->p.orig_alloc, l->p.orig_ud);
+    err = end_profile(&l->p);
+    *path = l->p.path;
+    l->p.path = NULL;
+    free_link(l);
+  } else {
+    /* The hook above ours still calls it and will put it back. */
+    err = end_profile(&l->p);
+    *path = l->p.path;
+    l->p.path = NULL;
+    park(vm, l);
+  }
+  return err;
+}
+
+/* ---- The built-in misc.memprof of Tarantool's fork ---------------------- */
+
+/*
+** No profile starts while the built-in runs, because its hook would then be
+** below ours, and that order cannot work:
+**  - for each allocation made in a C function, the built-in writes the
+**    symbol tables of every loaded object again (some 120 KB), and reads
+**    them through blocks it allocates from the VM's allocator, that is,
+**    through our hook, which is in the middle of the event that called the
+**    built-in: re-entered, it loses track of its write buffer (the process
+**    crashed);
+**  - its stop puts back the allocator it found, which drops our hook;
+**  - memprof.start itself allocates from a C function, so every start
+**    would add megabytes to the built-in's file.
+** The other order is fine: the built-in's hook calls ours before it records
+** anything, and its stop puts ours back.
+**
+** How it is told. The built-in's hook is a static function of the VM, and
+** the VM has other allocators of its own (its default one; Tarantool wraps
+** that in another, with the same ud, as the built-in does), so neither its
+** address nor its behaviour can be recognised by looking. It is learned
+** instead: the built-in is started on a throw-away VM (luaL_newstate and
+** luaL_openlibs, as exported by the host), writing to /dev/null, that VM's
+** allocator is read, and the built-in is stopped again. That start is
+** refused with "profiler is running already" while the built-in runs
+** anywhere in the process (its state is process-wide): then no profile
+** starts either, and the next start asks again. Once learned, the built-in
+** runs in a VM exactly when that function is the VM's allocator. A fork
+** built without it answers "profiler misuse": it never runs then. Any
+** other failure (no /dev/null, say) leaves the question open, and starts
+** are refused.
+**
+** Nothing here allocates through the profiled VM: a refused start must not
+** cost the built-in's file another copy of the symbol tables.
+*/
+
+enum builtin_state { BUILTIN_NOT_RUNNING, BUILTIN_RUNNING, BUILTIN_UNKNOWN };
+
+static int builtin_learned;    /* builtin_hook is known (NULL: none). */
+static lua_Alloc builtin_hook; /* The built-in's allocator. */
+
+struct probe {
+  void (*openlibs)(lua_State *);
+  lua_Alloc hook;
+  enum builtin_state state; /* RUNNING: busy; UNKNOWN: not learned. */
+};
+
+/* In the throw-away VM (protected): misc.memprof.start('/dev/null'), the
+** VM's allocator, misc.memprof.stop(). lua_close stops the built-in too,
+** should anything here fail between the two. */
+static int probe_in(lua_State *T)
+{
+  struct probe *pr = lua_touserdata(T, 1);
+  lua_Alloc before = lua_getallocf(T, NULL);
+  pr->openlibs(T);
+  lua_getglobal(T, "misc");
+  if (!lua_istable(T, -1))
+    return 0;
+  lua_getfield(T, -1, "memprof");
+  if (!lua_istable(T, -1))
+    return 0;
+  lua_getfield(T, -1, "start");
+  lua_pushliteral(T, "/dev/null");
+  lua_call(T, 1, 2);
+  if (lua_toboolean(T, -2)) {
+    lua_Alloc hook = lua_getallocf(T, NULL);
+    if (hook != before) {
+      pr->hook = hook;
+      pr->state = BUILTIN_NOT_RUNNING;
+    }
+    lua_getfield(T, -3, "stop");
+    lua_call(T, 0, 0);
+  } else if (lua_isstring(T, -1)) {
+    const char *msg = lua_tostring(T, -1);
+    if (strcmp(msg, "profiler is running already") == 0)
+      pr->state = BUILTIN_RUNNING;
+    else if (strcmp(msg, "profiler misuse") == 0)
+      pr->state = BUILTIN_NOT_RUNNING; /* Built without it: pr->hook NULL. */
+  }
+  return 0;
+}
+
+/* The built-in's allocator (NULL if it has none), learned once per
+** process; BUILTIN_RUNNING if it could not be learned because the built-in
+** is running. */
+static enum builtin_state learn_builtin_hook(lua_Alloc *hook)
+{
+  struct probe pr;
+  lua_State *(*newstate)(void);
+  lua_State *T;
+  pthread_mutex_lock(&builtin_lock);
+  if (builtin_learned) {
+    *hook = builtin_hook;
+    pthread_mutex_unlock(&builtin_lock);
+    return BUILTIN_NOT_RUNNING;
+  }
+  memset(&pr, 0, sizeof(pr));
+  pr.state = BUILTIN_UNKNOWN;
+  *(void **)&newstate = dlsym(RTLD_DEFAULT, "luaL_newstate");
+  *(void **)&pr.openlibs = dlsym(RTLD_DEFAULT, "luaL_openlibs");
+  if (newstate != NULL && pr.openlibs != NULL && (T = newstate()) != NULL) {
+    lua_cpcall(T, probe_in, &pr);
+    lua_close(T);
+  }
+  if (pr.state == BUILTIN_NOT_RUNNING) {
+    builtin_hook = *hook = pr.hook;
+    builtin_learned = 1;
+  }
+  pthread_mutex_unlock(&builtin_lock);
+  return pr.state;
+}
+
+/* Whether the built-in runs in L's VM (its hook is the VM's allocator). */
+static enum builtin_state builtin_state(lua_State *L)
+{
+  lua_Alloc top = lua_getallocf(L, NULL), hook = NULL;
+  enum builtin_state state;
+  if (profiler_is_hook(top))
+    return BUILTIN_NOT_RUNNING; /* Ours is on top: nothing is above it. */
+  state = learn_builtin_hook(&hook);
+  if (state != BUILTIN_NOT_RUNNING)
+    return state;
+  return hook != NULL && top == hook ? BUILTIN_RUNNING : BUILTIN_NOT_RUNNING;
+}
+
+/* ---- The API ------------------------------------------------------------ */
+
+enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm)
+{
+  if (vm->closing)
+    return LIFE_CLOSING;
+  notice_detachment(L, vm);
+  if (vm->active != NULL)
+    return LIFE_RUNNING;
+  if (vm->has_builtin) {
+    switch (builtin_state(L)) {
+    case BUILTIN_RUNNING:
+      return LIFE_BUILTIN;
+    case BUILTIN_UNKNOWN:
+      return LIFE_BUILTIN_UNKNOWN;
+    case BUILTIN_NOT_RUNNING:
+      break;
+    }
+  }
+  return LIFE_OK;
+}
+
+enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
+                                 const struct vm_layout *lay,
+                                 const struct profile_options *opts,
+                                 const char *path, int *err)
+{
+  struct chain_link *l = new_link(L, lay, opts, path, err);
+  struct profiler *p;
+  int fd;
+  if (l == NULL)
+    return LIFE_FILE_ERROR;
+  p = &l->p;
+  fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *err = errno;
+    free_link(l);
+    return LIFE_FILE_ERROR;
+  }
+  if ((*err = writer_init(&p->out, fd, WRITE_BUFFER_SIZE, 1)) != 0) {
+    close(fd);
+    free_link(l);
+    return LIFE_FILE_ERROR;
+  }
+  profiler_write_prologue(p); /* Buffered: errors show at stop. */
+  p->fork_generation = profiler_fork_generation;
+  p->state = PROFILER_RECORDING;
+  /* A parked hook of ours that is the VM's allocator gives its place to
+  ** this one. No allocation happens from here to the last step. */
+  unpark_top(L, vm);
+  p->orig_alloc = lua_getallocf(L, &p->orig_ud);
+  list_add(p);
+  vm->active = l;
+  vm->detached = 0;
+  /* Last step: from here on every allocator call is recorded. */
+  lua_setallocf(L, profiler_hook_for(p), p);
+  return LIFE_OK;
+}
+
+enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm, int *err,
+                                char **path)
+{
+  char *ended = NULL;
+  notice_detachment(L, vm);
+  if (vm->active == NULL) {
+    if (vm->detached) {
+      vm->detached = 0;
+      return LIFE_DETACHED;
+    }
+    return LIFE_NOT_RUNNING;
+  }
+  *err = stop_link(L, vm, vm->active, &ended);
+  if (*err != 0) {
+    *path = ended;
+    return LIFE_FILE_ERROR;
+  }
+  free(ended);
+  return LIFE_OK;
+}
+
+int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)
+{
+  notice_detachment(L, vm);
+  return vm->active != NULL;
+}
+
+void lifecycle_close(lua_State *L, struct vm_profiles *vm)
+{
+  char *path = NULL;
+  vm->closing = 1;
+  notice_detachment(L, vm);
+  if (vm->active != NULL) {
+    stop_link(L, vm, vm->active, &path);
+    free(path);
+  }
+  unpark_top(L, vm);
+}

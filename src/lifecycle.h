@@ -1,0 +1,86 @@
+/*
+** The life of a profile: start, stop, and the ways a profile ends without
+** stop (lua_close, exit() without lua_close, fork()); and the VM's
+** allocator chain, which the profile shares with other allocator hooks
+** such as the built-in misc.memprof of Tarantool's LuaJIT fork. The
+** binding (binding.c) parses arguments and turns the statuses below into
+** Lua results; everything else about a profile's life is here.
+*/
+#ifndef MEMPROF_LIFECYCLE_H
+#define MEMPROF_LIFECYCLE_H
+
+#include "lua.h"
+#include "vm_layout.h"
+
+/* What memprof.start's options table asks for. */
+struct profile_options {
+  int stack_depth; /* 0: no stacks. */
+  int timestamps;
+};
+
+/* One of our hooks in a VM's allocator chain (lifecycle.c). */
+struct chain_link;
+
+/*
+** What this module knows of one VM's profiles. It lives in the VM's
+** registry sentinel (binding.c) and is used only from the VM's own thread:
+** by the Lua API and by the sentinel's __gc at lua_close. Whether a profile
+** runs is kept here rather than deduced from lua_getallocf: another hook
+** installed above ours hides it.
+*/
+struct vm_profiles {
+  struct chain_link *active; /* The profile started and not yet stopped. */
+  struct chain_link *parked; /* Our hooks that another hook may still call:
+                                they only forward (see lifecycle.c). */
+  int has_builtin;           /* The VM came with its own misc.memprof. */
+  int closing;               /* lua_close has begun: nothing starts any more. */
+  int detached; /* The last profile was taken out of the allocator chain
+                   by another hook; the next stop says so. */
+};
+
+/* How a call went; binding.c has the message of each. */
+enum life_status {
+  LIFE_OK,
+  LIFE_RUNNING,         /* A profile runs already. */
+  LIFE_NOT_RUNNING,     /* No profile runs. */
+  LIFE_DETACHED,        /* No profile runs: another hook removed ours. */
+  LIFE_BUILTIN,         /* The VM's built-in misc.memprof is running. */
+  LIFE_BUILTIN_UNKNOWN, /* Whether it is running cannot be told. */
+  LIFE_CLOSING,         /* The VM is being closed. */
+  LIFE_FILE_ERROR,      /* An errno about the profile's file. */
+  LIFE_STATUSES
+};
+
+/* Once per process, before anything else here (idempotent). */
+void lifecycle_init_process(void);
+
+/* Pushes a loaded library's table (registry._LOADED[name]), or nil. The
+** module never looks at globals: hosts replace them (OpenResty's ngx_lua
+** guards writes to them and replaces coroutine.*). */
+void life_push_library(lua_State *L, const char *name);
+
+/* Whether a profile may start in L's VM now. Allocates nothing through
+** the VM (see lifecycle.c). */
+enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm);
+
+/* Starts a profile to `path` (after lifecycle_may_start said LIFE_OK and
+** with a verified layout). LIFE_OK, or LIFE_FILE_ERROR with *err. */
+enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
+                                 const struct vm_layout *lay,
+                                 const struct profile_options *opts,
+                                 const char *path, int *err);
+
+/* Stops the running profile and completes its file. LIFE_OK,
+** LIFE_NOT_RUNNING, LIFE_DETACHED, or LIFE_FILE_ERROR with *err and the
+** profile's path in *path (malloc'd: the caller frees it). */
+enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm, int *err,
+                                char **path);
+
+/* Whether a profile runs (what stop would find). */
+int lifecycle_is_running(lua_State *L, struct vm_profiles *vm);
+
+/* lua_close: ends the profile and takes our hooks out of the chain where
+** that can be done. */
+void lifecycle_close(lua_State *L, struct vm_profiles *vm);
+
+#endif
