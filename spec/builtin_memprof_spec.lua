@@ -10,10 +10,6 @@
 -- project's reader, bounded in size, and holding exactly the tables of the
 -- steps it was recording during (the built-in's profile is in the same
 -- format, and read the same way).
---
--- Until the module discovers the fork's VM layout itself,
--- MEMPROF_LAYOUT_OVERRIDE may be set for the children: it is passed on
--- when it is set here, and never made up.
 local C = require('helpers.command')
 local chain = require('helpers.chain')
 

@@ -18,8 +18,8 @@
 -- start, the steps whose tables its profile must hold (exactly those, and
 -- no others); each profile must also read to its end without a warning.
 --
--- Children run with a time limit of 60 seconds. MEMPROF_LAYOUT_OVERRIDE is
--- passed on only when it is set here.
+-- Children run with a time limit of 60 seconds, and without the suite's
+-- per-build settings (helpers.command).
 local C = require('helpers.command')
 local h = require('helpers.profile')
 -- busted's assertions (spec files see them as `assert`; modules do not).
@@ -30,12 +30,7 @@ local M = {}
 -- Runs the script at path in a child interpreter; returns its exit status,
 -- stdout and stderr.
 function M.run_file(path)
-  local env = ''
-  local override = os.getenv('MEMPROF_LAYOUT_OVERRIDE')
-  if override then
-    env = 'MEMPROF_LAYOUT_OVERRIDE=' .. C.quote(override) .. ' '
-  end
-  return C.run(env .. 'timeout 60 ' .. h.lua .. ' ' .. C.quote(path))
+  return C.run('timeout 60 ' .. h.lua .. ' ' .. C.quote(path))
 end
 
 function M.run_child(source)
