@@ -10,8 +10,12 @@
 -- workload from a Lua file of the server's directory, which makes WORK_N
 -- tables at a known line, and the profile must hold exactly WORK_N
 -- allocations there.
+--
+-- nginx runs its own VM (OpenResty's luajit2), whichever VM runs the suite,
+-- so these specs run in one suite only: the one that sets
+-- MEMPROF_TEST_NGINX (make test-luajit).
 local nginx = require('helpers.nginx')
-if not nginx.available() then
+if not nginx.available() or os.getenv('MEMPROF_TEST_NGINX') == nil then
   return
 end
 
