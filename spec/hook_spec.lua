@@ -254,6 +254,12 @@ local function with_compiled_loop(make_events, compiled)
   return events
 end
 
+-- arm64's compiled code does not store the running trace's number (its VM
+-- stores 0 instead, docs/builds.md): allocations there are charged to
+-- trace 0, named as such; trace exits still name the trace they leave.
+local NUMBERLESS = jit.arch == 'arm64'
+local UNKNOWN_TRACE = 'TRACE (compiled code, trace not known)'
+
 describe('allocator hook with the JIT compiler on', function()
   local traces, on_trace_event
 
@@ -292,6 +298,9 @@ return t
         assert.is_not.equal('internal', ev.source)
         if ev.name == '@jit.lua:2' then
           interpreted = interpreted + 1
+        elseif ev.source == 'trace' and NUMBERLESS then
+          assert.same({ 0, UNKNOWN_TRACE }, { ev.traceno, ev.name })
+          compiled = compiled + 1
         elseif ev.source == 'trace' then
           assert.equal(traces[ev.traceno], '@jit.lua:2')
           assert.equal(string.format('TRACE [%d] started at @jit.lua:2',
@@ -322,7 +331,10 @@ return keep
       local addr = tonumber(tostring(t):match('0x%x+'))
       local ev = born[addr]
       assert.is_table(ev, 'the allocation of a kept table is recorded')
-      if ev.source == 'trace' then
+      if ev.source == 'trace' and NUMBERLESS and ev.traceno == 0 then
+        assert.equal(UNKNOWN_TRACE, ev.name) -- Made on trace, not sunk.
+        on_trace = on_trace + 1
+      elseif ev.source == 'trace' then
         assert.equal(traces[ev.traceno], '@sink.lua:2')
         on_trace = on_trace + 1
       else
@@ -334,6 +346,10 @@ return keep
   end)
 
   it('describes a trace number again after jit.flush()', function()
+    if NUMBERLESS then
+      pending('compiled code has no trace number on arm64')
+      return
+    end
     local function flush_between()
       local a = h.chunk('local t = {}\nfor i = 1, 2000 do t[i] = {i} end\n',
         '@flush_a.lua')

@@ -34,15 +34,20 @@
 
 /* ---- Fault-safe reads ------------------------------------------------- */
 
-/* Reads through a pipe: write(2) reports EFAULT instead of faulting. */
+/* Reads through a pipe: write(2) reports EFAULT instead of faulting. The
+** pipe holds less than some windows, so the copy goes a page at a time. */
+#define PIPE_CHUNK 4096
 static int pipe_read(uintptr_t addr, void *dst, size_t n)
 {
-  int fds[2], ok = 0;
+  int fds[2], ok = 1;
+  size_t done, k;
   if (pipe2(fds, O_CLOEXEC) != 0)
     return 0;
-  if (write(fds[1], (const void *)addr, n) == (ssize_t)n &&
-      read(fds[0], dst, n) == (ssize_t)n)
-    ok = 1;
+  for (done = 0; done < n && ok; done += k) {
+    k = n - done < PIPE_CHUNK ? n - done : PIPE_CHUNK;
+    ok = write(fds[1], (const void *)(addr + done), k) == (ssize_t)k &&
+         read(fds[0], (char *)dst + done, k) == (ssize_t)k;
+  }
   close(fds[0]);
   close(fds[1]);
   return ok;
