@@ -91,15 +91,13 @@ static struct span span_of(const struct calib *c, size_t field, size_t from,
 #define SPAN(c, f, from, to, step)                                             \
   span_of(c, offsetof(struct vm_layout, f), from, to, step)
 
-static void set16(struct vm_layout *lay, uint16_t *f, size_t v)
+static void set16(uint16_t *f, size_t v)
 {
-  (void)lay;
   *f = (uint16_t)v;
 }
 
-static void set8(struct vm_layout *lay, uint8_t *f, size_t v)
+static void set8(uint8_t *f, size_t v)
 {
-  (void)lay;
   *f = (uint8_t)v;
 }
 
@@ -264,8 +262,8 @@ int discover_strings(struct calib *c, lua_State *L)
       uint32_t a = 0, b = 0;
       if (vm_u32(1, data[0] - size + off, &a) &&
           vm_u32(1, data[1] - size + off, &b) && a == lens[0] && b == lens[1]) {
-        set8(lay, &lay->str_size, size);
-        set8(lay, &lay->str_len, off);
+        set8(&lay->str_size, size);
+        set8(&lay->str_len, off);
         found = 1;
       }
     }
@@ -294,7 +292,7 @@ int discover_cfunc(struct calib *c, lua_State *L, lua_CFunction f)
                       ffid);
   for (off = s.from; off < s.to; off += s.step)
     if (vm_ptr(1, fn + off, &v) && v == (uintptr_t)f) {
-      set8(lay, &lay->fn_cfunc, off);
+      set8(&lay->fn_cfunc, off);
       return 1;
     }
   return calib_fail(c, "C function address",
@@ -329,9 +327,9 @@ static int find_global(struct calib *c, lua_State *L, const uint8_t *w)
       sd = SPAN(c, g_allocd, a + 8, 256, 8);
       for (d = sd.from; d < sd.to; d += sd.step)
         if (get_u64(gw, d) == (uint64_t)(uintptr_t)ud) {
-          set16(lay, &lay->L_glref, o);
-          set16(lay, &lay->g_allocf, a);
-          set16(lay, &lay->g_allocd, d);
+          set16(&lay->L_glref, o);
+          set16(&lay->g_allocf, a);
+          set16(&lay->g_allocd, d);
           c->g = g;
           return 1;
         }
@@ -366,8 +364,8 @@ static int find_base_top(struct calib *c, lua_State *L)
       if (s != t && get_u64(a, s) != 0 &&
           get_u64(a, s) + (uint64_t)TVALUE_SIZE * n == get_u64(a, t) &&
           get_u64(b, s) == get_u64(a, s)) {
-        set16(lay, &lay->L_top, t);
-        set16(lay, &lay->L_base, s);
+        set16(&lay->L_top, t);
+        set16(&lay->L_base, s);
         return 1;
       }
   }
@@ -415,15 +413,15 @@ static int find_stack(struct calib *c, lua_State *L)
         continue;
       for (z = sz.from; z < sz.to; z += sz.step) {
         struct span se = SPAN(c, stack_extra, 4, 17, 1);
-        if (z / 8 == s / 8 || z / 8 == m / 8)
-          continue;
+        if ((z < s + r && s < z + 4) || (z < m + r && m < z + 4))
+          continue; /* It overlaps one of the references. */
         for (e = (unsigned)se.from; e < se.to; e++)
           if (stack_fits(lay, w[0], s, m, z, e, 0) &&
               stack_fits(lay, w[1], s, m, z, e, 1)) {
-            set16(lay, &lay->L_stack, s);
-            set16(lay, &lay->L_maxstack, m);
-            set16(lay, &lay->L_stacksize, z);
-            set8(lay, &lay->stack_extra, e);
+            set16(&lay->L_stack, s);
+            set16(&lay->L_maxstack, m);
+            set16(&lay->L_stacksize, z);
+            set8(&lay->stack_extra, e);
             return 1;
           }
       }
@@ -468,7 +466,7 @@ static int find_cframe(struct calib *c, lua_State *L)
       continue;
     mask = frame_L_slots(lay, cf, (uintptr_t)L);
     if (mask != 0) {
-      set16(lay, &lay->L_cframe, o);
+      set16(&lay->L_cframe, o);
       c->cf_L_slots = mask;
       return 1;
     }
@@ -584,7 +582,7 @@ static const char *find_proto_fields(struct calib *c)
     s.step = 4;                                                                \
   if (!find_proto_u32(c, s.from, s.to, want, &found))                          \
     return what;                                                               \
-  set8(lay, &lay->field, found)
+  set8(&lay->field, found)
   FIND_U32(pt_sizebc, want_sizebc, "number of instructions");
   FIND_U32(pt_firstline, want_firstline, "first line");
   FIND_U32(pt_numline, want_numline, "number of lines");
@@ -592,7 +590,7 @@ static const char *find_proto_fields(struct calib *c)
   if (!calib_given(c, offsetof(struct vm_layout, pt_chunkname))) {
     if (!find_chunkname(c, &found))
       return "chunk name";
-    set8(lay, &lay->pt_chunkname, found);
+    set8(&lay->pt_chunkname, found);
   }
   return NULL;
 }
@@ -620,8 +618,8 @@ static int find_proto(struct calib *c)
       }
       if (!fits)
         continue;
-      set8(lay, &lay->fn_pc, o);
-      set8(lay, &lay->pt_size, size);
+      set8(&lay->fn_pc, o);
+      set8(&lay->pt_size, size);
       if ((missing = find_proto_fields(c)) == NULL)
         return 1;
     }
@@ -637,7 +635,7 @@ static int line_at(struct calib *c, int i, size_t li, uintptr_t pc,
                    uint32_t *line)
 {
   struct vm_layout lay = c->lay;
-  set8(&lay, &lay.pt_lineinfo, li);
+  set8(&lay.pt_lineinfo, li);
   return vm_pc_line(&lay, 1, place_proto(c, i), pc, line);
 }
 
@@ -671,8 +669,8 @@ static int find_lines(struct calib *c)
     else
       pc_slot = pick(mask, r, hint_cf_pc);
     if (pc_slot >= 0) {
-      set8(lay, &lay->pt_lineinfo, li);
-      set8(lay, &lay->cf_pc, (size_t)pc_slot);
+      set8(&lay->pt_lineinfo, li);
+      set8(&lay->cf_pc, (size_t)pc_slot);
       return 1;
     }
   }
@@ -907,9 +905,9 @@ static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
         k = (long)(base + 2 * (size_t)i);
     if (calib_given(c, offsetof(struct vm_layout, tr_traceno)))
       k = lay->tr_traceno;
-    set8(lay, &lay->tr_startpt, hits[0].startpt);
-    set8(lay, &lay->tr_startpc, hits[0].startpc);
-    set8(lay, &lay->tr_traceno, (size_t)k);
+    set8(&lay->tr_startpt, hits[0].startpt);
+    set8(&lay->tr_startpc, hits[0].startpc);
+    set8(&lay->tr_traceno, (size_t)k);
   }
   return 1;
 }
