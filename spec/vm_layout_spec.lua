@@ -157,6 +157,33 @@ describe('verification at start', function()
     assert.equal('true\tnil\tnil\ttrue\n', out)
   end)
 
+  it('verifies trace fields set by an override', function()
+    if not o.g_trace or o.g_trace < 0 then
+      pending('the JIT compiler made no trace here')
+      return
+    end
+    local function traces_with(override)
+      local file = h.tmpname('.lua')
+      local f = assert(io.open(file, 'w'))
+      f:write(script([[
+local i = require('memprof').info()
+print(i.calibrated, i.traces, i.offsets and i.offsets.g_trace)
+]]))
+      f:close()
+      local pipe = assert(io.popen('MEMPROF_LAYOUT_OVERRIDE=' ..
+        h.shell_quote(override) .. ' ' .. h.lua .. ' ' .. file .. ' 2>&1'))
+      local out = pipe:read('*a')
+      pipe:close()
+      os.remove(file)
+      return out
+    end
+    -- A wrong J->trace: the layout is used, its traces are not.
+    assert.equal('true\tfalse\t-1\n',
+      traces_with('g_trace=' .. (o.g_trace + 8)))
+    assert.equal('true\ttrue\t' .. o.g_trace .. '\n',
+      traces_with('g_trace=' .. o.g_trace .. ',tr_traceno=' .. o.tr_traceno))
+  end)
+
   it('rejects a malformed override', function()
     assert.equal("nil\tcannot verify this VM's layout: check 'layout " ..
       "override' failed: bad offset for g_cur_L in MEMPROF_LAYOUT_OVERRIDE" ..

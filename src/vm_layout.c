@@ -919,10 +919,7 @@ static int discover(lua_State *L, struct calib *c)
     memcpy(&v, c->samples[c->gc_sample].g + c->lay.g_vmstate, 4);
     c->lay.st_gc = v;
   }
-  if (calib_given(c, offsetof(struct vm_layout, g_trace)))
-    c->lay.trace_ok = 1;
-  else
-    calibrate_traces(L, c);
+  calibrate_traces(L, c); /* Searches take given fields as they are. */
   calibrate_exits(L, c);
   return 1;
 }
