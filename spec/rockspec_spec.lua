@@ -1,0 +1,41 @@
+-- The rockspec builds what the Makefile builds: every C file of src/ (a
+-- file left out builds a module that fails to load with an undefined
+-- symbol), and installs every Lua module of lua/memprof.
+local C = require('helpers.command')
+
+local function rockspec()
+  local env = {}
+  local chunk = assert(loadfile('rockspec/memprof-scm-1.rockspec'))
+  setfenv(chunk, env)
+  chunk()
+  return env
+end
+
+local function listed(pattern)
+  local _, out = C.run('ls ' .. pattern)
+  local files = {}
+  for file in out:gmatch('[^\n]+') do files[#files + 1] = file end
+  table.sort(files)
+  return files
+end
+
+describe('the rockspec', function()
+  it('compiles every C file of src/', function()
+    local sources = {}
+    for _, file in ipairs(rockspec().build.modules.memprof.sources) do
+      sources[#sources + 1] = file
+    end
+    table.sort(sources)
+    assert.same(listed('src/*.c'), sources)
+  end)
+
+  it('installs every Lua module', function()
+    local modules = {}
+    for name, file in pairs(rockspec().build.modules) do
+      if name ~= 'memprof' then modules[#modules + 1] = file end
+    end
+    table.sort(modules)
+    local want = listed('lua/memprof/*.lua lua/memprof/report/*.lua')
+    assert.same(want, modules)
+  end)
+end)
