@@ -63,6 +63,54 @@ describe('memprof.start and memprof.stop', function()
     assert.is_false(memprof.is_running())
   end)
 
+  it('refuses a path with a NUL byte and creates no file', function()
+    local path = h.tmpname()
+    assert.same({ nil, "the profile's path has a NUL byte (at byte " ..
+      #path .. ' of ' .. (#path + 5) .. ')', EINVAL },
+      { memprof.start(path .. '\0tail') })
+    assert.is_false(exists(path))
+    assert.is_false(memprof.is_running())
+  end)
+
+  it('refuses a FIFO nobody reads at once, and writes to one read',
+    function()
+    local fifo = h.tmpname('.fifo')
+    assert.equal(0, C.run('mkfifo ' .. C.quote(fifo)))
+    -- In a child with a time limit: an open that waits for a reader
+    -- would hang it.
+    local out, code = h.run_script(script(string.format([[
+local memprof = require('memprof')
+print(memprof.start(%q))
+print(memprof.is_running())
+]], fifo)))
+    assert.equal(0, code)
+    assert.equal(fifo .. ': No such device or address\t6\nfalse\n',
+      out:gsub('^nil\t', ''))
+    -- With a reader, the profile goes through the FIFO as through a file.
+    local copy = h.tmpname()
+    out, code = h.run_script(script(string.format([[
+local reader = io.popen('timeout 60 cat ' .. %q .. ' > ' .. %q, 'w')
+local memprof = require('memprof')
+-- cat opens its end of the FIFO when it gets to it: until then, start
+-- answers at once that nobody reads.
+local ok, msg
+for _ = 1, 200 do
+  ok, msg = memprof.start(%q)
+  if ok then break end
+  os.execute('sleep 0.05')
+end
+assert(ok, msg)
+local t = {}
+assert(memprof.stop())
+reader:close()
+print(#assert(io.open(%q, 'rb')):read('*a') > 0)
+]], fifo, copy, fifo, copy)))
+    assert.equal(0, code, out)
+    assert.equal('true\n', out)
+    os.remove(fifo)
+    os.remove(copy)
+  end)
+
   it('raises on a path that is not a string', function()
     assert.has_error(function() memprof.start() end,
       "bad argument #1 to 'start' (string expected, got no value)")

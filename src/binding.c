@@ -184,12 +184,21 @@ static int push_status(lua_State *L, enum life_status st)
 /* memprof.start(path [, options]) -> true | nil, message, errno */
 static int l_start(lua_State *L)
 {
-  const char *path = luaL_checkstring(L, 1);
+  size_t len;
+  const char *path = luaL_checklstring(L, 1, &len);
   struct sentinel *s = get_sentinel(L);
   struct profile_options opts;
   enum life_status st;
   char msg[600];
   int err = 0;
+
+  /* The system would take the path up to its first NUL: another file. */
+  if (strlen(path) != len) {
+    snprintf(msg, sizeof(msg),
+             "the profile's path has a NUL byte (at byte %u of %u)",
+             (unsigned)strlen(path), (unsigned)len);
+    return push_failure(L, msg, EINVAL);
+  }
 
   /* First, and without allocating: the VM's built-in misc.memprof may be
   ** running, and it charges every allocation made here heavily. */

@@ -545,9 +545,14 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
   if (l == NULL)
     return LIFE_FILE_ERROR;
   p = &l->p;
-  fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
+  /* Without O_NONBLOCK, opening a FIFO that nobody reads would wait for a
+  ** reader for ever; with it, that open fails at once (ENXIO). The writer
+  ** thread then writes blocking, as to any file. */
+  fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
     *err = errno;
+    if (fd >= 0)
+      close(fd);
     free_link(l);
     return LIFE_FILE_ERROR;
   }
