@@ -184,6 +184,34 @@ print(i.calibrated, i.traces, i.offsets and i.offsets.g_trace)
       traces_with('g_trace=' .. o.g_trace .. ',tr_traceno=' .. o.tr_traceno))
   end)
 
+  it('calibrates a VM it cannot verify three times, not at every start',
+    function()
+    -- A calibration runs a full collection: an object only a weak table
+    -- holds is gone after a start that calibrated.
+    local file = h.tmpname('.lua')
+    local f = assert(io.open(file, 'w'))
+    f:write(script([[
+local memprof = require('memprof')
+local weak = setmetatable({}, { __mode = 'v' })
+local seen = {}
+for i = 1, 5 do
+  collectgarbage('stop')
+  weak[1] = {}
+  local ok = memprof.start('/nonexistent/dir/out.bin')
+  seen[i] = tostring(ok) .. '/' .. tostring(weak[1] == nil)
+end
+print(table.concat(seen, ' '))
+]]))
+    f:close()
+    local pipe = assert(io.popen('MEMPROF_LAYOUT_OVERRIDE=' ..
+      h.shell_quote('g_cur_L=' .. (o.g_cur_L + 8)) .. ' ' .. h.lua .. ' ' ..
+      file .. ' 2>&1'))
+    local out = pipe:read('*a')
+    pipe:close()
+    os.remove(file)
+    assert.equal('nil/true nil/true nil/true nil/false nil/false\n', out)
+  end)
+
   it('rejects a malformed override', function()
     assert.equal("nil\tcannot verify this VM's layout: check 'layout " ..
       "override' failed: bad offset for g_cur_L in MEMPROF_LAYOUT_OVERRIDE" ..

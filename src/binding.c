@@ -24,6 +24,8 @@
 ** lifecycle knows of the VM's profiles. */
 struct sentinel {
   int calibrated;
+  int attempts; /* Calibrations run, and calibrations run for traces. */
+  int trace_attempts;
   struct vm_layout layout;
   char error[512];
   struct vm_profiles profiles;
@@ -70,21 +72,29 @@ static int jit_is_on(lua_State *L)
   return on;
 }
 
+#define CALIBRATION_ATTEMPTS 3
+
 /* Calibrates once per VM; the layout cannot change while the VM lives.
-** Traces are looked for again at a later start if they could not be
-** verified (the JIT compiler was off then, or busy) and it is on now. */
+** Traces are looked for again at a later start (at most
+** CALIBRATION_ATTEMPTS times) if they could not be verified (the JIT
+** compiler was off then, or busy) and it is on now. */
 static struct sentinel *verified_layout(lua_State *L)
 {
   struct sentinel *s = get_sentinel(L);
   if (s == NULL)
     return NULL;
-  if (!s->calibrated) {
+  /* A VM whose layout cannot be verified is tried a few times, not at
+  ** every start: each calibration runs the probes and a full collection. */
+  if (!s->calibrated && s->attempts < CALIBRATION_ATTEMPTS) {
+    s->attempts++;
     s->error[0] = '\0';
     s->calibrated =
         vm_layout_calibrate(L, &s->layout, s->error, sizeof(s->error));
-  } else if (!s->layout.trace_ok && jit_is_on(L)) {
+  } else if (s->calibrated && !s->layout.trace_ok &&
+             s->trace_attempts < CALIBRATION_ATTEMPTS && jit_is_on(L)) {
     struct vm_layout again;
     char error[sizeof(s->error)];
+    s->trace_attempts++;
     if (vm_layout_calibrate(L, &again, error, sizeof(error)))
       s->layout = again;
   }
