@@ -152,6 +152,16 @@ describe('verification at start', function()
       "states of Lua code, C code and the collector\t95\tfalse\n", out)
   end)
 
+  it('refuses a prototype size of 0, naming the check', function()
+    -- Windows that end a few bytes before the prototype's size must not
+    -- wrap around (a size of 256 found by chance once wrapped to 0, and
+    -- the search that followed never ended).
+    local out = start_with_override('pt_size=0')
+    assert.equal("nil\tcannot verify this VM's layout: check 'prototype " ..
+      "fields' failed: no slot of a Lua function leads to a prototype " ..
+      "whose type fits\t95\tfalse\n", out)
+  end)
+
   it('accepts an override equal to the verified value', function()
     local out = start_with_override('g_cur_L=' .. o.g_cur_L)
     assert.equal('true\tnil\tnil\ttrue\n', out)

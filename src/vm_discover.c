@@ -80,6 +80,10 @@ static struct span span_of(const struct calib *c, size_t field, size_t from,
                            size_t to, size_t step)
 {
   struct span s = {from, to, step};
+  /* A window whose end was computed from a bad offset (a wrap below 0)
+  ** is empty, never the whole address space. */
+  if (to > 65536 || to < from)
+    s.to = from;
   if (calib_given(c, field)) {
     s.from = field_value(&c->lay, field);
     s.to = s.from + 1;
@@ -606,7 +610,9 @@ static int find_proto(struct calib *c)
   size_t o, size;
   int i;
   for (o = sp.from; o < sp.to; o += sp.step) {
-    struct span ss = SPAN(c, pt_size, 32, 257, 8);
+    /* pt_size is a byte: 256 would wrap to 0, and every later window
+    ** that ends at it would wrap to the whole address space. */
+    struct span ss = SPAN(c, pt_size, 32, 249, 8);
     for (size = ss.from; size < ss.to; size += ss.step) {
       int fits = 1;
       for (i = 0; i < c->nplaces && fits; i++) {
