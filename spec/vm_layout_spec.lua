@@ -9,24 +9,30 @@ local function script(body)
     'package.path = ' .. string.format('%q', package.path) .. '\n' .. body
 end
 
--- Runs a child with MEMPROF_LAYOUT_OVERRIDE set; it prints start's results
--- and whether the file exists.
-local function start_with_override(override)
-  local path = h.tmpname()
+-- Runs a script in a child with MEMPROF_LAYOUT_OVERRIDE set; returns what
+-- it printed.
+local function run_with_override(override, body)
   local file = h.tmpname('.lua')
   local f = assert(io.open(file, 'w'))
-  f:write(script(string.format([[
-local memprof = require('memprof')
-local ok, msg, err = memprof.start(%q)
-if ok then memprof.stop() end
-print(ok, msg, err, io.open(%q) ~= nil)
-]], path, path)))
+  f:write(script(body))
   f:close()
   local pipe = assert(io.popen('MEMPROF_LAYOUT_OVERRIDE=' ..
     h.shell_quote(override) .. ' ' .. h.lua .. ' ' .. file .. ' 2>&1'))
   local out = pipe:read('*a')
   pipe:close()
   os.remove(file)
+  return out
+end
+
+-- start's results with an override, and whether the file exists.
+local function start_with_override(override)
+  local path = h.tmpname()
+  local out = run_with_override(override, string.format([[
+local memprof = require('memprof')
+local ok, msg, err = memprof.start(%q)
+if ok then memprof.stop() end
+print(ok, msg, err, io.open(%q) ~= nil)
+]], path, path))
   os.remove(path)
   return out
 end
@@ -173,19 +179,10 @@ describe('verification at start', function()
       return
     end
     local function traces_with(override)
-      local file = h.tmpname('.lua')
-      local f = assert(io.open(file, 'w'))
-      f:write(script([[
+      return run_with_override(override, [[
 local i = require('memprof').info()
 print(i.calibrated, i.traces, i.offsets and i.offsets.g_trace)
-]]))
-      f:close()
-      local pipe = assert(io.popen('MEMPROF_LAYOUT_OVERRIDE=' ..
-        h.shell_quote(override) .. ' ' .. h.lua .. ' ' .. file .. ' 2>&1'))
-      local out = pipe:read('*a')
-      pipe:close()
-      os.remove(file)
-      return out
+]])
     end
     -- A wrong J->trace: the layout is used, its traces are not.
     assert.equal('true\tfalse\t-1\n',
@@ -198,9 +195,7 @@ print(i.calibrated, i.traces, i.offsets and i.offsets.g_trace)
     function()
     -- A calibration runs a full collection: an object only a weak table
     -- holds is gone after a start that calibrated.
-    local file = h.tmpname('.lua')
-    local f = assert(io.open(file, 'w'))
-    f:write(script([[
+    local out = run_with_override('g_cur_L=' .. (o.g_cur_L + 8), [[
 local memprof = require('memprof')
 local weak = setmetatable({}, { __mode = 'v' })
 local seen = {}
@@ -211,14 +206,7 @@ for i = 1, 5 do
   seen[i] = tostring(ok) .. '/' .. tostring(weak[1] == nil)
 end
 print(table.concat(seen, ' '))
-]]))
-    f:close()
-    local pipe = assert(io.popen('MEMPROF_LAYOUT_OVERRIDE=' ..
-      h.shell_quote('g_cur_L=' .. (o.g_cur_L + 8)) .. ' ' .. h.lua .. ' ' ..
-      file .. ' 2>&1'))
-    local out = pipe:read('*a')
-    pipe:close()
-    os.remove(file)
+]])
     assert.equal('nil/true nil/true nil/true nil/false nil/false\n', out)
   end)
 
