@@ -46,9 +46,14 @@ function M.profile(fn, ...)
   local path = M.tmpname()
   assert(memprof.start(path))
   local before = collectgarbage('count')
-  fn(...)
+  -- An error in fn must not leave the profiler running for later specs.
+  local ok, err = pcall(fn, ...)
   local after = collectgarbage('count')
   assert(memprof.stop())
+  if not ok then
+    os.remove(path)
+    error(err, 0)
+  end
   local events, stream = M.read(path)
   os.remove(path)
   return events, stream, before, after
