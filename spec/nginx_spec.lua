@@ -49,6 +49,12 @@ return M
 -- State shared by the contexts of the worker (a module is per VM).
 local STATE = 'return {}\n'
 
+local START = [[
+local ok, err = require('memprof').start(ngx.config.prefix() ..
+  'profile.bin')
+ngx.say(tostring(ok), ' ', tostring(err))
+]]
+
 local STOP = [[
 local ok, err = require('memprof').stop()
 ngx.say(tostring(ok), ' ', tostring(err))
@@ -108,11 +114,26 @@ local function assert_workload(server, profile)
   assert.equal(1, n, 'every table at the line has the same size')
 end
 
+-- The workload in one request, the stop in another: the profile has
+-- exactly the workload's tables.
+local function work_and_stop(server)
+  expect(server, '/work', 'ok')
+  expect(server, '/stop', 'true nil')
+  assert_workload(server, server:path('profile.bin'))
+end
+
+-- ngx_lua warns in error.log on every new global a request writes.
+local function assert_no_global_write(server)
+  assert(not server:error_log():find('writing a global Lua variable', 1,
+    true), 'a global was written; error.log:\n' .. log_excerpt(server))
+end
+
 local function start_server(opts)
   opts.files = opts.files or {}
   opts.files['workload.lua'] = WORKLOAD
   opts.files['state.lua'] = STATE
   opts.locations = opts.locations or {}
+  opts.locations['/start'] = START
   opts.locations['/work'] = WORK
   opts.locations['/stop'] = STOP
   opts.locations['/running'] = RUNNING
@@ -130,25 +151,15 @@ if not ok then ngx.log(ngx.ERR, 'memprof.start: ', err) end
     })
     finally(function() s:stop() end)
     expect(s, '/running', 'true')
-    expect(s, '/work', 'ok')
-    expect(s, '/stop', 'true nil')
-    assert_workload(s, s:path('profile.bin'))
+    work_and_stop(s)
   end)
 
   it('profiles between requests: start, workload, stop', function()
-    local s = start_server({ locations = {
-      ['/start'] = [[
-local ok, err = require('memprof').start(ngx.config.prefix() ..
-  'profile.bin')
-ngx.say(tostring(ok), ' ', tostring(err))
-]],
-    } })
+    local s = start_server({})
     finally(function() s:stop() end)
     expect(s, '/start', 'true nil')
     expect(s, '/running', 'true')
-    expect(s, '/work', 'ok')
-    expect(s, '/stop', 'true nil')
-    assert_workload(s, s:path('profile.bin'))
+    work_and_stop(s)
   end)
 
   it('profiles from an ngx.timer.at callback to a request', function()
@@ -174,9 +185,7 @@ ngx.say(tostring(require('state').timer))
     assert.equal('true nil', (body:gsub('\n$', '')),
       'memprof.start in the timer; error.log:\n' .. log_excerpt(s))
     expect(s, '/running', 'true')
-    expect(s, '/work', 'ok')
-    expect(s, '/stop', 'true nil')
-    assert_workload(s, s:path('profile.bin'))
+    work_and_stop(s)
   end)
 
   it('loads in a request without writing a global', function()
@@ -188,13 +197,11 @@ ngx.say(type(memprof.start), ' ', type(memprof.stop))
     } })
     finally(function() s:stop() end)
     expect(s, '/load', 'function function')
-    assert(not s:error_log():find('writing a global Lua variable', 1, true),
-      'a global was written; error.log:\n' .. log_excerpt(s))
+    assert_no_global_write(s)
   end)
 
-  -- What works already: the module loaded and calibrated in the master
-  -- (init_by_lua_block, where ngx_lua keeps the standard coroutine
-  -- functions), inherited by the worker through fork().
+  -- The module loaded and calibrated in the master (init_by_lua_block),
+  -- its layout inherited by the worker through fork().
   it('profiles between requests once the master calibrated', function()
     local s = start_server({
       init = [[
@@ -203,20 +210,10 @@ if not info.calibrated then
   ngx.log(ngx.ERR, 'memprof.info: ', info.error)
 end
 ]],
-      locations = {
-        ['/start'] = [[
-local ok, err = require('memprof').start(ngx.config.prefix() ..
-  'profile.bin')
-ngx.say(tostring(ok), ' ', tostring(err))
-]],
-      },
     })
     finally(function() s:stop() end)
     expect(s, '/start', 'true nil')
-    expect(s, '/work', 'ok')
-    expect(s, '/stop', 'true nil')
-    assert_workload(s, s:path('profile.bin'))
-    assert(not s:error_log():find('writing a global Lua variable', 1, true),
-      'a global was written; error.log:\n' .. log_excerpt(s))
+    work_and_stop(s)
+    assert_no_global_write(s)
   end)
 end)
