@@ -24,6 +24,7 @@ build = {
       sources = {
         "src/binding.c", "src/hook.c", "src/lifecycle.c", "src/stacks.c",
         "src/symbols.c", "src/vm_discover.c", "src/vm_layout.c",
+        "src/vm_learn.c",
         "src/writer.c",
       },
       libraries = { "dl", "pthread" },

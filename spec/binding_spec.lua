@@ -386,3 +386,79 @@ os.exit(0, true)
     os.remove(path)
   end)
 end)
+
+describe('the max_bytes option', function()
+  local EFBIG = 27
+
+  after_each(function()
+    if memprof.is_running() then memprof.stop() end
+  end)
+
+  local function size_of(path)
+    local f = assert(io.open(path, 'rb'))
+    local size = f:seek('end')
+    f:close()
+    return size
+  end
+
+  -- Allocates `count` tables at line 2 of a chunk of its own.
+  local allocate = h.chunk('local keep = {}\nfor i = 1, ... do keep[i] = {} ' ..
+    'end\nreturn #keep', '@capped.lua')
+  jit.off(allocate)
+
+  for _, case in ipairs({
+    { 'the default format, in one buffer', nil, 100000, 30000 },
+    { 'stacks and time marks, over several buffers',
+      { stack_depth = 8, timestamps = true }, 3000000, 400000 },
+  }) do
+    it('stops recording at the cap, ' .. case[1], function()
+      local path = h.tmpname()
+      local options = { max_bytes = case[3] }
+      for k, v in pairs(case[2] or {}) do options[k] = v end
+      assert.is_true(memprof.start(path, options))
+      -- The program goes on past the cap.
+      assert.equal(case[4], allocate(case[4]))
+      assert.is_true(memprof.is_running())
+      assert.same({ nil, path .. ': profile reached max_bytes (' .. case[3] ..
+        ')', EFBIG }, { memprof.stop() })
+      -- The file ends with the last whole event before the cap, then the
+      -- epilogue: no event is larger than 200 bytes here.
+      local size = size_of(path)
+      assert.is_true(size <= case[3] and size > case[3] - 200,
+        'size ' .. size)
+      local events = read_clean(path)
+      local at = 0
+      for _, ev in ipairs(events) do
+        if ev.name == '@capped.lua:2' and ev.kind == 'alloc' then
+          at = at + 1
+        end
+      end
+      assert.is_true(at > 0 and at < case[4], at .. ' events')
+      os.remove(path)
+    end)
+  end
+
+  it('changes nothing when the profile stays below it', function()
+    local path = h.tmpname()
+    assert.is_true(memprof.start(path, { max_bytes = 1000000 }))
+    assert.equal(100, allocate(100))
+    assert.is_true(memprof.stop())
+    local at = 0
+    for _, ev in ipairs(read_clean(path)) do
+      if ev.name == '@capped.lua:2' and ev.kind == 'alloc' then at = at + 1 end
+    end
+    assert.equal(101, at)
+    os.remove(path)
+  end)
+
+  it('refuses values that are not a whole number from 64 to 2^53', function()
+    for _, value in ipairs({ 63, 2 ^ 53 + 2, 1000.5, 'x', -1 }) do
+      local ok, message, err = memprof.start(h.tmpname(), { max_bytes = value })
+      assert.is_nil(ok)
+      assert.equal("option 'max_bytes' must be an integer from 64 to 2^53, " ..
+        'got ' .. (type(value) == 'number' and tostring(value) or 'string'),
+        message)
+      assert.equal(EINVAL, err)
+    end
+  end)
+end)

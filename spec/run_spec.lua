@@ -117,6 +117,22 @@ describe('memprof run', function()
       assert.is_true(stream.has_time)
     end)
 
+  it('caps the profile with --max-bytes and says so', function()
+    C.write_file(dir .. '/many.lua',
+      'local keep = {}\nfor i = 1, 100000 do keep[i] = {} end\n')
+    local code, stdout, stderr = memprof('run', '-o', 'cap.bin',
+      '--max-bytes', '20000', 'many.lua')
+    assert.are.equal(0, code)
+    assert.are.equal('memprof: cap.bin: profile reached max_bytes (20000)\n' ..
+      'memprof: many.lua exited with 0; profile in cap.bin\n', stderr)
+    assert.truthy(stdout:find('^ALLOCATIONS\n'))
+    local size = #C.read_file(dir .. '/cap.bin')
+    assert.is_true(size <= 20000 and size > 19000, 'size ' .. size)
+    local stream = reader.open(dir .. '/cap.bin')
+    while stream:next() do end
+    assert.is_nil(stream.warning)
+  end)
+
   it('prints its usage', function()
     for _, args in ipairs({ { '--help' }, { 'run', '--help' } }) do
       local code, stdout, stderr = memprof(unpack(args))
@@ -135,6 +151,7 @@ Options of run:
   -o, --profile=PROFILE  write the profile there (default memprof-SCRIPT.bin)
   --stack-depth=N        record call stacks of at most N frames (1 to 64)
   --timestamps           record time marks (for --timeline and the chrome format)
+  --max-bytes=N          stop recording when the profile reaches N bytes
   --lua=CMD              run the script with CMD (luajit, tarantool, ...)
   -h, --help             show this help and exit
 

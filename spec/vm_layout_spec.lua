@@ -107,7 +107,23 @@ describe('memprof.info', function()
 end)
 
 describe('traces', function()
-  it('are looked for again at a start with the JIT compiler on', function()
+  it('are verified in a separate VM, whatever this VM\'s JIT setting',
+    function()
+    local path = h.tmpname()
+    local out, code = h.run_script(script(string.format([[
+local memprof = require('memprof')
+jit.off()
+assert(memprof.start(%q)) assert(memprof.stop())
+local i = memprof.info()
+print(i.traces, i.calibrated_in, i.calibrations)
+]], path)))
+    os.remove(path)
+    assert.equal(0, code)
+    assert.equal('true\tseparate VM\t1\n', out)
+  end)
+
+  it('are not looked for again when calibrated in the profiled VM',
+    function()
     local path = h.tmpname()
     local out, code = h.run_script(script(string.format([[
 local memprof = require('memprof')
@@ -116,11 +132,13 @@ assert(memprof.start(%q)) assert(memprof.stop())
 local before = memprof.info().traces
 jit.on()
 assert(memprof.start(%q)) assert(memprof.stop())
-print(before, memprof.info().traces)
-]], path, path)))
+local i = memprof.info()
+print(before, i.traces, i.calibrated_in, i.calibrations)
+]], path, path)), 'MEMPROF_CALIBRATE=profiled-vm')
     os.remove(path)
     assert.equal(0, code)
-    assert.equal('false\ttrue\n', out)
+    -- Each try would leave its garbage in that VM.
+    assert.equal('false\tfalse\tprofiled VM\t1\n', out)
   end)
 end)
 
@@ -191,10 +209,10 @@ print(i.calibrated, i.traces, i.offsets and i.offsets.g_trace)
       traces_with('g_trace=' .. o.g_trace .. ',tr_traceno=' .. o.tr_traceno))
   end)
 
-  it('calibrates a VM it cannot verify three times, not at every start',
-    function()
-    -- A calibration runs a full collection: an object only a weak table
-    -- holds is gone after a start that calibrated.
+  it('calibrates a VM it cannot verify three times, not at every start, ' ..
+    'and never in the profiled VM', function()
+    -- A calibration in the profiled VM would run a full collection there:
+    -- an object only a weak table holds would be gone.
     local out = run_with_override('g_cur_L=' .. (o.g_cur_L + 8), [[
 local memprof = require('memprof')
 local weak = setmetatable({}, { __mode = 'v' })
@@ -205,9 +223,10 @@ for i = 1, 5 do
   local ok = memprof.start('/nonexistent/dir/out.bin')
   seen[i] = tostring(ok) .. '/' .. tostring(weak[1] == nil)
 end
-print(table.concat(seen, ' '))
+print(table.concat(seen, ' '), memprof.info().calibrations)
 ]])
-    assert.equal('nil/true nil/true nil/true nil/false nil/false\n', out)
+    assert.equal('nil/false nil/false nil/false nil/false nil/false\t3\n',
+      out)
   end)
 
   it('rejects a malformed override', function()

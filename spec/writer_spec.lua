@@ -36,3 +36,75 @@ describe('LEB128 encoding', function()
       assert.equal('fast pdep: ' .. want, out:match('^[^\n]+'))
     end)
 end)
+
+-- A profiled child that allocates, then idles: its file is current within
+-- about a second, and stays so when it is killed with SIGKILL.
+describe('the file of a running profile', function()
+  local h = require('helpers.profile')
+  local reader = require('memprof.reader')
+
+  local CHILD = [[
+package.cpath = %q
+package.path = %q
+local ffi = require('ffi')
+ffi.cdef('int getpid(void);')
+jit.off()
+local memprof = require('memprof')
+assert(memprof.start(%q, %s))
+local keep = {}
+for i = 1, 30000 do keep[i] = {} end
+io.write(ffi.C.getpid(), '\n')
+io.flush()
+while true do end
+]]
+
+  -- The events of a cut file at the loop's line, and the reader's warning.
+  local function count(path)
+    local stream = reader.open(path)
+    local n = 0
+    while true do
+      local ev = stream:next()
+      if not ev then break end
+      if ev.kind == 'alloc' and ev.site.line == 9 then n = n + 1 end
+    end
+    return n, stream.warning
+  end
+
+  local function path_of(warning)
+    return warning:match('^(.-): ')
+  end
+
+  local function run(options)
+    local path, script = h.tmpname(), h.tmpname('.lua')
+    local f = assert(io.open(script, 'w'))
+    f:write(CHILD:format(package.cpath, package.path, path, options))
+    f:close()
+    local pipe = assert(io.popen('exec timeout -s KILL 60 ' .. h.lua ..
+      ' ' .. script))
+    local pid = assert(tonumber(pipe:read('*l')), 'the child started')
+    os.execute('sleep 1.6')
+    local ok, idle = pcall(count, path)
+    os.execute('kill -9 ' .. pid)
+    pipe:close()
+    local killed, warning
+    if ok then ok, killed, warning = pcall(count, path) end
+    os.remove(path)
+    os.remove(script)
+    assert(ok, ok or killed or idle)
+    return idle, killed, warning
+  end
+
+  for _, options in ipairs({ 'nil', '{ stack_depth = 4, timestamps = true }' })
+  do
+    it('holds every event older than a second, options ' .. options,
+      function()
+      local idle, killed, warning = run(options)
+      -- 30000 tables and the first array part of the table holding them.
+      assert.equal(30001, idle)
+      assert.equal(30001, killed)
+      assert.equal(path_of(warning) .. ': the stream has no epilogue (the ' ..
+        'profile was not stopped cleanly); the report covers all',
+        warning:match('^(.-) %d+ events$'))
+    end)
+  end
+end)

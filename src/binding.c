@@ -15,19 +15,14 @@
 #include "lifecycle.h"
 #include "lua.h"
 #include "stacks.h" /* MAX_STACK_DEPTH */
-#include "vm_layout.h"
+#include "vm_learn.h"
 
 #define SENTINEL_KEY "memprof.sentinel"
 #define MESSAGES_KEY "memprof.messages"
 
-/* Per-VM state kept in the registry: the verified layout, and what the
-** lifecycle knows of the VM's profiles. */
+/* Per-VM state kept in the registry: what the lifecycle knows of the VM's
+** profiles. (The layout is learned once per process: vm_learn.c.) */
 struct sentinel {
-  int calibrated;
-  int attempts; /* Calibrations run, and calibrations run for traces. */
-  int trace_attempts;
-  struct vm_layout layout;
-  char error[512];
   struct vm_profiles profiles;
 };
 
@@ -58,48 +53,8 @@ static struct sentinel *get_sentinel(lua_State *L)
   return s;
 }
 
-/* Whether the JIT compiler is on (the jit library's status()). */
-static int jit_is_on(lua_State *L)
-{
-  int on = 0, top = lua_gettop(L);
-  life_push_library(L, "jit");
-  if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, "status");
-    if (lua_isfunction(L, -1) && lua_pcall(L, 0, 1, 0) == 0)
-      on = lua_toboolean(L, -1);
-  }
-  lua_settop(L, top);
-  return on;
-}
-
-#define CALIBRATION_ATTEMPTS 3
-
-/* Calibrates once per VM; the layout cannot change while the VM lives.
-** Traces are looked for again at a later start (at most
-** CALIBRATION_ATTEMPTS times) if they could not be verified (the JIT
-** compiler was off then, or busy) and it is on now. */
-static struct sentinel *verified_layout(lua_State *L)
-{
-  struct sentinel *s = get_sentinel(L);
-  if (s == NULL)
-    return NULL;
-  /* A VM whose layout cannot be verified is tried a few times, not at
-  ** every start: each calibration runs the probes and a full collection. */
-  if (!s->calibrated && s->attempts < CALIBRATION_ATTEMPTS) {
-    s->attempts++;
-    s->error[0] = '\0';
-    s->calibrated =
-        vm_layout_calibrate(L, &s->layout, s->error, sizeof(s->error));
-  } else if (s->calibrated && !s->layout.trace_ok &&
-             s->trace_attempts < CALIBRATION_ATTEMPTS && jit_is_on(L)) {
-    struct vm_layout again;
-    char error[sizeof(s->error)];
-    s->trace_attempts++;
-    if (vm_layout_calibrate(L, &again, error, sizeof(error)))
-      s->layout = again;
-  }
-  return s;
-}
+/* The smallest size cap: both headers, a few events, the final records. */
+#define MIN_MAX_BYTES 64
 
 /* One option's value. Returns 1, or 0 with a message. */
 static int read_option(lua_State *L, const char *name,
@@ -127,6 +82,20 @@ static int read_option(lua_State *L, const char *name,
       return 0;
     }
     o->timestamps = lua_toboolean(L, -1);
+    return 1;
+  }
+  if (strcmp(name, "max_bytes") == 0) {
+    lua_Number v = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || !(v >= MIN_MAX_BYTES) ||
+        v > 9007199254740992.0 || v != (lua_Number)(int64_t)v) {
+      snprintf(msg, len,
+               "option 'max_bytes' must be an integer from %d to 2^53, got %s",
+               MIN_MAX_BYTES,
+               lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1)
+                                              : luaL_typename(L, -1));
+      return 0;
+    }
+    o->max_bytes = (uint64_t)v;
     return 1;
   }
   snprintf(msg, len, "unknown option '%s'", name);
@@ -198,8 +167,9 @@ static int l_start(lua_State *L)
   const char *path = luaL_checklstring(L, 1, &len);
   struct sentinel *s = get_sentinel(L);
   struct profile_options opts;
+  struct vm_layout layout;
   enum life_status st;
-  char msg[600];
+  char msg[600], error[512];
   int err = 0;
 
   /* The system would take the path up to its first NUL: another file. */
@@ -216,14 +186,13 @@ static int l_start(lua_State *L)
     return push_status(L, st);
   if (!read_options(L, 2, &opts, msg, sizeof(msg)))
     return push_failure(L, msg, EINVAL);
-  s = verified_layout(L);
-  if (s == NULL || !s->calibrated) {
-    snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s",
-             s ? s->error : "module state is missing");
+  if (s == NULL)
+    return push_failure(L, "module state is missing", ENOTSUP);
+  if (!vm_learn_layout(L, &layout, error, sizeof(error))) {
+    snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }
-  if (lifecycle_start(L, &s->profiles, &s->layout, &opts, path, &err) !=
-      LIFE_OK)
+  if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK)
     return push_file_failure(L, path, err);
   lua_pushboolean(L, 1);
   return 1;
@@ -234,15 +203,21 @@ static int l_stop(lua_State *L)
 {
   struct sentinel *s = get_sentinel(L);
   enum life_status st = LIFE_NOT_RUNNING;
-  char *path = NULL;
-  int err = 0;
+  struct life_ended ended = {0, NULL, 0};
   if (s != NULL)
-    st = lifecycle_stop(L, &s->profiles, &err, &path);
-  if (st == LIFE_FILE_ERROR) {
-    push_file_failure(L, path, err);
-    free(path);
-    return 3;
+    st = lifecycle_stop(L, &s->profiles, &ended);
+  if (st == LIFE_MAX_BYTES) {
+    char cap[24];
+    snprintf(cap, sizeof(cap), "%llu", (unsigned long long)ended.max_bytes);
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: profile reached max_bytes (%s)", ended.path, cap);
+    lua_pushinteger(L, ended.err);
+  } else if (st == LIFE_FILE_ERROR) {
+    push_file_failure(L, ended.path, ended.err);
   }
+  free(ended.path);
+  if (st == LIFE_MAX_BYTES || st == LIFE_FILE_ERROR)
+    return 3;
   if (st != LIFE_OK)
     return push_status(L, st);
   lua_pushboolean(L, 1);
@@ -284,7 +259,11 @@ static void push_offsets(lua_State *L, const struct vm_layout *lay)
 /* memprof.info() -> what was detected, for bug reports. */
 static int l_info(lua_State *L)
 {
-  struct sentinel *s = verified_layout(L);
+  struct vm_layout lay;
+  struct vm_learn_status st;
+  char error[512];
+  int ok = vm_learn_layout(L, &lay, error, sizeof(error));
+  vm_learn_status(&st);
   lua_newtable(L);
   life_push_library(L, "jit");
   if (lua_istable(L, -1))
@@ -293,41 +272,46 @@ static int l_info(lua_State *L)
     lua_pushnil(L);
   lua_setfield(L, -3, "version");
   lua_pop(L, 1);
-  lua_pushboolean(L, s != NULL && s->calibrated);
+  lua_pushboolean(L, ok);
   lua_setfield(L, -2, "calibrated");
+  set_int(L, "calibrations", st.calibrations);
+  if (st.where != NULL) {
+    lua_pushstring(L, st.where);
+    lua_setfield(L, -2, "calibrated_in");
+  }
   lua_pushboolean(L, is_running(L));
   lua_setfield(L, -2, "running");
-  if (s == NULL || !s->calibrated) {
-    lua_pushstring(L, s ? s->error : "module state is missing");
+  if (!ok) {
+    lua_pushstring(L, error);
     lua_setfield(L, -2, "error");
     return 1;
   }
-  lua_pushstring(L, s->layout.family);
+  lua_pushstring(L, lay.family);
   lua_setfield(L, -2, "family");
-  lua_pushboolean(L, s->layout.gc64);
+  lua_pushboolean(L, lay.gc64);
   lua_setfield(L, -2, "gc64");
-  lua_pushboolean(L, s->layout.trace_ok);
+  lua_pushboolean(L, lay.trace_ok);
   lua_setfield(L, -2, "traces");
-  lua_pushboolean(L, s->layout.exit_ok);
+  lua_pushboolean(L, lay.exit_ok);
   lua_setfield(L, -2, "trace_exits");
-  lua_pushboolean(L, s->layout.record_ok);
+  lua_pushboolean(L, lay.record_ok);
   lua_setfield(L, -2, "recording");
-  lua_pushstring(L, s->layout.exact ? "specialised" : "generic");
+  lua_pushstring(L, lay.exact ? "specialised" : "generic");
   lua_setfield(L, -2, "hook");
-  lua_pushstring(L, s->layout.build != NULL ? "matched" : "discovered");
+  lua_pushstring(L, lay.build != NULL ? "matched" : "discovered");
   lua_setfield(L, -2, "layout");
-  if (s->layout.build != NULL) {
-    lua_pushstring(L, s->layout.build);
+  if (lay.build != NULL) {
+    lua_pushstring(L, lay.build);
     lua_setfield(L, -2, "build");
   }
   lua_newtable(L);
-  set_int(L, "lua", s->layout.st_lua);
-  set_int(L, "c", s->layout.st_c);
-  set_int(L, "gc", s->layout.st_gc);
-  lua_pushstring(L, s->layout.state_numbering);
+  set_int(L, "lua", lay.st_lua);
+  set_int(L, "c", lay.st_c);
+  set_int(L, "gc", lay.st_gc);
+  lua_pushstring(L, lay.state_numbering);
   lua_setfield(L, -2, "numbering");
   lua_setfield(L, -2, "vmstate");
-  push_offsets(L, &s->layout);
+  push_offsets(L, &lay);
   return 1;
 }
 

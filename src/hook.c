@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "profiler.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -98,7 +99,7 @@ end_event(struct writer *w, uint8_t *p, uintptr_t nptr, size_t nsize, int pdep)
     p = uleb128_put_with(p, nptr, pdep);
     p = uleb128_put_with(p, nsize, pdep);
   }
-  w->pos = p;
+  writer_commit(w, p);
 }
 
 /* Monotonic nanoseconds. */
@@ -292,7 +293,7 @@ record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize);
   if (event != NULL)
-    p->out.pos = event;
+    writer_commit(&p->out, event);
   return p->orig_alloc(p->orig_ud, ptr, osize, 0);
 }
 
@@ -315,6 +316,19 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   return nptr;
 }
 
+/* The records of the last event (from byte `at`) went past the budget:
+** the stream ends before them, and recording stops. Only the full path can
+** pass it (the writer's limit keeps the fast path below it). */
+static void check_cap(struct profiler *p, uint64_t at)
+{
+  if (p->out.budget != 0 && p->state == PROFILER_RECORDING &&
+      writer_total(&p->out) > p->out.budget) {
+    p->capped = 1;
+    p->cut_at = at;
+    halt(p, EFBIG);
+  }
+}
+
 /* Recording is off (halted, or this is a forked child): only forward. */
 static inline int forward_only(const struct profiler *p)
 {
@@ -334,13 +348,20 @@ static inline int forward_only(const struct profiler *p)
   static __attribute__((noinline)) void *name##_free(struct profiler *p,       \
                                                      void *ptr, size_t osize)  \
   {                                                                            \
-    return record_free(p, family_layout, stack_of, pdep, 0, ptr, osize, NULL); \
+    uint64_t at = writer_total(&p->out);                                       \
+    void *r =                                                                  \
+        record_free(p, family_layout, stack_of, pdep, 0, ptr, osize, NULL);    \
+    check_cap(p, at);                                                          \
+    return r;                                                                  \
   }                                                                            \
   static __attribute__((noinline)) void *name##_alloc(                         \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
-    return record_alloc(p, family_layout, stack_of, pdep, 0, ptr, osize,       \
-                        nsize, NULL);                                          \
+    uint64_t at = writer_total(&p->out);                                       \
+    void *r = record_alloc(p, family_layout, stack_of, pdep, 0, ptr, osize,    \
+                           nsize, NULL);                                       \
+    check_cap(p, at);                                                          \
+    return r;                                                                  \
   }                                                                            \
   static __attribute__((noinline)) void *name##_alloc_fast(                    \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
@@ -402,6 +423,10 @@ int profiler_is_hook(lua_Alloc f)
   return 0;
 }
 
+/* What a stream that ends cleanly adds after its last event: a time mark
+** and the epilogue. A size cap keeps room for them. */
+#define FINAL_RECORDS_MAX (1 + ULEB128_MAX + 1)
+
 int profiler_write_prologue(struct profiler *p)
 {
   static const uint8_t symtab[] = {'l', 'j', 's', SYMTAB_VERSION,
@@ -409,6 +434,8 @@ int profiler_write_prologue(struct profiler *p)
   uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
   if (p->extended)
     events[3] = EVENTS_VERSION_EXTENDED;
+  if (p->max_bytes != 0)
+    writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX);
   writer_bytes(&p->out, symtab, sizeof(symtab));
   writer_bytes(&p->out, events, sizeof(events));
   if (p->timestamps) {
@@ -421,12 +448,16 @@ int profiler_write_prologue(struct profiler *p)
 
 int profiler_finish(struct profiler *p)
 {
+  static const uint8_t epilogue[] = {EVENTS_EPILOGUE};
   int err;
   if (p->state == PROFILER_RECORDING && p->timestamps)
     mark_time(p, 1);
   if (p->state == PROFILER_RECORDING && writer_reserve(&p->out, 1))
     writer_put_byte(&p->out, EVENTS_EPILOGUE);
-  err = writer_close(&p->out);
+  if (p->capped)
+    err = writer_close_at(&p->out, p->cut_at, epilogue, sizeof(epilogue));
+  else
+    err = writer_close(&p->out);
   p->state = PROFILER_HALTED;
   if (p->error == 0)
     p->error = err;

@@ -56,6 +56,7 @@
 #include "lauxlib.h"
 #include "profiler.h"
 #include "vm_inspect.h"
+#include "vm_learn.h"
 
 #define WRITE_BUFFER_SIZE (1u << 20)
 
@@ -110,6 +111,7 @@ static void finish_all_at_exit(void)
 ** see it released. */
 static void before_fork(void)
 {
+  vm_learn_lock();
   pthread_mutex_lock(&builtin_lock);
   pthread_mutex_lock(&running_lock);
 }
@@ -118,6 +120,7 @@ static void after_fork_parent(void)
 {
   pthread_mutex_unlock(&running_lock);
   pthread_mutex_unlock(&builtin_lock);
+  vm_learn_unlock();
 }
 
 static void after_fork_child(void)
@@ -125,6 +128,7 @@ static void after_fork_child(void)
   profiler_fork_generation++;
   pthread_mutex_unlock(&running_lock);
   pthread_mutex_unlock(&builtin_lock);
+  vm_learn_unlock();
 }
 
 static void setup_process(void)
@@ -139,29 +143,7 @@ void lifecycle_init_process(void)
   pthread_once(&process_once, setup_process);
 }
 
-/* ---- Names of the built-ins ------------------------------------------- */
-
-/* Names the built-ins (ffid >= 2) of one library table: "string.rep". */
-static void name_builtins_in(lua_State *L, struct profiler *p, const char *lib)
-{
-  const struct vm_layout *lay = &p->layout;
-  char name[256];
-  lua_pushnil(L);
-  while (lua_next(L, -2)) {
-    uintptr_t fn = (uintptr_t)lua_topointer(L, -1);
-    uint8_t ffid;
-    if (lua_type(L, -1) == LUA_TFUNCTION && lua_type(L, -2) == LUA_TSTRING &&
-        vm_is_gc(lay, 0, fn, GCT_FUNC) && vm_u8(0, fn + lay->fn_ffid, &ffid) &&
-        ffid > FFID_C) {
-      if (lib[0] == '\0')
-        snprintf(name, sizeof(name), "%s", lua_tostring(L, -2));
-      else
-        snprintf(name, sizeof(name), "%s.%s", lib, lua_tostring(L, -2));
-      symbols_name_builtin(&p->syms, ffid, name);
-    }
-    lua_pop(L, 1);
-  }
-}
+/* ---- Loaded libraries ---------------------------------------------- */
 
 void life_push_library(lua_State *L, const char *name)
 {
@@ -171,78 +153,6 @@ void life_push_library(lua_State *L, const char *name)
   else
     lua_pushnil(L);
   lua_remove(L, -2);
-}
-
-/* Names the built-in that calling lib.fn(args) returns (iterators and the
-** function coroutine.wrap makes: no library table holds them). It is
-** called only if lib.fn is itself a built-in, so that a host's replacement
-** is never run. */
-static void name_made_builtin(lua_State *L, struct profiler *p, const char *lib,
-                              const char *fn, int nargs, const char *name)
-{
-  const struct vm_layout *lay = &p->layout;
-  int top = lua_gettop(L) - nargs;
-  uintptr_t f;
-  uint8_t ffid;
-  life_push_library(L, lib);
-  if (lua_istable(L, -1))
-    lua_getfield(L, -1, fn);
-  else
-    lua_pushnil(L);
-  f = (uintptr_t)lua_topointer(L, -1);
-  if (lua_type(L, -1) == LUA_TFUNCTION && vm_u8(0, f + lay->fn_ffid, &ffid) &&
-      ffid > FFID_C) {
-    lua_insert(L, top + 1); /* The function below its arguments. */
-    lua_pop(L, 1);          /* The library table. */
-    if (lua_pcall(L, nargs, 1, 0) == 0) {
-      f = (uintptr_t)lua_topointer(L, -1);
-      if (lua_type(L, -1) == LUA_TFUNCTION && vm_is_gc(lay, 0, f, GCT_FUNC) &&
-          vm_u8(0, f + lay->fn_ffid, &ffid) && ffid > FFID_C)
-        symbols_name_builtin(&p->syms, ffid, name);
-    }
-  }
-  lua_settop(L, top);
-}
-
-/* C function for coroutine.wrap to wrap: it never runs. */
-static int never_runs(lua_State *L)
-{
-  (void)L;
-  return 0;
-}
-
-/* Built-ins that no library table holds: the functions that iterators and
-** coroutine.wrap return. They are obtained through the API, never by id. */
-static void name_hidden_builtins(lua_State *L, struct profiler *p)
-{
-  lua_pushliteral(L, "");
-  lua_pushliteral(L, "");
-  name_made_builtin(L, p, "string", "gmatch", 2, "string.gmatch iterator");
-  lua_newtable(L);
-  name_made_builtin(L, p, "_G", "ipairs", 1, "ipairs iterator");
-  lua_pushcfunction(L, never_runs);
-  name_made_builtin(L, p, "coroutine", "wrap", 1, "coroutine.wrap");
-}
-
-/* Learns built-in names from the standard libraries, first match wins. */
-static void name_builtins(lua_State *L, struct profiler *p)
-{
-  static const char *const libs[] = {
-      "_G",    "string", "table", "math",    "io",  "os", "coroutine",
-      "debug", "bit",    "jit",   "package", "ffi", NULL};
-  int i, top = lua_gettop(L);
-  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-  for (i = 0; libs[i] != NULL; i++) {
-    lua_getfield(L, -1, libs[i]);
-    if (lua_istable(L, -1))
-      name_builtins_in(L, p, strcmp(libs[i], "_G") == 0 ? "" : libs[i]);
-    lua_pop(L, 1);
-  }
-  lua_getfield(L, LUA_REGISTRYINDEX, "FILE*");
-  if (lua_istable(L, -1))
-    name_builtins_in(L, p, "file");
-  lua_settop(L, top);
-  name_hidden_builtins(L, p);
 }
 
 /* ---- Profiles ----------------------------------------------------------- */
@@ -282,9 +192,14 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   p->state = PROFILER_HALTED; /* Until it is installed. */
   p->stack_depth = opts->stack_depth;
   p->timestamps = opts->timestamps;
+  p->max_bytes = opts->max_bytes;
   p->extended = opts->stack_depth > 0 || opts->timestamps;
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
-  name_builtins(L, p);
+  if (vm_learn_name_builtins(&p->syms) != 0) {
+    free_link(l);
+    *err = ENOMEM;
+    return NULL;
+  }
   return l;
 }
 
@@ -576,10 +491,11 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
   return LIFE_OK;
 }
 
-enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm, int *err,
-                                char **path)
+enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
+                                struct life_ended *ended)
 {
-  char *ended = NULL;
+  struct chain_link *l;
+  char *path = NULL;
   notice_detachment(L, vm);
   if (vm->active == NULL) {
     if (vm->detached) {
@@ -588,13 +504,15 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm, int *err,
     }
     return LIFE_NOT_RUNNING;
   }
-  *err = stop_link(L, vm, vm->active, &ended);
-  if (*err != 0) {
-    *path = ended;
-    return LIFE_FILE_ERROR;
+  l = vm->active;
+  ended->max_bytes = l->p.capped ? l->p.max_bytes : 0;
+  ended->err = stop_link(L, vm, l, &path);
+  if (ended->err == 0) {
+    free(path);
+    return LIFE_OK;
   }
-  free(ended);
-  return LIFE_OK;
+  ended->path = path;
+  return ended->max_bytes != 0 ? LIFE_MAX_BYTES : LIFE_FILE_ERROR;
 }
 
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)

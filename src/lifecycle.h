@@ -9,6 +9,8 @@
 #ifndef MEMPROF_LIFECYCLE_H
 #define MEMPROF_LIFECYCLE_H
 
+#include <stdint.h>
+
 #include "lua.h"
 #include "vm_layout.h"
 
@@ -16,6 +18,14 @@
 struct profile_options {
   int stack_depth; /* 0: no stacks. */
   int timestamps;
+  uint64_t max_bytes; /* 0: no size cap. */
+};
+
+/* How a stopped profile ended, for stop's message. */
+struct life_ended {
+  int err;            /* errno of a file error, or EFBIG when capped. */
+  char *path;         /* The profile's path (malloc'd: the caller frees it). */
+  uint64_t max_bytes; /* The cap it reached (LIFE_MAX_BYTES). */
 };
 
 /* One of our hooks in a VM's allocator chain (lifecycle.c). */
@@ -48,6 +58,7 @@ enum life_status {
   LIFE_BUILTIN_UNKNOWN, /* Whether it is running cannot be told. */
   LIFE_CLOSING,         /* The VM is being closed. */
   LIFE_FILE_ERROR,      /* An errno about the profile's file. */
+  LIFE_MAX_BYTES,       /* The profile stopped at its size cap. */
   LIFE_STATUSES
 };
 
@@ -71,10 +82,10 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const char *path, int *err);
 
 /* Stops the running profile and completes its file. LIFE_OK,
-** LIFE_NOT_RUNNING, LIFE_DETACHED, or LIFE_FILE_ERROR with *err and the
-** profile's path in *path (malloc'd: the caller frees it). */
-enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm, int *err,
-                                char **path);
+** LIFE_NOT_RUNNING, LIFE_DETACHED, or LIFE_FILE_ERROR or LIFE_MAX_BYTES
+** with *ended filled in. */
+enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
+                                struct life_ended *ended);
 
 /* Whether a profile runs (what stop would find). */
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm);

@@ -45,8 +45,14 @@ struct profiler {
   uint64_t clock_start;     /* Monotonic ns at start. */
   uint64_t last_mark;       /* ns since start of the last time mark. */
 
+  /* The size cap (memprof.start's max_bytes). */
+  uint64_t max_bytes; /* 0: none. */
+  int capped;         /* Reached: the stream ends at cut_at. */
+  uint64_t cut_at;
+
   /* Bookkeeping. */
-  int error;  /* errno that halted recording (write error, ENOMEM). */
+  int error;  /* errno that halted recording (write error, ENOMEM, EFBIG
+                 when capped). */
   char *path; /* For messages. */
   struct profiler *next; /* All running profilers, for the exit handler. */
 };

@@ -952,6 +952,38 @@ static int calibrate_once(lua_State *L, struct calib *c, char *err,
   return apply_overrides(c, err, errlen) && discover(L, c) && verify(L, c);
 }
 
+/* Checks a layout learned in another VM of this build against L's VM, with
+** reads that allocate nothing in it (pushing a nil may grow nothing: the
+** API guarantees LUA_MINSTACK free slots to a C function). */
+int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
+                       size_t errlen)
+{
+  struct calib *c = calloc(1, sizeof(*c));
+  uintptr_t g;
+  int32_t state;
+  int ok;
+  if (c == NULL) {
+    snprintf(err, errlen, "check 'memory' failed: out of memory");
+    return 0;
+  }
+  c->lay = *lay;
+  c->L = L;
+  c->err = err;
+  c->errlen = errlen;
+  err[0] = '\0';
+  ok = check_global_state(c, L) && check_stack(c, L) &&
+       check_current_thread(c, L);
+  g = c->g;
+  if (ok && (!vm_u32(1, g + lay->g_vmstate, (uint32_t *)&state) ||
+             state != lay->st_c))
+    ok = calib_fail(c, "VM state",
+                    "g+%u does not read the state of C code (%d) in a C "
+                    "function of this VM",
+                    lay->g_vmstate, (int)lay->st_c);
+  free(c);
+  return ok;
+}
+
 int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
                         size_t errlen)
 {

@@ -135,4 +135,13 @@ static inline unsigned vm_layout_get(const struct vm_layout *lay,
 int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
                         size_t errlen);
 
+/*
+** Checks a layout verified in another VM of the same build against L's VM:
+** global state and allocator, stack, current thread and C frame, and the
+** VM state of C code. Reads only, allocating nothing in L's VM; called from
+** a C function. Returns 1, or 0 with a message naming the failed check.
+*/
+int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
+                       size_t errlen);
+
 #endif

@@ -67,16 +67,32 @@ void writer_tables_init(void)
   }
 }
 
-/* The background writer: the hook hands it one full buffer at a time. */
+/* How often the thread writes what the hook has committed. */
+#define SYNC_EVERY_NS 1000000000L
+
+/*
+** The background writer: the hook hands it one full buffer at a time, and
+** once a second it writes the committed part of the buffer being filled
+** (the hook only ever appends past its committed position). While it does,
+** `partial` is set and the hook waits before handing that buffer over;
+** `done` says how much of it is written already, so that the hand-over
+** writes only the rest.
+*/
 struct writer_thread {
   pthread_t id;
   pthread_mutex_t lock;
-  pthread_cond_t changed; /* pending taken or returned, or quit set. */
+  pthread_cond_t changed; /* pending taken or returned, partial done, or
+                             quit set. */
   uint8_t *pending;       /* A full buffer to write, or NULL. */
   size_t pending_len;
-  uint8_t *spare; /* The buffer not being filled, when not pending. */
+  size_t pending_done; /* Of it, written already. */
+  size_t done;         /* Of the buffer being filled, written already. */
+  int partial;         /* Writing part of the buffer being filled. */
+  uint8_t *spare;      /* The buffer not being filled, when not pending. */
   int quit;
-  long tick_ns; /* 0, or how often to set writer.tick. */
+  long tick_ns;           /* 0, or how often to set writer.tick. */
+  struct timespec tick;   /* When to set it next. */
+  struct timespec synced; /* When to write the committed part next. */
 };
 
 /* Monotonic time plus ns, for a timed wait. */
@@ -90,6 +106,12 @@ static struct timespec deadline_after(long ns)
     t.tv_sec++;
   }
   return t;
+}
+
+static int reached(const struct timespec *now, const struct timespec *t)
+{
+  return now->tv_sec > t->tv_sec ||
+         (now->tv_sec == t->tv_sec && now->tv_nsec >= t->tv_nsec);
 }
 
 static void set_failed(struct writer *w, int err)
@@ -116,30 +138,65 @@ static int write_all(int fd, const uint8_t *p, size_t len)
   return 0;
 }
 
+/* Writes what the hook has committed to the buffer it fills and the
+** thread has not written yet. Called and returns with the lock held. */
+static void write_committed(struct writer *w, struct writer_thread *t)
+{
+  uint8_t *buf = w->buf;
+  uint8_t *pos = __atomic_load_n(&w->pos, __ATOMIC_ACQUIRE);
+  size_t upto = (size_t)(pos - buf);
+  int err;
+  if (pos < buf || upto > w->size || upto <= t->done || writer_failed(w))
+    return;
+  t->partial = 1;
+  pthread_mutex_unlock(&t->lock);
+  err = write_all(w->fd, buf + t->done, upto - t->done);
+  pthread_mutex_lock(&t->lock);
+  set_failed(w, err);
+  t->done = upto;
+  t->partial = 0;
+  pthread_cond_broadcast(&t->changed);
+}
+
+/* Waits for a buffer or the stop, setting the tick and writing what is
+** committed when their times come. */
+static void wait_for_work(struct writer *w, struct writer_thread *t)
+{
+  while (t->pending == NULL && !t->quit) {
+    struct timespec now, until = t->synced;
+    if (t->tick_ns > 0 && reached(&t->synced, &t->tick))
+      until = t->tick;
+    pthread_cond_timedwait(&t->changed, &t->lock, &until);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (t->tick_ns > 0 && reached(&now, &t->tick)) {
+      __atomic_store_n(&w->tick, 1, __ATOMIC_RELAXED);
+      t->tick = deadline_after(t->tick_ns);
+    }
+    if (reached(&now, &t->synced) && t->pending == NULL && !t->quit) {
+      write_committed(w, t);
+      t->synced = deadline_after(SYNC_EVERY_NS);
+    }
+  }
+}
+
 static void *thread_main(void *arg)
 {
   struct writer *w = arg;
   struct writer_thread *t = w->thread;
   pthread_mutex_lock(&t->lock);
+  t->synced = deadline_after(SYNC_EVERY_NS);
   for (;;) {
     uint8_t *data;
-    size_t len;
-    while (t->pending == NULL && !t->quit) {
-      if (t->tick_ns > 0) {
-        struct timespec until = deadline_after(t->tick_ns);
-        if (pthread_cond_timedwait(&t->changed, &t->lock, &until) == ETIMEDOUT)
-          __atomic_store_n(&w->tick, 1, __ATOMIC_RELAXED);
-      } else {
-        pthread_cond_wait(&t->changed, &t->lock);
-      }
-    }
+    size_t len, done;
+    wait_for_work(w, t);
     if (t->pending == NULL)
       break;
     data = t->pending;
     len = t->pending_len;
+    done = t->pending_done;
     pthread_mutex_unlock(&t->lock);
-    if (writer_failed(w) == 0)
-      set_failed(w, write_all(w->fd, data, len));
+    if (writer_failed(w) == 0 && len > done)
+      set_failed(w, write_all(w->fd, data + done, len - done));
     pthread_mutex_lock(&t->lock);
     t->spare = data;
     t->pending = NULL;
@@ -210,23 +267,53 @@ int writer_tick_every(struct writer *w, long period_ns)
     return 0;
   pthread_mutex_lock(&t->lock);
   t->tick_ns = period_ns;
+  t->tick = deadline_after(period_ns);
   pthread_cond_broadcast(&t->changed);
   pthread_mutex_unlock(&t->lock);
   return 1;
 }
 
+/* Where the fast path's reservations stop: the buffer's end, or below it
+** where the budget ends. */
+static void set_limit(struct writer *w)
+{
+  uint8_t *end = w->buf + w->size - WRITER_SLACK;
+  uint64_t left = w->budget > w->handed ? w->budget - w->handed : 0;
+  w->limit = end;
+  if (w->budget != 0 && left < (uint64_t)(end - w->buf))
+    w->limit = w->buf + left;
+}
+
+/* Starts filling w->buf from its start, after `len` bytes were handed on. */
+static void restart_buffer(struct writer *w, size_t len)
+{
+  w->handed += len;
+  set_limit(w);
+  writer_commit(w, w->buf);
+}
+
+void writer_set_budget(struct writer *w, uint64_t budget)
+{
+  w->budget = budget;
+  set_limit(w);
+}
+
 /* Hands the filled buffer to the thread and takes the spare one, waiting
-** for it if the thread is still writing it. */
+** for it if the thread is still writing it (or a part of this one). The
+** new buffer is set up under the lock: the thread reads buf and pos. */
 static void hand_over(struct writer *w, size_t len)
 {
   struct writer_thread *t = w->thread;
   pthread_mutex_lock(&t->lock);
-  while (t->pending != NULL)
+  while (t->pending != NULL || t->partial)
     pthread_cond_wait(&t->changed, &t->lock);
   t->pending = w->buf;
   t->pending_len = len;
+  t->pending_done = t->done;
+  t->done = 0;
   w->buf = t->spare;
   t->spare = NULL;
+  restart_buffer(w, len);
   pthread_cond_broadcast(&t->changed);
   pthread_mutex_unlock(&t->lock);
 }
@@ -237,14 +324,13 @@ int writer_flush(struct writer *w)
   int saved = errno; /* The host must not see our errno. */
   if (w->buf == NULL)
     return writer_failed(w);
-  if (writer_failed(w) == 0 && len > 0) {
-    if (w->thread != NULL)
-      hand_over(w, len);
-    else
+  if (writer_failed(w) == 0 && len > 0 && w->thread != NULL) {
+    hand_over(w, len);
+  } else {
+    if (writer_failed(w) == 0 && len > 0)
       set_failed(w, write_all(w->fd, w->buf, len));
+    restart_buffer(w, len);
   }
-  w->pos = w->buf;
-  w->limit = w->buf + w->size - WRITER_SLACK;
   errno = saved;
   return writer_failed(w);
 }
@@ -253,10 +339,11 @@ void writer_bytes(struct writer *w, const void *data, size_t len)
 {
   const uint8_t *p = data;
   while (len > 0 && writer_failed(w) == 0) {
-    size_t room = (size_t)(w->limit - w->pos);
+    /* Up to the buffer's end, not the budget's limit. */
+    size_t room = (size_t)(w->buf + w->size - WRITER_SLACK - w->pos);
     size_t n = len < room ? len : room;
     memcpy(w->pos, p, n);
-    w->pos += n;
+    writer_commit(w, w->pos + n);
     p += n;
     len -= n;
     if (len > 0)
@@ -288,12 +375,17 @@ static void stop_thread(struct writer *w)
   w->thread = NULL;
 }
 
-int writer_close(struct writer *w)
+/* Everything written, the thread stopped. */
+static void drain(struct writer *w)
 {
-  int saved = errno;
   writer_flush(w);
   if (w->thread != NULL)
     stop_thread(w);
+}
+
+/* Closes the descriptor and frees the buffers. */
+static int release(struct writer *w, int saved)
+{
   if (w->fd >= 0 && close(w->fd) != 0)
     set_failed(w, errno);
   w->fd = -1;
@@ -301,6 +393,30 @@ int writer_close(struct writer *w)
   w->buf = w->pos = w->limit = NULL;
   errno = saved;
   return writer_failed(w);
+}
+
+int writer_close(struct writer *w)
+{
+  int saved = errno;
+  drain(w);
+  return release(w, saved);
+}
+
+int writer_close_at(struct writer *w, uint64_t at, const uint8_t *tail,
+                    size_t n)
+{
+  int saved = errno;
+  drain(w);
+  if (writer_failed(w) == 0 && w->fd >= 0) {
+    if (ftruncate(w->fd, (off_t)at) == 0) {
+      ssize_t done = pwrite(w->fd, tail, n, (off_t)at);
+      if (done != (ssize_t)n)
+        set_failed(w, done < 0 ? errno : EIO);
+    } else {
+      set_failed(w, write_all(w->fd, tail, n));
+    }
+  }
+  return release(w, saved);
 }
 
 void writer_abandon(struct writer *w)

@@ -9,6 +9,11 @@
 ** write error is latched: the writer then drops everything, and the error
 ** (with its errno) is reported when profiling stops. Nothing here allocates
 ** through Lua.
+**
+** At most a second is lost. Once a second the thread also writes what the
+** hook has committed to the buffer being filled (writer_commit publishes
+** it), so a process killed, or idle, leaves a file current to within about
+** a second, without any work added to the hook's path.
 */
 #ifndef MEMPROF_WRITER_H
 #define MEMPROF_WRITER_H
@@ -27,6 +32,9 @@ struct writer {
   uint8_t *pos;     /* Next free byte. */
   uint8_t *limit;   /* Flush before an append would pass this point. */
   size_t size;      /* Size of each buffer. */
+  uint64_t handed;  /* Bytes of the stream before this buffer. */
+  uint64_t budget;  /* 0, or the stream's length that no event may pass:
+                       limit is lowered to keep the fast path below it. */
   int fd;           /* Destination; -1 once closed. */
   int failed_errno; /* 0, or errno of the first failed write (atomic). */
   int tick;         /* Set by the thread every tick period. Accessed only
@@ -34,6 +42,12 @@ struct writer {
                        them, reports them as races). */
   struct writer_thread *thread;
 };
+
+/* The stream's length so far (written or buffered). */
+static inline uint64_t writer_total(const struct writer *w)
+{
+  return w->handed + (uint64_t)(w->pos - w->buf);
+}
 
 /* The latched write error, or 0. */
 static inline int writer_failed(const struct writer *w)
@@ -70,6 +84,17 @@ int writer_flush(struct writer *w);
 ** the descriptor, frees the buffers. Returns 0 or errno. */
 int writer_close(struct writer *w);
 
+/* Keeps the fast path's reservations below `budget` bytes of stream
+** (writer_reserve and writer_bytes still go past it: the caller checks
+** writer_total after each record and cuts the stream). */
+void writer_set_budget(struct writer *w, uint64_t budget);
+
+/* As writer_close, but the stream ends at byte `at`, followed by `tail`:
+** the file is cut there (or, where it cannot be, as on a pipe, the tail
+** follows what was written). */
+int writer_close_at(struct writer *w, uint64_t at, const uint8_t *tail,
+                    size_t n);
+
 /* Releases the buffers without writing anything. Used in a forked child,
 ** where the thread does not exist and the file belongs to the parent. */
 void writer_abandon(struct writer *w);
@@ -84,9 +109,17 @@ static inline int writer_reserve(struct writer *w, size_t need)
   return writer_failed(w) == 0;
 }
 
+/* Commits the bytes up to p: the background thread may write them to the
+** file from now on (see writer.c), so they must all be stored first. */
+static inline void writer_commit(struct writer *w, uint8_t *p)
+{
+  __atomic_store_n(&w->pos, p, __ATOMIC_RELEASE);
+}
+
 static inline void writer_put_byte(struct writer *w, uint8_t b)
 {
-  *w->pos++ = b;
+  *w->pos = b;
+  writer_commit(w, w->pos + 1);
 }
 
 /* By the number of leading zero bits of a number of 8 to 56 significant
@@ -171,7 +204,7 @@ static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)
 
 static inline void writer_put_uleb128(struct writer *w, uint64_t v)
 {
-  w->pos = uleb128_put(w->pos, v);
+  writer_commit(w, uleb128_put(w->pos, v));
 }
 
 /* A string: its length as ULEB128, then its bytes. */

@@ -50,6 +50,17 @@ M.RUN_OPTIONS = {
     help = 'record call stacks of at most N frames (1 to 64)' },
   { name = 'timestamps', key = 'timestamps',
     help = 'record time marks (for --timeline and the chrome format)' },
+  { name = 'max-bytes', value = 'N', key = 'max_bytes',
+    check = function(value)
+      local number = tonumber(value)
+      if not number or number ~= math.floor(number) or number < 64 or
+          number > 2 ^ 53 then
+        return nil, 'expected a whole number of bytes from 64 to 2^53, ' ..
+          'found ' .. value
+      end
+      return number
+    end,
+    help = 'stop recording when the profile reaches N bytes' },
   { name = 'lua', value = 'CMD', key = 'lua',
     help = 'run the script with CMD (luajit, tarantool, ...)' },
   { name = 'help', short = 'h', key = 'help',
@@ -183,6 +194,9 @@ function M.wrapper(module_path, profile, opts)
   if opts.timestamps then
     options[#options + 1] = 'timestamps = true'
   end
+  if opts.max_bytes then
+    options[#options + 1] = format('max_bytes = %d', opts.max_bytes)
+  end
   local start_options = #options > 0 and
     '{ ' .. table.concat(options, ', ') .. ' }' or 'nil'
   return table.concat({
@@ -201,6 +215,14 @@ function M.wrapper(module_path, profile, opts)
       start_options .. ')',
     "if not ok then io.stderr:write('memprof: cannot start the profiler: ', " ..
       "tostring(message), '\\n') os.exit(1) end",
+    -- When the VM closes, stop says how the profile ended (its size cap,
+    -- a full disk). Finalizers run newest first: before the module's own.
+    'local guard = newproxy(true)',
+    'getmetatable(guard).__gc = function()',
+    'local ok, why = memprof.stop()',
+    "if not ok and why ~= 'profiler is not running' then",
+    "io.stderr:write('memprof: ', tostring(why), '\\n') end end",
+    "debug.getregistry()['memprof run'] = guard",
   }, ' ')
 end
 

@@ -36,7 +36,7 @@ end
 -- forced hook) are for that VM only: every child VM a spec starts (another
 -- build, Neovim, nginx, a C host) runs without them unless the spec sets
 -- them on its own command line.
-M.CLEAN_ENV = 'unset MEMPROF_LAYOUT_OVERRIDE MEMPROF_HOOK; '
+M.CLEAN_ENV = 'unset MEMPROF_LAYOUT_OVERRIDE MEMPROF_HOOK MEMPROF_CALIBRATE; '
 
 -- Runs a shell command line; returns its exit code, stdout and stderr.
 function M.run(command_line)

@@ -91,13 +91,13 @@ local shell_quote = command.quote
 
 -- Runs a Lua script in a child interpreter; returns its output (stdout and
 -- stderr together) and exit code (124 if it ran for over two minutes).
-function M.run_script(source)
+function M.run_script(source, env)
   local script = M.tmpname('.lua')
   local f = assert(io.open(script, 'w'))
   f:write(source)
   f:close()
   -- A hung child fails the spec instead of hanging the suite.
-  local pipe = assert(io.popen(command.CLEAN_ENV .. 'timeout 120 ' .. M.lua .. ' ' ..
+  local pipe = assert(io.popen(command.CLEAN_ENV .. (env or '') .. ' timeout 120 ' .. M.lua .. ' ' ..
     shell_quote(script) .. ' 2>&1; echo "exit=$?"'))
   local out = pipe:read('*a')
   pipe:close()

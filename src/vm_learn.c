@@ -1,0 +1,273 @@
+/*
+** What is learned once per process about the LuaJIT build (see
+** vm_learn.h): the verified layout and the names of the built-ins.
+*/
+#define _GNU_SOURCE
+#include "vm_learn.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lifecycle.h" /* life_push_library */
+#include "vm_inspect.h"
+
+static pthread_mutex_t learn_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Everything below is read and written with learn_lock held. */
+static struct {
+  int calibrated;
+  int calibrations;       /* Calibrations run, for the layout ... */
+  int trace_calibrations; /* ... and again for its traces. */
+  const char *where;
+  struct vm_layout layout;
+  char error[512];
+  int named;               /* The built-ins' names are learned. */
+  char *builtin[MAX_FFID]; /* "string.rep", by function id. */
+} learned;
+
+void vm_learn_lock(void)
+{
+  pthread_mutex_lock(&learn_lock);
+}
+
+void vm_learn_unlock(void)
+{
+  pthread_mutex_unlock(&learn_lock);
+}
+
+/* ---- Names of the built-ins ------------------------------------------- */
+
+static void name_builtin(unsigned ffid, const char *name)
+{
+  if (ffid < MAX_FFID && learned.builtin[ffid] == NULL)
+    learned.builtin[ffid] = strdup(name);
+}
+
+/* Whether the value at idx is a built-in (ffid >= 2); its id in *ffid. */
+static int builtin_at(lua_State *L, const struct vm_layout *lay, int idx,
+                      uint8_t *ffid)
+{
+  uintptr_t fn = (uintptr_t)lua_topointer(L, idx);
+  return lua_type(L, idx) == LUA_TFUNCTION && vm_is_gc(lay, 1, fn, GCT_FUNC) &&
+         vm_u8(1, fn + lay->fn_ffid, ffid) && *ffid > FFID_C;
+}
+
+/* Names the built-ins of the library table on top: "string.rep". */
+static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
+                             const char *lib)
+{
+  char name[256];
+  uint8_t ffid;
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    if (lua_type(L, -2) == LUA_TSTRING && builtin_at(L, lay, -1, &ffid)) {
+      if (lib[0] == '\0')
+        snprintf(name, sizeof(name), "%s", lua_tostring(L, -2));
+      else
+        snprintf(name, sizeof(name), "%s.%s", lib, lua_tostring(L, -2));
+      name_builtin(ffid, name);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Names the built-in that calling lib.fn(args) returns (iterators and the
+** function coroutine.wrap makes: no library table holds them). It is
+** called only if lib.fn is itself a built-in, so that a host's replacement
+** is never run. */
+static void name_made_builtin(lua_State *L, const struct vm_layout *lay,
+                              const char *lib, const char *fn, int nargs,
+                              const char *name)
+{
+  int top = lua_gettop(L) - nargs;
+  uint8_t ffid;
+  life_push_library(L, lib);
+  if (lua_istable(L, -1))
+    lua_getfield(L, -1, fn);
+  else
+    lua_pushnil(L);
+  if (builtin_at(L, lay, -1, &ffid)) {
+    lua_insert(L, top + 1); /* The function below its arguments. */
+    lua_pop(L, 1);          /* The library table. */
+    if (lua_pcall(L, nargs, 1, 0) == 0 && builtin_at(L, lay, -1, &ffid))
+      name_builtin(ffid, name);
+  }
+  lua_settop(L, top);
+}
+
+/* C function for coroutine.wrap to wrap: it never runs. */
+static int never_runs(lua_State *L)
+{
+  (void)L;
+  return 0;
+}
+
+/* Learns built-in names from the standard libraries, first match wins. */
+static void name_builtins(lua_State *L, const struct vm_layout *lay)
+{
+  static const char *const libs[] = {
+      "_G",    "string", "table", "math",    "io",  "os", "coroutine",
+      "debug", "bit",    "jit",   "package", "ffi", NULL};
+  int i, top = lua_gettop(L);
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  for (i = 0; libs[i] != NULL && lua_istable(L, top + 1); i++) {
+    lua_getfield(L, -1, libs[i]);
+    if (lua_istable(L, -1))
+      name_builtins_in(L, lay, strcmp(libs[i], "_G") == 0 ? "" : libs[i]);
+    lua_pop(L, 1);
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, "FILE*");
+  if (lua_istable(L, -1))
+    name_builtins_in(L, lay, "file");
+  lua_settop(L, top);
+  lua_pushliteral(L, "");
+  lua_pushliteral(L, "");
+  name_made_builtin(L, lay, "string", "gmatch", 2, "string.gmatch iterator");
+  lua_newtable(L);
+  name_made_builtin(L, lay, "_G", "ipairs", 1, "ipairs iterator");
+  lua_pushcfunction(L, never_runs);
+  name_made_builtin(L, lay, "coroutine", "wrap", 1, "coroutine.wrap");
+  learned.named = 1;
+}
+
+int vm_learn_name_builtins(struct symbols *s)
+{
+  unsigned i;
+  int err = 0;
+  pthread_mutex_lock(&learn_lock);
+  for (i = 0; i < MAX_FFID && err == 0; i++)
+    if (learned.builtin[i] != NULL)
+      err = symbols_name_builtin(s, i, learned.builtin[i]);
+  pthread_mutex_unlock(&learn_lock);
+  return err;
+}
+
+/* ---- Calibration ------------------------------------------------------ */
+
+struct job {
+  void (*openlibs)(lua_State *);
+  struct vm_layout layout;
+  char *err;
+  size_t errlen;
+  int ok;
+};
+
+/* In the throw-away VM (protected). */
+static int calibrate_in(lua_State *T)
+{
+  struct job *j = lua_touserdata(T, 1);
+  j->openlibs(T);
+  j->ok = vm_layout_calibrate(T, &j->layout, j->err, j->errlen);
+  if (j->ok && !learned.named)
+    name_builtins(T, &j->layout);
+  return 0;
+}
+
+/* In a throw-away VM of this build. Returns 1 if one could be made. */
+static int calibrate_apart(struct job *j)
+{
+  lua_State *(*newstate)(void);
+  lua_State *T;
+  *(void **)&newstate = dlsym(RTLD_DEFAULT, "luaL_newstate");
+  *(void **)&j->openlibs = dlsym(RTLD_DEFAULT, "luaL_openlibs");
+  if (newstate == NULL || j->openlibs == NULL || (T = newstate()) == NULL)
+    return 0;
+  if (lua_cpcall(T, calibrate_in, j) != 0) {
+    snprintf(j->err, j->errlen,
+             "check 'separate VM' failed: calibrating in it raised %s",
+             lua_isstring(T, -1) ? lua_tostring(T, -1) : "an error");
+    j->ok = 0;
+  }
+  lua_close(T);
+  learned.where = "separate VM";
+  return 1;
+}
+
+/* In L's VM, as before a profile: its collector is left running or stopped
+** as found, and the calibration's garbage is collected. */
+static void calibrate_here(lua_State *L, struct job *j)
+{
+  int running = lua_gc(L, LUA_GCISRUNNING, 0) != 0;
+  j->ok = vm_layout_calibrate(L, &j->layout, j->err, j->errlen);
+  if (j->ok && !learned.named)
+    name_builtins(L, &j->layout);
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  if (!running)
+    lua_gc(L, LUA_GCSTOP, 0);
+  learned.where = "profiled VM";
+}
+
+static int profiled_vm_asked(void)
+{
+  const char *v = getenv("MEMPROF_CALIBRATE");
+  return v != NULL && strcmp(v, "profiled-vm") == 0;
+}
+
+static int calibrate(lua_State *L, struct vm_layout *out, char *err,
+                     size_t errlen)
+{
+  struct job *j = calloc(1, sizeof(*j));
+  int ok;
+  if (j == NULL) {
+    snprintf(err, errlen, "check 'memory' failed: out of memory");
+    return 0;
+  }
+  j->err = err;
+  j->errlen = errlen;
+  /* MEMPROF_CALIBRATE=profiled-vm: as where no VM can be made. */
+  if (profiled_vm_asked() || !calibrate_apart(j))
+    calibrate_here(L, j);
+  ok = j->ok;
+  if (ok)
+    *out = j->layout;
+  free(j);
+  return ok;
+}
+
+/* Learns the layout, or tries again (see vm_learn.h). Traces are looked
+** for again only in a separate VM: in the profiled one, every try would
+** leave its garbage in the profile. */
+static void learn(lua_State *L)
+{
+  if (!learned.calibrated && learned.calibrations < VM_LEARN_ATTEMPTS) {
+    learned.calibrations++;
+    learned.calibrated =
+        calibrate(L, &learned.layout, learned.error, sizeof(learned.error));
+  } else if (learned.calibrated && !learned.layout.trace_ok &&
+             learned.trace_calibrations < VM_LEARN_ATTEMPTS &&
+             strcmp(learned.where, "separate VM") == 0) {
+    struct vm_layout again;
+    char error[sizeof(learned.error)];
+    learned.trace_calibrations++;
+    if (calibrate(L, &again, error, sizeof(error)) && again.trace_ok)
+      learned.layout = again;
+  }
+}
+
+int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
+                    size_t errlen)
+{
+  int ok;
+  pthread_mutex_lock(&learn_lock);
+  learn(L);
+  ok = learned.calibrated;
+  if (ok)
+    *out = learned.layout;
+  else
+    snprintf(err, errlen, "%s", learned.error);
+  pthread_mutex_unlock(&learn_lock);
+  return ok && vm_layout_check_vm(L, out, err, errlen);
+}
+
+void vm_learn_status(struct vm_learn_status *st)
+{
+  pthread_mutex_lock(&learn_lock);
+  st->calibrated = learned.calibrated;
+  st->calibrations = learned.calibrations + learned.trace_calibrations;
+  st->where = learned.where;
+  pthread_mutex_unlock(&learn_lock);
+}
