@@ -90,6 +90,7 @@ struct writer_thread {
   int partial;         /* Writing part of the buffer being filled. */
   uint8_t *spare;      /* The buffer not being filled, when not pending. */
   int quit;
+  int running;           /* thread_main has begun. */
   long tick_ns;           /* 0, or how often to set writer.tick. */
   struct timespec tick;   /* When to set it next. */
   struct timespec synced; /* When to write the committed part next. */
@@ -185,6 +186,8 @@ static void *thread_main(void *arg)
   struct writer_thread *t = w->thread;
   pthread_mutex_lock(&t->lock);
   t->synced = deadline_after(SYNC_EVERY_NS);
+  t->running = 1;
+  pthread_cond_broadcast(&t->changed);
   for (;;) {
     uint8_t *data;
     size_t len, done;
@@ -227,7 +230,16 @@ static int start_thread(struct writer *w, uint8_t *spare)
   pthread_sigmask(SIG_SETMASK, &all, &old);
   err = pthread_create(&t->id, NULL, thread_main, w);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (err != 0) {
+  if (err == 0) {
+    /* A thread being created holds locks of the C library's and of
+    ** sanitizers' thread bookkeeping; a fork() then would leave them held
+    ** in the child for ever (LeakSanitizer's exit check hangs on one). So
+    ** start returns only once the thread runs our code. */
+    pthread_mutex_lock(&t->lock);
+    while (!t->running)
+      pthread_cond_wait(&t->changed, &t->lock);
+    pthread_mutex_unlock(&t->lock);
+  } else {
     pthread_cond_destroy(&t->changed);
     pthread_mutex_destroy(&t->lock);
     free(t);
