@@ -35,6 +35,7 @@ LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
+.PHONY: test-valgrind test-sanitizers
 .PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 \
   test-hosts test-host test-arm64 arm64-module bench demo install uninstall clean format check-format
 
@@ -185,6 +186,33 @@ test-arm64: arm64-module
 	  MEMPROF_TEST_BUILD="$(KNOWN_upstream-2026-arm64)" \
 	  MEMPROF_TEST_LUA=$(ARM64_LUA) timeout $(ARM64_TIMEOUT) \
 	  $(ARM64_LUA) $(BUSTED) $(ARM64_SPECS)
+
+# The specs that load the module, run once under valgrind's memcheck (only
+# errors in the module's own code count: spec/support/valgrind_ours.lua)
+# and once with the module built with AddressSanitizer and UBSan.
+MODULE_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
+  spec/vm_layout_spec.lua spec/vm_learn_spec.lua spec/writer_spec.lua \
+  spec/symbols_spec.lua spec/alloc_chain_spec.lua
+VALGRIND_LOG = build/valgrind-specs.log
+SANITIZED = build/sanitized
+LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
+
+test-valgrind: all
+	rm -f $(VALGRIND_LOG)
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_VALGRIND=1 \
+	  timeout 2400 valgrind --tool=memcheck --trace-children=no --fair-sched=yes \
+	  --log-file=$(VALGRIND_LOG) $(LUAJIT) $(BUSTED) $(MODULE_SPECS)
+	$(LUAJIT) spec/support/valgrind_ours.lua $(VALGRIND_LOG)
+
+test-sanitizers:
+	$(MAKE) --no-print-directory BUILD=$(SANITIZED) \
+	  CFLAGS='-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined' \
+	  $(SANITIZED)/memprof.so $(SANITIZED)/test_cmodule.so
+	$(MAKE) --no-print-directory all
+	LUA_CPATH='./$(SANITIZED)/?.so;$(SPEC_CPATH)' LUA_PATH='$(SPEC_PATH)' \
+	  LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1 MEMPROF_TEST_SANITIZERS=1 \
+	  MEMPROF_TEST_LUA=$(LUAJIT) timeout 1800 $(LUAJIT) $(BUSTED) $(MODULE_SPECS)
 
 # The analysis side also runs on plain Lua 5.1.
 LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \

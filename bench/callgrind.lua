@@ -25,12 +25,15 @@
 local M = {}
 
 -- Sources of memprof.so whose functions are not on the hot path: the
--- calibration (vm_layout.c, vm_discover.c) runs at the first start in a VM,
--- the binding (binding.c) at start and stop.
+-- calibration (vm_layout.c, vm_discover.c, vm_learn.c) runs at the first
+-- start in a process (and a check of the layout at each start), the
+-- binding (binding.c) at start and stop.
 local HOT_PATH_EXCLUDED = {
-  ['vm_layout.c'] = true, ['vm_discover.c'] = true, ['binding.c'] = true,
+  ['vm_layout.c'] = true, ['vm_discover.c'] = true, ['vm_learn.c'] = true,
+  ['binding.c'] = true,
 }
-local CALIBRATION = { ['vm_layout.c'] = true, ['vm_discover.c'] = true }
+local CALIBRATION = { ['vm_layout.c'] = true, ['vm_discover.c'] = true,
+  ['vm_learn.c'] = true }
 
 -- The project's target for the generic hook.
 local TARGET_GENERIC_RATIO = 1.10
