@@ -131,6 +131,15 @@ describe('memprof run', function()
     local stream = reader.open(dir .. '/cap.bin')
     while stream:next() do end
     assert.is_nil(stream.warning)
+    -- Also when the script ends with os.exit (the VM is not closed).
+    C.write_file(dir .. '/quits.lua', 'local keep = {}\n' ..
+      'for i = 1, 100000 do keep[i] = {} end\nos.exit(3)\n')
+    code, stdout, stderr = memprof('run', '-o', 'quits.bin',
+      '--max-bytes=20000', 'quits.lua')
+    assert.are.equal(3, code)
+    assert.are.equal('memprof: quits.bin: profile reached max_bytes ' ..
+      '(20000)\nmemprof: quits.lua exited with 3; profile in quits.bin\n',
+      stderr)
   end)
 
   it('prints its usage', function()

@@ -211,18 +211,23 @@ function M.wrapper(module_path, profile, opts)
     'local self = arg[lowest]',
     'for i = lowest, -1 do arg[i] = nil end',
     'arg[-1] = self',
-    'local ok, message = memprof.start(' .. literal(profile) .. ', ' ..
-      start_options .. ')',
-    "if not ok then io.stderr:write('memprof: cannot start the profiler: ', " ..
-      "tostring(message), '\\n') os.exit(1) end",
-    -- When the VM closes, stop says how the profile ended (its size cap,
-    -- a full disk). Finalizers run newest first: before the module's own.
-    'local guard = newproxy(true)',
-    'getmetatable(guard).__gc = function()',
+    -- When the script ends (the VM closes, or os.exit), stop says how
+    -- the profile ended: its size cap, a full disk. Finalizers run newest
+    -- first, so the guard's comes before the module's own. Both are made
+    -- before start: nothing of this is in the profile.
+    'local function finish()',
     'local ok, why = memprof.stop()',
     "if not ok and why ~= 'profiler is not running' then",
     "io.stderr:write('memprof: ', tostring(why), '\\n') end end",
+    'local guard = newproxy(true)',
+    'getmetatable(guard).__gc = finish',
     "debug.getregistry()['memprof run'] = guard",
+    'local exit = os.exit',
+    'os.exit = function(...) finish() return exit(...) end',
+    'local ok, message = memprof.start(' .. literal(profile) .. ', ' ..
+      start_options .. ')',
+    "if not ok then io.stderr:write('memprof: cannot start the profiler: ', " ..
+      "tostring(message), '\\n') exit(1) end",
   }, ' ')
 end
 
