@@ -123,7 +123,10 @@ describe('memprof run', function()
     local code, stdout, stderr = memprof('run', '-o', 'cap.bin',
       '--max-bytes', '20000', 'many.lua')
     assert.are.equal(0, code)
-    assert.are.equal('memprof: cap.bin: profile reached max_bytes (20000)\n' ..
+    -- Tarantool ends a script without closing its VM (and without
+    -- os.exit): nothing can say it then.
+    assert.are.equal((LUA:find('tarantool') and '' or
+      'memprof: cap.bin: profile reached max_bytes (20000)\n') ..
       'memprof: many.lua exited with 0; profile in cap.bin\n', stderr)
     assert.truthy(stdout:find('^ALLOCATIONS\n'))
     local size = #C.read_file(dir .. '/cap.bin')
