@@ -61,7 +61,8 @@ static struct symbol_slot *lookup(const struct symbols *s, uintptr_t addr)
   return NULL;
 }
 
-static void place(struct symbols *s, uintptr_t addr, uint32_t traceno)
+static struct symbol_slot *place(struct symbols *s, uintptr_t addr,
+                                 uint32_t traceno)
 {
   size_t i = slot_of(s, addr), bit = symbols_filter_bit(addr);
   /* Bits are never cleared: a stale bit only costs a lookup. */
@@ -72,6 +73,8 @@ static void place(struct symbols *s, uintptr_t addr, uint32_t traceno)
     s->count++;
   s->slots[i].addr = addr;
   s->slots[i].traceno = traceno;
+  s->slots[i].has_ident = 0;
+  return &s->slots[i];
 }
 
 static int grow(struct symbols *s)
@@ -86,7 +89,7 @@ static int grow(struct symbols *s)
   s->count = 0;
   for (i = 0; i < n; i++)
     if (old[i].addr != 0)
-      place(s, old[i].addr, old[i].traceno);
+      *place(s, old[i].addr, old[i].traceno) = old[i];
   free(old);
   return 0;
 }
@@ -201,6 +204,59 @@ int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
   writer_string(w, name, strlen(name));
   s->last_c = addr;
   return remember(s, addr, 0);
+}
+
+/* A digest of the bytes of a name, from a seed. */
+static uint64_t hash_bytes(const char *p, uint32_t len, uint64_t seed)
+{
+  uint64_t h = symbols_mix64(seed ^ len);
+  uint32_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t word;
+    memcpy(&word, p + i, 8);
+    h = symbols_mix64(h ^ word) + 0x9e3779b97f4a7c15ULL;
+  }
+  if (i < len) {
+    uint64_t word = 0;
+    memcpy(&word, p + i, len - i);
+    h = symbols_mix64(h ^ word ^ ((uint64_t)(len - i) << 56));
+  }
+  return h;
+}
+
+int symbols_proto_ident(struct symbols *s, struct writer *w,
+                        const struct vm_layout *lay, uintptr_t pt,
+                        uint64_t ident[2])
+{
+  struct symbol_slot *slot;
+  const char *name;
+  uint32_t len;
+  int32_t firstline;
+  int err = symbols_describe_proto(s, w, lay, pt);
+  if (err != 0)
+    return err;
+  slot = lookup(s, pt);
+  if (slot != NULL && slot->has_ident) {
+    ident[0] = slot->ident[0];
+    ident[1] = slot->ident[1];
+    return 0;
+  }
+  if (slot == NULL || !vm_proto_source(lay, 0, pt, &name, &len, &firstline)) {
+    /* Not described: the reader knows it by its address only. */
+    ident[0] = pt;
+    ident[1] = 0;
+    return 0;
+  }
+  ident[0] = hash_bytes(name, len, 0x243f6a8885a308d3ULL) ^
+             symbols_mix64((uint64_t)(uint32_t)firstline);
+  ident[1] = hash_bytes(name, len, 0x13198a2e03707344ULL) +
+             (uint64_t)(uint32_t)firstline;
+  /* Never the form of an undescribed prototype. */
+  ident[1] |= ident[1] == 0;
+  slot->ident[0] = ident[0];
+  slot->ident[1] = ident[1];
+  slot->has_ident = 1;
+  return 0;
 }
 
 static int grow_traces(struct symbols *s, uint32_t traceno)
