@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #include "symbols.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,10 @@ int symbols_init(struct symbols *s)
   if (s->slots == NULL)
     return ENOMEM;
   s->mask = INITIAL_SLOTS - 1;
+  if (cnames_init(&s->cnames) != 0) {
+    symbols_free(s);
+    return ENOMEM;
+  }
   return 0;
 }
 
@@ -31,6 +34,7 @@ void symbols_free(struct symbols *s)
     free(s->builtin[i]);
   free(s->slots);
   free(s->trace_obj);
+  cnames_free(&s->cnames);
   memset(s, 0, sizeof(*s));
 }
 
@@ -134,26 +138,6 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
   }
 }
 
-/* ---- Names of C functions -------------------------------------------- */
-
-void symbols_c_name(uintptr_t addr, char *buf, size_t len)
-{
-  Dl_info info;
-  if (dladdr((void *)addr, &info) != 0) {
-    if (info.dli_sname != NULL && (uintptr_t)info.dli_saddr == addr) {
-      snprintf(buf, len, "%s", info.dli_sname);
-      return;
-    }
-    if (info.dli_fname != NULL) {
-      const char *base = strrchr(info.dli_fname, '/');
-      snprintf(buf, len, "%s+0x%lx", base ? base + 1 : info.dli_fname,
-               (unsigned long)(addr - (uintptr_t)info.dli_fbase));
-      return;
-    }
-  }
-  snprintf(buf, len, "CFUNC 0x%lx", (unsigned long)addr);
-}
-
 /* ---- Symbol events ---------------------------------------------------- */
 
 int symbols_describe_proto(struct symbols *s, struct writer *w,
@@ -196,7 +180,7 @@ int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
   else if (ffid > FFID_C)
     snprintf(name, sizeof(name), "builtin#%u", (unsigned)ffid);
   else
-    symbols_c_name(addr, name, sizeof(name));
+    cnames_name(&s->cnames, addr, name, sizeof(name));
   if (!writer_reserve(w, 1 + ULEB128_MAX))
     return 0;
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_C);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cnames.h"
 #include "vm_inspect.h"
 #include "writer.h"
 
@@ -42,9 +43,11 @@ struct symbols {
   uint32_t trace_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
   unsigned generation;     /* Bumped when a described object goes away. */
+  struct cnames cnames;    /* Names of C functions. */
 };
 
-/* Returns 0, or ENOMEM. */
+/* Returns 0, or ENOMEM. Reads the environment (cnames_init): call it
+** outside the hook. */
 int symbols_init(struct symbols *s);
 void symbols_free(struct symbols *s);
 
@@ -87,9 +90,6 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
                            const struct vm_layout *lay, uintptr_t pt);
 int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
                        uint8_t ffid);
-
-/* A printable name for the C function at addr (dladdr, else file+offset). */
-void symbols_c_name(uintptr_t addr, char *buf, size_t len);
 
 /*
 ** What a reader names prototype pt by, for call stacks: a 128-bit digest
