@@ -258,6 +258,50 @@ describe('a stack whose code is loaded again', function()
   end)
 end)
 
+describe('the stack tables', function()
+  it('forget all stacks past MEMPROF_MAX_STACKS, and define those seen ' ..
+    'again anew', function()
+    -- The callee makes a table at each of its lines 2 to 101; the caller
+    -- calls it from its lines 2 to 13 that `from` and `to` select: 100
+    -- stacks of two frames per caller line.
+    local callee, caller = { 'local x' }, { 'local f, from, to = ...' }
+    for _ = 1, 100 do callee[#callee + 1] = 'x = {}' end
+    for i = 1, 12 do
+      caller[#caller + 1] = string.format(
+        'if from <= %d and %d <= to then f() end', i, i)
+    end
+    local path, script = h.tmpname(), h.tmpname('.lua')
+    C.write_file(script, string.format([[
+jit.off()
+local f = loadstring(%q, '@bound_callee.lua')
+local run = loadstring(%q, '@bound_caller.lua')
+local memprof = require('memprof')
+assert(memprof.start(%q, { stack_depth = 2 }))
+run(f, 1, 12)  -- 1200 stacks: the first 1000 are forgotten,
+run(f, 1, 1)   -- so these 100 are defined again,
+run(f, 12, 12) -- and these are known.
+assert(memprof.stop())
+]], table.concat(callee, '\n'), table.concat(caller, '\n'), path))
+    local code, out, err = C.run('MEMPROF_MAX_STACKS=1000 timeout 120 ' ..
+      h.lua .. ' ' .. C.quote(script))
+    os.remove(script)
+    assert.equal(0, code, out .. err)
+    local stream = reader.open(path)
+    local ids, events = {}, 0
+    while true do
+      local ev = stream:next()
+      if not ev then break end
+      if ev.kind == 'alloc' and ev.site.chunkname == '@bound_callee.lua' then
+        ids[ev.stack.id] = true
+        events = events + 1
+      end
+    end
+    os.remove(path)
+    assert.equal(1400, events)
+    assert.equal(1300, #keys(ids))
+  end)
+end)
+
 describe('time marks', function()
   it('put increasing times on events, from 0 to the stop', function()
     local events, stream = profile({ timestamps = true }, function()

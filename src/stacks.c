@@ -47,8 +47,15 @@ static int content_init(struct stack_content_table *t)
 
 int stacks_init(struct stacks *st)
 {
+  const char *max = getenv("MEMPROF_MAX_STACKS");
+  char *end;
+  unsigned long n = max != NULL ? strtoul(max, &end, 10) : 0;
   memset(st, 0, sizeof(*st));
   st->next_id = 1;
+  st->max_stacks = max != NULL && *max != '\0' && *end == '\0' && n > 0 &&
+                           n <= STACKS_MAX_STACKS
+                       ? (size_t)n
+                       : STACKS_MAX_STACKS;
   if (table_init(&st->raw) != 0 || content_init(&st->content) != 0) {
     stacks_free(st);
     return ENOMEM;
@@ -191,9 +198,9 @@ static struct stack_digest *content_find(struct stack_content_table *t,
 /* Adds a digest at the slot content_find() returned. Past the bound the
 ** table is emptied first. Returns 0 or ENOMEM. */
 static int content_add(struct stack_content_table *t, struct stack_digest *slot,
-                       const uint64_t d[2], uint32_t id)
+                       const uint64_t d[2], uint32_t id, size_t max)
 {
-  if (t->used >= STACKS_MAX_STACKS) {
+  if (t->used >= max) {
     memset(t->slots, 0, (t->mask + 1) * sizeof(*t->slots));
     t->used = 0;
     slot = content_find(t, d);
@@ -317,11 +324,11 @@ uint32_t stacks_id(struct stacks *st, struct symbols *syms, struct writer *w,
   } else {
     id = st->next_id++;
     if ((*err = define(syms, w, lay, lines, n, id)) != 0 ||
-        (*err = content_add(&st->content, dslot, d, id)) != 0)
+        (*err = content_add(&st->content, dslot, d, id, st->max_stacks)) != 0)
       return 0;
   }
-  if (st->raw.pool_len + (size_t)n > STACKS_MAX_RAW_FRAMES ||
-      st->raw.used >= STACKS_MAX_STACKS)
+  if (st->raw.pool_len + (size_t)n > 2 * st->max_stacks ||
+      st->raw.used >= st->max_stacks)
     table_clear(&st->raw);
   if ((*err = add(&st->raw, find(&st->raw, hash, f, n), hash, f, n, id)) != 0)
     return 0;

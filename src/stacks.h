@@ -10,7 +10,7 @@
 ** each C frame's function) and that content is looked up in the second
 ** table, which keeps a 128-bit digest of it per stack id: a prototype
 ** freed and loaded again, at any address, gives the same content and so
-** the same id. Both tables are bounded (see STACKS_MAX_*): past a bound a
+** the same id. Both tables are bounded (see max_stacks): past a bound a
 ** table is emptied, and stacks are defined again from then on. Everything
 ** is malloc'd, never Lua memory.
 */
@@ -38,10 +38,10 @@ struct stack_key_table {
   size_t pool_len, pool_cap;
 };
 
-/* Bounds of the tables: the raw table holds at most this many frames (24
-** bytes each) and stacks, the content table this many stacks (at most two
-** slots of 24 bytes each): about 72 MB in all at worst. */
-#define STACKS_MAX_RAW_FRAMES (1u << 20)
+/* Bounds of the tables: the content table holds at most max_stacks
+** stacks (at most two slots of 24 bytes each), the raw table as many
+** stacks and twice as many frames (24 bytes each): with the default,
+** about 72 MB in all at worst. MEMPROF_MAX_STACKS sets max_stacks. */
 #define STACKS_MAX_STACKS (1u << 19)
 
 /* Content digests of the stacks defined in the stream. */
@@ -64,8 +64,11 @@ struct stacks {
   int last_count;
   uint32_t last_id;
   unsigned generation; /* symbols.generation of the tables. */
+  size_t max_stacks;   /* The bound of both tables (see above). */
 };
 
+/* Returns 0, or ENOMEM. Reads MEMPROF_MAX_STACKS (call it outside the
+** hook). */
 int stacks_init(struct stacks *st);
 void stacks_free(struct stacks *st);
 
