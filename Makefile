@@ -35,12 +35,21 @@ LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
+# For the names of C functions (spec/symbols_spec.lua): a host program
+# with a static C function, and a stripped copy of it; copies of the C
+# module, stripped, and stripped with a separate debug file found through
+# its debug link (in .debug/ next to it) or its build-id (the spec puts it
+# under a debug directory of its own).
+NAMES_FIXTURES = build/static_host build/static_host_stripped \
+  build/stripped/test_cmodule.so build/debuglink/test_cmodule.so \
+  build/buildid/test_cmodule.so build/buildid/test_cmodule.debug
+
 .PHONY: test-valgrind test-sanitizers
 .PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 \
   test-hosts test-host test-arm64 arm64-module bench demo install uninstall clean format check-format
 
 all: $(MODULE) $(BUILD)/test_cmodule.so build/alloc_wrapper.so \
-  build/threads_host build/leb128_check $(LUAJIT2_HOST)
+  build/threads_host build/leb128_check $(LUAJIT2_HOST) $(NAMES_FIXTURES)
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -76,6 +85,33 @@ build/fixed_seed.so: bench/support/fixed_seed.c
 $(BUILD)/test_cmodule.so: spec/support/test_cmodule.c
 	@mkdir -p $(BUILD)
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
+
+# The host program, the stripped copies and the debug files of
+# NAMES_FIXTURES (above).
+build/static_host: spec/support/static_host.c
+	@mkdir -p build
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS)
+
+build/static_host_stripped: build/static_host
+	strip --strip-all -o $@ $<
+
+build/stripped/test_cmodule.so: build/test_cmodule.so
+	@mkdir -p $(dir $@)
+	strip --strip-all -o $@ $<
+
+build/debuglink/test_cmodule.so: build/test_cmodule.so
+	@mkdir -p $(dir $@).debug
+	objcopy --only-keep-debug $< $(dir $@).debug/test_cmodule.debug
+	strip --strip-all -o $@ $<
+	objcopy --add-gnu-debuglink=$(dir $@).debug/test_cmodule.debug $@
+
+build/buildid/test_cmodule.so: build/test_cmodule.so
+	@mkdir -p $(dir $@)
+	strip --strip-all -o $@ $<
+
+build/buildid/test_cmodule.debug: build/test_cmodule.so
+	@mkdir -p $(dir $@)
+	objcopy --only-keep-debug $< $@
 
 # Another allocator hook, for the specs of the allocator chain.
 build/alloc_wrapper.so: spec/support/alloc_wrapper.c
@@ -253,7 +289,8 @@ check-format:
 # Keeps build/luajit2 (unpacked by .ci/install-deps).
 clean:
 	rm -rf build/obj build/*.so build/threads_host build/threads_host_luajit2 \
-	  build/leb128_check \
+	  build/leb128_check build/static_host build/static_host_stripped \
+	  build/stripped build/debuglink build/buildid \
 	  build/demo.bin
 
 # Profiles a small program and prints its report.

@@ -22,10 +22,9 @@ build = {
   modules = {
     memprof = {
       sources = {
-        "src/binding.c", "src/hook.c", "src/lifecycle.c", "src/stacks.c",
-        "src/symbols.c", "src/vm_discover.c", "src/vm_layout.c",
-        "src/vm_learn.c",
-        "src/writer.c",
+        "src/binding.c", "src/cnames.c", "src/hook.c", "src/lifecycle.c",
+        "src/stacks.c", "src/symbols.c", "src/vm_discover.c",
+        "src/vm_layout.c", "src/vm_learn.c", "src/writer.c",
       },
       libraries = { "dl", "pthread" },
     },

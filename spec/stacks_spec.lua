@@ -1,5 +1,6 @@
 -- The extended format as the module writes it: call stacks, time marks,
 -- and the options that ask for them.
+local C = require('helpers.command')
 local h = require('helpers.profile')
 local memprof = require('memprof')
 local reader = require('memprof.reader')
@@ -178,6 +179,126 @@ co()
       end
     end
     assert.equal(1000, n)
+  end)
+end)
+
+-- Loads the sources in turn as @reload.lua, `n` times in all, each time
+-- calling the chunk (it returns a table, kept), dropping it and
+-- collecting; with stacks. Returns the allocations at each line of
+-- @reload.lua ({ ids = { [stack id] = events }, count =, bytes = } by
+-- line), and the text of `memprof-report --leaks`.
+local function reload(sources, n)
+  local path = h.tmpname()
+  local keep = {}
+  assert(memprof.start(path, { stack_depth = 4 }))
+  for i = 1, n do
+    local f = loadstring(sources[(i - 1) % #sources + 1], '@reload.lua')
+    keep[i] = f()
+    f = nil
+    collectgarbage()
+  end
+  assert(memprof.stop())
+  local stream = reader.open(path)
+  local at = {}
+  while true do
+    local ev = stream:next()
+    if not ev then break end
+    local line = ev.site.name:match('^@reload%.lua:(%d+)$')
+    if ev.kind == 'alloc' and line then
+      local t = at[tonumber(line)] or { ids = {}, count = 0, bytes = 0 }
+      at[tonumber(line)] = t
+      t.ids[ev.stack.id] = (t.ids[ev.stack.id] or 0) + 1
+      t.count, t.bytes = t.count + 1, t.bytes + ev.nsize
+    end
+  end
+  local _, leaks = C.run(C.command('./bin/memprof-report', '--leaks', path))
+  os.remove(path)
+  return at, leaks
+end
+
+-- The keys of a table, sorted.
+local function keys(t)
+  local list = {}
+  for k in pairs(t) do list[#list + 1] = k end
+  table.sort(list)
+  return list
+end
+
+describe('a stack whose code is loaded again', function()
+  setup(function() jit.off() end)
+  teardown(function() jit.on() end)
+
+  -- The table is made at line 2 (in g, called from line 5), the closure
+  -- of g at line 4 (where its definition ends).
+  local SOURCE = 'local function g()\n  local t = {}\n  return t\nend\n' ..
+    'local t = g()\nreturn t'
+
+  it('keeps its id after its prototypes are collected', function()
+    local at, leaks = reload({ SOURCE }, 30)
+    assert.same({ 2, 4 }, keys(at))
+    assert.same({ 30, 30 }, { at[2].count, at[4].count })
+    assert.same({ 1, 1 }, { #keys(at[2].ids), #keys(at[4].ids) })
+    -- The --leaks view lists the stack once, with all 30 blocks.
+    local _, listed = leaks:gsub('\t\t@reload%.lua:2\n', '')
+    assert.equal(1, listed)
+    local bytes = at[2].bytes
+    assert.truthy(leaks:find(string.format('@reload.lua:2: 30 blocks, %dB\n' ..
+      '\t30 blocks, %dB allocated at:\n\t\t@reload.lua:2\n' ..
+      '\t\t@reload.lua:5\n', bytes, bytes), 1, true), leaks)
+  end)
+
+  it('gets another id where the code there changed', function()
+    -- The same code six lines down: its table is made at line 8.
+    local at = reload({ SOURCE, string.rep('\n', 6) .. SOURCE }, 30)
+    assert.same({ 2, 4, 8, 10 }, keys(at))
+    assert.same({ 15, 15 }, { at[2].count, at[8].count })
+    local two, eight = keys(at[2].ids), keys(at[8].ids)
+    assert.same({ 1, 1 }, { #two, #eight })
+    assert.are_not.equal(two[1], eight[1])
+  end)
+end)
+
+describe('the stack tables', function()
+  it('forget all stacks past MEMPROF_MAX_STACKS, and define those seen ' ..
+    'again anew', function()
+    -- The callee makes a table at each of its lines 2 to 101; the caller
+    -- calls it from its lines 2 to 13 that `from` and `to` select: 100
+    -- stacks of two frames per caller line.
+    local callee, caller = { 'local x' }, { 'local f, from, to = ...' }
+    for _ = 1, 100 do callee[#callee + 1] = 'x = {}' end
+    for i = 1, 12 do
+      caller[#caller + 1] = string.format(
+        'if from <= %d and %d <= to then f() end', i, i)
+    end
+    local path, script = h.tmpname(), h.tmpname('.lua')
+    C.write_file(script, string.format([[
+jit.off()
+local f = loadstring(%q, '@bound_callee.lua')
+local run = loadstring(%q, '@bound_caller.lua')
+local memprof = require('memprof')
+assert(memprof.start(%q, { stack_depth = 2 }))
+run(f, 1, 12)  -- 1200 stacks: the first 1000 are forgotten,
+run(f, 1, 1)   -- so these 100 are defined again,
+run(f, 12, 12) -- and these are known.
+assert(memprof.stop())
+]], table.concat(callee, '\n'), table.concat(caller, '\n'), path))
+    local code, out, err = C.run('MEMPROF_MAX_STACKS=1000 timeout 120 ' ..
+      h.lua .. ' ' .. C.quote(script))
+    os.remove(script)
+    assert.equal(0, code, out .. err)
+    local stream = reader.open(path)
+    local ids, events = {}, 0
+    while true do
+      local ev = stream:next()
+      if not ev then break end
+      if ev.kind == 'alloc' and ev.site.chunkname == '@bound_callee.lua' then
+        ids[ev.stack.id] = true
+        events = events + 1
+      end
+    end
+    os.remove(path)
+    assert.equal(1400, events)
+    assert.equal(1300, #keys(ids))
   end)
 end)
 

@@ -67,3 +67,165 @@ describe('symbols', function()
     os.remove(path)
   end)
 end)
+
+-- Names of C functions: dynamic symbols, then the symbol table of the
+-- object (or of its separate debug file), else the object's real path and
+-- the offset.
+local C = require('helpers.command')
+
+-- The real path of a file.
+local function real_path(path)
+  local code, out = C.run(C.command('readlink', '-f', path))
+  assert.equal(0, code)
+  return (out:gsub('\n$', ''))
+end
+
+-- The address of a function in an object's numbering, from nm, as
+-- written after a '+'.
+local function offset_of(object, name)
+  local code, out = C.run(C.command('nm', object))
+  assert.equal(0, code)
+  local value = out:match('(%x+) t ' .. name .. '\n')
+  assert.is_string(value, name .. ' in ' .. object)
+  return string.format('0x%x', tonumber(value, 16))
+end
+
+-- Allocation events from C functions, counted by name.
+local function c_names(events)
+  local counts = {}
+  for _, ev in ipairs(events) do
+    if ev.source == 'c' and ev.kind == 'alloc' then
+      counts[ev.name] = (counts[ev.name] or 0) + 1
+    end
+  end
+  return counts
+end
+
+-- Runs `script` (which profiles into the path in the global PROFILE) with
+-- the given command; returns the events of its profile.
+local function profile_child(command, script, env)
+  local profile, file = h.tmpname(), h.tmpname('.lua')
+  C.write_file(file, string.format('PROFILE = %q\n', profile) .. script)
+  local code, out, err = C.run((env and env .. ' ' or '') .. 'timeout 120 ' ..
+    command .. ' ' .. C.quote(file))
+  os.remove(file)
+  assert.equal(0, code, out .. err)
+  local events = h.read(profile)
+  os.remove(profile)
+  return events
+end
+
+-- The static_host script: three tables made by the program's static
+-- function, which makes four blocks.
+local HOST_SCRIPT = [[
+local memprof = require('memprof')
+assert(memprof.start(PROFILE))
+host_make_tables(3)
+assert(memprof.stop())
+]]
+
+-- Profiles make_pairs(3) of the C module at path: five blocks (a table,
+-- its hash part, three tables).
+local function module_names(path)
+  local module = assert(package.loadlib(path, 'luaopen_test_cmodule'))()
+  return c_names(h.profile(function() module.make_pairs(3) end))
+end
+
+describe('names of C functions', function()
+  setup(function() jit.off() end)
+  teardown(function() jit.on() end)
+
+  it('name a static function of the program from its symbol table, ' ..
+    'whatever its process title', function()
+    assert.same({ host_make_tables = 4 },
+      c_names(profile_child('./build/static_host', HOST_SCRIPT)))
+  end)
+
+  it('name a function of a stripped program by the program\'s real path ' ..
+    'and the offset', function()
+    local name = real_path('build/static_host_stripped') .. '+' ..
+      offset_of('build/static_host', 'host_make_tables')
+    assert.same({ [name] = 4 },
+      c_names(profile_child('./build/static_host_stripped', HOST_SCRIPT)))
+  end)
+
+  it('name a static function of a C module from its symbol table',
+    function()
+    assert.same({ make_pairs = 5 }, module_names('build/test_cmodule.so'))
+  end)
+
+  it('name a function of a stripped C module by its real path and offset',
+    function()
+    local name = real_path('build/stripped/test_cmodule.so') .. '+' ..
+      offset_of('build/test_cmodule.so', 'make_pairs')
+    assert.same({ [name] = 5 }, module_names('build/stripped/test_cmodule.so'))
+  end)
+
+  it('read a stripped C module\'s debug file found through its debug link',
+    function()
+    assert.same({ make_pairs = 5 },
+      module_names('build/debuglink/test_cmodule.so'))
+  end)
+
+  it('read a stripped C module\'s debug file found through its build-id ' ..
+    'under MEMPROF_DEBUG_DIR', function()
+    local code, notes = C.run('readelf -n build/buildid/test_cmodule.so')
+    assert.equal(0, code)
+    local id = notes:match('Build ID: (%x+)')
+    local dir = C.temp_dir()
+    local file = string.format('%s/.build-id/%s/%s.debug', dir, id:sub(1, 2),
+      id:sub(3))
+    assert.equal(0, (C.run(C.command('mkdir', '-p', file:match('^(.*)/'))
+      .. ' && ' .. C.command('cp', 'build/buildid/test_cmodule.debug',
+      file))))
+    local events = profile_child(h.lua, [[
+local module = assert(package.loadlib('build/buildid/test_cmodule.so',
+  'luaopen_test_cmodule'))()
+local memprof = require('memprof')
+assert(memprof.start(PROFILE))
+module.make_pairs(3)
+assert(memprof.stop())
+]], 'MEMPROF_DEBUG_DIR=' .. C.quote(dir))
+    C.remove_tree(dir)
+    assert.same({ make_pairs = 5 }, c_names(events))
+    -- Without the variable, /usr/lib/debug has no such file.
+    local name = real_path('build/buildid/test_cmodule.so') .. '+' ..
+      offset_of('build/test_cmodule.so', 'make_pairs')
+    assert.same({ [name] = 5 }, module_names('build/buildid/test_cmodule.so'))
+  end)
+
+  it('ignore a debug file of another build', function()
+    local dir = C.temp_dir()
+    assert.equal(0, (C.run(C.command('mkdir', dir .. '/.debug') .. ' && ' ..
+      C.command('cp', 'build/debuglink/test_cmodule.so', dir) .. ' && ' ..
+      C.command('objcopy', '--only-keep-debug', 'build/static_host',
+        dir .. '/.debug/test_cmodule.debug'))))
+    local name = real_path(dir .. '/test_cmodule.so') .. '+' ..
+      offset_of('build/test_cmodule.so', 'make_pairs')
+    local names = module_names(dir .. '/test_cmodule.so')
+    C.remove_tree(dir)
+    assert.same({ [name] = 5 }, names)
+  end)
+
+  it('demangle a C++ name when the process has the C++ runtime', function()
+    local script = [[
+local module = assert(package.loadlib('build/test_cmodule.so',
+  'luaopen_test_cmodule'))()
+local memprof = require('memprof')
+assert(memprof.start(PROFILE))
+module.cpp_tables(2)
+assert(memprof.stop())
+]]
+    -- A table, its array part and two tables.
+    assert.same({ ['cpp_tables(lua_State*)'] = 4 }, c_names(profile_child(
+      h.lua, script, 'LD_PRELOAD=libstdc++.so.6')))
+    -- Without the runtime (Tarantool has it), the symbol as it is.
+    local ffi = require('ffi')
+    pcall(ffi.cdef, 'char *__cxa_demangle(const char *, char *, size_t *, ' ..
+      'int *);')
+    if not pcall(function() return ffi.C.__cxa_demangle end) then
+      assert.same({ _ZL10cpp_tablesP9lua_State = 4 }, c_names(profile_child(
+        h.lua, script)))
+    end
+  end)
+end)

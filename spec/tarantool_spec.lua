@@ -53,3 +53,25 @@ a:join() b:join()
     assert.is_function(misc.memprof.stop)
   end)
 end)
+
+describe('Tarantool\'s C functions', function()
+  setup(function() jit.off() end)
+  teardown(function() jit.on() end)
+
+  it('are named from the program\'s symbol table, not its process title',
+    function()
+    local json = require('json')
+    local events = h.profile(function()
+      json.decode('{"a":[1,2,3],"b":{"c":"d"}}')
+    end)
+    local names = {}
+    for _, ev in ipairs(events) do
+      if ev.source == 'c' then
+        names[ev.name] = (names[ev.name] or 0) + 1
+      end
+    end
+    -- json.decode is the static json_decode of lua-cjson, built into the
+    -- program: six allocations and a reallocation.
+    assert.same({ json_decode = 7 }, names)
+  end)
+end)

@@ -35,11 +35,28 @@ static void table_clear(struct stack_key_table *t)
   t->pool_len = 0;
 }
 
+static int content_init(struct stack_content_table *t)
+{
+  t->slots = calloc(INITIAL_SLOTS, sizeof(*t->slots));
+  if (t->slots == NULL)
+    return ENOMEM;
+  t->mask = INITIAL_SLOTS - 1;
+  t->used = 0;
+  return 0;
+}
+
 int stacks_init(struct stacks *st)
 {
+  const char *max = getenv("MEMPROF_MAX_STACKS");
+  char *end;
+  unsigned long n = max != NULL ? strtoul(max, &end, 10) : 0;
   memset(st, 0, sizeof(*st));
   st->next_id = 1;
-  if (table_init(&st->raw) != 0 || table_init(&st->resolved) != 0) {
+  st->max_stacks = max != NULL && *max != '\0' && *end == '\0' && n > 0 &&
+                           n <= STACKS_MAX_STACKS
+                       ? (size_t)n
+                       : STACKS_MAX_STACKS;
+  if (table_init(&st->raw) != 0 || content_init(&st->content) != 0) {
     stacks_free(st);
     return ENOMEM;
   }
@@ -49,7 +66,8 @@ int stacks_init(struct stacks *st)
 void stacks_free(struct stacks *st)
 {
   table_free(&st->raw);
-  table_free(&st->resolved);
+  free(st->content.slots);
+  memset(&st->content, 0, sizeof(st->content));
 }
 
 static uint64_t hash_frames(const struct vm_raw_frame *f, int n)
@@ -135,6 +153,86 @@ static int add(struct stack_key_table *t, struct stack_slot *slot,
   return 0;
 }
 
+/* ---- Content digests ---------------------------------------------------- */
+
+/* The digest of frames resolved to lines: each Lua frame by its
+** prototype's identity (symbols_proto_ident) and line, each C frame by
+** its function. Describes the prototypes. Returns 0 or ENOMEM. */
+static int digest(struct symbols *syms, struct writer *w,
+                  const struct vm_layout *lay, const struct vm_raw_frame *f,
+                  int n, uint64_t out[2])
+{
+  uint64_t h1 = symbols_mix64(0x452821e638d01377ULL ^ (uint64_t)n);
+  uint64_t h2 = symbols_mix64(0xbe5466cf34e90c6cULL + (uint64_t)n);
+  int i, err;
+  for (i = 0; i < n; i++) {
+    uint64_t a, b;
+    if (f[i].ffid == FFID_LUA) {
+      uint64_t ident[2];
+      if ((err = symbols_proto_ident(syms, w, lay, f[i].obj, ident)) != 0)
+        return err;
+      a = ident[0];
+      b = ident[1] ^ ((uint64_t)f[i].pc << 32);
+    } else {
+      a = f[i].obj;
+      b = 0x8000000000000000ULL | f[i].ffid;
+    }
+    h1 = symbols_mix64(h1 ^ a) + b;
+    h2 = symbols_mix64(h2 + b) ^ a;
+  }
+  out[0] = symbols_mix64(h1) | 1; /* Never 0, the empty mark. */
+  out[1] = symbols_mix64(h2 ^ h1);
+  return 0;
+}
+
+static struct stack_digest *content_find(struct stack_content_table *t,
+                                         const uint64_t d[2])
+{
+  size_t i = (size_t)(d[0] >> 20) & t->mask;
+  while (t->slots[i].h1 != 0 &&
+         (t->slots[i].h1 != d[0] || t->slots[i].h2 != d[1]))
+    i = (i + 1) & t->mask;
+  return &t->slots[i];
+}
+
+/* Adds a digest at the slot content_find() returned. Past the bound the
+** table is emptied first. Returns 0 or ENOMEM. */
+static int content_add(struct stack_content_table *t, struct stack_digest *slot,
+                       const uint64_t d[2], uint32_t id, size_t max)
+{
+  if (t->used >= max) {
+    memset(t->slots, 0, (t->mask + 1) * sizeof(*t->slots));
+    t->used = 0;
+    slot = content_find(t, d);
+  }
+  if (2 * (t->used + 1) > t->mask + 1) {
+    size_t n = t->mask + 1, i;
+    struct stack_digest *old = t->slots;
+    t->slots = calloc(2 * n, sizeof(*t->slots));
+    if (t->slots == NULL) {
+      t->slots = old;
+      return ENOMEM;
+    }
+    t->mask = 2 * n - 1;
+    for (i = 0; i < n; i++) {
+      uint64_t od[2];
+      od[0] = old[i].h1;
+      od[1] = old[i].h2;
+      if (od[0] != 0)
+        *content_find(t, od) = old[i];
+    }
+    free(old);
+    slot = content_find(t, d);
+  }
+  slot->h1 = d[0];
+  slot->h2 = d[1];
+  slot->id = id;
+  t->used++;
+  return 0;
+}
+
+/* ---- Definitions -------------------------------------------------------- */
+
 /* The frames with lines instead of PCs (pc holds the line). */
 static void resolve(const struct vm_layout *lay, const struct vm_raw_frame *f,
                     int n, struct vm_raw_frame *out)
@@ -198,14 +296,15 @@ uint32_t stacks_id(struct stacks *st, struct symbols *syms, struct writer *w,
                    int n, int *err)
 {
   struct vm_raw_frame lines[MAX_STACK_DEPTH];
-  struct stack_slot *slot, *rslot;
-  uint64_t hash, rhash;
+  struct stack_digest *dslot;
+  uint64_t hash, d[2];
+  struct stack_slot *slot;
   uint32_t id;
 
   *err = 0;
+  /* Addresses of the raw table may now be another function's. */
   if (st->generation != syms->generation) {
     table_clear(&st->raw);
-    table_clear(&st->resolved);
     st->generation = syms->generation;
     st->last_count = 0;
   }
@@ -217,16 +316,20 @@ uint32_t stacks_id(struct stacks *st, struct symbols *syms, struct writer *w,
     return remember_last(st, f, n, slot->id);
 
   resolve(lay, f, n, lines);
-  rhash = hash_frames(lines, n);
-  rslot = find(&st->resolved, rhash, lines, n);
-  if (rslot->hash != 0) {
-    id = rslot->id;
+  if ((*err = digest(syms, w, lay, lines, n, d)) != 0)
+    return 0;
+  dslot = content_find(&st->content, d);
+  if (dslot->h1 != 0) {
+    id = dslot->id;
   } else {
     id = st->next_id++;
     if ((*err = define(syms, w, lay, lines, n, id)) != 0 ||
-        (*err = add(&st->resolved, rslot, rhash, lines, n, id)) != 0)
+        (*err = content_add(&st->content, dslot, d, id, st->max_stacks)) != 0)
       return 0;
   }
+  if (st->raw.pool_len + (size_t)n > 2 * st->max_stacks ||
+      st->raw.used >= st->max_stacks)
+    table_clear(&st->raw);
   if ((*err = add(&st->raw, find(&st->raw, hash, f, n), hash, f, n, id)) != 0)
     return 0;
   return remember_last(st, f, n, id);

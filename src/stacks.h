@@ -2,12 +2,17 @@
 ** Call stacks for the extended format: interned, so each distinct stack is
 ** written once (a stack definition) and events refer to it by id.
 **
-** Two tables: raw stacks (prototype and PC per frame, what the hook reads
-** cheaply) map to ids for the common case; on a miss the frames are
-** resolved to lines and looked up among resolved stacks, so two raw stacks
-** on the same lines share one definition. Both are emptied when a described
+** Two tables. Raw stacks (prototype and PC per frame, what the hook reads
+** cheaply) map to ids for the common case; it is emptied when a described
 ** object goes away (symbols.generation), since an address may then be
-** reused by another function. Everything is malloc'd, never Lua memory.
+** reused by another function. On a miss the frames are resolved to what a
+** reader sees (each Lua frame's chunk name, first line and current line,
+** each C frame's function) and that content is looked up in the second
+** table, which keeps a 128-bit digest of it per stack id: a prototype
+** freed and loaded again, at any address, gives the same content and so
+** the same id. Both tables are bounded (see max_stacks): past a bound a
+** table is emptied, and stacks are defined again from then on. Everything
+** is malloc'd, never Lua memory.
 */
 #ifndef MEMPROF_STACKS_H
 #define MEMPROF_STACKS_H
@@ -33,19 +38,37 @@ struct stack_key_table {
   size_t pool_len, pool_cap;
 };
 
+/* Bounds of the tables: the content table holds at most max_stacks
+** stacks (at most two slots of 24 bytes each), the raw table as many
+** stacks and twice as many frames (24 bytes each): with the default,
+** about 72 MB in all at worst. MEMPROF_MAX_STACKS sets max_stacks. */
+#define STACKS_MAX_STACKS (1u << 19)
+
+/* Content digests of the stacks defined in the stream. */
+struct stack_content_table {
+  struct stack_digest {
+    uint64_t h1, h2; /* 128-bit digest of the content; h1 = 0: empty. */
+    uint32_t id;
+  } * slots;
+  size_t mask, used;
+};
+
 struct stacks {
-  struct stack_key_table raw;      /* (proto, pc) frames -> id */
-  struct stack_key_table resolved; /* (proto, line) frames -> id */
-  uint32_t next_id;                /* Ids are never reused. */
-  struct vm_walk_cache walk;       /* The steps of the last walk, */
-  unsigned walk_generation;        /* valid in this symbols.generation. */
+  struct stack_key_table raw;         /* (proto, pc) frames -> id */
+  struct stack_content_table content; /* digest of the content -> id */
+  uint32_t next_id;                   /* Ids are never reused. */
+  struct vm_walk_cache walk;          /* The steps of the last walk, */
+  unsigned walk_generation;           /* valid in this symbols.generation. */
   /* The last stack seen: loops repeat it event after event. */
   struct vm_raw_frame last[MAX_STACK_DEPTH];
   int last_count;
   uint32_t last_id;
   unsigned generation; /* symbols.generation of the tables. */
+  size_t max_stacks;   /* The bound of both tables (see above). */
 };
 
+/* Returns 0, or ENOMEM. Reads MEMPROF_MAX_STACKS (call it outside the
+** hook). */
 int stacks_init(struct stacks *st);
 void stacks_free(struct stacks *st);
 

@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #include "symbols.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,10 @@ int symbols_init(struct symbols *s)
   if (s->slots == NULL)
     return ENOMEM;
   s->mask = INITIAL_SLOTS - 1;
+  if (cnames_init(&s->cnames) != 0) {
+    symbols_free(s);
+    return ENOMEM;
+  }
   return 0;
 }
 
@@ -31,6 +34,7 @@ void symbols_free(struct symbols *s)
     free(s->builtin[i]);
   free(s->slots);
   free(s->trace_obj);
+  cnames_free(&s->cnames);
   memset(s, 0, sizeof(*s));
 }
 
@@ -61,7 +65,8 @@ static struct symbol_slot *lookup(const struct symbols *s, uintptr_t addr)
   return NULL;
 }
 
-static void place(struct symbols *s, uintptr_t addr, uint32_t traceno)
+static struct symbol_slot *place(struct symbols *s, uintptr_t addr,
+                                 uint32_t traceno)
 {
   size_t i = slot_of(s, addr), bit = symbols_filter_bit(addr);
   /* Bits are never cleared: a stale bit only costs a lookup. */
@@ -72,6 +77,8 @@ static void place(struct symbols *s, uintptr_t addr, uint32_t traceno)
     s->count++;
   s->slots[i].addr = addr;
   s->slots[i].traceno = traceno;
+  s->slots[i].has_ident = 0;
+  return &s->slots[i];
 }
 
 static int grow(struct symbols *s)
@@ -86,7 +93,7 @@ static int grow(struct symbols *s)
   s->count = 0;
   for (i = 0; i < n; i++)
     if (old[i].addr != 0)
-      place(s, old[i].addr, old[i].traceno);
+      *place(s, old[i].addr, old[i].traceno) = old[i];
   free(old);
   return 0;
 }
@@ -131,26 +138,6 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
   }
 }
 
-/* ---- Names of C functions -------------------------------------------- */
-
-void symbols_c_name(uintptr_t addr, char *buf, size_t len)
-{
-  Dl_info info;
-  if (dladdr((void *)addr, &info) != 0) {
-    if (info.dli_sname != NULL && (uintptr_t)info.dli_saddr == addr) {
-      snprintf(buf, len, "%s", info.dli_sname);
-      return;
-    }
-    if (info.dli_fname != NULL) {
-      const char *base = strrchr(info.dli_fname, '/');
-      snprintf(buf, len, "%s+0x%lx", base ? base + 1 : info.dli_fname,
-               (unsigned long)(addr - (uintptr_t)info.dli_fbase));
-      return;
-    }
-  }
-  snprintf(buf, len, "CFUNC 0x%lx", (unsigned long)addr);
-}
-
 /* ---- Symbol events ---------------------------------------------------- */
 
 int symbols_describe_proto(struct symbols *s, struct writer *w,
@@ -193,7 +180,7 @@ int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
   else if (ffid > FFID_C)
     snprintf(name, sizeof(name), "builtin#%u", (unsigned)ffid);
   else
-    symbols_c_name(addr, name, sizeof(name));
+    cnames_name(&s->cnames, addr, name, sizeof(name));
   if (!writer_reserve(w, 1 + ULEB128_MAX))
     return 0;
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_C);
@@ -201,6 +188,59 @@ int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
   writer_string(w, name, strlen(name));
   s->last_c = addr;
   return remember(s, addr, 0);
+}
+
+/* A digest of the bytes of a name, from a seed. */
+static uint64_t hash_bytes(const char *p, uint32_t len, uint64_t seed)
+{
+  uint64_t h = symbols_mix64(seed ^ len);
+  uint32_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t word;
+    memcpy(&word, p + i, 8);
+    h = symbols_mix64(h ^ word) + 0x9e3779b97f4a7c15ULL;
+  }
+  if (i < len) {
+    uint64_t word = 0;
+    memcpy(&word, p + i, len - i);
+    h = symbols_mix64(h ^ word ^ ((uint64_t)(len - i) << 56));
+  }
+  return h;
+}
+
+int symbols_proto_ident(struct symbols *s, struct writer *w,
+                        const struct vm_layout *lay, uintptr_t pt,
+                        uint64_t ident[2])
+{
+  struct symbol_slot *slot;
+  const char *name;
+  uint32_t len;
+  int32_t firstline;
+  int err = symbols_describe_proto(s, w, lay, pt);
+  if (err != 0)
+    return err;
+  slot = lookup(s, pt);
+  if (slot != NULL && slot->has_ident) {
+    ident[0] = slot->ident[0];
+    ident[1] = slot->ident[1];
+    return 0;
+  }
+  if (slot == NULL || !vm_proto_source(lay, 0, pt, &name, &len, &firstline)) {
+    /* Not described: the reader knows it by its address only. */
+    ident[0] = pt;
+    ident[1] = 0;
+    return 0;
+  }
+  ident[0] = hash_bytes(name, len, 0x243f6a8885a308d3ULL) ^
+             symbols_mix64((uint64_t)(uint32_t)firstline);
+  ident[1] = hash_bytes(name, len, 0x13198a2e03707344ULL) +
+             (uint64_t)(uint32_t)firstline;
+  /* Never the form of an undescribed prototype. */
+  ident[1] |= ident[1] == 0;
+  slot->ident[0] = ident[0];
+  slot->ident[1] = ident[1];
+  slot->has_ident = 1;
+  return 0;
 }
 
 static int grow_traces(struct symbols *s, uint32_t traceno)

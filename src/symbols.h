@@ -14,14 +14,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cnames.h"
 #include "vm_inspect.h"
 #include "writer.h"
 
 #define MAX_FFID 256
 
 struct symbol_slot {
-  uintptr_t addr;   /* 0: empty. */
-  uint32_t traceno; /* For a trace object: its number; else 0. */
+  uintptr_t addr;     /* 0: empty. */
+  uint32_t traceno;   /* For a trace object: its number; else 0. */
+  uint32_t has_ident; /* For a prototype: ident is known. */
+  uint64_t ident[2];  /* See symbols_proto_ident. */
 };
 
 /* Bits of a filter in front of the cache: a clear bit means "no cached
@@ -40,9 +43,11 @@ struct symbols {
   uint32_t trace_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
   unsigned generation;     /* Bumped when a described object goes away. */
+  struct cnames cnames;    /* Names of C functions. */
 };
 
-/* Returns 0, or ENOMEM. */
+/* Returns 0, or ENOMEM. Reads the environment (cnames_init): call it
+** outside the hook. */
 int symbols_init(struct symbols *s);
 void symbols_free(struct symbols *s);
 
@@ -86,7 +91,28 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
 int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
                        uint8_t ffid);
 
-/* A printable name for the C function at addr (dladdr, else file+offset). */
-void symbols_c_name(uintptr_t addr, char *buf, size_t len);
+/*
+** What a reader names prototype pt by, for call stacks: a 128-bit digest
+** of its chunk name and first line, so that a prototype freed and loaded
+** again (at any address) has the same one. Describes pt first if the
+** stream does not hold it yet; the digest is computed once per described
+** prototype. A prototype whose source cannot be read is known by its
+** address (as a reader shows it: LFUNC 0xADDR). Returns 0, or ENOMEM.
+*/
+int symbols_proto_ident(struct symbols *s, struct writer *w,
+                        const struct vm_layout *lay, uintptr_t pt,
+                        uint64_t ident[2]);
+
+/* The finaliser of murmur3's 64-bit hash: every input bit changes about
+** half of the output bits. */
+static inline uint64_t symbols_mix64(uint64_t h)
+{
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  return h;
+}
 
 #endif

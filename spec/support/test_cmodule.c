@@ -18,6 +18,33 @@ test_cmodule_make_tables(lua_State *L)
   return 1;
 }
 
+/* Creates n tables from C; static, so only the module's symbol table
+** names it. */
+static int make_pairs(lua_State *L)
+{
+  int n = (int)luaL_checkinteger(L, 1), i;
+  lua_createtable(L, 0, n);
+  for (i = 1; i <= n; i++) {
+    lua_newtable(L);
+    lua_rawseti(L, -2, i);
+  }
+  return 1;
+}
+
+/* Creates a table of n tables from C, under the symbol a C++ compiler
+** gives a static function cpp_tables(lua_State*). */
+static int cpp_tables(lua_State *L) __asm__("_ZL10cpp_tablesP9lua_State");
+static int cpp_tables(lua_State *L)
+{
+  int n = (int)luaL_checkinteger(L, 1), i;
+  lua_newtable(L);
+  for (i = 1; i <= n; i++) {
+    lua_newtable(L);
+    lua_rawseti(L, -2, i);
+  }
+  return 1;
+}
+
 /* Calls its argument; frames of the callee sit above a C frame. */
 static int call(lua_State *L)
 {
@@ -30,6 +57,10 @@ __attribute__((visibility("default"))) int luaopen_test_cmodule(lua_State *L)
   lua_newtable(L);
   lua_pushcfunction(L, test_cmodule_make_tables);
   lua_setfield(L, -2, "make_tables");
+  lua_pushcfunction(L, make_pairs);
+  lua_setfield(L, -2, "make_pairs");
+  lua_pushcfunction(L, cpp_tables);
+  lua_setfield(L, -2, "cpp_tables");
   lua_pushcfunction(L, call);
   lua_setfield(L, -2, "call");
   return 1;

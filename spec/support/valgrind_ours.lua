@@ -6,6 +6,7 @@ local path = assert(arg[1], 'usage: valgrind_ours.lua LOG')
 
 local OURS = { 'memprof%.so', 'src/[%w_]+%.[ch]:', '%(binding%.c:',
   '%(lifecycle%.c:', '%(hook%.c:', '%(symbols%.c:', '%(stacks%.c:',
+  '%(cnames%.c:',
   '%(vm_[%w_]+%.[ch]:', '%(writer%.[ch]:' }
 
 local function is_ours(record)
