@@ -90,7 +90,7 @@ struct writer_thread {
   int partial;         /* Writing part of the buffer being filled. */
   uint8_t *spare;      /* The buffer not being filled, when not pending. */
   int quit;
-  int running;           /* thread_main has begun. */
+  int running;            /* thread_main has begun. */
   long tick_ns;           /* 0, or how often to set writer.tick. */
   struct timespec tick;   /* When to set it next. */
   struct timespec synced; /* When to write the committed part next. */
