@@ -444,6 +444,27 @@ describe('memprof-report --format', function()
     assert.are.equal(table.concat(parts), stdout)
   end)
 
+  it('finishes the timeline and the page of a time mark of 2^62 ns',
+    function()
+      local path = file_of(B.far_mark())
+      local code, stdout, stderr = run('timeout 60 ' ..
+        C.command(COMMAND, '--timeline', path))
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.are.equal('HEAP OVER TIME: live bytes, 100000000 s per row ' ..
+        '(the highest value in the row, and the value at its end)\n' ..
+        '        time  highest  at end\n' ..
+        '         0 s     100B    100B  ' .. ('#'):rep(27) .. '\n',
+        stdout:match('^.-\n.-\n.-\n'))
+      assert.are.equal('4600000000 s     150B     50B  ' .. ('#'):rep(40) ..
+        '  <- peak\n\n', stdout:match('[^\n]*\n\n$'))
+      assert.are.equal(50, select(2, stdout:gsub('\n', '')))
+      code, stdout, stderr = run('timeout 60 ' ..
+        C.command(COMMAND, '--format=html', path))
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.truthy(stdout:find('>peak 150 B at 4611686018 s</text>', 1,
+        true))
+    end)
+
   it('refuses what a format cannot do', function()
     local v3 = file_of(B.crafted())
     local cases = {

@@ -283,6 +283,20 @@ describe('html report', function()
       1, true))
   end)
 
+  it('charts a profile with a time mark of 2^62 ns in 231 rows', function()
+    local started = os.clock()
+    local text = page(B.far_mark())
+    local timeline = data_of(text).timeline
+    -- The slots are 1e15 ns wide (coarsened to fit the mark), 20 a row.
+    assert.are.same({ 2e16, 231, 230 }, { timeline.width, #timeline.rows,
+      timeline.peak_row })
+    assert.are.same({ 0, 2e16, 100, 100, 1 }, timeline.rows[1])
+    assert.are.same({ 2e16, 4e16, 100, 100, 0 }, timeline.rows[2])
+    assert.are.same({ 458e16, 460e16, 100, 100, 0 }, timeline.rows[230])
+    assert.are.same({ 460e16, 462e16, 150, 50, 2 }, timeline.rows[231])
+    assert.is_true(os.clock() - started < 1)
+  end)
+
   it('writes the header and the tables as HTML', function()
     local text = page(B.three_callers(), { group = 'line', name =
       'dir/run.bin' })

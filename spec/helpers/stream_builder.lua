@@ -284,4 +284,32 @@ function B.temporaries()
   return s
 end
 
+-- An extended stream whose program idles for three hours after its last
+-- event: 100B allocated at @idle.lua:2 at 1 ms, 60B of it freed at 2 ms
+-- (a realloc to 40B at @idle.lua:3), then a last time mark at 3 h.
+function B.idle_tail()
+  local s = B.new():lfunc(0x100, '@idle.lua', 1):events({ version = B.EXTENDED })
+  s:time(1000000)
+  s:alloc(B.lua(0x100, 2), 0x10, 100)
+  s:time(2000000)
+  s:realloc(B.lua(0x100, 3), 0x10, 100, 0x20, 40)
+  s:time(3 * 3600 * 1e9)
+  s:epilogue()
+  return s
+end
+
+-- An extended stream with a corrupted time mark of 2^62 ns (146 years):
+-- 100B allocated at @far.lua:2 at 1 ms, then the mark, then 50B
+-- allocated at @far.lua:3 and the first block freed.
+function B.far_mark()
+  local s = B.new():lfunc(0x100, '@far.lua', 1):events({ version = B.EXTENDED })
+  s:time(1000000)
+  s:alloc(B.lua(0x100, 2), 0x10, 100)
+  s:time(2 ^ 62)
+  s:alloc(B.lua(0x100, 3), 0x20, 50)
+  s:free(B.internal(), 0x10, 100)
+  s:epilogue()
+  return s
+end
+
 return B
