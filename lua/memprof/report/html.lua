@@ -30,6 +30,7 @@
 
 local layout = require('memprof.report.layout')
 local timeline = require('memprof.timeline')
+local utf8 = require('memprof.utf8')
 
 local M = {}
 
@@ -46,50 +47,10 @@ M.MAX_FRAMES = 30000
 
 -- Text -----------------------------------------------------------------------
 
--- The length of the valid UTF-8 sequence at text[i], or nil.
-local function utf8_length(text, i)
-  local first = text:byte(i)
-  if first < 0x80 then
-    return 1
-  end
-  local length
-  if first >= 0xc2 and first <= 0xdf then
-    length = 2
-  elseif first >= 0xe0 and first <= 0xef then
-    length = 3
-  elseif first >= 0xf0 and first <= 0xf4 then
-    length = 4
-  else
-    return nil
-  end
-  for k = i + 1, i + length - 1 do
-    local following = text:byte(k)
-    if not following or following < 0x80 or following > 0xbf then
-      return nil
-    end
-  end
-  return length
-end
-
 -- Text with every byte that is not valid UTF-8 replaced by U+FFFD (chunk
 -- names are bytes, the page is UTF-8).
 local function clean_text(text)
-  text = tostring(text)
-  if not text:find('[\128-\255]') then
-    return text
-  end
-  local parts, i = {}, 1
-  while i <= #text do
-    local length = utf8_length(text, i)
-    if length then
-      parts[#parts + 1] = text:sub(i, i + length - 1)
-      i = i + length
-    else
-      parts[#parts + 1] = '\239\191\189'
-      i = i + 1
-    end
-  end
-  return concat(parts)
+  return utf8.clean(tostring(text))
 end
 
 local HTML_ESCAPES = { ['&'] = '&amp;', ['<'] = '&lt;', ['>'] = '&gt;',
