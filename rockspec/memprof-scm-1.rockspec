@@ -54,6 +54,7 @@ build = {
     ["memprof.progress"] = "lua/memprof/progress.lua",
     ["memprof.run"] = "lua/memprof/run.lua",
     ["memprof.utf8"] = "lua/memprof/utf8.lua",
+    ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {
     bin = {

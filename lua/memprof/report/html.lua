@@ -7,6 +7,7 @@
 --     out     a file handle (default io.stdout)
 --     opts    top: at most this many rows per table (default 40); the
 --               others are summed on a row "… and K more rows"
+--             all: every row in every table (top is ignored)
 --             sort: 'bytes' (default) or 'count': the order of the rows
 --             (other options of the text reports are ignored: the page
 --             always has every view the result has, sizes in B/KiB/MiB
@@ -2029,7 +2030,8 @@ end
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
-  local settings = { top = opts.top or M.DEFAULT_TOP, sort = opts.sort }
+  local settings = { top = not opts.all and (opts.top or M.DEFAULT_TOP) or
+    nil, sort = opts.sort }
   local data, chart = page_data(result)
   local sums = totals(result)
   out:write(head_html(result))

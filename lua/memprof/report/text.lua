@@ -13,6 +13,8 @@
 --             key: function(site) -> row name (default: site.name)
 --             top: at most this many rows per section; the others are
 --               summed on a line "... and K more: ..."
+--             left_out: a table whose field rows grows by the number of
+--               rows that top leaves out
 --             sort: 'count' or 'bytes' (default: events by count, the
 --               heap summary by bytes); 'bytes' sorts the event sections
 --               by bytes allocated (+), or freed (-) for DEALLOCATIONS,
@@ -130,7 +132,7 @@ local SECTIONS = {
 
 local function write_events(out, rows, title, opts, used_aliases)
   local size = layout.sizer(opts)
-  local shown, rest = layout.split_top(rows, opts.top)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write(title, '\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
@@ -166,7 +168,7 @@ end
 
 local function write_heap(out, rows, total, opts, used_aliases)
   local size = layout.sizer(opts)
-  local shown, rest = layout.split_top(rows, opts.top)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write('HEAP SUMMARY:\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(' holds %s: %d allocs, %d frees%s',
