@@ -53,6 +53,7 @@ build = {
     ["memprof.diff"] = "lua/memprof/diff.lua",
     ["memprof.progress"] = "lua/memprof/progress.lua",
     ["memprof.run"] = "lua/memprof/run.lua",
+    ["memprof.launch"] = "lua/memprof/launch.lua",
     ["memprof.utf8"] = "lua/memprof/utf8.lua",
     ["memprof.version"] = "lua/memprof/version.lua",
   },

@@ -34,6 +34,7 @@
 
 local cli = require('memprof.cli')
 local version = require('memprof.version')
+local launch = require('memprof.launch')
 
 local M = {}
 
@@ -102,9 +103,7 @@ end
 
 -- Finding things -----------------------------------------------------------
 
-local function shell_quote(word)
-  return "'" .. word:gsub("'", "'\\''") .. "'"
-end
+local shell_quote = launch.shell_quote
 M.shell_quote = shell_quote
 
 local function exists(path)
@@ -228,19 +227,7 @@ function M.command(interp, wrapper, words)
 end
 
 -- The exit code of a child from os.execute's results.
-function M.exit_code(status, how, code)
-  if type(status) == 'number' then
-    -- Lua 5.1: the wait status from system().
-    if status % 256 == 0 then
-      return math.floor(status / 256) % 256
-    end
-    return 128 + status % 128
-  end
-  if how == 'signal' then
-    return 128 + code
-  end
-  return code or (status and 0 or 1)
-end
+M.exit_code = launch.exit_code
 
 -- Running ----------------------------------------------------------------------
 
