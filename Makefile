@@ -28,6 +28,8 @@ OBJS = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS))
 MODULE = $(BUILD)/memprof.so
 LUA_MODS = $(wildcard lua/memprof/*.lua)
 LUA_REPORTS = $(wildcard lua/memprof/report/*.lua)
+# The HTML page's style and script, read by report/html.lua at run time.
+LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js)
 
 # The spec host that runs VMs in threads links the VM (see below).
 LUAJIT_LIBS = $(shell pkg-config --libs luajit 2>/dev/null)
@@ -130,7 +132,7 @@ test: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
 test-luajit: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) \
 	  MEMPROF_TEST_BUILD='Debian bookworm luajit 2.1.0~beta3+git20220320' \
-	  MEMPROF_TEST_NGINX=1 $(LUAJIT) $(BUSTED) spec
+	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_INSTALL=1 $(LUAJIT) $(BUSTED) spec
 
 test-luajit2: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) \
@@ -207,6 +209,8 @@ install: $(MODULE)
 	install -d $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report
 	install -m 0644 $(LUA_MODS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/
 	install -m 0644 $(LUA_REPORTS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/
+	install -d $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/html
+	install -m 0644 $(LUA_HTML) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/html/
 	install -m 0755 bin/memprof-report $(DESTDIR)$(BIN_DIR)/memprof-report
 	install -m 0755 bin/memprof $(DESTDIR)$(BIN_DIR)/memprof
 

@@ -58,6 +58,12 @@ build = {
     ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {
+    -- The HTML page's style and script, beside report/html.lua (LuaRocks
+    -- puts a file of key a.b.c into the directory a/b under its own name).
+    lua = {
+      ["memprof.report.html.page_css"] = "lua/memprof/report/html/page.css",
+      ["memprof.report.html.page_js"] = "lua/memprof/report/html/page.js",
+    },
     bin = {
       ["memprof-report"] = "bin/memprof-report",
       ["memprof"] = "bin/memprof",

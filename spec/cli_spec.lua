@@ -221,7 +221,8 @@ Formats (--format=NAME; docs/formats.md):
       assert.are.equal('ALLOCATIONS\n' .. table.concat(allocations) ..
         '... and 5 more: 15 events\t+120B\t-0B\n\n' ..
         'REALLOCATIONS\n\nDEALLOCATIONS\n\nHEAP SUMMARY:\n' ..
-        table.concat(heap) .. '... and 5 more hold 120B: 15 allocs, 0 frees\n' ..
+        table.concat(heap) ..
+        '... and 5 more hold 120B: 15 allocs, 0 frees\n' ..
         'TOTAL holds 5040B (net bytes of the stream)\n\n' ..
         '(10 rows left out: each section shows its first 30; --top=N shows ' ..
         'N, --all every row)\n', stdout)
