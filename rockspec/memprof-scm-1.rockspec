@@ -38,6 +38,7 @@ build = {
     ["memprof.peak"] = "lua/memprof/peak.lua",
     ["memprof.temporary"] = "lua/memprof/temporary.lua",
     ["memprof.timeline"] = "lua/memprof/timeline.lua",
+    ["memprof.cumulative"] = "lua/memprof/cumulative.lua",
     ["memprof.report.text"] = "lua/memprof/report/text.lua",
     ["memprof.report.layout"] = "lua/memprof/report/layout.lua",
     ["memprof.report.views"] = "lua/memprof/report/views.lua",

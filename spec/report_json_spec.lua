@@ -235,6 +235,35 @@ describe('json report', function()
     assert.is_nil(text:find('\255', 1, true))
   end)
 
+  it('has the cumulative figures of rows by function or by stack',
+    function()
+      local doc = decode(B.nested_calls(), 'function')
+      local rows = {}
+      for _, row in ipairs(doc.rows) do
+        rows[row.name] = row.id
+      end
+      local function entry(name, figures)
+        return { row = rows[name], name = name, events = figures[1],
+          bytes = figures[2], live_blocks = figures[3],
+          live_bytes = figures[4], self_events = figures[5],
+          self_bytes = figures[6] }
+      end
+      assert.are.same({ mode = 'function', rows = {
+        entry('main chunk of @m.lua', { 5, 1710, 4, 1610, 1, 10 }),
+        entry('function at @m.lua:3', { 4, 1700, 3, 1600, 4, 1700 }),
+        entry('string.rep', { 2, 1500, 2, 1500, 0, 0 }),
+        entry('TRACE [1] started at @m.lua:20', { 1, 16, 1, 16, 1, 16 }),
+      } }, doc.cumulative)
+      -- string.rep is a row of its own, though it had no events.
+      assert.are.equal('string.rep', doc.rows[rows['string.rep']].name)
+      doc = decode(B.nested_calls(), 'stack')
+      assert.are.same({ 'stack', '@m.lua:9', 1210, '@m.lua:4 <- @m.lua:9',
+        1200 }, { doc.cumulative.mode, doc.cumulative.rows[1].name,
+        doc.cumulative.rows[1].bytes, doc.cumulative.rows[2].name,
+        doc.cumulative.rows[2].bytes })
+      assert.are.equal(cjson.null, decode(B.nested_calls(), 'line').cumulative)
+    end)
+
   it('reports the warning of a cut stream', function()
     local s = B.new():lfunc(0x100, '@a.lua', 1):events()
     s:alloc(B.lua(0x100, 1), 0x10, 8)

@@ -312,4 +312,32 @@ function B.far_mark()
   return s
 end
 
+-- An extended stream of calls two deep, for cumulative figures.  The
+-- main chunk of @m.lua (line 9) calls a function defined at @m.lua:3
+-- whose line 4 calls string.rep; the main chunk's line 12 calls it too:
+--   stack 1  @m.lua:9                         1 alloc   10B, live
+--   stack 2  @m.lua:4 <- @m.lua:9             2 allocs 100B each, 1 freed
+--   stack 3  string.rep <- @m.lua:4 <- @m.lua:9   1 alloc 1000B, live
+--            (charged to @m.lua:4, the Lua line calling it)
+--   stack 4  string.rep <- @m.lua:4 <- @m.lua:12  1 alloc 500B, live
+-- plus 16B allocated by a trace, live.
+function B.nested_calls()
+  local s = B.new():lfunc(0x100, '@m.lua', 0):lfunc(0x200, '@m.lua', 3)
+    :cfunc(0x900, 'string.rep'):trace(1, 0x100, 20)
+    :events({ version = B.EXTENDED })
+  s:stack(1, { B.lua(0x100, 9) })
+  s:stack(2, { B.lua(0x200, 4), B.lua(0x100, 9) })
+  s:stack(3, { B.c(0x900), B.lua(0x200, 4), B.lua(0x100, 9) })
+  s:stack(4, { B.c(0x900), B.lua(0x200, 4), B.lua(0x100, 12) })
+  s:alloc(B.lua(0x100, 9, 1), 0x10, 10)
+  s:alloc(B.lua(0x200, 4, 2), 0x20, 100)
+  s:alloc(B.lua(0x200, 4, 2), 0x30, 100)
+  s:alloc(B.lua(0x200, 4, 3), 0x40, 1000)
+  s:alloc(B.lua(0x200, 4, 4), 0x50, 500)
+  s:alloc(B.trace(1), 0x60, 16)
+  s:free(B.internal(), 0x20, 100)
+  s:epilogue()
+  return s
+end
+
 return B

@@ -309,6 +309,24 @@ local function timeline_section(result, stream)
     slots = M.array(list) }
 end
 
+local CUMULATIVE_FIELDS = { 'events', 'bytes', 'live_blocks', 'live_bytes',
+  'self_events', 'self_bytes' }
+
+local function cumulative_section(cumulative)
+  if not cumulative then
+    return NULL
+  end
+  local list = {}
+  for i, row in ipairs(cumulative.rows) do
+    local entry = { row = row.group.id, name = row.group.name }
+    for _, field in ipairs(CUMULATIVE_FIELDS) do
+      entry[field] = row[field]
+    end
+    list[i] = entry
+  end
+  return { mode = cumulative.mode, rows = sorted(list, 'bytes') }
+end
+
 local function warnings_of(stream)
   local list = {}
   if stream.warning then
@@ -352,6 +370,7 @@ function M.document(result)
     peak = peak_section(result.peak),
     temporary = temporary_section(result.temporary),
     timeline = timeline_section(result.timeline, stream),
+    cumulative = cumulative_section(result.cumulative),
   }
 end
 

@@ -41,6 +41,11 @@
 -- reallocations)": a reallocated block belongs to the site that gave it
 -- its current size.
 --
+-- CUMULATIVE (rows grouped by function or by stack, with the analysis'
+-- result.cumulative): every row with its callees' events, by bytes
+-- allocated (events with --sort=count), the blocks of those still live,
+-- and its own events (memprof.cumulative says what counts).
+--
 -- ALIASES: the multi-line chunk names used by the rows above.
 
 local M = {}
@@ -184,6 +189,35 @@ local function write_heap(out, rows, total, opts, used_aliases)
   out:write('\n')
 end
 
+local CUMULATIVE_TITLES = {
+  ['function'] = 'CUMULATIVE: each function with the functions it called, ' ..
+    'by bytes allocated (self: its own events)',
+  stack = 'CUMULATIVE: each stack with the functions called from its ' ..
+    'innermost line, by bytes allocated (self: its own events)',
+}
+
+local function write_cumulative(out, cumulative, opts, used_aliases)
+  local size = layout.sizer(opts)
+  local rows = layout.sort_rows(cumulative.rows,
+    opts.sort == 'count' and 'events' or 'bytes', function(row)
+      return row.group.name
+    end)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
+  out:write(CUMULATIVE_TITLES[cumulative.mode], '\n')
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row.group, format(': with callees %d events ' ..
+      '+%s, live %s in %s; self %d events +%s', row.events,
+      size(row.bytes), size(row.live_bytes),
+      layout.plural(row.live_blocks, 'block'), row.self_events,
+      size(row.self_bytes)))
+    layout.note_aliases(used_aliases, row.group)
+  end
+  if #rest > 0 then
+    out:write(format('... and %d more\n', #rest))
+  end
+  out:write('\n')
+end
+
 local function heap_sort_field(opts)
   if opts.sort == 'count' then
     return live_blocks
@@ -212,6 +246,9 @@ function M.write(result, out, opts)
   end
   write_heap(out, heap_rows(result.heap.sites, key, heap_sort_field(opts)),
     result.heap.total, opts, used_aliases)
+  if result.cumulative and not opts.leak_only then
+    write_cumulative(out, result.cumulative, opts, used_aliases)
+  end
   layout.write_aliases(out, result.stream.aliases, used_aliases)
 end
 
