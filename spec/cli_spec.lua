@@ -224,7 +224,7 @@ Formats (--format=NAME; docs/formats.md):
         table.concat(heap) ..
         '... and 5 more hold 120B: 15 allocs, 0 frees\n' ..
         'TOTAL holds 5040B (net bytes of the stream)\n\n' ..
-        '(10 rows left out: each section shows its first 30; --top=N shows ' ..
+        '(10 rows left out: each list shows its first 30; --top=N shows ' ..
         'N, --all every row)\n', stdout)
       -- --all: every row, no note; --top=N: N rows, and no note either.
       local _, all = report('--all', many)
@@ -240,10 +240,33 @@ Formats (--format=NAME; docs/formats.md):
       local _, leaks = report('--leaks', many)
       assert.truthy(leaks:find('\n... and 5 more: 15 blocks, 120B\n', 1,
         true))
-      assert.are.equal('(5 rows left out: each section shows its first 30; ' ..
+      assert.are.equal('(5 rows left out: each list shows its first 30; ' ..
         '--top=N shows N, --all every row)\n', leaks:match('[^\n]*\n$'))
+      -- An Overrides list is cut the same way: 35 lines whose blocks the
+      -- collector frees.
+      local s = B.new():lfunc(0x100, '@many.lua', 1):events()
+      for line = 1, 35 do
+        s:alloc(B.lua(0x100, line), line * 16, 8)
+        s:free(B.internal(), line * 16, 8)
+      end
+      local freed = another_file(s:epilogue():bytes())
+      local _, cut = report(freed)
+      -- The names in order (@many.lua:1, @many.lua:10, ...), the first 30.
+      local names = {}
+      for line = 1, 35 do
+        names[line] = '@many.lua:' .. line
+      end
+      table.sort(names)
+      for i = 35, 31, -1 do
+        names[i] = nil
+      end
+      assert.are.equal('DEALLOCATIONS\nINTERNAL: 35 events\t+0B\t-280B\n' ..
+        '\tOverrides:\n\t\t' .. table.concat(names, '\n\t\t') ..
+        '\n\t\t... and 5 more\n\n\n', cut:match('DEALLOCATIONS\n.-\n\n\n'))
+      assert.are.equal('(10 rows left out: each list shows its first 30; ' ..
+        '--top=N shows N, --all every row)\n', cut:match('[^\n]*\n$'))
       local _, changes = report('--diff', path, many)
-      assert.are.equal('(7 rows left out: each section shows its first 30; ' ..
+      assert.are.equal('(7 rows left out: each list shows its first 30; ' ..
         '--top=N shows N, --all every row)\n', changes:match('[^\n]*\n$'))
     end)
 

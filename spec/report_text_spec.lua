@@ -294,7 +294,7 @@ INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
 		(allocated before profiling)
 		@app.lua:5
-		string.format <- @log.lua:5 <- @app.lua:10
+		... and 1 more
 
 
 HEAP SUMMARY:

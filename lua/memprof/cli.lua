@@ -456,7 +456,7 @@ end
 local function write_cut_note(out, options)
   local left_out = options.left_out
   if left_out and left_out.rows > 0 then
-    out:write(format('(%d %s left out: each section shows its first %d; ' ..
+    out:write(format('(%d %s left out: each list shows its first %d; ' ..
       '--top=N shows N, --all every row)\n', left_out.rows,
       left_out.rows == 1 and 'row' or 'rows', options.top))
   end

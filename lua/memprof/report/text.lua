@@ -11,8 +11,9 @@
 --             leak_only: only the HEAP SUMMARY (and ALIASES)
 --             human_readable: sizes in B/KiB/MiB/GiB
 --             key: function(site) -> row name (default: site.name)
---             top: at most this many rows per section; the others are
---               summed on a line "... and K more: ..."
+--             top: at most this many rows per section, and names per
+--               Overrides list; the other rows are summed on a line
+--               "... and K more: ...", the other names counted
 --             left_out: a table whose field rows grows by the number of
 --               rows that top leaves out
 --             sort: 'count' or 'bytes' (default: events by count, the
@@ -142,11 +143,15 @@ local function write_events(out, rows, title, opts, used_aliases)
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
       size(row.plus), size(row.minus)))
-    local overrides = sorted_keys(row.overrides)
+    local overrides, rest_of_list = layout.split_top(
+      sorted_keys(row.overrides), opts.top, opts.left_out)
     if #overrides > 0 then
       out:write('\tOverrides:\n')
       for _, name in ipairs(overrides) do
         out:write('\t\t', name, '\n')
+      end
+      if #rest_of_list > 0 then
+        out:write(format('\t\t... and %d more\n', #rest_of_list))
       end
       out:write('\n') -- As Tarantool's report: a blank line after the list.
     end
