@@ -420,6 +420,16 @@ describe('html report', function()
         1, true))
       assert.truthy(text:find('<th scope="row" class="more">… and 5 more ' ..
         'rows</th>', 1, true))
+      -- all: every row, whatever top says (7 in the allocated table).
+      local max = html.DEFAULT_TOP
+      html.DEFAULT_TOP = 2
+      local ok, all = pcall(html.render, result_of(B.three_callers():bytes(),
+        { group = 'stack' }), { all = true })
+      html.DEFAULT_TOP = max
+      assert(ok, all)
+      assert.is_nil(all:find('class="more"', 1, true))
+      local allocated = all:match('<table id="table%-allocated">.-</tbody>')
+      assert.are.equal(7, count(allocated, '<tr><th scope="row">'))
     end)
 
   it('sorts the tables by bytes, or by count', function()
