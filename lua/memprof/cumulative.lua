@@ -37,47 +37,58 @@ M.MODES = { ['function'] = true, stack = true }
 local Cumulative = {}
 Cumulative.__index = Cumulative
 
+-- Records are kept in parallel arrays indexed by record number (a few
+-- numbers each, no table per record): the place and stack of their
+-- events, and their sums.  index[stack] is the record of the stack (of
+-- the place, for events without a stack); a stack seen at a second
+-- place (which the stream does not do) gets its record in
+-- index_of_pair[stack][site].
 function M.new(grouper)
   assert(M.MODES[grouper.mode], 'cumulative figures are by function or stack')
-  return setmetatable({ grouper = grouper, records = {}, by_stack = {},
-    by_site = {} }, Cumulative)
+  return setmetatable({ grouper = grouper, count = 0, index = {},
+    index_of_pair = {}, site_of = {}, stack_of = {}, events = {},
+    bytes = {}, live_blocks = {}, live_bytes = {} }, Cumulative)
 end
 
-local function new_record(records, site, stack)
-  local record = { site = site, stack = stack, events = 0, bytes = 0,
-    live_blocks = 0, live_bytes = 0 }
-  records[#records + 1] = record
-  return record
+function Cumulative:new_record(site, stack)
+  local i = self.count + 1
+  self.count = i
+  self.site_of[i], self.stack_of[i] = site, stack or false
+  self.events[i], self.bytes[i] = 0, 0
+  self.live_blocks[i], self.live_bytes[i] = 0, 0
+  return i
 end
 
--- The record of events at `site` with `stack` (nil: none).
+-- The number of the record of events at `site` with `stack` (nil: none).
 function Cumulative:record(site, stack)
-  if not stack then
-    local record = self.by_site[site]
-    if not record then
-      record = new_record(self.records, site, nil)
-      self.by_site[site] = record
-    end
-    return record
+  local key = stack or site
+  local i = self.index[key]
+  if not i then
+    i = self:new_record(site, stack)
+    self.index[key] = i
+    return i
   end
-  local by_site = self.by_stack[stack]
+  if self.site_of[i] == site then
+    return i
+  end
+  local by_site = self.index_of_pair[key]
   if not by_site then
     by_site = {}
-    self.by_stack[stack] = by_site
+    self.index_of_pair[key] = by_site
   end
-  local record = by_site[site]
-  if not record then
-    record = new_record(self.records, site, stack)
-    by_site[site] = record
+  i = by_site[site]
+  if not i then
+    i = self:new_record(site, stack)
+    by_site[site] = i
   end
-  return record
+  return i
 end
 
 function Cumulative:feed(ev)
   if ev.kind ~= 'free' then
-    local record = self:record(ev.site, ev.stack)
-    record.events = record.events + 1
-    record.bytes = record.bytes + ev.nsize
+    local i = self:record(ev.site, ev.stack)
+    self.events[i] = self.events[i] + 1
+    self.bytes[i] = self.bytes[i] + ev.nsize
   end
 end
 
@@ -96,32 +107,48 @@ local function row_table()
   end
 end
 
-local function add_total(row, record)
-  row.events = row.events + record.events
-  row.bytes = row.bytes + record.bytes
-  row.live_blocks = row.live_blocks + record.live_blocks
-  row.live_bytes = row.live_bytes + record.live_bytes
+-- Adds record i of the pass to the totals of `into` (a row or a node).
+function Cumulative:add_total(into, i)
+  into.events = into.events + self.events[i]
+  into.bytes = into.bytes + self.bytes[i]
+  into.live_blocks = into.live_blocks + self.live_blocks[i]
+  into.live_bytes = into.live_bytes + self.live_bytes[i]
 end
 
-local function add_self(row, record)
-  row.self_events = row.self_events + record.events
-  row.self_bytes = row.self_bytes + record.bytes
+function Cumulative:add_self(row, i)
+  row.self_events = row.self_events + self.events[i]
+  row.self_bytes = row.self_bytes + self.bytes[i]
+end
+
+-- The stack frames of record i ({} without a stack).
+function Cumulative:frames(i)
+  local stack = self.stack_of[i]
+  return stack and stack.frames or {}
+end
+
+-- The row of record i's own events.
+function Cumulative:own_group(i)
+  return self.grouper:key(self.site_of[i], self.stack_of[i] or nil)
 end
 
 -- By function: each record counts for its own row and for the function
 -- of each frame of its stack, once per row.
-local function function_rows(grouper, records)
+function Cumulative:function_rows()
+  local grouper = self.grouper
   local rows, row_of = row_table()
-  for _, record in ipairs(records) do
-    local own = grouper:key(record.site, record.stack)
-    add_self(row_of(own), record)
-    add_total(row_of(own), record)
-    local counted = { [own] = true }
-    for _, frame in ipairs(record.stack and record.stack.frames or {}) do
+  -- counted_for[group] == i: record i has counted for the group (one
+  -- table for all the records).
+  local counted_for = {}
+  for i = 1, self.count do
+    local own = self:own_group(i)
+    self:add_self(row_of(own), i)
+    self:add_total(row_of(own), i)
+    counted_for[own] = i
+    for _, frame in ipairs(self:frames(i)) do
       local group = grouper:key(frame, nil)
-      if not counted[group] then
-        counted[group] = true
-        add_total(row_of(group), record)
+      if counted_for[group] ~= i then
+        counted_for[group] = i
+        self:add_total(row_of(group), i)
       end
     end
   end
@@ -130,20 +157,20 @@ end
 
 -- A tree of the stacks' frames by name, outermost first: each node sums
 -- the records whose stacks pass through it.
-local function suffix_tree(records)
+function Cumulative:suffix_tree()
   local root = { children = {} }
-  for _, record in ipairs(records) do
-    local frames = record.stack and record.stack.frames
+  for i = 1, self.count do
+    local frames = self:frames(i)
     local node = root
-    for i = #(frames or {}), 1, -1 do
-      local name = frames[i].name
+    for k = #frames, 1, -1 do
+      local name = frames[k].name
       local child = node.children[name]
       if not child then
         child = { children = {}, events = 0, bytes = 0, live_blocks = 0,
           live_bytes = 0 }
         node.children[name] = child
       end
-      add_total(child, record)
+      self:add_total(child, i)
       node = child
     end
   end
@@ -159,22 +186,29 @@ local function node_of(root, frames)
   return node
 end
 
+local function add_sums(row, node)
+  row.events = row.events + node.events
+  row.bytes = row.bytes + node.bytes
+  row.live_blocks = row.live_blocks + node.live_blocks
+  row.live_bytes = row.live_bytes + node.live_bytes
+end
+
 -- By stack: a stack row takes the sums of its node in the tree; a row
 -- of events without a stack, its own.
-local function stack_rows(grouper, records)
-  local root = suffix_tree(records)
+function Cumulative:stack_rows()
+  local root = self:suffix_tree()
   local rows, row_of = row_table()
-  for _, record in ipairs(records) do
-    local own = grouper:key(record.site, record.stack)
+  for i = 1, self.count do
+    local own = self:own_group(i)
     local row = row_of(own)
-    add_self(row, record)
+    self:add_self(row, i)
     if not own.frames then
-      add_total(row, record)
+      self:add_total(row, i)
     end
   end
   for _, row in ipairs(rows) do
     if row.group.frames then
-      add_total(row, node_of(root, row.group.frames))
+      add_sums(row, node_of(root, row.group.frames))
     end
   end
   return rows
@@ -182,13 +216,13 @@ end
 
 function Cumulative:finish(_, heap)
   heap:each_live_block(function(_, size, site, stack)
-    local record = self:record(site, stack)
-    record.live_blocks = record.live_blocks + 1
-    record.live_bytes = record.live_bytes + size
+    local i = self:record(site, stack)
+    self.live_blocks[i] = self.live_blocks[i] + 1
+    self.live_bytes[i] = self.live_bytes[i] + size
   end)
   local mode = self.grouper.mode
-  local rows = mode == 'function' and function_rows(self.grouper,
-    self.records) or stack_rows(self.grouper, self.records)
+  local rows = mode == 'function' and self:function_rows() or
+    self:stack_rows()
   return { mode = mode, rows = rows }
 end
 
