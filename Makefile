@@ -28,6 +28,8 @@ OBJS = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS))
 MODULE = $(BUILD)/memprof.so
 LUA_MODS = $(wildcard lua/memprof/*.lua)
 LUA_REPORTS = $(wildcard lua/memprof/report/*.lua)
+# The HTML page's style and script, read by report/html.lua at run time.
+LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js)
 
 # The spec host that runs VMs in threads links the VM (see below).
 LUAJIT_LIBS = $(shell pkg-config --libs luajit 2>/dev/null)
@@ -167,7 +169,7 @@ test: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
 test-luajit: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) \
 	  MEMPROF_TEST_BUILD='Debian bookworm luajit 2.1.0~beta3+git20220320' \
-	  MEMPROF_TEST_NGINX=1 $(LUAJIT) $(BUSTED) spec
+	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_INSTALL=1 $(LUAJIT) $(BUSTED) spec
 
 test-luajit2: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) \
@@ -256,7 +258,8 @@ LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
   spec/report_views_spec.lua spec/report_json_spec.lua \
   spec/report_folded_spec.lua spec/report_pprof_spec.lua \
   spec/report_chrome_spec.lua spec/diff_spec.lua spec/progress_spec.lua \
-  spec/report_html_spec.lua
+  spec/report_html_spec.lua spec/utf8_spec.lua spec/version_spec.lua \
+  spec/cumulative_spec.lua
 test-lua51:
 	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 
@@ -271,6 +274,8 @@ install: $(MODULE)
 	install -d $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report
 	install -m 0644 $(LUA_MODS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/
 	install -m 0644 $(LUA_REPORTS) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/
+	install -d $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/html
+	install -m 0644 $(LUA_HTML) $(DESTDIR)$(LUA_LMOD_DIR)/memprof/report/html/
 	install -m 0755 bin/memprof-report $(DESTDIR)$(BIN_DIR)/memprof-report
 	install -m 0755 bin/memprof $(DESTDIR)$(BIN_DIR)/memprof
 

@@ -38,6 +38,7 @@ build = {
     ["memprof.peak"] = "lua/memprof/peak.lua",
     ["memprof.temporary"] = "lua/memprof/temporary.lua",
     ["memprof.timeline"] = "lua/memprof/timeline.lua",
+    ["memprof.cumulative"] = "lua/memprof/cumulative.lua",
     ["memprof.report.text"] = "lua/memprof/report/text.lua",
     ["memprof.report.layout"] = "lua/memprof/report/layout.lua",
     ["memprof.report.views"] = "lua/memprof/report/views.lua",
@@ -53,8 +54,17 @@ build = {
     ["memprof.diff"] = "lua/memprof/diff.lua",
     ["memprof.progress"] = "lua/memprof/progress.lua",
     ["memprof.run"] = "lua/memprof/run.lua",
+    ["memprof.launch"] = "lua/memprof/launch.lua",
+    ["memprof.utf8"] = "lua/memprof/utf8.lua",
+    ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {
+    -- The HTML page's style and script, beside report/html.lua (LuaRocks
+    -- puts a file of key a.b.c into the directory a/b under its own name).
+    lua = {
+      ["memprof.report.html.page_css"] = "lua/memprof/report/html/page.css",
+      ["memprof.report.html.page_js"] = "lua/memprof/report/html/page.js",
+    },
     bin = {
       ["memprof-report"] = "bin/memprof-report",
       ["memprof"] = "bin/memprof",

@@ -106,11 +106,14 @@ instead.  --group=caller and --group=stack need a profile recorded
 with call stacks (memprof.start(path, {stack_depth = N})), --timeline
 one recorded with time marks (memprof.start(path, {timestamps = true})).
 With --diff, print which rows grew or shrank from BEFORE to AFTER.
+The text report and --diff show the first 30 rows of each section
+(--top=N for N, --all for every row).
 
 Options:
   --format=NAME          the output format (see below)
   --group=G              rows by line (default), function, caller or stack
-  --top=N                at most N rows per section
+  --top=N                at most N rows per section (text: 30 by default)
+  --all                  every row of each section
   --sort=S               sort rows by bytes or count
   --leaks                view: blocks live at the end, with their stacks
   --peak                 view: the heap's peak, and what held it
@@ -122,6 +125,7 @@ Options:
   --output=PATH          write to PATH (folded: to PATH.METRIC.folded)
   --diff                 compare two profiles: --diff BEFORE AFTER
   -h, --help             show this help and exit
+  --version              show the version (and the interpreter) and exit
 
 Formats (--format=NAME; docs/formats.md):
   text                   the report, or the views asked for (default)
@@ -157,6 +161,20 @@ Formats (--format=NAME; docs/formats.md):
       { { '--leak-only', '--leaks', path }, 'memprof-report: --leak-only is ' ..
         'for the default report; leave it out with --leaks, --peak, ' ..
         '--temporary or --timeline (see --help)\n' },
+      -- Common mistakes, with a hint.
+      { { '--temporary', '5', path }, "memprof-report: option " ..
+        "'--temporary' takes its value after '=': write --temporary=5 " ..
+        '(see --help)\n' },
+      { { '--leak', path }, "memprof-report: unknown option '--leak'; did " ..
+        'you mean --leaks or --leak-only? (see --help)\n' },
+      { { '-leaks', path }, "memprof-report: unknown option '-leaks'; did " ..
+        'you mean --leaks? (see --help)\n' },
+      { { '--fromat=json', path }, "memprof-report: unknown option " ..
+        "'--fromat=json'; did you mean --format? (see --help)\n" },
+      { { '--top=5', '--all', path }, 'memprof-report: --top=N and --all ' ..
+        'do not go together (--all shows every row) (see --help)\n' },
+      { { '--all', '--format=json', path }, 'memprof-report: --all does ' ..
+        'not apply to --format=json (see --help)\n' },
     }
     for _, case in ipairs(cases) do
       local code, stdout, stderr = report(unpack(case[1]))
@@ -165,6 +183,92 @@ Formats (--format=NAME; docs/formats.md):
       assert.are.equal(case[2], stderr)
     end
   end)
+
+  it('prints its version and the interpreter it runs on', function()
+    local _, interpreter = run("luajit -e 'io.write(jit.version)'")
+    local code, stdout, stderr = report('--version')
+    assert.are.same({ 0, '' }, { code, stderr })
+    assert.are.equal('memprof-report ' ..
+      require('memprof.version').VERSION .. ' (' .. interpreter .. ')\n',
+      stdout)
+  end)
+
+  -- A profile of 35 lines: line k allocates k blocks of 8 bytes.
+  local function many_rows()
+    local s = B.new():lfunc(0x100, '@many.lua', 1):events()
+    local address = 0
+    for line = 1, 35 do
+      for _ = 1, line do
+        address = address + 16
+        s:alloc(B.lua(0x100, line), address, 8)
+      end
+    end
+    return s:epilogue()
+  end
+
+  it('shows the first 30 rows of each section, and says how to see all',
+    function()
+      local many = another_file(many_rows():bytes())
+      local allocations, heap = {}, {}
+      for line = 35, 6, -1 do
+        allocations[#allocations + 1] = ('@many.lua:%d: %d events\t+%dB\t' ..
+          '-0B\n'):format(line, line, line * 8)
+        heap[#heap + 1] = ('@many.lua:%d holds %dB: %d allocs, 0 frees\n')
+          :format(line, line * 8, line)
+      end
+      local code, stdout, stderr = report(many)
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.are.equal('ALLOCATIONS\n' .. table.concat(allocations) ..
+        '... and 5 more: 15 events\t+120B\t-0B\n\n' ..
+        'REALLOCATIONS\n\nDEALLOCATIONS\n\nHEAP SUMMARY:\n' ..
+        table.concat(heap) ..
+        '... and 5 more hold 120B: 15 allocs, 0 frees\n' ..
+        'TOTAL holds 5040B (net bytes of the stream)\n\n' ..
+        '(10 rows left out: each list shows its first 30; --top=N shows ' ..
+        'N, --all every row)\n', stdout)
+      -- --all: every row, no note; --top=N: N rows, and no note either.
+      local _, all = report('--all', many)
+      assert.are.equal(2 * 35, select(2, all:gsub('\n@many%.lua:', '')))
+      assert.is_nil(all:find('... and', 1, true))
+      assert.is_nil(all:find('left out', 1, true))
+      local _, top = report('--top=2', '--leak-only', many)
+      assert.are.equal('HEAP SUMMARY:\n@many.lua:35 holds 280B: 35 allocs, ' ..
+        '0 frees\n@many.lua:34 holds 272B: 34 allocs, 0 frees\n... and 33 ' ..
+        'more hold 4488B: 561 allocs, 0 frees\nTOTAL holds 5040B (net ' ..
+        'bytes of the stream)\n\n', top)
+      -- The views and --diff are cut the same way.
+      local _, leaks = report('--leaks', many)
+      assert.truthy(leaks:find('\n... and 5 more: 15 blocks, 120B\n', 1,
+        true))
+      assert.are.equal('(5 rows left out: each list shows its first 30; ' ..
+        '--top=N shows N, --all every row)\n', leaks:match('[^\n]*\n$'))
+      -- An Overrides list is cut the same way: 35 lines whose blocks the
+      -- collector frees.
+      local s = B.new():lfunc(0x100, '@many.lua', 1):events()
+      for line = 1, 35 do
+        s:alloc(B.lua(0x100, line), line * 16, 8)
+        s:free(B.internal(), line * 16, 8)
+      end
+      local freed = another_file(s:epilogue():bytes())
+      local _, cut = report(freed)
+      -- The names in order (@many.lua:1, @many.lua:10, ...), the first 30.
+      local names = {}
+      for line = 1, 35 do
+        names[line] = '@many.lua:' .. line
+      end
+      table.sort(names)
+      for i = 35, 31, -1 do
+        names[i] = nil
+      end
+      assert.are.equal('DEALLOCATIONS\nINTERNAL: 35 events\t+0B\t-280B\n' ..
+        '\tOverrides:\n\t\t' .. table.concat(names, '\n\t\t') ..
+        '\n\t\t... and 5 more\n\n\n', cut:match('DEALLOCATIONS\n.-\n\n\n'))
+      assert.are.equal('(10 rows left out: each list shows its first 30; ' ..
+        '--top=N shows N, --all every row)\n', cut:match('[^\n]*\n$'))
+      local _, changes = report('--diff', path, many)
+      assert.are.equal('(7 rows left out: each list shows its first 30; ' ..
+        '--top=N shows N, --all every row)\n', changes:match('[^\n]*\n$'))
+    end)
 
   it('says why a file cannot be read', function()
     local code, stdout, stderr = report('/nonexistent/out.bin')
@@ -444,6 +548,27 @@ describe('memprof-report --format', function()
     assert.are.equal(table.concat(parts), stdout)
   end)
 
+  it('finishes the timeline and the page of a time mark of 2^62 ns',
+    function()
+      local path = file_of(B.far_mark())
+      local code, stdout, stderr = run('timeout 60 ' ..
+        C.command(COMMAND, '--timeline', path))
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.are.equal('HEAP OVER TIME: live bytes, 100000000 s per row ' ..
+        '(the highest value in the row, and the value at its end)\n' ..
+        '        time  highest  at end\n' ..
+        '         0 s     100B    100B  ' .. ('#'):rep(27) .. '\n',
+        stdout:match('^.-\n.-\n.-\n'))
+      assert.are.equal('4600000000 s     150B     50B  ' .. ('#'):rep(40) ..
+        '  <- peak\n\n', stdout:match('[^\n]*\n\n$'))
+      assert.are.equal(50, select(2, stdout:gsub('\n', '')))
+      code, stdout, stderr = run('timeout 60 ' ..
+        C.command(COMMAND, '--format=html', path))
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.truthy(stdout:find('>peak 150 B at 4611686018 s</text>', 1,
+        true))
+    end)
+
   it('refuses what a format cannot do', function()
     local v3 = file_of(B.crafted())
     local cases = {
@@ -495,8 +620,12 @@ describe('cli.parse', function()
       { cli.parse({ '--temporary', 'f' }) })
     assert.are.same({ { temporary = 0 }, { 'f' } },
       { cli.parse({ '--temporary=0', 'f' }) })
-    assert.are.same({ { temporary = 1 }, { '3', 'f' } },
-      { cli.parse({ '--temporary', '3', 'f' }) })
+    -- A value after a space is a mistake, said so when the option would
+    -- take it; a word it would not take is a file.
+    assert.are.same({ nil, "option '--temporary' takes its value after " ..
+      "'=': write --temporary=3" }, { cli.parse({ '--temporary', '3', 'f' }) })
+    assert.are.same({ { temporary = 1 }, { '3.5', 'f' } },
+      { cli.parse({ '--temporary', '3.5', 'f' }) })
     assert.are.same({ { leaks = true, peak = true, timeline = true }, { 'f' } },
       { cli.parse({ '--leaks', '--peak', '--timeline', 'f' }) })
   end)

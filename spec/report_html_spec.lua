@@ -9,6 +9,7 @@
 -- build/html-report.html and build/html-report.png.
 
 local cjson = require('cjson')
+local C = require('helpers.command')
 local reader = require('memprof.reader')
 local analyze = require('memprof.analyze')
 local html = require('memprof.report.html')
@@ -49,7 +50,9 @@ local function paths(data, graph)
   local out = {}
   local function walk(node, prefix)
     for _, child in ipairs(node.c or {}) do
-      local name = data.frames[child.f + 1].name
+      -- A box of frames merged into one has their number, no frame.
+      local name = child.o and 'other (' .. child.o .. ')' or
+        data.frames[child.f + 1].name
       local path = prefix and prefix .. ';' .. name or name
       out[path] = { child.b, child.n }
       walk(child, path)
@@ -92,7 +95,68 @@ local function stacks_and_time()
   return s
 end
 
+-- A stream whose graph of allocated bytes has frames too small to draw:
+-- @w.lua:1 allocates 1,000,000B; @w.lua:2 calls @w.lua:3, which
+-- allocates 3000B, and 200 lines of @x.lua, which allocate 10B each.
+local function tiny_frames()
+  local s = B.new():lfunc(0x100, '@w.lua', 1):lfunc(0x200, '@x.lua', 1)
+    :events({ version = B.EXTENDED })
+  s:stack(1, { B.lua(0x100, 1) })
+  s:stack(2, { B.lua(0x100, 3), B.lua(0x100, 2) })
+  s:alloc(B.lua(0x100, 1, 1), 0x10, 1000000)
+  s:alloc(B.lua(0x100, 3, 2), 0x20, 3000)
+  for line = 1, 200 do
+    s:stack(2 + line, { B.lua(0x200, line), B.lua(0x100, 2) })
+    s:alloc(B.lua(0x200, line, 2 + line), 0x1000 + line * 16, 10)
+  end
+  s:epilogue()
+  return s
+end
+
+local HTML_DIR = 'lua/memprof/report/html/'
+
+-- Runs a command; returns its exit code and what it wrote.
+local function checked(command)
+  local code, stdout, stderr = C.run(command)
+  return code, stdout .. stderr
+end
+
 describe('html report', function()
+  it('keeps its style and script in files, inline in every page',
+    function()
+      local text = page(B.three_callers())
+      assert.are.equal(C.read_file(HTML_DIR .. 'page.css'),
+        text:match('<style>\n(.-)</style>'))
+      assert.are.equal(C.read_file(HTML_DIR .. 'page.js'),
+        text:match('.*<script>\n(.-)</script>'))
+      assert.are.equal(C.read_file(HTML_DIR .. 'page.css'),
+        html.resource('page.css'))
+    end)
+
+  it('has a script that parses as JavaScript, and a style that checks as CSS',
+    function()
+      assert.are.same({ 0, '' }, { checked(C.command('node', '--check',
+        HTML_DIR .. 'page.js')) })
+      local code, out = checked('NODE_PATH=build/node_modules ' ..
+        C.command('node', 'spec/support/css_check.js', HTML_DIR .. 'page.css'))
+      assert.are.equal(0, code, out)
+      local report = cjson.decode(out)
+      assert.are.same({}, report.errors)
+      assert.is_true(report.rules > 50 and report.declarations > 300)
+      -- The checks themselves: a broken script and a broken style fail.
+      local dir = C.temp_dir()
+      C.write_file(dir .. '/bad.js', 'function f( {\n')
+      C.write_file(dir .. '/bad.css', '.a { color: 12px; widht: 3px }\n')
+      local js_code = checked(C.command('node', '--check', dir .. '/bad.js'))
+      local _, bad = checked('NODE_PATH=build/node_modules ' ..
+        C.command('node', 'spec/support/css_check.js', dir .. '/bad.css'))
+      C.remove_tree(dir)
+      assert.are.equal(1, js_code)
+      assert.are.same({ 'line 1: color: Mismatch\n  syntax: <color>\n' ..
+        '   value: 12px\n  --------^', 'line 1: widht: Unknown property ' ..
+        '`widht`' }, cjson.decode(bad).errors)
+    end)
+
   it('is one self-contained page', function()
     local text = page(B.three_callers(), { group = 'caller' })
     assert.are.equal('<!DOCTYPE html>\n<html lang="en">',
@@ -209,29 +273,37 @@ describe('html report', function()
       assert.are.same(paths(full, 'live'), paths(no_views, 'live'))
     end)
 
-  it('leaves the smallest frames out of a very large graph', function()
-    local max = html.MAX_FRAMES
-    html.MAX_FRAMES = 5
-    local ok, text = pcall(page, B.three_callers())
-    html.MAX_FRAMES = max
-    assert(ok, text)
-    local data = data_of(text)
-    -- the 5th largest of the 16 nodes is 300B: the nodes of 300B and more
-    -- stay, the 6 smaller ones go
-    local kept = {}
-    for path in pairs(paths(data, 'allocated')) do
-      kept[#kept + 1] = path
-    end
-    table.sort(kept)
-    assert.are.same({ '', '@app.lua:10', '@app.lua:10;@log.lua:5',
-      '@app.lua:10;@log.lua:5;string.format', '@app.lua:20',
-      '@app.lua:20;@log.lua:5', '@app.lua:20;@log.lua:5;string.format',
-      '@app.lua:30', '@app.lua:30;@log.lua:5',
-      '@app.lua:30;@log.lua:5;string.format' }, kept)
-    assert.are.equal('The 6 smallest frames are left out, to keep the ' ..
-      'page light.', data.graphs.allocated.note)
-    assert.are.same({ 1160, 10 }, paths(data, 'allocated')[''])
-  end)
+  it('merges the smallest frames of a very large graph into one box',
+    function()
+      local max = html.MAX_FRAMES
+      html.MAX_FRAMES = 5
+      local ok, text = pcall(page, B.three_callers())
+      html.MAX_FRAMES = max
+      assert(ok, text)
+      local data = data_of(text)
+      -- The 5th largest of the 16 nodes is 300B: the nodes of 300B and
+      -- more stay; the 4 smaller children of the root (@app.lua:50, 60
+      -- and 5 and the trace: 160B in 4 allocations) become one box, and
+      -- the callees of the first two go with them.
+      local fmt = 'string.format'
+      assert.are.same({
+        [''] = { 1160, 10 },
+        ['@app.lua:10'] = { 300, 3 },
+        ['@app.lua:10;@log.lua:5'] = { 300, 3 },
+        ['@app.lua:10;@log.lua:5;' .. fmt] = { 300, 3 },
+        ['@app.lua:20'] = { 400, 2 },
+        ['@app.lua:20;@log.lua:5'] = { 400, 2 },
+        ['@app.lua:20;@log.lua:5;' .. fmt] = { 400, 2 },
+        ['@app.lua:30'] = { 300, 1 },
+        ['@app.lua:30;@log.lua:5'] = { 300, 1 },
+        ['@app.lua:30;@log.lua:5;' .. fmt] = { 300, 1 },
+        ['other (4)'] = { 160, 4 },
+      }, paths(data, 'allocated'))
+      -- It comes last, after the frames it is smaller than.
+      assert.are.equal(4, data.graphs.allocated.root.c[4].o)
+      assert.are.equal('The 6 smallest frames are merged into "other" ' ..
+        'boxes, to keep the page light.', data.graphs.allocated.note)
+    end)
 
   it('draws one frame per site, with a note, when there are no stacks',
     function()
@@ -281,6 +353,20 @@ describe('html report', function()
     assert.truthy(text:find('>peak 570 B at 2.00 ms</text></g>', 1, true))
     assert.truthy(text:find('<svg id="chart-svg" viewBox="0 0 1000 280"',
       1, true))
+  end)
+
+  it('charts a profile with a time mark of 2^62 ns in 231 rows', function()
+    local started = os.clock()
+    local text = page(B.far_mark())
+    local timeline = data_of(text).timeline
+    -- The slots are 1e15 ns wide (coarsened to fit the mark), 20 a row.
+    assert.are.same({ 2e16, 231, 230 }, { timeline.width, #timeline.rows,
+      timeline.peak_row })
+    assert.are.same({ 0, 2e16, 100, 100, 1 }, timeline.rows[1])
+    assert.are.same({ 2e16, 4e16, 100, 100, 0 }, timeline.rows[2])
+    assert.are.same({ 458e16, 460e16, 100, 100, 0 }, timeline.rows[230])
+    assert.are.same({ 460e16, 462e16, 150, 50, 2 }, timeline.rows[231])
+    assert.is_true(os.clock() - started < 1)
   end)
 
   it('writes the header and the tables as HTML', function()
@@ -334,6 +420,16 @@ describe('html report', function()
         1, true))
       assert.truthy(text:find('<th scope="row" class="more">… and 5 more ' ..
         'rows</th>', 1, true))
+      -- all: every row, whatever top says (7 in the allocated table).
+      local max = html.DEFAULT_TOP
+      html.DEFAULT_TOP = 2
+      local ok, all = pcall(html.render, result_of(B.three_callers():bytes(),
+        { group = 'stack' }), { all = true })
+      html.DEFAULT_TOP = max
+      assert(ok, all)
+      assert.is_nil(all:find('class="more"', 1, true))
+      local allocated = all:match('<table id="table%-allocated">.-</tbody>')
+      assert.are.equal(7, count(allocated, '<tr><th scope="row">'))
     end)
 
   it('sorts the tables by bytes, or by count', function()
@@ -388,7 +484,6 @@ end)
 -- The browser ---------------------------------------------------------------
 
 local consumers = require('helpers.consumers')
-local C = require('helpers.command')
 local q = profile.shell_quote
 local read_file, write_file = C.read_file, C.write_file
 local have_chromium, chromium = consumers.have_chromium, consumers.chromium
@@ -480,6 +575,28 @@ describe('html report in a browser', function()
       'string.rep' }, report.frames.allocated)
     assert.are.same({ 'string.rep' }, report.search.matched)
   end)
+
+  it('merges frames too small to draw into a visible "other" box',
+    function()
+      local report, problems = browser_check(page(tiny_frames()),
+        { zoom = '@w.lua:2', search = 'x.lua', other = 'other (200 frames)' })
+      assert.are.same({}, problems)
+      -- Each @x.lua line is 0.001% of the graph; the 200 of them, 0.2%.
+      assert.are.same({ 'all allocations', '@w.lua:1', '@w.lua:2',
+        '@w.lua:3', 'other (200 frames)' }, report.frames.allocated)
+      local other = report.other
+      assert.are.same({ '99.801%', '0.199%' }, { other.left, other.width })
+      assert.are.equal('other (200 frames)1.95 KiB (2,000 bytes)' ..
+        '200 allocations0.2% of alleach too small to draw at this zoom',
+        other.tooltip)
+      -- A click zooms into @w.lua:2, where each line is 0.2% wide: drawn.
+      assert.are.equal('all allocations›@w.lua:2', other.crumbs)
+      assert.are.equal(203, #other.frames)
+      assert.are.equal('@x.lua:1', other.frames[4])
+      for _, name in ipairs(other.frames) do
+        assert.is_nil(name:find('^other'))
+      end
+    end)
 
   it('fails the check when the page has a JavaScript error', function()
     local text = page(B.three_callers())

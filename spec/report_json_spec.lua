@@ -10,9 +10,9 @@ local B = require('helpers.stream_builder')
 
 local ALL = { leaks = true, peak = true, temporary = true, timeline = true }
 
-local function render(builder, group)
-  local result = analyze.run(reader.from_string(builder:bytes(), 'out.bin'),
-    { group = group, views = ALL })
+local function render(builder, group, name)
+  local result = analyze.run(reader.from_string(builder:bytes(),
+    name or 'out.bin'), { group = group, views = ALL })
   local parts = {}
   json.write(result, { write = function(_, ...)
     for i = 1, select('#', ...) do
@@ -167,6 +167,102 @@ describe('json report', function()
     assert.are.same({}, doc.deallocations)
     assert.are.equal(2 ^ 50 + 1, doc.totals.net_bytes)
   end)
+
+  -- Names in Latin-1 and broken UTF-8: a chunk name with an e acute in
+  -- Latin-1 (E9), a C symbol with a byte FF, a trace started in that
+  -- chunk, a file name with a surrogate (ED A0 80), and a valid e acute
+  -- (C3 A9) that stays as it is.
+  local function foreign_names()
+    local s = B.new():lfunc(0x100, '@caf\233.lua', 1)
+      :cfunc(0x900, 'bad\255sym'):lfunc(0x200, '@d\195\169j\195\160.lua', 1)
+      :trace(1, 0x100, 7):events()
+    s:alloc(B.lua(0x100, 3), 0x10, 10)
+    s:alloc(B.c(0x900), 0x20, 20)
+    s:alloc(B.trace(1), 0x30, 30)
+    s:alloc(B.lua(0x200, 2), 0x40, 40)
+    s:epilogue()
+    return s
+  end
+
+  it('replaces the bytes of names that are not UTF-8 by U+FFFD', function()
+    local R = '\239\191\189'
+    local doc = cjson.decode(render(foreign_names(), 'function',
+      'out\237\160\128.bin'))
+    assert.are.equal('out' .. R .. R .. R .. '.bin', doc.stream.name)
+    local sites = {}
+    for i, site in ipairs(doc.sites) do
+      sites[i] = { site.name, site.chunkname, site['function'] }
+    end
+    assert.are.same({
+      { '@caf' .. R .. '.lua:3', '@caf' .. R .. '.lua',
+        'function at @caf' .. R .. '.lua:1' },
+      { 'bad' .. R .. 'sym', cjson.null, 'bad' .. R .. 'sym' },
+      { 'TRACE [1] started at @caf' .. R .. '.lua:7', cjson.null,
+        'TRACE [1] started at @caf' .. R .. '.lua:7' },
+      { '@d\195\169j\195\160.lua:2', '@d\195\169j\195\160.lua',
+        'function at @d\195\169j\195\160.lua:1' },
+    }, sites)
+    local names = {}
+    for i, entry in ipairs(doc.allocations) do
+      names[i] = entry.name
+    end
+    assert.are.same({ 'function at @d\195\169j\195\160.lua:1',
+      'TRACE [1] started at @caf' .. R .. '.lua:7', 'bad' .. R .. 'sym',
+      'function at @caf' .. R .. '.lua:1' }, names)
+  end)
+
+  it('writes a document that is valid UTF-8 as a whole', function()
+    local text = render(foreign_names(), 'line', 'out\237\160\128.bin')
+    local path = os.tmpname()
+    local file = assert(io.open(path, 'wb'))
+    file:write(text)
+    file:close()
+    -- iconv fails on the first byte that is not valid UTF-8.
+    local pipe = io.popen('iconv -f UTF-8 -t UTF-8 < ' .. path ..
+      ' > /dev/null 2>&1; echo $?')
+    local status = pipe:read('*a')
+    pipe:close()
+    -- The check itself: the raw bytes fail it.
+    file = assert(io.open(path, 'wb'))
+    file:write('"bad\255sym"')
+    file:close()
+    pipe = io.popen('iconv -f UTF-8 -t UTF-8 < ' .. path ..
+      ' > /dev/null 2>&1; echo $?')
+    local raw_status = pipe:read('*a')
+    pipe:close()
+    os.remove(path)
+    assert.are.same({ '0\n', '1\n' }, { status, raw_status })
+    assert.is_nil(text:find('\255', 1, true))
+  end)
+
+  it('has the cumulative figures of rows by function or by stack',
+    function()
+      local doc = decode(B.nested_calls(), 'function')
+      local rows = {}
+      for _, row in ipairs(doc.rows) do
+        rows[row.name] = row.id
+      end
+      local function entry(name, figures)
+        return { row = rows[name], name = name, events = figures[1],
+          bytes = figures[2], live_blocks = figures[3],
+          live_bytes = figures[4], self_events = figures[5],
+          self_bytes = figures[6] }
+      end
+      assert.are.same({ mode = 'function', rows = {
+        entry('main chunk of @m.lua', { 5, 1710, 4, 1610, 1, 10 }),
+        entry('function at @m.lua:3', { 4, 1700, 3, 1600, 4, 1700 }),
+        entry('string.rep', { 2, 1500, 2, 1500, 0, 0 }),
+        entry('TRACE [1] started at @m.lua:20', { 1, 16, 1, 16, 1, 16 }),
+      } }, doc.cumulative)
+      -- string.rep is a row of its own, though it had no events.
+      assert.are.equal('string.rep', doc.rows[rows['string.rep']].name)
+      doc = decode(B.nested_calls(), 'stack')
+      assert.are.same({ 'stack', '@m.lua:9', 1210, '@m.lua:4 <- @m.lua:9',
+        1200 }, { doc.cumulative.mode, doc.cumulative.rows[1].name,
+        doc.cumulative.rows[1].bytes, doc.cumulative.rows[2].name,
+        doc.cumulative.rows[2].bytes })
+      assert.are.equal(cjson.null, decode(B.nested_calls(), 'line').cumulative)
+    end)
 
   it('reports the warning of a cut stream', function()
     local s = B.new():lfunc(0x100, '@a.lua', 1):events()

@@ -294,7 +294,7 @@ INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
 		(allocated before profiling)
 		@app.lua:5
-		string.format <- @log.lua:5 <- @app.lua:10
+		... and 1 more
 
 
 HEAP SUMMARY:
@@ -307,8 +307,51 @@ string.format holds 300B: 1 allocs, 0 frees
 ... and 4 more hold 104B: 3 allocs, 1 frees
 TOTAL holds 804B (net bytes of the stream)
 
+CUMULATIVE: each stack with the functions called from its innermost line, by bytes allocated (self: its own events)
+string.format: with callees 2 events +400B, live 400B in 2 blocks; self 2 events +400B
+	called from @log.lua:5
+	called from @app.lua:20
+string.format: with callees 3 events +300B, live 0B in 0 blocks; self 3 events +300B
+	called from @log.lua:5
+	called from @app.lua:10
+... and 5 more
+
 ]], text.render(result, { top = 2 }))
   end)
+
+  it('adds the callees of each function, by function or by stack',
+    function()
+      local result = analyze.run(reader.from_string(
+        B.nested_calls():bytes(), 'out.bin'), { group = 'function' })
+      assert.are.equal([[
+CUMULATIVE: each function with the functions it called, by bytes allocated (self: its own events)
+main chunk of @m.lua: with callees 5 events +1710B, live 1610B in 4 blocks; self 1 events +10B
+function at @m.lua:3: with callees 4 events +1700B, live 1600B in 3 blocks; self 4 events +1700B
+string.rep: with callees 2 events +1500B, live 1500B in 2 blocks; self 0 events +0B
+TRACE [1] started at @m.lua:20: with callees 1 events +16B, live 16B in 1 block; self 1 events +16B
+
+]], text.render(result):match('\n(CUMULATIVE:.*)$'))
+      result = analyze.run(reader.from_string(B.nested_calls():bytes(),
+        'out.bin'), { group = 'stack' })
+      assert.are.equal([[
+CUMULATIVE: each stack with the functions called from its innermost line, by bytes allocated (self: its own events)
+@m.lua:9: with callees 4 events +1210B, live 1110B in 3 blocks; self 1 events +10B
+@m.lua:4: with callees 3 events +1200B, live 1100B in 2 blocks; self 2 events +200B
+	called from @m.lua:9
+string.rep: with callees 1 events +1000B, live 1000B in 1 block; self 1 events +1000B
+	called from @m.lua:4
+	called from @m.lua:9
+... and 2 more
+
+]], text.render(result, { top = 3, human_readable = false })
+        :match('\n(CUMULATIVE:.*)$'))
+      -- Not with --leak-only, nor by line.
+      assert.is_nil(text.render(result, { leak_only = true })
+        :find('CUMULATIVE', 1, true))
+      result = analyze.run(reader.from_string(B.nested_calls():bytes(),
+        'out.bin'), { group = 'line' })
+      assert.is_nil(text.render(result):find('CUMULATIVE', 1, true))
+    end)
 
   it('sorts by bytes or by count when asked', function()
     assert.are.equal([[

@@ -275,6 +275,19 @@ function_alias_1:
 ]], report(s, 'line', { leaks = true }))
   end)
 
+  it('prints three idle hours after the last event in 22 rows', function()
+    local rows = { '    0 s     100B     40B  ' .. ('#'):rep(40) ..
+      '  <- peak' }
+    for i = 1, 21 do
+      rows[#rows + 1] = ('%5d s      40B     40B  %s'):format(i * 500,
+        ('#'):rep(16))
+    end
+    assert.are.equal('HEAP OVER TIME: live bytes, 500 s per row (the ' ..
+      'highest value in the row, and the value at its end)\n' ..
+      '   time  highest  at end\n' .. table.concat(rows, '\n') .. '\n\n',
+      report(B.idle_tail(), 'line', { timeline = true }))
+  end)
+
   it('chooses time units that show the width of the rows', function()
     local s = B.new():events({ version = B.EXTENDED })
     s:alloc(B.internal(), 0x10, 100):time(30 * 1e9)

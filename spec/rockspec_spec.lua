@@ -38,4 +38,18 @@ describe('the rockspec', function()
     local want = listed('lua/memprof/*.lua lua/memprof/report/*.lua')
     assert.same(want, modules)
   end)
+
+  -- LuaRocks installs a file of build.install.lua under key a.b.c into
+  -- the directory a/b of its Lua tree, under the file's own name.
+  it("installs the HTML page's files beside report/html.lua", function()
+    local installed = {}
+    for key, file in pairs(rockspec().build.install.lua) do
+      local dir = key:gsub('[^.]*$', ''):gsub('%.', '/')
+      installed[#installed + 1] = 'lua/' .. dir .. file:match('[^/]*$')
+    end
+    table.sort(installed)
+    assert.same(listed('lua/memprof/report/html/*'), installed)
+    assert.same({ 'lua/memprof/report/html/page.css',
+      'lua/memprof/report/html/page.js' }, installed)
+  end)
 end)

@@ -12,8 +12,9 @@ local LUA = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
 local MEMPROF = os.getenv('PWD') .. '/bin/memprof'
 
 -- Writes its arguments (and arg[-1], arg[0]) one per line to the file
--- named by its first argument; keeps 100 tables made at line 5; then
--- exits (arg[2] = 'exit', with code arg[3]) or fails (arg[2] = 'fail').
+-- named by its first argument; keeps 100 tables made at line 5; prints
+-- a line on stdout; then exits (arg[2] = 'exit', with code arg[3]) or
+-- fails (arg[2] = 'fail').
 local SCRIPT = [[
 local out = assert(io.open(arg[1], 'w'))
 out:write(tostring(arg[-1]), '\n', arg[0], '\n', table.concat(arg, '\n'), '\n')
@@ -21,9 +22,12 @@ out:close()
 local keep = {}
 for i = 1, 100 do keep[i] = { i } end
 _G.keep = keep
+io.write('the output of app.lua\n')
 if arg[2] == 'exit' then os.exit(tonumber(arg[3])) end
 if arg[2] == 'fail' then error('failed on purpose') end
 ]]
+
+local OUTPUT = 'the output of app.lua\n'
 
 -- The row of `name` in the HEAP SUMMARY of a report, or nil.
 local function heap_row(report, name)
@@ -63,22 +67,24 @@ describe('memprof run', function()
     return list
   end
 
-  it('runs the script with its arguments and prints the report', function()
+  it('runs the script with its arguments and prints the report on stderr',
+    function()
     local code, stdout, stderr = memprof('run', 'app.lua', 'args.txt', 'b c',
       '')
     assert.are.equal(0, code)
+    -- stdout is the script's alone.
+    assert.are.equal(OUTPUT, stdout)
     -- arg[-1] is what the interpreter shows a script it runs directly.
     C.write_file(dir .. '/self.lua', 'io.write(tostring(arg[-1]))')
     local _, self = C.run('cd ' .. C.quote(dir) .. ' && timeout 120 ' ..
       C.command(LUA, 'self.lua'))
     assert.are.same({ self, 'app.lua', 'args.txt', 'b c', '' },
       lines_of(dir .. '/args.txt'))
-    assert.are.equal('memprof: app.lua exited with 0; profile in ' ..
-      'memprof-app.bin\n', stderr)
-    assert.truthy(stdout:find('^ALLOCATIONS\n'))
-    assert.truthy(stdout:find('\n@app.lua:5: %d+ events\t%+%d+B\t%-0B\n'))
+    assert.truthy(stderr:find('^memprof: app.lua exited with 0; profile in ' ..
+      'memprof%-app.bin\nALLOCATIONS\n'))
+    assert.truthy(stderr:find('\n@app.lua:5: %d+ events\t%+%d+B\t%-0B\n'))
     -- (The byte counts depend on the VM and the JIT, the rows do not.)
-    assert.truthy(heap_row(stdout, '@app.lua:5'))
+    assert.truthy(heap_row(stderr, '@app.lua:5'))
     -- The profile is where it said.
     local stream = reader.open(dir .. '/memprof-app.bin')
     assert.are.equal(3, stream.version)
@@ -89,27 +95,28 @@ describe('memprof run', function()
     local code, stdout, stderr = memprof('run', '-o', 'exit.bin',
       '--leak-only', 'app.lua', 'args.txt', 'exit', '7')
     assert.are.equal(7, code)
-    assert.are.equal('memprof: app.lua exited with 7; profile in exit.bin\n',
-      stderr)
-    assert.truthy(stdout:find('^HEAP SUMMARY:\n'))
-    assert.truthy(heap_row(stdout, '@app.lua:5'))
+    assert.are.equal(OUTPUT, stdout)
+    assert.truthy(stderr:find('^memprof: app.lua exited with 7; profile in ' ..
+      'exit.bin\nHEAP SUMMARY:\n'))
+    assert.truthy(heap_row(stderr, '@app.lua:5'))
     code, stdout, stderr = memprof('run', '-o', 'fail.bin', '--leak-only',
       'app.lua', 'args.txt', 'fail')
     assert.are.equal(1, code)
     assert.truthy(stderr:find('failed on purpose', 1, true))
     assert.truthy(stderr:find('memprof: app.lua exited with 1; profile in ' ..
-      'fail.bin\n', 1, true))
-    assert.truthy(stdout:find('^HEAP SUMMARY:\n'))
+      'fail.bin\nHEAP SUMMARY:\n', 1, true))
+    assert.are.equal(OUTPUT, stdout)
     assert.truthy(C.read_file(dir .. '/fail.bin'))
   end)
 
   it('records stacks and time marks, and writes the format asked for',
     function()
-      local code, stdout = memprof('run', '--profile=deep.bin',
+      local code, stdout, stderr = memprof('run', '--profile=deep.bin',
         '--stack-depth', '8', '--timestamps', '--format=folded',
         '--metric=live-bytes', 'app.lua', 'args.txt')
       assert.are.equal(0, code)
-      assert.truthy(stdout:find('@app.lua:5 %d+\n'))
+      assert.are.equal(OUTPUT, stdout)
+      assert.truthy(stderr:find('@app.lua:5 %d+\n'))
       local stream = reader.open(dir .. '/deep.bin')
       while stream:next() do end
       assert.are.equal(100, stream.version)
@@ -155,9 +162,10 @@ Usage: memprof run [OPTIONS] SCRIPT [ARGS...]
        memprof report [OPTIONS] FILE  (as memprof-report)
 
 Run a Lua script under the profiler, without editing it, then print
-the report of its profile (or the --format asked for).  The script
-runs in a child process (--lua, default the interpreter running
-memprof) with its arguments; memprof exits with its exit status.
+the report of its profile (or the --format asked for) on stderr, or
+into the file of --output: stdout is the script's.  The script runs
+in a child process (--lua, default the interpreter running memprof)
+with its arguments; memprof exits with its exit status.
 
 Options of run:
   -o, --profile=PROFILE  write the profile there (default memprof-SCRIPT.bin)
@@ -192,7 +200,18 @@ And the options of memprof-report (memprof-report --help).
         '(see memprof run --help)\n' },
       { { 'run', '--top=2', '--format=pprof', 'app.lua' }, 'memprof run: ' ..
         '--top does not apply to --format=pprof (see memprof run --help)\n' },
+      { { 'run', '--format=pprof', 'app.lua' }, 'memprof run: ' ..
+        '--format=pprof writes binary data: give --output=FILE (see ' ..
+        'memprof run --help)\n' },
+      { { 'run', '--temporary', '5', 'app.lua' }, "memprof run: option " ..
+        "'--temporary' takes its value after '=': write --temporary=5 " ..
+        '(see memprof run --help)\n' },
+      { { 'run', '--stackdepth=8', 'app.lua' }, "memprof run: unknown " ..
+        "option '--stackdepth=8'; did you mean --stack-depth? (see " ..
+        'memprof run --help)\n' },
       { { 'walk' }, "memprof: unknown command 'walk' (see memprof --help)\n" },
+      { { 'app.lua' }, "memprof: unknown command 'app.lua'; to profile " ..
+        'it: memprof run app.lua (see memprof --help)\n' },
       { {}, 'memprof: no command given (see memprof --help)\n' },
     }
     for _, case in ipairs(cases) do
@@ -202,12 +221,23 @@ And the options of memprof-report (memprof-report --help).
       assert.are.equal(case[2], stderr)
     end
     -- Options after the script are the script's.
-    local code, _, stderr = memprof('run', '-o', 'x.bin', 'app.lua',
-      'args.txt', '--top=2')
+    local code, stdout, stderr = memprof('run', '-o', 'x.bin',
+      '--output=r.txt', 'app.lua', 'args.txt', '--top=2')
     assert.are.equal(0, code)
-    assert.are.equal('memprof: app.lua exited with 0; profile in x.bin\n',
-      stderr)
+    assert.are.equal(OUTPUT, stdout)
+    assert.are.equal('memprof: app.lua exited with 0; profile in x.bin\n' ..
+      'memprof-report: wrote r.txt\n', stderr)
     assert.are.equal('--top=2', lines_of(dir .. '/args.txt')[4])
+    assert.truthy(heap_row(C.read_file(dir .. '/r.txt'), '@app.lua:5'))
+  end)
+
+  it('prints its version and the interpreter it runs on', function()
+    local _, interpreter = C.run(C.command(LUA, '-e',
+      'io.write(jit and jit.version or _VERSION)'))
+    local code, stdout, stderr = memprof('--version')
+    assert.are.same({ 0, '' }, { code, stderr })
+    assert.are.equal('memprof ' .. require('memprof.version').VERSION ..
+      ' (' .. interpreter .. ')\n', stdout)
   end)
 
   it('runs scripts under tarantool', function()
@@ -217,9 +247,10 @@ And the options of memprof-report (memprof-report --help).
     local code, stdout, stderr = memprof('run', '--lua=tarantool', '-o',
       't.bin', '--leak-only', 'app.lua', 'args.txt', 'exit', '5')
     assert.are.equal(5, code)
-    assert.are.equal('memprof: app.lua exited with 5; profile in t.bin\n',
-      stderr)
-    assert.truthy(heap_row(stdout, '@app.lua:5'))
+    assert.are.equal(OUTPUT, stdout)
+    assert.truthy(stderr:find('^memprof: app.lua exited with 5; profile in ' ..
+      't.bin\nHEAP SUMMARY:\n'))
+    assert.truthy(heap_row(stderr, '@app.lua:5'))
     local args = lines_of(dir .. '/args.txt')
     assert.truthy(args[1]:find('tarantool$'))
     assert.are.same({ 'app.lua', 'args.txt', 'exit', '5' },

@@ -422,6 +422,51 @@ describe('timeline pass', function()
     assert.are.same({ 150, 50, 2 }, { shown.rows[26].high,
       shown.rows[26].last, shown.rows[26].events })
   end)
+
+  -- The rows of a timeline result as { start, stop, high, last, events }.
+  local function rows_of(shown)
+    local list = {}
+    for i, r in ipairs(shown.rows) do
+      list[i] = { r.start, r.stop, r.high, r.last, r.events }
+    end
+    return list
+  end
+
+  it('costs the slots with events, not the hours of idle time after them',
+    function()
+      local started = os.clock()
+      local result = run(B.idle_tail(), 'line').timeline
+      assert.are.same({ 10000, 3 * 3600 * 1e9 }, { result.resolution,
+        result.duration })
+      local shown = timeline.rows(result)
+      assert.are.same({ 5e11, 22, 1 }, { shown.width, #shown.rows,
+        shown.peak_row })
+      local want = { { 0, 5e11, 100, 40, 2 } }
+      for i = 2, 22 do
+        want[i] = { (i - 1) * 5e11, i * 5e11, 40, 40, 0 }
+      end
+      assert.are.same(want, rows_of(shown))
+      -- 1.08e9 slots of 10 us: a loop over them takes many seconds.
+      assert.is_true(os.clock() - started < 1)
+    end)
+
+  it('coarsens to a time mark of 2^62 ns and still draws a few rows',
+    function()
+      local started = os.clock()
+      local result = run(B.far_mark(), 'line').timeline
+      assert.are.same({ 1e15, 2 ^ 62 }, { result.resolution,
+        result.duration })
+      local shown = timeline.rows(result)
+      assert.are.same({ 1e17, 47, 47 }, { shown.width, #shown.rows,
+        shown.peak_row })
+      local want = {}
+      for i = 1, 46 do
+        want[i] = { (i - 1) * 1e17, i * 1e17, 100, 100, i == 1 and 1 or 0 }
+      end
+      want[47] = { 46e17, 47e17, 150, 50, 2 }
+      assert.are.same(want, rows_of(shown))
+      assert.is_true(os.clock() - started < 1)
+    end)
 end)
 
 -- Every view's sums reconcile with the stream ------------------------------

@@ -7,6 +7,8 @@
 --   result.grouper   -- the memprof.groups grouper of the rows
 --   result.leaks, result.peak, result.temporary, result.timeline
 --                    -- the views asked for (see each module)
+--   result.cumulative -- rows grouped by function or stack: each row's
+--                    -- figures with its callees' (memprof.cumulative)
 --
 -- opts (all optional):
 --   group     'line' (default) | 'function' | 'caller' | 'stack': what the
@@ -35,6 +37,7 @@ local leaks = require('memprof.leaks')
 local peak = require('memprof.peak')
 local temporary = require('memprof.temporary')
 local timeline = require('memprof.timeline')
+local cumulative = require('memprof.cumulative')
 
 local M = {}
 
@@ -68,6 +71,10 @@ local function make_passes(grouper, by_group, opts)
       entries[#entries + 1] = { name = name,
         pass = view_pass(name, grouper, opts) }
     end
+  end
+  if cumulative.MODES[grouper.mode] then
+    entries[#entries + 1] = { name = 'cumulative',
+      pass = cumulative.new(grouper) }
   end
   for _, entry in ipairs(opts.passes or {}) do
     entries[#entries + 1] = entry

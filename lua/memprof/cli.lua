@@ -29,6 +29,15 @@
 --
 -- --diff BEFORE AFTER compares two profiles (memprof.diff).
 --
+-- The text report and --diff show the first DEFAULT_TOP rows of each
+-- section unless --top=N or --all says otherwise; the formats count the
+-- rows they leave out in opts.left_out.rows, and a last line says how
+-- many and how to see them.
+--
+-- Common mistakes get a hint: an option with an optional value given
+-- its value after a space (--temporary 5), an unknown option close to a
+-- known one (--leak, -leaks).
+--
 -- While a profile larger than a read chunk is read, and stderr is a
 -- terminal, a line on stderr says how far the reading has got
 -- (memprof.progress).
@@ -40,11 +49,15 @@ local progress = require('memprof.progress')
 local diff = require('memprof.diff')
 local diff_report = require('memprof.report.diff')
 local folded = require('memprof.report.folded')
+local version = require('memprof.version')
 
 local M = {}
 
 local PROGRAM = 'memprof-report'
 M.PROGRAM = PROGRAM
+
+-- Rows per section of the text report and --diff without --top or --all.
+M.DEFAULT_TOP = 30
 
 local format = string.format
 
@@ -91,7 +104,7 @@ end
 
 M.FORMATS = {
   { name = 'text', help = 'the report, or the views asked for (default)',
-    takes = keys(VIEW_KEYS, { 'group', 'top', 'sort', 'leak_only',
+    takes = keys(VIEW_KEYS, { 'group', 'top', 'all', 'sort', 'leak_only',
       'human_readable', 'output' }) },
   { name = 'json', help = 'every view as JSON (docs/json.md)',
     takes = keys({ 'group', 'temporary', 'output' }) },
@@ -102,7 +115,7 @@ M.FORMATS = {
   { name = 'chrome', help = 'the heap over time as a Chrome trace',
     takes = keys({ 'output' }) },
   { name = 'html', help = 'a page of every view, for a browser',
-    takes = keys({ 'group', 'top', 'sort', 'temporary', 'output' }) },
+    takes = keys({ 'group', 'top', 'all', 'sort', 'temporary', 'output' }) },
 }
 
 local FORMAT_NAMES = {}
@@ -111,8 +124,8 @@ for i, entry in ipairs(M.FORMATS) do
 end
 
 -- What --diff takes.
-local DIFF_TAKES = keys({ 'group', 'top', 'sort', 'human_readable', 'output',
-  'diff' })
+local DIFF_TAKES = keys({ 'group', 'top', 'all', 'sort', 'human_readable',
+  'output', 'diff' })
 
 M.OPTIONS = {
   { name = 'format', value = 'NAME', key = 'format',
@@ -120,7 +133,8 @@ M.OPTIONS = {
   { name = 'group', value = 'G', key = 'group', check = one_of(groups.MODES),
     help = 'rows by line (default), function, caller or stack' },
   { name = 'top', value = 'N', key = 'top', check = whole_number(1),
-    help = 'at most N rows per section' },
+    help = 'at most N rows per section (text: 30 by default)' },
+  { name = 'all', key = 'all', help = 'every row of each section' },
   { name = 'sort', value = 'S', key = 'sort',
     check = one_of({ 'bytes', 'count' }), help = 'sort rows by bytes or count' },
   { name = 'leaks', key = 'leaks',
@@ -144,6 +158,8 @@ M.OPTIONS = {
     help = 'compare two profiles: --diff BEFORE AFTER' },
   { name = 'help', short = 'h', key = 'help',
     help = 'show this help and exit' },
+  { name = 'version', key = 'version',
+    help = 'show the version (and the interpreter) and exit' },
 }
 
 -- The view options, in the order the report prints them.
@@ -179,6 +195,9 @@ local function usage()
     'with call stacks (memprof.start(path, {stack_depth = N})), --timeline',
     'one recorded with time marks (memprof.start(path, {timestamps = true})).',
     'With --diff, print which rows grew or shrank from BEFORE to AFTER.',
+    'The text report and --diff show the first ' .. M.DEFAULT_TOP ..
+      ' rows of each section',
+    '(--top=N for N, --all for every row).',
     '',
     'Options:',
   }
@@ -194,6 +213,84 @@ local function usage()
 end
 
 -- Parsing ------------------------------------------------------------------
+
+-- The number of single-letter edits that turn a into b.
+local function edit_distance(a, b)
+  local previous = {}
+  for j = 0, #b do
+    previous[j] = j
+  end
+  for i = 1, #a do
+    local current = { [0] = i }
+    for j = 1, #b do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      current[j] = math.min(previous[j] + 1, current[j - 1] + 1,
+        previous[j - 1] + cost)
+    end
+    previous = current
+  end
+  return previous[#b]
+end
+
+-- '--a', '--a or --b', '--a, --b or --c'.
+local function either(words)
+  if #words == 1 then
+    return words[1]
+  end
+  return table.concat(words, ', ', 1, #words - 1) .. ' or ' .. words[#words]
+end
+
+-- The options whose names pass test(name), at most three.
+local function options_where(options, test)
+  local found = {}
+  for _, option in ipairs(options) do
+    if #found < 3 and test(option.name) then
+      found[#found + 1] = '--' .. option.name
+    end
+  end
+  return found
+end
+
+-- The options a mistyped name may have meant: those it begins (or is),
+-- else those within two edits of it (one for names of four letters or
+-- fewer).
+local function similar_options(options, name)
+  if #name < 2 then
+    return {}
+  end
+  local found = options_where(options, function(known)
+    return known:sub(1, #name) == name
+  end)
+  if #found > 0 then
+    return found
+  end
+  local most = #name <= 4 and 1 or 2
+  return options_where(options, function(known)
+    return edit_distance(name, known) <= most
+  end)
+end
+
+local function unknown_option(options, word)
+  local name = word:match('^%-%-?([^=]+)')
+  local similar = name and similar_options(options, name) or {}
+  if #similar == 0 then
+    return format("unknown option '%s'", word)
+  end
+  return format("unknown option '%s'; did you mean %s?", word,
+    either(similar))
+end
+
+-- For an option whose value is optional, given without one: if the
+-- next word is a value it takes (--temporary 5), a message saying how
+-- to write it; else nil.
+local function spaced_value(option, spelled, next_word)
+  if not next_word or next_word:match('^%-') or not option.check or
+      option.check(next_word) == nil then
+    return nil
+  end
+  return format("option '%s' takes its value after '=': write %s=%s",
+    spelled, spelled, next_word)
+end
 
 local function find_option(options, name, short)
   for _, option in ipairs(options) do
@@ -236,10 +333,14 @@ local function read_option(options, opts, args, i)
   local short = not name and word:match('^%-(%w)$')
   local option = (name or short) and find_option(options, name, short)
   if not option then
-    return nil, format("unknown option '%s'", word)
+    return nil, unknown_option(options, word)
   end
   local spelled = name and '--' .. name or '-' .. short
   if option.optional and value == nil then
+    local message = spaced_value(option, spelled, args[i + 1])
+    if message then
+      return nil, message
+    end
     opts[option.key] = option.default
   elseif option.value then
     local stored, last = option_value(option, spelled, value, args, i)
@@ -334,14 +435,31 @@ local function analysis_options(format_name, module, opts, stream)
     passes = module.passes and module.passes() }
 end
 
--- The options passed to the format's write().
-local function write_options(opts)
+-- The options passed to the format's write(): for the text report and
+-- --diff, the default --top and a count of the rows it leaves out.
+local function write_options(opts, format_name)
   local copy = {}
   for k, v in pairs(opts) do
     copy[k] = v
   end
   copy.views = views_asked(opts)
+  if (format_name == 'text' or opts.diff) and not opts.top and
+      not opts.all then
+    copy.top = M.DEFAULT_TOP
+    copy.left_out = { rows = 0 }
+  end
   return copy
+end
+
+-- After a report cut at the default --top: how many rows it left out,
+-- and how to see them.
+local function write_cut_note(out, options)
+  local left_out = options.left_out
+  if left_out and left_out.rows > 0 then
+    out:write(format('(%d %s left out: each list shows its first %d; ' ..
+      '--top=N shows N, --all every row)\n', left_out.rows,
+      left_out.rows == 1 and 'row' or 'rows', options.top))
+  end
 end
 
 -- Reading ------------------------------------------------------------------
@@ -435,9 +553,10 @@ local function report(path, opts, out, err)
   for _, note in ipairs(module.notes and module.notes(result) or {}) do
     err:write(PROGRAM, ': note: ', note, '\n')
   end
-  return write_outputs(module, write_options(opts), out, err,
+  return write_outputs(module, write_options(opts, name), out, err,
     function(handle, options)
       module.write(result, handle, options)
+      write_cut_note(handle, options)
     end)
 end
 
@@ -454,11 +573,14 @@ local function report_diff(paths, opts, out, err)
     results[i] = result
   end
   local changes = diff.compare(results[1], results[2], { sort = opts.sort })
-  return write_outputs({}, opts, out, err, function(handle)
-    diff_report.write(changes, handle, { before = paths[1], after = paths[2],
-      group = results[2].grouper.mode, sort = opts.sort, top = opts.top,
-      human_readable = opts.human_readable })
-  end)
+  return write_outputs({}, write_options(opts), out, err,
+    function(handle, options)
+      diff_report.write(changes, handle, { before = paths[1],
+        after = paths[2], group = results[2].grouper.mode, sort = opts.sort,
+        top = options.top, left_out = options.left_out,
+        human_readable = opts.human_readable })
+      write_cut_note(handle, options)
+    end)
 end
 
 -- Checking the command line ------------------------------------------------
@@ -485,6 +607,9 @@ end
 
 -- A problem with the combination of options, or nil.
 local function conflict(opts)
+  if opts.top and opts.all then
+    return '--top=N and --all do not go together (--all shows every row)'
+  end
   if opts.diff then
     if opts.format and opts.format ~= 'text' then
       return '--diff writes text; leave out --format'
@@ -556,6 +681,10 @@ function M.main(args, out, err)
   end
   if opts.help then
     out:write(usage())
+    return 0
+  end
+  if opts.version then
+    out:write(version.line(PROGRAM), '\n')
     return 0
   end
   local problem = file_problem(opts, files) or conflict(opts)

@@ -27,8 +27,14 @@
 -- script does to its process (os.exit, a crash, a signal), memprof is
 -- still there to print the report, then exits with the script's status
 -- (128 + N when a signal N killed it).
+--
+-- The report goes to stderr (or to the file of --output), never to
+-- stdout, which is the script's: its output stays its own, and can be
+-- piped or compared.  A binary format needs --output.
 
 local cli = require('memprof.cli')
+local version = require('memprof.version')
+local launch = require('memprof.launch')
 
 local M = {}
 
@@ -67,15 +73,18 @@ M.RUN_OPTIONS = {
     help = 'show this help and exit' },
 }
 
+-- memprof-report's options that memprof run does not take.
+local NOT_FOR_RUN = { diff = true, help = true, version = true }
+
 -- The options of memprof run: its own, then memprof-report's (but
--- --diff and --help).
+-- --diff, --help and --version).
 local function run_options()
   local list = {}
   for _, option in ipairs(M.RUN_OPTIONS) do
     list[#list + 1] = option
   end
   for _, option in ipairs(cli.OPTIONS) do
-    if option.key ~= 'diff' and option.key ~= 'help' then
+    if not NOT_FOR_RUN[option.key] then
       list[#list + 1] = option
     end
   end
@@ -88,9 +97,10 @@ local function usage()
     '       ' .. PROGRAM .. ' report [OPTIONS] FILE  (as memprof-report)',
     '',
     'Run a Lua script under the profiler, without editing it, then print',
-    'the report of its profile (or the --format asked for).  The script',
-    'runs in a child process (--lua, default the interpreter running',
-    'memprof) with its arguments; memprof exits with its exit status.',
+    'the report of its profile (or the --format asked for) on stderr, or',
+    'into the file of --output: stdout is the script\'s.  The script runs',
+    'in a child process (--lua, default the interpreter running memprof)',
+    'with its arguments; memprof exits with its exit status.',
     '',
     'Options of run:',
   }
@@ -104,9 +114,7 @@ end
 
 -- Finding things -----------------------------------------------------------
 
-local function shell_quote(word)
-  return "'" .. word:gsub("'", "'\\''") .. "'"
-end
+local shell_quote = launch.shell_quote
 M.shell_quote = shell_quote
 
 local function exists(path)
@@ -246,19 +254,7 @@ function M.command(interp, wrapper, words)
 end
 
 -- The exit code of a child from os.execute's results.
-function M.exit_code(status, how, code)
-  if type(status) == 'number' then
-    -- Lua 5.1: the wait status from system().
-    if status % 256 == 0 then
-      return math.floor(status / 256) % 256
-    end
-    return 128 + status % 128
-  end
-  if how == 'signal' then
-    return 128 + code
-  end
-  return code or (status and 0 or 1)
-end
+M.exit_code = launch.exit_code
 
 -- Running ----------------------------------------------------------------------
 
@@ -285,11 +281,22 @@ local function run(opts, words, out, err, how)
   local code = M.exit_code(os.execute(command))
   err:write(format('%s: %s exited with %d; profile in %s\n', PROGRAM,
     words[1], code, profile))
-  local report_code = cli.report_main(profile, report_options(opts), out, err)
+  local report_code = cli.report_main(profile, report_options(opts), err,
+    err)
   if code ~= 0 then
     return code
   end
   return report_code
+end
+
+-- A binary format cannot go to stderr: it needs --output.
+local function binary_problem(opts)
+  local name = opts.format
+  if name and not opts.output and require('memprof.report.' .. name).BINARY
+      then
+    return format('--format=%s writes binary data: give --output=FILE', name)
+  end
+  return nil
 end
 
 local function run_main(args, out, err, how)
@@ -306,12 +313,26 @@ local function run_main(args, out, err, how)
     err:write(PROGRAM, ' run: no script given (see memprof run --help)\n')
     return 1
   end
-  local problem = cli.conflict(report_options(opts))
+  local problem = cli.conflict(report_options(opts)) or
+    binary_problem(opts)
   if problem then
     err:write(PROGRAM, ' run: ', problem, ' (see memprof run --help)\n')
     return 1
   end
   return run(opts, words, out, err, how)
+end
+
+-- What is wrong with the first word, when it is not a command.
+local function command_problem(command)
+  if not command then
+    return 'no command given'
+  end
+  if command:match('%.lua$') or (not command:match('^%-') and
+      exists(command)) then
+    return format("unknown command '%s'; to profile it: memprof run %s",
+      command, command)
+  end
+  return format("unknown command '%s'", command)
 end
 
 function M.main(args, out, err, how)
@@ -330,9 +351,11 @@ function M.main(args, out, err, how)
   elseif command == '--help' or command == '-h' then
     out:write(usage())
     return 0
+  elseif command == '--version' then
+    out:write(version.line(PROGRAM), '\n')
+    return 0
   end
-  err:write(PROGRAM, ': ', command and format("unknown command '%s'",
-    command) or 'no command given', ' (see memprof --help)\n')
+  err:write(PROGRAM, ': ', command_problem(command), ' (see memprof --help)\n')
   return 1
 end
 

@@ -132,38 +132,56 @@ local function slots_per_row(slots, max_rows)
   end
 end
 
--- One row: slots first..last of the result, after a heap of `carry`.
-local function make_row(result, first, last, carry)
-  local row = { high = nil, last = carry, events = 0 }
-  for slot = first, last do
-    local count = result.events[slot]
-    if count then
-      local high = result.high[slot]
-      if not row.high or high > row.high then
-        row.high = high
-      end
-      row.last = result.last[slot]
-      row.events = row.events + count
-    end
+-- The slots with events, in order.
+local function occupied_slots(result)
+  local slots = {}
+  for slot in pairs(result.events) do
+    slots[#slots + 1] = slot
   end
-  row.high = row.high or carry
-  return row
+  table.sort(slots)
+  return slots
 end
 
+-- One row: the occupied slots from occupied[next] up to slot `last`,
+-- after a heap of `carry`.  Returns the row and the index of the first
+-- occupied slot past it.
+local function make_row(result, occupied, next, last, carry)
+  local row = { high = nil, last = carry, events = 0 }
+  while occupied[next] and occupied[next] <= last do
+    local slot = occupied[next]
+    local high = result.high[slot]
+    if not row.high or high > row.high then
+      row.high = high
+    end
+    row.last = result.last[slot]
+    row.events = row.events + result.events[slot]
+    next = next + 1
+  end
+  row.high = row.high or carry
+  return row, next
+end
+
+-- The rows cost the number of occupied slots plus the number of rows
+-- (at most max_rows), never the number of slots from 0 to the duration:
+-- a profile that idles for hours after its last event, or whose last
+-- time mark is absurd, costs no more than a short one.
 function M.rows(result, max_rows)
   local resolution = result.resolution
   local slots = floor(result.duration / resolution) + 1
   local per_row = slots_per_row(slots, max_rows or M.MAX_ROWS)
   local width = per_row * resolution
-  local rows, carry, peak_row = {}, 0, nil
-  for first = 1, slots, per_row do
-    local row = make_row(result, first, first + per_row - 1, carry)
+  local occupied = occupied_slots(result)
+  local rows, carry, peak_row, next = {}, 0, nil, 1
+  for index = 1, math.ceil(slots / per_row) do
+    local first = (index - 1) * per_row + 1
+    local row
+    row, next = make_row(result, occupied, next, first + per_row - 1, carry)
     row.start = (first - 1) * resolution
     row.stop = row.start + width
-    rows[#rows + 1] = row
+    rows[index] = row
     carry = row.last
     if not peak_row or row.high > rows[peak_row].high then
-      peak_row = #rows
+      peak_row = index
     end
   end
   return { width = width, rows = rows, peak_row = peak_row }

@@ -284,4 +284,60 @@ function B.temporaries()
   return s
 end
 
+-- An extended stream whose program idles for three hours after its last
+-- event: 100B allocated at @idle.lua:2 at 1 ms, 60B of it freed at 2 ms
+-- (a realloc to 40B at @idle.lua:3), then a last time mark at 3 h.
+function B.idle_tail()
+  local s = B.new():lfunc(0x100, '@idle.lua', 1):events({ version = B.EXTENDED })
+  s:time(1000000)
+  s:alloc(B.lua(0x100, 2), 0x10, 100)
+  s:time(2000000)
+  s:realloc(B.lua(0x100, 3), 0x10, 100, 0x20, 40)
+  s:time(3 * 3600 * 1e9)
+  s:epilogue()
+  return s
+end
+
+-- An extended stream with a corrupted time mark of 2^62 ns (146 years):
+-- 100B allocated at @far.lua:2 at 1 ms, then the mark, then 50B
+-- allocated at @far.lua:3 and the first block freed.
+function B.far_mark()
+  local s = B.new():lfunc(0x100, '@far.lua', 1):events({ version = B.EXTENDED })
+  s:time(1000000)
+  s:alloc(B.lua(0x100, 2), 0x10, 100)
+  s:time(2 ^ 62)
+  s:alloc(B.lua(0x100, 3), 0x20, 50)
+  s:free(B.internal(), 0x10, 100)
+  s:epilogue()
+  return s
+end
+
+-- An extended stream of calls two deep, for cumulative figures.  The
+-- main chunk of @m.lua (line 9) calls a function defined at @m.lua:3
+-- whose line 4 calls string.rep; the main chunk's line 12 calls it too:
+--   stack 1  @m.lua:9                         1 alloc   10B, live
+--   stack 2  @m.lua:4 <- @m.lua:9             2 allocs 100B each, 1 freed
+--   stack 3  string.rep <- @m.lua:4 <- @m.lua:9   1 alloc 1000B, live
+--            (charged to @m.lua:4, the Lua line calling it)
+--   stack 4  string.rep <- @m.lua:4 <- @m.lua:12  1 alloc 500B, live
+-- plus 16B allocated by a trace, live.
+function B.nested_calls()
+  local s = B.new():lfunc(0x100, '@m.lua', 0):lfunc(0x200, '@m.lua', 3)
+    :cfunc(0x900, 'string.rep'):trace(1, 0x100, 20)
+    :events({ version = B.EXTENDED })
+  s:stack(1, { B.lua(0x100, 9) })
+  s:stack(2, { B.lua(0x200, 4), B.lua(0x100, 9) })
+  s:stack(3, { B.c(0x900), B.lua(0x200, 4), B.lua(0x100, 9) })
+  s:stack(4, { B.c(0x900), B.lua(0x200, 4), B.lua(0x100, 12) })
+  s:alloc(B.lua(0x100, 9, 1), 0x10, 10)
+  s:alloc(B.lua(0x200, 4, 2), 0x20, 100)
+  s:alloc(B.lua(0x200, 4, 2), 0x30, 100)
+  s:alloc(B.lua(0x200, 4, 3), 0x40, 1000)
+  s:alloc(B.lua(0x200, 4, 4), 0x50, 500)
+  s:alloc(B.trace(1), 0x60, 16)
+  s:free(B.internal(), 0x20, 100)
+  s:epilogue()
+  return s
+end
+
 return B

@@ -175,6 +175,24 @@
     return result;
   });
 
+  // config.other: the name of an "other" box of the allocated graph to
+  // hover and click (which zooms into the frame it hangs from).
+  if (config.other) {
+    step('other', function () {
+      var box = frameNamed('allocated', config.other);
+      pointer('mousemove', box);
+      var result = {
+        left: box.style.left, width: box.style.width, tooltip: tooltip()
+      };
+      pointer('mouseleave', document.getElementById('flame-allocated'));
+      box.click();
+      result.crumbs = crumbs('allocated');
+      result.frames = frameNames('allocated');
+      resetButton('allocated').click();
+      return result;
+    });
+  }
+
   var out = document.createElement('pre');
   out.id = 'memprof-check';
   out.textContent = JSON.stringify(report);

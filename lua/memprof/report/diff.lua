@@ -6,6 +6,8 @@
 --              group: the grouping of the rows (for the heading)
 --              sort: 'bytes' (default) or 'count', as compared
 --              top: at most this many rows; the others are summed
+--              left_out: a table whose field rows grows by the number
+--                of rows that top leaves out
 --              human_readable: sizes in B/KiB/MiB/GiB
 --   diff_report.render(changes, opts) -> the same, as a string
 --
@@ -70,7 +72,7 @@ function M.write(changes, out, opts)
   layout.write_grouping(out, opts.group)
   out:write(format('CHANGES from %s to %s, by growth in %s\n', opts.before,
     opts.after, SORT_TEXT[opts.sort or 'bytes']))
-  local shown, rest = layout.split_top(changes.rows, opts.top)
+  local shown, rest = layout.split_top(changes.rows, opts.top, opts.left_out)
   for _, entry in ipairs(shown) do
     layout.write_title(out, entry.group, STATUS_SUFFIX[entry.status] ..
       ': ' .. describe(entry, size))

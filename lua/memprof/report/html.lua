@@ -7,6 +7,7 @@
 --     out     a file handle (default io.stdout)
 --     opts    top: at most this many rows per table (default 40); the
 --               others are summed on a row "… and K more rows"
+--             all: every row in every table (top is ignored)
 --             sort: 'bytes' (default) or 'count': the order of the rows
 --             (other options of the text reports are ignored: the page
 --             always has every view the result has, sizes in B/KiB/MiB
@@ -17,7 +18,8 @@
 --             and live per call stack whatever the grouping of the rows
 --
 -- The page has no reference to anything outside it: the style and the
--- script are inline, and the data the script draws (the flame graphs,
+-- script (html/page.css and html/page.js beside this module, see
+-- M.resource) are inline, and the data the script draws (the flame graphs,
 -- the heap over time) is embedded as JSON in which every '<' is written
 -- '\u003c', so it can never close its <script> element.  Everything but
 -- the flame graphs and the tooltips is plain HTML and SVG, readable with
@@ -30,6 +32,7 @@
 
 local layout = require('memprof.report.layout')
 local timeline = require('memprof.timeline')
+local utf8 = require('memprof.utf8')
 
 local M = {}
 
@@ -46,50 +49,10 @@ M.MAX_FRAMES = 30000
 
 -- Text -----------------------------------------------------------------------
 
--- The length of the valid UTF-8 sequence at text[i], or nil.
-local function utf8_length(text, i)
-  local first = text:byte(i)
-  if first < 0x80 then
-    return 1
-  end
-  local length
-  if first >= 0xc2 and first <= 0xdf then
-    length = 2
-  elseif first >= 0xe0 and first <= 0xef then
-    length = 3
-  elseif first >= 0xf0 and first <= 0xf4 then
-    length = 4
-  else
-    return nil
-  end
-  for k = i + 1, i + length - 1 do
-    local following = text:byte(k)
-    if not following or following < 0x80 or following > 0xbf then
-      return nil
-    end
-  end
-  return length
-end
-
 -- Text with every byte that is not valid UTF-8 replaced by U+FFFD (chunk
 -- names are bytes, the page is UTF-8).
 local function clean_text(text)
-  text = tostring(text)
-  if not text:find('[\128-\255]') then
-    return text
-  end
-  local parts, i = {}, 1
-  while i <= #text do
-    local length = utf8_length(text, i)
-    if length then
-      parts[#parts + 1] = text:sub(i, i + length - 1)
-      i = i + length
-    else
-      parts[#parts + 1] = '\239\191\189'
-      i = i + 1
-    end
-  end
-  return concat(parts)
+  return utf8.clean(tostring(text))
 end
 
 local HTML_ESCAPES = { ['&'] = '&amp;', ['<'] = '&lt;', ['>'] = '&gt;',
@@ -454,9 +417,9 @@ local function node_sizes(root)
   return sizes
 end
 
--- The size below which nodes are left out, so that at most about
+-- The size below which nodes are merged, so that at most about
 -- M.MAX_FRAMES remain (a node is never smaller than its children, so
--- the nodes kept form a tree), and how many are left out.
+-- the nodes kept form a tree), and how many nodes that merges.
 local function size_limit(root)
   local sizes = node_sizes(root)
   if #sizes <= M.MAX_FRAMES then
@@ -474,8 +437,10 @@ local function size_limit(root)
 end
 
 -- The tree as the page's JSON wants it: { f = frame id (absent for the
--- root), b = bytes, n = count, c = children, largest first }, without
--- the children smaller than `limit`.
+-- root), b = bytes, n = count, c = children, largest first }.  The
+-- children smaller than `limit` are merged into one last child
+-- { o = how many, b = their bytes, n = their count }, drawn as an
+-- "other" box: nothing is left blank.
 local function tree_json(node, frames, limit)
   table.sort(node.children, function(a, b)
     if a.bytes ~= b.bytes then
@@ -484,12 +449,18 @@ local function tree_json(node, frames, limit)
     return frames.list[a.id + 1].name < frames.list[b.id + 1].name
   end)
   local out = { f = node.id, b = node.bytes, n = node.count }
-  local children = array()
+  local children, other = array(), nil
   for _, child in ipairs(node.children) do
     if child.bytes >= limit then
       children[#children + 1] = tree_json(child, frames, limit)
+    else
+      other = other or { o = 0, b = 0, n = 0 }
+      other.o = other.o + 1
+      other.b = other.b + child.bytes
+      other.n = other.n + child.count
     end
   end
+  children[#children + 1] = other
   if #children > 0 then
     out.c = children
   end
@@ -515,11 +486,12 @@ local FLAME_TITLES = {
   live = { counted = 'blocks', root = 'all live blocks' },
 }
 
--- The share of a tree's bytes in frames of compiled code.
+-- The share of a tree's bytes in frames of compiled code (an "other"
+-- box has no frame).
 local function trace_share(root, frames)
   local bytes = 0
   for _, child in ipairs(root.c or {}) do
-    if frames.list[child.f + 1].source == 'trace' then
+    if child.f and frames.list[child.f + 1].source == 'trace' then
       bytes = bytes + child.b
     end
   end
@@ -544,8 +516,8 @@ local function flame_graph(result, name, records, frames)
   notes[#notes + 1] = flame_note(result, name)
   notes[#notes + 1] = trace_note(root, frames)
   if dropped > 0 then
-    notes[#notes + 1] = format('The %s smallest frames are left out, to ' ..
-      'keep the page light.', with_commas(dropped))
+    notes[#notes + 1] = format('The %s smallest frames are merged into ' ..
+      '"other" boxes, to keep the page light.', with_commas(dropped))
   end
   return { counted = titles.counted, root_name = titles.root, root = root,
     note = #notes > 0 and concat(notes, ' ') or nil }
@@ -971,266 +943,68 @@ local function temporary_table(result, settings)
     'Blocks', 'Freed later', 'Live at end', 'Temporary share' }, body, foot)
 end
 
+-- The page's style and script ----------------------------------------------
+
+-- The style and the script are files of their own, next to this module
+-- (html/page.css, html/page.js), so that they can be read and checked
+-- as CSS and JavaScript; every page has them inline.  They are found
+-- beside this file (the source tree, make install, LuaRocks), else
+-- along package.path; read once.
+
+local resources = {}
+
+-- The directory of this module's file, or nil.
+local function module_dir()
+  local source = debug.getinfo(1, 'S').source
+  return source:match('^@(.*)/[^/]*$')
+end
+
+-- Where a resource may be: beside this module, then in the memprof
+-- directory of each ?.lua template of package.path.
+local function resource_paths(name)
+  local paths = {}
+  local dir = module_dir()
+  if dir then
+    paths[1] = dir .. '/html/' .. name
+  end
+  for template in package.path:gmatch('[^;]+') do
+    local prefix = template:match('^(.*)%?%.lua$')
+    if prefix then
+      paths[#paths + 1] = prefix .. 'memprof/report/html/' .. name
+    end
+  end
+  return paths
+end
+
+local function read_resource(name)
+  local tried = resource_paths(name)
+  for _, path in ipairs(tried) do
+    local file = io.open(path, 'rb')
+    if file then
+      local text = file:read('*a')
+      file:close()
+      return text
+    end
+  end
+  error(format("the HTML page's %s is missing (looked for %s)", name,
+    concat(tried, ', ')), 0)
+end
+
+-- The text of html/NAME, which must not close the element it sits in.
+function M.resource(name)
+  local text = resources[name]
+  if not text then
+    text = read_resource(name)
+    local closing = name:match('%.css$') and '</style' or '</script'
+    if text:lower():find(closing, 1, true) then
+      error(format("the HTML page's %s holds %s", name, closing), 0)
+    end
+    resources[name] = text
+  end
+  return text
+end
+
 -- The template: head and style -----------------------------------------------
-
-local STYLE_BASE = [[
-:root {
-  --bg: #f6f7f9; --panel: #ffffff; --text: #1d2330; --muted: #5d6677;
-  --line: #e2e5eb; --accent: #2f6fdf; --accent-soft: #e6efff;
-  --head-bg: #18202e; --head-text: #f2f4f8; --warn-bg: #fff4db;
-  --warn-line: #e9b949; --chart-fill: #9cc0ff; --chart-line: #2f6fdf;
-  --peak: #d9363e; --match: #d43ccf;
-  --mono: ui-monospace,
-    "SFMono-Regular", "DejaVu Sans Mono", "Liberation Mono", Menlo,
-    monospace;
-  color-scheme: light dark;
-}
-@media (prefers-color-scheme: dark) {
-  :root {
-    --bg: #11151c; --panel: #1a202b; --text: #e4e8ef; --muted: #9aa4b5;
-    --line: #2c3442; --accent: #7aa7ff; --accent-soft: #23324d;
-    --head-bg: #0b0e13; --warn-bg: #3a2f12; --warn-line: #a07c1c;
-    --chart-fill: #2d4f8f; --chart-line: #7aa7ff;
-  }
-}
-* { box-sizing: border-box; }
-html { scroll-behavior: smooth; scroll-padding-top: 56px; }
-body {
-  margin: 0; background: var(--bg); color: var(--text);
-  font: 14px/1.45 system-ui,
-    -apple-system, "Segoe UI", Roboto, "Liberation Sans", "DejaVu Sans",
-    sans-serif;
-}
-a { color: var(--accent); }
-:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
-main { max-width: 1240px; margin: 0 auto; padding: 16px 20px 40px; }
-h2 { font-size: 17px; margin: 0; }
-.mono, .site, .caller, .frames { font-family: var(--mono); font-size: 12.5px; }
-.muted { color: var(--muted); }
-.note { color: var(--muted); margin: 6px 0 10px; font-size: 13px; }
-.empty { color: var(--muted); font-style: italic; margin: 8px 0; }
-kbd {
-  font-family: var(--mono); font-size: 11px; padding: 0 4px;
-  border: 1px solid var(--line); border-radius: 3px; background: var(--bg);
-}
-]]
-
-local STYLE_HEADER = [[
-.top { background: var(--head-bg); color: var(--head-text); }
-.top-inner {
-  max-width: 1240px; margin: 0 auto; padding: 18px 20px 14px;
-  display: flex; flex-wrap: wrap; align-items: baseline; gap: 6px 18px;
-}
-.brand {
-  font-weight: 700; letter-spacing: .04em; font-size: 13px;
-  background: var(--accent); color: #fff; padding: 2px 8px; border-radius: 4px;
-}
-.top h1 {
-  font-size: 20px; margin: 0; font-family: var(--mono);
-  word-break: break-all;
-}
-.top .path { color: #aab3c2; font-size: 12.5px; font-family: var(--mono); }
-.facts {
-  display: flex; flex-wrap: wrap; gap: 6px; margin: 0; padding: 0;
-  width: 100%;
-}
-.facts li {
-  list-style: none; font-size: 12px; color: #c9d1de;
-  border: 1px solid #344056; border-radius: 12px; padding: 1px 10px;
-}
-.facts b { color: #fff; font-weight: 600; }
-nav.sections {
-  position: sticky; top: 0; z-index: 5; background: var(--panel);
-  border-bottom: 1px solid var(--line);
-}
-nav.sections ul {
-  max-width: 1240px; margin: 0 auto; padding: 0 20px; display: flex; gap: 4px;
-}
-nav.sections li { list-style: none; }
-nav.sections a {
-  display: block; padding: 10px 12px; color: var(--muted);
-  text-decoration: none; font-weight: 500; border-bottom: 2px solid transparent;
-}
-nav.sections a:hover { color: var(--text); border-bottom-color: var(--accent); }
-.warning {
-  background: var(--warn-bg); border: 1px solid var(--warn-line);
-  border-radius: 6px; padding: 10px 14px; margin: 0 0 14px;
-}
-.cards {
-  display: grid; grid-template-columns: repeat(auto-fit, minmax(165px, 1fr));
-  gap: 12px; margin: 0 0 16px;
-}
-.card {
-  background: var(--panel); border: 1px solid var(--line); border-radius: 8px;
-  padding: 10px 14px;
-}
-.card .label {
-  color: var(--muted); font-size: 12px; text-transform: uppercase;
-  letter-spacing: .05em;
-}
-.card .value { font-size: 22px; font-weight: 650; margin: 2px 0 0; }
-.card .detail { color: var(--muted); font-size: 12px; }
-.panel {
-  background: var(--panel); border: 1px solid var(--line); border-radius: 8px;
-  padding: 14px 16px 16px; margin: 0 0 16px;
-}
-.panel-head {
-  display: flex; flex-wrap: wrap; align-items: center; gap: 10px 16px;
-}
-.panel-head h2 { margin-right: auto; }
-footer {
-  color: var(--muted); font-size: 12px; text-align: center;
-  padding: 0 20px 24px;
-}
-]]
-
-local STYLE_FLAME = [[
-.tabs {
-  display: inline-flex; border: 1px solid var(--line); border-radius: 6px;
-  overflow: hidden;
-}
-.tabs button {
-  font: inherit; border: 0; background: transparent; color: var(--muted);
-  padding: 5px 14px; cursor: pointer;
-}
-.tabs button + button { border-left: 1px solid var(--line); }
-.tabs button[aria-selected="true"] {
-  background: var(--accent-soft); color: var(--accent); font-weight: 600;
-}
-.search { display: flex; align-items: center; gap: 6px; }
-.search input {
-  font: inherit; width: 230px; padding: 5px 9px; color: var(--text);
-  background: var(--bg); border: 1px solid var(--line); border-radius: 6px;
-}
-.flame-bar {
-  display: flex; flex-wrap: wrap; align-items: center; gap: 6px 10px;
-  min-height: 30px; margin: 4px 0 6px;
-}
-.crumbs {
-  display: flex; flex-wrap: wrap; gap: 2px; font-family: var(--mono);
-  font-size: 12px;
-}
-.crumbs button {
-  font: inherit; border: 0; background: none; color: var(--accent);
-  cursor: pointer; padding: 1px 3px; border-radius: 3px;
-}
-.crumbs button:hover { background: var(--accent-soft); }
-.crumbs .sep { color: var(--muted); }
-.crumbs .current { color: var(--text); font-weight: 600; padding: 1px 3px; }
-.reset {
-  font: inherit; font-size: 12px; padding: 3px 10px; cursor: pointer;
-  background: var(--panel); color: var(--text);
-  border: 1px solid var(--line); border-radius: 5px;
-}
-.reset[disabled] { opacity: .45; cursor: default; }
-.matched {
-  margin-left: auto; font-size: 12px; color: var(--match); font-weight: 600;
-}
-.flame { position: relative; width: 100%; overflow: hidden; user-select: none; }
-.frame {
-  position: absolute; height: 19px; padding: 0 4px; overflow: hidden;
-  white-space: nowrap; text-overflow: ellipsis; cursor: pointer;
-  font: 11.5px/19px var(--mono); color: #1b1b1b;
-  border-right: 1px solid var(--panel); border-bottom: 1px solid var(--panel);
-  border-radius: 2px;
-}
-.frame:hover, .frame:focus-visible {
-  filter: brightness(.9); outline: 1px solid #000; outline-offset: -1px;
-}
-.frame.ancestor { opacity: .55; }
-.frame.match { background: var(--match) !important; color: #fff; }
-.flame.searching .frame:not(.match) { opacity: .45; }
-.legend {
-  display: flex; flex-wrap: wrap; gap: 14px; font-size: 12px;
-  color: var(--muted); margin-top: 8px;
-}
-.legend i {
-  display: inline-block; width: 11px; height: 11px; border-radius: 2px;
-  margin-right: 5px; vertical-align: -1px;
-}
-.tooltip {
-  position: fixed; z-index: 20; pointer-events: none; max-width: 520px;
-  background: #10151f; color: #f3f5f9; border-radius: 6px; padding: 8px 10px;
-  font-size: 12px; box-shadow: 0 4px 18px rgba(0,0,0,.25);
-}
-.tooltip .tip-name {
-  font-family: var(--mono); font-weight: 600; word-break: break-all;
-  margin-bottom: 3px;
-}
-.tooltip .tip-row { color: #c6cedb; }
-.tooltip b { color: #fff; }
-]]
-
-local STYLE_CHART = [[
-.chart svg { width: 100%; height: auto; display: block; overflow: visible; }
-.chart .grid line { stroke: var(--line); }
-.chart .axis text { fill: var(--muted); font-size: 11px; }
-.chart .area { fill: var(--chart-fill); opacity: .55; }
-.chart .outline { fill: none; stroke: var(--chart-line); stroke-width: 1.5; }
-.chart .peak line { stroke: var(--peak); stroke-dasharray: 4 3; }
-.chart .peak circle {
-  fill: var(--peak); stroke: var(--panel); stroke-width: 2;
-}
-.chart .peak text {
-  fill: var(--peak); font-size: 12px; font-weight: 600;
-  paint-order: stroke; stroke: var(--panel); stroke-width: 4px;
-  stroke-linejoin: round;
-}
-.chart .guide { stroke: var(--text); stroke-width: 1; opacity: .5; }
-.chart .overlay { fill: transparent; cursor: crosshair; }
-.chart svg:focus-visible { outline: 2px solid var(--accent); }
-]]
-
-local STYLE_TABLES = [[
-.tables { display: grid; gap: 18px; }
-.table-wrap { overflow-x: auto; }
-table { width: 100%; border-collapse: collapse; font-size: 13px; }
-caption, .table-title {
-  text-align: left; font-weight: 600; font-size: 14px; padding: 0 0 6px;
-  margin: 0;
-}
-th, td {
-  padding: 5px 8px; border-bottom: 1px solid var(--line);
-  vertical-align: top;
-}
-thead th {
-  font-size: 12px; color: var(--muted); font-weight: 600; text-align: left;
-  border-bottom: 2px solid var(--line); white-space: nowrap;
-}
-tbody th { text-align: left; font-weight: normal; }
-tbody tr:hover { background: var(--accent-soft); }
-tfoot th, tfoot td { font-weight: 600; border-bottom: 0; }
-tfoot th { text-align: left; }
-tfoot .more { font-weight: normal; color: var(--muted); font-style: italic; }
-.num {
-  width: 1%; padding-left: 28px; text-align: right; white-space: nowrap;
-  font-variant-numeric: tabular-nums;
-}
-.share {
-  width: 1%; padding-left: 28px; white-space: nowrap;
-  font-variant-numeric: tabular-nums; text-align: right;
-}
-.share .pct { display: inline-block; min-width: 58px; }
-.bar {
-  display: inline-block; width: 90px; height: 8px; background: var(--line);
-  border-radius: 4px; overflow: hidden; vertical-align: 0;
-}
-.bar span { display: block; height: 100%; background: var(--accent); }
-.site { word-break: break-all; }
-.caller {
-  display: block; color: var(--muted); padding-left: 14px;
-  word-break: break-all;
-}
-details summary { cursor: pointer; color: var(--accent); font-size: 12px; }
-details.stacks ol { margin: 4px 0 2px; padding-left: 22px; }
-details.stacks li { margin: 2px 0 6px; }
-.stack-size { display: block; font-size: 12px; color: var(--muted); }
-.frames { display: block; color: var(--text); }
-.aliases pre {
-  font-family: var(--mono); font-size: 12px; background: var(--bg);
-  padding: 8px; border-radius: 6px; overflow-x: auto;
-}
-]]
 
 local function head_html(result)
   return concat({
@@ -1243,8 +1017,7 @@ local function head_html(result)
     '<title>memprof: ' .. escape(result.stream.name or 'profile') ..
       '</title>',
     '<style>',
-    STYLE_BASE, STYLE_HEADER, STYLE_FLAME, STYLE_CHART, STYLE_TABLES,
-    '</style>',
+    M.resource('page.css') .. '</style>',
     '</head>',
     '<body>',
   }, '\n') .. '\n'
@@ -1389,6 +1162,8 @@ local LEGEND = '<div class="legend" aria-hidden="true">' ..
   '<span><i style="background:hsl(205,70%,68%)"></i>C function</span>' ..
   '<span><i style="background:hsl(140,50%,60%)"></i>JIT trace</span>' ..
   '<span><i style="background:hsl(220,10%,74%)"></i>VM internal</span>' ..
+  '<span><i class="other" style="background-color:hsl(220,8%,82%)"></i>' ..
+  'other: frames too small to draw, merged</span>' ..
   '<span>Click a frame to zoom into it, <kbd>Esc</kbd> to zoom out; ' ..
   '<kbd>/</kbd> to search.</span></div>'
 
@@ -1585,482 +1360,11 @@ local FOOTER = '<footer>Generated by memprof-report. This page is one ' ..
   'file with no external resources.</footer>\n' ..
   '<div class="tooltip" id="tooltip" role="tooltip" hidden></div>\n'
 
--- The template: the script, in parts -----------------------------------------
-
-local SCRIPT_UTIL = [[
-'use strict';
-var SIZE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-
-function formatBytes(bytes) {
-  var unit = 0, scaled = bytes;
-  while (Math.abs(scaled) >= 1024 && unit < SIZE_UNITS.length - 1) {
-    scaled /= 1024;
-    unit += 1;
-  }
-  if (unit === 0) return bytes + ' B';
-  var size = Math.abs(scaled);
-  var decimals = size < 10 ? 2 : size < 100 ? 1 : 0;
-  return scaled.toFixed(decimals) + ' ' + SIZE_UNITS[unit];
-}
-
-function formatCount(count) {
-  return count.toLocaleString('en-US');
-}
-
-function formatShare(part, whole) {
-  if (!whole) return '0%';
-  var value = part / whole * 100;
-  if (value !== 0 && Math.abs(value) < 0.1) return '<0.1%';
-  return value.toFixed(1) + '%';
-}
-
-function formatTime(ns) {
-  if (ns === 0) return '0 ms';
-  var unit = 1e3, name = '\u00b5s';
-  if (ns >= 1e9) { unit = 1e9; name = 's'; }
-  else if (ns >= 1e6) { unit = 1e6; name = 'ms'; }
-  var scaled = ns / unit;
-  return scaled.toFixed(scaled < 10 ? 2 : scaled < 100 ? 1 : 0) + ' ' + name;
-}
-
-function element(tag, className, text) {
-  var node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-// A small string hash, to vary the colours of neighbouring frames.
-function hashText(text) {
-  var hash = 0;
-  for (var i = 0; i < text.length; i++) {
-    hash = (hash * 31 + text.charCodeAt(i)) | 0;
-  }
-  return Math.abs(hash);
-}
-
-var SOURCE_HUES = {
-  lua: [28, 85, 58], c: [205, 70, 62], trace: [140, 50, 55],
-  internal: [220, 10, 70], before: [220, 10, 70], root: [220, 12, 82]
-};
-
-function frameColour(name, source) {
-  var hue = SOURCE_HUES[source] || SOURCE_HUES.lua;
-  var hash = hashText(name);
-  var shift = (hash % 17) - 8;
-  var light = hue[2] + (hash >> 5) % 14;
-  return 'hsl(' + (hue[0] + shift) + ',' + hue[1] + '%,' + light + '%)';
-}
-]]
-
-local SCRIPT_TOOLTIP = [[
-// One tooltip for the whole page, placed near the pointer or an element.
-function Tooltip(node) {
-  this.node = node;
-}
-
-Tooltip.prototype.show = function (title, lines, x, y) {
-  var node = this.node;
-  node.textContent = '';
-  node.appendChild(element('div', 'tip-name', title));
-  lines.forEach(function (line) {
-    node.appendChild(element('div', 'tip-row', line));
-  });
-  node.hidden = false;
-  var width = node.offsetWidth, height = node.offsetHeight;
-  var left = Math.min(x + 14, window.innerWidth - width - 8);
-  var top = y + 16;
-  if (top + height > window.innerHeight - 8) top = y - height - 12;
-  node.style.left = Math.max(8, left) + 'px';
-  node.style.top = Math.max(8, top) + 'px';
-};
-
-Tooltip.prototype.showAt = function (target, title, lines) {
-  var box = target.getBoundingClientRect();
-  this.show(title, lines, box.left, box.bottom - 10);
-};
-
-Tooltip.prototype.hide = function () {
-  this.node.hidden = true;
-};
-]]
-
-local SCRIPT_FLAME = [[
-var ROW_HEIGHT = 20;
-// Frames narrower than this share of the zoomed frame are not drawn.
-var MIN_SHARE = 0.0008;
-
-// Gives every node its parent, depth, name, source and offset (bytes
-// before it on its row), so that any node can become the zoomed one.
-function prepareTree(root, frames, rootName) {
-  var stack = [root];
-  root.parent = null;
-  root.depth = 0;
-  root.x = 0;
-  root.name = rootName;
-  root.source = 'root';
-  while (stack.length) {
-    var node = stack.pop();
-    var offset = node.x;
-    (node.c || []).forEach(function (child) {
-      var frame = frames[child.f];
-      child.parent = node;
-      child.depth = node.depth + 1;
-      child.x = offset;
-      child.name = frame.name;
-      child.source = frame.source;
-      offset += child.b;
-      stack.push(child);
-    });
-  }
-  return root;
-}
-
-function FlameGraph(name, graph, frames, tooltip) {
-  this.name = name;
-  this.graph = graph;
-  this.root = prepareTree(graph.root, frames, graph.root_name);
-  this.zoomed = this.root;
-  this.query = '';
-  this.tooltip = tooltip;
-  this.box = document.getElementById('flame-' + name);
-  this.bar = document.getElementById('bar-' + name);
-  this.nodes = [];
-  this.buildBar();
-  this.listen();
-}
-
-FlameGraph.prototype.buildBar = function () {
-  this.crumbs = element('div', 'crumbs');
-  this.crumbs.setAttribute('aria-label', 'Zoom path');
-  this.resetButton = element('button', 'reset', 'Reset zoom');
-  this.resetButton.type = 'button';
-  this.matched = element('span', 'matched');
-  this.matched.setAttribute('aria-live', 'polite');
-  this.bar.appendChild(this.resetButton);
-  this.bar.appendChild(this.crumbs);
-  this.bar.appendChild(this.matched);
-  var self = this;
-  this.resetButton.addEventListener('click', function () {
-    self.zoom(self.root);
-  });
-};
-
-FlameGraph.prototype.listen = function () {
-  var self = this;
-  var box = this.box;
-  function nodeOf(event) {
-    var target = event.target.closest('.frame');
-    if (!target) return null;
-    return { element: target, node: self.nodes[target.dataset.index] };
-  }
-  box.addEventListener('click', function (event) {
-    var hit = nodeOf(event);
-    if (hit) self.zoom(hit.node, true);
-  });
-  box.addEventListener('keydown', function (event) {
-    var hit = nodeOf(event);
-    if (hit && (event.key === 'Enter' || event.key === ' ')) {
-      event.preventDefault();
-      self.zoom(hit.node, true);
-    }
-  });
-  box.addEventListener('mousemove', function (event) {
-    var hit = nodeOf(event);
-    if (hit) self.describe(hit.node, event.clientX, event.clientY);
-    else self.tooltip.hide();
-  });
-  box.addEventListener('mouseleave', function () { self.tooltip.hide(); });
-  box.addEventListener('focusin', function (event) {
-    var hit = nodeOf(event);
-    if (hit) {
-      var rect = hit.element.getBoundingClientRect();
-      self.describe(hit.node, rect.left, rect.bottom - 10);
-    }
-  });
-  box.addEventListener('focusout', function () { self.tooltip.hide(); });
-};
-
-FlameGraph.prototype.describe = function (node, x, y) {
-  var root = this.root, zoomed = this.zoomed;
-  var lines = [
-    formatBytes(node.b) + ' (' + formatCount(node.b) + ' bytes)',
-    formatCount(node.n) + ' ' + this.graph.counted,
-    formatShare(node.b, root.b) + ' of all'
-  ];
-  if (zoomed !== root && node.depth > zoomed.depth) {
-    lines[2] += ', ' + formatShare(node.b, zoomed.b) + ' of ' + zoomed.name;
-  }
-  this.tooltip.show(node.name, lines, x, y);
-};
-
-FlameGraph.prototype.zoom = function (node, keepFocus) {
-  this.zoomed = node;
-  this.render();
-  if (keepFocus) {
-    var index = this.nodes.indexOf(node);
-    var target = this.box.querySelector('[data-index="' + index + '"]');
-    if (target) target.focus({ preventScroll: true });
-  }
-};
-
-// The nodes to draw: the ancestors of the zoomed node, it, and its
-// descendants wide enough to see.
-FlameGraph.prototype.visible = function () {
-  var zoomed = this.zoomed, list = [];
-  for (var up = zoomed.parent; up; up = up.parent) {
-    list.push({ node: up, left: 0, width: 1, ancestor: true });
-  }
-  list.reverse();
-  var stack = [zoomed];
-  while (stack.length) {
-    var node = stack.pop();
-    var width = zoomed.b ? node.b / zoomed.b : 0;
-    if (node !== zoomed && width < MIN_SHARE) continue;
-    list.push({ node: node, left: zoomed.b ? (node.x - zoomed.x) / zoomed.b : 0,
-      width: width || 1, ancestor: false });
-    // Pushed right to left, so that frames come in reading order.
-    var children = node.c || [];
-    for (var i = children.length - 1; i >= 0; i--) stack.push(children[i]);
-  }
-  return list;
-};
-
-FlameGraph.prototype.frameElement = function (item, index) {
-  var node = item.node;
-  var label = node.source === 'root' ?
-    node.name + ': ' + formatBytes(node.b) : node.name;
-  var div = element('div', 'frame' + (item.ancestor ? ' ancestor' : ''), label);
-  div.style.left = (item.left * 100).toFixed(4) + '%';
-  div.style.width = (item.width * 100).toFixed(4) + '%';
-  div.style.top = (node.depth * ROW_HEIGHT) + 'px';
-  div.style.background = frameColour(node.name, node.source);
-  div.dataset.index = index;
-  div.dataset.name = node.name;
-  div.setAttribute('role', 'button');
-  div.setAttribute('aria-label', node.name + ': ' + formatBytes(node.b) +
-    ', ' + formatShare(node.b, this.root.b));
-  // Only frames wide enough for a label take part in the tab order.
-  div.tabIndex = item.width >= 0.04 ? 0 : -1;
-  if (this.query && matches(node, this.query)) div.classList.add('match');
-  return div;
-};
-
-FlameGraph.prototype.render = function () {
-  var items = this.visible();
-  var box = this.box, depth = 0;
-  var fragment = document.createDocumentFragment();
-  this.nodes = items.map(function (item) { return item.node; });
-  items.forEach(function (item, index) {
-    depth = Math.max(depth, item.node.depth);
-    fragment.appendChild(this.frameElement(item, index));
-  }, this);
-  box.textContent = '';
-  box.appendChild(fragment);
-  box.style.height = ((depth + 1) * ROW_HEIGHT + 2) + 'px';
-  box.classList.toggle('searching', this.query !== '');
-  this.renderBar();
-  if (!this.root.b) {
-    box.textContent = '';
-    box.style.height = 'auto';
-    box.appendChild(element('p', 'empty', 'No bytes to show.'));
-  }
-};
-
-FlameGraph.prototype.renderBar = function () {
-  var self = this, path = [];
-  for (var node = this.zoomed; node; node = node.parent) path.unshift(node);
-  this.crumbs.textContent = '';
-  path.forEach(function (node, i) {
-    if (i > 0) self.crumbs.appendChild(element('span', 'sep', '\u203a'));
-    if (node === self.zoomed) {
-      self.crumbs.appendChild(element('span', 'current', node.name));
-    } else {
-      var button = element('button', '', node.name);
-      button.type = 'button';
-      button.addEventListener('click', function () { self.zoom(node); });
-      self.crumbs.appendChild(button);
-    }
-  });
-  this.resetButton.disabled = this.zoomed === this.root;
-  this.matched.textContent = this.query ? matchedText(this) : '';
-};
-]]
-
-local SCRIPT_SEARCH = [[
-function matches(node, query) {
-  return node.source !== 'root' &&
-    node.name.toLowerCase().indexOf(query) !== -1;
-}
-
-// Bytes of the frames matching the query, each counted once: a match
-// inside a match adds nothing.
-function matchedBytes(root, query) {
-  var total = 0, stack = [root];
-  while (stack.length) {
-    var node = stack.pop();
-    if (matches(node, query)) {
-      total += node.b;
-      continue;
-    }
-    (node.c || []).forEach(function (child) { stack.push(child); });
-  }
-  return total;
-}
-
-function matchedText(graph) {
-  var bytes = matchedBytes(graph.root, graph.query);
-  return 'Matched: ' + formatBytes(bytes) + ' (' +
-    formatShare(bytes, graph.root.b) + ')';
-}
-]]
-
-local SCRIPT_CHART = [[
-// Hover and arrow keys on the heap-over-time chart.
-function HeapChart(timeline, tooltip) {
-  this.rows = timeline.rows;
-  this.plot = timeline.plot;
-  this.peakRow = timeline.peak_row;
-  this.tooltip = tooltip;
-  this.svg = document.getElementById('chart-svg');
-  this.guide = document.getElementById('chart-guide');
-  this.current = -1;
-  this.listen();
-}
-
-HeapChart.prototype.rowAt = function (clientX) {
-  var box = this.svg.getBoundingClientRect();
-  var scale = this.plot.width / box.width;
-  var x = (clientX - box.left) * scale - this.plot.left;
-  var plotWidth = this.plot.width - this.plot.left - this.plot.right;
-  var index = Math.floor(x / plotWidth * this.rows.length);
-  return Math.max(0, Math.min(this.rows.length - 1, index));
-};
-
-HeapChart.prototype.show = function (index, clientX, clientY) {
-  var row = this.rows[index];
-  var plotWidth = this.plot.width - this.plot.left - this.plot.right;
-  var x = this.plot.left + (index + 0.5) / this.rows.length * plotWidth;
-  this.current = index;
-  this.guide.setAttribute('x1', x);
-  this.guide.setAttribute('x2', x);
-  this.guide.setAttribute('visibility', 'visible');
-  var title = formatTime(row[0]) + ' \u2013 ' + formatTime(row[1]);
-  var lines = [
-    'highest: ' + formatBytes(row[2]) + ', at the end: ' + formatBytes(row[3]),
-    formatCount(row[4]) + ' events'
-  ];
-  if (index === this.peakRow) lines.push('the peak');
-  if (clientX === undefined) {
-    var box = this.svg.getBoundingClientRect();
-    clientX = box.left + x * box.width / this.plot.width;
-    clientY = box.top + box.height / 3;
-  }
-  this.tooltip.show(title, lines, clientX, clientY);
-};
-
-HeapChart.prototype.hide = function () {
-  this.guide.setAttribute('visibility', 'hidden');
-  this.tooltip.hide();
-};
-
-HeapChart.prototype.listen = function () {
-  var self = this, svg = this.svg;
-  svg.addEventListener('mousemove', function (event) {
-    self.show(self.rowAt(event.clientX), event.clientX, event.clientY);
-  });
-  svg.addEventListener('mouseleave', function () { self.hide(); });
-  svg.addEventListener('blur', function () { self.hide(); });
-  svg.addEventListener('keydown', function (event) {
-    var step = { ArrowLeft: -1, ArrowRight: 1 }[event.key];
-    if (event.key === 'Home') self.show(0);
-    else if (event.key === 'End') self.show(self.rows.length - 1);
-    else if (event.key === 'p') self.show(self.peakRow);
-    else if (step) {
-      var start = self.current < 0 ? self.peakRow : self.current + step;
-      self.show(Math.max(0, Math.min(self.rows.length - 1, start)));
-    } else return;
-    event.preventDefault();
-  });
-};
-]]
-
-local SCRIPT_BOOT = [[
-function selectTab(graphs, name) {
-  Object.keys(graphs).forEach(function (key) {
-    var tab = document.getElementById('tab-' + key);
-    var selected = key === name;
-    tab.setAttribute('aria-selected', String(selected));
-    tab.tabIndex = selected ? 0 : -1;
-    document.getElementById('panel-' + key).hidden = !selected;
-  });
-}
-
-function listenToTabs(graphs) {
-  var names = Object.keys(graphs);
-  names.forEach(function (name, i) {
-    var tab = document.getElementById('tab-' + name);
-    tab.addEventListener('click', function () { selectTab(graphs, name); });
-    tab.addEventListener('keydown', function (event) {
-      var step = { ArrowLeft: -1, ArrowRight: 1 }[event.key];
-      if (!step) return;
-      var next = names[(i + step + names.length) % names.length];
-      selectTab(graphs, next);
-      document.getElementById('tab-' + next).focus();
-    });
-  });
-}
-
-function listenToSearch(graphs) {
-  var input = document.getElementById('flame-search');
-  input.addEventListener('input', function () {
-    var query = input.value.trim().toLowerCase();
-    Object.keys(graphs).forEach(function (name) {
-      graphs[name].query = query;
-      graphs[name].render();
-    });
-  });
-  document.addEventListener('keydown', function (event) {
-    var typing = event.target.tagName === 'INPUT';
-    if (event.key === '/' && !typing) {
-      event.preventDefault();
-      input.focus();
-    } else if (event.key === 'Escape') {
-      if (typing && input.value) {
-        input.value = '';
-        input.dispatchEvent(new Event('input'));
-        return;
-      }
-      Object.keys(graphs).forEach(function (name) {
-        var graph = graphs[name];
-        if (graph.zoomed.parent) graph.zoom(graph.zoomed.parent);
-      });
-    }
-  });
-}
-
-function start() {
-  var data = JSON.parse(document.getElementById('memprof-data').textContent);
-  var tooltip = new Tooltip(document.getElementById('tooltip'));
-  var graphs = {};
-  ['allocated', 'live'].forEach(function (name) {
-    graphs[name] = new FlameGraph(name, data.graphs[name], data.frames,
-      tooltip);
-    graphs[name].render();
-  });
-  listenToTabs(graphs);
-  listenToSearch(graphs);
-  if (data.timeline) new HeapChart(data.timeline, tooltip);
-  document.body.dataset.ready = 'true';
-}
-
-start();
-]]
+-- The template: the script ---------------------------------------------------
 
 local function script_html()
-  return concat({ '<script>', SCRIPT_UTIL, SCRIPT_TOOLTIP, SCRIPT_FLAME,
-    SCRIPT_SEARCH, SCRIPT_CHART, SCRIPT_BOOT, '</script>' }, '\n') ..
-    '\n</body>\n</html>\n'
+  return '<script>\n' .. M.resource('page.js') .. '</script>\n</body>\n' ..
+    '</html>\n'
 end
 
 -- The page -------------------------------------------------------------------
@@ -2068,7 +1372,8 @@ end
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
-  local settings = { top = opts.top or M.DEFAULT_TOP, sort = opts.sort }
+  local settings = { top = not opts.all and (opts.top or M.DEFAULT_TOP) or
+    nil, sort = opts.sort }
   local data, chart = page_data(result)
   local sums = totals(result)
   out:write(head_html(result))

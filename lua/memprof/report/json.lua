@@ -12,12 +12,17 @@
 -- peak, temporary and, with time marks, timeline); a view not computed
 -- is null in the document.
 --
+-- Every string is made valid UTF-8 first (memprof.utf8: each byte that
+-- is not part of a valid sequence becomes U+FFFD), as lua-cjson copies
+-- bytes as they are.
+--
 -- lua-cjson writes numbers with 14 significant digits and an empty
 -- table as {}; so before encoding, whole numbers of 15 digits or more
 -- and empty arrays are replaced by marker strings, which are replaced
 -- in the text by the exact digits and by [].
 
 local rows = require('memprof.report.rows')
+local utf8 = require('memprof.utf8')
 
 local M = {}
 
@@ -83,6 +88,8 @@ function prepare(value)
   local kind = type(value)
   if kind == 'table' then
     return prepare_table(value)
+  elseif kind == 'string' then
+    return utf8.clean(value)
   elseif kind == 'number' and value == floor(value) and
       (value >= LARGEST_EXACT or value <= -LARGEST_EXACT) and
       value - value == 0 then
@@ -302,6 +309,24 @@ local function timeline_section(result, stream)
     slots = M.array(list) }
 end
 
+local CUMULATIVE_FIELDS = { 'events', 'bytes', 'live_blocks', 'live_bytes',
+  'self_events', 'self_bytes' }
+
+local function cumulative_section(cumulative)
+  if not cumulative then
+    return NULL
+  end
+  local list = {}
+  for i, row in ipairs(cumulative.rows) do
+    local entry = { row = row.group.id, name = row.group.name }
+    for _, field in ipairs(CUMULATIVE_FIELDS) do
+      entry[field] = row[field]
+    end
+    list[i] = entry
+  end
+  return { mode = cumulative.mode, rows = sorted(list, 'bytes') }
+end
+
 local function warnings_of(stream)
   local list = {}
   if stream.warning then
@@ -345,6 +370,7 @@ function M.document(result)
     peak = peak_section(result.peak),
     temporary = temporary_section(result.temporary),
     timeline = timeline_section(result.timeline, stream),
+    cumulative = cumulative_section(result.cumulative),
   }
 end
 

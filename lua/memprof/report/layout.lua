@@ -92,10 +92,14 @@ function M.sort_rows(rows, field, name_of)
   return rows
 end
 
--- The first `top` rows (all when top is nil) and the rest.
-function M.split_top(rows, top)
+-- The first `top` rows (all when top is nil) and the rest; the rest's
+-- length is added to left_out.rows when left_out is given.
+function M.split_top(rows, top, left_out)
   if not top or #rows <= top then
     return rows, {}
+  end
+  if left_out then
+    left_out.rows = left_out.rows + #rows - top
   end
   local shown, rest = {}, {}
   for i, row in ipairs(rows) do

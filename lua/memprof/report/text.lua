@@ -11,8 +11,11 @@
 --             leak_only: only the HEAP SUMMARY (and ALIASES)
 --             human_readable: sizes in B/KiB/MiB/GiB
 --             key: function(site) -> row name (default: site.name)
---             top: at most this many rows per section; the others are
---               summed on a line "... and K more: ..."
+--             top: at most this many rows per section, and names per
+--               Overrides list; the other rows are summed on a line
+--               "... and K more: ...", the other names counted
+--             left_out: a table whose field rows grows by the number of
+--               rows that top leaves out
 --             sort: 'count' or 'bytes' (default: events by count, the
 --               heap summary by bytes); 'bytes' sorts the event sections
 --               by bytes allocated (+), or freed (-) for DEALLOCATIONS,
@@ -38,6 +41,11 @@
 -- reallocations)", when only some were, with "(K of the allocs were
 -- reallocations)": a reallocated block belongs to the site that gave it
 -- its current size.
+--
+-- CUMULATIVE (rows grouped by function or by stack, with the analysis'
+-- result.cumulative): every row with its callees' events, by bytes
+-- allocated (events with --sort=count), the blocks of those still live,
+-- and its own events (memprof.cumulative says what counts).
 --
 -- ALIASES: the multi-line chunk names used by the rows above.
 
@@ -130,16 +138,20 @@ local SECTIONS = {
 
 local function write_events(out, rows, title, opts, used_aliases)
   local size = layout.sizer(opts)
-  local shown, rest = layout.split_top(rows, opts.top)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write(title, '\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
       size(row.plus), size(row.minus)))
-    local overrides = sorted_keys(row.overrides)
+    local overrides, rest_of_list = layout.split_top(
+      sorted_keys(row.overrides), opts.top, opts.left_out)
     if #overrides > 0 then
       out:write('\tOverrides:\n')
       for _, name in ipairs(overrides) do
         out:write('\t\t', name, '\n')
+      end
+      if #rest_of_list > 0 then
+        out:write(format('\t\t... and %d more\n', #rest_of_list))
       end
       out:write('\n') -- As Tarantool's report: a blank line after the list.
     end
@@ -166,7 +178,7 @@ end
 
 local function write_heap(out, rows, total, opts, used_aliases)
   local size = layout.sizer(opts)
-  local shown, rest = layout.split_top(rows, opts.top)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write('HEAP SUMMARY:\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(' holds %s: %d allocs, %d frees%s',
@@ -179,6 +191,35 @@ local function write_heap(out, rows, total, opts, used_aliases)
       size(sums.holds), sums.allocs, sums.frees))
   end
   out:write(format('TOTAL holds %s (net bytes of the stream)\n', size(total)))
+  out:write('\n')
+end
+
+local CUMULATIVE_TITLES = {
+  ['function'] = 'CUMULATIVE: each function with the functions it called, ' ..
+    'by bytes allocated (self: its own events)',
+  stack = 'CUMULATIVE: each stack with the functions called from its ' ..
+    'innermost line, by bytes allocated (self: its own events)',
+}
+
+local function write_cumulative(out, cumulative, opts, used_aliases)
+  local size = layout.sizer(opts)
+  local rows = layout.sort_rows(cumulative.rows,
+    opts.sort == 'count' and 'events' or 'bytes', function(row)
+      return row.group.name
+    end)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
+  out:write(CUMULATIVE_TITLES[cumulative.mode], '\n')
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row.group, format(': with callees %d events ' ..
+      '+%s, live %s in %s; self %d events +%s', row.events,
+      size(row.bytes), size(row.live_bytes),
+      layout.plural(row.live_blocks, 'block'), row.self_events,
+      size(row.self_bytes)))
+    layout.note_aliases(used_aliases, row.group)
+  end
+  if #rest > 0 then
+    out:write(format('... and %d more\n', #rest))
+  end
   out:write('\n')
 end
 
@@ -210,6 +251,9 @@ function M.write(result, out, opts)
   end
   write_heap(out, heap_rows(result.heap.sites, key, heap_sort_field(opts)),
     result.heap.total, opts, used_aliases)
+  if result.cumulative and not opts.leak_only then
+    write_cumulative(out, result.cumulative, opts, used_aliases)
+  end
   layout.write_aliases(out, result.stream.aliases, used_aliases)
 end
 

@@ -9,6 +9,8 @@
 --             top: at most this many rows per view (and stacks per row
 --               of LIVE AT END: at most 3 unless top is smaller); the
 --               others are summed on a line "... and K more: ..."
+--             left_out: a table whose field rows grows by the number of
+--               rows that top leaves out (stacks are not counted)
 --             sort: 'bytes' (default) or 'count'
 --             human_readable: sizes in B/KiB/MiB/GiB
 --   views.render(result, opts) -> the same, as a string
@@ -76,7 +78,7 @@ function M.write_leaks(out, leaks, opts, used)
     'freed, by where they were allocated (for a reallocated block, where ' ..
     'it was last reallocated)\n')
   local rows = sort_rows(leaks.rows, opts, 'bytes', 'count')
-  local shown, rest = layout.split_top(rows, opts.top)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, format(': %s, %s',
       plural(row.count, 'block'), size(row.bytes)))
@@ -130,7 +132,7 @@ function M.write_peak(out, peak, opts, used, stream)
   out:write(format('PEAK: %s live %s. Held by:\n', size(peak.bytes),
     peak_moment(peak, stream)))
   local rows = sort_rows(peak.rows, opts, 'bytes', 'blocks')
-  local shown, rest = layout.split_top(rows, opts.top)
+  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, peak_row_tail(row, size))
     layout.note_aliases(used, row.group)
@@ -181,7 +183,7 @@ function M.write_temporary(out, result, opts, used)
     limit_text(result.limit)))
   local with, without = split_temporary(result.rows)
   sort_rows(with, opts, 'temporary_bytes', 'temporary_blocks')
-  local shown, rest = layout.split_top(with, opts.top)
+  local shown, rest = layout.split_top(with, opts.top, opts.left_out)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, temporary_tail(row, size))
     layout.note_aliases(used, row.group)

@@ -1,0 +1,122 @@
+-- memprof installed as a user installs it, by `make install` and by
+-- LuaRocks (`luarocks make` into a tree of its own), then used from
+-- another directory with no path into the source tree: the commands run
+-- on LuaJIT even when started by plain Lua (LuaRocks' wrapper runs them
+-- with lua5.1), and the HTML page finds its style and script beside
+-- report/html.lua.
+--
+-- Installing takes a while (LuaRocks compiles the module), and does not
+-- depend on the VM running the suite, so these specs run in one suite
+-- only: the one that sets MEMPROF_TEST_INSTALL (make test-luajit).  They
+-- need Debian's lua5.1, luajit and luarocks (.ci/install-deps).
+if os.getenv('MEMPROF_TEST_INSTALL') == nil then
+  return
+end
+
+local B = require('helpers.stream_builder')
+local C = require('helpers.command')
+
+local TOP = os.getenv('PWD')
+local VERSION = require('memprof.version').VERSION
+
+local function luajit_version()
+  local _, text = C.run("luajit -e 'io.write(jit.version)'")
+  return text
+end
+
+-- Runs a command line from /, without the suite's LUA_PATH and
+-- LUA_CPATH (`env` sets what is given instead).
+local function from_root(env, line)
+  return C.run('cd / && env -u LUA_PATH -u LUA_CPATH ' .. env ..
+    ' timeout 300 ' .. line)
+end
+
+-- The text of the page's <style> and <script> elements.
+local function page_parts(page)
+  return { page:match('<style>\n(.-)</style>'),
+    page:match('.*<script>\n(.-)</script>') }
+end
+
+local HTML_FILES = { C.read_file('lua/memprof/report/html/page.css'),
+  C.read_file('lua/memprof/report/html/page.js') }
+
+-- A script for memprof run, which keeps ten tables made at line 2.
+local SCRIPT = 'local keep = {}\nfor i = 1, 10 do keep[i] = { i } end\n' ..
+  '_G.keep = keep\n'
+
+describe('memprof installed', function()
+  local dir, profile
+
+  before_each(function()
+    dir = C.temp_dir()
+    profile = dir .. '/p.bin'
+    C.write_file(profile, B.three_callers():bytes())
+    C.write_file(dir .. '/app.lua', SCRIPT)
+  end)
+
+  after_each(function()
+    C.remove_tree(dir)
+  end)
+
+  -- What memprof run prints of app.lua's line 2 with the commands of bin.
+  local function run_app(env, bin)
+    local code, stdout, stderr = from_root(env, 'sh -c ' .. C.quote('cd ' ..
+      C.quote(dir) .. ' && ' .. C.command(bin .. '/memprof', 'run',
+      '--leak-only', 'app.lua')))
+    assert.are.same({ 0, '' }, { code, stdout })
+    return stderr:match('\nHEAP SUMMARY:\n.*(@app.lua:2 holds %d+B: ' ..
+      '%d+ allocs)')
+  end
+
+  it('by make install', function()
+    local prefix = dir .. '/prefix'
+    local code, _, stderr = C.run('make install PREFIX=' .. C.quote(prefix) ..
+      ' >/dev/null')
+    assert.are.same({ 0, '' }, { code, stderr })
+    local bin = prefix .. '/bin'
+    code, stderr = C.run('ls ' .. C.quote(prefix ..
+      '/share/lua/5.1/memprof/report/html'))
+    assert.are.same({ 0, 'page.css\npage.js\n' }, { code, stderr })
+    -- Started by plain Lua, it runs on LuaJIT.
+    local stdout
+    code, stdout, stderr = from_root('', C.command('/usr/bin/lua5.1',
+      bin .. '/memprof-report', '--version'))
+    assert.are.same({ 0, '', 'memprof-report ' .. VERSION .. ' (' ..
+      luajit_version() .. ')\n' }, { code, stderr, stdout })
+    code, stdout, stderr = from_root('', C.command(bin .. '/memprof-report',
+      '--format=html', profile))
+    assert.are.same({ 0, '' }, { code, stderr })
+    assert.are.same(HTML_FILES, page_parts(stdout))
+    assert.truthy(run_app('LUA_CPATH=' .. C.quote(prefix ..
+      '/lib/lua/5.1/?.so;;'), bin))
+  end)
+
+  it('by LuaRocks, whose wrapper starts plain Lua', function()
+    local copy, tree = dir .. '/source', dir .. '/tree'
+    local code, _, stderr = C.run('mkdir ' .. C.quote(copy) .. ' && cp -r ' ..
+      'rockspec src lua bin ' .. C.quote(copy))
+    assert.are.same({ 0, '' }, { code, stderr })
+    local _, include = C.run('pkg-config --variable=includedir luajit')
+    code = C.run('cd ' .. C.quote(copy) .. ' && timeout 300 luarocks make ' ..
+      '--tree=' .. C.quote(tree) .. ' --lua-version=5.1 --deps-mode=none ' ..
+      'LUA_INCDIR=' .. C.quote(include:gsub('\n$', '')) ..
+      ' rockspec/memprof-scm-1.rockspec >/dev/null 2>&1')
+    assert.are.equal(0, code)
+    local bin = tree .. '/bin'
+    -- The precondition: LuaRocks starts the commands with plain Lua.
+    assert.truthy(C.read_file(bin .. '/memprof-report'):find(
+      "exec '/usr/bin/lua5.1'", 1, true))
+    local env = 'LUA_PATH=' .. C.quote(tree .. '/share/lua/5.1/?.lua;;') ..
+      ' LUA_CPATH=' .. C.quote(tree .. '/lib/lua/5.1/?.so;;')
+    local stdout
+    code, stdout, stderr = from_root(env, C.command(bin .. '/memprof-report',
+      '--version'))
+    assert.are.same({ 0, '', 'memprof-report ' .. VERSION .. ' (' ..
+      luajit_version() .. ')\n' }, { code, stderr, stdout })
+    code, stdout, stderr = from_root(env, C.command(bin .. '/memprof-report',
+      '--format=html', profile))
+    assert.are.same({ 0, '' }, { code, stderr })
+    assert.are.same(HTML_FILES, page_parts(stdout))
+    assert.truthy(run_app(env, bin))
+  end)
+end)
