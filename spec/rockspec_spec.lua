@@ -3,13 +3,7 @@
 -- symbol), and installs every Lua module of lua/memprof.
 local C = require('helpers.command')
 
-local function rockspec()
-  local env = {}
-  local chunk = assert(loadfile('rockspec/memprof-scm-1.rockspec'))
-  setfenv(chunk, env)
-  chunk()
-  return env
-end
+local rockspec = C.rockspec
 
 local function listed(pattern)
   local _, out = C.run('ls ' .. pattern)

@@ -5,13 +5,7 @@
 local version = require('memprof.version')
 local C = require('helpers.command')
 
-local function rockspec()
-  local env = {}
-  local chunk = assert(loadfile('rockspec/memprof-scm-1.rockspec'))
-  setfenv(chunk, env)
-  chunk()
-  return env
-end
+local rockspec = C.rockspec
 
 -- The versions of the level-2 headings of CHANGELOG.md, in order.
 local function changelog_sections()

@@ -76,4 +76,13 @@ function M.have(program)
   return code == 0
 end
 
+-- The rockspec's fields, as LuaRocks reads them.
+function M.rockspec()
+  local env = {}
+  local chunk = assert(loadfile('rockspec/memprof-scm-1.rockspec'))
+  setfenv(chunk, env)
+  chunk()
+  return env
+end
+
 return M
