@@ -304,6 +304,12 @@ end)
 
 describe('time marks', function()
   it('put increasing times on events, from 0 to the stop', function()
+    -- Under valgrind the writer thread's ticks come when valgrind lets it
+    -- run, not every millisecond.
+    if os.getenv('MEMPROF_TEST_VALGRIND') then
+      pending('time marks follow valgrind\'s scheduling, not the clock')
+      return
+    end
     local events, stream = profile({ timestamps = true }, function()
       local keep = {}
       for step = 1, 3 do
