@@ -119,6 +119,7 @@ Options:
   --peak                 view: the heap's peak, and what held it
   --temporary[=N]        view: blocks freed within N allocations (default 1)
   --timeline             view: live bytes over time (needs time marks)
+  --split-traces         one row per trace number, not per start place
   --leak-only            default report: only the heap summary
   --human-readable       sizes in B, KiB, MiB, GiB
   --metric=M             folded: alloc-bytes|alloc-count|live-bytes|peak-bytes
@@ -415,7 +416,7 @@ Grouped by function: each row is the function where the events happened, named b
 HEAP SUMMARY:
 function at @log.lua:3 holds 764B: 7 allocs, 3 frees
 io_lines holds 48B: 1 allocs, 0 frees
-TRACE [1] started at @app.lua:70 holds 16B: 1 allocs, 0 frees
+TRACE started at @app.lua:70 (1 trace) holds 16B: 1 allocs, 0 frees
 (allocated before profiling) holds -24B: 0 allocs, 1 frees
 TOTAL holds 804B (net bytes of the stream)
 

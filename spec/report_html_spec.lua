@@ -199,7 +199,7 @@ describe('html report', function()
         ['@app.lua:60'] = { 48, 1 },
         ['@app.lua:60;io_lines'] = { 48, 1 },
         ['@app.lua:5'] = { 32, 1 },
-        ['TRACE [1] started at @app.lua:70'] = { 16, 1 },
+        ['TRACE started at @app.lua:70'] = { 16, 1 },
       }, paths(data, 'allocated'))
       assert.are.same({
         [''] = { 828, 6 },
@@ -213,7 +213,7 @@ describe('html report', function()
         ['@app.lua:50;@log.lua:7'] = { 64, 1 },
         ['@app.lua:60'] = { 48, 1 },
         ['@app.lua:60;io_lines'] = { 48, 1 },
-        ['TRACE [1] started at @app.lua:70'] = { 16, 1 },
+        ['TRACE started at @app.lua:70'] = { 16, 1 },
       }, paths(data, 'live'))
       -- Children come largest first; frames carry their source.
       local first = data.graphs.allocated.root.c[1]
@@ -226,7 +226,7 @@ describe('html report', function()
         ['@app.lua:30'] = 'lua', ['@app.lua:50'] = 'lua',
         ['@app.lua:60'] = 'lua', ['@app.lua:5'] = 'lua',
         ['@log.lua:5'] = 'lua', ['@log.lua:7'] = 'lua', [fmt] = 'c',
-        io_lines = 'c', ['TRACE [1] started at @app.lua:70'] = 'trace' },
+        io_lines = 'c', ['TRACE started at @app.lua:70'] = 'trace' },
         sources)
       assert.is_nil(data.graphs.allocated.note)
       assert.is_nil(data.timeline)
@@ -261,7 +261,7 @@ describe('html report', function()
         ['@log.lua:7'] = { 64, 1 },
         ['io_lines'] = { 48, 1 },
         ['@app.lua:5'] = { 32, 1 },
-        ['TRACE [1] started at @app.lua:70'] = { 16, 1 },
+        ['TRACE started at @app.lua:70'] = { 16, 1 },
       }, paths(by_line, 'allocated'))
       assert.truthy(by_line.graphs.allocated.note:find(
         'per line, not per call stack', 1, true))
@@ -315,13 +315,13 @@ describe('html report', function()
         ['@test.lua:7'] = { 128, 1 },
         ['io_write'] = { 48, 1 },
         ['@test.lua:6'] = { 32, 1 },
-        ['TRACE [1] started at @test.lua:5'] = { 16, 1 },
+        ['TRACE started at @test.lua:5'] = { 16, 1 },
       }, paths(data, 'allocated'))
       assert.are.same({
         [''] = { 272, 4 },
         ['@test.lua:5'] = { 128, 2 },
         ['@test.lua:7'] = { 128, 1 },
-        ['TRACE [1] started at @test.lua:5'] = { 16, 1 },
+        ['TRACE started at @test.lua:5'] = { 16, 1 },
         ['@test.lua:6'] = nil,
       }, paths(data, 'live'))
       local note = 'This profile has no call stacks, so each frame is one site.'
@@ -532,7 +532,7 @@ describe('html report in a browser', function()
       for _, name in ipairs({ 'all allocations', '@app.lua:10', '@app.lua:20',
           '@app.lua:30', '@log.lua:5', '@log.lua:7', 'string.format',
           'io_lines', '@app.lua:60', '@app.lua:5',
-          'TRACE [1] started at @app.lua:70' }) do
+          'TRACE started at @app.lua:70' }) do
         assert.is_true(allocated[name], name)
       end
       assert.are.equal(16, #report.frames.allocated)

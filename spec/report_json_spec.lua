@@ -48,15 +48,20 @@ describe('json report', function()
     assert.are.equal(12, #doc.sites)
     assert.are.same({ id = 2, name = '@log.lua:5', source = 'lua',
       chunkname = '@log.lua', line = 5, traceno = cjson.null,
-      address = '0x100', ['function'] = 'function at @log.lua:3',
-      alias = cjson.null }, doc.sites[2])
-    assert.are.same({ id = 11, name = 'TRACE [1] started at @app.lua:70',
+      traces = cjson.null, address = '0x100',
+      ['function'] = 'function at @log.lua:3', alias = cjson.null },
+      doc.sites[2])
+    assert.are.same({ id = 11, name = 'TRACE started at @app.lua:70',
       source = 'trace', chunkname = cjson.null, line = cjson.null,
-      traceno = 1, address = cjson.null,
-      ['function'] = 'TRACE [1] started at @app.lua:70', alias = cjson.null },
+      traceno = cjson.null, traces = 1, address = cjson.null,
+      ['function'] = 'TRACE started at @app.lua:70', alias = cjson.null },
       doc.sites[11])
-    assert.are.same({ id = 2, frames = { 1, 2, 4 } }, doc.stacks[2])
-    assert.are.equal(6, #doc.stacks)
+    assert.are.same({ id = 2, frames = { 1, 2, 4 }, inferred = false },
+      doc.stacks[2])
+    -- The stack made for the trace's event, after the stream's six.
+    assert.are.equal(7, #doc.stacks)
+    assert.are.same({ id = 7, frames = { 11 }, inferred = true },
+      doc.stacks[7])
     assert.are.same({ id = 2, name = '@app.lua:20', source = 'lua',
       note = cjson.null, site = 4, ['function'] = cjson.null,
       frames = cjson.null }, doc.rows[2])
@@ -98,8 +103,9 @@ describe('json report', function()
     assert.are.same({ row = 2, name = '@app.lua:20', blocks = 2, bytes = 400,
       stacks = { { stack = 2, blocks = 2, bytes = 400 } } }, doc.live.rows[1])
     assert.are.same({ row = 7,
-      name = 'TRACE [1] started at @app.lua:70 (no call stack)', blocks = 1,
-      bytes = 16, stacks = {} }, doc.live.rows[5])
+      name = 'TRACE started at @app.lua:70 (no Lua caller in the stack)',
+      blocks = 1, bytes = 16,
+      stacks = { { stack = 7, blocks = 1, bytes = 16 } } }, doc.live.rows[5])
     assert.are.equal(6, doc.live.blocks)
     assert.are.equal(828, doc.live.bytes)
     assert.are.equal(24, doc.live.freed_before_profiling)
