@@ -232,6 +232,31 @@ describe('html report', function()
       assert.is_nil(data.timeline)
     end)
 
+  it('draws the traces of a loop under the callers of their function',
+    function()
+      local data = data_of(page(B.compiled_loop(), {}))
+      local trace = 'TRACE started at @fill.lua:3'
+      assert.are.same({
+        [''] = { 320, 6 },
+        ['@main.lua:10'] = { 224, 4 },
+        ['@main.lua:10;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:10;' .. trace] = { 192, 3 },
+        ['@main.lua:20'] = { 96, 2 },
+        ['@main.lua:20;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:20;' .. trace] = { 64, 1 },
+      }, paths(data, 'allocated'))
+      assert.are.same({
+        [''] = { 256, 5 },
+        ['@main.lua:10'] = { 160, 3 },
+        ['@main.lua:10;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:10;' .. trace] = { 128, 2 },
+        ['@main.lua:20'] = { 96, 2 },
+        ['@main.lua:20;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:20;' .. trace] = { 64, 1 },
+      }, paths(data, 'live'))
+      assert.is_nil(data.graphs.allocated.note)
+    end)
+
   it('draws the same graphs whatever the grouping of the rows', function()
     local by_caller = data_of(page(B.three_callers(), { group = 'caller' }))
     for _, group in ipairs({ 'line', 'function', 'stack' }) do

@@ -143,6 +143,35 @@ describe('json report', function()
     assert.is_true(doc.stream.has_time)
   end)
 
+  it('counts the traces of a start place, and lists the stacks made for them',
+    function()
+      local doc = decode(B.compiled_loop(), 'line')
+      local trace
+      for _, site in ipairs(doc.sites) do
+        if site.source == 'trace' then
+          assert.is_nil(trace, 'one site for both traces')
+          trace = site
+        end
+      end
+      assert.are.same({ id = 3, name = 'TRACE started at @fill.lua:3',
+        source = 'trace', chunkname = cjson.null, line = cjson.null,
+        traceno = cjson.null, traces = 2, address = cjson.null,
+        ['function'] = 'TRACE started at @fill.lua:3', alias = cjson.null },
+        trace)
+      -- The stream's stacks 1 and 2, then the trace under each caller.
+      assert.are.same({
+        { id = 1, frames = { 1, 2 }, inferred = false },
+        { id = 2, frames = { 1, 4 }, inferred = false },
+        { id = 3, frames = { 3, 2 }, inferred = true },
+        { id = 4, frames = { 3, 4 }, inferred = true },
+      }, doc.stacks)
+      local live = by_name(doc.live.rows)['TRACE started at @fill.lua:3']
+      assert.are.same({ { stack = 3, blocks = 2, bytes = 128 },
+        { stack = 4, blocks = 1, bytes = 64 } }, live.stacks)
+      assert.are.same({ row = 2, name = 'TRACE started at @fill.lua:3',
+        events = 4, bytes = 256 }, doc.allocations[1])
+    end)
+
   it('makes one row of the sites of one name', function()
     -- The same line of a function loaded twice, at two addresses.
     local s = B.new():lfunc(0x100, '@a.lua', 0):lfunc(0x200, '@a.lua', 0)

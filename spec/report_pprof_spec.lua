@@ -154,6 +154,31 @@ Showing nodes accounting for 828B, 100% of 828B total
       '60.00%  string.format\n', 1, true))
   end)
 
+  it('puts the traces of a loop under the callers of their function',
+    function()
+      local file, source = profile_of(B.compiled_loop())
+      assert.are.equal([[
+File: lua
+memprof profile ]] .. source .. [[
+
+Type: alloc_space
+Showing nodes accounting for 320B, 100% of 320B total
+      flat  flat%   sum%        cum   cum%
+      256B 80.00% 80.00%       256B 80.00%  TRACE started at @fill.lua:3
+       64B 20.00%   100%        64B 20.00%  function at @fill.lua:1
+         0     0%   100%       320B   100%  main chunk of @main.lua
+]], pprof('-top', '-sample_index=alloc_space', file))
+      local raw = pprof('-raw', file)
+      -- One sample per stack: the trace under line 10 (3 blocks, one
+      -- freed) and under line 20.
+      assert.truthy(raw:find('\n        192          3        128          2: ' ..
+        '3 2 \n', 1, true))
+      assert.truthy(raw:find('\n         64          1         64          1: ' ..
+        '3 4 \n', 1, true))
+      assert.truthy(raw:find('\n     3: 0x0 M=1 TRACE started at @fill.lua:3 ' ..
+        ':0 s=0\n', 1, true))
+    end)
+
   it('makes one-frame samples for a profile without stacks', function()
     local file = profile_of(B.crafted())
     local top = pprof('-top', '-sample_index=inuse_objects', file)
