@@ -114,6 +114,22 @@ describe('stacks of events in compiled code', function()
         'TRACE started at @h.lua:2 (no call stack)' }, rows(by_stack))
     end)
 
+  it('keep apart two stacks whose frames hash alike', function()
+    local trace_stacks = require('memprof.trace_stacks')
+    local inferred = trace_stacks.new()
+    -- The hash of (site, frame) is site.id * 1000003 + frame.id.
+    local a, b = { id = 1 }, { id = 0 }
+    local frame_a, frame_b = { id = 0 }, { id = 1000003 }
+    local first = inferred:intern(a, { 'x', frame_a }, 1)
+    local second = inferred:intern(b, { 'x', frame_b }, 1)
+    assert.are_not.equal(first, second)
+    assert.are.same({ a, frame_a }, first.frames)
+    assert.are.same({ b, frame_b }, second.frames)
+    assert.are.equal(first, inferred:intern(a, { frame_a }, 0))
+    assert.are.equal(second, inferred:intern(b, { 'y', 'z', frame_b }, 2))
+    assert.are.same({ first, second }, inferred.list)
+  end)
+
   it('are not made in a stream without stacks', function()
     local s = B.new():lfunc(0x100, '@f.lua', 3):trace(1, 0x100, 5):events()
     s:alloc(B.lua(0x100, 6), 0x10, 8):alloc(B.trace(1), 0x20, 16):epilogue()
