@@ -40,27 +40,43 @@ function M.new()
     list = {},
     by_hash = {},       -- a hash of the frames -> stack
     last_through = {},  -- function table -> the last stack defined through it
+    sites_of = {},      -- function table -> set of its sites seen in stacks
     generation = 0,     -- how many stacks were defined
   }, TraceStacks)
 end
 
 -- Remembers a stack as the last one defined through each Lua function
--- it passes.
+-- it passes, and each Lua frame as one of its function's sites.
 function TraceStacks:defined(stack)
   self.generation = self.generation + 1
-  local frames, last = stack.frames, self.last_through
-  for i = #frames, 1, -1 do
+  local frames, last, sites_of = stack.frames, self.last_through,
+    self.sites_of
+  for i = 1, #frames do
     local frame = frames[i]
     if frame.source == 'lua' then
-      last[frame.func] = stack
+      local func = frame.func
+      last[func] = stack
+      local sites = sites_of[func]
+      if not sites then
+        sites = {}
+        sites_of[func] = sites
+      end
+      sites[frame] = true
     end
   end
 end
 
--- The index of the innermost frame of func in stack, or nil.
-local function index_of(stack, func)
-  for i, frame in ipairs(stack.frames) do
-    if frame.func == func and frame.source == 'lua' then
+-- The index of the innermost frame of func in a stack defined before,
+-- or nil.  Its frames are looked up among the function's sites rather
+-- than followed to their function: in a large profile the sites are
+-- spread over the memory, and reading each is what would cost.
+function TraceStacks:index_of(stack, func)
+  local sites, frames = self.sites_of[func], stack.frames
+  if not sites then
+    return nil
+  end
+  for i = 1, #frames do
+    if sites[frames[i]] then
       return i
     end
   end
@@ -117,13 +133,14 @@ end
 -- from the last stack defined through the function (rule 2).
 function TraceStacks:make(trace, context)
   local func = trace.func
-  local at = context and index_of(context, func)
+  local at = context and self:index_of(context, func)
   if at then
     return self:intern(trace.site, context.frames, at), false
   end
   local last = self.last_through[func]
   if last then
-    return self:intern(trace.site, last.frames, index_of(last, func)), true
+    return self:intern(trace.site, last.frames, self:index_of(last, func)),
+      true
   end
   return nil, true
 end
