@@ -232,8 +232,8 @@ describe('json report', function()
       { '@caf' .. R .. '.lua:3', '@caf' .. R .. '.lua',
         'function at @caf' .. R .. '.lua:1' },
       { 'bad' .. R .. 'sym', cjson.null, 'bad' .. R .. 'sym' },
-      { 'TRACE [1] started at @caf' .. R .. '.lua:7', cjson.null,
-        'TRACE [1] started at @caf' .. R .. '.lua:7' },
+      { 'TRACE started at @caf' .. R .. '.lua:7', cjson.null,
+        'TRACE started at @caf' .. R .. '.lua:7' },
       { '@d\195\169j\195\160.lua:2', '@d\195\169j\195\160.lua',
         'function at @d\195\169j\195\160.lua:1' },
     }, sites)
@@ -242,7 +242,7 @@ describe('json report', function()
       names[i] = entry.name
     end
     assert.are.same({ 'function at @d\195\169j\195\160.lua:1',
-      'TRACE [1] started at @caf' .. R .. '.lua:7', 'bad' .. R .. 'sym',
+      'TRACE started at @caf' .. R .. '.lua:7', 'bad' .. R .. 'sym',
       'function at @caf' .. R .. '.lua:1' }, names)
   end)
 
@@ -287,7 +287,7 @@ describe('json report', function()
         entry('main chunk of @m.lua', { 5, 1710, 4, 1610, 1, 10 }),
         entry('function at @m.lua:3', { 4, 1700, 3, 1600, 4, 1700 }),
         entry('string.rep', { 2, 1500, 2, 1500, 0, 0 }),
-        entry('TRACE [1] started at @m.lua:20', { 1, 16, 1, 16, 1, 16 }),
+        entry('TRACE started at @m.lua:20', { 1, 16, 1, 16, 1, 16 }),
       } }, doc.cumulative)
       -- string.rep is a row of its own, though it had no events.
       assert.are.equal('string.rep', doc.rows[rows['string.rep']].name)

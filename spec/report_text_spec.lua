@@ -328,7 +328,7 @@ CUMULATIVE: each function with the functions it called, by bytes allocated (self
 main chunk of @m.lua: with callees 5 events +1710B, live 1610B in 4 blocks; self 1 events +10B
 function at @m.lua:3: with callees 4 events +1700B, live 1600B in 3 blocks; self 4 events +1700B
 string.rep: with callees 2 events +1500B, live 1500B in 2 blocks; self 0 events +0B
-TRACE [1] started at @m.lua:20: with callees 1 events +16B, live 16B in 1 block; self 1 events +16B
+TRACE started at @m.lua:20 (1 trace): with callees 1 events +16B, live 16B in 1 block; self 1 events +16B
 
 ]], text.render(result):match('\n(CUMULATIVE:.*)$'))
       result = analyze.run(reader.from_string(B.nested_calls():bytes(),
