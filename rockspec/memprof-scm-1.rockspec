@@ -39,6 +39,7 @@ build = {
     ["memprof.temporary"] = "lua/memprof/temporary.lua",
     ["memprof.timeline"] = "lua/memprof/timeline.lua",
     ["memprof.cumulative"] = "lua/memprof/cumulative.lua",
+    ["memprof.trace_stacks"] = "lua/memprof/trace_stacks.lua",
     ["memprof.report.text"] = "lua/memprof/report/text.lua",
     ["memprof.report.layout"] = "lua/memprof/report/layout.lua",
     ["memprof.report.views"] = "lua/memprof/report/views.lua",

@@ -54,7 +54,7 @@ describe('heap pass', function()
       ['@test.lua:6'] = { 0, 1, 0, 1 },
       ['@test.lua:7'] = { 128, 1, 1, 0 },
       [BEFORE] = { -100, 0, 0, 1 },
-      ['TRACE [1] started at @test.lua:5'] = { 16, 1, 0, 0 },
+      ['TRACE started at @test.lua:5'] = { 16, 1, 0, 0 },
       ['io_write'] = { 0, 1, 0, 1 },
     }, heap_by_name(result))
     assert.are.equal(172, result.heap.total)
@@ -71,7 +71,7 @@ describe('heap pass', function()
         { 0x2000, 64, '@test.lua:5' },
         { 0x3000, 64, '@test.lua:5' },
         { 0x5000, 128, '@test.lua:7' },
-        { 0x6000, 16, 'TRACE [1] started at @test.lua:5' },
+        { 0x6000, 16, 'TRACE started at @test.lua:5' },
       }, list)
     end)
 
@@ -177,7 +177,7 @@ describe('sites pass', function()
     assert.are.same({
       ['@test.lua:5'] = { 3, 192, 0, overrides = {} },
       ['@test.lua:6'] = { 1, 32, 0, overrides = {} },
-      ['TRACE [1] started at @test.lua:5'] = { 1, 16, 0, overrides = {} },
+      ['TRACE started at @test.lua:5'] = { 1, 16, 0, overrides = {} },
       ['io_write'] = { 1, 48, 0, overrides = {} },
     }, sites_by_name(result, 'alloc'))
     assert.are.same({
@@ -197,7 +197,7 @@ describe('sites pass', function()
       list[i] = record.site.name
     end
     assert.are.same({ '@test.lua:5', '@test.lua:6',
-      'TRACE [1] started at @test.lua:5', 'io_write' }, list)
+      'TRACE started at @test.lua:5', 'io_write' }, list)
   end)
 end)
 
@@ -219,7 +219,7 @@ describe('analyze.run', function()
         'alloc @test.lua:5 -', 'alloc @test.lua:5 -', 'alloc @test.lua:5 -',
         'alloc @test.lua:6 -', 'realloc @test.lua:7 @test.lua:6',
         'free INTERNAL @test.lua:5', 'free INTERNAL ' .. BEFORE,
-        'alloc TRACE [1] started at @test.lua:5 -', 'alloc io_write -',
+        'alloc TRACE started at @test.lua:5 -', 'alloc io_write -',
         'free io_write io_write',
       }, seen)
       assert.are.same({ events = 10 }, result.log)
@@ -278,7 +278,7 @@ local function random_stream(seed, count)
   end
   local function define_trace(traceno)
     local proto, line = protos[random(#protos)], random(50)
-    names.trace[traceno] = ('TRACE [%d] started at %s:%d'):format(traceno,
+    names.trace[traceno] = ('TRACE started at %s:%d'):format(
       names.lua[proto], line)
     s:define_trace(traceno, proto, line)
   end

@@ -119,6 +119,7 @@ Options:
   --peak                 view: the heap's peak, and what held it
   --temporary[=N]        view: blocks freed within N allocations (default 1)
   --timeline             view: live bytes over time (needs time marks)
+  --split-traces         one row per trace number, not per start place
   --leak-only            default report: only the heap summary
   --human-readable       sizes in B, KiB, MiB, GiB
   --metric=M             folded: alloc-bytes|alloc-count|live-bytes|peak-bytes
@@ -415,7 +416,7 @@ Grouped by function: each row is the function where the events happened, named b
 HEAP SUMMARY:
 function at @log.lua:3 holds 764B: 7 allocs, 3 frees
 io_lines holds 48B: 1 allocs, 0 frees
-TRACE [1] started at @app.lua:70 holds 16B: 1 allocs, 0 frees
+TRACE started at @app.lua:70 (1 trace) holds 16B: 1 allocs, 0 frees
 (allocated before profiling) holds -24B: 0 allocs, 1 frees
 TOTAL holds 804B (net bytes of the stream)
 
@@ -567,6 +568,72 @@ describe('memprof-report --format', function()
       assert.are.same({ 0, '' }, { code, stderr })
       assert.truthy(stdout:find('>peak 150 B at 4611686018 s</text>', 1,
         true))
+    end)
+
+  it('names traces by where they start, or by number with --split-traces',
+    function()
+      local path = file_of(B.compiled_loop())
+      local function output(...)
+        local code, stdout = report(...)
+        assert.are.equal(0, code)
+        return stdout
+      end
+      local merged, split = 'TRACE started at @fill.lua:3',
+        { 'TRACE [1] started at @fill.lua:3', 'TRACE [2] started at @fill.lua:3' }
+      -- text
+      assert.truthy(output(path):find('\n' .. merged ..
+        ' (2 traces): 4 events\t+256B\t-0B\n', 1, true))
+      local text = output('--split-traces', path)
+      assert.truthy(text:find('\n' .. split[1] .. ': 2 events\t+128B\t-0B\n',
+        1, true))
+      assert.truthy(text:find('\n' .. split[2] .. ': 2 events\t+128B\t-0B\n',
+        1, true))
+      assert.is_nil(text:find(merged, 1, true))
+      -- json: the names of the trace sites
+      local cjson = require('cjson')
+      local function trace_sites(...)
+        local names = {}
+        for _, site in ipairs(cjson.decode(output('--format=json', ...)).sites) do
+          if site.source == 'trace' then
+            names[#names + 1] = site.name
+          end
+        end
+        return names
+      end
+      assert.are.same({ merged }, trace_sites(path))
+      assert.are.same(split, trace_sites('--split-traces', path))
+      -- folded
+      assert.are.equal('@main.lua:10;@fill.lua:3 32\n' ..
+        '@main.lua:10;' .. split[1] .. ' 128\n' ..
+        '@main.lua:10;' .. split[2] .. ' 64\n' ..
+        '@main.lua:20;@fill.lua:3 32\n' ..
+        '@main.lua:20;' .. split[2] .. ' 64\n',
+        output('--format=folded', '--split-traces', path))
+      -- chrome: who held the peak
+      local function held_by(...)
+        for _, event in ipairs(cjson.decode(output('--format=chrome',
+          ...)).traceEvents) do
+          if event.name == 'peak' then
+            return event.args.held_by
+          end
+        end
+      end
+      assert.are.same({ [merged] = 256, ['@fill.lua:3'] = 64 }, held_by(path))
+      assert.are.same({ [split[1]] = 128, [split[2]] = 128,
+        ['@fill.lua:3'] = 64 }, held_by('--split-traces', path))
+      -- pprof: the function names in the string table
+      local gz = dir .. '/p.pb.gz'
+      output('--format=pprof', '--split-traces', '--output=' .. gz, path)
+      local _, proto = C.run('gzip -dc ' .. C.quote(gz))
+      assert.truthy(proto:find(split[2], 1, true))
+      assert.is_nil(proto:find(merged, 1, true))
+      -- html
+      local page = output('--format=html', '--split-traces', path)
+      assert.truthy(page:find(split[1], 1, true))
+      assert.is_nil(page:find(merged, 1, true))
+      -- --diff
+      assert.truthy(output('--diff', '--split-traces', path, path):find(
+        '\n(4 rows unchanged)\n', 1, true))
     end)
 
   it('refuses what a format cannot do', function()

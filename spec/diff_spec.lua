@@ -107,6 +107,68 @@ TOTAL: allocated +214B (180B -> 394B), allocations +2 (3 -> 5), live at end +164
   end)
 end)
 
+-- Two runs of one program whose traces got other numbers: in the first,
+-- traces 1 and 2 start at @loop.lua:4 (2 x 16B and 32B), trace 3 at
+-- @loop.lua:9 (8B); in the second, trace 5 starts at @loop.lua:4 (3 x
+-- 16B), traces 6 and 7 at @loop.lua:9 (8B each).
+local function traced_run(first)
+  local s = B.new():lfunc(0x100, '@loop.lua', 0)
+  if first then
+    s:trace(1, 0x100, 4):trace(2, 0x100, 4):trace(3, 0x100, 9):events()
+    s:alloc(B.trace(1), 0x10, 16):alloc(B.trace(1), 0x20, 16)
+    s:alloc(B.trace(2), 0x30, 32):alloc(B.trace(3), 0x40, 8)
+  else
+    s:trace(5, 0x100, 4):trace(6, 0x100, 9):trace(7, 0x100, 9):events()
+    s:alloc(B.trace(5), 0x10, 16):alloc(B.trace(5), 0x20, 16)
+    s:alloc(B.trace(5), 0x30, 16):alloc(B.trace(6), 0x40, 8)
+    s:alloc(B.trace(7), 0x50, 8)
+  end
+  return s:epilogue()
+end
+
+describe('diff of traces', function()
+  local function compare(opts)
+    local results = {}
+    for i, first in ipairs({ true, false }) do
+      results[i] = analyze.run(reader.from_string(traced_run(first):bytes(),
+        'x.bin', opts))
+    end
+    return diff.compare(results[1], results[2])
+  end
+
+  it('matches the traces of two runs by where they start', function()
+    local changes = compare({})
+    local list = {}
+    for i, entry in ipairs(changes.rows) do
+      list[i] = { entry.name, entry.status, entry.allocated_bytes.change,
+        entry.allocated_events.change }
+    end
+    assert.are.same({ { 'TRACE started at @loop.lua:9', 'changed', 8, 1 },
+      { 'TRACE started at @loop.lua:4', 'changed', -16, 0 } }, list)
+    assert.are.equal(0, changes.unchanged)
+    assert.are.equal([[
+CHANGES from a.bin to b.bin, by growth in bytes allocated
+TRACE started at @loop.lua:9: allocated +8B (8B -> 16B), allocations +1 (1 -> 2), live at end +8B (8B -> 16B)
+TRACE started at @loop.lua:4: allocated -16B (64B -> 48B), allocations 0 (3 -> 3), live at end -16B (64B -> 48B)
+TOTAL: allocated -8B (72B -> 64B), allocations +1 (4 -> 5), live at end -8B (72B -> 64B) (net bytes of the streams)
+]], diff_report.render(changes, { before = 'a.bin', after = 'b.bin' }))
+  end)
+
+  it('sees new and gone trace numbers with split_traces', function()
+    local changes = compare({ split_traces = true })
+    local list = {}
+    for i, entry in ipairs(changes.rows) do
+      list[i] = entry.name .. ' ' .. entry.status
+    end
+    assert.are.same({ 'TRACE [5] started at @loop.lua:4 new',
+      'TRACE [6] started at @loop.lua:9 new',
+      'TRACE [7] started at @loop.lua:9 new',
+      'TRACE [3] started at @loop.lua:9 gone',
+      'TRACE [1] started at @loop.lua:4 gone',
+      'TRACE [2] started at @loop.lua:4 gone' }, list)
+  end)
+end)
+
 describe('memprof-report --diff', function()
   local dir
 

@@ -247,6 +247,15 @@ end)
 -- second run, watched for aborted traces, compiled with none. So
 -- make_events() runs again, three times at most, until compiled(events)
 -- says the loop was compiled.
+local function sorted_keys(map)
+  local keys = {}
+  for key in pairs(map) do
+    keys[#keys + 1] = key
+  end
+  table.sort(keys)
+  return keys
+end
+
 local function with_compiled_loop(make_events, compiled)
   local events
   for _ = 1, 3 do
@@ -382,6 +391,79 @@ return keep
     end
     assert.is_number(number['@flush_a.lua:2'])
     assert.equal(number['@flush_a.lua:2'], number['@flush_b.lua:2'])
+  end)
+
+  -- The loop is compiled twice (jit.flush() between two calls): two
+  -- traces that start at one line, as in a long program whose traces
+  -- are flushed when the machine code area is full.
+  it('reports the traces of a hot loop as one row, under its callers',
+    function()
+    if NUMBERLESS then
+      pending('compiled code has no trace number on arm64')
+      return
+    end
+    local reader = require('memprof.reader')
+    local analyze = require('memprof.analyze')
+    local text = require('memprof.report.text')
+    local payload = h.chunk([[
+local function fill(t, n)
+  for i = 1, n do t[#t + 1] = { i } end
+end
+local t = {}
+fill(t, 10)
+fill(t, 3000)
+jit.flush()
+fill(t, 3000)
+return t
+]], '@hot.lua')
+    local path = h.tmpname()
+    local function run()
+      jit.flush()
+      assert(memprof.start(path, { stack_depth = 8 }))
+      local ok, err = pcall(payload)
+      assert(memprof.stop())
+      assert(ok, err)
+      return h.read(path)
+    end
+    local events = with_compiled_loop(run, function(evs)
+      return #h.at(evs, '@hot.lua:2', 'alloc') < 6000
+    end)
+    -- What each trace did, read with split_traces (a site per trace).
+    local sites, count, bytes = {}, 0, 0
+    for _, ev in ipairs(events) do
+      local in_loop = ev.name:find('^TRACE %[%d+%] started at @hot%.lua:2$')
+      if in_loop and ev.kind == 'alloc' then
+        sites[ev.site] = true
+        count, bytes = count + 1, bytes + ev.nsize
+      end
+    end
+    local traced = 0
+    for _ in pairs(sites) do traced = traced + 1 end
+    assert.is_true(traced >= 2, traced .. ' traces')
+    assert.is_true(count > 4000, count .. ' allocations on traces')
+    -- Merged: one row, with the number of traces and their sums.
+    local result = analyze.run(reader.open(path))
+    local merged = string.format('TRACE started at @hot.lua:2 (%s): %d ' ..
+      'events\t+%dB\t-0B\n', traced == 1 and '1 trace' or traced ..
+      ' traces', count, bytes)
+    local report = text.render(result, {})
+    assert.truthy(report:find('\n' .. merged, 1, true), report)
+    assert.is_nil(report:find('TRACE [', 1, true))
+    -- Their events carry a stack: the trace, then fill's caller, line 6
+    -- or line 8.
+    local stream, callers = reader.open(path), {}
+    for ev in stream:each() do
+      if ev.site.source == 'trace' and ev.kind == 'alloc' and
+          ev.site.name == 'TRACE started at @hot.lua:2' then
+        assert.equal(ev.site, ev.stack.frames[1])
+        assert.is_true(ev.stack.inferred)
+        local caller = ev.stack.frames[2].name
+        callers[caller] = (callers[caller] or 0) + 1
+      end
+    end
+    os.remove(path)
+    assert.are.same({ '@hot.lua:6', '@hot.lua:8' }, sorted_keys(callers))
+    assert.equal(count, callers['@hot.lua:6'] + callers['@hot.lua:8'])
   end)
 
   it('reports what the trace compiler allocates as internal', function()

@@ -46,8 +46,15 @@ end
 local ADDR = 0x7f1234567000 -- a 47-bit address: 7 bytes of ULEB128
 
 for _, mode in ipairs(MODES) do
-  local function open(bytes)
-    return reader.from_string(bytes, 'out.bin', mode.opts)
+  -- more: options added to the mode's.
+  local function open(bytes, more)
+    local opts = {}
+    for _, set in ipairs({ mode.opts, more or {} }) do
+      for k, v in pairs(set) do
+        opts[k] = v
+      end
+    end
+    return reader.from_string(bytes, 'out.bin', opts)
   end
 
   describe('reader (' .. mode.label .. ')', function()
@@ -76,7 +83,7 @@ for _, mode in ipairs(MODES) do
           naddr = ADDR + 4096, nsize = 128, oaddr = ADDR, osize = 64,
           offset = offsets[3] },
         { kind = 'free', site = events[4].site, name =
-          'TRACE [3] started at @test.lua:4', naddr = 0, nsize = 0,
+          'TRACE started at @test.lua:4', naddr = 0, nsize = 0,
           oaddr = ADDR + 64, osize = 300, offset = offsets[4] },
       }, events)
       assert.are.equal('internal', events[1].site.source)
@@ -84,8 +91,8 @@ for _, mode in ipairs(MODES) do
         events[2].site.chunkname, events[2].site.line })
       assert.are.same({ 'c', 0x5000 }, { events[3].site.source,
         events[3].site.addr })
-      assert.are.same({ 'trace', 3 }, { events[4].site.source,
-        events[4].site.traceno })
+      assert.are.same({ 'trace', 1 }, { events[4].site.source,
+        events[4].site.traces })
       assert.is_nil(stream.warning)
       assert.are.equal(4, stream.events)
       assert.are.equal(#s:bytes(), stream.bytes_read)
@@ -140,7 +147,7 @@ for _, mode in ipairs(MODES) do
       s:define_trace(7, 0x200, 2):alloc(B.trace(7), 3, 8)
       s:epilogue()
       assert.are.same({ '=stdin:3', 'io_write',
-        'TRACE [7] started at =stdin:2' }, names(collect(open(s:bytes()))))
+        'TRACE started at =stdin:2' }, names(collect(open(s:bytes()))))
     end)
 
     it('reads large numbers exactly', function()
@@ -177,7 +184,7 @@ for _, mode in ipairs(MODES) do
       s:epilogue()
       assert.are.same({ 'TRACE [1] started at @a.lua:10', 'TRACE [2]',
         'TRACE [1] started at @b.lua:20', 'TRACE [2] started at @a.lua:30' },
-        names(collect(open(s:bytes()))))
+        names(collect(open(s:bytes(), { split_traces = true }))))
     end)
 
     it('names a trace by the function at its address when it was defined',
@@ -185,7 +192,7 @@ for _, mode in ipairs(MODES) do
         local s = B.new():lfunc(0x100, '@a.lua', 1):trace(1, 0x100, 10)
           :events()
         s:define_lfunc(0x100, '@b.lua', 1):alloc(B.trace(1), 1, 8):epilogue()
-        assert.are.same({ 'TRACE [1] started at @a.lua:10' },
+        assert.are.same({ 'TRACE started at @a.lua:10' },
           names(collect(open(s:bytes()))))
       end)
 
@@ -231,7 +238,7 @@ for _, mode in ipairs(MODES) do
         local stream = open(s:bytes())
         local events = collect(stream)
         assert.are.same({ 'function_alias_1:1', 'function_alias_2:2',
-          'function_alias_1:2', 'TRACE [1] started at function_alias_2:2' },
+          'function_alias_1:2', 'TRACE started at function_alias_2:2' },
           names(events))
         assert.are.same({ { name = 'function_alias_1', chunkname = second },
           { name = 'function_alias_2', chunkname = first } }, stream.aliases)
@@ -427,7 +434,7 @@ describe('reader sites', function()
       { 'lib_f+0x8', 'lib_f', 'c' },
       { 'CFUNC 0x500', 'CFUNC 0x500', 'c' },
       { 'CFUNC 0x10', 'CFUNC 0x10', 'c' },
-      { 'TRACE [1] started at @f.lua:13', 'TRACE [1] started at @f.lua:13',
+      { 'TRACE started at @f.lua:13', 'TRACE started at @f.lua:13',
         'trace' },
       { 'INTERNAL', 'INTERNAL', 'internal' },
     }, list)
@@ -945,4 +952,86 @@ describe('reader errors (extended format)', function()
     stream:next()
     assert.are.equal(64, #stream:next().stack.frames)
   end)
+end)
+
+describe('reader trace sites', function()
+  -- Traces 1 and 2 start at @a.lua:10, trace 3 at @a.lua:20; trace 1 is
+  -- then described again (a number reused after jit.flush()), at the
+  -- same place.
+  local function three_traces()
+    local s = B.new():lfunc(0x100, '@a.lua', 1):trace(1, 0x100, 10)
+      :trace(2, 0x100, 10):trace(3, 0x100, 20):events()
+    s:alloc(B.trace(1), 1, 8):alloc(B.trace(2), 2, 16)
+    s:alloc(B.trace(3), 3, 32):alloc(B.trace(1), 4, 64)
+    s:define_trace(1, 0x100, 10):alloc(B.trace(1), 5, 128)
+    s:epilogue()
+    return s:bytes()
+  end
+
+  it('merge the traces that start at one place, and count them', function()
+    local events = collect(reader.from_string(three_traces()))
+    assert.are.same({ 'TRACE started at @a.lua:10',
+      'TRACE started at @a.lua:10', 'TRACE started at @a.lua:20',
+      'TRACE started at @a.lua:10', 'TRACE started at @a.lua:10' },
+      names(events))
+    local merged = events[1].site
+    for _, i in ipairs({ 2, 4, 5 }) do
+      assert.are.equal(merged, events[i].site)
+    end
+    assert.are.same({ 'trace', 3, nil }, { merged.source, merged.traces,
+      merged.traceno })
+    assert.are.equal(merged, merged.func)
+    assert.are.equal(1, events[3].site.traces)
+  end)
+
+  it('keep one site per trace with split_traces', function()
+    local events = collect(reader.from_string(three_traces(), 'out.bin',
+      { split_traces = true }))
+    assert.are.same({ 'TRACE [1] started at @a.lua:10',
+      'TRACE [2] started at @a.lua:10', 'TRACE [3] started at @a.lua:20',
+      'TRACE [1] started at @a.lua:10', 'TRACE [1] started at @a.lua:10' },
+      names(events))
+    assert.are.same({ 1, 2, 3, 1, 1 }, { events[1].site.traceno,
+      events[2].site.traceno, events[3].site.traceno, events[4].site.traceno,
+      events[5].site.traceno })
+    assert.are.equal(events[1].site, events[4].site)
+    -- The new description of trace 1 is a new site of the same name.
+    assert.are_not.equal(events[1].site, events[5].site)
+    assert.is_nil(events[1].site.traces)
+  end)
+
+  it('keep traces without a described start, and trace 0, apart', function()
+    local s = B.new():events()
+    s:alloc(B.trace(4), 1, 8):alloc(B.trace(5), 2, 8):alloc(B.trace(0), 3, 8)
+    s:epilogue()
+    local events = collect(reader.from_string(s:bytes()))
+    assert.are.same({ 'TRACE [4]', 'TRACE [5]',
+      'TRACE (compiled code, trace not known)' }, names(events))
+    assert.are.same({ 4, 5, 0 }, { events[1].site.traceno,
+      events[2].site.traceno, events[3].site.traceno })
+  end)
+
+  -- LuaJIT's table.remove is written in Lua: its prototype has the
+  -- chunk name 'remove', the first line ~0 and no line numbers.  Our
+  -- writer sends ~0 as 32 bits, Tarantool's widened to 64.
+  for _, firstline in ipairs({ 2 ^ 32 - 1, 2 ^ 64 - 1 }) do
+    it(string.format('name the built-ins written in Lua (first line %.0f)',
+      firstline), function()
+      local s = B.new():events()
+      s:raw(string.char(0x08)):numbers(0x300):raw(B.string('remove'))
+      -- 2^64 - 1 is not a double: its ULEB128 is ten bytes, written here.
+      if firstline == 2 ^ 32 - 1 then
+        s:numbers(firstline)
+      else
+        s:raw(string.rep('\255', 9) .. '\1')
+      end
+      s:define_trace(2, 0x300, 0):alloc(B.trace(2), 1, 8)
+      s:alloc(B.lua(0x300, 0), 2, 8):epilogue()
+      local events = collect(reader.from_string(s:bytes()))
+      assert.are.same({ 'TRACE started at [builtin:remove]',
+        '[builtin:remove]' }, names(events))
+      assert.are.same({ '[builtin:remove]', 'remove' },
+        { events[2].site.func.name, events[2].site.chunkname })
+    end)
+  end
 end)

@@ -31,7 +31,7 @@ local THREE_CALLERS = [[
 @app.lua:5 32
 @app.lua:50;@log.lua:7 64
 @app.lua:60;io_lines 48
-TRACE [1] started at @app.lua:70 16
+TRACE started at @app.lua:70 16
 ]]
 
 describe('folded report', function()
@@ -49,7 +49,7 @@ describe('folded report', function()
 @app.lua:5 1
 @app.lua:50;@log.lua:7 1
 @app.lua:60;io_lines 1
-TRACE [1] started at @app.lua:70 1
+TRACE started at @app.lua:70 1
 ]], render(B.three_callers(), { metric = 'alloc-count' }))
     -- Live at the end: 828B; the free of 24B allocated before the
     -- profile is left out.
@@ -58,7 +58,7 @@ TRACE [1] started at @app.lua:70 1
 @app.lua:30;@log.lua:5;string.format 300
 @app.lua:50;@log.lua:7 64
 @app.lua:60;io_lines 48
-TRACE [1] started at @app.lua:70 16
+TRACE started at @app.lua:70 16
 ]], render(B.three_callers(), { metric = 'live-bytes' }))
     -- At the peak (570B): 400B + 200B, less 30B allocated before.
     assert.are.equal([[
@@ -69,7 +69,7 @@ TRACE [1] started at @app.lua:70 16
 
   it('names frames by function, merging their stacks', function()
     assert.are.equal([[
-TRACE [1] started at @app.lua:70 16
+TRACE started at @app.lua:70 16
 main chunk of @app.lua 32
 main chunk of @app.lua;function at @log.lua:3 64
 main chunk of @app.lua;function at @log.lua:3;string.format 1000
@@ -82,10 +82,30 @@ main chunk of @app.lua;io_lines 48
 @test.lua:5 192
 @test.lua:6 32
 @test.lua:7 128
-TRACE [1] started at @test.lua:5 16
+TRACE started at @test.lua:5 16
 io_write 48
 ]], render(B.crafted(), {}))
   end)
+
+  it('puts the traces of a loop under the callers of their function',
+    function()
+      assert.are.equal([[
+@main.lua:10;@fill.lua:3 32
+@main.lua:10;TRACE started at @fill.lua:3 192
+@main.lua:20;@fill.lua:3 32
+@main.lua:20;TRACE started at @fill.lua:3 64
+]], render(B.compiled_loop()))
+      assert.are.equal([[
+@main.lua:10;@fill.lua:3 32
+@main.lua:10;TRACE started at @fill.lua:3 128
+@main.lua:20;@fill.lua:3 32
+@main.lua:20;TRACE started at @fill.lua:3 64
+]], render(B.compiled_loop(), { metric = 'live-bytes' }))
+      assert.are.equal([[
+main chunk of @main.lua;TRACE started at @fill.lua:3 4
+main chunk of @main.lua;function at @fill.lua:1 2
+]], render(B.compiled_loop(), { metric = 'alloc-count', group = 'function' }))
+    end)
 
   it('keeps every line parseable', function()
     local s = B.new():lfunc(0x100, '@a;b.lua', 1):cfunc(0x900, 'odd;name')
@@ -203,13 +223,13 @@ describe('folded report read by speedscope', function()
       ['@app.lua:5'] = 32,
       ['@app.lua:50;@log.lua:7'] = 64,
       ['@app.lua:60;io_lines'] = 48,
-      ['TRACE [1] started at @app.lua:70'] = 16,
+      ['TRACE started at @app.lua:70'] = 16,
     }, imported.stacks)
     assert.are.same({
       ['@app.lua:10'] = 300, ['@app.lua:20'] = 400, ['@app.lua:30'] = 300,
       ['@app.lua:5'] = 32, ['@app.lua:50'] = 64, ['@app.lua:60'] = 48,
       ['@log.lua:5'] = 1000, ['@log.lua:7'] = 64, ['string.format'] = 1000,
-      ['io_lines'] = 48, ['TRACE [1] started at @app.lua:70'] = 16,
+      ['io_lines'] = 48, ['TRACE started at @app.lua:70'] = 16,
     }, imported.frames)
   end)
 
@@ -222,7 +242,7 @@ describe('folded report read by speedscope', function()
       ['function at @log.lua:3'] = 764,
       ['string.format'] = 700,
       ['io_lines'] = 48,
-      ['TRACE [1] started at @app.lua:70'] = 16,
+      ['TRACE started at @app.lua:70'] = 16,
     }, imported.frames)
     local s = B.new():lfunc(0x100, '@a;b c.lua', 1):events()
     s:alloc(B.lua(0x100, 2), 0x10, 5)

@@ -199,7 +199,7 @@ describe('html report', function()
         ['@app.lua:60'] = { 48, 1 },
         ['@app.lua:60;io_lines'] = { 48, 1 },
         ['@app.lua:5'] = { 32, 1 },
-        ['TRACE [1] started at @app.lua:70'] = { 16, 1 },
+        ['TRACE started at @app.lua:70'] = { 16, 1 },
       }, paths(data, 'allocated'))
       assert.are.same({
         [''] = { 828, 6 },
@@ -213,7 +213,7 @@ describe('html report', function()
         ['@app.lua:50;@log.lua:7'] = { 64, 1 },
         ['@app.lua:60'] = { 48, 1 },
         ['@app.lua:60;io_lines'] = { 48, 1 },
-        ['TRACE [1] started at @app.lua:70'] = { 16, 1 },
+        ['TRACE started at @app.lua:70'] = { 16, 1 },
       }, paths(data, 'live'))
       -- Children come largest first; frames carry their source.
       local first = data.graphs.allocated.root.c[1]
@@ -226,10 +226,35 @@ describe('html report', function()
         ['@app.lua:30'] = 'lua', ['@app.lua:50'] = 'lua',
         ['@app.lua:60'] = 'lua', ['@app.lua:5'] = 'lua',
         ['@log.lua:5'] = 'lua', ['@log.lua:7'] = 'lua', [fmt] = 'c',
-        io_lines = 'c', ['TRACE [1] started at @app.lua:70'] = 'trace' },
+        io_lines = 'c', ['TRACE started at @app.lua:70'] = 'trace' },
         sources)
       assert.is_nil(data.graphs.allocated.note)
       assert.is_nil(data.timeline)
+    end)
+
+  it('draws the traces of a loop under the callers of their function',
+    function()
+      local data = data_of(page(B.compiled_loop(), {}))
+      local trace = 'TRACE started at @fill.lua:3'
+      assert.are.same({
+        [''] = { 320, 6 },
+        ['@main.lua:10'] = { 224, 4 },
+        ['@main.lua:10;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:10;' .. trace] = { 192, 3 },
+        ['@main.lua:20'] = { 96, 2 },
+        ['@main.lua:20;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:20;' .. trace] = { 64, 1 },
+      }, paths(data, 'allocated'))
+      assert.are.same({
+        [''] = { 256, 5 },
+        ['@main.lua:10'] = { 160, 3 },
+        ['@main.lua:10;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:10;' .. trace] = { 128, 2 },
+        ['@main.lua:20'] = { 96, 2 },
+        ['@main.lua:20;@fill.lua:3'] = { 32, 1 },
+        ['@main.lua:20;' .. trace] = { 64, 1 },
+      }, paths(data, 'live'))
+      assert.is_nil(data.graphs.allocated.note)
     end)
 
   it('draws the same graphs whatever the grouping of the rows', function()
@@ -261,7 +286,7 @@ describe('html report', function()
         ['@log.lua:7'] = { 64, 1 },
         ['io_lines'] = { 48, 1 },
         ['@app.lua:5'] = { 32, 1 },
-        ['TRACE [1] started at @app.lua:70'] = { 16, 1 },
+        ['TRACE started at @app.lua:70'] = { 16, 1 },
       }, paths(by_line, 'allocated'))
       assert.truthy(by_line.graphs.allocated.note:find(
         'per line, not per call stack', 1, true))
@@ -315,13 +340,13 @@ describe('html report', function()
         ['@test.lua:7'] = { 128, 1 },
         ['io_write'] = { 48, 1 },
         ['@test.lua:6'] = { 32, 1 },
-        ['TRACE [1] started at @test.lua:5'] = { 16, 1 },
+        ['TRACE started at @test.lua:5'] = { 16, 1 },
       }, paths(data, 'allocated'))
       assert.are.same({
         [''] = { 272, 4 },
         ['@test.lua:5'] = { 128, 2 },
         ['@test.lua:7'] = { 128, 1 },
-        ['TRACE [1] started at @test.lua:5'] = { 16, 1 },
+        ['TRACE started at @test.lua:5'] = { 16, 1 },
         ['@test.lua:6'] = nil,
       }, paths(data, 'live'))
       local note = 'This profile has no call stacks, so each frame is one site.'
@@ -532,7 +557,7 @@ describe('html report in a browser', function()
       for _, name in ipairs({ 'all allocations', '@app.lua:10', '@app.lua:20',
           '@app.lua:30', '@log.lua:5', '@log.lua:7', 'string.format',
           'io_lines', '@app.lua:60', '@app.lua:5',
-          'TRACE [1] started at @app.lua:70' }) do
+          'TRACE started at @app.lua:70' }) do
         assert.is_true(allocated[name], name)
       end
       assert.are.equal(16, #report.frames.allocated)

@@ -48,15 +48,20 @@ describe('json report', function()
     assert.are.equal(12, #doc.sites)
     assert.are.same({ id = 2, name = '@log.lua:5', source = 'lua',
       chunkname = '@log.lua', line = 5, traceno = cjson.null,
-      address = '0x100', ['function'] = 'function at @log.lua:3',
-      alias = cjson.null }, doc.sites[2])
-    assert.are.same({ id = 11, name = 'TRACE [1] started at @app.lua:70',
+      traces = cjson.null, address = '0x100',
+      ['function'] = 'function at @log.lua:3', alias = cjson.null },
+      doc.sites[2])
+    assert.are.same({ id = 11, name = 'TRACE started at @app.lua:70',
       source = 'trace', chunkname = cjson.null, line = cjson.null,
-      traceno = 1, address = cjson.null,
-      ['function'] = 'TRACE [1] started at @app.lua:70', alias = cjson.null },
+      traceno = cjson.null, traces = 1, address = cjson.null,
+      ['function'] = 'TRACE started at @app.lua:70', alias = cjson.null },
       doc.sites[11])
-    assert.are.same({ id = 2, frames = { 1, 2, 4 } }, doc.stacks[2])
-    assert.are.equal(6, #doc.stacks)
+    assert.are.same({ id = 2, frames = { 1, 2, 4 }, inferred = false },
+      doc.stacks[2])
+    -- The stack made for the trace's event, after the stream's six.
+    assert.are.equal(7, #doc.stacks)
+    assert.are.same({ id = 7, frames = { 11 }, inferred = true },
+      doc.stacks[7])
     assert.are.same({ id = 2, name = '@app.lua:20', source = 'lua',
       note = cjson.null, site = 4, ['function'] = cjson.null,
       frames = cjson.null }, doc.rows[2])
@@ -98,8 +103,9 @@ describe('json report', function()
     assert.are.same({ row = 2, name = '@app.lua:20', blocks = 2, bytes = 400,
       stacks = { { stack = 2, blocks = 2, bytes = 400 } } }, doc.live.rows[1])
     assert.are.same({ row = 7,
-      name = 'TRACE [1] started at @app.lua:70 (no call stack)', blocks = 1,
-      bytes = 16, stacks = {} }, doc.live.rows[5])
+      name = 'TRACE started at @app.lua:70 (no Lua caller in the stack)',
+      blocks = 1, bytes = 16,
+      stacks = { { stack = 7, blocks = 1, bytes = 16 } } }, doc.live.rows[5])
     assert.are.equal(6, doc.live.blocks)
     assert.are.equal(828, doc.live.bytes)
     assert.are.equal(24, doc.live.freed_before_profiling)
@@ -136,6 +142,35 @@ describe('json report', function()
     assert.are.equal(4000000, doc.stream.last_time_ns)
     assert.is_true(doc.stream.has_time)
   end)
+
+  it('counts the traces of a start place, and lists the stacks made for them',
+    function()
+      local doc = decode(B.compiled_loop(), 'line')
+      local trace
+      for _, site in ipairs(doc.sites) do
+        if site.source == 'trace' then
+          assert.is_nil(trace, 'one site for both traces')
+          trace = site
+        end
+      end
+      assert.are.same({ id = 3, name = 'TRACE started at @fill.lua:3',
+        source = 'trace', chunkname = cjson.null, line = cjson.null,
+        traceno = cjson.null, traces = 2, address = cjson.null,
+        ['function'] = 'TRACE started at @fill.lua:3', alias = cjson.null },
+        trace)
+      -- The stream's stacks 1 and 2, then the trace under each caller.
+      assert.are.same({
+        { id = 1, frames = { 1, 2 }, inferred = false },
+        { id = 2, frames = { 1, 4 }, inferred = false },
+        { id = 3, frames = { 3, 2 }, inferred = true },
+        { id = 4, frames = { 3, 4 }, inferred = true },
+      }, doc.stacks)
+      local live = by_name(doc.live.rows)['TRACE started at @fill.lua:3']
+      assert.are.same({ { stack = 3, blocks = 2, bytes = 128 },
+        { stack = 4, blocks = 1, bytes = 64 } }, live.stacks)
+      assert.are.same({ row = 2, name = 'TRACE started at @fill.lua:3',
+        events = 4, bytes = 256 }, doc.allocations[1])
+    end)
 
   it('makes one row of the sites of one name', function()
     -- The same line of a function loaded twice, at two addresses.
@@ -197,8 +232,8 @@ describe('json report', function()
       { '@caf' .. R .. '.lua:3', '@caf' .. R .. '.lua',
         'function at @caf' .. R .. '.lua:1' },
       { 'bad' .. R .. 'sym', cjson.null, 'bad' .. R .. 'sym' },
-      { 'TRACE [1] started at @caf' .. R .. '.lua:7', cjson.null,
-        'TRACE [1] started at @caf' .. R .. '.lua:7' },
+      { 'TRACE started at @caf' .. R .. '.lua:7', cjson.null,
+        'TRACE started at @caf' .. R .. '.lua:7' },
       { '@d\195\169j\195\160.lua:2', '@d\195\169j\195\160.lua',
         'function at @d\195\169j\195\160.lua:1' },
     }, sites)
@@ -207,7 +242,7 @@ describe('json report', function()
       names[i] = entry.name
     end
     assert.are.same({ 'function at @d\195\169j\195\160.lua:1',
-      'TRACE [1] started at @caf' .. R .. '.lua:7', 'bad' .. R .. 'sym',
+      'TRACE started at @caf' .. R .. '.lua:7', 'bad' .. R .. 'sym',
       'function at @caf' .. R .. '.lua:1' }, names)
   end)
 
@@ -252,7 +287,7 @@ describe('json report', function()
         entry('main chunk of @m.lua', { 5, 1710, 4, 1610, 1, 10 }),
         entry('function at @m.lua:3', { 4, 1700, 3, 1600, 4, 1700 }),
         entry('string.rep', { 2, 1500, 2, 1500, 0, 0 }),
-        entry('TRACE [1] started at @m.lua:20', { 1, 16, 1, 16, 1, 16 }),
+        entry('TRACE started at @m.lua:20', { 1, 16, 1, 16, 1, 16 }),
       } }, doc.cumulative)
       -- string.rep is a row of its own, though it had no events.
       assert.are.equal('string.rep', doc.rows[rows['string.rep']].name)

@@ -119,7 +119,7 @@ Showing nodes accounting for 1160B, 100% of 1160B total
        64B  5.52% 91.72%      1064B 91.72%  function at @log.lua:3
        48B  4.14% 95.86%        48B  4.14%  io_lines
        32B  2.76% 98.62%      1144B 98.62%  main chunk of @app.lua
-       16B  1.38%   100%        16B  1.38%  TRACE [1] started at @app.lua:70
+       16B  1.38%   100%        16B  1.38%  TRACE started at @app.lua:70
 ]], pprof('-top', '-sample_index=alloc_space', file))
   end)
 
@@ -135,7 +135,7 @@ Showing nodes accounting for 828B, 100% of 828B total
       700B 84.54% 84.54%       700B 84.54%  string.format
        64B  7.73% 92.27%        64B  7.73%  function at @log.lua:3 log.lua:7
        48B  5.80% 98.07%        48B  5.80%  io_lines
-       16B  1.93%   100%        16B  1.93%  TRACE [1] started at @app.lua:70
+       16B  1.93%   100%        16B  1.93%  TRACE started at @app.lua:70
          0     0%   100%       700B 84.54%  function at @log.lua:3 log.lua:5
          0     0%   100%       400B 48.31%  main chunk of @app.lua app.lua:20
          0     0%   100%       300B 36.23%  main chunk of @app.lua app.lua:30
@@ -154,6 +154,31 @@ Showing nodes accounting for 828B, 100% of 828B total
       '60.00%  string.format\n', 1, true))
   end)
 
+  it('puts the traces of a loop under the callers of their function',
+    function()
+      local file, source = profile_of(B.compiled_loop())
+      assert.are.equal([[
+File: lua
+memprof profile ]] .. source .. [[
+
+Type: alloc_space
+Showing nodes accounting for 320B, 100% of 320B total
+      flat  flat%   sum%        cum   cum%
+      256B 80.00% 80.00%       256B 80.00%  TRACE started at @fill.lua:3
+       64B 20.00%   100%        64B 20.00%  function at @fill.lua:1
+         0     0%   100%       320B   100%  main chunk of @main.lua
+]], pprof('-top', '-sample_index=alloc_space', file))
+      local raw = pprof('-raw', file)
+      -- One sample per stack: the trace under line 10 (3 blocks, one
+      -- freed) and under line 20.
+      assert.truthy(raw:find('\n        192          3        128          2: ' ..
+        '3 2 \n', 1, true))
+      assert.truthy(raw:find('\n         64          1         64          1: ' ..
+        '3 4 \n', 1, true))
+      assert.truthy(raw:find('\n     3: 0x0 M=1 TRACE started at @fill.lua:3 ' ..
+        ':0 s=0\n', 1, true))
+    end)
+
   it('makes one-frame samples for a profile without stacks', function()
     local file = profile_of(B.crafted())
     local top = pprof('-top', '-sample_index=inuse_objects', file)
@@ -162,7 +187,7 @@ Type: inuse_objects
 Showing nodes accounting for 4, 100% of 4 total
       flat  flat%   sum%        cum   cum%
          3 75.00% 75.00%          3 75.00%  function at @test.lua:1
-         1 25.00%   100%          1 25.00%  TRACE [1] started at @test.lua:5
+         1 25.00%   100%          1 25.00%  TRACE started at @test.lua:5
 ]], 1, true))
   end)
 end)

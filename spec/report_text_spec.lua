@@ -16,7 +16,7 @@ local HEAP_SUMMARY = [[
 HEAP SUMMARY:
 @test.lua:5 holds 128B: 3 allocs, 1 frees
 @test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
-TRACE [1] started at @test.lua:5 holds 16B: 1 allocs, 0 frees
+TRACE started at @test.lua:5 (1 trace) holds 16B: 1 allocs, 0 frees
 (allocated before profiling) holds -100B: 0 allocs, 1 frees
 TOTAL holds 172B (net bytes of the stream)
 
@@ -28,7 +28,7 @@ describe('text report', function()
 ALLOCATIONS
 @test.lua:5: 3 events	+192B	-0B
 @test.lua:6: 1 events	+32B	-0B
-TRACE [1] started at @test.lua:5: 1 events	+16B	-0B
+TRACE started at @test.lua:5 (1 trace): 1 events	+16B	-0B
 io_write: 1 events	+48B	-0B
 
 REALLOCATIONS
@@ -248,7 +248,7 @@ ALLOCATIONS
 @app.lua:5 (no Lua caller in the stack): 1 events	+32B	-0B
 @app.lua:50: 1 events	+64B	-0B
 @app.lua:60: 1 events	+48B	-0B
-TRACE [1] started at @app.lua:70 (no call stack): 1 events	+16B	-0B
+TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 1 events	+16B	-0B
 
 REALLOCATIONS
 
@@ -265,7 +265,7 @@ HEAP SUMMARY:
 @app.lua:30 holds 300B: 1 allocs, 0 frees
 @app.lua:50 holds 64B: 1 allocs, 0 frees
 @app.lua:60 holds 48B: 1 allocs, 0 frees
-TRACE [1] started at @app.lua:70 (no call stack) holds 16B: 1 allocs, 0 frees
+TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack) holds 16B: 1 allocs, 0 frees
 (allocated before profiling) holds -24B: 0 allocs, 1 frees
 TOTAL holds 804B (net bytes of the stream)
 
@@ -328,7 +328,7 @@ CUMULATIVE: each function with the functions it called, by bytes allocated (self
 main chunk of @m.lua: with callees 5 events +1710B, live 1610B in 4 blocks; self 1 events +10B
 function at @m.lua:3: with callees 4 events +1700B, live 1600B in 3 blocks; self 4 events +1700B
 string.rep: with callees 2 events +1500B, live 1500B in 2 blocks; self 0 events +0B
-TRACE [1] started at @m.lua:20: with callees 1 events +16B, live 16B in 1 block; self 1 events +16B
+TRACE started at @m.lua:20 (1 trace): with callees 1 events +16B, live 16B in 1 block; self 1 events +16B
 
 ]], text.render(result):match('\n(CUMULATIVE:.*)$'))
       result = analyze.run(reader.from_string(B.nested_calls():bytes(),
@@ -359,7 +359,7 @@ ALLOCATIONS
 @test.lua:5: 3 events	+192B	-0B
 io_write: 1 events	+48B	-0B
 @test.lua:6: 1 events	+32B	-0B
-TRACE [1] started at @test.lua:5: 1 events	+16B	-0B
+TRACE started at @test.lua:5 (1 trace): 1 events	+16B	-0B
 
 REALLOCATIONS
 @test.lua:7: 1 events	+128B	-32B
@@ -388,6 +388,62 @@ HEAP SUMMARY:
 TOTAL holds 172B (net bytes of the stream)
 
 ]], report(crafted(), { sort = 'count', top = 2, leak_only = true }))
+  end)
+
+  it('merges the traces that start at one place, saying how many',
+    function()
+      assert.are.equal([[
+ALLOCATIONS
+TRACE started at @fill.lua:3 (2 traces): 4 events	+256B	-0B
+@fill.lua:3: 2 events	+64B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+INTERNAL: 1 events	+0B	-64B
+	Overrides:
+		TRACE started at @fill.lua:3
+
+
+HEAP SUMMARY:
+TRACE started at @fill.lua:3 (2 traces) holds 192B: 4 allocs, 1 frees
+@fill.lua:3 holds 64B: 2 allocs, 0 frees
+TOTAL holds 256B (net bytes of the stream)
+
+]], report(B.compiled_loop()))
+    end)
+
+  it('keeps a row per trace number with split_traces', function()
+    local stream = reader.from_string(B.compiled_loop():bytes(), 'out.bin',
+      { split_traces = true })
+    assert.are.equal([[
+HEAP SUMMARY:
+TRACE [2] started at @fill.lua:3 holds 128B: 2 allocs, 0 frees
+@fill.lua:3 holds 64B: 2 allocs, 0 frees
+TRACE [1] started at @fill.lua:3 holds 64B: 2 allocs, 1 frees
+TOTAL holds 256B (net bytes of the stream)
+
+]], text.render(analyze.run(stream), { leak_only = true }))
+  end)
+
+  it('prints the stacks of traces under their callers, by stack', function()
+    local result = analyze.run(reader.from_string(B.compiled_loop():bytes(),
+      'out.bin'), { group = 'stack' })
+    assert.are.equal([[
+Grouped by stack: each row is a call stack, innermost frame first.
+
+HEAP SUMMARY:
+TRACE started at @fill.lua:3 (2 traces) holds 128B: 3 allocs, 1 frees
+	called from @main.lua:10
+TRACE started at @fill.lua:3 (2 traces) holds 64B: 1 allocs, 0 frees
+	called from @main.lua:20
+@fill.lua:3 holds 32B: 1 allocs, 0 frees
+	called from @main.lua:10
+@fill.lua:3 holds 32B: 1 allocs, 0 frees
+	called from @main.lua:20
+TOTAL holds 256B (net bytes of the stream)
+
+]], text.render(result, { leak_only = true }))
   end)
 
   it('reports an empty stream', function()

@@ -45,7 +45,9 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 	1 block, 48B allocated at:
 		io_lines
 		@app.lua:60
-TRACE [1] started at @app.lua:70 (no call stack): 1 block, 16B
+TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 1 block, 16B
+	1 block, 16B allocated at:
+		TRACE started at @app.lua:70 (1 trace)
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
@@ -57,7 +59,7 @@ PEAK: 1160B live after event 10 (byte 222 of the file). Held by:
 @app.lua:50: 64B in 1 block
 @app.lua:60: 48B in 1 block
 @app.lua:5 (no Lua caller in the stack): 32B in 1 block
-TRACE [1] started at @app.lua:70 (no call stack): 16B in 1 block
+TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 16B in 1 block
 TOTAL at the peak: 1160B
 
 TEMPORARY BLOCKS: freed with at most 1 other allocation between their own and their free, by where they were allocated
@@ -210,7 +212,7 @@ Net bytes of the stream: 172B
 LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @test.lua:5: 2 blocks, 128B
 @test.lua:7: 1 block, 128B
-TRACE [1] started at @test.lua:5: 1 block, 16B
+TRACE started at @test.lua:5 (1 trace): 1 block, 16B
 TOTAL live at end: 4 blocks, 272B
 Freed during the profile, allocated before it: 100B
 Net bytes of the stream: 172B

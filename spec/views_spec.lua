@@ -56,7 +56,7 @@ describe('groups', function()
   it('groups the allocations of a helper by line, function, caller, stack',
     function()
       local s = B.three_callers()
-      local trace = 'TRACE [1] started at @app.lua:70'
+      local trace = 'TRACE started at @app.lua:70'
       assert.are.same({
         ['@log.lua:5'] = { 6, 1000 }, ['@log.lua:7'] = { 1, 64 },
         io_lines = { 1, 48 }, ['@app.lua:5'] = { 1, 32 }, [trace] = { 1, 16 },
@@ -70,7 +70,7 @@ describe('groups', function()
         ['@app.lua:30'] = { 1, 300 }, ['@app.lua:50'] = { 1, 64 },
         ['@app.lua:60'] = { 1, 48 },
         ['@app.lua:5 (no Lua caller in the stack)'] = { 1, 32 },
-        [trace .. ' (no call stack)'] = { 1, 16 },
+        [trace .. ' (no Lua caller in the stack)'] = { 1, 16 },
       }, by_name(run(s, 'caller').sites.kinds.alloc, EVENT))
       assert.are.same({
         ['string.format <- @log.lua:5 <- @app.lua:10'] = { 3, 300 },
@@ -79,7 +79,7 @@ describe('groups', function()
         ['@log.lua:7 <- @app.lua:50'] = { 1, 64 },
         ['io_lines <- @app.lua:60'] = { 1, 48 },
         ['@app.lua:5'] = { 1, 32 },
-        [trace .. ' (no call stack)'] = { 1, 16 },
+        [trace] = { 1, 16 },
       }, by_name(run(s, 'stack').sites.kinds.alloc, EVENT))
     end)
 
@@ -97,7 +97,8 @@ describe('groups', function()
       ['@app.lua:30'] = { 300, 1, 0 }, ['@app.lua:50'] = { 64, 1, 0 },
       ['@app.lua:60'] = { 48, 1, 0 },
       ['@app.lua:5 (no Lua caller in the stack)'] = { 0, 1, 1 },
-      ['TRACE [1] started at @app.lua:70 (no call stack)'] = { 16, 1, 0 },
+      ['TRACE started at @app.lua:70 (no Lua caller in the stack)'] =
+        { 16, 1, 0 },
       [BEFORE] = { -24, 0, 1 },
     }, by_name(result.heap.sites, { 'holds', 'allocs', 'frees' }))
     assert.are.equal(804, result.heap.total)
@@ -185,7 +186,7 @@ describe('groups', function()
       local result = run(B.crafted(), 'caller')
       assert.are.same({ '@test.lua:5 (no call stack)',
         '@test.lua:6 (no call stack)',
-        'TRACE [1] started at @test.lua:5 (no call stack)',
+        'TRACE started at @test.lua:5 (no call stack)',
         'io_write (no call stack)' }, names(result.sites.kinds.alloc))
       assert.is_true(groups.needs_stacks('caller'))
       assert.is_true(groups.needs_stacks('stack'))
@@ -201,17 +202,26 @@ describe('leaks pass', function()
     function()
       local leaks = run(B.three_callers(), 'caller').leaks
       assert.are.same({ '@app.lua:20', '@app.lua:30', '@app.lua:50',
-        '@app.lua:60', 'TRACE [1] started at @app.lua:70 (no call stack)' },
+        '@app.lua:60',
+        'TRACE started at @app.lua:70 (no Lua caller in the stack)' },
         names(leaks.rows))
       assert.are.same({
         ['@app.lua:20'] = { 2, 400 }, ['@app.lua:30'] = { 1, 300 },
         ['@app.lua:50'] = { 1, 64 }, ['@app.lua:60'] = { 1, 48 },
-        ['TRACE [1] started at @app.lua:70 (no call stack)'] = { 1, 16 },
+        ['TRACE started at @app.lua:70 (no Lua caller in the stack)'] =
+          { 1, 16 },
       }, by_name(leaks.rows, FIELDS))
       local stacks = leaks.rows[1].stacks
       assert.are.same({ 1, 2, 2, 400 }, { #stacks, stacks[1].stack.id,
         stacks[1].count, stacks[1].bytes })
-      assert.are.same({}, leaks.rows[5].stacks)
+      -- The trace's block, with the stack made for it: the trace alone
+      -- (it starts in the main chunk, which has no caller).
+      local trace_stacks = leaks.rows[5].stacks
+      assert.are.same({ 1, true, 1, 16 }, { #trace_stacks,
+        trace_stacks[1].stack.inferred, trace_stacks[1].count,
+        trace_stacks[1].bytes })
+      assert.are.same({ leaks.rows[5].group.site },
+        trace_stacks[1].stack.frames)
       assert.are.same({ 6, 828, -24, 804 }, { leaks.count, leaks.bytes,
         leaks.before_profiling, leaks.total })
     end)
@@ -367,8 +377,8 @@ describe('temporary pass', function()
       -- Freed after one other allocation (the trace's): temporary.
       ['@app.lua:5 (no Lua caller in the stack)'] = { 1, 32, 1, 32, 0, 0, 0,
         0 },
-      ['TRACE [1] started at @app.lua:70 (no call stack)'] = { 1, 16, 0, 0,
-        0, 0, 1, 16 },
+      ['TRACE started at @app.lua:70 (no Lua caller in the stack)'] = { 1,
+        16, 0, 0, 0, 0, 1, 16 },
     }, by_name(result.rows, FIELDS))
   end)
 end)

@@ -105,17 +105,18 @@ end
 M.FORMATS = {
   { name = 'text', help = 'the report, or the views asked for (default)',
     takes = keys(VIEW_KEYS, { 'group', 'top', 'all', 'sort', 'leak_only',
-      'human_readable', 'output' }) },
+      'human_readable', 'output', 'split_traces' }) },
   { name = 'json', help = 'every view as JSON (docs/json.md)',
-    takes = keys({ 'group', 'temporary', 'output' }) },
+    takes = keys({ 'group', 'temporary', 'output', 'split_traces' }) },
   { name = 'folded', help = 'collapsed stacks for flame graphs (--metric)',
-    takes = keys({ 'group', 'metric', 'output' }) },
+    takes = keys({ 'group', 'metric', 'output', 'split_traces' }) },
   { name = 'pprof', help = 'gzipped profile.proto for go tool pprof',
-    takes = keys({ 'output' }) },
+    takes = keys({ 'output', 'split_traces' }) },
   { name = 'chrome', help = 'the heap over time as a Chrome trace',
-    takes = keys({ 'output' }) },
+    takes = keys({ 'output', 'split_traces' }) },
   { name = 'html', help = 'a page of every view, for a browser',
-    takes = keys({ 'group', 'top', 'all', 'sort', 'temporary', 'output' }) },
+    takes = keys({ 'group', 'top', 'all', 'sort', 'temporary', 'output',
+      'split_traces' }) },
 }
 
 local FORMAT_NAMES = {}
@@ -125,7 +126,7 @@ end
 
 -- What --diff takes.
 local DIFF_TAKES = keys({ 'group', 'top', 'all', 'sort', 'human_readable',
-  'output', 'diff' })
+  'output', 'diff', 'split_traces' })
 
 M.OPTIONS = {
   { name = 'format', value = 'NAME', key = 'format',
@@ -146,6 +147,8 @@ M.OPTIONS = {
     help = 'view: blocks freed within N allocations (default 1)' },
   { name = 'timeline', key = 'timeline',
     help = 'view: live bytes over time (needs time marks)' },
+  { name = 'split-traces', key = 'split_traces',
+    help = 'one row per trace number, not per start place' },
   { name = 'leak-only', key = 'leak_only',
     help = 'default report: only the heap summary' },
   { name = 'human-readable', key = 'human_readable',
@@ -470,7 +473,8 @@ end
 -- itself also takes a stream without stacks).
 local function read_profile(path, opts, err, analysis)
   local meter = progress.for_stderr(err, path)
-  local ok, stream = pcall(reader.open, path, { on_read = meter.update })
+  local ok, stream = pcall(reader.open, path, { on_read = meter.update,
+    split_traces = opts.split_traces })
   if not ok then
     meter.done()
     error(stream, 0)

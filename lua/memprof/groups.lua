@@ -6,7 +6,7 @@
 --
 -- Modes (groups.MODES):
 --   line      the place of the event: '@f.lua:12', 'string.rep',
---             'TRACE [3] started at @f.lua:40', 'INTERNAL' (the default)
+--             'TRACE started at @f.lua:40', 'INTERNAL' (the default)
 --   function  the function that place belongs to (site.func):
 --             'function at @f.lua:10', 'main chunk of @f.lua', the C
 --             function's name, the trace, 'INTERNAL'
@@ -32,8 +32,8 @@
 --   frames   stack mode: the stack's frames (sites), innermost first
 --   note     nil, or why the row is not what the mode asks for:
 --            'no stack' (the event carried no stack, so the row is its
---            own place: internal and trace events, streams without
---            stacks) or 'no caller' (no Lua frame follows the place in
+--            own place: internal events, trace events whose callers no
+--            stack shows, streams without stacks) or 'no caller' (no Lua frame follows the place in
 --            the stack: the top level, or the stack was cut short)
 --   aliases  the aliases ('function_alias_N') that the name uses
 --

@@ -59,7 +59,10 @@ local function stack_name(record)
   for i, frame in ipairs(record.stack.frames) do
     names[i] = frame.name
   end
-  return table.concat(names, '\n') .. '\n' .. record.stack.id
+  -- A stack made for events in compiled code has an index, not an id.
+  local stack = record.stack
+  local id = stack.id or 'inferred ' .. stack.index
+  return table.concat(names, '\n') .. '\n' .. id
 end
 
 function Leaks:add_block(row, size, stack)

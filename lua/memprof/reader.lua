@@ -12,7 +12,8 @@
 --
 --   reader.open(path [, opts])              -- opts.chunk_size, opts.plain,
 --                                           -- opts.on_read(bytes read
---                                           -- so far), after each chunk
+--                                           -- so far), after each chunk,
+--                                           -- opts.split_traces (below)
 --   reader.from_string(bytes [, name [, opts]])
 --   stream:next()   -> the next allocation event, or nil at the end
 --   stream:each()   -> iterator over the events
@@ -47,7 +48,9 @@
 --   name    the display name ('INTERNAL', '@f.lua:5', 'malloc+0x10', ...)
 --   chunkname, line   for Lua sites (chunkname is nil when the function
 --                     was never described by the stream)
---   traceno           for trace sites
+--   traceno           for the sites of one trace (see below)
+--   traces            for the site of a trace start: how many traces
+--                     (symbol instances) that start there had events
 --   addr              for C sites the address of the event, for Lua
 --                     sites the address of the prototype
 --   alias             the alias in the name, if any ('function_alias_1')
@@ -58,14 +61,34 @@
 --           the symbol's name without the +0xOFFSET; a trace site and the
 --           internal site are their own func
 --
+-- Traces are named by where they start: the events of every trace that
+-- starts at one place share one site, 'TRACE started at @f.lua:40'
+-- (with `traces`, the number of traces merged).  With opts.split_traces
+-- each trace has its own site, named by its number too: 'TRACE [3]
+-- started at @f.lua:40' (with `traceno`).  A trace whose start the
+-- stream does not describe is 'TRACE [3]', and one whose number the VM
+-- did not store (arm64) 'TRACE (compiled code, trace not known)'.
+--
+-- LuaJIT writes a few built-ins in Lua (table.remove, table.move...);
+-- their prototypes have the first line 2^32 - 1 (-1 as a 32-bit
+-- number, or 2^64 - 1 widened), their bare name as chunk name and no
+-- line numbers.  Their places are named '[builtin:remove]', as LuaJIT's
+-- own messages name them.
+--
 -- A stack is one table per stack definition: { id = N, frames = { site,
 -- site, ... } }, innermost frame first; its frames are the same interned
 -- sites as the events' (a frame equal to an event's location is the
--- same table as ev.site).
+-- same table as ev.site).  An event in a trace has no stack in the
+-- stream; in a stream with stacks the reader gives it one made of its
+-- site and the callers of the function where the trace starts, as the
+-- other events' stacks show them (memprof.trace_stacks): { inferred =
+-- true, index = N, frames = { trace site, caller, ... } }, listed in
+-- stream.inferred_stacks.
 --
 -- Stream fields: name, version (of the event stream), symtab_version,
 -- warning (nil or a message), bytes_read, events (events delivered so
--- far), sites (every site by id), stacks (every stack by id), has_stacks
+-- far), sites (every site by id), stacks (every stack by id),
+-- inferred_stacks (the stacks made for events in traces), has_stacks
 -- (a stack was defined), has_time (a time mark was read), time (the last
 -- time mark, or nil), aliases (the aliases given to multi-line chunk
 -- names, as { name = ..., chunkname = ... }, in order of first use),
@@ -76,6 +99,8 @@
 -- fetching a byte: string.byte (plain Lua 5.1) and an FFI pointer into
 -- the current chunk (LuaJIT).  Numbers are kept as Lua numbers: exact up
 -- to 2^53, which covers x86_64 addresses and any real size.
+
+local trace_stacks = require('memprof.trace_stacks')
 
 local M = {}
 
@@ -111,6 +136,9 @@ local EPILOGUE = 0x80
 local STACK_BIT = 0x20
 local MAX_FRAMES = 64
 local FRAME_LUA, FRAME_C = 0x08, 0x0c
+-- The first line of LuaJIT's built-ins written in Lua (~0 as 32 bits; a
+-- writer that widens it as a signed number gives 2^64 - 1).
+local BUILTIN_FIRSTLINE = 2 ^ 32 - 1
 
 -- Kind and source of every usable header.  HEADER_SOURCE covers the
 -- headers of both versions, and so does HEADER_KIND_EXTENDED, which the
@@ -351,11 +379,23 @@ function common:display_chunkname(chunkname)
   return alias, alias
 end
 
+-- Whether a Lua symbol is one of LuaJIT's built-ins written in Lua.
+local function is_builtin(sym)
+  return sym.firstline ~= nil and sym.firstline >= BUILTIN_FIRSTLINE
+end
+
+local function builtin_name(sym)
+  return '[builtin:' .. sym.chunkname .. ']'
+end
+
 -- 'CHUNKNAME:LINE' for a line of a Lua function (and the alias used, if
 -- any); 'LFUNC 0xADDR:LINE' if the stream never described the function.
 function common:lua_location(sym, line)
   if not sym.chunkname then
     return format('LFUNC %s:%d', hex(sym.addr), line), nil
+  end
+  if is_builtin(sym) then
+    return builtin_name(sym), nil
   end
   local chunkname, alias = self:display_chunkname(sym.chunkname)
   return format('%s:%d', chunkname, line), alias
@@ -459,6 +499,8 @@ function common:lua_function(sym)
   local name, alias
   if not sym.chunkname then
     name = 'function at LFUNC ' .. hex(sym.addr)
+  elseif is_builtin(sym) then
+    name = builtin_name(sym)
   else
     local chunkname
     chunkname, alias = self:display_chunkname(sym.chunkname)
@@ -555,6 +597,47 @@ function common:c_site(addr)
   return site
 end
 
+-- A site of its own for one trace.
+function common:own_trace_site(sym, name, alias)
+  local site = self:new_site({ source = 'trace', name = name,
+    traceno = sym.traceno, alias = alias })
+  site.func = site
+  return site
+end
+
+-- The site shared by the traces that start at `name`.
+function common:trace_start_site(name, alias)
+  local site = self.trace_starts[name]
+  if not site then
+    site = self:new_site({ source = 'trace', name = name, alias = alias,
+      traces = 0 })
+    site.func = site
+    self.trace_starts[name] = site
+  end
+  site.traces = site.traces + 1
+  return site
+end
+
+function common:name_trace(sym)
+  local traceno = sym.traceno
+  if traceno == 0 then
+    -- Traces are numbered from 1; a VM that does not store the number
+    -- of the running trace (arm64) records 0 for all of them.
+    return self:own_trace_site(sym,
+      'TRACE (compiled code, trace not known)')
+  elseif not sym.proto then
+    return self:own_trace_site(sym, format('TRACE [%d]', traceno))
+  end
+  local location, alias = self:lua_location(sym.proto, sym.line)
+  -- The function where it starts, for the stacks of its events.
+  sym.func = self:lua_function(sym.proto)
+  if self.split_traces then
+    return self:own_trace_site(sym,
+      format('TRACE [%d] started at %s', traceno, location), alias)
+  end
+  return self:trace_start_site('TRACE started at ' .. location, alias)
+end
+
 function common:trace_site(traceno)
   local sym = self.traces[traceno]
   if not sym then
@@ -562,22 +645,19 @@ function common:trace_site(traceno)
     self.traces[traceno] = sym
   end
   if not sym.site then
-    local name, alias = format('TRACE [%d]', traceno), nil
-    if traceno == 0 then
-      -- Traces are numbered from 1; a VM that does not store the number
-      -- of the running trace (arm64) records 0 for all of them.
-      name = 'TRACE (compiled code, trace not known)'
-    elseif sym.proto then
-      local location
-      location, alias = self:lua_location(sym.proto, sym.line)
-      name = name .. ' started at ' .. location
-    end
-    sym.site = self:new_site({ source = 'trace', name = name,
-      traceno = traceno, alias = alias })
-    sym.site.func = sym.site
+    sym.site = self:name_trace(sym)
   end
   self.trace_sites[traceno] = sym.site
   return sym.site
+end
+
+-- The stack of an event in a trace (see memprof.trace_stacks).
+function common:trace_stack(traceno)
+  local sym = self.traces[traceno]
+  if not sym.func then
+    return nil
+  end
+  return self.inferred:stack_for(sym, self.context)
 end
 
 -- Ends of the event stream ---------------------------------------------
@@ -708,8 +788,10 @@ function common:read_stack_body()
   for i = 1, count do
     frames[i] = self:read_frame()
   end
-  stacks[id] = { id = id, frames = frames }
+  local stack = { id = id, frames = frames }
+  stacks[id] = stack
   self.has_stacks = true
+  self.inferred:defined(stack)
 end
 
 -- The event table is reused, so its time is set here, once per mark.
@@ -925,6 +1007,7 @@ local function make_methods(make_view, byte_at)
       if not stack then
         return self:undefined_stack(stack_id, stack_at)
       end
+      self.context = stack
     end
     local site
     if source == SOURCE_INTERNAL then
@@ -936,6 +1019,9 @@ local function make_methods(make_view, byte_at)
       site = self.c_sites[loc] or self:c_site(loc)
     else
       site = self.trace_sites[loc] or self:trace_site(loc)
+      if self.has_stacks then
+        stack = self:trace_stack(loc)
+      end
     end
     local ev = self.event
     ev.kind = KIND_NAMES[kind]
@@ -988,6 +1074,8 @@ local function new_stream(name, read_chunk, close_source, opts)
     aliases = {},
     sites = {},
     stacks = {},
+    inferred = trace_stacks.new(),
+    context = nil,
     has_stacks = false,
     has_time = false,
     time = nil,
@@ -1006,8 +1094,10 @@ local function new_stream(name, read_chunk, close_source, opts)
     -- symbol table
     lfuncs = {}, cfuncs = {}, traces = {}, c_sorted = nil,
     c_sites = {}, trace_sites = {}, unknown_c = {}, alias_of = {},
-    internal_site = nil,
+    internal_site = nil, trace_starts = {},
+    split_traces = opts.split_traces or false,
   }, meta)
+  self.inferred_stacks = self.inferred.list
   self.event.stack, self.event.time = nil, nil
   self.view = self.make_view(self.buf)
   local ok, err = pcall(self.read_headers, self)
@@ -1018,7 +1108,8 @@ local function new_stream(name, read_chunk, close_source, opts)
   return self
 end
 
--- Open a profile file.  opts (optional): chunk_size, plain, on_read.
+-- Open a profile file.  opts (optional): chunk_size, plain, on_read,
+-- split_traces.
 function M.open(path, opts)
   opts = opts or {}
   local file, err = io.open(path, 'rb')

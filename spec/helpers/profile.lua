@@ -28,8 +28,10 @@ local function copy_event(ev)
 end
 
 -- Reads a whole profile into a list of events; returns it and the stream.
+-- Each trace keeps its own site (split_traces): these specs check what
+-- the writer recorded, trace numbers included.
 function M.read(path)
-  local stream = reader.open(path)
+  local stream = reader.open(path, { split_traces = true })
   local events = {}
   while true do
     local ev = stream:next()

@@ -228,6 +228,29 @@ function B.three_callers()
   return s
 end
 
+-- An extended stream with compiled code: @fill.lua's function (defined
+-- at line 1) has a loop at line 3, where traces 1 and 2 start; the main
+-- chunk of @main.lua calls it at line 10, then at line 20.  Each call
+-- runs the loop in the interpreter first (32B at @fill.lua:3), then on
+-- traces: under line 10, trace 1 makes 2 x 64B and trace 2 64B; under
+-- line 20, trace 2 makes 64B.  The collector then frees one of trace
+-- 1's blocks.  Live at the end: 256B (64B interpreted, 192B compiled).
+function B.compiled_loop()
+  local s = B.new():lfunc(0x100, '@fill.lua', 1):lfunc(0x200, '@main.lua', 0)
+    :trace(1, 0x100, 3):trace(2, 0x100, 3):events({ version = B.EXTENDED })
+  s:stack(1, { B.lua(0x100, 3), B.lua(0x200, 10) })
+  s:alloc(B.lua(0x100, 3, 1), 0x10, 32)
+  s:alloc(B.trace(1), 0x20, 64)
+  s:alloc(B.trace(1), 0x30, 64)
+  s:alloc(B.trace(2), 0x40, 64)
+  s:stack(2, { B.lua(0x100, 3), B.lua(0x200, 20) })
+  s:alloc(B.lua(0x100, 3, 2), 0x50, 32)
+  s:alloc(B.trace(2), 0x60, 64)
+  s:free(B.internal(), 0x30, 64)
+  s:epilogue()
+  return s
+end
+
 -- An extended stream whose peak is known.  Net bytes after each event:
 --   1 alloc 100B at @p.lua:1          100
 --   2 alloc 200B at @p.lua:2          300   (a peak)

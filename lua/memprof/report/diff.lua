@@ -75,7 +75,7 @@ function M.write(changes, out, opts)
   local shown, rest = layout.split_top(changes.rows, opts.top, opts.left_out)
   for _, entry in ipairs(shown) do
     layout.write_title(out, entry.group, STATUS_SUFFIX[entry.status] ..
-      ': ' .. describe(entry, size))
+      ': ' .. describe(entry, size), nil, true)
   end
   if #rest > 0 then
     out:write(format('... and %d more: %s\n', #rest,

@@ -17,7 +17,10 @@
 --
 -- Metrics, per stack: bytes allocated (allocations and reallocations),
 -- allocation events, bytes live at the end, bytes live at the peak.
--- An event without a stack (traces, the VM itself, or a whole stream
+-- An event in a trace has the stack the reader gives it (the trace,
+-- below the callers of the function where it starts: see
+-- memprof.trace_stacks).  An event without a stack (the VM itself, a
+-- trace whose function no stack passes through, or a whole stream
 -- recorded without stacks) is one frame, its place.  Stacks with a
 -- value of 0 or less are left out: the pseudo-row of blocks allocated
 -- before profiling has negative live bytes, so the live and peak

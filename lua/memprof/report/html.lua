@@ -498,15 +498,15 @@ local function trace_share(root, frames)
   return percent(bytes, root.b)
 end
 
--- A note for a tree mostly made of traces, which have no stacks.
+-- A note for a tree mostly made of traces without callers.
 local function trace_note(root, frames)
   local share = trace_share(root, frames)
   if share < 5 then
     return nil
   end
   return format('%.0f%% of these bytes were allocated by compiled code ' ..
-    '(JIT traces), which has no call stack: each trace is one frame.',
-    share)
+    '(JIT traces) whose callers the profile does not give: each place ' ..
+    'where traces start is one frame.', share)
 end
 
 local function flame_graph(result, name, records, frames)

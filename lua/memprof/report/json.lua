@@ -126,6 +126,7 @@ local function site_entry(site)
     chunkname = or_null(site.chunkname),
     line = or_null(site.line),
     traceno = or_null(site.traceno),
+    traces = or_null(site.traces),
     address = site.source ~= 'trace' and hex(site.addr) or NULL,
     ['function'] = func and func.name or NULL,
     alias = or_null(site.alias),
@@ -138,6 +139,20 @@ local function site_ids(frames)
     ids[i] = frame.id
   end
   return M.array(ids)
+end
+
+-- The id of a stack: its id in the stream, or for a stack the reader
+-- made for events in compiled code, a number after the stream's.
+local function stack_id(stream, stack)
+  if stack.inferred then
+    return #stream.stacks + stack.index
+  end
+  return stack.id
+end
+
+local function stack_entry(stream, stack)
+  return { id = stack_id(stream, stack), frames = site_ids(stack.frames),
+    inferred = stack.inferred == true }
 end
 
 local function row_entry(group)
@@ -234,7 +249,7 @@ local function totals_section(list, result)
   }
 end
 
-local function live_section(leaks)
+local function live_section(leaks, stream)
   if not leaks then
     return NULL
   end
@@ -242,7 +257,8 @@ local function live_section(leaks)
   for i, row in ipairs(leaks.rows) do
     local stacks = {}
     for j, record in ipairs(row.stacks) do
-      stacks[j] = { stack = record.stack.id, blocks = record.count,
+      stacks[j] = { stack = stack_id(stream, record.stack),
+        blocks = record.count,
         bytes = record.bytes }
     end
     list[i] = { row = row.group.id, name = row.group.name, blocks = row.count,
@@ -342,8 +358,10 @@ function M.document(result)
   for i, site in ipairs(stream.sites) do
     sites[i] = site_entry(site)
   end
-  for i, stack in ipairs(stream.stacks) do
-    stacks[i] = { id = stack.id, frames = site_ids(stack.frames) }
+  for _, list in ipairs({ stream.stacks, stream.inferred_stacks }) do
+    for _, stack in ipairs(list) do
+      stacks[#stacks + 1] = stack_entry(stream, stack)
+    end
   end
   for i, alias in ipairs(stream.aliases) do
     aliases[i] = { name = alias.name, chunkname = alias.chunkname }
@@ -366,7 +384,7 @@ function M.document(result)
     deallocations = deallocations,
     heap = heap,
     totals = totals_section(list, result),
-    live = live_section(result.leaks),
+    live = live_section(result.leaks, stream),
     peak = peak_section(result.peak),
     temporary = temporary_section(result.temporary),
     timeline = timeline_section(result.timeline, stream),

@@ -42,14 +42,51 @@ function M.format_ms(ns)
   return format('%.3f ms', ns / 1e6)
 end
 
--- The lines that name a row: its name, or for a stack its innermost
--- frame, then one line per caller, "called from NAME".
-function M.title_lines(group)
-  local frames = group.frames
-  if not frames then
-    return { group.name }
+-- The name of a place as the reports show it: the place where several
+-- traces start says how many ('TRACE started at @f.lua:40 (3 traces)').
+function M.place_name(site)
+  if site.traces then
+    return format('%s (%s)', site.name, M.plural(site.traces, 'trace'))
   end
-  local lines = { frames[1].name }
+  return site.name
+end
+
+-- The place a row is named after: the site of a group, the innermost
+-- frame of a stack, the first site of a row of the text report.
+local function place_of(row)
+  if row.frames then
+    return row.frames[1]
+  elseif row.sites then
+    return row.sites[1] and place_of(row.sites[1])
+  end
+  return row.site or row
+end
+
+-- A row's name with its place named by place_name() (the place's name
+-- starts the row's name; a note may follow it).
+local function shown_name(row, name)
+  local place = place_of(row)
+  if not place or not place.traces or name:sub(1, #place.name) ~= place.name
+  then
+    return name
+  end
+  return M.place_name(place) .. name:sub(#place.name + 1)
+end
+
+-- The lines that name a row: its name, or for a stack its innermost
+-- frame, then one line per caller, "called from NAME".  With
+-- `plain_names`, the names as they are, without the number of traces of
+-- a trace start (--diff: the number differs from run to run).
+function M.title_lines(group, plain_names)
+  local frames = group.frames
+  local first = frames and frames[1].name or group.name
+  if not plain_names then
+    first = shown_name(group, first)
+  end
+  if not frames then
+    return { first }
+  end
+  local lines = { first }
   for i = 2, #frames do
     lines[i] = 'called from ' .. frames[i].name
   end
@@ -58,9 +95,9 @@ end
 
 -- Writes a row: its first title line followed by `tail`, then the other
 -- title lines indented by `indent` and one more tab.
-function M.write_title(out, group, tail, indent)
+function M.write_title(out, group, tail, indent, plain_names)
   indent = indent or ''
-  local lines = M.title_lines(group)
+  local lines = M.title_lines(group, plain_names)
   out:write(indent, lines[1], tail, '\n')
   for i = 2, #lines do
     out:write(indent, '\t', lines[i], '\n')
@@ -70,7 +107,7 @@ end
 -- Writes the frames of a stack, one per line, innermost first.
 function M.write_frames(out, frames, indent)
   for _, frame in ipairs(frames) do
-    out:write(indent, frame.name, '\n')
+    out:write(indent, M.place_name(frame), '\n')
   end
 end
 

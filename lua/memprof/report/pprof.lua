@@ -14,11 +14,12 @@
 -- one-frame sample.  Frees of blocks allocated before the profile are
 -- left out (they would be negative).
 --
--- Each place (a line of a Lua function, a C function, a trace, the VM)
--- is a location with one line; its function is the Lua function (named
--- as in --group=function: 'function at @log.lua:3', with the file name
--- and first line), the C function, the trace or INTERNAL.  Nothing is
--- compressed: the gzip file holds stored deflate blocks (memprof.gzip).
+-- Each place (a line of a Lua function, a C function, the place where
+-- traces start, the VM) is a location with one line; its function is
+-- the Lua function (named as in --group=function: 'function at
+-- @log.lua:3', with the file name and first line), the C function, the
+-- traces' start or INTERNAL.  Nothing is compressed: the gzip file
+-- holds stored deflate blocks (memprof.gzip).
 
 local pb = require('memprof.protobuf')
 local gzip = require('memprof.gzip')
