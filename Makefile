@@ -17,7 +17,7 @@ CC ?= cc
 CFLAGS ?= -O2 -g
 WARN = -Wall -Wextra
 ALL_CFLAGS = -std=c99 $(WARN) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) $(CFLAGS)
-LDLIBS = -ldl -lpthread
+LDLIBS = -ldl -lpthread -lm
 
 # Where the module and the specs' C module go; another BUILD keeps a
 # second build apart (.ci/build-hosts cross-builds one for arm64 there).

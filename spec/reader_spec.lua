@@ -1035,3 +1035,77 @@ describe('reader trace sites', function()
     end)
   end
 end)
+
+describe('the sampling record', function()
+  local function sampled(scheme, mean)
+    local s = B.new():lfunc(0x100, '@a.lua', 1):events({ version = B.EXTENDED })
+    s:raw(string.char(0x5c, scheme)):numbers(mean)
+    return s
+  end
+
+  it('gives the mean bytes between samples of a sampled profile', function()
+    local s = sampled(1, 524288):alloc(B.lua(0x100, 3), 0x1000, 64):epilogue()
+    for _, mode in ipairs(MODES) do
+      local stream = reader.from_string(s:bytes(), 'out.bin', mode.opts)
+      assert.are.equal(524288, stream.sample_bytes, mode.label)
+      local ev = stream:next()
+      assert.are.same({ 'alloc', '@a.lua:3', 64 },
+        { ev.kind, ev.site.name, ev.nsize }, mode.label)
+      assert.is_nil(stream:next())
+      assert.is_nil(stream.warning)
+    end
+  end)
+
+  it('is absent from a profile that records every event', function()
+    local s = B.new():events({ version = B.EXTENDED })
+      :alloc(B.internal(), 0x1000, 64):epilogue()
+    assert.is_nil(reader.from_string(s:bytes(), 'out.bin').sample_bytes)
+  end)
+
+  it('rejects an unknown scheme, naming its offset', function()
+    local s = B.new():events({ version = B.EXTENDED })
+    local at = s:size() + 1
+    s:raw(string.char(0x5c, 2)):numbers(4096):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected sampling scheme 1 (a ' ..
+      'Poisson process over allocated bytes), found 2'):format(at),
+      open_error(s:bytes()))
+  end)
+
+  it('rejects a mean of 0 bytes', function()
+    local s = B.new():events({ version = B.EXTENDED })
+    local at = s:size() + 2
+    s:raw(string.char(0x5c, 1)):numbers(0):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected the mean bytes between ' ..
+      'samples (1 or more), found 0'):format(at), open_error(s:bytes()))
+  end)
+
+  it('rejects a record cut short', function()
+    local s = B.new():events({ version = B.EXTENDED })
+    local at = s:size() + 2
+    s:raw(string.char(0x5c, 1, 0x80))
+    assert.are.equal(('out.bin: byte %d: expected the mean bytes between ' ..
+      'samples, found the end of the file'):format(at), open_error(s:bytes()))
+  end)
+
+  it('is valid only right after the event stream header', function()
+    local s = B.new():events({ version = B.EXTENDED })
+      :alloc(B.internal(), 1, 8)
+    local at = s:size()
+    s:raw(string.char(0x5c, 1)):numbers(4096):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
+      'found 0x5c, a sampling record, which is valid only right after the ' ..
+      'event stream header'):format(at, EXTENDED_HEADERS), next_error(s))
+  end)
+
+  it('is not read in a version 3 stream', function()
+    local s = B.new():events()
+    local at = s:size()
+    s:raw(string.char(0x5c, 1)):numbers(4096):epilogue()
+    local stream = reader.from_string(s:bytes(), 'out.bin')
+    assert.is_nil(stream.sample_bytes)
+    local ok, err = pcall(stream.next, stream)
+    assert.is_false(ok)
+    assert.are.equal(('out.bin: byte %d: expected an event header ' ..
+      '(0x00-0x13 or 0x80), found 0x5c'):format(at), err)
+  end)
+end)

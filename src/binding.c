@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,8 @@
 #include "lauxlib.h"
 #include "lifecycle.h"
 #include "lua.h"
-#include "stacks.h" /* MAX_STACK_DEPTH */
+#include "profiler.h" /* struct profile_stats */
+#include "stacks.h"   /* MAX_STACK_DEPTH */
 #include "vm_learn.h"
 
 #define SENTINEL_KEY "memprof.sentinel"
@@ -56,6 +58,47 @@ static struct sentinel *get_sentinel(lua_State *L)
 /* The smallest size cap: both headers, a few events, the final records. */
 #define MIN_MAX_BYTES 64
 
+/* The mean bytes between samples of `sample_bytes = true` (and of
+** `memprof run --sample-bytes`): Go's heap profile rate, 512 KiB
+** (docs/sampling.md says why). */
+#define DEFAULT_SAMPLE_BYTES (512 * 1024)
+
+/* An integer option from `min` to 2^53. Returns 1, or 0 with a message. */
+static int read_integer(lua_State *L, const char *name, lua_Number min,
+                        uint64_t *out, char *msg, size_t len)
+{
+  lua_Number v = lua_tonumber(L, -1);
+  if (lua_type(L, -1) != LUA_TNUMBER || !(v >= min) || v > 9007199254740992.0 ||
+      v != (lua_Number)(int64_t)v) {
+    snprintf(msg, len,
+             "option '%s' must be an integer from %.0f to 2^53, got %s", name,
+             (double)min,
+             lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1)
+                                            : luaL_typename(L, -1));
+    return 0;
+  }
+  *out = (uint64_t)v;
+  return 1;
+}
+
+/* sample_bytes: an integer, or true for the default. */
+static int read_sample_bytes(lua_State *L, struct profile_options *o, char *msg,
+                             size_t len)
+{
+  if (lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1)) {
+    o->sample_bytes = DEFAULT_SAMPLE_BYTES;
+    return 1;
+  }
+  if (lua_type(L, -1) != LUA_TNUMBER) {
+    snprintf(msg, len,
+             "option 'sample_bytes' must be an integer from 1 to 2^53 or "
+             "true, got %s",
+             luaL_typename(L, -1));
+    return 0;
+  }
+  return read_integer(L, "sample_bytes", 1, &o->sample_bytes, msg, len);
+}
+
 /* One option's value. Returns 1, or 0 with a message. */
 static int read_option(lua_State *L, const char *name,
                        struct profile_options *o, char *msg, size_t len)
@@ -84,19 +127,13 @@ static int read_option(lua_State *L, const char *name,
     o->timestamps = lua_toboolean(L, -1);
     return 1;
   }
-  if (strcmp(name, "max_bytes") == 0) {
-    lua_Number v = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || !(v >= MIN_MAX_BYTES) ||
-        v > 9007199254740992.0 || v != (lua_Number)(int64_t)v) {
-      snprintf(msg, len,
-               "option 'max_bytes' must be an integer from %d to 2^53, got %s",
-               MIN_MAX_BYTES,
-               lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1)
-                                              : luaL_typename(L, -1));
-      return 0;
-    }
-    o->max_bytes = (uint64_t)v;
-    return 1;
+  if (strcmp(name, "max_bytes") == 0)
+    return read_integer(L, name, MIN_MAX_BYTES, &o->max_bytes, msg, len);
+  if (strcmp(name, "sample_bytes") == 0)
+    return read_sample_bytes(L, o, msg, len);
+  if (strcmp(name, "seed") == 0) {
+    o->has_seed = 1;
+    return read_integer(L, name, 0, &o->seed, msg, len);
   }
   snprintf(msg, len, "unknown option '%s'", name);
   return 0;
@@ -128,6 +165,10 @@ static int read_options(lua_State *L, int idx, struct profile_options *o,
       return 0;
     }
     lua_pop(L, 1);
+  }
+  if (o->has_seed && o->sample_bytes == 0) {
+    snprintf(msg, len, "option 'seed' needs option 'sample_bytes'");
+    return 0;
   }
   return 1;
 }
@@ -241,6 +282,96 @@ static void set_int(lua_State *L, const char *key, lua_Integer v)
 {
   lua_pushinteger(L, v);
   lua_setfield(L, -2, key);
+}
+
+static void set_number(lua_State *L, const char *key, double v)
+{
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, key);
+}
+
+/* The sources of events, by their number in a header (bits 2-4). */
+static const char *const stat_sources[] = {NULL, "internal", "lua", "c",
+                                           "trace"};
+
+/* One total of the events with header bits i (kind and source): events
+** (which 0), bytes allocated (1) or freed (2); exact, or with sampling the
+** estimate. */
+static double stat_value(const struct profile_stats *st, int sampled,
+                         unsigned i, int which)
+{
+  unsigned kind = i & 3;
+  if (which == 1 && kind == 2)
+    return 0; /* A free allocates nothing. */
+  if (which == 2 && kind == 1)
+    return 0; /* An allocation frees nothing. */
+  if (which == 0)
+    return sampled ? st->est_events[i] : (double)st->by_header[i].events;
+  if (which == 1)
+    return sampled ? st->est_allocated[i] : (double)st->by_header[i].allocated;
+  return sampled ? st->est_freed[i] : (double)st->by_header[i].freed;
+}
+
+/* Totals of one source (or of all, source 0) into the table on top; with
+** sampling, estimates rounded to whole numbers. Returns the net bytes
+** (allocated less freed). */
+static double push_stat_totals(lua_State *L, const struct profile_stats *st,
+                               int sampled, unsigned source)
+{
+  static const char *const kinds[] = {NULL, "allocs", "frees", "reallocs"};
+  double allocated = 0, freed = 0;
+  unsigned s, k;
+  for (k = 1; k <= 3; k++) {
+    double n = 0;
+    for (s = 1; s <= 4; s++)
+      if (source == 0 || s == source) {
+        n += stat_value(st, sampled, (s << 2) | k, 0);
+        allocated += stat_value(st, sampled, (s << 2) | k, 1);
+        freed += stat_value(st, sampled, (s << 2) | k, 2);
+      }
+    set_number(L, kinds[k], floor(n + 0.5));
+  }
+  allocated = floor(allocated + 0.5);
+  freed = floor(freed + 0.5);
+  set_number(L, "allocated", allocated);
+  set_number(L, "freed", freed);
+  return allocated - freed;
+}
+
+/* memprof.stats() -> totals since start | nil, message, errno */
+static int l_stats(lua_State *L)
+{
+  struct sentinel *s = get_sentinel(L);
+  struct profile_stats st;
+  uint64_t sample_bytes = 0, written = 0;
+  unsigned source;
+  int sampled;
+  if (s == NULL ||
+      !lifecycle_stats(L, &s->profiles, &st, &sample_bytes, &written))
+    return push_status(L, LIFE_NOT_RUNNING);
+  sampled = sample_bytes != 0;
+  lua_newtable(L);
+  set_number(L, "net", push_stat_totals(L, &st, sampled, 0));
+  lua_newtable(L);
+  for (source = 1; source <= 4; source++) {
+    lua_newtable(L);
+    push_stat_totals(L, &st, sampled, source);
+    lua_setfield(L, -2, stat_sources[source]);
+  }
+  lua_setfield(L, -2, "sources");
+  set_number(L, "bytes_written", (double)written);
+  set_number(L, "dropped", (double)st.dropped);
+  if (sampled) {
+    double samples = 0;
+    unsigned i;
+    for (i = 0; i < 32; i++)
+      samples += (double)st.by_header[i].events;
+    set_number(L, "sample_bytes", (double)sample_bytes);
+    set_number(L, "samples", samples);
+    set_number(L, "live_bytes", floor(st.est_live_bytes + 0.5));
+    set_number(L, "live_blocks", floor(st.est_live_blocks + 0.5));
+  }
+  return 1;
 }
 
 /* Every verified offset, by field name; g_trace is -1 when traces could
@@ -427,11 +558,9 @@ static void install_misc(lua_State *L)
 
 __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
 {
-  static const luaL_Reg api[] = {{"start", l_start},
-                                 {"stop", l_stop},
-                                 {"is_running", l_is_running},
-                                 {"info", l_info},
-                                 {NULL, NULL}};
+  static const luaL_Reg api[] = {{"start", l_start},           {"stop", l_stop},
+                                 {"is_running", l_is_running}, {"info", l_info},
+                                 {"stats", l_stats},           {NULL, NULL}};
   lifecycle_init_process();
   pin_module();
   install_sentinel(L);

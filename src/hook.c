@@ -216,6 +216,27 @@ count_extended(struct profiler *p, void *ptr)
     vm_walk_forget(&p->stacks.walk, (uintptr_t)ptr);
 }
 
+/*
+** What a sampled allocator call is recorded as (hook_sampled): the old
+** block only if it was sampled, the new one only if it is sampled. NULL
+** everywhere else: the event is the call.
+*/
+struct recorded_as {
+  void *ptr;
+  size_t osize, nsize;
+};
+
+/* Counts the event just encoded (memprof.stats): its header is the first
+** byte past the writer's position. A failed allocation takes it back (-1). */
+static inline __attribute__((always_inline)) void
+count_event(struct profiler *p, int64_t sign, size_t osize, size_t nsize)
+{
+  struct stat_totals *t = &p->stats.by_header[*p->out.pos & 0x1f];
+  t->events += (uint64_t)sign;
+  t->allocated += (uint64_t)sign * nsize;
+  t->freed += (uint64_t)sign * osize; /* Read for frees and reallocs only. */
+}
+
 /* What the fast path returns for an event it leaves to the full one. */
 #define FULL_PATH ((uint8_t *)1)
 
@@ -237,7 +258,7 @@ count_extended(struct profiler *p, void *ptr)
 static inline __attribute__((always_inline)) uint8_t *
 record_before(struct profiler *p, const struct vm_layout *lay,
               stack_fn stack_of, int pdep, int fast, void *ptr, size_t osize,
-              size_t nsize)
+              size_t nsize, const struct recorded_as *as)
 {
   struct vm_site site;
   uint32_t stack = 0;
@@ -274,10 +295,16 @@ record_before(struct profiler *p, const struct vm_layout *lay,
     stack = record_extended(p, stack_of, &site, ptr, &err);
   else if (fast && p->extended)
     count_extended(p, ptr);
-  event = begin_event(&p->out, &p->last_location, &site, stack, (uintptr_t)ptr,
-                      osize, nsize, pdep, fast);
+  if (as != NULL)
+    event = begin_event(&p->out, &p->last_location, &site, stack,
+                        (uintptr_t)as->ptr, as->osize, as->nsize, pdep, fast);
+  else
+    event = begin_event(&p->out, &p->last_location, &site, stack,
+                        (uintptr_t)ptr, osize, nsize, pdep, fast);
   if (!fast && (err != 0 || event == NULL))
     halt(p, err != 0 ? err : writer_failed(&p->out));
+  else if (as == NULL)
+    count_event(p, 1, osize, nsize);
   return event;
 }
 
@@ -289,7 +316,8 @@ record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
             int pdep, int fast, void *ptr, size_t osize,
             void *(*full)(struct profiler *, void *, size_t))
 {
-  uint8_t *event = record_before(p, lay, stack_of, pdep, fast, ptr, osize, 0);
+  uint8_t *event =
+      record_before(p, lay, stack_of, pdep, fast, ptr, osize, 0, NULL);
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize);
   if (event != NULL)
@@ -306,13 +334,15 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
              void *(*full)(struct profiler *, void *, size_t, size_t))
 {
   uint8_t *event =
-      record_before(p, lay, stack_of, pdep, fast, ptr, osize, nsize);
+      record_before(p, lay, stack_of, pdep, fast, ptr, osize, nsize, NULL);
   void *nptr;
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   if (event != NULL && nptr != NULL)
     end_event(&p->out, event, (uintptr_t)nptr, nsize, pdep);
+  else if (event != NULL)
+    count_event(p, -1, osize, nsize); /* Failed: not recorded. */
   return nptr;
 }
 
@@ -334,6 +364,87 @@ static inline int forward_only(const struct profiler *p)
 {
   return p->state != PROFILER_RECORDING ||
          p->fork_generation != profiler_fork_generation;
+}
+
+/* Forwards a call that is not recorded because recording is off; one
+** after a halt in this process is counted as dropped (memprof.stats). */
+static __attribute__((noinline)) void *forward(struct profiler *p, void *ptr,
+                                               size_t osize, size_t nsize)
+{
+  if (p->state != PROFILER_RECORDING &&
+      p->fork_generation == profiler_fork_generation &&
+      !(nsize == 0 && ptr == NULL))
+    p->stats.dropped++;
+  return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
+}
+
+/* With sampling: the estimates of a sampled call (memprof.stats), before
+** it is committed. The header of its event is past the writer's position. */
+static void count_sampled(struct profiler *p, const struct recorded_as *as)
+{
+  unsigned i = *p->out.pos & 0x1f;
+  double old_w = 0, new_w = 0;
+  count_event(p, 1, as->osize, as->nsize);
+  if (as->ptr != NULL) {
+    old_w = sampler_weight(p->sampler.mean, as->osize);
+    p->stats.est_freed[i] += old_w * (double)as->osize;
+    p->stats.est_live_bytes -= old_w * (double)as->osize;
+    p->stats.est_live_blocks -= old_w;
+  }
+  if (as->nsize != 0) {
+    new_w = sampler_weight(p->sampler.mean, as->nsize);
+    p->stats.est_allocated[i] += new_w * (double)as->nsize;
+    p->stats.est_live_bytes += new_w * (double)as->nsize;
+    p->stats.est_live_blocks += new_w;
+  }
+  /* An event counts as many events as the block it is about. */
+  p->stats.est_events[i] += as->nsize != 0 ? new_w : old_w;
+}
+
+/*
+** A sampled allocator call: one whose new block is sampled (`fresh`) or
+** whose old block was (`held`). It is recorded as the sampled part of it:
+** a realloc of a sampled block into one that is not is a free of the
+** sampled block; a realloc of a block that was not sampled into one that
+** is, an allocation. The live table follows the blocks.
+*/
+static inline __attribute__((always_inline)) void *
+record_sampled(struct profiler *p, const struct vm_layout *lay,
+               stack_fn stack_of, int pdep, void *ptr, size_t osize,
+               size_t nsize, int held, int fresh)
+{
+  uint64_t at = writer_total(&p->out);
+  struct recorded_as as;
+  uint8_t *event;
+  void *nptr;
+  as.ptr = held ? ptr : NULL;
+  as.osize = held ? osize : 0;
+  as.nsize = fresh ? nsize : 0;
+  event = record_before(p, lay, stack_of, pdep, 0, ptr, osize, nsize, &as);
+  nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
+  if (nsize != 0 && nptr == NULL)
+    return NULL; /* Failed: nothing changed. */
+  if (held)
+    live_remove(&p->live, (uintptr_t)ptr);
+  if (fresh && live_insert(&p->live, (uintptr_t)nptr, nsize) != 0)
+    halt(p, ENOMEM);
+  if (event != NULL && p->state == PROFILER_RECORDING) {
+    count_sampled(p, &as);
+    end_event(&p->out, event, (uintptr_t)nptr, as.nsize, pdep);
+  }
+  check_cap(p, at);
+  return nptr;
+}
+
+/* A call that sampling does not record still frees or moves a block that
+** the symbol cache or the stack walk's cache may name. */
+static inline __attribute__((always_inline)) void
+forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
+             size_t osize)
+{
+  if (osize >= lay->pt_size && symbols_may_hold(&p->syms, (uintptr_t)ptr))
+    symbols_forget_slow(&p->syms, (uintptr_t)ptr);
+  vm_walk_forget(&p->stacks.walk, (uintptr_t)ptr);
 }
 
 /*
@@ -372,13 +483,40 @@ static inline int forward_only(const struct profiler *p)
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
+    if (forward_only(p))                                                       \
+      return forward(p, ptr, osize, nsize);                                    \
     /* Freeing NULL is no event. */                                            \
-    if (forward_only(p) || (nsize == 0 && ptr == NULL))                        \
+    if (nsize == 0 && ptr == NULL)                                             \
       return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
     if (nsize != 0)                                                            \
       return name##_alloc_fast(p, ptr, osize, nsize);                          \
     return record_free(p, family_layout, stack_of, pdep, 1, ptr, osize,        \
                        name##_free);                                           \
+  }                                                                            \
+  static __attribute__((noinline)) void *name##_sample(                        \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int held,     \
+      int fresh)                                                               \
+  {                                                                            \
+    return record_sampled(p, family_layout, stack_of, pdep, ptr, osize, nsize, \
+                          held, fresh);                                        \
+  }                                                                            \
+  /* With sampling: an unsampled call costs the countdown and, for a free or   \
+  ** realloc, a look-up in the live table. */                                  \
+  static void *name##_sampled(void *ud, void *ptr, size_t osize, size_t nsize) \
+  {                                                                            \
+    struct profiler *p = ud;                                                   \
+    int fresh, held;                                                           \
+    if (forward_only(p))                                                       \
+      return forward(p, ptr, osize, nsize);                                    \
+    if (nsize == 0 && ptr == NULL)                                             \
+      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+    fresh = nsize != 0 && sampler_take(&p->sampler, nsize);                    \
+    held = ptr != NULL && live_contains(&p->live, (uintptr_t)ptr);             \
+    if (fresh || held)                                                         \
+      return name##_sample(p, ptr, osize, nsize, held, fresh);                 \
+    if (ptr != NULL)                                                           \
+      forget_block(p, family_layout, ptr, osize);                              \
+    return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                       \
   }
 HOOK(hook_generic, &p->layout, stack_generic, 0)
 HOOK(hook_generic_pdep, &p->layout, stack_generic, 1)
@@ -390,11 +528,15 @@ HOOK(hook_nongc64_pdep, &vm_candidates[VM_CANDIDATE_NONGC64].layout,
      stack_nongc64, 1)
 #undef HOOK
 
-/* By layout (generic, or a family's), without or with PDEP. */
-static const lua_Alloc hooks[3][2] = {
+/* By layout (generic, or a family's), without or with PDEP; then the same
+** with sampling. */
+static const lua_Alloc hooks[6][2] = {
     {hook_generic, hook_generic_pdep},
     {hook_gc64, hook_gc64_pdep},
     {hook_nongc64, hook_nongc64_pdep},
+    {hook_generic_sampled, hook_generic_pdep_sampled},
+    {hook_gc64_sampled, hook_gc64_pdep_sampled},
+    {hook_nongc64_sampled, hook_nongc64_pdep_sampled},
 };
 
 lua_Alloc profiler_hook_for(const struct profiler *p)
@@ -410,6 +552,8 @@ lua_Alloc profiler_hook_for(const struct profiler *p)
     family = 1;
   else if (lay->exact && lay->candidate == VM_CANDIDATE_NONGC64)
     family = 2;
+  if (p->sampler.mean != 0)
+    family += 3;
   return hooks[family][writer_fast_pdep != 0];
 }
 
@@ -438,6 +582,11 @@ int profiler_write_prologue(struct profiler *p)
     writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX);
   writer_bytes(&p->out, symtab, sizeof(symtab));
   writer_bytes(&p->out, events, sizeof(events));
+  if (p->sampler.mean != 0 && writer_reserve(&p->out, 2 + ULEB128_MAX)) {
+    writer_put_byte(&p->out, RECORD_SAMPLING);
+    writer_put_byte(&p->out, SAMPLING_POISSON_BYTES);
+    writer_put_uleb128(&p->out, p->sampler.mean);
+  }
   if (p->timestamps) {
     p->clock_start = now_ns();
     mark_time(p, 1); /* Time 0. */

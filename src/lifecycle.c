@@ -163,6 +163,7 @@ static void free_profile_data(struct profiler *p)
 {
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
+  live_free(&p->live);
   free(p->path);
   p->path = NULL;
 }
@@ -181,7 +182,8 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   struct profiler *p = l != NULL ? &l->p : NULL;
   if (p == NULL || (p->path = strdup(path)) == NULL ||
       symbols_init(&p->syms) != 0 ||
-      (opts->stack_depth > 0 && stacks_init(&p->stacks) != 0)) {
+      (opts->stack_depth > 0 && stacks_init(&p->stacks) != 0) ||
+      (opts->sample_bytes > 0 && live_init(&p->live) != 0)) {
     if (l != NULL)
       free_link(l);
     *err = ENOMEM;
@@ -193,7 +195,12 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   p->stack_depth = opts->stack_depth;
   p->timestamps = opts->timestamps;
   p->max_bytes = opts->max_bytes;
-  p->extended = opts->stack_depth > 0 || opts->timestamps;
+  /* Only the extended format can say that its events are sampled. */
+  p->extended =
+      opts->stack_depth > 0 || opts->timestamps || opts->sample_bytes > 0;
+  if (opts->sample_bytes > 0)
+    sampler_init(&p->sampler, opts->sample_bytes,
+                 opts->has_seed ? opts->seed : sampler_default_seed());
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
   if (vm_learn_name_builtins(&p->syms) != 0) {
     free_link(l);
@@ -513,6 +520,21 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
   }
   ended->path = path;
   return ended->max_bytes != 0 ? LIFE_MAX_BYTES : LIFE_FILE_ERROR;
+}
+
+int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
+                    struct profile_stats *out, uint64_t *sample_bytes,
+                    uint64_t *written)
+{
+  struct profiler *p;
+  notice_detachment(L, vm);
+  if (vm->active == NULL)
+    return 0;
+  p = &vm->active->p;
+  *out = p->stats;
+  *sample_bytes = p->sampler.mean;
+  *written = writer_total(&p->out);
+  return 1;
 }
 
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)

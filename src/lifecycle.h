@@ -18,7 +18,10 @@
 struct profile_options {
   int stack_depth; /* 0: no stacks. */
   int timestamps;
-  uint64_t max_bytes; /* 0: no size cap. */
+  uint64_t max_bytes;    /* 0: no size cap. */
+  uint64_t sample_bytes; /* 0: record every event. */
+  uint64_t seed;         /* Of the sampler, if has_seed. */
+  int has_seed;
 };
 
 /* How a stopped profile ended, for stop's message. */
@@ -86,6 +89,15 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
 ** with *ended filled in. */
 enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
                                 struct life_ended *ended);
+
+struct profile_stats;
+
+/* The running profile's totals (memprof.stats) into *out, with its
+** sampling rate (0: none) and bytes written. Returns 0 if no profile
+** runs. */
+int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
+                    struct profile_stats *out, uint64_t *sample_bytes,
+                    uint64_t *written);
 
 /* Whether a profile runs (what stop would find). */
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm);

@@ -8,7 +8,9 @@
 
 #include <stdint.h>
 
+#include "live.h"
 #include "lua.h"
+#include "sample.h"
 #include "stacks.h"
 #include "symbols.h"
 #include "vm_layout.h"
@@ -18,6 +20,28 @@ enum profiler_state {
   PROFILER_RECORDING, /* Events are encoded and written. */
   PROFILER_HALTED,    /* Writing failed or the stream was finished (exit):
                          the hook only forwards. */
+};
+
+/*
+** Totals since start (memprof.stats), by the header of the recorded event
+** (header & 0x1f: its kind and source bits): events, bytes of the new
+** block, bytes of the old one (meaningful for frees and reallocs only).
+** With sampling, the same totals count the sampled events, and the
+** estimates (each sampled block weighted as sample.h says) are kept
+** beside them.
+*/
+struct stat_totals {
+  uint64_t events, allocated, freed;
+};
+
+struct profile_stats {
+  struct stat_totals by_header[32];
+  uint64_t dropped; /* Allocator calls not recorded after a halt. */
+  /* Sampling: estimates, by header & 0x1f too. */
+  double est_events[32];
+  double est_allocated[32];
+  double est_freed[32];
+  double est_live_bytes, est_live_blocks; /* Of the live sampled blocks. */
 };
 
 struct profiler {
@@ -44,6 +68,14 @@ struct profiler {
   unsigned clock_countdown; /* Events until the clock is read again. */
   uint64_t clock_start;     /* Monotonic ns at start. */
   uint64_t last_mark;       /* ns since start of the last time mark. */
+
+  /* Sampled recording (memprof.start's sample_bytes): sampler.mean is 0
+  ** when every event is recorded. */
+  struct sampler sampler;
+  struct live_table live; /* The sampled blocks that are live. */
+
+  /* The totals since start that memprof.stats() reads. */
+  struct profile_stats stats;
 
   /* The size cap (memprof.start's max_bytes). */
   uint64_t max_bytes; /* 0: none. */

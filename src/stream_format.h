@@ -35,4 +35,10 @@
 #define RECORD_STACK 0x14
 #define RECORD_TIME 0x18
 
+/* The sampling record, right after the header of an extended event
+** section whose events are sampled: 0x5c, the scheme, the mean bytes
+** between samples. Scheme 1: a Poisson process over allocated bytes. */
+#define RECORD_SAMPLING 0x5c
+#define SAMPLING_POISSON_BYTES 1
+
 #endif

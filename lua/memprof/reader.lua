@@ -92,7 +92,8 @@
 -- (a stack was defined), has_time (a time mark was read), time (the last
 -- time mark, or nil), aliases (the aliases given to multi-line chunk
 -- names, as { name = ..., chunkname = ... }, in order of first use),
--- decoder ('ffi' or 'plain').  has_stacks and has_time become true as the
+-- decoder ('ffi' or 'plain'), sample_bytes (nil, or for a sampled
+-- profile the mean bytes between samples: see memprof.sampling).  has_stacks and has_time become true as the
 -- records are read: they are final once next() has returned nil.
 --
 -- The decoder below is written once and instantiated for two ways of
@@ -131,6 +132,8 @@ local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3
 local KIND_NAMES = { [KIND_ALLOC] = 'alloc', [KIND_FREE] = 'free',
   [KIND_REALLOC] = 'realloc' }
 local EPILOGUE = 0x80
+-- The sampling record of the extended format, and its one scheme.
+local SAMPLING_RECORD, SAMPLING_POISSON_BYTES = 0x5c, 1
 -- In an allocation event header of the extended format: a stack id
 -- follows the location.
 local STACK_BIT = 0x20
@@ -466,6 +469,26 @@ function common:read_symbol_table()
   end
 end
 
+-- The sampling record (right after the event stream header of a sampled
+-- profile): the scheme, then the mean bytes between samples.
+function common:read_sampling()
+  self.pos = self.pos + 1
+  local scheme_at = self:offset_of(self.pos)
+  local scheme = self:read_byte('the sampling scheme')
+  if scheme ~= SAMPLING_POISSON_BYTES then
+    self:fail(scheme_at, format('expected sampling scheme %d (a Poisson ' ..
+      'process over allocated bytes), found %d', SAMPLING_POISSON_BYTES,
+      scheme))
+  end
+  local mean_at = self:offset_of(self.pos)
+  local mean = self:read_uleb('the mean bytes between samples')
+  if mean < 1 then
+    self:fail(mean_at, 'expected the mean bytes between samples ' ..
+      '(1 or more), found 0')
+  end
+  self.sample_bytes = mean
+end
+
 function common:read_headers()
   self:expect_magic('ljs', 'the symbol table magic')
   self.symtab_version = self:expect_version('symbol table', SYMTAB_VERSIONS)
@@ -477,6 +500,12 @@ function common:read_headers()
     self.header_kind = HEADER_KIND_EXTENDED
   end
   self:skip_reserved('the event stream header')
+  if self.version == EXTENDED_VERSION then
+    self:fill(1)
+    if self.pos <= self.last and byte(self.buf, self.pos) == SAMPLING_RECORD then
+      self:read_sampling()
+    end
+  end
   self.in_events = true
   self.bytes_read = self:offset_of(self.pos)
 end
@@ -713,7 +742,10 @@ end
 -- Why an invalid header of the extended format is invalid, if there is
 -- more to say than that it is.
 local function extended_header_note(header)
-  if header % 0x80 >= 0x40 then
+  if header == SAMPLING_RECORD then
+    return ', a sampling record, which is valid only right after the ' ..
+      'event stream header'
+  elseif header % 0x80 >= 0x40 then
     return ', a reserved header (bit 6 set) that this reader cannot skip'
   elseif header == 0x1c then
     return ', a reserved record that this reader cannot skip'
@@ -1079,6 +1111,7 @@ local function new_stream(name, read_chunk, close_source, opts)
     has_stacks = false,
     has_time = false,
     time = nil,
+    sample_bytes = nil,
     decoder = meta == plain_meta and 'plain' or 'ffi',
     -- reading state
     read_chunk = read_chunk,

@@ -1,0 +1,52 @@
+/*
+** Sampled recording: which allocations are recorded (docs/format.md,
+** "Sampling").
+**
+** Allocated bytes are a Poisson process of mean rate one sample per `mean`
+** bytes. The distance to the next sample is drawn from an exponential
+** distribution of mean `mean` bytes; each allocation of s bytes takes s
+** from it, and the allocation that brings it to zero or below is sampled
+** (then a new distance is drawn). An exponential distance has no memory,
+** so whatever came before, an allocation of s bytes is sampled with
+** probability 1 - exp(-s / mean), and a sampled block stands for
+** 1 / (1 - exp(-s / mean)) blocks of its size: the reports scale by it.
+** Rounding the distance up to a whole byte changes nothing, as sizes are
+** whole bytes.
+*/
+#ifndef MEMPROF_SAMPLE_H
+#define MEMPROF_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct sampler {
+  int64_t countdown; /* Bytes to allocate before the next sample. */
+  uint64_t mean;     /* Mean bytes between two samples; 0: not sampling. */
+  uint64_t state;    /* The generator's state (never 0). */
+};
+
+/* Starts sampling one allocation per `mean` bytes on average, with the
+** generator seeded from `seed`, and draws the first distance. */
+void sampler_init(struct sampler *s, uint64_t mean, uint64_t seed);
+
+/* A seed that differs from run to run: the clock and the process id. */
+uint64_t sampler_default_seed(void);
+
+/* Draws the distance to the next sample. */
+void sampler_next(struct sampler *s);
+
+/* Whether an allocation of `size` bytes is sampled. */
+static inline int sampler_take(struct sampler *s, size_t size)
+{
+  s->countdown -= (int64_t)size;
+  if (s->countdown > 0)
+    return 0;
+  sampler_next(s);
+  return 1;
+}
+
+/* How many blocks a sampled block of `size` bytes stands for:
+** 1 / (1 - exp(-size / mean)). */
+double sampler_weight(uint64_t mean, size_t size);
+
+#endif
