@@ -226,3 +226,24 @@ TOTAL: allocated +214B (180B -> 394B), allocations +2 (3 -> 5), live at end +164
     end
   end)
 end)
+
+describe('diff of sampled profiles', function()
+  it('says which profiles are sampled, and compares estimates', function()
+    local dir = C.temp_dir()
+    local sampled, full = dir .. '/sampled.bin', dir .. '/full.bin'
+    C.write_file(sampled, B.sampled():bytes())
+    C.write_file(full, B.new():lfunc(0x100, '@a.lua', 0):events()
+      :alloc(B.lua(0x100, 3), 0x1000, 10000):epilogue():bytes())
+    local code, stdout, stderr = C.run(C.command('./bin/memprof-report',
+      '--diff', full, sampled))
+    C.remove_tree(dir)
+    assert.are.same({ 0, '' }, { code, stderr })
+    assert.are.equal(sampled .. ': sampled: one sample per 100 bytes on ' ..
+      'average; figures are estimates\n\n' ..
+      'CHANGES from ' .. full .. ' to ' .. sampled ..
+      ', by growth in bytes allocated\n', stdout:match('^(.-\n\n.-\n)'))
+    assert.is_truthy(stdout:find('\n@a.lua:3: allocated +101B (10000B -> ' ..
+      '10101B), allocations +101 (1 -> 102), live at end 0B (10000B -> ' ..
+      '10000B)\n', 1, true))
+  end)
+end)

@@ -674,3 +674,11 @@ describe('html report in a browser', function()
       assert.are.equal('\137PNG', png:sub(1, 4))
     end)
 end)
+
+describe('html report of a sampled profile', function()
+  it('says its figures are estimates', function()
+    local text = page(B.sampled())
+    assert.are.equal(1, count(text, '<li>sampled <b>one sample per 100 ' ..
+      'bytes on average; figures are estimates</b></li>'))
+  end)
+end)

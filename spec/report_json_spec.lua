@@ -41,8 +41,8 @@ describe('json report', function()
     assert.are.equal(1, doc.memprof_json)
     assert.are.same({ name = 'out.bin', version = 100, symtab_version = 3,
       events = 15, bytes_read = #B.three_callers():bytes(),
-      has_stacks = true, has_time = false, last_time_ns = cjson.null },
-      doc.stream)
+      has_stacks = true, has_time = false, last_time_ns = cjson.null,
+      sample_bytes = cjson.null, estimates = false }, doc.stream)
     assert.are.same({}, doc.warnings)
     assert.are.equal('caller', doc.grouping)
     assert.are.equal(12, #doc.sites)
@@ -305,5 +305,16 @@ describe('json report', function()
     local doc = decode(s, 'line')
     assert.are.same({ 'out.bin: the stream has no epilogue (the profile was not stopped ' ..
       'cleanly); the report covers all 1 event' }, doc.warnings)
+  end)
+end)
+
+describe('json report of a sampled profile', function()
+  it('gives the rate and estimates', function()
+    local doc = decode(B.sampled(), 'line')
+    assert.are.same({ 100, true }, { doc.stream.sample_bytes,
+      doc.stream.estimates })
+    assert.are.same({ 202, 10201, 101, 101 }, { doc.totals.alloc_events,
+      doc.totals.allocated_bytes, doc.totals.free_events,
+      doc.totals.freed_bytes })
   end)
 end)

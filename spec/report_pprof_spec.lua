@@ -204,3 +204,32 @@ describe('memprof-report --format=pprof', function()
       'redirect the output or use --output=FILE\r\n', stdout)
   end)
 end)
+
+describe('pprof report of a sampled profile', function()
+  it('scales its sample values and says so in a comment', function()
+    assert(C.have('go'), 'these specs need go (Debian package golang-go)')
+    local dir = C.temp_dir()
+    local path, out = dir .. '/p.bin', dir .. '/p.pb.gz'
+    C.write_file(path, B.sampled():bytes())
+    local code, _, stderr = C.run(C.command(REPORT, '--format=pprof',
+      '--output=' .. out, path))
+    assert.are.equal(0, code)
+    assert.is_truthy(stderr:find('memprof-report: note: sampled: one ' ..
+      'sample per 100 bytes on average; figures are estimates\n', 1, true))
+    local results = {}
+    for _, index in ipairs({ 'alloc_space', 'alloc_objects', 'inuse_space',
+      'inuse_objects' }) do
+      -- Bytes in bytes (not kB); -unit would make counts bytes too.
+      local unit = index:find('space') and '-unit=B' or '-unit=minimum'
+      local pcode, stdout = consumers.pprof(dir, '-top', unit,
+        '-sample_index=' .. index, out)
+      assert.are.equal(0, pcode)
+      results[#results + 1] = stdout:match('\n +(%d+B?) +100%%')
+      assert.is_truthy(stdout:find('memprof profile ' .. path .. '\n' ..
+        'sampled: one sample per 100 bytes on average; figures are ' ..
+        'estimates\n', 1, true))
+    end
+    C.remove_tree(dir)
+    assert.are.same({ '10201B', '202', '10100B', '101' }, results)
+  end)
+end)

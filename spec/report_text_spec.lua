@@ -460,3 +460,29 @@ TOTAL holds 0B (net bytes of the stream)
 ]], report(B.new():events():epilogue()))
   end)
 end)
+
+describe('text report of a sampled profile', function()
+  it('says its figures are estimates and shows them', function()
+    assert.are.equal([[
+sampled: one sample per 100 bytes on average; figures are estimates
+
+ALLOCATIONS
+@a.lua:3: 102 events	+10101B	-0B
+@a.lua:4: 100 events	+100B	-0B
+
+REALLOCATIONS
+
+DEALLOCATIONS
+@a.lua:5: 101 events	+0B	-101B
+	Overrides:
+		@a.lua:3
+
+
+HEAP SUMMARY:
+@a.lua:3 holds 10000B: 102 allocs, 101 frees
+@a.lua:4 holds 100B: 100 allocs, 0 frees
+TOTAL holds 10100B (net bytes of the stream)
+
+]], report(B.sampled()))
+  end)
+end)

@@ -3,7 +3,9 @@
 --   local result = analyze.run(stream [, opts])
 --   result.heap      -- memprof.heap pass (always run, first)
 --   result.sites     -- memprof.sites pass
---   result.stream    -- the stream (name, warning, events, aliases, ...)
+--   result.stream    -- the stream (name, warning, events, aliases, ...;
+--                    -- sample_bytes for a sampled profile, whose figures
+--                    -- are all estimates: memprof.sampling)
 --   result.grouper   -- the memprof.groups grouper of the rows
 --   result.leaks, result.peak, result.temporary, result.timeline
 --                    -- the views asked for (see each module)
@@ -38,6 +40,7 @@ local peak = require('memprof.peak')
 local temporary = require('memprof.temporary')
 local timeline = require('memprof.timeline')
 local cumulative = require('memprof.cumulative')
+local sampling = require('memprof.sampling')
 
 local M = {}
 
@@ -97,9 +100,20 @@ local function chain(passes, first)
   end
 end
 
+-- A sampled profile's events are scaled into estimates first
+-- (memprof.sampling), so that every pass and format shows estimates.
 local function feed_all(stream, heap_pass, passes)
   local feed = chain(passes, 1)
+  local scale = sampling.scaler(stream)
   local ev = stream:next()
+  if scale then
+    while ev do
+      scale(ev)
+      feed(ev, heap_pass:feed(ev), heap_pass)
+      ev = stream:next()
+    end
+    return
+  end
   while ev do
     feed(ev, heap_pass:feed(ev), heap_pass)
     ev = stream:next()

@@ -47,6 +47,7 @@ local analyze = require('memprof.analyze')
 local groups = require('memprof.groups')
 local progress = require('memprof.progress')
 local diff = require('memprof.diff')
+local sampling = require('memprof.sampling')
 local diff_report = require('memprof.report.diff')
 local folded = require('memprof.report.folded')
 local version = require('memprof.version')
@@ -557,6 +558,12 @@ local function report(path, opts, out, err)
   for _, note in ipairs(module.notes and module.notes(result) or {}) do
     err:write(PROGRAM, ': note: ', note, '\n')
   end
+  -- The text report says it on its first line; the other formats carry
+  -- the rate in their own way (docs/formats.md), and the screen says it.
+  if result.stream.sample_bytes and name ~= 'text' then
+    err:write(PROGRAM, ': note: ', sampling.note(result.stream.sample_bytes),
+      '\n')
+  end
   return write_outputs(module, write_options(opts, name), out, err,
     function(handle, options)
       module.write(result, handle, options)
@@ -577,10 +584,18 @@ local function report_diff(paths, opts, out, err)
     results[i] = result
   end
   local changes = diff.compare(results[1], results[2], { sort = opts.sort })
+  local notes = {}
+  for i, result in ipairs(results) do
+    if result.stream.sample_bytes then
+      notes[#notes + 1] = paths[i] .. ': ' ..
+        sampling.note(result.stream.sample_bytes)
+    end
+  end
   return write_outputs({}, write_options(opts), out, err,
     function(handle, options)
       diff_report.write(changes, handle, { before = paths[1],
         after = paths[2], group = results[2].grouper.mode, sort = opts.sort,
+        sampling = notes,
         top = options.top, left_out = options.left_out,
         human_readable = opts.human_readable })
       write_cut_note(handle, options)

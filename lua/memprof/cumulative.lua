@@ -87,7 +87,7 @@ end
 function Cumulative:feed(ev)
   if ev.kind ~= 'free' then
     local i = self:record(ev.site, ev.stack)
-    self.events[i] = self.events[i] + 1
+    self.events[i] = self.events[i] + ev.nweight
     self.bytes[i] = self.bytes[i] + ev.nsize
   end
 end
@@ -215,9 +215,9 @@ function Cumulative:stack_rows()
 end
 
 function Cumulative:finish(_, heap)
-  heap:each_live_block(function(_, size, site, stack)
+  heap:each_live_block(function(_, size, site, stack, _, weight)
     local i = self:record(site, stack)
-    self.live_blocks[i] = self.live_blocks[i] + 1
+    self.live_blocks[i] = self.live_blocks[i] + weight
     self.live_bytes[i] = self.live_bytes[i] + size
   end)
   local mode = self.grouper.mode

@@ -35,6 +35,8 @@
 --   pass.released_age     how many allocation events happened after it
 --                         and before this release, or nil
 --   pass.released_size    its size when it was produced, or nil
+--   pass.released_weight  how many blocks it stands for (1 unless the
+--                         profile is sampled: memprof.sampling), or nil
 -- and pass.allocations is the number of allocation events (alloc and
 -- realloc) so far, the current one included: an event's birth number.
 --
@@ -69,11 +71,13 @@ function M.new(opts)
     released_born = false,
     released_age = false,
     released_size = false,
+    released_weight = false,
     -- live blocks
     slot_of = {},     -- address -> slot (0: dead)
     dead_count = 0,   -- addresses marked dead in slot_of
     site_at = {},     -- slot -> site
     size_at = {},     -- slot -> size
+    weight_at = {},   -- slot -> blocks it stands for (memprof.sampling)
     stack_at = {},    -- slot -> stack, or false
     born_at = {},     -- slot -> number of the allocation event
     free_slots = {},  -- slots to reuse
@@ -82,6 +86,7 @@ function M.new(opts)
   }, Heap)
   self.released_stack, self.released_born = nil, nil
   self.released_age, self.released_size = nil, nil
+  self.released_weight = nil
   return self
 end
 
@@ -145,6 +150,7 @@ function Heap:release(addr)
   if not slot or slot == 0 then
     self.released_stack, self.released_born = nil, nil
     self.released_age, self.released_size = nil, nil
+    self.released_weight = nil
     return nil
   end
   self:mark_dead(addr)
@@ -153,13 +159,14 @@ function Heap:release(addr)
   self.released_born = born
   self.released_age = self.allocations - born
   self.released_size = self.size_at[slot]
+  self.released_weight = self.weight_at[slot]
   local count = self.free_count + 1
   self.free_count = count
   self.free_slots[count] = slot
   return self.site_at[slot]
 end
 
-function Heap:produce(addr, size, site, stack)
+function Heap:produce(addr, size, site, stack, weight)
   local slot = self.slot_of[addr]
   if slot == 0 then
     self.dead_count = self.dead_count - 1
@@ -173,6 +180,7 @@ function Heap:produce(addr, size, site, stack)
   end
   self.site_at[slot] = site
   self.size_at[slot] = size
+  self.weight_at[slot] = weight
   self.stack_at[slot] = stack or false
   self.born_at[slot] = self.allocations
 end
@@ -187,7 +195,7 @@ function Heap:feed(ev)
     local key = self:key(owner, self.released_stack)
     local stats = self.by_site[key] or self:stats(key)
     stats.holds = stats.holds - ev.osize
-    stats.frees = stats.frees + 1
+    stats.frees = stats.frees + ev.oweight
   end
   if kind ~= 'free' then
     local site, stack = ev.site, ev.stack
@@ -195,25 +203,27 @@ function Heap:feed(ev)
     local key = self:key(site, stack)
     local stats = self.by_site[key] or self:stats(key)
     stats.holds = stats.holds + ev.nsize
-    stats.allocs = stats.allocs + 1
+    stats.allocs = stats.allocs + ev.nweight
     if kind == 'realloc' then
-      stats.reallocs = stats.reallocs + 1
+      stats.reallocs = stats.reallocs + ev.nweight
     end
-    self:produce(ev.naddr, ev.nsize, site, stack)
+    self:produce(ev.naddr, ev.nsize, site, stack, ev.nweight)
   end
   self.total = self.total + ev.nsize - ev.osize
   return owner
 end
 
--- Calls fn(addr, size, site, stack, born) for every block still live,
--- in no particular order (stack is nil when the event had none).
+-- Calls fn(addr, size, site, stack, born, weight) for every block still
+-- live, in no particular order (stack is nil when the event had none;
+-- weight is how many blocks it stands for, 1 unless sampled).
 function Heap:each_live_block(fn)
   local site_at, size_at, stack_at, born_at = self.site_at, self.size_at,
     self.stack_at, self.born_at
+  local weight_at = self.weight_at
   for addr, slot in pairs(self.slot_of) do
     if slot ~= 0 then
       fn(addr, size_at[slot], site_at[slot], stack_at[slot] or nil,
-        born_at[slot])
+        born_at[slot], weight_at[slot])
     end
   end
 end

@@ -65,8 +65,8 @@ local function stack_name(record)
   return table.concat(names, '\n') .. '\n' .. id
 end
 
-function Leaks:add_block(row, size, stack)
-  row.count = row.count + 1
+function Leaks:add_block(row, size, stack, weight)
+  row.count = row.count + weight
   row.bytes = row.bytes + size
   if stack and self.grouper.mode ~= 'stack' then
     local record = row.by_stack[stack]
@@ -75,7 +75,7 @@ function Leaks:add_block(row, size, stack)
       row.by_stack[stack] = record
       row.stacks[#row.stacks + 1] = record
     end
-    record.count = record.count + 1
+    record.count = record.count + weight
     record.bytes = record.bytes + size
   end
 end
@@ -83,7 +83,7 @@ end
 function Leaks:finish(_, heap)
   local rows, by_group = {}, {}
   local result = { rows = rows, count = 0, bytes = 0, total = heap.total }
-  heap:each_live_block(function(_, size, site, stack)
+  heap:each_live_block(function(_, size, site, stack, _, weight)
     local group = self.grouper:key(site, stack)
     local row = by_group[group]
     if not row then
@@ -92,8 +92,8 @@ function Leaks:finish(_, heap)
       by_group[group] = row
       rows[#rows + 1] = row
     end
-    self:add_block(row, size, stack)
-    result.count = result.count + 1
+    self:add_block(row, size, stack, weight)
+    result.count = result.count + weight
     result.bytes = result.bytes + size
   end)
   for _, row in ipairs(rows) do

@@ -96,10 +96,11 @@ function Peak:feed(ev, owner, heap)
   self.events = self.events + 1
   local grouper = self.grouper
   if owner then
-    self:change(grouper:key(owner, heap.released_stack), -ev.osize, -1)
+    self:change(grouper:key(owner, heap.released_stack), -ev.osize,
+      -ev.oweight)
   end
   if ev.kind ~= 'free' then
-    self:change(grouper:key(ev.site, ev.stack), ev.nsize, 1)
+    self:change(grouper:key(ev.site, ev.stack), ev.nsize, ev.nweight)
   end
   self:note_time(ev.time)
   if heap.total > self.peak then

@@ -40,6 +40,9 @@
 --   time    nanoseconds since the start, from the last time mark before
 --           the event; nil before the first mark and in streams without
 --           time marks
+--   nweight, oweight   how many blocks the new and the old block stand
+--           for: 1 here; memprof.sampling scales the events of a sampled
+--           profile (sizes and weights) before the analysis passes
 --
 -- A site is one table per symbol instance and line; it is the same table
 -- for every event at that place, so it can be used as a table key:
@@ -1123,7 +1126,8 @@ local function new_stream(name, read_chunk, close_source, opts)
     -- that the table has their slots: storing nil into an existing slot
     -- is much faster than into a missing key.
     event = { kind = 'alloc', site = false, naddr = 0, nsize = 0,
-      oaddr = 0, osize = 0, offset = 0, stack = false, time = false },
+      oaddr = 0, osize = 0, offset = 0, stack = false, time = false,
+      nweight = 1, oweight = 1 },
     -- symbol table
     lfuncs = {}, cfuncs = {}, traces = {}, c_sorted = nil,
     c_sites = {}, trace_sites = {}, unknown_c = {}, alias_of = {},

@@ -60,7 +60,8 @@ function Sites:feed(ev, owner, heap)
     end
   end
   local record = self.by_kind[kind][key] or self:record(kind, key)
-  record.count = record.count + 1
+  record.count = record.count +
+    (kind == 'free' and ev.oweight or ev.nweight)
   record.plus = record.plus + ev.nsize
   record.minus = record.minus + ev.osize
   if owner then
@@ -69,7 +70,7 @@ function Sites:feed(ev, owner, heap)
       count = 0
       record.overrides[#record.overrides + 1] = owner
     end
-    record.override_count[owner] = count + 1
+    record.override_count[owner] = count + ev.oweight
   end
 end
 

@@ -64,10 +64,10 @@ function Temporary:feed(ev, owner, heap)
   if owner and age then
     local row = self:row(grouper:key(owner, heap.released_stack))
     if age <= self.limit then
-      row.temporary_blocks = row.temporary_blocks + 1
+      row.temporary_blocks = row.temporary_blocks + ev.oweight
       row.temporary_bytes = row.temporary_bytes + heap.released_size
     else
-      row.freed_blocks = row.freed_blocks + 1
+      row.freed_blocks = row.freed_blocks + ev.oweight
       row.freed_bytes = row.freed_bytes + heap.released_size
     end
   end
@@ -75,16 +75,16 @@ function Temporary:feed(ev, owner, heap)
     local site, stack = ev.site, ev.stack
     local row = self.by_group[grouper:key(site, stack)] or
       self:row(grouper:key(site, stack))
-    row.blocks = row.blocks + 1
+    row.blocks = row.blocks + ev.nweight
     row.bytes = row.bytes + ev.nsize
   end
 end
 
 function Temporary:finish(_, heap)
   local grouper = self.grouper
-  heap:each_live_block(function(_, size, site, stack)
+  heap:each_live_block(function(_, size, site, stack, _, weight)
     local row = self:row(grouper:key(site, stack))
-    row.live_blocks = row.live_blocks + 1
+    row.live_blocks = row.live_blocks + weight
     row.live_bytes = row.live_bytes + size
   end)
   local totals = new_counts({})

@@ -96,13 +96,14 @@ function Timeline:feed(ev, _, heap)
   end
   local size = heap.total
   local count = self.events[slot]
+  local weight = ev.kind == 'free' and ev.oweight or ev.nweight
   if count then
-    self.events[slot] = count + 1
+    self.events[slot] = count + weight
     if size > self.high[slot] then
       self.high[slot] = size
     end
   else
-    self.events[slot] = 1
+    self.events[slot] = weight
     self.high[slot] = size
   end
   self.last[slot] = size

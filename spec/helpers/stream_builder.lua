@@ -18,6 +18,7 @@
 --   s:stack(1, { B.lua(0x100, 5), B.c(0x777) })  -- a stack definition
 --   s:alloc(B.lua(0x100, 5, 1), 0x1000, 64)       -- an event with stack 1
 --   s:time(2000000)                               -- a time mark (ns)
+--   s:events({ version = B.EXTENDED, sample_bytes = 100 })  -- sampled
 
 local B = {}
 
@@ -110,8 +111,11 @@ end
 -- End the symbol table and start the events.
 function Builder:events(opts)
   opts = opts or {}
-  return self:raw(char(0x80) .. 'ljm' .. char(opts.version or 3) ..
-    '\0\0\0')
+  self:raw(char(0x80) .. 'ljm' .. char(opts.version or 3) .. '\0\0\0')
+  if opts.sample_bytes then
+    self:raw(char(0x5c, 1) .. B.uleb(opts.sample_bytes))
+  end
+  return self
 end
 
 -- Symbol events.
@@ -172,6 +176,21 @@ end
 
 -- A small stream with every kind of event and source, shared by the
 -- analysis and report specs (their expected figures come from it).
+-- A sampled profile: one sample per 100 bytes.  A block of 10000 bytes
+-- stands for itself (weight 1), one of 1 byte for 100.5 blocks: 101 at
+-- address 2 and 100 at address 1 (memprof.sampling).  Line 3 allocates
+-- 10000 + 101 bytes (102 blocks), line 4 100 bytes (100 blocks); line 5
+-- frees the block of address 2 (101 bytes, 101 blocks).
+function B.sampled()
+  return B.new():lfunc(0x100, '@a.lua', 0)
+    :events({ version = B.EXTENDED, sample_bytes = 100 })
+    :alloc(B.lua(0x100, 3), 0x1000, 10000)
+    :alloc(B.lua(0x100, 3), 2, 1)
+    :alloc(B.lua(0x100, 4), 1, 1)
+    :free(B.lua(0x100, 5), 2, 1)
+    :epilogue()
+end
+
 function B.crafted()
   local s = B.new():lfunc(0x100, '@test.lua', 1):events()
   s:alloc(B.lua(0x100, 5), 0x1000, 64)

@@ -126,7 +126,8 @@ function M.document(result)
     traceEvents = json.array(events),
     displayTimeUnit = 'ms',
     otherData = { memprof_file = stream.name, clock = M.CLOCKS[clock],
-      events = stream.events, net_bytes = result.heap.total },
+      events = stream.events, net_bytes = result.heap.total,
+      sample_bytes = stream.sample_bytes },
   }
 end
 

@@ -69,6 +69,12 @@ function M.write(changes, out, opts)
   out = out or io.stdout
   opts = opts or {}
   local size = layout.sizer(opts)
+  for _, note in ipairs(opts.sampling or {}) do
+    out:write(note, '\n')
+  end
+  if opts.sampling and #opts.sampling > 0 then
+    out:write('\n')
+  end
   layout.write_grouping(out, opts.group)
   out:write(format('CHANGES from %s to %s, by growth in %s\n', opts.before,
     opts.after, SORT_TEXT[opts.sort or 'bytes']))

@@ -31,6 +31,7 @@
 -- stacks; a note on the page says so.
 
 local layout = require('memprof.report.layout')
+local sampling = require('memprof.sampling')
 local timeline = require('memprof.timeline')
 local utf8 = require('memprof.utf8')
 
@@ -250,16 +251,16 @@ function FlamePass:feed(ev)
     local record = self.by_key[ev.stack or ev.site] or
       stack_record(self.allocated, self.by_key, ev.site, ev.stack)
     record.bytes = record.bytes + ev.nsize
-    record.count = record.count + 1
+    record.count = record.count + ev.nweight
   end
 end
 
 function FlamePass:finish(_, heap)
   local live, by_key = {}, {}
-  heap:each_live_block(function(_, size, site, stack)
+  heap:each_live_block(function(_, size, site, stack, _, weight)
     local record = stack_record(live, by_key, site, stack)
     record.bytes = record.bytes + size
-    record.count = record.count + 1
+    record.count = record.count + weight
   end)
   return { allocated = self.allocated, live = live }
 end
@@ -1051,6 +1052,10 @@ local function facts_html(result)
     fact('rows grouped', GROUPING_NAMES[result.grouper.mode] or
       escape(result.grouper.mode)),
   }
+  if stream.sample_bytes then
+    local note = sampling.note(stream.sample_bytes):gsub('^sampled: ', '')
+    facts[#facts + 1] = fact('sampled', escape(note))
+  end
   if stream.warning then
     facts[#facts + 1] = fact('stream', 'truncated')
   end

@@ -184,6 +184,8 @@ local function stream_section(stream)
     has_stacks = stream.has_stacks,
     has_time = stream.has_time,
     last_time_ns = or_null(stream.time),
+    sample_bytes = or_null(stream.sample_bytes),
+    estimates = stream.sample_bytes ~= nil,
   }
 end
 

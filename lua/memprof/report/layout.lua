@@ -1,5 +1,8 @@
 -- memprof.report.layout: what the text reports share: sizes, names of
--- rows, sorting, --top, the grouping heading and the ALIASES section.
+-- rows, sorting, --top, the grouping heading, the sampling line and the
+-- ALIASES section.
+
+local sampling = require('memprof.sampling')
 
 local M = {}
 
@@ -173,6 +176,13 @@ local GROUPING_HEADINGS = {
 }
 
 -- A line saying what the rows are, for groupings other than by line.
+-- The line that says a sampled profile's figures are estimates.
+function M.write_sampling(out, stream)
+  if stream.sample_bytes then
+    out:write(sampling.note(stream.sample_bytes), '\n\n')
+  end
+end
+
 function M.write_grouping(out, mode)
   local heading = GROUPING_HEADINGS[mode]
   if heading then

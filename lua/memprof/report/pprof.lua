@@ -22,6 +22,7 @@
 -- holds stored deflate blocks (memprof.gzip).
 
 local pb = require('memprof.protobuf')
+local sampling = require('memprof.sampling')
 local gzip = require('memprof.gzip')
 local rows = require('memprof.report.rows')
 
@@ -170,13 +171,16 @@ function M.encode(result)
   if stream.has_time and stream.time then
     profile:optional(PROFILE.duration_nanos, stream.time)
   end
-  local comment = self:string('memprof profile ' .. stream.name)
+  local comments = { self:string('memprof profile ' .. stream.name) }
+  if stream.sample_bytes then
+    comments[2] = self:string(sampling.note(stream.sample_bytes))
+  end
   local default = self:string('alloc_space')
   -- The string table last: every string is known by now.
   for _, s in ipairs(self.strings) do
     profile:bytes(PROFILE.string_table, s)
   end
-  profile:packed(PROFILE.comment, { comment })
+  profile:packed(PROFILE.comment, comments)
   profile:varint(PROFILE.default_sample_type, default)
   return profile:encode()
 end

@@ -233,6 +233,7 @@ end
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
+  layout.write_sampling(out, result.stream)
   if opts.views and next(opts.views) then
     return views.write(result, out, opts)
   end
