@@ -153,6 +153,43 @@ describe('memprof run', function()
       'ALLOCATIONS\n', stderr:match('^.-ALLOCATIONS\n'))
   end)
 
+  it('samples with --sample-bytes and --seed, and reports estimates',
+    function()
+    C.write_file(dir .. '/big.lua', 'local keep = {}\n' ..
+      "for i = 1, 50 do keep[i] = string.rep('x', 100000 + i) end\n")
+    local code, stdout, stderr = memprof('run', '-o', 'sampled.bin',
+      '--sample-bytes=4096', '--seed=9', 'big.lua')
+    assert.are.same({ 0, '' }, { code, stdout })
+    assert.are.equal('memprof: big.lua exited with 0; profile in ' ..
+      'sampled.bin\nsampled: one sample per 4096 bytes on average; ' ..
+      'figures are estimates\n\nALLOCATIONS\n',
+      stderr:match('^.-ALLOCATIONS\n'))
+    local stream = reader.open(dir .. '/sampled.bin')
+    local strings = 0
+    for ev in stream:each() do
+      if ev.site.name == '@big.lua:2' and ev.nsize > 100000 and
+          ev.nsize < 100100 then
+        strings = strings + 1
+      end
+    end
+    -- Blocks of 100 KB at one sample per 4 KB: all 50 are sampled.
+    assert.are.same({ 4096, 50 }, { stream.sample_bytes, strings })
+    -- Without a number, one sample per 512 KiB.
+    code = memprof('run', '-o', 'default.bin', '--sample-bytes', 'big.lua')
+    assert.are.equal(0, code)
+    assert.are.equal(524288, reader.open(dir .. '/default.bin').sample_bytes)
+  end)
+
+  it('refuses --seed without --sample-bytes, and a rate of 0', function()
+    local code, stdout, stderr = memprof('run', '--seed=1', 'app.lua')
+    assert.are.same({ 1, '', 'memprof run: --seed needs --sample-bytes ' ..
+      '(see memprof run --help)\n' }, { code, stdout, stderr })
+    code, stdout, stderr = memprof('run', '--sample-bytes=0', 'app.lua')
+    assert.are.same({ 1, '', "memprof run: option '--sample-bytes': " ..
+      'expected a whole number of bytes from 1 to 2^53, found 0 (see ' ..
+      'memprof run --help)\n' }, { code, stdout, stderr })
+  end)
+
   it('prints its usage', function()
     for _, args in ipairs({ { '--help' }, { 'run', '--help' } }) do
       local code, stdout, stderr = memprof(unpack(args))
@@ -173,6 +210,8 @@ Options of run:
   --stack-depth=N        record call stacks of at most N frames (1 to 64)
   --timestamps           record time marks (for --timeline and the chrome format)
   --max-bytes=N          stop recording when the profile reaches N bytes
+  --sample-bytes[=N]     sample: one allocation per N bytes on average (524288)
+  --seed=S               seed the sampling (a run samples the same allocations)
   --lua=CMD              run the script with CMD (luajit, tarantool, ...)
   -h, --help             show this help and exit
 

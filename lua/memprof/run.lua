@@ -1,6 +1,7 @@
 -- memprof.run: the memprof command, which profiles a whole script.
 --
---   memprof run [-o PROFILE] [--stack-depth N] [--timestamps] [--lua=CMD]
+--   memprof run [-o PROFILE] [--stack-depth N] [--timestamps]
+--               [--sample-bytes[=N] [--seed=S]] [--lua=CMD]
 --               [REPORT OPTIONS] SCRIPT [ARGS...]
 --   memprof report [OPTIONS] FILE     (the same as memprof-report)
 --
@@ -41,6 +42,20 @@ local M = {}
 local PROGRAM = 'memprof'
 local format = string.format
 
+-- memprof.start's sample_bytes = true: Go's heap profile rate
+-- (docs/sampling.md).
+M.DEFAULT_SAMPLE_BYTES = 524288
+
+-- A whole number from `min` to 2^53, or nil and a message.
+local function whole_number(value, min, message)
+  local number = tonumber(value)
+  if not number or number ~= math.floor(number) or number < min or
+      number > 2 ^ 53 then
+    return nil, message .. value
+  end
+  return number
+end
+
 M.RUN_OPTIONS = {
   { name = 'profile', short = 'o', value = 'PROFILE', key = 'profile',
     help = 'write the profile there (default memprof-SCRIPT.bin)' },
@@ -67,6 +82,19 @@ M.RUN_OPTIONS = {
       return number
     end,
     help = 'stop recording when the profile reaches N bytes' },
+  { name = 'sample-bytes', value = 'N', key = 'sample_bytes',
+    optional = true, default = M.DEFAULT_SAMPLE_BYTES,
+    check = function(value)
+      return whole_number(value, 1, 'expected a whole number of bytes ' ..
+        'from 1 to 2^53, found ')
+    end,
+    help = 'sample: one allocation per N bytes on average (524288)' },
+  { name = 'seed', value = 'S', key = 'seed',
+    check = function(value)
+      return whole_number(value, 0, 'expected a whole number from 0 to ' ..
+        '2^53, found ')
+    end,
+    help = 'seed the sampling (a run samples the same allocations)' },
   { name = 'lua', value = 'CMD', key = 'lua',
     help = 'run the script with CMD (luajit, tarantool, ...)' },
   { name = 'help', short = 'h', key = 'help',
@@ -205,6 +233,12 @@ function M.wrapper(module_path, profile, opts)
   if opts.max_bytes then
     options[#options + 1] = format('max_bytes = %d', opts.max_bytes)
   end
+  if opts.sample_bytes then
+    options[#options + 1] = format('sample_bytes = %d', opts.sample_bytes)
+  end
+  if opts.seed then
+    options[#options + 1] = format('seed = %d', opts.seed)
+  end
   local start_options = #options > 0 and
     '{ ' .. table.concat(options, ', ') .. ' }' or 'nil'
   return table.concat({
@@ -315,6 +349,9 @@ local function run_main(args, out, err, how)
   end
   local problem = cli.conflict(report_options(opts)) or
     binary_problem(opts)
+  if not problem and opts.seed and not opts.sample_bytes then
+    problem = '--seed needs --sample-bytes'
+  end
   if problem then
     err:write(PROGRAM, ' run: ', problem, ' (see memprof run --help)\n')
     return 1
