@@ -23,10 +23,11 @@ build = {
     memprof = {
       sources = {
         "src/binding.c", "src/cnames.c", "src/hook.c", "src/lifecycle.c",
-        "src/stacks.c", "src/symbols.c", "src/vm_discover.c",
-        "src/vm_layout.c", "src/vm_learn.c", "src/writer.c",
+        "src/live.c", "src/sample.c", "src/stacks.c", "src/symbols.c",
+        "src/vm_discover.c", "src/vm_layout.c", "src/vm_learn.c",
+        "src/writer.c",
       },
-      libraries = { "dl", "pthread" },
+      libraries = { "dl", "pthread", "m" },
     },
     ["memprof.reader"] = "lua/memprof/reader.lua",
     ["memprof.sites"] = "lua/memprof/sites.lua",
@@ -40,6 +41,7 @@ build = {
     ["memprof.timeline"] = "lua/memprof/timeline.lua",
     ["memprof.cumulative"] = "lua/memprof/cumulative.lua",
     ["memprof.trace_stacks"] = "lua/memprof/trace_stacks.lua",
+    ["memprof.sampling"] = "lua/memprof/sampling.lua",
     ["memprof.report.text"] = "lua/memprof/report/text.lua",
     ["memprof.report.layout"] = "lua/memprof/report/layout.lua",
     ["memprof.report.views"] = "lua/memprof/report/views.lua",

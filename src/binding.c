@@ -306,10 +306,10 @@ static double stat_value(const struct profile_stats *st, int sampled,
   if (which == 2 && kind == 1)
     return 0; /* An allocation frees nothing. */
   if (which == 0)
-    return sampled ? st->est_events[i] : (double)st->by_header[i].events;
+    return sampled ? st->est_events[i] : (double)st->events[i];
   if (which == 1)
-    return sampled ? st->est_allocated[i] : (double)st->by_header[i].allocated;
-  return sampled ? st->est_freed[i] : (double)st->by_header[i].freed;
+    return sampled ? st->est_allocated[i] : (double)st->allocated[i];
+  return sampled ? st->est_freed[i] : (double)st->freed[i];
 }
 
 /* Totals of one source (or of all, source 0) into the table on top; with
@@ -365,7 +365,7 @@ static int l_stats(lua_State *L)
     double samples = 0;
     unsigned i;
     for (i = 0; i < 32; i++)
-      samples += (double)st.by_header[i].events;
+      samples += (double)st.events[i];
     set_number(L, "sample_bytes", (double)sample_bytes);
     set_number(L, "samples", samples);
     set_number(L, "live_bytes", floor(st.est_live_bytes + 0.5));

@@ -226,15 +226,23 @@ struct recorded_as {
   size_t osize, nsize;
 };
 
-/* Counts the event just encoded (memprof.stats): its header is the first
-** byte past the writer's position. A failed allocation takes it back (-1). */
+/* Counts an event (memprof.stats) by its kind and source bits `i`. */
 static inline __attribute__((always_inline)) void
-count_event(struct profiler *p, int64_t sign, size_t osize, size_t nsize)
+count_event(struct profiler *p, unsigned i, size_t osize, size_t nsize)
 {
-  struct stat_totals *t = &p->stats.by_header[*p->out.pos & 0x1f];
-  t->events += (uint64_t)sign;
-  t->allocated += (uint64_t)sign * nsize;
-  t->freed += (uint64_t)sign * osize; /* Read for frees and reallocs only. */
+  p->stats.events[i]++;
+  p->stats.allocated[i] += nsize;
+  p->stats.freed[i] += osize; /* Read for frees and reallocs only. */
+}
+
+/* Takes back the count of a failed allocation, not recorded: its header
+** is the first byte past the writer's position. */
+static void uncount_event(struct profiler *p, size_t osize, size_t nsize)
+{
+  unsigned i = *p->out.pos & 0x1f;
+  p->stats.events[i]--;
+  p->stats.allocated[i] -= nsize;
+  p->stats.freed[i] -= osize;
 }
 
 /* What the fast path returns for an event it leaves to the full one. */
@@ -304,7 +312,12 @@ record_before(struct profiler *p, const struct vm_layout *lay,
   if (!fast && (err != 0 || event == NULL))
     halt(p, err != 0 ? err : writer_failed(&p->out));
   else if (as == NULL)
-    count_event(p, 1, osize, nsize);
+    count_event(p,
+                (nsize == 0    ? EVENT_FREE
+                 : ptr == NULL ? EVENT_ALLOC
+                               : EVENT_REALLOC) |
+                    site.source,
+                osize, nsize);
   return event;
 }
 
@@ -333,16 +346,18 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
              int pdep, int fast, void *ptr, size_t osize, size_t nsize,
              void *(*full)(struct profiler *, void *, size_t, size_t))
 {
-  uint8_t *event =
-      record_before(p, lay, stack_of, pdep, fast, ptr, osize, nsize, NULL);
+  uint8_t *event;
   void *nptr;
+  if (nsize == 0)
+    __builtin_unreachable(); /* The hooks send frees to record_free. */
+  event = record_before(p, lay, stack_of, pdep, fast, ptr, osize, nsize, NULL);
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   if (event != NULL && nptr != NULL)
     end_event(&p->out, event, (uintptr_t)nptr, nsize, pdep);
   else if (event != NULL)
-    count_event(p, -1, osize, nsize); /* Failed: not recorded. */
+    uncount_event(p, osize, nsize); /* Failed: not recorded. */
   return nptr;
 }
 
@@ -384,7 +399,7 @@ static void count_sampled(struct profiler *p, const struct recorded_as *as)
 {
   unsigned i = *p->out.pos & 0x1f;
   double old_w = 0, new_w = 0;
-  count_event(p, 1, as->osize, as->nsize);
+  count_event(p, i, as->osize, as->nsize);
   if (as->ptr != NULL) {
     old_w = sampler_weight(p->sampler.mean, as->osize);
     p->stats.est_freed[i] += old_w * (double)as->osize;

@@ -30,12 +30,10 @@ enum profiler_state {
 ** estimates (each sampled block weighted as sample.h says) are kept
 ** beside them.
 */
-struct stat_totals {
-  uint64_t events, allocated, freed;
-};
-
 struct profile_stats {
-  struct stat_totals by_header[32];
+  uint64_t events[32];
+  uint64_t allocated[32];
+  uint64_t freed[32];
   uint64_t dropped; /* Allocator calls not recorded after a halt. */
   /* Sampling: estimates, by header & 0x1f too. */
   double est_events[32];
