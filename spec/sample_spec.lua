@@ -175,6 +175,34 @@ return t
     assert.are.equal(2097160, grown[#grown].nsize)
   end)
 
+  it('records the call stacks of sampled events', function()
+    local events, stream = profile_child(h.tmpname(),
+      '{ sample_bytes = 1024, seed = 2, stack_depth = 4 }', [[
+local function make(n) local s = string.rep('m', n) return s end
+local keep = {}
+for i = 1, 10 do keep[i] = make(100000 + i) end
+return keep
+]])
+    local made = 0
+    for _, ev in ipairs(events) do
+      if ev.name == '@prog.lua:1' and ev.nsize > 100000 and
+          ev.nsize < 100100 then
+        made = made + 1
+      end
+    end
+    assert.are.equal(10, made)
+    assert.is_true(stream.has_stacks)
+    local found = {}
+    for _, stack in ipairs(stream.stacks) do
+      local names = {}
+      for i, frame in ipairs(stack.frames) do names[i] = frame.name end
+      if names[1] == 'string.rep' then
+        found[#found + 1] = table.concat(names, ' < ', 1, 3)
+      end
+    end
+    assert.are.same({ 'string.rep < @prog.lua:1 < @prog.lua:3' }, found)
+  end)
+
   it('writes the extended format with the sampling record', function()
     local path = h.tmpname()
     assert.is_true(memprof.start(path, { sample_bytes = 100, seed = 0 }))
