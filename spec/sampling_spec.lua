@@ -106,7 +106,7 @@ end)
 describe('the accuracy of a sampled profile', function()
   local h = require('helpers.profile')
 
-  -- Eleven places that allocate from 1 to 7 MB each, in blocks from 16
+  -- Twelve places that allocate from 0.2 to 7 MB each, in blocks from 16
   -- bytes to 20 KB; one block in five is kept to the end. The collector
   -- runs only at the end: otherwise whether a string is interned anew
   -- depends on whether its twin was collected yet, which depends on the
@@ -164,7 +164,8 @@ return keep
     local places = {}
     for name in pairs(truth) do places[#places + 1] = name end
     table.sort(places, function(a, b) return truth[a] > truth[b] end)
-    assert.is_true(truth[places[10]] > 1000000)
+    -- Each of the ten gets a thousand samples or more.
+    assert.is_true(truth[places[10]] > 512 * 1000)
     for _, seed in ipairs({ 1, 2, 3 }) do
       local estimate, live, stream =
         profile('{ sample_bytes = 512, seed = ' .. seed .. ' }')
