@@ -6,11 +6,12 @@
 -- For each workload, runs with profiling off and on alternately (ROUNDS
 -- each), and prints the median times, the median of the differences
 -- between each profiled run and the unprofiled run before it, as added
--- time per event (wall
--- time, which is what the program feels, and CPU time of the whole
--- process, which includes the background writer), the stream's bytes per
--- event, and how fast the reader parses it. Then, with valgrind, the
--- instructions the module executes per event (bench/callgrind.lua).
+-- time per event (wall time, which is what the program feels, and CPU
+-- time of the whole process, which includes the background writer), the
+-- stream's bytes per event, and how fast the reader parses it; and the
+-- time sampled recording at the default rate adds per allocator call.
+-- Then, with valgrind, the instructions the module executes per event
+-- (bench/callgrind.lua).
 --
 --   BENCH_CALLGRIND=off             without the callgrind section
 --   BENCH_CALLGRIND=only            the callgrind section alone
@@ -92,6 +93,10 @@ end
 
 -- The extended format's options measured beside the default format.
 local EXTENDED = { stack_depth = tonumber(os.getenv('BENCH_STACK_DEPTH')) or 16 }
+-- Sampled recording at the default rate (docs/sampling.md), measured
+-- beside the full recording: added time per allocator call (the full
+-- profile's events) and slowdown.
+local SAMPLED = { sample_bytes = true, seed = 1 }
 
 local function profiled(work, path, options)
   return function()
@@ -101,14 +106,16 @@ local function profiled(work, path, options)
   end
 end
 
-local function measure(name, path, ext_path)
+local function measure(name, path, ext_path, smp_path)
   local work = dofile('bench/workloads/' .. name .. '.lua')
   local off, on, ext, cpu_off, cpu_on = {}, {}, {}, {}, {}
+  local smp, cpu_smp = {}, {}
   work(SCALE) -- Warm up the JIT compiler.
   for i = 1, ROUNDS do
     off[i], cpu_off[i] = timed(function() work(SCALE) end)
     on[i], cpu_on[i] = timed(profiled(work, path), path)
     ext[i] = timed(profiled(work, ext_path, EXTENDED), ext_path)
+    smp[i], cpu_smp[i] = timed(profiled(work, smp_path, SAMPLED), smp_path)
   end
   local events, parse_time = parse(path)
   local bytes = file_size(path)
@@ -116,11 +123,14 @@ local function measure(name, path, ext_path)
   local ext_bytes = file_size(ext_path)
   -- Each profiled run is compared with the unprofiled run next to it, so
   -- that slow drifts of the machine cancel out.
-  local added, cpu_added, ext_added = {}, {}, {}
+  local added, cpu_added, ext_added, smp_added = {}, {}, {}, {}
+  local cpu_smp_added = {}
   for i = 1, ROUNDS do
     added[i] = on[i] - off[i]
     cpu_added[i] = cpu_on[i] - cpu_off[i]
     ext_added[i] = ext[i] - off[i]
+    smp_added[i] = smp[i] - off[i]
+    cpu_smp_added[i] = cpu_smp[i] - cpu_off[i]
   end
   return {
     name = name, events = events, bytes = bytes,
@@ -132,6 +142,9 @@ local function measure(name, path, ext_path)
     parse_eps = events / parse_time,
     ext_ns_per_event = median(ext_added) / ext_events * 1e9,
     ext_bytes_per_event = ext_bytes / ext_events,
+    smp_ns_per_call = median(smp_added) / events * 1e9,
+    smp_cpu_ns_per_call = median(cpu_smp_added) / events * 1e9,
+    smp_slowdown = median(smp) / median(off),
   }
 end
 
@@ -165,6 +178,21 @@ local function report(results)
     'bytes (target <= 1.5): %s', worst_time,
     worst_time <= 2 and 'met' or 'MISSED', worst_bytes,
     worst_bytes <= 1.5 and 'met' or 'MISSED'))
+  print(string.format('\nsampled, one sample per %d bytes on average:',
+    524288))
+  print(string.format('%-11s %12s %10s %12s %12s %10s', 'workload',
+    'full ns/call', 'full', 'sampled ns', 'sampled cpu', 'sampled'))
+  local worst_smp = -math.huge
+  for _, r in ipairs(results) do
+    print(string.format('%-11s %12.1f %9.2fx %12.2f %12.2f %9.3fx', r.name,
+      r.ns_per_event, r.on / r.off, r.smp_ns_per_call, r.smp_cpu_ns_per_call,
+      r.smp_slowdown))
+    worst_smp = math.max(worst_smp, r.smp_cpu_ns_per_call)
+  end
+  -- CPU time: a few ns per call are below the noise of wall time.
+  print(string.format('worst CPU time added by sampling: %.2f ns per ' ..
+    'allocator call (target <= 2): %s', worst_smp,
+    worst_smp <= 2 and 'met' or 'MISSED'))
   print(string.format('worst added wall time: %.1f ns/event (target <= %d): %s',
     worst_ns, TARGET_NS_PER_EVENT,
     worst_ns <= TARGET_NS_PER_EVENT and 'met' or 'MISSED'))
@@ -174,16 +202,17 @@ local function report(results)
 end
 
 local function timings(names)
-  local path, ext_path = os.tmpname(), os.tmpname()
+  local path, ext_path, smp_path = os.tmpname(), os.tmpname(), os.tmpname()
   local results = {}
   print(string.format('%s, %d rounds, scale %d, medians of wall time (%s)',
     jit and jit.version or _VERSION, ROUNDS, SCALE,
     wall_clock == os.clock and 'CPU time: no FFI' or 'monotonic clock'))
   for _, name in ipairs(names) do
-    results[#results + 1] = measure(name, path, ext_path)
+    results[#results + 1] = measure(name, path, ext_path, smp_path)
   end
   os.remove(path)
   os.remove(ext_path)
+  os.remove(smp_path)
   report(results)
 end
 
