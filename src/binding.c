@@ -192,8 +192,12 @@ static int l_start(lua_State *L)
     snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }
-  if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK)
-    return push_file_failure(L, path, err);
+  if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK) {
+    char *file = life_file_name(path);
+    int n = push_file_failure(L, file != NULL ? file : path, err);
+    free(file);
+    return n;
+  }
   lua_pushboolean(L, 1);
   return 1;
 }

@@ -53,7 +53,10 @@ struct profiler {
   /* Bookkeeping. */
   int error;  /* errno that halted recording (write error, ENOMEM, EFBIG
                  when capped). */
-  char *path; /* For messages. */
+  char *path; /* The file (for messages). */
+  char *path_template;   /* The path given to start when it names the
+                            process ("%p"): a forked child goes on into a
+                            file of its own (lifecycle.c). Else NULL. */
   struct profiler *next; /* All running profilers, for the exit handler. */
 };
 
