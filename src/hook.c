@@ -73,7 +73,8 @@ begin_event(struct writer *w, struct location_cache *lc,
   if (!reserved && !writer_reserve(w, EVENT_MAX_BYTES))
     return NULL;
   p = w->pos;
-  *p++ = (uint8_t)(kind | site->source | (stack ? EVENT_HAS_STACK : 0));
+  *p++ = (uint8_t)(kind | site->source | (stack ? EVENT_HAS_STACK : 0) |
+                   (site->kind ? EVENT_HAS_KIND : 0));
   if (site->source == SOURCE_LUA) {
     p = put_location_addr(lc, p, site->addr, pdep);
     p = uleb128_put_with(p, site->line, pdep);
@@ -81,6 +82,8 @@ begin_event(struct writer *w, struct location_cache *lc,
     p = put_location_addr(lc, p, site->addr, pdep);
   } else if (site->source == SOURCE_TRACE) {
     p = uleb128_put_with(p, site->traceno, pdep);
+  } else if (site->kind) {
+    *p++ = site->kind;
   }
   if (stack)
     p = uleb128_put_with(p, stack, pdep);
@@ -424,8 +427,26 @@ int profiler_is_hook(lua_Alloc f)
 }
 
 /* What a stream that ends cleanly adds after its last event: a time mark
-** and the epilogue. A size cap keeps room for them. */
+** and the epilogue, and with collect_at_stop a note. A size cap keeps room
+** for them. */
 #define FINAL_RECORDS_MAX (1 + ULEB128_MAX + 1)
+#define NOTE_MAX (2 + ULEB128_MAX)
+
+/* A note: its kind and a number. */
+static void write_note(struct profiler *p, uint8_t kind, uint64_t value)
+{
+  if (writer_reserve(&p->out, NOTE_MAX)) {
+    writer_put_byte(&p->out, RECORD_NOTE);
+    writer_put_byte(&p->out, kind);
+    writer_put_uleb128(&p->out, value);
+  }
+}
+
+void profiler_note_collected(struct profiler *p, uint64_t heap)
+{
+  if (p->state == PROFILER_RECORDING && p->extended)
+    write_note(p, NOTE_COLLECTED_AT_STOP, heap);
+}
 
 int profiler_write_prologue(struct profiler *p)
 {
@@ -434,10 +455,16 @@ int profiler_write_prologue(struct profiler *p)
   uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
   if (p->extended)
     events[3] = EVENTS_VERSION_EXTENDED;
+  uint64_t heap = 0;
   if (p->max_bytes != 0)
-    writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX);
+    writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX -
+                                   (p->collect_at_stop ? NOTE_MAX : 0));
   writer_bytes(&p->out, symtab, sizeof(symtab));
   writer_bytes(&p->out, events, sizeof(events));
+  /* The heap when the profile starts: nothing allocates through the VM
+  ** from here until the hook is installed. */
+  if (p->extended && vm_heap_size(&p->layout, 0, p->g, &heap))
+    write_note(p, NOTE_HEAP_AT_START, heap);
   if (p->timestamps) {
     p->clock_start = now_ns();
     mark_time(p, 1); /* Time 0. */

@@ -30,6 +30,7 @@ int safe_read(uintptr_t addr, void *dst, size_t n);
 struct vm_site {
   uint8_t source;   /* SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE */
   uint8_t ffid;     /* For a built-in reported as C: its function id. */
+  uint8_t kind;     /* SOURCE_INTERNAL: INTERNAL_* (0: none written). */
   uint32_t line;    /* SOURCE_LUA: current line. */
   uint32_t traceno; /* SOURCE_TRACE: trace number. */
   uintptr_t addr;   /* SOURCE_LUA: GCproto; SOURCE_C: function address. */
@@ -728,6 +729,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
 {
   int32_t st;
   site->ffid = 0;
+  site->kind = INTERNAL_UNKNOWN;
   site->traceno = 0;
   site->source = SOURCE_INTERNAL;
   if (!vm_i32(safe, g + rt->g_vmstate, &st))
@@ -744,6 +746,8 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   switch (rt->state_class[~st]) {
   case STATE_WALK:
     vm_locate_frame(lay, safe, g + rt->g_cur_L, ptr, memo, site);
+    if (site->source == SOURCE_INTERNAL)
+      site->kind = rt->internal_kind[~st];
     break;
   case STATE_EXIT: {
     /* A trace exit restores objects the trace had sunk: they belong to
@@ -753,12 +757,28 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
         parent < 65536) {
       site->source = SOURCE_TRACE;
       site->traceno = parent;
+    } else {
+      site->kind = rt->internal_kind[~st];
     }
     break;
   }
   default:
+    site->kind = rt->internal_kind[~st];
     break;
   }
+}
+
+/* The heap's size in bytes (g->gc.total). Returns 1 on success. */
+VM_INLINE int vm_heap_size(const struct vm_layout *rt, int safe, uintptr_t g,
+                           uint64_t *out)
+{
+  uint32_t small;
+  if (rt->gc64)
+    return vm_u64(safe, g + rt->g_gctotal, out);
+  if (!vm_u32(safe, g + rt->g_gctotal, &small))
+    return 0;
+  *out = small;
+  return 1;
 }
 
 /* Whether vm_locate() would walk frames: the VM runs Lua or C code, and
