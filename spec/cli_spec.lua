@@ -417,7 +417,7 @@ HEAP SUMMARY:
 function at @log.lua:3 holds 764B: 7 allocs, 3 frees
 io_lines holds 48B: 1 allocs, 0 frees
 TRACE started at @app.lua:70 (1 trace) holds 16B: 1 allocs, 0 frees
-(allocated before profiling) holds -24B: 0 allocs, 1 frees
+(blocks allocated before the profile) holds -24B: 0 allocs, 1 frees
 TOTAL holds 804B (net bytes of the stream)
 
 ]], stdout)

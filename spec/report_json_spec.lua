@@ -65,7 +65,7 @@ describe('json report', function()
     assert.are.same({ id = 2, name = '@app.lua:20', source = 'lua',
       note = cjson.null, site = 4, ['function'] = cjson.null,
       frames = cjson.null }, doc.rows[2])
-    assert.are.same({ id = 9, name = '(allocated before profiling)',
+    assert.are.same({ id = 9, name = '(blocks allocated before the profile)',
       source = 'before', note = cjson.null, site = cjson.null,
       ['function'] = cjson.null, frames = cjson.null }, doc.rows[9])
     assert.are.equal('no caller', doc.rows[6].note)
@@ -83,16 +83,16 @@ describe('json report', function()
     assert.are.same({ { row = 8, name = 'INTERNAL (no call stack)',
       events = 5, bytes = 356, overrides = {
         { row = 1, name = '@app.lua:10', blocks = 3 },
-        { row = 9, name = '(allocated before profiling)', blocks = 1 },
+        { row = 9, name = '(blocks allocated before the profile)', blocks = 1 },
         { row = 6, name = '@app.lua:5 (no Lua caller in the stack)',
           blocks = 1 } } } }, doc.deallocations)
     local heap = by_name(doc.heap)
     assert.are.same({ row = 1, name = '@app.lua:10', live_bytes = 0,
       live_blocks = 0, allocs = 3, reallocs = 0, frees = 3 },
       heap['@app.lua:10'])
-    assert.are.same({ row = 9, name = '(allocated before profiling)',
+    assert.are.same({ row = 9, name = '(blocks allocated before the profile)',
       live_bytes = -24, live_blocks = -1, allocs = 0, reallocs = 0,
-      frees = 1 }, heap['(allocated before profiling)'])
+      frees = 1 }, heap['(blocks allocated before the profile)'])
     assert.are.same({ events = 15, alloc_events = 10, realloc_events = 0,
       free_events = 5, allocated_bytes = 1160, freed_bytes = 356,
       net_bytes = 804 }, doc.totals)
@@ -132,7 +132,7 @@ describe('json report', function()
       time_ns = 2000000, next_time_ns = 3000000, rows = {
         { row = 4, name = '@p.lua:3', bytes = 400, blocks = 1 },
         { row = 2, name = '@p.lua:2', bytes = 200, blocks = 1 },
-        { row = 3, name = '(allocated before profiling)', bytes = -30,
+        { row = 3, name = '(blocks allocated before the profile)', bytes = -30,
           blocks = -1 } } }, doc.peak)
     assert.are.same({ resolution_ns = 10000, duration_ns = 4000000, slots = {
       { start_ns = 1000000, highest = 300, last = 270, events = 3 },

@@ -17,7 +17,7 @@ HEAP SUMMARY:
 @test.lua:5 holds 128B: 3 allocs, 1 frees
 @test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
 TRACE started at @test.lua:5 (1 trace) holds 16B: 1 allocs, 0 frees
-(allocated before profiling) holds -100B: 0 allocs, 1 frees
+(blocks allocated before the profile) holds -100B: 0 allocs, 1 frees
 TOTAL holds 172B (net bytes of the stream)
 
 ]]
@@ -40,7 +40,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL: 2 events	+0B	-164B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@test.lua:5
 
 io_write: 1 events	+0B	-48B
@@ -84,13 +84,13 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL: 2 events	+0B	-5.25GiB
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		INTERNAL
 
 
 HEAP SUMMARY:
 INTERNAL holds 3MiB: 2 allocs, 1 frees
-(allocated before profiling) holds -5.25GiB: 0 allocs, 1 frees
+(blocks allocated before the profile) holds -5.25GiB: 0 allocs, 1 frees
 TOTAL holds -5.25GiB (net bytes of the stream)
 
 ]], report(s, { human_readable = true }))
@@ -255,7 +255,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@app.lua:10
 		@app.lua:5 (no Lua caller in the stack)
 
@@ -266,7 +266,7 @@ HEAP SUMMARY:
 @app.lua:50 holds 64B: 1 allocs, 0 frees
 @app.lua:60 holds 48B: 1 allocs, 0 frees
 TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack) holds 16B: 1 allocs, 0 frees
-(allocated before profiling) holds -24B: 0 allocs, 1 frees
+(blocks allocated before the profile) holds -24B: 0 allocs, 1 frees
 TOTAL holds 804B (net bytes of the stream)
 
 ]], text.render(result))
@@ -292,7 +292,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@app.lua:5
 		... and 1 more
 
@@ -370,7 +370,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL: 2 events	+0B	-164B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@test.lua:5
 
 io_write: 1 events	+0B	-48B

@@ -155,7 +155,7 @@ Net bytes of the stream: 150B
 PEAK: 570B live after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
 @p.lua:3: 400B in 1 block
 @p.lua:2: 200B in 1 block
-(allocated before profiling): -30B (1 block freed)
+(blocks allocated before the profile): -30B (1 block freed)
 TOTAL at the peak: 570B
 
 HEAP OVER TIME: live bytes, 0.1 ms per row (the highest value in the row, and the value at its end)

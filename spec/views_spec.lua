@@ -11,7 +11,7 @@ local B = require('helpers.stream_builder')
 
 local ALL_VIEWS = { leaks = true, peak = true, temporary = true,
   timeline = true }
-local BEFORE = '(allocated before profiling)'
+local BEFORE = '(blocks allocated before the profile)'
 
 local function run(builder, group, opts)
   opts = opts or {}
