@@ -27,6 +27,16 @@ local function learn_string_rounding()
     'a string of 17 characters takes ' .. at[1].nsize .. ' bytes')
 end
 
+-- The keys of a set, sorted.
+local function sorted_names(set)
+  local names = {}
+  for name in pairs(set) do
+    names[#names + 1] = name
+  end
+  table.sort(names)
+  return names
+end
+
 -- Size of an empty table's block, measured once.
 local function empty_table_size()
   local events = h.profile(h.chunk('local t = {}\nreturn t', '@empty.lua'))
@@ -238,6 +248,60 @@ return list
     end
     assert.equal(50, freed)
   end)
+
+  -- 40 strings of 777 characters, garbage before the profile starts.
+  local function make_garbage()
+    local list = {}
+    for i = 1, 40 do list[i] = ('g'):rep(770) .. ('%07d'):format(i) end
+    return #list
+  end
+
+  local function collector_frees(options)
+    collectgarbage()
+    make_garbage()
+    local events = h.profile_with(options, collectgarbage)
+    local frees, names = 0, {}
+    for _, ev in ipairs(events) do
+      if ev.kind == 'free' and ev.osize == string_block(777) then
+        frees = frees + 1
+        names[ev.name] = true
+      end
+    end
+    return frees, sorted_names(names)
+  end
+
+  it('names the collector in the extended format: its frees are ' ..
+    'INTERNAL (garbage collector)', function()
+      local frees, names = collector_frees({ timestamps = true })
+      assert.equal(40, frees)
+      assert.are.same({ 'INTERNAL (garbage collector)' }, names)
+    end)
+
+  it('writes no kind of internal event in Tarantool\'s format', function()
+    local frees, names = collector_frees(nil)
+    assert.equal(40, frees)
+    assert.are.same({ 'INTERNAL' }, names)
+  end)
+
+  it('names the resize of the running coroutine\'s stack INTERNAL ' ..
+    '(interpreter) in the extended format', function()
+      local payload = h.chunk([[
+local function deep(n) if n == 0 then return 0 end return 1 + deep(n - 1) end
+return deep(20000)
+]], '@deep.lua')
+      local events = h.profile_with({ timestamps = true }, function()
+        return coroutine.wrap(payload)()
+      end)
+      local grown = 0
+      for _, ev in ipairs(events) do
+        if ev.name == 'INTERNAL (interpreter)' then
+          assert.equal('realloc', ev.kind)
+          assert.is_true(ev.nsize > ev.osize)
+          grown = grown + 1
+        end
+      end
+      assert.is_true(grown >= 5, grown .. ' stack resizes')
+    end)
 end)
 
 -- Now and then (about one run of the whole suite in fifteen), right after
@@ -486,6 +550,41 @@ return t
       assert.equal('internal', ev.source)
     end
   end)
+
+  -- The events of a hot loop run under jit.on or jit.off, in the
+  -- extended format, by place name.
+  local function loop_events(on)
+    local payload = h.chunk(
+      'local x = 0\nfor i = 1, 1000 do x = x + i end\nreturn x',
+      '@compile.lua')
+    local events = h.profile_with({ timestamps = true }, function()
+      jit.flush()
+      if not on then jit.off() end
+      payload()
+      jit.on()
+    end)
+    local by_name = {}
+    for _, ev in ipairs(events) do
+      by_name[ev.name] = (by_name[ev.name] or 0) + 1
+    end
+    return events, by_name
+  end
+
+  it('names what the trace compiler allocates INTERNAL (JIT compiler) in ' ..
+    'the extended format', function()
+      jit.attach(on_trace_event) -- Its own allocations would be Lua code.
+      local compiled = with_compiled_loop(function()
+        return select(2, loop_events(true))
+      end, function(by_name)
+        return by_name['TRACE started at @compile.lua:2'] ~= nil or
+          by_name['INTERNAL (JIT compiler)'] ~= nil
+      end)
+      local interpreted = select(2, loop_events(false))
+      jit.attach(on_trace_event, 'trace')
+      assert.is_true((compiled['INTERNAL (JIT compiler)'] or 0) > 0,
+        'compiling a trace allocates')
+      assert.is_nil(interpreted['INTERNAL (JIT compiler)'])
+    end)
 end)
 
 describe('allocator hook in coroutines, finalizers and errors', function()

@@ -88,11 +88,13 @@ describe('json report', function()
           blocks = 1 } } } }, doc.deallocations)
     local heap = by_name(doc.heap)
     assert.are.same({ row = 1, name = '@app.lua:10', live_bytes = 0,
-      live_blocks = 0, allocs = 3, reallocs = 0, frees = 3 },
-      heap['@app.lua:10'])
+      live_blocks = 0, allocs = 3, reallocs = 0, frees = 3,
+      freed_bytes = 300 }, heap['@app.lua:10'])
+    -- The blocks allocated before the profile: no negative figure.
     assert.are.same({ row = 9, name = '(blocks allocated before the profile)',
-      live_bytes = -24, live_blocks = -1, allocs = 0, reallocs = 0,
-      frees = 1 }, heap['(blocks allocated before the profile)'])
+      live_bytes = 0, live_blocks = 0, allocs = 0, reallocs = 0,
+      frees = 1, freed_bytes = 24 },
+      heap['(blocks allocated before the profile)'])
     assert.are.same({ events = 15, alloc_events = 10, realloc_events = 0,
       free_events = 5, allocated_bytes = 1160, freed_bytes = 356,
       net_bytes = 804 }, doc.totals)
@@ -131,9 +133,10 @@ describe('json report', function()
     assert.are.same({ bytes = 570, event = 5, offset = 55,
       time_ns = 2000000, next_time_ns = 3000000, rows = {
         { row = 4, name = '@p.lua:3', bytes = 400, blocks = 1 },
-        { row = 2, name = '@p.lua:2', bytes = 200, blocks = 1 },
-        { row = 3, name = '(blocks allocated before the profile)', bytes = -30,
-          blocks = -1 } } }, doc.peak)
+        { row = 2, name = '@p.lua:2', bytes = 200, blocks = 1 } },
+      heap_at_start = cjson.null, heap_bytes = cjson.null,
+      before = { freed_bytes = 30, freed_blocks = 1,
+        live_bytes = cjson.null } }, doc.peak)
     assert.are.same({ resolution_ns = 10000, duration_ns = 4000000, slots = {
       { start_ns = 1000000, highest = 300, last = 270, events = 3 },
       { start_ns = 2000000, highest = 570, last = 570, events = 2 },
@@ -187,7 +190,8 @@ describe('json report', function()
     assert.are.same({ { row = 1, name = '@a.lua:3', events = 2, bytes = 30 } },
       doc.allocations)
     assert.are.same({ { row = 1, name = '@a.lua:3', live_bytes = 20,
-      live_blocks = 1, allocs = 2, reallocs = 0, frees = 1 } }, doc.heap)
+      live_blocks = 1, allocs = 2, reallocs = 0, frees = 1,
+      freed_bytes = 10 } }, doc.heap)
   end)
 
   it('writes empty lists as [] and large numbers exactly', function()

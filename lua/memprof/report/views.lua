@@ -133,9 +133,13 @@ local function peak_title(peak, stream, size)
       'the profile. Held by:\n', size(peak.heap_bytes),
       peak_moment(peak, stream), size(peak.before.live_bytes))
   end
-  return format('PEAK: %s above the heap at the start (this profile ' ..
-    'does not record the heap at the start), %s. Held by:\n',
-    size(peak.bytes), peak_moment(peak, stream))
+  if peak.event == 0 then
+    return 'PEAK: at the start (the heap never grew past its size at the ' ..
+      'start, which this profile does not record). Held by:\n'
+  end
+  return format('PEAK: %s above the heap at the start (which this ' ..
+    'profile does not record), %s. Held by:\n', size(peak.bytes),
+    peak_moment(peak, stream))
 end
 
 -- The blocks allocated before the profile: apart from the rows.
