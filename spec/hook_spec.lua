@@ -659,3 +659,111 @@ return ok, resumed, after_pcall, after_resume
     assert.equal(0, #h.at(events, 'INTERNAL', 'alloc'))
   end)
 end)
+
+-- The notes of the extended format: the heap when the profile starts, and
+-- a collection of garbage at stop. The collector is stopped, so that only
+-- the program's own calls free anything.
+describe('heap at the start and collection at stop', function()
+  local analyze = require('memprof.analyze')
+  local reader = require('memprof.reader')
+  local views = require('memprof.report.views')
+
+  setup(function()
+    jit.off()
+    jit.flush()
+  end)
+
+  teardown(function()
+    collectgarbage('restart')
+    jit.on()
+  end)
+
+  local function heap_now()
+    return collectgarbage('count') * 1024
+  end
+
+  local function analysis(path)
+    local result = analyze.run(reader.open(path), { views = { peak = true,
+      leaks = true } })
+    os.remove(path)
+    return result
+  end
+
+  it('gives the peak as the VM\'s whole heap, heap at the start included',
+    function()
+      collectgarbage()
+      collectgarbage('stop')
+      local kept = {}
+      for i = 1, 100 do kept[i] = {} end -- Allocated before the profile.
+      local path = h.tmpname()
+      assert(memprof.start(path, { timestamps = true }))
+      local y = string.rep('y', 100000)
+      local at_peak = heap_now()
+      y = nil
+      collectgarbage()
+      collectgarbage('stop')
+      local z = string.rep('z', 50000)
+      local at_end = heap_now()
+      assert(memprof.stop())
+      collectgarbage('restart')
+      local result = analysis(path)
+      assert.is_true(#kept == 100 and y == nil and #z == 50000)
+      assert.equal(at_peak, result.peak.heap_bytes)
+      assert.equal(at_end, result.stream.heap_at_start + result.heap.total)
+      assert.equal(result.peak.heap_bytes,
+        result.stream.heap_at_start + result.peak.bytes)
+      local text = views.render(result, { views = { peak = true } })
+      assert.truthy(text:find(('PEAK: peak heap %dB after event %d '):format(
+        at_peak, result.peak.event), 1, true), text)
+      assert.truthy(text:find((', of which %dB allocated before the ' ..
+        'profile. Held by:\n'):format(result.peak.before.live_bytes), 1,
+        true), text)
+    end)
+
+  -- 10 strings of 777 characters kept, 30 dropped, all made in the
+  -- profile; the blocks of that size live at its end.
+  local function strings_live_at_end(options)
+    collectgarbage()
+    collectgarbage('stop')
+    local path = h.tmpname()
+    assert(memprof.start(path, options))
+    local kept = {}
+    for i = 1, 10 do kept[i] = ('k'):rep(770) .. ('%07d'):format(i) end
+    for i = 1, 30 do kept[11] = ('d'):rep(770) .. ('%07d'):format(i) end
+    kept[11] = nil
+    assert(memprof.stop())
+    local after = heap_now()
+    collectgarbage('restart')
+    local result = analysis(path)
+    local live = 0
+    result.heap:each_live_block(function(_, size)
+      if size == string_block(777) then live = live + 1 end
+    end)
+    return live, result, after
+  end
+
+  it('collects garbage at stop with collect_at_stop, and notes it',
+    function()
+      local live, result, after = strings_live_at_end({
+        collect_at_stop = true })
+      assert.equal(10, live)
+      assert.equal(100, result.stream.version)
+      assert.is_true(result.stream.collected_at_stop)
+      assert.equal(after, result.stream.heap_after_collection)
+      assert.is_true(result.leaks.collected_at_stop)
+      local text = views.render(result, { views = { leaks = true } })
+      assert.truthy(text:find('\nGarbage was collected at stop: these ' ..
+        'blocks were reachable.\n', 1, true), text)
+    end)
+
+  it('says when garbage was not collected at stop', function()
+    local live, result = strings_live_at_end({ timestamps = true })
+    assert.equal(40, live)
+    assert.is_false(result.stream.collected_at_stop)
+    assert.is_nil(result.stream.heap_after_collection)
+    local text = views.render(result, { views = { leaks = true } })
+    assert.truthy(text:find('\nGarbage was not collected at stop: some of ' ..
+      'these blocks may be unreachable; start with collect_at_stop = true ' ..
+      'to know.\n', 1, true), text)
+  end)
+end)
