@@ -301,6 +301,26 @@ for _, mode in ipairs(MODES) do
           stream.warning)
       end)
 
+    it('says when the stream ends in the kind of an internal event or ' ..
+      'in a note', function()
+        local s = B.new():events({ version = B.EXTENDED })
+          :note(B.HEAP_AT_START, 5000):alloc(B.internal(1), 1, 8)
+        local prefix = s:bytes()
+        local stream = open(prefix .. '\37')
+        assert.are.equal(1, #collect(stream))
+        assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+          'middle of an event (expected the kind of an internal event); ' ..
+          'the report covers the 1 event before it'):format(#prefix + 1),
+          stream.warning)
+        stream = open(prefix .. '\28\2')
+        assert.are.equal(1, #collect(stream))
+        assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+          'middle of an event (expected the heap after the collection of a ' ..
+          'note); the report covers the 1 event before it')
+          :format(#prefix + 2), stream.warning)
+        assert.is_false(stream.collected_at_stop)
+      end)
+
     it('decodes the extended format: stacks and time marks', function()
       local s = B.new():lfunc(0x100, '@helper.lua', 1)
         :lfunc(0x200, '@main.lua', 0):cfunc(0x500, 'string.rep')
