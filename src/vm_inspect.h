@@ -30,7 +30,6 @@ int safe_read(uintptr_t addr, void *dst, size_t n);
 struct vm_site {
   uint8_t source;   /* SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE */
   uint8_t ffid;     /* For a built-in reported as C: its function id. */
-  uint8_t kind;     /* SOURCE_INTERNAL: INTERNAL_* (0: none written). */
   uint32_t line;    /* SOURCE_LUA: current line. */
   uint32_t traceno; /* SOURCE_TRACE: trace number. */
   uintptr_t addr;   /* SOURCE_LUA: GCproto; SOURCE_C: function address. */
@@ -729,7 +728,6 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
 {
   int32_t st;
   site->ffid = 0;
-  site->kind = INTERNAL_UNKNOWN;
   site->traceno = 0;
   site->source = SOURCE_INTERNAL;
   if (!vm_i32(safe, g + rt->g_vmstate, &st))
@@ -746,8 +744,6 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   switch (rt->state_class[~st]) {
   case STATE_WALK:
     vm_locate_frame(lay, safe, g + rt->g_cur_L, ptr, memo, site);
-    if (site->source == SOURCE_INTERNAL)
-      site->kind = rt->internal_kind[~st];
     break;
   case STATE_EXIT: {
     /* A trace exit restores objects the trace had sunk: they belong to
@@ -757,15 +753,23 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
         parent < 65536) {
       site->source = SOURCE_TRACE;
       site->traceno = parent;
-    } else {
-      site->kind = rt->internal_kind[~st];
     }
     break;
   }
   default:
-    site->kind = rt->internal_kind[~st];
     break;
   }
+}
+
+/* What the VM is doing, for an event vm_locate() found internal: the
+** kind of its state (INTERNAL_*; a profile in Tarantool's format has a
+** table of zeroes). Every internal event's kind follows from the state
+** alone, so it is read only for internal events. */
+VM_INLINE uint8_t vm_internal_kind(const struct vm_layout *rt, uintptr_t g)
+{
+  int32_t st;
+  memcpy(&st, (const void *)(g + rt->g_vmstate), sizeof(st));
+  return (uint32_t)~st < VM_STATE_SLOTS ? rt->internal_kind[~st] : 0;
 }
 
 /* The heap's size in bytes (g->gc.total). Returns 1 on success. */
