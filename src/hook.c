@@ -351,11 +351,10 @@ static inline int forward_only(const struct profiler *p)
 ** The hooks: the generic one, for any verified layout, and one per build
 ** family with constant offsets; each with and without PDEP for LEB128
 ** (see writer_fast_pdep), and for each format (the hooks of Tarantool's
-** format have none of the extended format's work). Each takes the fast path
-*(see record_before) and
-** falls back on the full one, in functions of their own, so that the fast
-** path saves few registers and calls the real allocator of a free as a
-** tail call.
+** format have none of the extended format's work). Each takes the fast
+** path (see record_before) and falls back on the full one, in functions
+** of their own, so that the fast path saves few registers and calls the
+** real allocator of a free as a tail call.
 */
 #define HOOK(name, family_layout, stack_of, pdep, ext)                         \
   static __attribute__((noinline)) void *name##_free(struct profiler *p,       \
