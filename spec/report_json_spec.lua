@@ -41,8 +41,9 @@ describe('json report', function()
     assert.are.equal(1, doc.memprof_json)
     assert.are.same({ name = 'out.bin', version = 100, symtab_version = 3,
       events = 15, bytes_read = #B.three_callers():bytes(),
-      has_stacks = true, has_time = false, last_time_ns = cjson.null },
-      doc.stream)
+      has_stacks = true, has_time = false, last_time_ns = cjson.null,
+      heap_at_start = cjson.null, collected_at_stop = false,
+      heap_after_collection = cjson.null }, doc.stream)
     assert.are.same({}, doc.warnings)
     assert.are.equal('caller', doc.grouping)
     assert.are.equal(12, #doc.sites)
@@ -145,6 +146,28 @@ describe('json report', function()
     assert.are.equal(4000000, doc.stream.last_time_ns)
     assert.is_true(doc.stream.has_time)
   end)
+
+  it('has the notes, the whole heap at the peak and the named internals',
+    function()
+      local s = B.new():lfunc(0x100, '@p.lua', 1)
+        :events({ version = B.EXTENDED }):note(B.HEAP_AT_START, 10000)
+      s:alloc(B.lua(0x100, 2), 0x10, 200):free(B.internal(1), 0x90, 30)
+      s:alloc(B.internal(2), 0x20, 400):free(B.internal(1), 0x20, 400)
+      s:note(B.COLLECTED_AT_STOP, 10170):epilogue()
+      local doc = decode(s, 'line')
+      assert.are.same({ 10000, true, 10170 }, { doc.stream.heap_at_start,
+        doc.stream.collected_at_stop, doc.stream.heap_after_collection })
+      assert.are.same({ 570, 3, 10000, 10570 }, { doc.peak.bytes,
+        doc.peak.event, doc.peak.heap_at_start, doc.peak.heap_bytes })
+      assert.are.same({ freed_bytes = 30, freed_blocks = 1,
+        live_bytes = 9970 }, doc.peak.before)
+      assert.are.same({ { row = 3, name = 'INTERNAL (JIT compiler)',
+        bytes = 400, blocks = 1 }, { row = 1, name = '@p.lua:2', bytes = 200,
+        blocks = 1 } }, doc.peak.rows)
+      assert.is_true(doc.live.collected_at_stop)
+      assert.are.same({ 'INTERNAL (garbage collector)' },
+        { doc.deallocations[1].name })
+    end)
 
   it('counts the traces of a start place, and lists the stacks made for them',
     function()

@@ -184,6 +184,9 @@ local function stream_section(stream)
     has_stacks = stream.has_stacks,
     has_time = stream.has_time,
     last_time_ns = or_null(stream.time),
+    heap_at_start = or_null(stream.heap_at_start),
+    collected_at_stop = stream.collected_at_stop,
+    heap_after_collection = or_null(stream.heap_after_collection),
   }
 end
 
