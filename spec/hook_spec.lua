@@ -557,12 +557,17 @@ return t
     local payload = h.chunk(
       'local x = 0\nfor i = 1, 1000 do x = x + i end\nreturn x',
       '@compile.lua')
-    local events = h.profile_with({ timestamps = true }, function()
+    -- With the JIT off before the profile starts, nothing can be compiled
+    -- or aborted in it.
+    if not on then
       jit.flush()
-      if not on then jit.off() end
+      jit.off()
+    end
+    local events = h.profile_with({ timestamps = true }, function()
+      if on then jit.flush() end
       payload()
-      jit.on()
     end)
+    jit.on()
     local by_name = {}
     for _, ev in ipairs(events) do
       by_name[ev.name] = (by_name[ev.name] or 0) + 1
