@@ -129,6 +129,36 @@ print(#assert(io.open(%q, 'rb')):read('*a') > 0)
     assert.is_false(memprof.is_running())
   end)
 
+  it('refuses a collect_at_stop that is not a boolean', function()
+    local path = h.tmpname()
+    assert.same({ nil, "option 'collect_at_stop' must be a boolean, got " ..
+      'number', EINVAL }, { memprof.start(path, { collect_at_stop = 1 }) })
+    assert.is_false(exists(path))
+  end)
+
+  -- The event stream's version (byte 11) and whether a note follows its
+  -- header.
+  local function version_and_note(options)
+    local path = h.tmpname()
+    assert(memprof.start(path, options))
+    assert(memprof.stop())
+    local file = assert(io.open(path, 'rb'))
+    local bytes = file:read('*a')
+    file:close()
+    os.remove(path)
+    return bytes:byte(12), bytes:byte(16) == 0x1c
+  end
+
+  it('writes the extended format, with the heap at the start, for ' ..
+    'collect_at_stop = true, and Tarantool\'s for false', function()
+      assert.same({ 100, true },
+        { version_and_note({ collect_at_stop = true }) })
+      assert.same({ 3, false },
+        { version_and_note({ collect_at_stop = false }) })
+      assert.same({ 3, false }, { version_and_note(nil) })
+      assert.same({ 100, true }, { version_and_note({ timestamps = true }) })
+    end)
+
   it('truncates an existing file at start', function()
     local path = h.tmpname()
     local f = assert(io.open(path, 'wb'))

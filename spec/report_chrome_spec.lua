@@ -115,8 +115,7 @@ describe('chrome trace', function()
       { 3000, 420 }, { 3005, 320 }, { 4000, 320 } }, counter_points(trace))
     assert.are.same({ { name = 'peak', ph = 'i', s = 'p', ts = 2000, pid = 1,
       tid = 1, args = { bytes = 570, event = 5, held_by = {
-        ['@p.lua:3'] = 400, ['@p.lua:2'] = 200,
-        ['(allocated before profiling)'] = -30 } } } }, events_of(trace, 'i'))
+        ['@p.lua:3'] = 400, ['@p.lua:2'] = 200 } } } }, events_of(trace, 'i'))
     assert.are.same({ memprof_file = 'out.bin', clock = 'time marks',
       events = 8, net_bytes = 320 }, trace.otherData)
     -- Numbers are written as numbers.

@@ -84,6 +84,15 @@ static int read_option(lua_State *L, const char *name,
     o->timestamps = lua_toboolean(L, -1);
     return 1;
   }
+  if (strcmp(name, "collect_at_stop") == 0) {
+    if (lua_type(L, -1) != LUA_TBOOLEAN) {
+      snprintf(msg, len, "option 'collect_at_stop' must be a boolean, got %s",
+               luaL_typename(L, -1));
+      return 0;
+    }
+    o->collect_at_stop = lua_toboolean(L, -1);
+    return 1;
+  }
   if (strcmp(name, "max_bytes") == 0) {
     lua_Number v = lua_tonumber(L, -1);
     if (lua_type(L, -1) != LUA_TNUMBER || !(v >= MIN_MAX_BYTES) ||

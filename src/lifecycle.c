@@ -305,7 +305,13 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   p->stack_depth = opts->stack_depth;
   p->timestamps = opts->timestamps;
   p->max_bytes = opts->max_bytes;
-  p->extended = opts->stack_depth > 0 || opts->timestamps;
+  p->collect_at_stop = opts->collect_at_stop;
+  p->extended =
+      opts->stack_depth > 0 || opts->timestamps || opts->collect_at_stop;
+  /* Tarantool's format has no kinds of internal events. */
+  if (!p->extended)
+    memset(p->layout.internal_kind, INTERNAL_UNKNOWN,
+           sizeof(p->layout.internal_kind));
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
   if ((p->path = life_file_name(path)) == NULL ||
       (life_path_follows_fork(path) &&
@@ -595,6 +601,35 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
   return LIFE_OK;
 }
 
+static int collect_garbage(lua_State *L)
+{
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return 0;
+}
+
+/* collect_at_stop: a full collection while the hook still records, so
+** that its frees are in the stream, then a note of it. A finalizer's error
+** ends the collection early: nothing is noted then. Returns l, or NULL if
+** a finalizer ended the profile. */
+static struct chain_link *collect_at_stop(lua_State *L, struct vm_profiles *vm,
+                                          struct chain_link *l)
+{
+  uint64_t heap = 0;
+  int failed;
+  if (!l->p.collect_at_stop || l->p.state != PROFILER_RECORDING ||
+      !at_top(L, &l->p))
+    return l;
+  failed = lua_cpcall(L, collect_garbage, NULL) != 0;
+  if (failed)
+    lua_pop(L, 1);
+  notice_detachment(L, vm);
+  if (vm->active != l)
+    return NULL;
+  if (!failed && vm_heap_size(&l->p.layout, 0, l->p.g, &heap))
+    profiler_note_collected(&l->p, heap);
+  return l;
+}
+
 enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
                                 struct life_ended *ended)
 {
@@ -608,7 +643,9 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
     }
     return LIFE_NOT_RUNNING;
   }
-  l = vm->active;
+  l = collect_at_stop(L, vm, vm->active);
+  if (l == NULL)
+    return LIFE_NOT_RUNNING;
   ended->max_bytes = l->p.capped ? l->p.max_bytes : 0;
   ended->err = stop_link(L, vm, l, &path);
   if (ended->err == 0) {

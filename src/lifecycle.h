@@ -18,7 +18,8 @@
 struct profile_options {
   int stack_depth; /* 0: no stacks. */
   int timestamps;
-  uint64_t max_bytes; /* 0: no size cap. */
+  int collect_at_stop; /* Collect garbage at stop, recorded. */
+  uint64_t max_bytes;  /* 0: no size cap. */
 };
 
 /* How a stopped profile ended, for stop's message. */

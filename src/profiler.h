@@ -37,9 +37,10 @@ struct profiler {
   } last_location; /* Encoding of the last location address. */
 
   /* Extended format (0 and 0 for Tarantool's format). */
-  int extended;    /* Any of the two below: version 100. */
-  int stack_depth; /* Frames per event, 0: no stacks. */
-  int timestamps;  /* Write time marks. */
+  int extended;        /* Any of the two below: version 100. */
+  int stack_depth;     /* Frames per event, 0: no stacks. */
+  int timestamps;      /* Write time marks. */
+  int collect_at_stop; /* Collect garbage at stop (and note it). */
   struct stacks stacks;
   unsigned clock_countdown; /* Events until the clock is read again. */
   uint64_t clock_start;     /* Monotonic ns at start. */
@@ -74,6 +75,10 @@ int profiler_is_hook(lua_Alloc f);
 
 /* Writes both section headers. Returns 0 or errno. */
 int profiler_write_prologue(struct profiler *p);
+
+/* Notes in the stream that garbage was collected at stop, and the heap's
+** size after it. Extended format only. */
+void profiler_note_collected(struct profiler *p, uint64_t heap);
 
 /* Writes the epilogue and closes the file. Returns 0 or errno. */
 int profiler_finish(struct profiler *p);
