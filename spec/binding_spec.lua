@@ -3,6 +3,7 @@
 local h = require('helpers.profile')
 local C = require('helpers.command')
 local memprof = require('memprof')
+local reader = require('memprof.reader')
 
 local EINVAL, ENOENT, ENOSPC, ENOTDIR = 22, 2, 28, 20
 
@@ -127,6 +128,36 @@ print(#assert(io.open(%q, 'rb')):read('*a') > 0)
     assert.is_false(exists(path))
     assert.is_false(memprof.is_running())
   end)
+
+  it('refuses a collect_at_stop that is not a boolean', function()
+    local path = h.tmpname()
+    assert.same({ nil, "option 'collect_at_stop' must be a boolean, got " ..
+      'number', EINVAL }, { memprof.start(path, { collect_at_stop = 1 }) })
+    assert.is_false(exists(path))
+  end)
+
+  -- The event stream's version (byte 11) and whether a note follows its
+  -- header.
+  local function version_and_note(options)
+    local path = h.tmpname()
+    assert(memprof.start(path, options))
+    assert(memprof.stop())
+    local file = assert(io.open(path, 'rb'))
+    local bytes = file:read('*a')
+    file:close()
+    os.remove(path)
+    return bytes:byte(12), bytes:byte(16) == 0x1c
+  end
+
+  it('writes the extended format, with the heap at the start, for ' ..
+    'collect_at_stop = true, and Tarantool\'s for false', function()
+      assert.same({ 100, true },
+        { version_and_note({ collect_at_stop = true }) })
+      assert.same({ 3, false },
+        { version_and_note({ collect_at_stop = false }) })
+      assert.same({ 3, false }, { version_and_note(nil) })
+      assert.same({ 100, true }, { version_and_note({ timestamps = true }) })
+    end)
 
   it('truncates an existing file at start', function()
     local path = h.tmpname()
@@ -327,6 +358,228 @@ assert(memprof.stop())
       os.remove(path)
     end)
   end
+end)
+
+describe('fork() with a path that names the process (%p)', function()
+  -- After the two header lines of script(), the child makes 1000 tables at
+  -- line 13 (1002 allocations there: the table that keeps them and its
+  -- first array part too) and ends in one of three ways; the parent allocates
+  -- 10 tables at line 18 after waiting for it. before_fork runs in the
+  -- parent right before fork(). The script prints both files' names and
+  -- what stop returned.
+  local function forked(template, options, child_exit, before_fork)
+    return h.run_script(script(string.format([[
+local ffi = require('ffi')
+ffi.cdef('int fork(void); int getpid(void); int waitpid(int, int *, int);')
+local memprof = require('memprof')
+jit.off()
+local template = %q
+assert(memprof.start(template, %s))
+print('parent file', (template:gsub('%%%%p', ffi.C.getpid())))
+%s
+local pid = ffi.C.fork()
+if pid == 0 then
+  local kept = {} for i = 1, 1000 do kept[i] = {} end
+  print('child file', (template:gsub('%%%%p', ffi.C.getpid())))
+  %s
+end
+local status = ffi.new('int[1]') ffi.C.waitpid(pid, status, 0)
+for i = 1, 10 do local t = {} end
+print('child status', status[0])
+print('parent stop', memprof.stop())
+]], template, options, before_fork or '', child_exit)))
+  end
+
+  local function files(out)
+    return out:match('parent file\t([^\n]+)'),
+      out:match('child file\t([^\n]+)')
+  end
+
+  -- Allocations of Lua tables by line; every place must be named (its
+  -- function described in this stream), never LFUNC 0x...
+  local function table_lines(events)
+    local lines = {}
+    for _, ev in ipairs(events) do
+      if ev.source == 'lua' and ev.kind == 'alloc' then
+        assert.not_matches('^LFUNC', ev.name)
+        lines[ev.line] = (lines[ev.line] or 0) + 1
+      end
+    end
+    return lines
+  end
+
+  for _, case in ipairs({
+    { 'exits without closing the state', 'os.exit(0)' },
+    { 'closes its state', 'os.exit(0, true)' },
+    { 'calls stop() first', 'print("child stop", memprof.stop()) os.exit(0)' },
+  }) do
+    it('gives the child a complete file of its own when it ' .. case[1],
+      function()
+      local out, code = forked(h.tmpname('-%p.bin'), 'nil', case[2])
+      local parent, child = files(out)
+      os.remove(parent)
+      local child_events = read_clean(child)
+      os.remove(child)
+      assert.equal(0, code)
+      assert.matches('child status\t0\nparent stop\ttrue\n$', out)
+      assert.not_equal(parent, child)
+      -- Only what the child did after fork().
+      local lines = table_lines(child_events)
+      assert.equal(1002, lines[13])
+      assert.is_nil(lines[18])
+      if case[2]:find('stop') then
+        assert.matches('child stop\ttrue\n', out)
+      end
+    end)
+  end
+
+  it('keeps the parent file free of the child\'s events', function()
+    local out = forked(h.tmpname('-%p.bin'), 'nil', 'os.exit(0)')
+    local parent, child = files(out)
+    local lines = table_lines(read_clean(parent))
+    os.remove(parent)
+    os.remove(child)
+    assert.is_nil(lines[13])
+    assert.equal(10, lines[18])
+  end)
+
+  it('starts the child\'s stream afresh: stack ids from 1, its own clock',
+    function()
+    -- The parent waits 0.3 s between start and fork(): the child's clock
+    -- starts at fork(), so its first mark comes well before 0.3 s.
+    local out = forked(h.tmpname('-%p.bin'),
+      '{ stack_depth = 4, timestamps = true }', 'os.exit(0)',
+      'os.execute("sleep 0.3")')
+    local parent, child = files(out)
+    os.remove(parent)
+    local stream = reader.open(child)
+    local ids, first_time, tables = {}, nil, 0
+    for ev in function() return stream:next() end do
+      first_time = first_time or ev.time
+      if ev.stack then ids[ev.stack.id] = true end
+      if ev.kind == 'alloc' and ev.site.line == 13 then
+        tables = tables + 1
+      end
+    end
+    os.remove(child)
+    assert.is_nil(stream.warning)
+    assert.equal(1002, tables)
+    assert.is_true(first_time < 0.3e9)
+    assert.is_true(ids[1])
+  end)
+
+  -- The child's live table starts empty: the parent sampled (at one
+  -- sample per byte) the 500 tables it made before fork(), which the
+  -- child collects, yet the child's stream frees only blocks it
+  -- allocated itself.
+  it('gives the child of a sampled profile a sampled file of its own',
+    function()
+    local out, code = forked(h.tmpname('-%p.bin'),
+      '{ sample_bytes = 1, seed = 7 }',
+      'junk = nil collectgarbage() os.exit(0)',
+      'junk = {} for i = 1, 500 do junk[i] = {} end')
+    local parent, child = files(out)
+    local parent_stream = reader.open(parent)
+    os.remove(parent)
+    local events, stream = h.read(child)
+    os.remove(child)
+    local allocated, foreign = {}, 0
+    for _, ev in ipairs(events) do
+      if ev.kind ~= 'alloc' and not allocated[ev.oaddr] then
+        foreign = foreign + 1
+      end
+      if ev.kind ~= 'alloc' then allocated[ev.oaddr] = nil end
+      if ev.kind ~= 'free' then allocated[ev.naddr] = true end
+    end
+    local lines = table_lines(events)
+    assert.equal(0, code)
+    assert.is_nil(stream.warning)
+    assert.same({ 1, 1, 1002, nil, 0 }, { parent_stream.sample_bytes,
+      stream.sample_bytes, lines[13], lines[18], foreign })
+    assert.is_true(stream.heap_at_start > 0)
+  end)
+
+  -- Each child seeds its sampler with the profile's seed mixed with its
+  -- process id: two children that make the same strings of 1 to 3000
+  -- bytes at one sample per 4 KB sample different ones.
+  it('seeds the sampler of each child afresh', function()
+    local out = h.run_script(script([[
+local ffi = require('ffi')
+ffi.cdef('int fork(void); int getpid(void); int waitpid(int, int *, int);')
+local memprof = require('memprof')
+jit.off()
+local template = ]] .. string.format('%q', h.tmpname('-%p.bin')) .. [[
+
+collectgarbage('stop')
+assert(memprof.start(template, { sample_bytes = 4096, seed = 7 }))
+for child = 1, 2 do
+  local pid = ffi.C.fork()
+  if pid == 0 then
+    local keep = {}
+    for i = 1, 3000 do keep[i] = string.rep('x', i) end
+    memprof.stop()
+    print('child file', (template:gsub('%%p', ffi.C.getpid())))
+    os.exit(0)
+  end
+  ffi.C.waitpid(pid, nil, 0)
+end
+memprof.stop()
+os.remove((template:gsub('%%p', ffi.C.getpid())))
+]]))
+    local sizes = {}
+    for path in out:gmatch('child file\t([^\n]+)') do
+      local list = {}
+      for _, ev in ipairs(read_clean(path)) do
+        if ev.kind == 'alloc' and ev.line == 14 then
+          list[#list + 1] = ev.nsize
+        end
+      end
+      os.remove(path)
+      sizes[#sizes + 1] = table.concat(list, ' ')
+    end
+    assert.equal(2, #sizes)
+    assert.is_true(#sizes[1] > 0 and #sizes[2] > 0)
+    assert.not_equal(sizes[1], sizes[2])
+  end)
+
+  it('names the file of this process in the message of a failed start',
+    function()
+    local out = h.run_script(script([[
+local ffi = require('ffi')
+ffi.cdef('int getpid(void);')
+local memprof = require('memprof')
+local ok, message = memprof.start('/nonexistent-dir/out-%p-%%p.bin')
+print(ok, message == '/nonexistent-dir/out-' .. ffi.C.getpid() ..
+  '-%p.bin: No such file or directory')
+]]))
+    assert.equal('nil\ttrue\n', out)
+  end)
+
+  it('records nothing in a child when %p is escaped as %%p', function()
+    local template = h.tmpname('-%%p.bin')
+    local parent = template:gsub('%%%%', '%%')
+    local out, code = forked(template, 'nil', 'os.exit(0)')
+    local lines = table_lines(read_clean(parent))
+    os.remove(parent)
+    assert.equal(0, code)
+    assert.matches('child status\t0\nparent stop\ttrue\n$', out)
+    assert.is_nil(lines[13])
+    assert.equal(10, lines[18])
+  end)
+
+  it('says in the child\'s stop why it could not go on', function()
+    local dir = h.tmpname('-dir')
+    assert(os.execute('mkdir ' .. dir))
+    -- The directory goes before fork(): the child cannot open its file.
+    local out = forked(dir .. '/out-%p.bin', 'nil',
+      'print("child stop", memprof.stop()) os.exit(0)',
+      'os.execute("rm -r ' .. dir .. '")')
+    local _, child = files(out)
+    assert.equal(nil, io.open(dir))
+    assert.is_truthy(out:find('child stop\tnil\t' .. child ..
+      ': No such file or directory\t2\n', 1, true))
+    assert.matches('parent stop\ttrue\n', out)
+  end)
 end)
 
 describe('fork() under LeakSanitizer', function()

@@ -27,6 +27,16 @@ local function learn_string_rounding()
     'a string of 17 characters takes ' .. at[1].nsize .. ' bytes')
 end
 
+-- The keys of a set, sorted.
+local function sorted_names(set)
+  local names = {}
+  for name in pairs(set) do
+    names[#names + 1] = name
+  end
+  table.sort(names)
+  return names
+end
+
 -- Size of an empty table's block, measured once.
 local function empty_table_size()
   local events = h.profile(h.chunk('local t = {}\nreturn t', '@empty.lua'))
@@ -238,6 +248,60 @@ return list
     end
     assert.equal(50, freed)
   end)
+
+  -- 40 strings of 777 characters, garbage before the profile starts.
+  local function make_garbage()
+    local list = {}
+    for i = 1, 40 do list[i] = ('g'):rep(770) .. ('%07d'):format(i) end
+    return #list
+  end
+
+  local function collector_frees(options)
+    collectgarbage()
+    make_garbage()
+    local events = h.profile_with(options, collectgarbage)
+    local frees, names = 0, {}
+    for _, ev in ipairs(events) do
+      if ev.kind == 'free' and ev.osize == string_block(777) then
+        frees = frees + 1
+        names[ev.name] = true
+      end
+    end
+    return frees, sorted_names(names)
+  end
+
+  it('names the collector in the extended format: its frees are ' ..
+    'INTERNAL (garbage collector)', function()
+      local frees, names = collector_frees({ timestamps = true })
+      assert.equal(40, frees)
+      assert.are.same({ 'INTERNAL (garbage collector)' }, names)
+    end)
+
+  it('writes no kind of internal event in Tarantool\'s format', function()
+    local frees, names = collector_frees(nil)
+    assert.equal(40, frees)
+    assert.are.same({ 'INTERNAL' }, names)
+  end)
+
+  it('names the resize of the running coroutine\'s stack INTERNAL ' ..
+    '(interpreter) in the extended format', function()
+      local payload = h.chunk([[
+local function deep(n) if n == 0 then return 0 end return 1 + deep(n - 1) end
+return deep(20000)
+]], '@deep.lua')
+      local events = h.profile_with({ timestamps = true }, function()
+        return coroutine.wrap(payload)()
+      end)
+      local grown = 0
+      for _, ev in ipairs(events) do
+        if ev.name == 'INTERNAL (interpreter)' then
+          assert.equal('realloc', ev.kind)
+          assert.is_true(ev.nsize > ev.osize)
+          grown = grown + 1
+        end
+      end
+      assert.is_true(grown >= 5, grown .. ' stack resizes')
+    end)
 end)
 
 -- Now and then (about one run of the whole suite in fifteen), right after
@@ -486,6 +550,46 @@ return t
       assert.equal('internal', ev.source)
     end
   end)
+
+  -- The events of a hot loop run under jit.on or jit.off, in the
+  -- extended format, by place name.
+  local function loop_events(on)
+    local payload = h.chunk(
+      'local x = 0\nfor i = 1, 1000 do x = x + i end\nreturn x',
+      '@compile.lua')
+    -- With the JIT off before the profile starts, nothing can be compiled
+    -- or aborted in it.
+    if not on then
+      jit.flush()
+      jit.off()
+    end
+    local events = h.profile_with({ timestamps = true }, function()
+      if on then jit.flush() end
+      payload()
+    end)
+    jit.on()
+    local by_name = {}
+    for _, ev in ipairs(events) do
+      by_name[ev.name] = (by_name[ev.name] or 0) + 1
+    end
+    return events, by_name
+  end
+
+  it('names what the trace compiler allocates INTERNAL (JIT compiler) in ' ..
+    'the extended format', function()
+      jit.attach(on_trace_event) -- Its own allocations would be Lua code.
+      local compiled = with_compiled_loop(function()
+        return select(2, loop_events(true))
+      end, function(by_name)
+        return by_name['TRACE started at @compile.lua:2'] ~= nil or
+          by_name['INTERNAL (JIT compiler)'] ~= nil
+      end)
+      local interpreted = select(2, loop_events(false))
+      jit.attach(on_trace_event, 'trace')
+      assert.is_true((compiled['INTERNAL (JIT compiler)'] or 0) > 0,
+        'compiling a trace allocates')
+      assert.is_nil(interpreted['INTERNAL (JIT compiler)'])
+    end)
 end)
 
 describe('allocator hook in coroutines, finalizers and errors', function()
@@ -558,5 +662,113 @@ return ok, resumed, after_pcall, after_resume
     assert.is_true(msg1 >= 3, msg1 .. ' allocations at line 1')
     assert.is_true(msg3 >= 3, msg3 .. ' allocations at line 3')
     assert.equal(0, #h.at(events, 'INTERNAL', 'alloc'))
+  end)
+end)
+
+-- The notes of the extended format: the heap when the profile starts, and
+-- a collection of garbage at stop. The collector is stopped, so that only
+-- the program's own calls free anything.
+describe('heap at the start and collection at stop', function()
+  local analyze = require('memprof.analyze')
+  local reader = require('memprof.reader')
+  local views = require('memprof.report.views')
+
+  setup(function()
+    jit.off()
+    jit.flush()
+  end)
+
+  teardown(function()
+    collectgarbage('restart')
+    jit.on()
+  end)
+
+  local function heap_now()
+    return collectgarbage('count') * 1024
+  end
+
+  local function analysis(path)
+    local result = analyze.run(reader.open(path), { views = { peak = true,
+      leaks = true } })
+    os.remove(path)
+    return result
+  end
+
+  it('gives the peak as the VM\'s whole heap, heap at the start included',
+    function()
+      collectgarbage()
+      collectgarbage('stop')
+      local kept = {}
+      for i = 1, 100 do kept[i] = {} end -- Allocated before the profile.
+      local path = h.tmpname()
+      assert(memprof.start(path, { timestamps = true }))
+      local y = string.rep('y', 100000)
+      local at_peak = heap_now()
+      y = nil
+      collectgarbage()
+      collectgarbage('stop')
+      local z = string.rep('z', 50000)
+      local at_end = heap_now()
+      assert(memprof.stop())
+      collectgarbage('restart')
+      local result = analysis(path)
+      assert.is_true(#kept == 100 and y == nil and #z == 50000)
+      assert.equal(at_peak, result.peak.heap_bytes)
+      assert.equal(at_end, result.stream.heap_at_start + result.heap.total)
+      assert.equal(result.peak.heap_bytes,
+        result.stream.heap_at_start + result.peak.bytes)
+      local text = views.render(result, { views = { peak = true } })
+      assert.truthy(text:find(('PEAK: peak heap %dB after event %d '):format(
+        at_peak, result.peak.event), 1, true), text)
+      assert.truthy(text:find((', of which %dB allocated before the ' ..
+        'profile. Held by:\n'):format(result.peak.before.live_bytes), 1,
+        true), text)
+    end)
+
+  -- 10 strings of 777 characters kept, 30 dropped, all made in the
+  -- profile; the blocks of that size live at its end.
+  local function strings_live_at_end(options)
+    collectgarbage()
+    collectgarbage('stop')
+    local path = h.tmpname()
+    assert(memprof.start(path, options))
+    local kept = {}
+    for i = 1, 10 do kept[i] = ('k'):rep(770) .. ('%07d'):format(i) end
+    for i = 1, 30 do kept[11] = ('d'):rep(770) .. ('%07d'):format(i) end
+    kept[11] = nil
+    assert(memprof.stop())
+    local after = heap_now()
+    collectgarbage('restart')
+    local result = analysis(path)
+    local live = 0
+    result.heap:each_live_block(function(_, size)
+      if size == string_block(777) then live = live + 1 end
+    end)
+    return live, result, after
+  end
+
+  it('collects garbage at stop with collect_at_stop, and notes it',
+    function()
+      local live, result, after = strings_live_at_end({
+        collect_at_stop = true })
+      assert.equal(10, live)
+      assert.equal(100, result.stream.version)
+      assert.is_true(result.stream.collected_at_stop)
+      assert.equal(after, result.stream.heap_after_collection)
+      assert.is_true(result.leaks.collected_at_stop)
+      local text = views.render(result, { views = { leaks = true } })
+      assert.truthy(text:find('\nGarbage was collected at stop: these ' ..
+        'blocks were reachable.\n', 1, true), text)
+    end)
+
+  it('says when garbage was not collected at stop', function()
+    local live, result = strings_live_at_end({ timestamps = true })
+    assert.equal(40, live)
+    assert.is_false(result.stream.collected_at_stop)
+    assert.is_nil(result.stream.heap_after_collection)
+    local text = views.render(result, { views = { leaks = true } })
+    assert.truthy(text:find('\nGarbage was not collected at stop: some of ' ..
+      'these blocks may be unreachable; start with collect_at_stop = true ' ..
+      'to know.\n', 1, true), text)
   end)
 end)

@@ -20,6 +20,7 @@ if not nginx.available() or os.getenv('MEMPROF_TEST_NGINX') == nil then
 end
 
 local h = require('helpers.profile')
+local C = require('helpers.command')
 
 local WORK_N = 500
 local WORK_LINE = 12
@@ -215,5 +216,43 @@ end
     expect(s, '/start', 'true nil')
     work_and_stop(s)
     assert_no_global_write(s)
+  end)
+
+  -- A profile started in the master with %p in its path goes on in each
+  -- worker into the worker's own file. Two workers: the one that answers
+  -- the workload's request has exactly its tables; the other has none,
+  -- and neither has the master's.
+  it('gives each worker a file of its own with a %p path', function()
+    local s = start_server({
+      workers = 2,
+      init = [[
+local ok, err = require('memprof').start(ngx.config.prefix() ..
+  'profile-%p.bin')
+if not ok then ngx.log(ngx.ERR, 'memprof.start: ', err) end
+]],
+      locations = { ['/work-pid'] = string.format([[
+require('workload').run(%d)
+ngx.say(ngx.worker.pid())
+]], WORK_N) },
+    })
+    finally(function() s:stop() end)
+    local status, body = s:get('/work-pid')
+    assert.equal(200, status, log_excerpt(s))
+    local worker = body:match('^(%d+)')
+    s:quit()
+    local _, listing = C.run('ls ' .. C.quote(s.dir))
+    local files = {}
+    for pid in listing:gmatch('profile%-(%d+)%.bin') do
+      files[#files + 1] = pid
+    end
+    -- The master's and the two workers'.
+    assert.equal(3, #files, 'files: ' .. table.concat(files, ' '))
+    assert_workload(s, s:path('profile-' .. worker .. '.bin'))
+    for _, pid in ipairs(files) do
+      if pid ~= worker then
+        local at = workload_allocations(s, s:path('profile-' .. pid .. '.bin'))
+        assert.equal(0, #at)
+      end
+    end
   end)
 end)

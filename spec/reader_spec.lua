@@ -301,6 +301,26 @@ for _, mode in ipairs(MODES) do
           stream.warning)
       end)
 
+    it('says when the stream ends in the kind of an internal event or ' ..
+      'in a note', function()
+        local s = B.new():events({ version = B.EXTENDED })
+          :note(B.HEAP_AT_START, 5000):alloc(B.internal(1), 1, 8)
+        local prefix = s:bytes()
+        local stream = open(prefix .. '\37')
+        assert.are.equal(1, #collect(stream))
+        assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+          'middle of an event (expected the kind of an internal event); ' ..
+          'the report covers the 1 event before it'):format(#prefix + 1),
+          stream.warning)
+        stream = open(prefix .. '\28\2')
+        assert.are.equal(1, #collect(stream))
+        assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+          'middle of an event (expected the heap after the collection of a ' ..
+          'note); the report covers the 1 event before it')
+          :format(#prefix + 2), stream.warning)
+        assert.is_false(stream.collected_at_stop)
+      end)
+
     it('decodes the extended format: stacks and time marks', function()
       local s = B.new():lfunc(0x100, '@helper.lua', 1)
         :lfunc(0x200, '@main.lua', 0):cfunc(0x500, 'string.rep')
@@ -381,6 +401,63 @@ for _, mode in ipairs(MODES) do
       assert.is_true(stream.has_time)
       assert.are.equal(9, stream.time)
     end)
+
+    it('names internal events by what the VM was doing', function()
+      local s = B.new():events({ version = B.EXTENDED })
+      s:alloc(B.internal(1), 0x10, 8):free(B.internal(1), 0x10, 8)
+      s:alloc(B.internal(2), 0x20, 16):realloc(B.internal(3), 0x20, 16,
+        0x30, 32)
+      s:alloc(B.internal(4), 0x40, 24):alloc(B.internal(), 0x50, 40)
+      s:epilogue()
+      local stream = open(s:bytes())
+      local list = {}
+      for i, ev in ipairs(collect(stream)) do
+        list[i] = { ev.kind, ev.name, ev.site.source,
+          ev.site.internal_kind or '-', ev.stack or '-', ev.nsize }
+      end
+      assert.are.same({
+        { 'alloc', 'INTERNAL (garbage collector)', 'internal',
+          'garbage collector', '-', 8 },
+        { 'free', 'INTERNAL (garbage collector)', 'internal',
+          'garbage collector', '-', 0 },
+        { 'alloc', 'INTERNAL (JIT compiler)', 'internal', 'JIT compiler',
+          '-', 16 },
+        { 'realloc', 'INTERNAL (trace exit)', 'internal', 'trace exit', '-',
+          32 },
+        { 'alloc', 'INTERNAL (interpreter)', 'internal', 'interpreter', '-',
+          24 },
+        { 'alloc', 'INTERNAL', 'internal', '-', '-', 40 },
+      }, list)
+      -- One site per kind, its own function.
+      local events = collect(open(s:bytes()))
+      assert.are.equal(events[1].site, events[2].site)
+      assert.are.equal(events[1].site, events[1].site.func)
+      assert.are.equal(5, #stream.sites)
+      assert.is_nil(stream.warning)
+    end)
+
+    it('reads the notes of the heap at start and of the collection at stop',
+      function()
+        local s = B.new():events({ version = B.EXTENDED })
+          :note(B.HEAP_AT_START, 123456):time(0)
+        s:alloc(B.internal(1), 0x10, 8):note(B.COLLECTED_AT_STOP, 99000)
+          :epilogue()
+        local stream = open(s:bytes())
+        -- The heap at start is read with the headers.
+        assert.are.equal(123456, stream.heap_at_start)
+        assert.is_false(stream.collected_at_stop)
+        assert.are.equal(1, #collect(stream))
+        assert.is_true(stream.collected_at_stop)
+        assert.are.equal(99000, stream.heap_after_collection)
+        assert.are.equal(#s:bytes(), stream.bytes_read)
+        assert.is_nil(stream.warning)
+        local plain = open(B.new():events({ version = B.EXTENDED })
+          :alloc(B.internal(), 1, 8):epilogue():bytes())
+        collect(plain)
+        assert.is_nil(plain.heap_at_start)
+        assert.is_false(plain.collected_at_stop)
+        assert.is_nil(plain.heap_after_collection)
+      end)
 
     it('resolves the frames of a stack against the symbols of the moment',
       function()
@@ -826,7 +903,8 @@ local function next_error(builder)
   return message
 end
 
-local EXTENDED_HEADERS = '0x05-0x14, 0x18, 0x29-0x2b, 0x2d-0x2f or 0x80'
+local EXTENDED_HEADERS = '0x05-0x14, 0x18, 0x1c, 0x25-0x27, 0x29-0x2b, ' ..
+  '0x2d-0x2f or 0x80'
 
 describe('reader errors (extended format)', function()
   local function extended()
@@ -834,14 +912,52 @@ describe('reader errors (extended format)', function()
       :alloc(B.internal(), 1, 8)
   end
 
-  it('rejects the reserved record 0x1c, naming its offset', function()
+  it('rejects a note of an unknown kind, naming the offset of the kind',
+    function()
+      for _, kind in ipairs({ 0, 3 }) do
+        local s = extended()
+        local at = s:size() + 1
+        s:raw('\28'):numbers(kind, 5):epilogue()
+        assert.are.equal(('out.bin: byte %d: expected the kind of a note (1 ' ..
+          'for the heap at start, 2 for the collection at stop), found %d')
+          :format(at, kind), next_error(s))
+      end
+    end)
+
+  it('rejects a note of the heap at start after the first event', function()
     local s = extended()
     local at = s:size()
-    s:raw('\28'):numbers(5):epilogue()
-    assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
-      'found 0x1c, a reserved record that this reader cannot skip')
-      :format(at, EXTENDED_HEADERS), next_error(s))
+    s:note(B.HEAP_AT_START, 4096):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected the note of the heap at ' ..
+      'start only once, first after the event stream header'):format(at),
+      next_error(s))
+    s = B.new():events({ version = B.EXTENDED }):note(B.HEAP_AT_START, 1)
+    at = s:size()
+    s:note(B.HEAP_AT_START, 2):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected the note of the heap at ' ..
+      'start only once, first after the event stream header'):format(at),
+      next_error(s))
   end)
+
+  it('rejects a second note of the collection at stop', function()
+    local s = extended():note(B.COLLECTED_AT_STOP, 10)
+    local at = s:size()
+    s:note(B.COLLECTED_AT_STOP, 10):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected the note of the ' ..
+      'collection at stop only once'):format(at), next_error(s))
+  end)
+
+  it('rejects an internal event of an unknown kind, naming the kind\'s ' ..
+    'offset', function()
+      for _, kind in ipairs({ 0, 5, 200 }) do
+        local s = extended()
+        local at = s:size() + 1
+        s:alloc(B.internal(kind), 2, 8):epilogue()
+        assert.are.equal(('out.bin: byte %d: expected the kind of an ' ..
+          'internal event (1 to 4), found %d'):format(at, kind),
+          next_error(s))
+      end
+    end)
 
   it('rejects headers with bit 6 set', function()
     for _, header in ipairs({ 0x45, 0x69, 0xc0 }) do
@@ -854,20 +970,21 @@ describe('reader errors (extended format)', function()
     end
   end)
 
-  it('rejects a stack on internal and trace events', function()
-    for _, header in ipairs({ 0x25, 0x27, 0x31, 0x32 }) do
+  it('rejects a stack on trace events', function()
+    for _, header in ipairs({ 0x31, 0x32, 0x33 }) do
       local s = extended()
       local at = s:size()
       s:raw(string.char(header)):numbers(1, 1, 8):epilogue()
       assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
-        'found 0x%02x: internal and trace events carry no stack')
+        'found 0x%02x: trace events carry no stack')
         :format(at, EXTENDED_HEADERS, header), next_error(s))
     end
   end)
 
   it('rejects the records of the extended format in a version 3 stream',
     function()
-      for _, header in ipairs({ 0x14, 0x18, 0x29, 0x2d }) do
+      for _, header in ipairs({ 0x14, 0x18, 0x1c, 0x25, 0x26, 0x27, 0x29,
+        0x2d }) do
         local s = B.new():events():alloc(B.internal(), 1, 8)
         local at = s:size()
         s:raw(string.char(header)):numbers(1, 1, 1, 8):epilogue()
@@ -881,8 +998,8 @@ describe('reader errors (extended format)', function()
     local s = extended()
     local at = s:size()
     s:raw('\4'):numbers(1, 8):epilogue()
-    assert.are.equal(('out.bin: byte %d: expected a symbol, stack or time ' ..
-      'record header (0x08, 0x0c, 0x10, 0x14 or 0x18), found 0x04')
+    assert.are.equal(('out.bin: byte %d: expected a symbol, stack, time or ' ..
+      'note record header (0x08, 0x0c, 0x10, 0x14, 0x18 or 0x1c), found 0x04')
       :format(at), next_error(s))
   end)
 
@@ -1094,7 +1211,31 @@ describe('the sampling record', function()
     s:raw(string.char(0x5c, 1)):numbers(4096):epilogue()
     assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
       'found 0x5c, a sampling record, which is valid only right after the ' ..
-      'event stream header'):format(at, EXTENDED_HEADERS), next_error(s))
+      'event stream header, before the note of the heap at start'):format(at,
+      EXTENDED_HEADERS), next_error(s))
+  end)
+
+  it('comes before the note of the heap at start, which follows it',
+    function()
+    local s = B.new():events({ version = B.EXTENDED, sample_bytes = 4096 })
+      :note(B.HEAP_AT_START, 5000):alloc(B.internal(), 1, 8):epilogue()
+    local stream = reader.from_string(s:bytes(), 'out.bin')
+    local events = 0
+    for _ in function() return stream:next() end do events = events + 1 end
+    assert.are.same({ 4096, 5000, 1 }, { stream.sample_bytes,
+      stream.heap_at_start, events })
+    assert.is_nil(stream.warning)
+  end)
+
+  it('is refused after the note of the heap at start', function()
+    local s = B.new():events({ version = B.EXTENDED })
+      :note(B.HEAP_AT_START, 5000)
+    local at = s:size()
+    s:raw(string.char(0x5c, 1)):numbers(4096):epilogue()
+    assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
+      'found 0x5c, a sampling record, which is valid only right after the ' ..
+      'event stream header, before the note of the heap at start'):format(at,
+      EXTENDED_HEADERS), next_error(s))
   end)
 
   it('is not read in a version 3 stream', function()

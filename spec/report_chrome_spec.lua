@@ -98,6 +98,18 @@ local function events_of(trace, phase)
 end
 
 describe('chrome trace', function()
+  it('says that the peak of a sampled profile is an estimate', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 0)
+      :events({ version = B.EXTENDED, sample_bytes = 100 })
+      :note(B.HEAP_AT_START, 5000)
+      :alloc(B.lua(0x100, 3), 0x1000, 10000)
+      :epilogue()
+    assert.are.same({ { name = 'peak', ph = 'i', s = 'p', ts = 1, pid = 1,
+      tid = 1, args = { bytes = 10000, event = 1, heap_bytes = 15000,
+        estimate = true, held_by = { ['@a.lua:3'] = 10000 } } } },
+      events_of(cjson.decode(render(s)), 'i'))
+  end)
+
   it('is valid and has the heap over time from the time marks', function()
     local text = render(B.peak_payload())
     local trace = cjson.decode(text)
@@ -115,8 +127,7 @@ describe('chrome trace', function()
       { 3000, 420 }, { 3005, 320 }, { 4000, 320 } }, counter_points(trace))
     assert.are.same({ { name = 'peak', ph = 'i', s = 'p', ts = 2000, pid = 1,
       tid = 1, args = { bytes = 570, event = 5, held_by = {
-        ['@p.lua:3'] = 400, ['@p.lua:2'] = 200,
-        ['(allocated before profiling)'] = -30 } } } }, events_of(trace, 'i'))
+        ['@p.lua:3'] = 400, ['@p.lua:2'] = 200 } } } }, events_of(trace, 'i'))
     assert.are.same({ memprof_file = 'out.bin', clock = 'time marks',
       events = 8, net_bytes = 320 }, trace.otherData)
     -- Numbers are written as numbers.

@@ -67,6 +67,22 @@ TRACE started at @app.lua:70 16
 ]], render(B.peak_payload(), { metric = 'peak-bytes' }))
   end)
 
+  it('names internal events by what the VM was doing', function()
+    local s = B.new():lfunc(0x100, '@p.lua', 1):events({ version = B.EXTENDED })
+    s:alloc(B.internal(2), 0x10, 400):alloc(B.internal(1), 0x20, 64)
+    s:realloc(B.internal(4), 0x30, 16, 0x40, 32):alloc(B.internal(), 0x50, 8)
+    s:alloc(B.internal(3), 0x60, 24):alloc(B.lua(0x100, 2), 0x70, 100)
+    s:epilogue()
+    assert.are.equal([[
+@p.lua:2 100
+INTERNAL 8
+INTERNAL (JIT compiler) 400
+INTERNAL (garbage collector) 64
+INTERNAL (interpreter) 32
+INTERNAL (trace exit) 24
+]], render(s, {}))
+  end)
+
   it('names frames by function, merging their stacks', function()
     assert.are.equal([[
 TRACE started at @app.lua:70 16

@@ -42,7 +42,9 @@ describe('json report', function()
     assert.are.same({ name = 'out.bin', version = 100, symtab_version = 3,
       events = 15, bytes_read = #B.three_callers():bytes(),
       has_stacks = true, has_time = false, last_time_ns = cjson.null,
-      sample_bytes = cjson.null, estimates = false }, doc.stream)
+      sample_bytes = cjson.null, estimates = false,
+      heap_at_start = cjson.null, collected_at_stop = false,
+      heap_after_collection = cjson.null }, doc.stream)
     assert.are.same({}, doc.warnings)
     assert.are.equal('caller', doc.grouping)
     assert.are.equal(12, #doc.sites)
@@ -65,7 +67,7 @@ describe('json report', function()
     assert.are.same({ id = 2, name = '@app.lua:20', source = 'lua',
       note = cjson.null, site = 4, ['function'] = cjson.null,
       frames = cjson.null }, doc.rows[2])
-    assert.are.same({ id = 9, name = '(allocated before profiling)',
+    assert.are.same({ id = 9, name = '(blocks allocated before the profile)',
       source = 'before', note = cjson.null, site = cjson.null,
       ['function'] = cjson.null, frames = cjson.null }, doc.rows[9])
     assert.are.equal('no caller', doc.rows[6].note)
@@ -83,16 +85,18 @@ describe('json report', function()
     assert.are.same({ { row = 8, name = 'INTERNAL (no call stack)',
       events = 5, bytes = 356, overrides = {
         { row = 1, name = '@app.lua:10', blocks = 3 },
-        { row = 9, name = '(allocated before profiling)', blocks = 1 },
+        { row = 9, name = '(blocks allocated before the profile)', blocks = 1 },
         { row = 6, name = '@app.lua:5 (no Lua caller in the stack)',
           blocks = 1 } } } }, doc.deallocations)
     local heap = by_name(doc.heap)
     assert.are.same({ row = 1, name = '@app.lua:10', live_bytes = 0,
-      live_blocks = 0, allocs = 3, reallocs = 0, frees = 3 },
-      heap['@app.lua:10'])
-    assert.are.same({ row = 9, name = '(allocated before profiling)',
-      live_bytes = -24, live_blocks = -1, allocs = 0, reallocs = 0,
-      frees = 1 }, heap['(allocated before profiling)'])
+      live_blocks = 0, allocs = 3, reallocs = 0, frees = 3,
+      freed_bytes = 300 }, heap['@app.lua:10'])
+    -- The blocks allocated before the profile: no negative figure.
+    assert.are.same({ row = 9, name = '(blocks allocated before the profile)',
+      live_bytes = 0, live_blocks = 0, allocs = 0, reallocs = 0,
+      frees = 1, freed_bytes = 24 },
+      heap['(blocks allocated before the profile)'])
     assert.are.same({ events = 15, alloc_events = 10, realloc_events = 0,
       free_events = 5, allocated_bytes = 1160, freed_bytes = 356,
       net_bytes = 804 }, doc.totals)
@@ -131,9 +135,10 @@ describe('json report', function()
     assert.are.same({ bytes = 570, event = 5, offset = 55,
       time_ns = 2000000, next_time_ns = 3000000, rows = {
         { row = 4, name = '@p.lua:3', bytes = 400, blocks = 1 },
-        { row = 2, name = '@p.lua:2', bytes = 200, blocks = 1 },
-        { row = 3, name = '(allocated before profiling)', bytes = -30,
-          blocks = -1 } } }, doc.peak)
+        { row = 2, name = '@p.lua:2', bytes = 200, blocks = 1 } },
+      heap_at_start = cjson.null, heap_bytes = cjson.null,
+      before = { freed_bytes = 30, freed_blocks = 1,
+        live_bytes = cjson.null } }, doc.peak)
     assert.are.same({ resolution_ns = 10000, duration_ns = 4000000, slots = {
       { start_ns = 1000000, highest = 300, last = 270, events = 3 },
       { start_ns = 2000000, highest = 570, last = 570, events = 2 },
@@ -142,6 +147,28 @@ describe('json report', function()
     assert.are.equal(4000000, doc.stream.last_time_ns)
     assert.is_true(doc.stream.has_time)
   end)
+
+  it('has the notes, the whole heap at the peak and the named internals',
+    function()
+      local s = B.new():lfunc(0x100, '@p.lua', 1)
+        :events({ version = B.EXTENDED }):note(B.HEAP_AT_START, 10000)
+      s:alloc(B.lua(0x100, 2), 0x10, 200):free(B.internal(1), 0x90, 30)
+      s:alloc(B.internal(2), 0x20, 400):free(B.internal(1), 0x20, 400)
+      s:note(B.COLLECTED_AT_STOP, 10170):epilogue()
+      local doc = decode(s, 'line')
+      assert.are.same({ 10000, true, 10170 }, { doc.stream.heap_at_start,
+        doc.stream.collected_at_stop, doc.stream.heap_after_collection })
+      assert.are.same({ 570, 3, 10000, 10570 }, { doc.peak.bytes,
+        doc.peak.event, doc.peak.heap_at_start, doc.peak.heap_bytes })
+      assert.are.same({ freed_bytes = 30, freed_blocks = 1,
+        live_bytes = 9970 }, doc.peak.before)
+      assert.are.same({ { row = 3, name = 'INTERNAL (JIT compiler)',
+        bytes = 400, blocks = 1 }, { row = 1, name = '@p.lua:2', bytes = 200,
+        blocks = 1 } }, doc.peak.rows)
+      assert.is_true(doc.live.collected_at_stop)
+      assert.are.same({ 'INTERNAL (garbage collector)' },
+        { doc.deallocations[1].name })
+    end)
 
   it('counts the traces of a start place, and lists the stacks made for them',
     function()
@@ -187,7 +214,8 @@ describe('json report', function()
     assert.are.same({ { row = 1, name = '@a.lua:3', events = 2, bytes = 30 } },
       doc.allocations)
     assert.are.same({ { row = 1, name = '@a.lua:3', live_bytes = 20,
-      live_blocks = 1, allocs = 2, reallocs = 0, frees = 1 } }, doc.heap)
+      live_blocks = 1, allocs = 2, reallocs = 0, frees = 1,
+      freed_bytes = 10 } }, doc.heap)
   end)
 
   it('writes empty lists as [] and large numbers exactly', function()

@@ -17,7 +17,7 @@ HEAP SUMMARY:
 @test.lua:5 holds 128B: 3 allocs, 1 frees
 @test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
 TRACE started at @test.lua:5 (1 trace) holds 16B: 1 allocs, 0 frees
-(allocated before profiling) holds -100B: 0 allocs, 1 frees
+(blocks allocated before the profile): 1 freed or reallocated during the profile, 100B
 TOTAL holds 172B (net bytes of the stream)
 
 ]]
@@ -40,7 +40,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL: 2 events	+0B	-164B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@test.lua:5
 
 io_write: 1 events	+0B	-48B
@@ -84,13 +84,13 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL: 2 events	+0B	-5.25GiB
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		INTERNAL
 
 
 HEAP SUMMARY:
 INTERNAL holds 3MiB: 2 allocs, 1 frees
-(allocated before profiling) holds -5.25GiB: 0 allocs, 1 frees
+(blocks allocated before the profile): 1 freed or reallocated during the profile, 5.25GiB
 TOTAL holds -5.25GiB (net bytes of the stream)
 
 ]], report(s, { human_readable = true }))
@@ -255,7 +255,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@app.lua:10
 		@app.lua:5 (no Lua caller in the stack)
 
@@ -266,7 +266,7 @@ HEAP SUMMARY:
 @app.lua:50 holds 64B: 1 allocs, 0 frees
 @app.lua:60 holds 48B: 1 allocs, 0 frees
 TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack) holds 16B: 1 allocs, 0 frees
-(allocated before profiling) holds -24B: 0 allocs, 1 frees
+(blocks allocated before the profile): 1 freed or reallocated during the profile, 24B
 TOTAL holds 804B (net bytes of the stream)
 
 ]], text.render(result))
@@ -292,7 +292,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@app.lua:5
 		... and 1 more
 
@@ -304,7 +304,8 @@ string.format holds 400B: 2 allocs, 0 frees
 string.format holds 300B: 1 allocs, 0 frees
 	called from @log.lua:5
 	called from @app.lua:30
-... and 4 more hold 104B: 3 allocs, 1 frees
+... and 3 more hold 128B: 3 allocs, 0 frees
+(blocks allocated before the profile): 1 freed or reallocated during the profile, 24B
 TOTAL holds 804B (net bytes of the stream)
 
 CUMULATIVE: each stack with the functions called from its innermost line, by bytes allocated (self: its own events)
@@ -370,7 +371,7 @@ REALLOCATIONS
 DEALLOCATIONS
 INTERNAL: 2 events	+0B	-164B
 	Overrides:
-		(allocated before profiling)
+		(blocks allocated before the profile)
 		@test.lua:5
 
 io_write: 1 events	+0B	-48B
@@ -384,7 +385,8 @@ io_write: 1 events	+0B	-48B
 HEAP SUMMARY:
 @test.lua:5 holds 128B: 3 allocs, 1 frees
 @test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
-... and 2 more hold -84B: 1 allocs, 1 frees
+... and 1 more hold 16B: 1 allocs, 0 frees
+(blocks allocated before the profile): 1 freed or reallocated during the profile, 100B
 TOTAL holds 172B (net bytes of the stream)
 
 ]], report(crafted(), { sort = 'count', top = 2, leak_only = true }))

@@ -51,8 +51,9 @@ TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 1 block, 16
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
+Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
 
-PEAK: 1160B live after event 10 (byte 222 of the file). Held by:
+PEAK: 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 @app.lua:20: 400B in 2 blocks
 @app.lua:10: 300B in 3 blocks
 @app.lua:30: 300B in 1 block
@@ -60,7 +61,7 @@ PEAK: 1160B live after event 10 (byte 222 of the file). Held by:
 @app.lua:60: 48B in 1 block
 @app.lua:5 (no Lua caller in the stack): 32B in 1 block
 TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 16B in 1 block
-TOTAL at the peak: 1160B
+TOTAL at the peak: 1160B above the heap at the start
 
 TEMPORARY BLOCKS: freed with at most 1 other allocation between their own and their free, by where they were allocated
 @app.lua:5 (no Lua caller in the stack): 1 temporary, 32B; 0 freed later, 0B; 0 live at end, 0B
@@ -86,8 +87,9 @@ string.format: 1 block, 300B
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
+Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
 
-PEAK: 1160B live after event 10 (byte 222 of the file). Held by:
+PEAK: 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 string.format: 400B in 2 blocks
 	called from @log.lua:5
 	called from @app.lua:20
@@ -95,7 +97,7 @@ string.format: 300B in 3 blocks
 	called from @log.lua:5
 	called from @app.lua:10
 ... and 5 more: 460B in 5 blocks
-TOTAL at the peak: 1160B
+TOTAL at the peak: 1160B above the heap at the start
 
 ]], report(B.three_callers(), 'stack', { leaks = true, peak = true },
         { top = 2 }))
@@ -123,6 +125,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 	... and 2 more stacks: 2 blocks, 30B
 TOTAL live at end: 5 blocks, 150B
 Net bytes of the stream: 150B
+Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
 
 ]], report(s, 'line', { leaks = true }))
   end)
@@ -152,11 +155,11 @@ Net bytes of the stream: 150B
     end
     rows[#rows + 1] = '4.0 ms     320B    320B  ' .. ('#'):rep(22)
     assert.are.equal([[
-PEAK: 570B live after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
+PEAK: 570B above the heap at the start (which this profile does not record), after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
 @p.lua:3: 400B in 1 block
 @p.lua:2: 200B in 1 block
-(allocated before profiling): -30B (1 block freed)
-TOTAL at the peak: 570B
+(blocks allocated before the profile): 1 block, 30B, freed before the peak
+TOTAL at the peak: 570B above the heap at the start
 
 HEAP OVER TIME: live bytes, 0.1 ms per row (the highest value in the row, and the value at its end)
   time  highest  at end
@@ -167,8 +170,8 @@ HEAP OVER TIME: live bytes, 0.1 ms per row (the highest value in the row, and th
   it('says when the peak is the start', function()
     local s = B.new():events():free(B.internal(), 0x10, 8):epilogue()
     assert.are.equal([[
-PEAK: 0B live at the start (the heap never grew past its size at the start). Held by:
-TOTAL at the peak: 0B
+PEAK: at the start (the heap never grew past its size at the start, which this profile does not record). Held by:
+TOTAL at the peak: 0B above the heap at the start
 
 ]], report(s, 'line', { peak = true }))
   end)
@@ -205,6 +208,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 TOTAL live at end: 4 blocks, 272B
 Freed during the profile, allocated before it: 100B
 Net bytes of the stream: 172B
+Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
 
 ]], report(B.crafted(), 'line', { leaks = true }, { sort = 'count',
       top = 1 }))
@@ -216,6 +220,7 @@ TRACE started at @test.lua:5 (1 trace): 1 block, 16B
 TOTAL live at end: 4 blocks, 272B
 Freed during the profile, allocated before it: 100B
 Net bytes of the stream: 172B
+Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
 
 ]], report(B.crafted(), 'line', { leaks = true }, { sort = 'count' }))
   end)
@@ -230,10 +235,11 @@ TOTAL: 6 blocks allocated, 210B: 4 temporary (120B), 0 freed later (0B), 2 live 
 ]], report(B.temporaries(), 'line', { temporary = true },
       { limit = 2, top = 1 }))
     assert.are.equal([[
-PEAK: 570B live after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
+PEAK: 570B above the heap at the start (which this profile does not record), after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
 @p.lua:2: 200B in 1 block
-... and 2 more: 370B in 0 blocks
-TOTAL at the peak: 570B
+... and 1 more: 400B in 1 block
+(blocks allocated before the profile): 1 block, 30B, freed before the peak
+TOTAL at the peak: 570B above the heap at the start
 
 ]], report(B.peak_payload(), 'line', { peak = true },
       { top = 1, sort = 'count' }))
@@ -250,6 +256,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 @big.lua:4: 1 block, 1.50KiB
 TOTAL live at end: 2 blocks, 3.00MiB
 Net bytes of the stream: 3.00MiB
+Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
 
 ]], report(s, 'line', { leaks = true }, { human_readable = true }))
   end)
@@ -268,6 +275,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 		function_alias_1:1
 TOTAL live at end: 1 block, 24B
 Net bytes of the stream: 24B
+Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
 
 ALIASES:
 function_alias_1:
@@ -299,5 +307,32 @@ function_alias_1:
     assert.matches('\n 0 s     100B    100B  ####################\n', text)
     assert.matches('\n30 s     200B    200B  ' .. ('#'):rep(40) ..
       '  <%- peak\n\n$', text)
+  end)
+end)
+
+describe('views report of a sampled profile', function()
+  -- One sample per 100 bytes, 5000 bytes of heap at the start: the free
+  -- of a block of 1 byte at address 2, allocated before the profile,
+  -- stands for 101 blocks (memprof.sampling), and the block of 10000
+  -- bytes for itself.  The estimated heap: 5000 - 101 + 10000.
+  it('estimates the peak heap and scales the blocks allocated before ' ..
+    'the profile', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 0)
+      :events({ version = B.EXTENDED, sample_bytes = 100 })
+      :note(B.HEAP_AT_START, 5000)
+      :free(B.lua(0x100, 5), 2, 1)
+      :alloc(B.lua(0x100, 3), 0x1000, 10000)
+      :epilogue()
+    local text = report(s, 'line', { peak = true })
+    local at = #B.new():lfunc(0x100, '@a.lua', 0)
+      :events({ version = B.EXTENDED, sample_bytes = 100 })
+      :note(B.HEAP_AT_START, 5000):free(B.lua(0x100, 5), 2, 1):bytes()
+    assert.are.equal(([[
+PEAK: estimated peak heap 14899B after event 2 (byte %d of the file), of which 4899B allocated before the profile. Held by:
+@a.lua:3: 10000B in 1 block
+(blocks allocated before the profile): 4899B still live (101 blocks, 101B, freed before the peak)
+TOTAL at the peak: 14899B (the heap at the start, 5000B, and 9899B more)
+
+]]):format(at), text)
   end)
 end)

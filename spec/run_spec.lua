@@ -190,6 +190,32 @@ describe('memprof run', function()
       'memprof run --help)\n' }, { code, stdout, stderr })
   end)
 
+  it('reports the script\'s own file of a path with %p', function()
+    -- The script makes 100 tables at line 6 after its child, which makes
+    -- 50 at line 4 and writes a file of its own, has ended.
+    C.write_file(dir .. '/forks.lua', [[
+local ffi = require('ffi')
+ffi.cdef('int fork(void); int waitpid(int, int *, int); int getpid(void);')
+local pid = ffi.C.fork()
+if pid == 0 then local k = {} for i = 1, 50 do k[i] = {} end os.exit(0) end
+ffi.C.waitpid(pid, nil, 0)
+local keep = {} for i = 1, 100 do keep[i] = {} end
+print(ffi.C.getpid(), pid)
+]])
+    local code, stdout, stderr = memprof('run', '-o', 'p-%p.bin',
+      '--leak-only', 'forks.lua')
+    assert.are.equal(0, code)
+    local parent, child = stdout:match('^(%d+)\t(%d+)\n$')
+    assert.are.equal('memprof: forks.lua exited with 0; profile in p-' ..
+      parent .. '.bin\n', stderr:match('^[^\n]*\n'))
+    assert.truthy(heap_row(stderr, '@forks.lua:6'))
+    assert.is_nil(heap_row(stderr, '@forks.lua:4'))
+    local _, child_report = memprof('report', '--leak-only',
+      'p-' .. child .. '.bin')
+    assert.truthy(heap_row(child_report, '@forks.lua:4'))
+    assert.is_nil(heap_row(child_report, '@forks.lua:6'))
+  end)
+
   it('prints its usage', function()
     for _, args in ipairs({ { '--help' }, { 'run', '--help' } }) do
       local code, stdout, stderr = memprof(unpack(args))
@@ -203,7 +229,9 @@ Run a Lua script under the profiler, without editing it, then print
 the report of its profile (or the --format asked for) on stderr, or
 into the file of --output: stdout is the script's.  The script runs
 in a child process (--lua, default the interpreter running memprof)
-with its arguments; memprof exits with its exit status.
+with its arguments; memprof exits with its exit status.  A %p in
+PROFILE is the process id: processes the script forks write
+profiles of their own, and the report is of the script's.
 
 Options of run:
   -o, --profile=PROFILE  write the profile there (default memprof-SCRIPT.bin)

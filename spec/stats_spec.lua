@@ -80,6 +80,41 @@ return s, marker
     assert.is_nil(stats.live_bytes)
   end)
 
+  it('counts internal events, which carry a kind in the extended ' ..
+    'format, under internal', function()
+    local path = h.tmpname()
+    local payload = h.chunk([[
+local t = {}
+for i = 1, 300 do t[i] = { i } end
+t = nil
+collectgarbage()
+collectgarbage('stop')
+local marker = {}
+return marker
+]], '@internal.lua')
+    assert.is_true(memprof.start(path, { timestamps = true }))
+    payload()
+    local stats = memprof.stats()
+    assert.is_true(memprof.stop())
+    collectgarbage('restart')
+    local events = h.read(path)
+    os.remove(path)
+    local marker = h.at(events, '@internal.lua:6')[1]
+    local last, collector = nil, 0
+    for i, ev in ipairs(events) do
+      if ev == marker then last = i end
+      if not last and ev.name == 'INTERNAL (garbage collector)' then
+        collector = collector + 1
+      end
+    end
+    local totals = stream_totals(events, nil, last)
+    assert.are.same(totals.internal, stats.sources.internal)
+    -- The collection freed the 300 tables of line 2, and the events of
+    -- the collector are named by their kind.
+    assert.is_true(stats.sources.internal.frees >= 300)
+    assert.is_true(collector >= 300)
+  end)
+
   it('grows by the bytes of the events of one line', function()
     local ok, table_new = pcall(require, 'table.new')
     if not ok then

@@ -11,7 +11,7 @@ local B = require('helpers.stream_builder')
 
 local ALL_VIEWS = { leaks = true, peak = true, temporary = true,
   timeline = true }
-local BEFORE = '(allocated before profiling)'
+local BEFORE = '(blocks allocated before the profile)'
 
 local function run(builder, group, opts)
   opts = opts or {}
@@ -286,13 +286,40 @@ describe('peak pass', function()
     assert.are.same({ 570, 5, offset_of_event(s, 5), 2000000, 3000000, 320 },
       { peak.bytes, peak.event, peak.offset, peak.time, peak.time_next,
         peak.total })
-    assert.are.same({ '@p.lua:3', '@p.lua:2', BEFORE }, names(peak.rows))
-    assert.are.same({ ['@p.lua:3'] = { 400, 1 }, ['@p.lua:2'] = { 200, 1 },
-      [BEFORE] = { -30, -1 } }, by_name(peak.rows, FIELDS))
+    assert.are.same({ '@p.lua:3', '@p.lua:2' }, names(peak.rows))
+    assert.are.same({ ['@p.lua:3'] = { 400, 1 }, ['@p.lua:2'] = { 200, 1 } },
+      by_name(peak.rows, FIELDS))
+    -- What was freed of the blocks allocated before the profile is apart
+    -- from the rows, as positive figures.
+    assert.are.same({ freed_bytes = 30, freed_blocks = 1 }, peak.before)
+    assert.is_nil(peak.heap_at_start)
+    assert.is_nil(peak.heap_bytes)
     peak = run(s, 'function').peak
-    assert.are.same({ ['function at @p.lua:1'] = { 600, 2 },
-      [BEFORE] = { -30, -1 } }, by_name(peak.rows, FIELDS))
+    assert.are.same({ ['function at @p.lua:1'] = { 600, 2 } },
+      by_name(peak.rows, FIELDS))
+    assert.are.same({ freed_bytes = 30, freed_blocks = 1 }, peak.before)
   end)
+
+  it('gives the VM\'s whole heap at the peak when the stream records the ' ..
+    'heap at the start', function()
+      local s = B.new():lfunc(0x100, '@p.lua', 1)
+        :events({ version = B.EXTENDED }):note(B.HEAP_AT_START, 10000)
+      s:alloc(B.lua(0x100, 2), 0x10, 200)
+      s:free(B.internal(1), 0x90, 30) -- allocated before the profile
+      s:alloc(B.lua(0x100, 3), 0x20, 400)
+      s:free(B.lua(0x100, 4), 0x20, 400)
+      s:free(B.internal(1), 0x98, 50) -- allocated before the profile
+      s:epilogue()
+      local peak = run(s, 'line').peak
+      assert.are.same({ 570, 3, 10000, 10570 }, { peak.bytes, peak.event,
+        peak.heap_at_start, peak.heap_bytes })
+      assert.are.same({ ['@p.lua:2'] = { 200, 1 }, ['@p.lua:3'] = { 400, 1 } },
+        by_name(peak.rows, FIELDS))
+      assert.are.same({ freed_bytes = 30, freed_blocks = 1,
+        live_bytes = 9970 }, peak.before)
+      -- The rows and what is left of the heap at the start make the peak.
+      assert.are.equal(peak.heap_bytes, 200 + 400 + peak.before.live_bytes)
+    end)
 
   it('reports the start when the heap never grows', function()
     local s = B.new():events({ version = B.EXTENDED }):time(5)
@@ -710,9 +737,17 @@ describe('the views reconcile with the stream', function()
         local peak = result.peak
         assert.are.same({ expected.peak, expected.peak_event },
           { peak.bytes, peak.event })
+        local before = expected.at_peak[BEFORE] or { 0, 0 }
+        expected.at_peak[BEFORE] = nil
         assert.are.same(expected.at_peak, by_name(peak.rows,
           { 'bytes', 'blocks' }))
-        assert.are.equal(peak.bytes, sum_of(peak.rows, 'bytes'))
+        assert.are.same({ -before[1], -before[2] },
+          { peak.before.freed_bytes, peak.before.freed_blocks })
+        for _, row in ipairs(peak.rows) do
+          assert.is_true(row.bytes >= 0 and row.blocks >= 0, row.group.name)
+        end
+        assert.are.equal(peak.bytes,
+          sum_of(peak.rows, 'bytes') - peak.before.freed_bytes)
         assert.are.equal(expected.net, peak.total)
 
         -- Temporary blocks: every block produced, in one class.

@@ -103,6 +103,9 @@ describe('memprof.info', function()
         { o.L_glref, o.L_base, o.L_top, o.L_stack, o.L_cframe,
           o.cf_pc, o.cf_L })
     end
+    -- The heap's size (gc.total) follows the allocator's pair in every
+    -- known build.
+    assert.equal(o.g_allocd + 8, o.g_gctotal)
   end)
 end)
 
@@ -174,6 +177,13 @@ describe('verification at start', function()
     assert.equal("nil\tcannot verify this VM's layout: check 'VM state' " ..
       "failed: no int32 in the first 1024 bytes of global_State reads the " ..
       "states of Lua code, C code and the collector\t95\tfalse\n", out)
+  end)
+
+  it('refuses a wrong heap size offset, naming the check', function()
+    local out = start_with_override('g_gctotal=' .. (o.g_gctotal + 8))
+    assert.matches("^nil\tcannot verify this VM's layout: check 'heap " ..
+      "size' failed: no field after the allocator in global state holds " ..
+      "the heap's size that lua_gc counts %(%d+ bytes%)\t95\tfalse\n$", out)
   end)
 
   it('refuses a prototype size of 0, naming the check', function()

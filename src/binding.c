@@ -127,6 +127,15 @@ static int read_option(lua_State *L, const char *name,
     o->timestamps = lua_toboolean(L, -1);
     return 1;
   }
+  if (strcmp(name, "collect_at_stop") == 0) {
+    if (lua_type(L, -1) != LUA_TBOOLEAN) {
+      snprintf(msg, len, "option 'collect_at_stop' must be a boolean, got %s",
+               luaL_typename(L, -1));
+      return 0;
+    }
+    o->collect_at_stop = lua_toboolean(L, -1);
+    return 1;
+  }
   if (strcmp(name, "max_bytes") == 0)
     return read_integer(L, name, MIN_MAX_BYTES, &o->max_bytes, msg, len);
   if (strcmp(name, "sample_bytes") == 0)
@@ -233,8 +242,12 @@ static int l_start(lua_State *L)
     snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }
-  if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK)
-    return push_file_failure(L, path, err);
+  if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK) {
+    char *file = life_file_name(path);
+    int n = push_file_failure(L, file != NULL ? file : path, err);
+    free(file);
+    return n;
+  }
   lua_pushboolean(L, 1);
   return 1;
 }

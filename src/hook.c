@@ -51,19 +51,22 @@ put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr,
 #define EVENT_MAX_BYTES (1 + 6 * ULEB128_MAX)
 
 /*
-** Encodes an allocation event up to its new block: header, location, stack
-** id, then the old block (realloc, free). The bytes go past the writer's
-** position without advancing it: the event is committed by end_event()
-** once the real allocator has succeeded. Returns where the new block goes,
-** or NULL if the writer has failed. `reserved`: the caller has checked
-** that the buffer has room and the writer has not failed.
+** Encodes an allocation event up to its new block: header, location (for
+** an internal event of the extended format, its kind, from the VM state:
+** `rt` and `g`; `ext` is the extended format), stack id, then the old block
+*(realloc, free). The bytes go
+** past the writer's position without advancing it: the event is committed
+** by end_event() once the real allocator has succeeded. Returns where the
+** new block goes, or NULL if the writer has failed. `reserved`: the caller
+** has checked that the buffer has room and the writer has not failed.
 */
 static inline __attribute__((always_inline)) uint8_t *
 begin_event(struct writer *w, struct location_cache *lc,
-            const struct vm_site *site, uint32_t stack, uintptr_t ptr,
-            size_t osize, size_t nsize, int pdep, int reserved)
+            const struct vm_site *site, const struct vm_layout *rt, uintptr_t g,
+            uint32_t stack, uintptr_t ptr, size_t osize, size_t nsize, int pdep,
+            int ext, int reserved)
 {
-  uint8_t kind, *p;
+  uint8_t kind, internal_kind, *p;
   if (nsize == 0)
     kind = EVENT_FREE;
   else if (ptr == 0)
@@ -81,6 +84,10 @@ begin_event(struct writer *w, struct location_cache *lc,
     p = put_location_addr(lc, p, site->addr, pdep);
   } else if (site->source == SOURCE_TRACE) {
     p = uleb128_put_with(p, site->traceno, pdep);
+  } else if (ext && (internal_kind = vm_internal_kind(rt, g)) != 0) {
+    /* Only internal events pay for their kind (extended format). */
+    p[-1] |= EVENT_HAS_KIND;
+    *p++ = internal_kind;
   }
   if (stack)
     p = uleb128_put_with(p, stack, pdep);
@@ -261,21 +268,24 @@ static void uncount_event(struct profiler *p, size_t osize, size_t nsize)
 ** buffer, and in the extended format no time mark and no stack, which
 ** only Lua lines and C functions have: see vm_in_frames) and
 ** returns FULL_PATH for anything else, so that the fast path keeps its few
-** values in registers.
+** values in registers. `ext` (a constant in each hook: p->extended) leaves
+** out of the hooks of Tarantool's format all that the extended format
+** adds.
 */
 static inline __attribute__((always_inline)) uint8_t *
 record_before(struct profiler *p, const struct vm_layout *lay,
-              stack_fn stack_of, int pdep, int fast, void *ptr, size_t osize,
-              size_t nsize, const struct recorded_as *as)
+              stack_fn stack_of, int pdep, int ext, int fast, void *ptr,
+              size_t osize, size_t nsize, const struct recorded_as *as)
 {
   struct vm_site site;
   uint32_t stack = 0;
   uint8_t *event;
   int err = 0;
 
-  if (fast && (p->out.pos + EVENT_MAX_BYTES > p->out.limit ||
-               writer_failed(&p->out) != 0 ||
-               (p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
+  if (fast &&
+      (p->out.pos + EVENT_MAX_BYTES > p->out.limit ||
+       writer_failed(&p->out) != 0 ||
+       (ext && p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
     return FULL_PATH;
   vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
             &site);
@@ -289,7 +299,7 @@ record_before(struct profiler *p, const struct vm_layout *lay,
       return FULL_PATH;
     err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
   }
-  if (fast && p->timestamps && time_mark_due(p))
+  if (fast && ext && p->timestamps && time_mark_due(p))
     return FULL_PATH;
   /* Only prototypes and traces are cached, and no block smaller than a
   ** GCproto can be one of them. */
@@ -299,16 +309,17 @@ record_before(struct profiler *p, const struct vm_layout *lay,
       return FULL_PATH;
     symbols_forget_slow(&p->syms, (uintptr_t)ptr);
   }
-  if (!fast && p->extended)
+  if (!fast && ext)
     stack = record_extended(p, stack_of, &site, ptr, &err);
-  else if (fast && p->extended)
+  else if (fast && ext)
     count_extended(p, ptr);
   if (as != NULL)
-    event = begin_event(&p->out, &p->last_location, &site, stack,
-                        (uintptr_t)as->ptr, as->osize, as->nsize, pdep, fast);
+    event =
+        begin_event(&p->out, &p->last_location, &site, &p->layout, p->g, stack,
+                    (uintptr_t)as->ptr, as->osize, as->nsize, pdep, ext, fast);
   else
-    event = begin_event(&p->out, &p->last_location, &site, stack,
-                        (uintptr_t)ptr, osize, nsize, pdep, fast);
+    event = begin_event(&p->out, &p->last_location, &site, &p->layout, p->g,
+                        stack, (uintptr_t)ptr, osize, nsize, pdep, ext, fast);
   if (!fast && (err != 0 || event == NULL))
     halt(p, err != 0 ? err : writer_failed(&p->out));
   else if (as == NULL)
@@ -326,11 +337,11 @@ record_before(struct profiler *p, const struct vm_layout *lay,
 ** it cannot record to `full`. */
 static inline __attribute__((always_inline)) void *
 record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
-            int pdep, int fast, void *ptr, size_t osize,
+            int pdep, int ext, int fast, void *ptr, size_t osize,
             void *(*full)(struct profiler *, void *, size_t))
 {
   uint8_t *event =
-      record_before(p, lay, stack_of, pdep, fast, ptr, osize, 0, NULL);
+      record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, 0, NULL);
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize);
   if (event != NULL)
@@ -343,14 +354,15 @@ record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
 ** path leaves what it cannot record to `full`. */
 static inline __attribute__((always_inline)) void *
 record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
-             int pdep, int fast, void *ptr, size_t osize, size_t nsize,
+             int pdep, int ext, int fast, void *ptr, size_t osize, size_t nsize,
              void *(*full)(struct profiler *, void *, size_t, size_t))
 {
   uint8_t *event;
   void *nptr;
   if (nsize == 0)
     __builtin_unreachable(); /* The hooks send frees to record_free. */
-  event = record_before(p, lay, stack_of, pdep, fast, ptr, osize, nsize, NULL);
+  event =
+      record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, nsize, NULL);
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
@@ -435,7 +447,8 @@ record_sampled(struct profiler *p, const struct vm_layout *lay,
   as.ptr = held ? ptr : NULL;
   as.osize = held ? osize : 0;
   as.nsize = fresh ? nsize : 0;
-  event = record_before(p, lay, stack_of, pdep, 0, ptr, osize, nsize, &as);
+  /* Sampling forces the extended format. */
+  event = record_before(p, lay, stack_of, pdep, 1, 0, ptr, osize, nsize, &as);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   if (nsize != 0 && nptr == NULL)
     return NULL; /* Failed: nothing changed. */
@@ -465,18 +478,19 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
 /*
 ** The hooks: the generic one, for any verified layout, and one per build
 ** family with constant offsets; each with and without PDEP for LEB128
-** (see writer_fast_pdep). Each takes the fast path (see record_before) and
-** falls back on the full one, in functions of their own, so that the fast
-** path saves few registers and calls the real allocator of a free as a
-** tail call.
+** (see writer_fast_pdep), and for each format (the hooks of Tarantool's
+** format have none of the extended format's work). Each takes the fast
+** path (see record_before) and falls back on the full one, in functions
+** of their own, so that the fast path saves few registers and calls the
+** real allocator of a free as a tail call.
 */
-#define HOOK(name, family_layout, stack_of, pdep)                              \
+#define HOOK(name, family_layout, stack_of, pdep, ext)                         \
   static __attribute__((noinline)) void *name##_free(struct profiler *p,       \
                                                      void *ptr, size_t osize)  \
   {                                                                            \
     uint64_t at = writer_total(&p->out);                                       \
-    void *r =                                                                  \
-        record_free(p, family_layout, stack_of, pdep, 0, ptr, osize, NULL);    \
+    void *r = record_free(p, family_layout, stack_of, pdep, ext, 0, ptr,       \
+                          osize, NULL);                                        \
     check_cap(p, at);                                                          \
     return r;                                                                  \
   }                                                                            \
@@ -484,15 +498,15 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
     uint64_t at = writer_total(&p->out);                                       \
-    void *r = record_alloc(p, family_layout, stack_of, pdep, 0, ptr, osize,    \
-                           nsize, NULL);                                       \
+    void *r = record_alloc(p, family_layout, stack_of, pdep, ext, 0, ptr,      \
+                           osize, nsize, NULL);                                \
     check_cap(p, at);                                                          \
     return r;                                                                  \
   }                                                                            \
   static __attribute__((noinline)) void *name##_alloc_fast(                    \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
-    return record_alloc(p, family_layout, stack_of, pdep, 1, ptr, osize,       \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,  \
                         nsize, name##_alloc);                                  \
   }                                                                            \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
@@ -505,9 +519,12 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
       return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
     if (nsize != 0)                                                            \
       return name##_alloc_fast(p, ptr, osize, nsize);                          \
-    return record_free(p, family_layout, stack_of, pdep, 1, ptr, osize,        \
+    return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
                        name##_free);                                           \
-  }                                                                            \
+  }
+/* The sampling twin of a hook of the extended format (sampling forces
+** it). */
+#define SAMPLED_HOOK(name, family_layout, stack_of, pdep)                      \
   static __attribute__((noinline)) void *name##_sample(                        \
       struct profiler *p, void *ptr, size_t osize, size_t nsize, int held,     \
       int fresh)                                                               \
@@ -533,22 +550,36 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
       forget_block(p, family_layout, ptr, osize);                              \
     return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                       \
   }
-HOOK(hook_generic, &p->layout, stack_generic, 0)
-HOOK(hook_generic_pdep, &p->layout, stack_generic, 1)
-HOOK(hook_gc64, &vm_candidates[VM_CANDIDATE_GC64].layout, stack_gc64, 0)
-HOOK(hook_gc64_pdep, &vm_candidates[VM_CANDIDATE_GC64].layout, stack_gc64, 1)
-HOOK(hook_nongc64, &vm_candidates[VM_CANDIDATE_NONGC64].layout, stack_nongc64,
-     0)
-HOOK(hook_nongc64_pdep, &vm_candidates[VM_CANDIDATE_NONGC64].layout,
-     stack_nongc64, 1)
+/* Each hook in both formats, Tarantool's (ext 0) and the extended one,
+** and its sampling twin. */
+#define HOOKS(name, family_layout, stack_of, pdep)                             \
+  HOOK(name, family_layout, stack_of, pdep, 0)                                 \
+  HOOK(name##_ext, family_layout, stack_of, pdep, 1)                           \
+  SAMPLED_HOOK(name, family_layout, stack_of, pdep)
+HOOKS(hook_generic, &p->layout, stack_generic, 0)
+HOOKS(hook_generic_pdep, &p->layout, stack_generic, 1)
+HOOKS(hook_gc64, &vm_candidates[VM_CANDIDATE_GC64].layout, stack_gc64, 0)
+HOOKS(hook_gc64_pdep, &vm_candidates[VM_CANDIDATE_GC64].layout, stack_gc64, 1)
+HOOKS(hook_nongc64, &vm_candidates[VM_CANDIDATE_NONGC64].layout, stack_nongc64,
+      0)
+HOOKS(hook_nongc64_pdep, &vm_candidates[VM_CANDIDATE_NONGC64].layout,
+      stack_nongc64, 1)
+#undef HOOKS
+#undef SAMPLED_HOOK
 #undef HOOK
 
-/* By layout (generic, or a family's), without or with PDEP; then the same
-** with sampling. */
-static const lua_Alloc hooks[6][2] = {
-    {hook_generic, hook_generic_pdep},
-    {hook_gc64, hook_gc64_pdep},
-    {hook_nongc64, hook_nongc64_pdep},
+/* By layout (generic, or a family's), without or with PDEP, for
+** Tarantool's format or the extended one. */
+static const lua_Alloc hooks[3][2][2] = {
+    {{hook_generic, hook_generic_ext},
+     {hook_generic_pdep, hook_generic_pdep_ext}},
+    {{hook_gc64, hook_gc64_ext}, {hook_gc64_pdep, hook_gc64_pdep_ext}},
+    {{hook_nongc64, hook_nongc64_ext},
+     {hook_nongc64_pdep, hook_nongc64_pdep_ext}},
+};
+
+/* The same with sampling (in the extended format only). */
+static const lua_Alloc sampled_hooks[3][2] = {
     {hook_generic_sampled, hook_generic_pdep_sampled},
     {hook_gc64_sampled, hook_gc64_pdep_sampled},
     {hook_nongc64_sampled, hook_nongc64_pdep_sampled},
@@ -568,23 +599,45 @@ lua_Alloc profiler_hook_for(const struct profiler *p)
   else if (lay->exact && lay->candidate == VM_CANDIDATE_NONGC64)
     family = 2;
   if (p->sampler.mean != 0)
-    family += 3;
-  return hooks[family][writer_fast_pdep != 0];
+    return sampled_hooks[family][writer_fast_pdep != 0];
+  return hooks[family][writer_fast_pdep != 0][p->extended != 0];
 }
 
 int profiler_is_hook(lua_Alloc f)
 {
-  const lua_Alloc *h = &hooks[0][0];
+  const lua_Alloc *h = &hooks[0][0][0];
   size_t i;
-  for (i = 0; i < sizeof(hooks) / sizeof(hooks[0][0]); i++)
+  for (i = 0; i < sizeof(hooks) / sizeof(hooks[0][0][0]); i++)
+    if (h[i] == f)
+      return 1;
+  h = &sampled_hooks[0][0];
+  for (i = 0; i < sizeof(sampled_hooks) / sizeof(sampled_hooks[0][0]); i++)
     if (h[i] == f)
       return 1;
   return 0;
 }
 
 /* What a stream that ends cleanly adds after its last event: a time mark
-** and the epilogue. A size cap keeps room for them. */
+** and the epilogue, and with collect_at_stop a note. A size cap keeps room
+** for them. */
 #define FINAL_RECORDS_MAX (1 + ULEB128_MAX + 1)
+#define NOTE_MAX (2 + ULEB128_MAX)
+
+/* A note: its kind and a number. */
+static void write_note(struct profiler *p, uint8_t kind, uint64_t value)
+{
+  if (writer_reserve(&p->out, NOTE_MAX)) {
+    writer_put_byte(&p->out, RECORD_NOTE);
+    writer_put_byte(&p->out, kind);
+    writer_put_uleb128(&p->out, value);
+  }
+}
+
+void profiler_note_collected(struct profiler *p, uint64_t heap)
+{
+  if (p->state == PROFILER_RECORDING && p->extended)
+    write_note(p, NOTE_COLLECTED_AT_STOP, heap);
+}
 
 int profiler_write_prologue(struct profiler *p)
 {
@@ -593,15 +646,21 @@ int profiler_write_prologue(struct profiler *p)
   uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
   if (p->extended)
     events[3] = EVENTS_VERSION_EXTENDED;
+  uint64_t heap = 0;
   if (p->max_bytes != 0)
-    writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX);
+    writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX -
+                                   (p->collect_at_stop ? NOTE_MAX : 0));
   writer_bytes(&p->out, symtab, sizeof(symtab));
   writer_bytes(&p->out, events, sizeof(events));
+  /* The sampling record, then the heap when the profile starts (nothing
+  ** allocates through the VM from here until the hook is installed). */
   if (p->sampler.mean != 0 && writer_reserve(&p->out, 2 + ULEB128_MAX)) {
     writer_put_byte(&p->out, RECORD_SAMPLING);
     writer_put_byte(&p->out, SAMPLING_POISSON_BYTES);
     writer_put_uleb128(&p->out, p->sampler.mean);
   }
+  if (p->extended && vm_heap_size(&p->layout, 0, p->g, &heap))
+    write_note(p, NOTE_HEAP_AT_START, heap);
   if (p->timestamps) {
     p->clock_start = now_ns();
     mark_time(p, 1); /* Time 0. */

@@ -7,7 +7,9 @@
 ** lifecycle_close from its __gc, before the package library unloads C
 ** modules; the module is also pinned in memory), exit() without lua_close
 ** (an atexit handler completes every open stream), and fork() (the child
-** drops its events and never writes to the parent's file).
+** never writes to the parent's file: a profile whose path names the process
+** with "%p" goes on in the child into a file of the child's own, from a
+** fresh stream; any other profile drops the child's events).
 **
 ** The allocator chain. start wraps whatever allocator the VM has and stop
 ** puts it back, but other code wraps the allocator too. The built-in
@@ -123,12 +125,20 @@ static void after_fork_parent(void)
   vm_learn_unlock();
 }
 
+static int follow_into_child(struct profiler *p);
+
 static void after_fork_child(void)
 {
-  profiler_fork_generation++;
-  pthread_mutex_unlock(&running_lock);
+  struct profiler *p;
+  unsigned parent = profiler_fork_generation++;
   pthread_mutex_unlock(&builtin_lock);
   vm_learn_unlock();
+  /* The child has one thread, this one: no hook runs until we return. */
+  for (p = running_list; p != NULL; p = p->next)
+    if (p->fork_generation == parent && p->path_template != NULL &&
+        p->state == PROFILER_RECORDING)
+      p->error = follow_into_child(p);
+  pthread_mutex_unlock(&running_lock);
 }
 
 static void setup_process(void)
@@ -157,6 +167,71 @@ void life_push_library(lua_State *L, const char *name)
 
 /* ---- Profiles ----------------------------------------------------------- */
 
+/* Writes the file name of `path` for process id `digits` to out (if not
+** NULL) and returns its length. */
+static size_t expand_path(const char *path, const char *digits, char *out)
+{
+  size_t n = 0, d = strlen(digits);
+  const char *c;
+  for (c = path; *c != '\0'; c++) {
+    if (c[0] == '%' && c[1] == 'p') {
+      if (out != NULL)
+        memcpy(out + n, digits, d);
+      n += d;
+      c++;
+      continue;
+    }
+    if (out != NULL)
+      out[n] = *c;
+    n++;
+    if (c[0] == '%' && c[1] == '%')
+      c++;
+  }
+  return n;
+}
+
+char *life_file_name(const char *path)
+{
+  char digits[24];
+  char *out;
+  size_t n;
+  snprintf(digits, sizeof(digits), "%ld", (long)getpid());
+  n = expand_path(path, digits, NULL);
+  if ((out = malloc(n + 1)) == NULL)
+    return NULL;
+  expand_path(path, digits, out);
+  out[n] = '\0';
+  return out;
+}
+
+int life_path_follows_fork(const char *path)
+{
+  /* The file name depends on the process id exactly when it has one. */
+  return expand_path(path, "", NULL) != expand_path(path, "0", NULL);
+}
+
+/* Opens p's file (p->path) and sets up its writer. Returns 0 or errno. */
+static int open_stream(struct profiler *p)
+{
+  int err;
+  /* Without O_NONBLOCK, opening a FIFO that nobody reads would wait for a
+  ** reader for ever; with it, that open fails at once (ENXIO). The writer
+  ** thread then writes blocking, as to any file. */
+  int fd = open(p->path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK,
+                0644);
+  if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    err = errno;
+    if (fd >= 0)
+      close(fd);
+    return err;
+  }
+  if ((err = writer_init(&p->out, fd, WRITE_BUFFER_SIZE, 1)) != 0) {
+    close(fd);
+    return err;
+  }
+  return 0;
+}
+
 /* What a profile holds besides the hook's fields: a parked hook needs none
 ** of it (it only forwards). */
 static void free_profile_data(struct profiler *p)
@@ -165,7 +240,56 @@ static void free_profile_data(struct profiler *p)
   stacks_free(&p->stacks);
   live_free(&p->live);
   free(p->path);
-  p->path = NULL;
+  free(p->path_template);
+  p->path = p->path_template = NULL;
+}
+
+/* Empty tables of what the stream has described (symbols and stacks) and,
+** with sampling, of the live sampled blocks. Returns 0 or ENOMEM. */
+static int fresh_tables(struct profiler *p)
+{
+  if (symbols_init(&p->syms) != 0 ||
+      (p->stack_depth > 0 && stacks_init(&p->stacks) != 0) ||
+      (p->sampler.mean != 0 && live_init(&p->live) != 0) ||
+      vm_learn_name_builtins(&p->syms) != 0)
+    return ENOMEM;
+  return 0;
+}
+
+/*
+** In a child after fork(), a profile whose path names the process starts
+** again into the child's own file: a new stream (headers, symbols described
+** anew, stack ids from 1, time from now) with a new writer, as the parent's
+** buffers and writer thread are not the child's. The parent's descriptor
+** is closed here; the parent's file is untouched. Returns 0 or errno (the
+** child then records nothing and its stop reports the error).
+*/
+static int follow_into_child(struct profiler *p)
+{
+  char *path = life_file_name(p->path_template);
+  int err;
+  writer_abandon(&p->out);
+  symbols_free(&p->syms);
+  stacks_free(&p->stacks);
+  live_free(&p->live); /* The parent's sampled blocks are not the child's. */
+  memset(&p->stats, 0, sizeof(p->stats));
+  if (p->sampler.mean != 0)
+    sampler_init(&p->sampler, p->sampler.mean,
+                 sampler_child_seed(p->sampler.seed, (uint64_t)getpid()));
+  if (path == NULL)
+    return ENOMEM;
+  free(p->path);
+  p->path = path;
+  if ((err = fresh_tables(p)) != 0 || (err = open_stream(p)) != 0)
+    return err;
+  memset(&p->last_location, 0, sizeof(p->last_location));
+  p->capped = 0;
+  p->cut_at = 0;
+  p->clock_countdown = 0;
+  p->last_mark = 0;
+  p->fork_generation = profiler_fork_generation;
+  profiler_write_prologue(p); /* Buffered: errors show at stop. */
+  return 0;
 }
 
 static void free_link(struct chain_link *l)
@@ -180,34 +304,37 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
 {
   struct chain_link *l = calloc(1, sizeof(*l));
   struct profiler *p = l != NULL ? &l->p : NULL;
-  if (p == NULL || (p->path = strdup(path)) == NULL ||
-      symbols_init(&p->syms) != 0 ||
-      (opts->stack_depth > 0 && stacks_init(&p->stacks) != 0) ||
-      (opts->sample_bytes > 0 && live_init(&p->live) != 0)) {
-    if (l != NULL)
-      free_link(l);
-    *err = ENOMEM;
-    return NULL;
-  }
+  if (p == NULL)
+    goto no_memory;
   p->layout = *lay;
   p->out.fd = -1;
   p->state = PROFILER_HALTED; /* Until it is installed. */
   p->stack_depth = opts->stack_depth;
   p->timestamps = opts->timestamps;
   p->max_bytes = opts->max_bytes;
+  p->collect_at_stop = opts->collect_at_stop;
   /* Only the extended format can say that its events are sampled. */
-  p->extended =
-      opts->stack_depth > 0 || opts->timestamps || opts->sample_bytes > 0;
+  p->extended = opts->stack_depth > 0 || opts->timestamps ||
+                opts->collect_at_stop || opts->sample_bytes > 0;
+  /* Tarantool's format has no kinds of internal events. */
+  if (!p->extended)
+    memset(p->layout.internal_kind, INTERNAL_UNKNOWN,
+           sizeof(p->layout.internal_kind));
   if (opts->sample_bytes > 0)
     sampler_init(&p->sampler, opts->sample_bytes,
                  opts->has_seed ? opts->seed : sampler_default_seed());
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
-  if (vm_learn_name_builtins(&p->syms) != 0) {
-    free_link(l);
-    *err = ENOMEM;
-    return NULL;
-  }
+  if ((p->path = life_file_name(path)) == NULL ||
+      (life_path_follows_fork(path) &&
+       (p->path_template = strdup(path)) == NULL) ||
+      fresh_tables(p) != 0)
+    goto no_memory;
   return l;
+no_memory:
+  if (l != NULL)
+    free_link(l);
+  *err = ENOMEM;
+  return NULL;
 }
 
 /* Completes p's stream (or drops it in a forked child, where the file
@@ -219,7 +346,7 @@ static int end_profile(struct profiler *p)
   if (p->fork_generation != profiler_fork_generation) {
     writer_abandon(&p->out);
     p->state = PROFILER_HALTED;
-    return 0;
+    return p->error; /* Why it could not go on in this child, or 0. */
   }
   return profiler_finish(p);
 }
@@ -463,23 +590,10 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
 {
   struct chain_link *l = new_link(L, lay, opts, path, err);
   struct profiler *p;
-  int fd;
   if (l == NULL)
     return LIFE_FILE_ERROR;
   p = &l->p;
-  /* Without O_NONBLOCK, opening a FIFO that nobody reads would wait for a
-  ** reader for ever; with it, that open fails at once (ENXIO). The writer
-  ** thread then writes blocking, as to any file. */
-  fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    *err = errno;
-    if (fd >= 0)
-      close(fd);
-    free_link(l);
-    return LIFE_FILE_ERROR;
-  }
-  if ((*err = writer_init(&p->out, fd, WRITE_BUFFER_SIZE, 1)) != 0) {
-    close(fd);
+  if ((*err = open_stream(p)) != 0) {
     free_link(l);
     return LIFE_FILE_ERROR;
   }
@@ -498,6 +612,35 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
   return LIFE_OK;
 }
 
+static int collect_garbage(lua_State *L)
+{
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return 0;
+}
+
+/* collect_at_stop: a full collection while the hook still records, so
+** that its frees are in the stream, then a note of it. A finalizer's error
+** ends the collection early: nothing is noted then. Returns l, or NULL if
+** a finalizer ended the profile. */
+static struct chain_link *collect_at_stop(lua_State *L, struct vm_profiles *vm,
+                                          struct chain_link *l)
+{
+  uint64_t heap = 0;
+  int failed;
+  if (!l->p.collect_at_stop || l->p.state != PROFILER_RECORDING ||
+      !at_top(L, &l->p))
+    return l;
+  failed = lua_cpcall(L, collect_garbage, NULL) != 0;
+  if (failed)
+    lua_pop(L, 1);
+  notice_detachment(L, vm);
+  if (vm->active != l)
+    return NULL;
+  if (!failed && vm_heap_size(&l->p.layout, 0, l->p.g, &heap))
+    profiler_note_collected(&l->p, heap);
+  return l;
+}
+
 enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
                                 struct life_ended *ended)
 {
@@ -511,7 +654,9 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
     }
     return LIFE_NOT_RUNNING;
   }
-  l = vm->active;
+  l = collect_at_stop(L, vm, vm->active);
+  if (l == NULL)
+    return LIFE_NOT_RUNNING;
   ended->max_bytes = l->p.capped ? l->p.max_bytes : 0;
   ended->err = stop_link(L, vm, l, &path);
   if (ended->err == 0) {

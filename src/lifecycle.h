@@ -18,6 +18,7 @@
 struct profile_options {
   int stack_depth; /* 0: no stacks. */
   int timestamps;
+  int collect_at_stop;   /* Collect garbage at stop, recorded. */
   uint64_t max_bytes;    /* 0: no size cap. */
   uint64_t sample_bytes; /* 0: record every event. */
   uint64_t seed;         /* Of the sampler, if has_seed. */
@@ -77,8 +78,18 @@ void life_push_library(lua_State *L, const char *name);
 ** the VM (see lifecycle.c). */
 enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm);
 
+/* The file name of a profile path in this process: "%p" is replaced by the
+** process id and "%%" by "%"; any other "%" is kept. malloc'd; NULL when
+** memory is short. */
+char *life_file_name(const char *path);
+
+/* Whether a profile to `path` goes on in a child after fork() (into the
+** child's own file): whether the path names the process ("%p"). */
+int life_path_follows_fork(const char *path);
+
 /* Starts a profile to `path` (after lifecycle_may_start said LIFE_OK and
-** with a verified layout). LIFE_OK, or LIFE_FILE_ERROR with *err. */
+** with a verified layout). The file is life_file_name(path).
+** LIFE_OK, or LIFE_FILE_ERROR with *err. */
 enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct vm_layout *lay,
                                  const struct profile_options *opts,

@@ -59,9 +59,10 @@ struct profiler {
   } last_location; /* Encoding of the last location address. */
 
   /* Extended format (0 and 0 for Tarantool's format). */
-  int extended;    /* Any of the two below: version 100. */
-  int stack_depth; /* Frames per event, 0: no stacks. */
-  int timestamps;  /* Write time marks. */
+  int extended;        /* Any of the two below: version 100. */
+  int stack_depth;     /* Frames per event, 0: no stacks. */
+  int timestamps;      /* Write time marks. */
+  int collect_at_stop; /* Collect garbage at stop (and note it). */
   struct stacks stacks;
   unsigned clock_countdown; /* Events until the clock is read again. */
   uint64_t clock_start;     /* Monotonic ns at start. */
@@ -83,7 +84,10 @@ struct profiler {
   /* Bookkeeping. */
   int error;  /* errno that halted recording (write error, ENOMEM, EFBIG
                  when capped). */
-  char *path; /* For messages. */
+  char *path; /* The file (for messages). */
+  char *path_template;   /* The path given to start when it names the
+                            process ("%p"): a forked child goes on into a
+                            file of its own (lifecycle.c). Else NULL. */
   struct profiler *next; /* All running profilers, for the exit handler. */
 };
 
@@ -101,6 +105,10 @@ int profiler_is_hook(lua_Alloc f);
 
 /* Writes both section headers. Returns 0 or errno. */
 int profiler_write_prologue(struct profiler *p);
+
+/* Notes in the stream that garbage was collected at stop, and the heap's
+** size after it. Extended format only. */
+void profiler_note_collected(struct profiler *p, uint64_t heap);
 
 /* Writes the epilogue and closes the file. Returns 0 or errno. */
 int profiler_finish(struct profiler *p);

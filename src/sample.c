@@ -43,6 +43,7 @@ void sampler_next(struct sampler *s)
 void sampler_init(struct sampler *s, uint64_t mean, uint64_t seed)
 {
   s->mean = mean;
+  s->seed = seed;
   s->state = mix64(seed);
   if (s->state == 0)
     s->state = 0x2545f4914f6cdd1dULL;
@@ -55,6 +56,11 @@ uint64_t sampler_default_seed(void)
   clock_gettime(CLOCK_REALTIME, &ts);
   return mix64((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
          (uint64_t)getpid();
+}
+
+uint64_t sampler_child_seed(uint64_t seed, uint64_t pid)
+{
+  return seed ^ mix64(pid);
 }
 
 double sampler_weight(uint64_t mean, size_t size)

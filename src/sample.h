@@ -23,6 +23,7 @@ struct sampler {
   int64_t countdown; /* Bytes to allocate before the next sample. */
   uint64_t mean;     /* Mean bytes between two samples; 0: not sampling. */
   uint64_t state;    /* The generator's state (never 0). */
+  uint64_t seed;     /* The seed it started from. */
 };
 
 /* Starts sampling one allocation per `mean` bytes on average, with the
@@ -31,6 +32,12 @@ void sampler_init(struct sampler *s, uint64_t mean, uint64_t seed);
 
 /* A seed that differs from run to run: the clock and the process id. */
 uint64_t sampler_default_seed(void);
+
+/* The seed of a sampler that goes on in a forked child (see
+** follow_into_child): the parent's seed mixed with the child's process
+** id, so that children sample differently from their parent and from one
+** another, and a given seed and process id always sample alike. */
+uint64_t sampler_child_seed(uint64_t seed, uint64_t pid);
 
 /* Draws the distance to the next sample. */
 void sampler_next(struct sampler *s);

@@ -32,6 +32,13 @@
 ** flag of an allocation event that carries a stack id, and two records. */
 #define EVENTS_VERSION_EXTENDED 100
 #define EVENT_HAS_STACK 0x20
+/* On an internal event of the extended format: its kind follows the
+** header (INTERNAL_* in vm_layout.h). */
+#define EVENT_HAS_KIND 0x20
+/* A note (0x1C): its kind, then a number. */
+#define RECORD_NOTE 0x1C
+#define NOTE_HEAP_AT_START 1
+#define NOTE_COLLECTED_AT_STOP 2
 #define RECORD_STACK 0x14
 #define RECORD_TIME 0x18
 

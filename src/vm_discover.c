@@ -307,6 +307,25 @@ int discover_cfunc(struct calib *c, lua_State *L, lua_CFunction f)
 
 #define L_WINDOW 128
 
+/* The heap's size (g->gc.total): after the allocator pair, a GCSize (8
+** bytes with GC64, 4 without) that equals what lua_gc counts. */
+static int find_gc_total(struct calib *c, const uint8_t *gw, size_t after,
+                         uint64_t total)
+{
+  struct vm_layout *lay = &c->lay;
+  size_t w = lay->gc64 ? 8 : 4, o;
+  struct span s = SPAN(c, g_gctotal, round_up(after, w), 256 - w + 1, w);
+  for (o = s.from; o < s.to; o += s.step)
+    if ((lay->gc64 ? get_u64(gw, o) : get_u32(gw, o)) == total) {
+      set16(&lay->g_gctotal, o);
+      return 1;
+    }
+  return calib_fail(c, "heap size",
+                    "no field after the allocator in global state holds the "
+                    "heap's size that lua_gc counts (%llu bytes)",
+                    (unsigned long long)total);
+}
+
 /* glref and the allocator pair: the only reference in lua_State through
 ** which the pair lua_getallocf returns can be reached. */
 static int find_global(struct calib *c, lua_State *L, const uint8_t *w)
@@ -317,6 +336,9 @@ static int find_global(struct calib *c, lua_State *L, const uint8_t *w)
   struct span s = SPAN(c, L_glref, round_up(lay->fn_ffid + 2u, lay->ref_size),
                        65, lay->ref_size);
   size_t o, a;
+  /* Counting allocates nothing: the window copied below agrees. */
+  uint64_t total = (uint64_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 +
+                   (uint64_t)lua_gc(L, LUA_GCCOUNTB, 0);
   for (o = s.from; o < s.to; o += s.step) {
     uintptr_t g = get_ref(lay, w, o);
     uint8_t gw[256];
@@ -335,7 +357,7 @@ static int find_global(struct calib *c, lua_State *L, const uint8_t *w)
           set16(&lay->g_allocf, a);
           set16(&lay->g_allocd, d);
           c->g = g;
-          return 1;
+          return find_gc_total(c, gw, d + 8, total);
         }
     }
   }

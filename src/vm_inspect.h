@@ -761,6 +761,30 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   }
 }
 
+/* What the VM is doing, for an event vm_locate() found internal: the
+** kind of its state (INTERNAL_*; a profile in Tarantool's format has a
+** table of zeroes). Every internal event's kind follows from the state
+** alone, so it is read only for internal events. */
+VM_INLINE uint8_t vm_internal_kind(const struct vm_layout *rt, uintptr_t g)
+{
+  int32_t st;
+  memcpy(&st, (const void *)(g + rt->g_vmstate), sizeof(st));
+  return (uint32_t)~st < VM_STATE_SLOTS ? rt->internal_kind[~st] : 0;
+}
+
+/* The heap's size in bytes (g->gc.total). Returns 1 on success. */
+VM_INLINE int vm_heap_size(const struct vm_layout *rt, int safe, uintptr_t g,
+                           uint64_t *out)
+{
+  uint32_t small;
+  if (rt->gc64)
+    return vm_u64(safe, g + rt->g_gctotal, out);
+  if (!vm_u32(safe, g + rt->g_gctotal, &small))
+    return 0;
+  *out = small;
+  return 1;
+}
+
 /* Whether vm_locate() would walk frames: the VM runs Lua or C code, and
 ** the event is charged to a Lua line or a C function (or host code). */
 VM_INLINE int vm_in_frames(const struct vm_layout *rt, int safe, uintptr_t g)

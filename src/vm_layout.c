@@ -168,6 +168,20 @@ static struct calib *calib_of(lua_State *L)
 
 /* ---- Checks run from C functions called by the driver chunk ----------- */
 
+/* The heap's size (g->gc.total) is what lua_gc counts. */
+static int check_heap_size(struct calib *c, lua_State *L)
+{
+  uint64_t want = (uint64_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 +
+                  (uint64_t)lua_gc(L, LUA_GCCOUNTB, 0);
+  uint64_t total;
+  if (!vm_heap_size(&c->lay, 1, c->g, &total) || total != want)
+    return calib_fail(c, "heap size",
+                      "g+%u does not hold the heap's size that lua_gc counts "
+                      "(%llu bytes)",
+                      c->lay.g_gctotal, (unsigned long long)want);
+  return 1;
+}
+
 static int check_global_state(struct calib *c, lua_State *L)
 {
   void *ud = NULL;
@@ -186,7 +200,7 @@ static int check_global_state(struct calib *c, lua_State *L)
     return calib_fail(c, "global state reference",
                       "a coroutine points to another global state");
   c->g = g;
-  return 1;
+  return check_heap_size(c, L);
 }
 
 static int check_stack(struct calib *c, lua_State *L)
@@ -746,39 +760,23 @@ static void calibrate_exits(lua_State *L, struct calib *c)
 #define FIELD8(f, role) {#f, offsetof(struct vm_layout, f), 0, role}
 /* clang-format on */
 const struct vm_layout_field vm_layout_fields[] = {
-    FIELD16(L_glref, FIELD_OBJECT),
-    FIELD16(L_base, FIELD_OBJECT),
-    FIELD16(L_top, FIELD_OBJECT),
-    FIELD16(L_maxstack, FIELD_OBJECT),
-    FIELD16(L_stack, FIELD_OBJECT),
-    FIELD16(L_cframe, FIELD_OBJECT),
-    FIELD16(L_stacksize, FIELD_OBJECT),
-    FIELD16(g_allocf, FIELD_RUNTIME),
-    FIELD16(g_allocd, FIELD_RUNTIME),
-    FIELD16(g_vmstate, FIELD_RUNTIME),
-    FIELD16(g_cur_L, FIELD_RUNTIME),
-    FIELD16(g_trace, FIELD_RUNTIME),
-    FIELD16(g_sizetrace, FIELD_RUNTIME),
-    FIELD16(g_parent, FIELD_RUNTIME),
-    FIELD8(gct, FIELD_OBJECT),
-    FIELD8(fn_ffid, FIELD_OBJECT),
-    FIELD8(fn_pc, FIELD_OBJECT),
-    FIELD8(fn_cfunc, FIELD_OBJECT),
-    FIELD8(pt_size, FIELD_OBJECT),
-    FIELD8(pt_sizebc, FIELD_OBJECT),
-    FIELD8(pt_chunkname, FIELD_OBJECT),
-    FIELD8(pt_firstline, FIELD_OBJECT),
-    FIELD8(pt_numline, FIELD_OBJECT),
-    FIELD8(pt_lineinfo, FIELD_OBJECT),
-    FIELD8(str_size, FIELD_RUNTIME),
-    FIELD8(str_len, FIELD_RUNTIME),
-    FIELD8(cf_pc, FIELD_OBJECT),
-    FIELD8(cf_L, FIELD_OBJECT),
-    FIELD8(tr_startpt, FIELD_RUNTIME),
-    FIELD8(tr_startpc, FIELD_RUNTIME),
-    FIELD8(tr_traceno, FIELD_RUNTIME),
-    FIELD8(stack_extra, FIELD_CONST),
-    {NULL, 0, 0, 0}};
+    FIELD16(L_glref, FIELD_OBJECT),      FIELD16(L_base, FIELD_OBJECT),
+    FIELD16(L_top, FIELD_OBJECT),        FIELD16(L_maxstack, FIELD_OBJECT),
+    FIELD16(L_stack, FIELD_OBJECT),      FIELD16(L_cframe, FIELD_OBJECT),
+    FIELD16(L_stacksize, FIELD_OBJECT),  FIELD16(g_allocf, FIELD_RUNTIME),
+    FIELD16(g_allocd, FIELD_RUNTIME),    FIELD16(g_vmstate, FIELD_RUNTIME),
+    FIELD16(g_cur_L, FIELD_RUNTIME),     FIELD16(g_trace, FIELD_RUNTIME),
+    FIELD16(g_sizetrace, FIELD_RUNTIME), FIELD16(g_parent, FIELD_RUNTIME),
+    FIELD16(g_gctotal, FIELD_RUNTIME),   FIELD8(gct, FIELD_OBJECT),
+    FIELD8(fn_ffid, FIELD_OBJECT),       FIELD8(fn_pc, FIELD_OBJECT),
+    FIELD8(fn_cfunc, FIELD_OBJECT),      FIELD8(pt_size, FIELD_OBJECT),
+    FIELD8(pt_sizebc, FIELD_OBJECT),     FIELD8(pt_chunkname, FIELD_OBJECT),
+    FIELD8(pt_firstline, FIELD_OBJECT),  FIELD8(pt_numline, FIELD_OBJECT),
+    FIELD8(pt_lineinfo, FIELD_OBJECT),   FIELD8(str_size, FIELD_RUNTIME),
+    FIELD8(str_len, FIELD_RUNTIME),      FIELD8(cf_pc, FIELD_OBJECT),
+    FIELD8(cf_L, FIELD_OBJECT),          FIELD8(tr_startpt, FIELD_RUNTIME),
+    FIELD8(tr_startpc, FIELD_RUNTIME),   FIELD8(tr_traceno, FIELD_RUNTIME),
+    FIELD8(stack_extra, FIELD_CONST),    {NULL, 0, 0, 0}};
 
 static int apply_overrides(struct calib *c, char *err, size_t errlen)
 {
@@ -860,12 +858,28 @@ static void match_known(struct vm_layout *lay)
   }
 }
 
+/* The kinds of internal events by state, in both numberings: the
+** interpreter's states, then GC, EXIT and the compiler's three (RECORD,
+** OPT, ASM), from slot `gc` on. */
+static void name_internal_kinds(struct vm_layout *lay, int gc)
+{
+  int i;
+  memset(lay->internal_kind, INTERNAL_UNKNOWN, sizeof(lay->internal_kind));
+  for (i = 0; i < gc; i++)
+    lay->internal_kind[i] = INTERNAL_INTERPRETER;
+  lay->internal_kind[gc] = INTERNAL_GC;
+  lay->internal_kind[gc + 1] = INTERNAL_EXIT;
+  for (i = gc + 2; i <= gc + 4; i++)
+    lay->internal_kind[i] = INTERNAL_JIT;
+}
+
 /* Names the vmstate numbering the observed values belong to. */
 static int classify_states(struct calib *c)
 {
   struct vm_layout *lay = &c->lay;
   int i;
   memset(lay->state_class, STATE_INTERNAL, sizeof(lay->state_class));
+  name_internal_kinds(lay, -1 - lay->st_gc);
   if (lay->st_lua == -1 && lay->st_c == -2 && lay->st_gc == -3) {
     /* INTERP, C, GC, EXIT, RECORD, OPT, ASM */
     lay->state_numbering = "INTERP/C/GC/EXIT/RECORD/OPT/ASM";

@@ -29,6 +29,16 @@ enum vm_state_class {
   STATE_JIT,          /* Trace recorder, optimizer or assembler. */
 };
 
+/* What the VM was doing during an internal event: the kinds of the
+** extended format (docs/format.md). 0: unknown, no kind is written. */
+enum vm_internal_kind {
+  INTERNAL_UNKNOWN = 0,
+  INTERNAL_GC,          /* Garbage collector. */
+  INTERNAL_JIT,         /* Trace recorder, optimizer or assembler. */
+  INTERNAL_EXIT,        /* Trace exit. */
+  INTERNAL_INTERPRETER, /* The VM itself: stack resizes, host C code. */
+};
+
 /* Number of negative vmstate values the hook can classify (~vmstate). */
 #define VM_STATE_SLOTS 16
 
@@ -54,6 +64,8 @@ struct vm_layout {
   uint16_t g_trace;     /* J->trace (a native pointer), from g. */
   uint16_t g_sizetrace; /* J->sizetrace (u32), from g. */
   uint16_t g_parent;    /* J->parent (u32): the trace being exited. */
+  uint16_t g_gctotal;   /* g->gc.total: the heap's size in bytes (GCSize:
+                           8 bytes with GC64, 4 without). */
 
   /* Any GC object: the type byte. */
   uint8_t gct;
@@ -73,6 +85,9 @@ struct vm_layout {
 
   /* Classes of the stored vmstate values -1 .. -VM_STATE_SLOTS. */
   uint8_t state_class[VM_STATE_SLOTS];
+  /* What an internal event in each state is doing (INTERNAL_*). A
+  ** profile in Tarantool's format zeroes its copy: it writes no kinds. */
+  uint8_t internal_kind[VM_STATE_SLOTS];
   /* Learned stored values (for memprof.info()). */
   int32_t st_lua, st_c, st_gc;
   const char *state_numbering; /* Which numbering the values matched. */

@@ -442,5 +442,8 @@ void writer_abandon(struct writer *w)
   }
   free(w->buf);
   w->buf = w->pos = w->limit = NULL;
+  /* The file's other descriptor, the parent's, stays open. */
+  if (w->fd >= 0)
+    close(w->fd);
   w->fd = -1;
 }

@@ -95,8 +95,9 @@ void writer_set_budget(struct writer *w, uint64_t budget);
 int writer_close_at(struct writer *w, uint64_t at, const uint8_t *tail,
                     size_t n);
 
-/* Releases the buffers without writing anything. Used in a forked child,
-** where the thread does not exist and the file belongs to the parent. */
+/* Releases the buffers and closes the descriptor without writing anything.
+** Used in a forked child, where the thread does not exist and the file
+** belongs to the parent. */
 void writer_abandon(struct writer *w);
 
 void writer_bytes(struct writer *w, const void *data, size_t len);

@@ -24,8 +24,9 @@
 --     unchanged = <number of rows with no change>,
 --     totals = { allocated_bytes = { before, after, change }, ... },
 --   }
--- The totals cover every row, so their live bytes are the net bytes of
--- each stream.
+-- The totals cover every row; their live bytes are the net bytes of each
+-- stream (the rows' live bytes less what was freed of the blocks
+-- allocated before the profile, which no row holds).
 
 local rows = require('memprof.report.rows')
 
@@ -125,6 +126,10 @@ function M.compare(before, after, opts)
     end
   end
   sort_changes(list, SORT_FIELD[opts.sort or 'bytes'])
+  -- No row holds what was freed of the blocks allocated before each
+  -- profile: the total live is each stream's net bytes.
+  totals.live_bytes = { before = before.heap.total, after = after.heap.total,
+    change = after.heap.total - before.heap.total }
   return { rows = list, unchanged = unchanged, totals = totals }
 end
 

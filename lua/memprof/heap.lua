@@ -31,7 +31,7 @@
 -- block the event released (realloc, free):
 --   pass.released_stack   the stack of the event that produced it, or nil
 --   pass.released_born    the number of that event among the allocation
---                         events, or nil (allocated before profiling)
+--                         events, or nil (blocks allocated before the profile)
 --   pass.released_age     how many allocation events happened after it
 --                         and before this release, or nil
 --   pass.released_size    its size when it was produced, or nil
@@ -50,7 +50,7 @@
 local M = {}
 
 M.BEFORE_PROFILING = { id = 0, source = 'before',
-  name = '(allocated before profiling)' }
+  name = '(blocks allocated before the profile)' }
 
 local BEFORE_PROFILING = M.BEFORE_PROFILING
 

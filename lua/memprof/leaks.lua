@@ -22,6 +22,8 @@
 --     before_profiling = <bytes of blocks allocated before profiling
 --                         and freed during it, as a negative number>,
 --     total = <net bytes of the stream>,   -- = bytes + before_profiling
+--     collected_at_stop = <true when garbage was collected at stop, so
+--                          that every live block was reachable>,
 --   }
 
 local M = {}
@@ -80,9 +82,10 @@ function Leaks:add_block(row, size, stack, weight)
   end
 end
 
-function Leaks:finish(_, heap)
+function Leaks:finish(stream, heap)
   local rows, by_group = {}, {}
-  local result = { rows = rows, count = 0, bytes = 0, total = heap.total }
+  local result = { rows = rows, count = 0, bytes = 0, total = heap.total,
+    collected_at_stop = stream.collected_at_stop or false }
   heap:each_live_block(function(_, size, site, stack, _, weight)
     local group = self.grouper:key(site, stack)
     local row = by_group[group]

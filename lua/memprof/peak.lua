@@ -3,11 +3,13 @@
 --
 -- The heap's size is the net bytes since the start (heap.total after
 -- each event); the peak is the first moment it is highest (0 bytes "at
--- the start", before any event, if it never grows).  The memory live at
--- that moment is broken down by group (the group of the event that
--- produced each block); frees of blocks allocated before profiling are
--- charged to the pseudo-site "(allocated before profiling)", so the rows
--- always add up to the peak.
+-- the start", before any event, if it never grows).  When the stream
+-- records the heap at the start (the extended format), the peak is also
+-- given as the VM's whole heap: that heap plus the net bytes.  The
+-- memory live at that moment is broken down by group (the group of the
+-- event that produced each block); what was freed of the blocks
+-- allocated before the profile is kept apart (`before`), so that no row
+-- is negative: the rows less before.freed_bytes add up to the peak.
 --
 -- One pass, memory proportional to the number of groups: each group
 -- keeps its live bytes and blocks now, and their change since the
@@ -27,10 +29,18 @@
 --       { group = <group>, bytes = <bytes live>, blocks = <blocks live> },
 --       ...                             -- groups holding nothing left out
 --     },
+--     before = {                        -- blocks allocated before the
+--       freed_bytes = <bytes>,          -- profile, freed or reallocated
+--       freed_blocks = <blocks>,        -- away before the peak
+--       live_bytes = <bytes>,           -- still live at the peak (nil
+--     },                                -- without heap_at_start)
+--     heap_at_start = <the VM's heap when the profile started, or nil>,
+--     heap_bytes = <heap_at_start + bytes: the VM's heap at the peak,
+--                   or nil>,
 --     total = <net bytes at the end>,
+--     estimate = <true for a sampled profile: the peak is the highest
+--                 estimated heap, an estimate too>,
 --   }
--- The pseudo-site's row has negative bytes and blocks: what was freed of
--- the memory allocated before profiling.
 
 local M = {}
 
@@ -108,18 +118,32 @@ function Peak:feed(ev, owner, heap)
   end
 end
 
+-- What was freed before the peak of the blocks allocated before the
+-- profile (the pseudo-group's row, negative), and what is left of them.
+local function before_part(row, heap_at_start)
+  local freed_bytes = row and -row.bytes or 0
+  local before = { freed_bytes = freed_bytes,
+    freed_blocks = row and -row.blocks or 0 }
+  if heap_at_start then
+    before.live_bytes = heap_at_start - freed_bytes
+  end
+  return before
+end
+
 function Peak:finish(stream)
   if self.waiting_for_time and stream.time ~= self.peak_time then
     self.time_next = stream.time
   end
-  local rows = {}
+  local rows, before_row = {}, nil
   for _, record in ipairs(self.records) do
     local bytes, blocks = record.bytes, record.blocks
     if record.generation == self.generation then
       bytes = bytes - record.since_bytes
       blocks = blocks - record.since_blocks
     end
-    if bytes ~= 0 or blocks ~= 0 then
+    if record.group.source == 'before' then
+      before_row = { bytes = bytes, blocks = blocks }
+    elseif bytes ~= 0 or blocks ~= 0 then
       rows[#rows + 1] = { group = record.group, bytes = bytes,
         blocks = blocks }
     end
@@ -134,9 +158,13 @@ function Peak:finish(stream)
   for _, record in ipairs(self.records) do
     total = total + record.bytes
   end
+  local start = stream.heap_at_start
   return { bytes = self.peak, event = self.peak_event,
     offset = self.peak_offset, time = self.peak_time,
-    time_next = self.time_next, rows = rows, total = total }
+    time_next = self.time_next, rows = rows, total = total,
+    before = before_part(before_row, start), heap_at_start = start,
+    heap_bytes = start and start + self.peak,
+    estimate = stream.sample_bytes ~= nil }
 end
 
 return M

@@ -49,6 +49,10 @@
 --   id      small integer, dense from 1 in order of first appearance
 --   source  'internal' | 'lua' | 'c' | 'trace'
 --   name    the display name ('INTERNAL', '@f.lua:5', 'malloc+0x10', ...)
+--   internal_kind   for internal sites of the extended format, what the
+--           VM was doing: 'garbage collector', 'JIT compiler', 'trace
+--           exit' or 'interpreter' (named 'INTERNAL (garbage collector)'
+--           and so on); nil for 'INTERNAL' (no kind, or version 3)
 --   chunkname, line   for Lua sites (chunkname is nil when the function
 --                     was never described by the stream)
 --   traceno           for the sites of one trace (see below)
@@ -96,8 +100,14 @@
 -- time mark, or nil), aliases (the aliases given to multi-line chunk
 -- names, as { name = ..., chunkname = ... }, in order of first use),
 -- decoder ('ffi' or 'plain'), sample_bytes (nil, or for a sampled
--- profile the mean bytes between samples: see memprof.sampling).  has_stacks and has_time become true as the
--- records are read: they are final once next() has returned nil.
+-- profile the mean bytes between samples: see memprof.sampling).
+-- has_stacks and has_time become true as the records are read: they are
+-- final once next() has returned nil.
+-- The notes of the extended format: heap_at_start (the VM's heap in
+-- bytes when the profile started, read with the headers; nil without
+-- the note, and in version 3), collected_at_stop (true once the note
+-- that garbage was collected at stop is read) and heap_after_collection
+-- (the heap's size in bytes after that collection, or nil).
 --
 -- The decoder below is written once and instantiated for two ways of
 -- fetching a byte: string.byte (plain Lua 5.1) and an FFI pointer into
@@ -130,7 +140,11 @@ local EXTENDED_VERSION = 100
 
 local SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE = 1, 2, 3, 4
 -- Sources of the extended records of kind 0.
-local SOURCE_STACK, SOURCE_TIME = 5, 6
+local SOURCE_STACK, SOURCE_TIME, SOURCE_NOTE = 5, 6, 7
+local NOTE_HEAP_AT_START, NOTE_COLLECTED_AT_STOP = 1, 2
+-- What the VM was doing during an internal event of the extended format.
+local INTERNAL_KINDS = { 'garbage collector', 'JIT compiler', 'trace exit',
+  'interpreter' }
 local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3
 local KIND_NAMES = { [KIND_ALLOC] = 'alloc', [KIND_FREE] = 'free',
   [KIND_REALLOC] = 'realloc' }
@@ -138,7 +152,7 @@ local EPILOGUE = 0x80
 -- The sampling record of the extended format, and its one scheme.
 local SAMPLING_RECORD, SAMPLING_POISSON_BYTES = 0x5c, 1
 -- In an allocation event header of the extended format: a stack id
--- follows the location.
+-- follows the location (for an internal event: the kind of the event).
 local STACK_BIT = 0x20
 local MAX_FRAMES = 64
 local FRAME_LUA, FRAME_C = 0x08, 0x0c
@@ -158,12 +172,13 @@ for header = 0x04, 0x13 do
   HEADER_KIND_EXTENDED[header] = header % 4
   HEADER_SOURCE[header] = (header - header % 4) / 4
 end
-for _, header in ipairs({ 0x14, 0x18 }) do
+for _, header in ipairs({ 0x14, 0x18, 0x1c }) do
   HEADER_KIND_EXTENDED[header] = KIND_SYMBOL
   HEADER_SOURCE[header] = header / 4
 end
--- Allocation events from Lua and C functions may carry a stack.
-for _, source in ipairs({ SOURCE_LUA, SOURCE_C }) do
+-- Allocation events from Lua and C functions may carry a stack, internal
+-- events a kind.
+for _, source in ipairs({ SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C }) do
   for kind = KIND_ALLOC, KIND_REALLOC do
     local header = STACK_BIT + source * 4 + kind
     HEADER_KIND_EXTENDED[header] = kind
@@ -172,18 +187,20 @@ for _, source in ipairs({ SOURCE_LUA, SOURCE_C }) do
 end
 
 -- The valid headers, as error messages list them.
+local EXTENDED_HEADERS = '0x05-0x14, 0x18, 0x1c, 0x25-0x27, 0x29-0x2b, ' ..
+  '0x2d-0x2f or 0x80'
 local VALID_HEADERS = {
   [3] = '0x00-0x13 or 0x80',
-  [EXTENDED_VERSION] = '0x05-0x14, 0x18, 0x29-0x2b, 0x2d-0x2f or 0x80',
+  [EXTENDED_VERSION] = EXTENDED_HEADERS,
 }
 local VALID_WITH_SOURCE = {
   [3] = '0x05-0x13 or 0x80',
-  [EXTENDED_VERSION] = '0x05-0x14, 0x18, 0x29-0x2b, 0x2d-0x2f or 0x80',
+  [EXTENDED_VERSION] = EXTENDED_HEADERS,
 }
 local VALID_RECORDS = {
   [3] = 'a symbol event header (0x08, 0x0c or 0x10)',
-  [EXTENDED_VERSION] = 'a symbol, stack or time record header ' ..
-    '(0x08, 0x0c, 0x10, 0x14 or 0x18)',
+  [EXTENDED_VERSION] = 'a symbol, stack, time or note record header ' ..
+    '(0x08, 0x0c, 0x10, 0x14, 0x18 or 0x1c)',
 }
 
 -- What each field of an allocation event is, for error messages.
@@ -511,6 +528,19 @@ function common:read_headers()
   end
   self.in_events = true
   self.bytes_read = self:offset_of(self.pos)
+  self:read_heap_at_start()
+end
+
+-- The note of the heap at start, when the extended stream begins with
+-- one: read now, so that the heap is known before the first event.
+function common:read_heap_at_start()
+  if self.version ~= EXTENDED_VERSION then
+    return
+  end
+  self:fill(1)
+  if self.pos <= self.last and byte(self.buf, self.pos) == 0x1c then
+    self:record(0x1c, self.pos)
+  end
 end
 
 -- Site lookups (the slow halves; the fast path checks the caches) -----
@@ -519,6 +549,25 @@ function common:internal()
   local site = self:new_site({ source = 'internal', name = 'INTERNAL' })
   site.func = site
   self.internal_site = site
+  return site
+end
+
+-- The site of the internal events of one kind (extended format), at the
+-- offset `at` of the kind.
+function common:internal_kind_site(kind, at)
+  local site = self.internal_kind_sites[kind]
+  if site then
+    return site
+  end
+  local what = INTERNAL_KINDS[kind]
+  if not what then
+    self:fail(self:offset_of(at), format('expected the kind of an ' ..
+      'internal event (1 to %d), found %d', #INTERNAL_KINDS, kind))
+  end
+  site = self:new_site({ source = 'internal', internal_kind = what,
+    name = 'INTERNAL (' .. what .. ')' })
+  site.func = site
+  self.internal_kind_sites[kind] = site
   return site
 end
 
@@ -747,16 +796,14 @@ end
 local function extended_header_note(header)
   if header == SAMPLING_RECORD then
     return ', a sampling record, which is valid only right after the ' ..
-      'event stream header'
+      'event stream header, before the note of the heap at start'
   elseif header % 0x80 >= 0x40 then
     return ', a reserved header (bit 6 set) that this reader cannot skip'
-  elseif header == 0x1c then
-    return ', a reserved record that this reader cannot skip'
   end
   local kind, source = header % 4, (header % STACK_BIT - header % 4) / 4
   if header >= STACK_BIT and header < 0x80 and kind ~= KIND_SYMBOL and
-      (source == SOURCE_INTERNAL or source == SOURCE_TRACE) then
-    return ': internal and trace events carry no stack'
+      source == SOURCE_TRACE then
+    return ': trace events carry no stack'
   end
   return ''
 end
@@ -836,6 +883,33 @@ function common:read_time_body()
   self.has_time = true
 end
 
+-- A note (0x1c): its kind, then a number.  The heap at start comes
+-- first, right after the headers; the collection at stop once, last.
+function common:read_note_body(pos)
+  local kind_at = self:offset_of(self.pos)
+  local kind = self:read_uleb('the kind of a note')
+  if kind == NOTE_HEAP_AT_START then
+    local heap = self:read_uleb('the heap at start of a note')
+    if self.heap_at_start or self.events > 0 or self.has_time or
+        self.has_stacks then
+      self:fail(self:offset_of(pos), 'expected the note of the heap at ' ..
+        'start only once, first after the event stream header')
+    end
+    self.heap_at_start = heap
+  elseif kind == NOTE_COLLECTED_AT_STOP then
+    local heap = self:read_uleb('the heap after the collection of a note')
+    if self.collected_at_stop then
+      self:fail(self:offset_of(pos), 'expected the note of the ' ..
+        'collection at stop only once')
+    end
+    self.collected_at_stop = true
+    self.heap_after_collection = heap
+  else
+    self:fail(kind_at, format('expected the kind of a note (1 for the ' ..
+      'heap at start, 2 for the collection at stop), found %d', kind))
+  end
+end
+
 function common:read_record_body(header, pos)
   local source = HEADER_SOURCE[header]
   self.pos = pos + 1
@@ -849,6 +923,8 @@ function common:read_record_body(header, pos)
     self:read_stack_body()
   elseif source == SOURCE_TIME then
     self:read_time_body()
+  elseif source == SOURCE_NOTE then
+    self:read_note_body(pos)
   else
     self:fail(self:offset_of(pos), format('expected %s, found 0x%02x',
       VALID_RECORDS[self.version], header))
@@ -879,7 +955,8 @@ function common:diagnose_event(header, pos)
     fields[#fields + 1] = what
   end
   if header >= STACK_BIT then
-    fields[#fields + 1] = 'a stack id'
+    fields[#fields + 1] = HEADER_SOURCE[header] == SOURCE_INTERNAL and
+      'the kind of an internal event' or 'a stack id'
   end
   for _, what in ipairs(EVENT_FIELDS[self.header_kind[header]]) do
     fields[#fields + 1] = what
@@ -1037,7 +1114,7 @@ local function make_methods(make_view, byte_at)
       return self:diagnose_event(header, pos)
     end
     local stack = nil
-    if stack_at ~= 0 then
+    if stack_at ~= 0 and source ~= SOURCE_INTERNAL then
       stack = self.stacks[stack_id]
       if not stack then
         return self:undefined_stack(stack_id, stack_at)
@@ -1046,7 +1123,12 @@ local function make_methods(make_view, byte_at)
     end
     local site
     if source == SOURCE_INTERNAL then
-      site = self.internal_site or self:internal()
+      if stack_at == 0 then
+        site = self.internal_site or self:internal()
+      else
+        site = self.internal_kind_sites[stack_id] or
+          self:internal_kind_site(stack_id, stack_at)
+      end
     elseif source == SOURCE_LUA then
       local sym = self.lfuncs[loc]
       site = sym and sym.sites[line] or self:lua_site(loc, line)
@@ -1115,6 +1197,9 @@ local function new_stream(name, read_chunk, close_source, opts)
     has_time = false,
     time = nil,
     sample_bytes = nil,
+    heap_at_start = nil,
+    collected_at_stop = false,
+    heap_after_collection = nil,
     decoder = meta == plain_meta and 'plain' or 'ffi',
     -- reading state
     read_chunk = read_chunk,
@@ -1131,7 +1216,7 @@ local function new_stream(name, read_chunk, close_source, opts)
     -- symbol table
     lfuncs = {}, cfuncs = {}, traces = {}, c_sorted = nil,
     c_sites = {}, trace_sites = {}, unknown_c = {}, alias_of = {},
-    internal_site = nil, trace_starts = {},
+    internal_site = nil, internal_kind_sites = {}, trace_starts = {},
     split_traces = opts.split_traces or false,
   }, meta)
   self.inferred_stacks = self.inferred.list

@@ -128,7 +128,9 @@ local function usage()
     'the report of its profile (or the --format asked for) on stderr, or',
     'into the file of --output: stdout is the script\'s.  The script runs',
     'in a child process (--lua, default the interpreter running memprof)',
-    'with its arguments; memprof exits with its exit status.',
+    'with its arguments; memprof exits with its exit status.  A %p in',
+    'PROFILE is the process id: processes the script forks write',
+    'profiles of their own, and the report is of the script\'s.',
     '',
     'Options of run:',
   }
@@ -221,8 +223,35 @@ local function literal(value)
   return tostring(value)
 end
 
--- The chunk run by -e before the script.
-function M.wrapper(module_path, profile, opts)
+-- The file name of a profile path in process `pid`, as memprof.start
+-- makes it: %p is the process id, %% a single %.
+function M.file_name(profile, pid)
+  return (profile:gsub('%%([p%%])', function(c)
+    return c == 'p' and tostring(pid) or '%'
+  end))
+end
+
+-- Whether the file name of a profile path depends on the process.
+function M.names_process(profile)
+  return M.file_name(profile, '') ~= M.file_name(profile, 0)
+end
+
+-- Code that writes this process's id to the file pid_file, for a profile
+-- path with %p: memprof then knows which file is the script's. It runs
+-- before start, so nothing of it is in the profile.
+local function write_pid(pid_file)
+  return table.concat({
+    "local stat = io.open('/proc/self/stat')",
+    "local pid = stat and stat:read('*n')",
+    'if stat then stat:close() end',
+    'local to = pid and io.open(' .. format('%q', pid_file) .. ", 'w')",
+    'if to then to:write(pid) to:close() end',
+  }, ' ')
+end
+
+-- The chunk run by -e before the script. With pid_file, it writes its
+-- process id there (see write_pid).
+function M.wrapper(module_path, profile, opts, pid_file)
   local options = {}
   if opts.stack_depth then
     options[#options + 1] = 'stack_depth = ' .. literal(opts.stack_depth)
@@ -266,6 +295,7 @@ function M.wrapper(module_path, profile, opts)
     "debug.getregistry()['memprof run'] = guard",
     'local exit = os.exit',
     'os.exit = function(...) finish() return exit(...) end',
+    pid_file and write_pid(pid_file) or '',
     'local ok, message = memprof.start(' .. literal(profile) .. ', ' ..
       start_options .. ')',
     "if not ok then io.stderr:write('memprof: cannot start the profiler: ', " ..
@@ -301,6 +331,15 @@ local function report_options(opts)
   return copy
 end
 
+-- The process id the script wrote to pid_file (which goes), or nil.
+local function script_pid(pid_file)
+  local f = io.open(pid_file)
+  local pid = f and f:read('*n')
+  if f then f:close() end
+  os.remove(pid_file)
+  return pid
+end
+
 local function run(opts, words, out, err, how)
   local module_path = M.find_module(how.dir)
   if not module_path then
@@ -309,10 +348,14 @@ local function run(opts, words, out, err, how)
     return 1
   end
   local profile = opts.profile or M.default_profile(words[1])
+  local pid_file = M.names_process(profile) and os.tmpname() or nil
   local command = M.command(interpreter(opts, how),
-    M.wrapper(module_path, profile, opts), words)
+    M.wrapper(module_path, profile, opts, pid_file), words)
   out:flush()
   local code = M.exit_code(os.execute(command))
+  if pid_file then
+    profile = M.file_name(profile, script_pid(pid_file) or '%p')
+  end
   err:write(format('%s: %s exited with %d; profile in %s\n', PROGRAM,
     words[1], code, profile))
   local report_code = cli.report_main(profile, report_options(opts), err,

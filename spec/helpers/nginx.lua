@@ -21,6 +21,7 @@
 --   server:get('/path') -> HTTP status (0: no answer), body
 --   server:poll('/path', pattern [, tries]) -> body once it matches, or nil
 --   server:error_log() -> error.log so far
+--   server:quit()                     -- ends nginx, keeps its files
 --   server:stop()                     -- idempotent; call it in finally()
 --
 -- Lua code in the configuration is placed between braces as is; it must
@@ -193,11 +194,12 @@ local function master_pid(server)
   return pid and pid:match('^(%d+)')
 end
 
-function Server:stop()
-  if self.stopped then
+-- Ends nginx (gracefully, within 10 s, else killed) and keeps its files.
+function Server:quit()
+  if self.quit_done then
     return
   end
-  self.stopped = true
+  self.quit_done = true
   local pid = master_pid(self)
   if pid and alive(pid) then
     command.run('kill -QUIT ' .. pid .. ' 2>/dev/null')
@@ -219,6 +221,14 @@ function Server:stop()
       sleep(0.1)
     end
   end
+end
+
+function Server:stop()
+  if self.stopped then
+    return
+  end
+  self.stopped = true
+  self:quit()
   command.remove_tree(self.dir)
 end
 

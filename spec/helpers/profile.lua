@@ -44,9 +44,14 @@ end
 -- Profiles fn(...) in this VM. Returns the events, the stream, and what
 -- collectgarbage('count') said right after start and right before stop.
 function M.profile(fn, ...)
+  return M.profile_with(nil, fn, ...)
+end
+
+-- The same, started with memprof.start's options (nil: none).
+function M.profile_with(options, fn, ...)
   local memprof = require('memprof')
   local path = M.tmpname()
-  assert(memprof.start(path))
+  assert(memprof.start(path, options))
   local before = collectgarbage('count')
   -- An error in fn must not leave the profiler running for later specs.
   local ok, err = pcall(fn, ...)

@@ -19,6 +19,9 @@
 --   s:alloc(B.lua(0x100, 5, 1), 0x1000, 64)       -- an event with stack 1
 --   s:time(2000000)                               -- a time mark (ns)
 --   s:events({ version = B.EXTENDED, sample_bytes = 100 })  -- sampled
+--   s:note(B.HEAP_AT_START, 4096)                  -- a note
+--   s:alloc(B.internal(1), 0x2000, 32)            -- an internal event of
+--                                                 -- kind 1 (collector)
 
 local B = {}
 
@@ -47,8 +50,10 @@ end
 
 local SOURCE_BITS = { internal = 0x04, lua = 0x08, c = 0x0c, trace = 0x10 }
 
-function B.internal()
-  return { source = 'internal' }
+-- An internal event; in the extended format, with the kind of what the
+-- VM was doing (1 to 4), written after the header.
+function B.internal(kind)
+  return { source = 'internal', kind = kind }
 end
 
 function B.lua(proto_addr, line, stack_id)
@@ -132,15 +137,23 @@ function Builder:define_trace(traceno, proto_addr, line)
   return self:raw(char(0x10)):numbers(traceno, proto_addr, line)
 end
 
--- The header, location and (when loc.stack is set) stack id of an event.
+-- The header, location and (when loc.stack is set) stack id of an event,
+-- or (when loc.kind is set) the kind of an internal event.
 function Builder:event(kind, loc)
-  local stack_bit = loc.stack and 0x20 or 0
-  self:raw(char(kind + SOURCE_BITS[loc.source] + stack_bit))
+  local extra = loc.stack or loc.kind
+  self:raw(char(kind + SOURCE_BITS[loc.source] + (extra and 0x20 or 0)))
   self:numbers(unpack(loc))
-  if loc.stack then
-    self:numbers(loc.stack)
+  if extra then
+    self:numbers(extra)
   end
   return self
+end
+
+-- A note (extended format): B.HEAP_AT_START or B.COLLECTED_AT_STOP, and
+-- the heap's size in bytes.
+B.HEAP_AT_START, B.COLLECTED_AT_STOP = 1, 2
+function Builder:note(kind, bytes)
+  return self:raw(char(0x1c)):numbers(kind, bytes)
 end
 
 -- A stack definition: frames are B.lua(proto_addr, line) and B.c(addr)

@@ -101,9 +101,13 @@ local function peak_event(peak, clock)
     local row = peak.rows[i]
     held_by[row.group.name] = row.bytes
   end
+  -- heap_bytes: the VM's whole heap at the peak, when the stream records
+  -- the heap at the start (bytes is the growth since the start);
+  -- estimate: true in a sampled profile, whose peak is an estimate.
   return { name = 'peak', ph = 'i', s = 'p', ts = ts, pid = M.PID,
     tid = M.TID, args = { bytes = peak.bytes, event = peak.event,
-      held_by = held_by } }
+      heap_bytes = peak.heap_bytes, held_by = held_by,
+      estimate = peak.estimate or nil } }
 end
 
 function M.document(result)

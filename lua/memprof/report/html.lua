@@ -31,6 +31,7 @@
 -- stacks; a note on the page says so.
 
 local layout = require('memprof.report.layout')
+local heap = require('memprof.heap')
 local sampling = require('memprof.sampling')
 local timeline = require('memprof.timeline')
 local utf8 = require('memprof.utf8')
@@ -859,8 +860,20 @@ local function live_table(result, settings)
     size_cell(leaks.bytes) .. number_cell(leaks.count) ..
     share_cell(leaks.bytes, leaks.bytes)
   return table_html('table-live', 'Live at end: blocks never freed, by ' ..
-    'where they were allocated', { 'Site', 'Live', 'Blocks', 'Share' },
+    'where they were allocated. ' ..
+    escape(layout.collection_note(leaks.collected_at_stop)), { 'Site', 'Live', 'Blocks', 'Share' },
     body, foot)
+end
+
+-- What the peak is: the VM's whole heap when the stream records the heap
+-- at the start, else the growth above it.
+local function peak_amount(peak)
+  if peak.heap_bytes then
+    return format('%s %s', peak.estimate and 'estimated peak heap' or
+      'peak heap', human_size(peak.heap_bytes))
+  end
+  return format('%s above the heap at the start (not recorded in this ' ..
+    'profile)', human_size(peak.bytes))
 end
 
 local function peak_caption(result)
@@ -868,12 +881,33 @@ local function peak_caption(result)
   if peak.event == 0 then
     return 'Peak: the heap never grew past its size at the start'
   end
-  local text = format('Peak holders: %s live after event %s',
-    human_size(peak.bytes), with_commas(peak.event))
+  local text = format('Peak holders: %s after event %s', peak_amount(peak),
+    with_commas(peak.event))
   if result.stream.has_time then
     text = text .. ', at ' .. human_time(peak.time or 0)
   end
+  if peak.heap_bytes then
+    text = text .. format(', of which %s allocated before the profile',
+      human_size(peak.before.live_bytes))
+  end
   return text
+end
+
+-- The row of the blocks allocated before the profile: still live at the
+-- peak (when the heap at the start is known), or freed before it.
+local function peak_before_row(peak)
+  local before = peak.before
+  local name = '<th scope="row">' .. escape(heap.BEFORE_PROFILING.name)
+  if before.live_bytes then
+    return name .. ', still live</th>' .. size_cell(before.live_bytes) ..
+      '<td></td>' .. share_cell(before.live_bytes, peak.heap_bytes)
+  end
+  if before.freed_blocks == 0 then
+    return nil
+  end
+  return name .. ', freed before the peak</th>' ..
+    size_cell(before.freed_bytes) .. number_cell(before.freed_blocks) ..
+    '<td></td>'
 end
 
 local function peak_table(result, settings)
@@ -886,10 +920,12 @@ local function peak_table(result, settings)
     return empty_table('table-peak', escape(peak_caption(result)),
       'Nothing was live at the peak.')
   end
+  local total = peak.heap_bytes or peak.bytes
   local body, foot = share_rows(sort_by(peak.rows, settings, 'bytes',
-    'blocks'), settings.top, 'blocks', peak.bytes)
+    'blocks'), settings.top, 'blocks', total)
+  foot[#foot + 1] = peak_before_row(peak)
   foot[#foot + 1] = '<th scope="row">Total at the peak</th>' ..
-    size_cell(peak.bytes) .. '<td></td>' .. share_cell(peak.bytes, peak.bytes)
+    size_cell(total) .. '<td></td>' .. share_cell(total, total)
   return table_html('table-peak', escape(peak_caption(result)),
     { 'Site', 'Live at the peak', 'Blocks', 'Share' }, body, foot)
 end
@@ -1110,7 +1146,10 @@ local function peak_card(result)
   elseif result.stream.has_time then
     detail = 'at ' .. human_time(peak.time or 0)
   end
-  return card('Peak', size_html(peak.bytes), detail)
+  if peak.heap_bytes then
+    return card('Peak heap', size_html(peak.heap_bytes), detail)
+  end
+  return card('Peak above start', size_html(peak.bytes), detail)
 end
 
 local function live_card(result)
@@ -1248,10 +1287,15 @@ local function grid_svg(scales)
 end
 
 local function peak_label(peak, bytes, time)
-  if peak and peak.event == 0 then
-    return format('peak %s at the start', human_size(bytes))
+  local what = 'peak'
+  if peak and peak.heap_bytes then
+    what, bytes = peak.estimate and 'estimated peak heap' or 'peak heap',
+      peak.heap_bytes
   end
-  return format('peak %s at %s', human_size(bytes), human_time(time))
+  if peak and peak.event == 0 then
+    return format('%s %s at the start', what, human_size(bytes))
+  end
+  return format('%s %s at %s', what, human_size(bytes), human_time(time))
 end
 
 -- The peak: a dashed line at its time, a dot at its height, a label.

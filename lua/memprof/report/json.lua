@@ -186,6 +186,9 @@ local function stream_section(stream)
     last_time_ns = or_null(stream.time),
     sample_bytes = or_null(stream.sample_bytes),
     estimates = stream.sample_bytes ~= nil,
+    heap_at_start = or_null(stream.heap_at_start),
+    collected_at_stop = stream.collected_at_stop,
+    heap_after_collection = or_null(stream.heap_after_collection),
   }
 end
 
@@ -231,7 +234,8 @@ local function event_sections(list)
     if row.allocated_events > 0 or row.released_blocks > 0 then
       heap[#heap + 1] = { row = id, name = name, live_bytes = row.live_bytes,
         live_blocks = row.live_blocks, allocs = row.allocated_events,
-        reallocs = row.realloc_events, frees = row.released_blocks }
+        reallocs = row.realloc_events, frees = row.released_blocks,
+        freed_bytes = row.released_bytes }
     end
   end
   return sorted(allocations, 'bytes'), sorted(reallocations, 'new_bytes'),
@@ -267,7 +271,8 @@ local function live_section(leaks, stream)
       bytes = row.bytes, stacks = M.array(stacks) }
   end
   return { rows = M.array(list), blocks = leaks.count, bytes = leaks.bytes,
-    freed_before_profiling = -leaks.before_profiling, net_bytes = leaks.total }
+    freed_before_profiling = -leaks.before_profiling, net_bytes = leaks.total,
+    collected_at_stop = leaks.collected_at_stop }
 end
 
 local function peak_section(peak)
@@ -279,9 +284,15 @@ local function peak_section(peak)
     list[i] = { row = row.group.id, name = row.group.name, bytes = row.bytes,
       blocks = row.blocks }
   end
+  local before = peak.before
   return { bytes = peak.bytes, event = peak.event,
     offset = or_null(peak.offset), time_ns = or_null(peak.time),
-    next_time_ns = or_null(peak.time_next), rows = M.array(list) }
+    next_time_ns = or_null(peak.time_next), rows = M.array(list),
+    heap_at_start = or_null(peak.heap_at_start),
+    heap_bytes = or_null(peak.heap_bytes),
+    before = { freed_bytes = before.freed_bytes,
+      freed_blocks = before.freed_blocks,
+      live_bytes = or_null(before.live_bytes) } }
 end
 
 local TEMPORARY_FIELDS = { 'blocks', 'bytes', 'temporary_blocks',

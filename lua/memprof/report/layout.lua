@@ -258,4 +258,14 @@ function M.renderer(write)
   end
 end
 
+-- Whether the blocks live at the end are known to be reachable (the
+-- profile collected garbage at stop).
+function M.collection_note(collected)
+  if collected then
+    return 'Garbage was collected at stop: these blocks were reachable.'
+  end
+  return 'Garbage was not collected at stop: some of these blocks may be ' ..
+    'unreachable; start with collect_at_stop = true to know.'
+end
+
 return M

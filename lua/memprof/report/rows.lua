@@ -20,11 +20,14 @@
 --                      realloc_bytes
 --   live_bytes       what the row's blocks hold at the end: bytes it
 --                    produced minus those of its blocks later released
---                    (negative for the pseudo-row of blocks allocated
---                    before profiling)
 --   live_blocks      its blocks still live (allocated_events minus
 --                    released blocks)
 --   released_blocks  its blocks freed or reallocated away (anywhere)
+--   released_bytes   their bytes
+--   before           true for the row of the blocks allocated before the
+--                    profile: it produced nothing, so it holds nothing
+--                    (live 0) and only has released blocks and bytes
+-- No figure is negative.
 --   overrides        per kind ('realloc', 'free'): { { group =, blocks = },
 --                    ... } the rows whose blocks the events released
 
@@ -33,7 +36,7 @@ local M = {}
 local FIELDS = { 'alloc_events', 'alloc_bytes', 'realloc_events',
   'realloc_bytes', 'realloc_old_bytes', 'free_events', 'freed_bytes',
   'allocated_events', 'allocated_bytes', 'live_bytes', 'live_blocks',
-  'released_blocks' }
+  'released_blocks', 'released_bytes' }
 M.FIELDS = FIELDS
 
 -- The group of a key of the sites or heap passes: a group already, or a
@@ -109,8 +112,13 @@ end
 function Collector:add_heap(stats_list)
   for _, stats in ipairs(stats_list) do
     local row = self:row(stats.site)
-    row.live_bytes = row.live_bytes + stats.holds
-    row.live_blocks = row.live_blocks + stats.allocs - stats.frees
+    if row.group.source == 'before' then
+      row.before = true
+      row.released_bytes = row.released_bytes - stats.holds
+    else
+      row.live_bytes = row.live_bytes + stats.holds
+      row.live_blocks = row.live_blocks + stats.allocs - stats.frees
+    end
     row.released_blocks = row.released_blocks + stats.frees
   end
 end
@@ -128,6 +136,9 @@ function M.collect(result)
     if row then
       row.allocated_events = row.alloc_events + row.realloc_events
       row.allocated_bytes = row.alloc_bytes + row.realloc_bytes
+      if not row.before then
+        row.released_bytes = row.allocated_bytes - row.live_bytes
+      end
       row.override_at = nil
       list[#list + 1] = row
     end

@@ -35,7 +35,9 @@
 -- sites that had produced the released blocks.
 --
 -- HEAP SUMMARY: every site whose holds are not zero, by holds (then
--- name), then the TOTAL (the net bytes of the stream).  "N allocs" counts
+-- name), then the blocks allocated before the profile and released
+-- during it (their own line: they hold nothing), then the TOTAL (the net
+-- bytes of the stream).  "N allocs" counts
 -- the events at the site that produced a block, alloc or realloc; when
 -- all of them were reallocations the row ends with "(all allocs were
 -- reallocations)", when only some were, with "(K of the allocs were
@@ -104,15 +106,19 @@ local function event_rows(records, key, sort_field)
   return layout.sort_rows(rows, sort_field)
 end
 
--- Heap rows with nonzero holds, grouped by name and sorted.
+-- Heap rows with nonzero holds, grouped by name and sorted, and the row
+-- of the blocks allocated before the profile (or nil), which holds
+-- nothing and is kept apart.
 local function heap_rows(stats_list, key, sort_field)
-  local kept = {}
+  local kept, before = {}, nil
   for _, row in ipairs(group_by_name(stats_list, key, HEAP_FIELDS)) do
-    if row.holds ~= 0 then
+    if row.sites[1].source == 'before' then
+      before = row
+    elseif row.holds ~= 0 then
       kept[#kept + 1] = row
     end
   end
-  return layout.sort_rows(kept, sort_field)
+  return layout.sort_rows(kept, sort_field), before
 end
 
 local function sorted_keys(set)
@@ -176,7 +182,7 @@ local function realloc_note(row)
   return format(' (%d of the allocs were reallocations)', row.reallocs)
 end
 
-local function write_heap(out, rows, total, opts, used_aliases)
+local function write_heap(out, rows, before, total, opts, used_aliases)
   local size = layout.sizer(opts)
   local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write('HEAP SUMMARY:\n')
@@ -189,6 +195,10 @@ local function write_heap(out, rows, total, opts, used_aliases)
     local sums = layout.sum(rest, HEAP_FIELDS)
     out:write(format('... and %d more hold %s: %d allocs, %d frees\n', #rest,
       size(sums.holds), sums.allocs, sums.frees))
+  end
+  if before then
+    out:write(format('%s: %d freed or reallocated during the profile, %s\n',
+      before.name, before.frees, size(-before.holds)))
   end
   out:write(format('TOTAL holds %s (net bytes of the stream)\n', size(total)))
   out:write('\n')
@@ -250,8 +260,9 @@ function M.write(result, out, opts)
       write_events(out, rows, section.title, opts, used_aliases)
     end
   end
-  write_heap(out, heap_rows(result.heap.sites, key, heap_sort_field(opts)),
-    result.heap.total, opts, used_aliases)
+  local heap_list, before = heap_rows(result.heap.sites, key,
+    heap_sort_field(opts))
+  write_heap(out, heap_list, before, result.heap.total, opts, used_aliases)
   if result.cumulative and not opts.leak_only then
     write_cumulative(out, result.cumulative, opts, used_aliases)
   end

@@ -21,6 +21,7 @@
 local layout = require('memprof.report.layout')
 local analyze = require('memprof.analyze')
 local timeline = require('memprof.timeline')
+local heap = require('memprof.heap')
 
 local M = {}
 
@@ -97,7 +98,8 @@ function M.write_leaks(out, leaks, opts, used)
     out:write(format('Freed during the profile, allocated before it: %s\n',
       size(-leaks.before_profiling)))
   end
-  out:write(format('Net bytes of the stream: %s\n\n', size(leaks.total)))
+  out:write(format('Net bytes of the stream: %s\n', size(leaks.total)))
+  out:write(layout.collection_note(leaks.collected_at_stop), '\n\n')
 end
 
 -- PEAK ---------------------------------------------------------------------
@@ -120,17 +122,57 @@ local function peak_moment(peak, stream)
 end
 
 local function peak_row_tail(row, size)
-  if row.group.source == 'before' then
-    return format(': %s (%s freed)', size(row.bytes),
-      plural(-row.blocks, 'block'))
-  end
   return format(': %s in %s', size(row.bytes), plural(row.blocks, 'block'))
+end
+
+-- The first line of PEAK: the VM's whole heap when the stream records
+-- the heap at the start, else the growth above it.
+local function peak_title(peak, stream, size)
+  if peak.heap_bytes then
+    return format('PEAK: %s %s %s, of which %s allocated before ' ..
+      'the profile. Held by:\n',
+      peak.estimate and 'estimated peak heap' or 'peak heap',
+      size(peak.heap_bytes),
+      peak_moment(peak, stream), size(peak.before.live_bytes))
+  end
+  if peak.event == 0 then
+    return 'PEAK: at the start (the heap never grew past its size at the ' ..
+      'start, which this profile does not record). Held by:\n'
+  end
+  return format('PEAK: %s above the heap at the start (which this ' ..
+    'profile does not record), %s. Held by:\n', size(peak.bytes),
+    peak_moment(peak, stream))
+end
+
+-- The blocks allocated before the profile: apart from the rows.
+local function write_peak_before(out, before, size)
+  local name = heap.BEFORE_PROFILING.name
+  if before.live_bytes then
+    out:write(format('%s: %s still live', name, size(before.live_bytes)))
+    if before.freed_blocks ~= 0 then
+      out:write(format(' (%s, %s, freed before the peak)',
+        plural(before.freed_blocks, 'block'), size(before.freed_bytes)))
+    end
+    out:write('\n')
+  elseif before.freed_blocks ~= 0 then
+    out:write(format('%s: %s, %s, freed before the peak\n', name,
+      plural(before.freed_blocks, 'block'), size(before.freed_bytes)))
+  end
+end
+
+local function peak_total(peak, size)
+  if peak.heap_bytes then
+    return format('TOTAL at the peak: %s (the heap at the start, %s, ' ..
+      'and %s more)\n\n', size(peak.heap_bytes), size(peak.heap_at_start),
+      size(peak.bytes))
+  end
+  return format('TOTAL at the peak: %s above the heap at the start\n\n',
+    size(peak.bytes))
 end
 
 function M.write_peak(out, peak, opts, used, stream)
   local size = layout.sizer(opts)
-  out:write(format('PEAK: %s live %s. Held by:\n', size(peak.bytes),
-    peak_moment(peak, stream)))
+  out:write(peak_title(peak, stream, size))
   local rows = sort_rows(peak.rows, opts, 'bytes', 'blocks')
   local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   for _, row in ipairs(shown) do
@@ -142,7 +184,8 @@ function M.write_peak(out, peak, opts, used, stream)
     out:write(format('... and %d more: %s in %s\n', #rest, size(sums.bytes),
       plural(sums.blocks, 'block')))
   end
-  out:write(format('TOTAL at the peak: %s\n\n', size(peak.bytes)))
+  write_peak_before(out, peak.before, size)
+  out:write(peak_total(peak, size))
 end
 
 -- TEMPORARY BLOCKS -----------------------------------------------------------
