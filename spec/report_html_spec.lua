@@ -734,5 +734,8 @@ describe('html report of a sampled profile', function()
     assert.truthy(text:find('<caption>Peak holders: estimated peak heap ' ..
       '14.5 KiB after event 2, of which 4.78 KiB allocated before the ' ..
       'profile</caption>', 1, true))
+    assert.truthy(text:find('<div class="label">Estimated peak heap</div>' ..
+      '<div class="value"><span title="14,899 bytes">14.5 KiB</span></div>',
+      1, true))
   end)
 end)

@@ -1147,7 +1147,8 @@ local function peak_card(result)
     detail = 'at ' .. human_time(peak.time or 0)
   end
   if peak.heap_bytes then
-    return card('Peak heap', size_html(peak.heap_bytes), detail)
+    return card(peak.estimate and 'Estimated peak heap' or 'Peak heap',
+      size_html(peak.heap_bytes), detail)
   end
   return card('Peak above start', size_html(peak.bytes), detail)
 end
