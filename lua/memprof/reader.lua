@@ -1069,9 +1069,10 @@ if jit then
       int ferror(memprof_reader_FILE *file);
       int fclose(memprof_reader_FILE *file);
       void *memmove(void *dest, const void *src, size_t count);
+      void *malloc(size_t size);
+      void free(void *ptr);
       char *strerror(int errnum);
     ]])
-    local buffer_type = ffi.typeof('uint8_t[?]')
     local byte_pointer = ffi.typeof('uint8_t *')
     local max = math.max
     -- Shifted by one so that position 1 is the first byte, as for
@@ -1097,16 +1098,28 @@ if jit then
       return ffi.string(self.view + i, j - i + 1)
     end
 
-    -- Room for `size` bytes, keeping the buffered ones.
+    -- Room for `size` bytes, keeping the buffered ones.  The buffer is
+    -- taken with malloc, not from the VM's allocator: a program that
+    -- reads a profile while it records one (or its next one) sees no
+    -- event for it, and its collector counts no MiB for it.
     function methods:reserve(size)
       if size <= self.capacity then
         return
       end
       local capacity = max(size, 2 * self.capacity)
-      local buf = buffer_type(capacity)
-      ffi.copy(buf, self.cbuf, self.last)
+      local buf = ffi.C.malloc(capacity)
+      if buf == nil then
+        error(format('%s: no memory for a buffer of %d bytes', self.name,
+          capacity), 0)
+      end
+      buf = ffi.gc(ffi.cast(byte_pointer, buf), ffi.C.free)
+      local old = self.cbuf
+      if old then
+        ffi.copy(buf, old, self.last)
+        ffi.C.free(ffi.gc(old, nil))
+      end
       self.cbuf, self.capacity = buf, capacity
-      self.view = ffi.cast(byte_pointer, buf) - 1
+      self.view = buf - 1
     end
 
     -- The next piece of the source, appended to the buffer: from the
