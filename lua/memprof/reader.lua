@@ -674,8 +674,14 @@ end
 
 -- Ends of the event stream ---------------------------------------------
 
+-- What a stream holds besides Lua values, released when it is done (the
+-- FFI decoder's buffer).
+function common:release()
+end
+
 function common:stop(warning)
   self.done = true
+  self:release()
   self.warning = warning
   self.bytes_read = self:file_size_so_far()
   return nil
@@ -715,6 +721,7 @@ function common:stop_at_epilogue(pos)
   end
   if extra == 0 then
     self.done = true
+    self:release()
     self.bytes_read = at + 1
     return nil
   end
@@ -889,6 +896,7 @@ end
 function common:close()
   self.close_source()
   self.done = true
+  self:release()
 end
 
 -- Iterate over the events: for ev in stream:each() do ... end
@@ -1120,6 +1128,18 @@ if jit then
       end
       self.cbuf, self.capacity = buf, capacity
       self.view = buf - 1
+    end
+
+    -- The buffer is freed as soon as the stream is done, not by the
+    -- collector, so that what is left for it to free is as with Lua
+    -- strings (the finalizer only frees the buffer of a stream
+    -- dropped before its end).
+    function methods:release()
+      local buf = self.cbuf
+      if buf then
+        self.cbuf, self.view, self.capacity = false, false, 0
+        ffi.C.free(ffi.gc(buf, nil))
+      end
     end
 
     -- The next piece of the source, appended to the buffer: from the
