@@ -264,8 +264,10 @@ test-lua51:
 	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 
 # bench/callgrind.lua preloads build/fixed_seed.so into its runs.
+# BENCH_REPORTER=only: the reporter's section alone (bench/reporter.lua).
 bench: all build/fixed_seed.so
-	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./bench/?.lua;;' \
+	LUA_CPATH='./build/?.so;;' \
+	  LUA_PATH='./lua/?.lua;./bench/?.lua;./spec/?.lua;;' \
 	  $(LUAJIT) bench/run.lua
 
 install: $(MODULE)
