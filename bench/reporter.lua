@@ -16,6 +16,11 @@
 --   BENCH_REPORTER=only     this section alone
 
 local places = require('places')
+local toolkit = require('toolkit')
+local shell_quote = toolkit.shell_quote
+local read_all = toolkit.read_all
+local file_size = toolkit.file_size
+local median = toolkit.median
 
 local M = {}
 
@@ -37,34 +42,6 @@ local FORMATS = {
   { 'peak', '--peak' },
   { 'diff', '--diff' },
 }
-
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function read_all(path)
-  local f = io.open(path, 'rb')
-  if not f then return '' end
-  local text = f:read('*a')
-  f:close()
-  return text
-end
-
-local function file_size(path)
-  local f = assert(io.open(path, 'rb'))
-  local size = f:seek('end')
-  f:close()
-  return size
-end
-
-local function median(list)
-  local sorted = {}
-  for i, v in ipairs(list) do sorted[i] = v end
-  table.sort(sorted)
-  local n = #sorted
-  if n % 2 == 1 then return sorted[(n + 1) / 2] end
-  return (sorted[n / 2] + sorted[n / 2 + 1]) / 2
-end
 
 -- Runs memprof-report with `args` on `path` (the output goes to
 -- /dev/null); returns its wall time in seconds and peak RSS in MB, or

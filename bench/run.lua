@@ -25,6 +25,9 @@ local memprof = require('memprof')
 local reader = require('memprof.reader')
 local callgrind = require('callgrind')
 local reporter = require('reporter')
+local toolkit = require('toolkit')
+local median = toolkit.median
+local file_size = toolkit.file_size
 
 local ROUNDS = tonumber(os.getenv('BENCH_ROUNDS')) or 7
 local SCALE = tonumber(os.getenv('BENCH_SCALE')) or 1
@@ -38,22 +41,6 @@ local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
   'mixed' }
-
-local function median(list)
-  local sorted = {}
-  for i, v in ipairs(list) do sorted[i] = v end
-  table.sort(sorted)
-  local n = #sorted
-  if n % 2 == 1 then return sorted[(n + 1) / 2] end
-  return (sorted[n / 2] + sorted[n / 2 + 1]) / 2
-end
-
-local function file_size(path)
-  local f = assert(io.open(path, 'rb'))
-  local size = f:seek('end')
-  f:close()
-  return size
-end
 
 -- A monotonic wall clock (through the FFI), or CPU time without it.
 local wall_clock = os.clock
