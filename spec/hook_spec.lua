@@ -311,15 +311,6 @@ end)
 -- second run, watched for aborted traces, compiled with none. So
 -- make_events() runs again, three times at most, until compiled(events)
 -- says the loop was compiled.
-local function sorted_keys(map)
-  local keys = {}
-  for key in pairs(map) do
-    keys[#keys + 1] = key
-  end
-  table.sort(keys)
-  return keys
-end
-
 local function with_compiled_loop(make_events, compiled)
   local events
   for _ = 1, 3 do
@@ -526,7 +517,7 @@ return t
       end
     end
     os.remove(path)
-    assert.are.same({ '@hot.lua:6', '@hot.lua:8' }, sorted_keys(callers))
+    assert.are.same({ '@hot.lua:6', '@hot.lua:8' }, sorted_names(callers))
     assert.equal(count, callers['@hot.lua:6'] + callers['@hot.lua:8'])
   end)
 
