@@ -131,7 +131,7 @@ end
 local function heap_rows(stats_list, key, sort_field)
   local kept, before = {}, nil
   for _, row in ipairs(group_by_name(stats_list, key, HEAP_FIELDS)) do
-    if row.sites[1].source == 'before' then
+    if row.first.site.source == 'before' then
       before = row
     elseif row.holds ~= 0 then
       kept[#kept + 1] = row
