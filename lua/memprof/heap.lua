@@ -346,6 +346,11 @@ if ok_ffi then
     return slot
   end
 
+  -- The bucket where the search for addr starts.
+  function FfiMap:home(addr)
+    return home_of(addr, self.shift)
+  end
+
   function FfiMap:count()
     return self.live
   end
