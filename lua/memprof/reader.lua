@@ -517,7 +517,7 @@ function common:read_heap_at_start()
     return
   end
   self:fill(1)
-  if self.pos <= self.last and byte(self.buf, self.pos) == 0x1c then
+  if self.pos <= self.last and self:byte_at(self.pos) == 0x1c then
     self:record(0x1c, self.pos)
   end
 end
