@@ -44,8 +44,9 @@
 -- live blocks can be listed without the map).  The address map is one of
 -- two kinds (M.address_map):
 --   'ffi'    under LuaJIT: an open-addressing hash table in C memory
---            (linear probing, deletion by shifting the entries after it
---            back, doubled when half full), taken with malloc and freed
+--            (16-byte buckets of an address and its slot; linear
+--            probing, deletion by shifting the entries after it back,
+--            doubled when half full), taken with malloc and freed
 --            as soon as the stream is done (pass:finish()), so that it is
 --            neither in the VM's heap nor left for its collector
 --   'plain'  a Lua table (plain Lua 5.1): a released address is marked
@@ -159,13 +160,18 @@ if ok_ffi then
     void *malloc(size_t size);
     void free(void *ptr);
   ]])
+  -- A bucket: an address and its slot (0: empty), in one 16-byte record
+  -- so that a lookup touches one cache line.
+  pcall(ffi.cdef, [[
+    typedef struct { double addr; uint32_t slot; uint32_t unused; }
+      memprof_heap_bucket;
+  ]])
   local bit = require('bit')
   local band, bxor, rshift, lshift, tobit = bit.band, bit.bxor, bit.rshift,
     bit.lshift, bit.tobit
   local floor = math.floor
   local C = ffi.C
-  local double_pointer = ffi.typeof('double *')
-  local slot_pointer = ffi.typeof('uint32_t *')
+  local bucket_pointer = ffi.typeof('memprof_heap_bucket *')
   local MIN_BITS = 10
   local TWO_32 = 4294967296
   local GOLDEN = 0x9E3779B1
@@ -187,32 +193,25 @@ if ok_ffi then
   local FfiMap = {}
   FfiMap.__index = FfiMap
 
-  -- Two arrays of 2^bits entries, taken with malloc; a slot of 0 is an
-  -- empty bucket.  Returns the key and slot arrays (with finalizers, for
-  -- a map dropped before its end), or raises.
+  -- An array of 2^bits empty buckets, taken with malloc (with a
+  -- finalizer, for a map dropped before its end), or raises.
   local function allocate(bits)
     local size = 2 ^ bits
-    local keys = C.malloc(size * 8)
-    local slots = C.malloc(size * 4)
-    if keys == nil or slots == nil then
-      C.free(keys)
-      C.free(slots)
+    local buckets = C.malloc(size * 16)
+    if buckets == nil then
       error(string.format('no memory for an address map of %d entries',
         size), 0)
     end
-    ffi.fill(slots, size * 4)
-    return ffi.gc(ffi.cast(double_pointer, keys), C.free),
-      ffi.gc(ffi.cast(slot_pointer, slots), C.free)
+    ffi.fill(buckets, size * 16)
+    return ffi.gc(ffi.cast(bucket_pointer, buckets), C.free)
   end
 
-  local function release_arrays(keys, slots)
-    C.free(ffi.gc(keys, nil))
-    C.free(ffi.gc(slots, nil))
+  local function release(buckets)
+    C.free(ffi.gc(buckets, nil))
   end
 
   function new_ffi_map()
-    local keys, slots = allocate(MIN_BITS)
-    return setmetatable({ keys = keys, slots = slots, bits = MIN_BITS,
+    return setmetatable({ buckets = allocate(MIN_BITS), bits = MIN_BITS,
       shift = 32 - MIN_BITS, mask = 2 ^ MIN_BITS - 1, live = 0,
       limit = 2 ^ (MIN_BITS - 1) }, FfiMap)
   end
@@ -221,75 +220,74 @@ if ok_ffi then
   -- it is searched.  Returns the bucket, or nil and the first empty one.
   -- (Kept out of the callers, which look at the home bucket without a
   -- loop: a loop in them would stop LuaJIT from compiling them.)
-  local function search(keys, slots, mask, addr, i)
+  local function search(b, mask, addr, i)
     while true do
       i = band(i + 1, mask)
-      if slots[i] == 0 then
+      if b[i].slot == 0 then
         return nil, i
       end
-      if keys[i] == addr then
+      if b[i].addr == addr then
         return i
       end
     end
   end
 
   function FfiMap:get(addr)
-    local keys, slots = self.keys, self.slots
+    local b = self.buckets
     local i = home_of(addr, self.shift)
-    local slot = slots[i]
+    local slot = b[i].slot
     if slot == 0 then
       return nil
     end
-    if keys[i] ~= addr then
-      i = search(keys, slots, self.mask, addr, i)
+    if b[i].addr ~= addr then
+      i = search(b, self.mask, addr, i)
       if not i then
         return nil
       end
-      slot = slots[i]
+      slot = b[i].slot
     end
     return slot
   end
 
   -- Puts addr (not in the map) into the first empty bucket of its run.
-  local function place(keys, slots, mask, shift, addr, slot)
+  local function place(b, mask, shift, addr, slot)
     local i = home_of(addr, shift)
-    while slots[i] ~= 0 do
+    while b[i].slot ~= 0 do
       i = band(i + 1, mask)
     end
-    keys[i], slots[i] = addr, slot
+    b[i].addr, b[i].slot = addr, slot
   end
 
   -- Twice as many buckets, with every entry placed again.
   function FfiMap:grow()
-    local old_keys, old_slots, old_size = self.keys, self.slots,
-      self.mask + 1
+    local old, old_size = self.buckets, self.mask + 1
     local bits = self.bits + 1
-    local keys, slots = allocate(bits)
+    local b = allocate(bits)
     local mask, shift = 2 ^ bits - 1, 32 - bits
     for i = 0, old_size - 1 do
-      local slot = old_slots[i]
+      local slot = old[i].slot
       if slot ~= 0 then
-        place(keys, slots, mask, shift, old_keys[i], slot)
+        place(b, mask, shift, old[i].addr, slot)
       end
     end
-    release_arrays(old_keys, old_slots)
-    self.keys, self.slots, self.bits = keys, slots, bits
+    release(old)
+    self.buckets, self.bits = b, bits
     self.mask, self.shift, self.limit = mask, shift, 2 ^ (bits - 1)
   end
 
   -- The slot of addr if it is in the map; else addr gets `slot`, which
   -- is returned.
   function FfiMap:put(addr, slot)
-    local keys, slots = self.keys, self.slots
+    local b = self.buckets
     local i = home_of(addr, self.shift)
-    local found = slots[i]
+    local found = b[i].slot
     if found ~= 0 then
-      if keys[i] == addr then
+      if b[i].addr == addr then
         return found
       end
-      local at, empty = search(keys, slots, self.mask, addr, i)
+      local at, empty = search(b, self.mask, addr, i)
       if at then
-        return slots[at]
+        return b[at].slot
       end
       i = empty
     end
@@ -297,9 +295,9 @@ if ok_ffi then
     self.live = live
     if live > self.limit then
       self:grow()
-      place(self.keys, self.slots, self.mask, self.shift, addr, slot)
+      place(self.buckets, self.mask, self.shift, addr, slot)
     else
-      keys[i], slots[i] = addr, slot
+      b[i].addr, b[i].slot = addr, slot
     end
     return slot
   end
@@ -307,41 +305,41 @@ if ok_ffi then
   -- Empties bucket `hole`, then moves back each entry of the run after
   -- it whose home is not between the emptied bucket and the entry, so
   -- that every entry stays reachable from its home without tombstones.
-  local function shift_back(keys, slots, mask, shift, hole)
+  local function shift_back(b, mask, shift, hole)
     local i = band(hole + 1, mask)
-    while slots[i] ~= 0 do
+    while b[i].slot ~= 0 do
       -- Distances from the entry's home to the hole and to the entry.
-      local home = home_of(keys[i], shift)
+      local home = home_of(b[i].addr, shift)
       if band(hole - home, mask) < band(i - home, mask) then
-        keys[hole], slots[hole] = keys[i], slots[i]
+        b[hole].addr, b[hole].slot = b[i].addr, b[i].slot
         hole = i
       end
       i = band(i + 1, mask)
     end
-    slots[hole] = 0
+    b[hole].slot = 0
   end
 
   -- Takes addr out of the map; returns its slot, or nil.
   function FfiMap:remove(addr)
-    local keys, slots, mask = self.keys, self.slots, self.mask
+    local b, mask = self.buckets, self.mask
     local i = home_of(addr, self.shift)
-    local slot = slots[i]
+    local slot = b[i].slot
     if slot == 0 then
       return nil
     end
-    if keys[i] ~= addr then
-      i = search(keys, slots, mask, addr, i)
+    if b[i].addr ~= addr then
+      i = search(b, mask, addr, i)
       if not i then
         return nil
       end
-      slot = slots[i]
+      slot = b[i].slot
     end
     self.live = self.live - 1
     local after = band(i + 1, mask)
-    if slots[after] == 0 then
-      slots[i] = 0
+    if b[after].slot == 0 then
+      b[i].slot = 0
     else
-      shift_back(keys, slots, mask, self.shift, i)
+      shift_back(b, mask, self.shift, i)
     end
     return slot
   end
@@ -356,19 +354,19 @@ if ok_ffi then
   end
 
   function FfiMap:each(fn)
-    local keys, slots = self.keys, self.slots
+    local b = self.buckets
     for i = 0, self.mask do
-      if slots[i] ~= 0 then
-        fn(keys[i], slots[i])
+      if b[i].slot ~= 0 then
+        fn(b[i].addr, b[i].slot)
       end
     end
   end
 
   -- Frees the C memory now; the map must not be used after.
   function FfiMap:free()
-    if self.keys then
-      release_arrays(self.keys, self.slots)
-      self.keys, self.slots = false, false
+    if self.buckets then
+      release(self.buckets)
+      self.buckets = false
     end
   end
 end
