@@ -253,7 +253,7 @@ test-sanitizers:
 	  MEMPROF_TEST_LUA=$(LUAJIT) timeout 1800 $(LUAJIT) $(BUSTED) $(MODULE_SPECS)
 
 # The analysis side also runs on plain Lua 5.1.
-LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
+LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua spec/heap_spec.lua \
   spec/report_text_spec.lua spec/cli_spec.lua spec/views_spec.lua \
   spec/report_views_spec.lua spec/report_json_spec.lua \
   spec/report_folded_spec.lua spec/report_pprof_spec.lua \
