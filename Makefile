@@ -254,7 +254,7 @@ test-sanitizers:
 	  MEMPROF_TEST_LUA=$(LUAJIT) timeout 1800 $(LUAJIT) $(BUSTED) $(MODULE_SPECS)
 
 # The analysis side also runs on plain Lua 5.1.
-LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua \
+LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua spec/heap_spec.lua \
   spec/report_text_spec.lua spec/cli_spec.lua spec/views_spec.lua \
   spec/report_views_spec.lua spec/report_json_spec.lua \
   spec/report_folded_spec.lua spec/report_pprof_spec.lua \
@@ -265,8 +265,10 @@ test-lua51:
 	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 
 # bench/callgrind.lua preloads build/fixed_seed.so into its runs.
+# BENCH_REPORTER=only: the reporter's section alone (bench/reporter.lua).
 bench: all build/fixed_seed.so
-	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;./bench/?.lua;;' \
+	LUA_CPATH='./build/?.so;;' \
+	  LUA_PATH='./lua/?.lua;./bench/?.lua;./spec/?.lua;;' \
 	  $(LUAJIT) bench/run.lua
 
 install: $(MODULE)

@@ -46,22 +46,14 @@ local TARGET_GENERIC_RATIO = 1.10
 -- stopped after this many seconds.
 local CHILD_TIMEOUT_S = 900
 
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
+local toolkit = require('toolkit')
+local shell_quote = toolkit.shell_quote
+local read_all = toolkit.read_all
 
 -- os.execute's success in Lua 5.1/LuaJIT (status 0) and in 5.2+ (true).
 local function execute(cmd)
   local status = os.execute(cmd)
   return status == 0 or status == true
-end
-
-local function read_all(path)
-  local f = io.open(path, 'rb')
-  if not f then return '' end
-  local text = f:read('*a')
-  f:close()
-  return text
 end
 
 -- ---- The child: what runs under callgrind ---------------------------------

@@ -18,9 +18,17 @@
 --   BENCH_CALLGRIND_SCALE           its workloads' scale (default 0.1)
 --   BENCH_CALLGRIND_SEED            the seed of LuaJIT's PRNG in its runs
 --                                   (default 1)
+--
+-- Then the reporter's speed and peak memory (bench/reporter.lua):
+--   BENCH_REPORTER=off              without the reporter section
+--   BENCH_REPORTER=only             the reporter section alone
 local memprof = require('memprof')
 local reader = require('memprof.reader')
 local callgrind = require('callgrind')
+local reporter = require('reporter')
+local toolkit = require('toolkit')
+local median = toolkit.median
+local file_size = toolkit.file_size
 
 local ROUNDS = tonumber(os.getenv('BENCH_ROUNDS')) or 7
 local SCALE = tonumber(os.getenv('BENCH_SCALE')) or 1
@@ -29,26 +37,11 @@ local SCALE = tonumber(os.getenv('BENCH_SCALE')) or 1
 local CALLGRIND = os.getenv('BENCH_CALLGRIND') or 'on'
 local CALLGRIND_SCALE = tonumber(os.getenv('BENCH_CALLGRIND_SCALE')) or 0.1
 local CALLGRIND_SEED = tonumber(os.getenv('BENCH_CALLGRIND_SEED')) or 1
+local REPORTER = os.getenv('BENCH_REPORTER') or 'on'
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
   'mixed' }
-
-local function median(list)
-  local sorted = {}
-  for i, v in ipairs(list) do sorted[i] = v end
-  table.sort(sorted)
-  local n = #sorted
-  if n % 2 == 1 then return sorted[(n + 1) / 2] end
-  return (sorted[n / 2] + sorted[n / 2 + 1]) / 2
-end
-
-local function file_size(path)
-  local f = assert(io.open(path, 'rb'))
-  local size = f:seek('end')
-  f:close()
-  return size
-end
 
 -- A monotonic wall clock (through the FFI), or CPU time without it.
 local wall_clock = os.clock
@@ -231,8 +224,13 @@ end
 
 local function main(args)
   local names = #args > 0 and args or WORKLOADS
-  if CALLGRIND ~= 'only' then timings(names) end
-  if CALLGRIND ~= 'off' then instructions(names) end
+  if REPORTER ~= 'only' then
+    if CALLGRIND ~= 'only' then timings(names) end
+    if CALLGRIND ~= 'off' then instructions(names) end
+  end
+  if REPORTER ~= 'off' and CALLGRIND ~= 'only' then
+    reporter.run(arg and arg[-1] or 'luajit')
+  end
 end
 
 main({ ... })

@@ -771,6 +771,37 @@ describe('reader.open', function()
     assert.are.equal(path, stream.name)
   end)
 
+  it('reads a record longer than a chunk from a file', function()
+    local chunkname = '@' .. string.rep('long/', 60) .. 'f.lua'
+    local s = B.new():lfunc(0x100, chunkname, 1):events()
+    s:alloc(B.lua(0x100, 3), ADDR, 24)
+    s:epilogue()
+    local path = os.tmpname()
+    local file = assert(io.open(path, 'wb'))
+    file:write(s:bytes())
+    file:close()
+    for _, opts in ipairs({ { chunk_size = 16 }, { chunk_size = 16,
+        plain = true } }) do
+      local reads = {}
+      opts.on_read = function(total) reads[#reads + 1] = total end
+      local events = collect(reader.open(path, opts))
+      assert.are.equal(1, #events)
+      assert.are.equal(chunkname .. ':3', events[1].name)
+      -- Every chunk is 16 bytes but the last.
+      assert.are.equal(math.ceil(#s:bytes() / 16), #reads)
+      assert.are.equal(#s:bytes(), reads[#reads])
+    end
+    os.remove(path)
+  end)
+
+  it('says why a directory cannot be read', function()
+    for _, opts in ipairs({ {}, { plain = true } }) do
+      local ok, err = pcall(reader.open, '/', opts)
+      assert.is_false(ok)
+      assert.are.equal('/: Is a directory', err)
+    end
+  end)
+
   it('says why a file cannot be opened', function()
     local ok, err = pcall(reader.open, '/nonexistent/out.bin')
     assert.is_false(ok)

@@ -334,6 +334,75 @@ describe('json report', function()
     assert.are.same({ 'out.bin: the stream has no epilogue (the profile was not stopped ' ..
       'cleanly); the report covers all 1 event' }, doc.warnings)
   end)
+
+  -- The document is written in pieces, one per entry of its long
+  -- arrays, so that it is never held whole (the pieces make the same
+  -- text as encoding the document at once).
+  describe('written in pieces', function()
+    local function pieces_of(builder, group)
+      local result = analyze.run(reader.from_string(builder:bytes(),
+        'out.bin'), { group = group, views = ALL })
+      local pieces = {}
+      json.write(result, { write = function(_, ...)
+        for i = 1, select('#', ...) do
+          pieces[#pieces + 1] = select(i, ...)
+        end
+      end })
+      return pieces, result
+    end
+
+    local function count(text, pattern)
+      local n = 0
+      for _ in text:gmatch(pattern) do
+        n = n + 1
+      end
+      return n
+    end
+
+    -- 250 places of one function, each allocating 8 bytes twice.
+    local function places()
+      local s = B.new():lfunc(0x100, '@p.lua', 1):events()
+      for line = 1, 250 do
+        s:alloc(B.lua(0x100, line), line * 16, 8)
+        s:alloc(B.lua(0x100, line), 0x10000 + line * 16, 8)
+      end
+      s:epilogue()
+      return s
+    end
+
+    it('writes each entry of the sites, heap and temporary arrays as a ' ..
+        'piece of its own', function()
+      local pieces = pieces_of(places(), 'line')
+      local sites, most = 0, 0
+      for _, piece in ipairs(pieces) do
+        local here = count(piece, '"chunkname":')
+        sites = sites + here
+        most = math.max(most, here)
+      end
+      assert.are.equal(250, sites)
+      assert.are.equal(1, most)
+      -- Each place's heap entry and temporary entry has 2 live blocks.
+      local entries = 0
+      most = 0
+      for _, piece in ipairs(pieces) do
+        local here = count(piece, '"live_blocks":2[,}]')
+        entries = entries + here
+        most = math.max(most, here)
+      end
+      assert.are.equal(500, entries)
+      assert.are.equal(1, most)
+    end)
+
+    it('makes the text of the whole document encoded at once', function()
+      for _, case in ipairs({ { B.crafted(), 'line' },
+          { B.three_callers(), 'caller' }, { B.nested_calls(), 'stack' },
+          { B.nested_calls(), 'function' }, { B.peak_payload(), 'line' } }) do
+        local pieces, result = pieces_of(case[1], case[2])
+        assert.are.equal(json.encode(json.document(result)) .. '\n',
+          table.concat(pieces))
+      end
+    end)
+  end)
 end)
 
 describe('json report of a sampled profile', function()

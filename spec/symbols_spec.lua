@@ -25,6 +25,43 @@ describe('symbols', function()
     os.remove(path)
   end)
 
+  it('name the C functions of package.loaders by their field where no ' ..
+    'symbol names them', function()
+    -- require of a file runs the VM's Lua loader, a plain C function (no
+    -- built-in) that parses the file: its allocations are its own. A
+    -- stripped binary (Debian's luajit) has no symbol for it, so it is
+    -- named by the field that holds it; builds with a symbol table name
+    -- it by its symbol.
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute('mkdir ' .. dir))
+    local f = assert(io.open(dir .. '/loaded_module.lua', 'w'))
+    f:write('local M = {}\nfor i = 1, 5 do M[i] = function() return i end end',
+      '\nreturn M\n')
+    f:close()
+    local path = package.path
+    package.path = dir .. '/?.lua;' .. path
+    local events = h.profile(function() return require('loaded_module') end)
+    package.path = path
+    package.loaded.loaded_module = nil
+    os.execute('rm -r ' .. dir)
+    local names = {}
+    for _, ev in ipairs(events) do
+      if ev.source == 'c' and ev.kind == 'alloc' then
+        names[ev.name] = (names[ev.name] or 0) + 1
+      end
+    end
+    local build = os.getenv('MEMPROF_TEST_BUILD') or ''
+    local name = build:find('^Debian bookworm luajit') and
+      'package.loaders[2]' or
+      (names['lj_cf_package_loader_lua'] and 'lj_cf_package_loader_lua' or
+       'package.loaders[2]')
+    assert.is_true((names[name] or 0) > 0, name .. ' has no allocation')
+    for other in pairs(names) do
+      assert.not_matches('%+0x', other)
+    end
+  end)
+
   it('describe a prototype again when its address is reused', function()
     local events = h.profile(function()
       for i = 1, 200 do

@@ -259,7 +259,7 @@ static int l_stop(lua_State *L)
   enum life_status st = LIFE_NOT_RUNNING;
   struct life_ended ended = {0, NULL, 0};
   if (s != NULL)
-    st = lifecycle_stop(L, &s->profiles, &ended);
+    st = lifecycle_stop(L, &s->profiles, lua_upvalueindex(1), &ended);
   if (st == LIFE_MAX_BYTES) {
     char cap[24];
     snprintf(cap, sizeof(cap), "%llu", (unsigned long long)ended.max_bytes);
@@ -514,6 +514,14 @@ static void pin_module(void)
     dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
+/* Pushes stop: l_stop with, as its upvalue, the closure that collects
+** garbage for collect_at_stop (made now, so that stop makes nothing). */
+static void push_stop(lua_State *L)
+{
+  lua_pushcfunction(L, lifecycle_collector);
+  lua_pushcclosure(L, l_stop, 1);
+}
+
 /* Keeps the refusal messages alive in the registry: they stay interned, so
 ** pushing one later allocates nothing (see life_messages). */
 static void anchor_messages(lua_State *L)
@@ -557,7 +565,7 @@ static void install_misc(lua_State *L)
       lua_newtable(L);
       lua_pushcfunction(L, l_start);
       lua_setfield(L, -2, "start");
-      lua_pushcfunction(L, l_stop);
+      push_stop(L);
       lua_setfield(L, -2, "stop");
       lua_pushliteral(L, "memprof");
       lua_pushvalue(L, -2);
@@ -571,9 +579,11 @@ static void install_misc(lua_State *L)
 
 __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
 {
-  static const luaL_Reg api[] = {{"start", l_start},           {"stop", l_stop},
-                                 {"is_running", l_is_running}, {"info", l_info},
-                                 {"stats", l_stats},           {NULL, NULL}};
+  static const luaL_Reg api[] = {{"start", l_start},
+                                 {"is_running", l_is_running},
+                                 {"info", l_info},
+                                 {"stats", l_stats},
+                                 {NULL, NULL}};
   lifecycle_init_process();
   pin_module();
   install_sentinel(L);
@@ -581,5 +591,7 @@ __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
   install_misc(L);
   lua_newtable(L);
   luaL_register(L, NULL, api);
+  push_stop(L);
+  lua_setfield(L, -2, "stop");
   return 1;
 }

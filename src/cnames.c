@@ -555,7 +555,7 @@ static void put_symbol(struct cnames *c, const char *name, char *buf,
   free(plain);
 }
 
-void cnames_name(struct cnames *c, uintptr_t addr, char *buf, size_t len)
+int cnames_name(struct cnames *c, uintptr_t addr, char *buf, size_t len)
 {
   Dl_info info;
   const struct cname_object *o;
@@ -563,14 +563,16 @@ void cnames_name(struct cnames *c, uintptr_t addr, char *buf, size_t len)
   if (dladdr((void *)addr, &info) != 0 && info.dli_sname != NULL &&
       (uintptr_t)info.dli_saddr == addr) {
     put_symbol(c, info.dli_sname, buf, len);
-    return;
+    return 1;
   }
   if ((o = object_of(c, addr)) == NULL) {
     snprintf(buf, len, "CFUNC 0x%lx", (unsigned long)addr);
-    return;
+    return 0;
   }
-  if ((name = symbol_at(o, addr - o->bias)) != NULL)
+  if ((name = symbol_at(o, addr - o->bias)) != NULL) {
     put_symbol(c, name, buf, len);
-  else
-    snprintf(buf, len, "%s+0x%lx", o->path, (unsigned long)(addr - o->bias));
+    return 1;
+  }
+  snprintf(buf, len, "%s+0x%lx", o->path, (unsigned long)(addr - o->bias));
+  return 0;
 }

@@ -40,7 +40,9 @@ int cnames_init(struct cnames *c);
 void cnames_free(struct cnames *c);
 
 /* Writes a printable name of the C function at addr into buf. A C++ name
-** is demangled when the process has the C++ runtime. */
-void cnames_name(struct cnames *c, uintptr_t addr, char *buf, size_t len);
+** is demangled when the process has the C++ runtime. Returns 1 if a
+** symbol named it, 0 if buf holds the object and offset (or the address)
+** instead. */
+int cnames_name(struct cnames *c, uintptr_t addr, char *buf, size_t len);
 
 #endif

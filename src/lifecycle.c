@@ -612,25 +612,29 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
   return LIFE_OK;
 }
 
-static int collect_garbage(lua_State *L)
+int lifecycle_collector(lua_State *L)
 {
   lua_gc(L, LUA_GCCOLLECT, 0);
   return 0;
 }
 
 /* collect_at_stop: a full collection while the hook still records, so
-** that its frees are in the stream, then a note of it. A finalizer's error
-** ends the collection early: nothing is noted then. Returns l, or NULL if
-** a finalizer ended the profile. */
+** that its frees are in the stream, then a note of it. The collection runs
+** in the closure of lifecycle_collector at stack index `collector` (made
+** when the module was loaded: calling it allocates nothing, where
+** lua_cpcall would make a closure that the profile would show), in
+** protected mode: a finalizer's error ends it early, and nothing is noted
+** then. Returns l, or NULL if a finalizer ended the profile. */
 static struct chain_link *collect_at_stop(lua_State *L, struct vm_profiles *vm,
-                                          struct chain_link *l)
+                                          struct chain_link *l, int collector)
 {
   uint64_t heap = 0;
   int failed;
   if (!l->p.collect_at_stop || l->p.state != PROFILER_RECORDING ||
-      !at_top(L, &l->p))
+      !at_top(L, &l->p) || lua_tocfunction(L, collector) != lifecycle_collector)
     return l;
-  failed = lua_cpcall(L, collect_garbage, NULL) != 0;
+  lua_pushvalue(L, collector);
+  failed = lua_pcall(L, 0, 0, 0) != 0;
   if (failed)
     lua_pop(L, 1);
   notice_detachment(L, vm);
@@ -642,7 +646,7 @@ static struct chain_link *collect_at_stop(lua_State *L, struct vm_profiles *vm,
 }
 
 enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
-                                struct life_ended *ended)
+                                int collector, struct life_ended *ended)
 {
   struct chain_link *l;
   char *path = NULL;
@@ -654,7 +658,7 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
     }
     return LIFE_NOT_RUNNING;
   }
-  l = collect_at_stop(L, vm, vm->active);
+  l = collect_at_stop(L, vm, vm->active, collector);
   if (l == NULL)
     return LIFE_NOT_RUNNING;
   ended->max_bytes = l->p.capped ? l->p.max_bytes : 0;

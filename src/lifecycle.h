@@ -95,11 +95,17 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct profile_options *opts,
                                  const char *path, int *err);
 
-/* Stops the running profile and completes its file. LIFE_OK,
-** LIFE_NOT_RUNNING, LIFE_DETACHED, or LIFE_FILE_ERROR or LIFE_MAX_BYTES
-** with *ended filled in. */
+/* A full collection, for collect_at_stop. The binding makes its closure
+** when the module loads and passes its stack index to lifecycle_stop, so
+** that stop allocates nothing to run it. */
+int lifecycle_collector(lua_State *L);
+
+/* Stops the running profile and completes its file; with collect_at_stop,
+** collects garbage first by calling the lifecycle_collector closure at
+** stack index `collector`. LIFE_OK, LIFE_NOT_RUNNING, LIFE_DETACHED, or
+** LIFE_FILE_ERROR or LIFE_MAX_BYTES with *ended filled in. */
 enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
-                                struct life_ended *ended);
+                                int collector, struct life_ended *ended);
 
 struct profile_stats;
 

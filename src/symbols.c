@@ -32,6 +32,8 @@ void symbols_free(struct symbols *s)
   unsigned i;
   for (i = 0; i < MAX_FFID; i++)
     free(s->builtin[i]);
+  for (i = 0; i < s->libraries; i++)
+    free(s->library[i].name);
   free(s->slots);
   free(s->trace_obj);
   cnames_free(&s->cnames);
@@ -167,10 +169,34 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
   return remember(s, pt, 0);
 }
 
+int symbols_name_library_cfunc(struct symbols *s, uintptr_t addr,
+                               const char *name)
+{
+  char *copy;
+  if (s->libraries == MAX_LIBRARY_CFUNCS)
+    return 0;
+  if ((copy = strdup(name)) == NULL)
+    return ENOMEM;
+  s->library[s->libraries].addr = addr;
+  s->library[s->libraries++].name = copy;
+  return 0;
+}
+
+/* The library field that holds the C function at addr, or NULL. */
+static const char *library_cfunc(const struct symbols *s, uintptr_t addr)
+{
+  unsigned i;
+  for (i = 0; i < s->libraries; i++)
+    if (s->library[i].addr == addr)
+      return s->library[i].name;
+  return NULL;
+}
+
 int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
                        uint8_t ffid)
 {
   char name[512];
+  const char *field;
   if (addr == s->last_c || lookup(s, addr) != NULL) {
     s->last_c = addr;
     return 0;
@@ -179,8 +205,9 @@ int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
     snprintf(name, sizeof(name), "%s", s->builtin[ffid]);
   else if (ffid > FFID_C)
     snprintf(name, sizeof(name), "builtin#%u", (unsigned)ffid);
-  else
-    cnames_name(&s->cnames, addr, name, sizeof(name));
+  else if (!cnames_name(&s->cnames, addr, name, sizeof(name)) &&
+           (field = library_cfunc(s, addr)) != NULL)
+    snprintf(name, sizeof(name), "%s", field);
   if (!writer_reserve(w, 1 + ULEB128_MAX))
     return 0;
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_C);

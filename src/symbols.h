@@ -20,6 +20,15 @@
 
 #define MAX_FFID 256
 
+/* Plain C functions of the standard libraries, named by the field that
+** holds them ("package.loaders[2]"): at most this many. */
+#define MAX_LIBRARY_CFUNCS 32
+
+struct library_cfunc {
+  uintptr_t addr;
+  char *name;
+};
+
 struct symbol_slot {
   uintptr_t addr;     /* 0: empty. */
   uint32_t traceno;   /* For a trace object: its number; else 0. */
@@ -42,8 +51,10 @@ struct symbols {
   uintptr_t *trace_obj;          /* Per trace number: the trace described. */
   uint32_t trace_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
-  unsigned generation;     /* Bumped when a described object goes away. */
-  struct cnames cnames;    /* Names of C functions. */
+  struct library_cfunc library[MAX_LIBRARY_CFUNCS];
+  unsigned libraries;   /* Entries of library[] in use. */
+  unsigned generation;  /* Bumped when a described object goes away. */
+  struct cnames cnames; /* Names of C functions. */
 };
 
 /* Returns 0, or ENOMEM. Reads the environment (cnames_init): call it
@@ -53,6 +64,12 @@ void symbols_free(struct symbols *s);
 
 /* Names a built-in function id (learned at start). Returns 0 or ENOMEM. */
 int symbols_name_builtin(struct symbols *s, unsigned ffid, const char *name);
+
+/* Names a plain C function of a standard library by the field that holds
+** it (learned at start), for when no symbol names it. Returns 0 or ENOMEM;
+** past MAX_LIBRARY_CFUNCS, the name is left out. */
+int symbols_name_library_cfunc(struct symbols *s, uintptr_t addr,
+                               const char *name);
 
 /* Which filter bit an address maps to. */
 static inline size_t symbols_filter_bit(uintptr_t addr)

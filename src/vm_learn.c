@@ -27,6 +27,8 @@ static struct {
   char error[512];
   int named;               /* The built-ins' names are learned. */
   char *builtin[MAX_FFID]; /* "string.rep", by function id. */
+  struct library_cfunc library[MAX_LIBRARY_CFUNCS]; /* Plain C functions. */
+  unsigned libraries;
 } learned;
 
 void vm_learn_lock(void)
@@ -47,6 +49,28 @@ static void name_builtin(unsigned ffid, const char *name)
     learned.builtin[ffid] = strdup(name);
 }
 
+/* Names the plain C function at idx (not a built-in: one whose function id
+** is FFID_C), by its address, if it has none yet. */
+static void name_library_cfunc(lua_State *L, const struct vm_layout *lay,
+                               int idx, const char *name)
+{
+  uintptr_t fn = (uintptr_t)lua_topointer(L, idx), addr;
+  uint8_t ffid;
+  unsigned i;
+  if (lua_type(L, idx) != LUA_TFUNCTION || !vm_is_gc(lay, 1, fn, GCT_FUNC) ||
+      !vm_u8(1, fn + lay->fn_ffid, &ffid) || ffid != FFID_C ||
+      (addr = (uintptr_t)lua_tocfunction(L, idx)) == 0 ||
+      learned.libraries == MAX_LIBRARY_CFUNCS)
+    return;
+  for (i = 0; i < learned.libraries; i++)
+    if (learned.library[i].addr == addr)
+      return;
+  if ((learned.library[i].name = strdup(name)) != NULL) {
+    learned.library[i].addr = addr;
+    learned.libraries++;
+  }
+}
+
 /* Whether the value at idx is a built-in (ffid >= 2); its id in *ffid. */
 static int builtin_at(lua_State *L, const struct vm_layout *lay, int idx,
                       uint8_t *ffid)
@@ -56,7 +80,8 @@ static int builtin_at(lua_State *L, const struct vm_layout *lay, int idx,
          vm_u8(1, fn + lay->fn_ffid, ffid) && *ffid > FFID_C;
 }
 
-/* Names the built-ins of the library table on top: "string.rep". */
+/* Names the built-ins of the library table on top ("string.rep"), and
+** its plain C functions. */
 static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
                              const char *lib)
 {
@@ -64,15 +89,38 @@ static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
   uint8_t ffid;
   lua_pushnil(L);
   while (lua_next(L, -2)) {
-    if (lua_type(L, -2) == LUA_TSTRING && builtin_at(L, lay, -1, &ffid)) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
       if (lib[0] == '\0')
         snprintf(name, sizeof(name), "%s", lua_tostring(L, -2));
       else
         snprintf(name, sizeof(name), "%s.%s", lib, lua_tostring(L, -2));
-      name_builtin(ffid, name);
+      if (builtin_at(L, lay, -1, &ffid))
+        name_builtin(ffid, name);
+      else
+        name_library_cfunc(L, lay, -1, name);
     }
     lua_pop(L, 1);
   }
+}
+
+/* Names the C functions of the array package[field] ("package.loaders[2]":
+** the loaders that require runs, plain C functions). */
+static void name_package_array(lua_State *L, const struct vm_layout *lay,
+                               const char *field)
+{
+  char name[64];
+  int i, top = lua_gettop(L);
+  life_push_library(L, "package");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, field);
+    for (i = 1; lua_istable(L, -1) && i <= 8; i++) {
+      lua_rawgeti(L, -1, i);
+      snprintf(name, sizeof(name), "package.%s[%d]", field, i);
+      name_library_cfunc(L, lay, -1, name);
+      lua_pop(L, 1);
+    }
+  }
+  lua_settop(L, top);
 }
 
 /* Names the built-in that calling lib.fn(args) returns (iterators and the
@@ -131,6 +179,8 @@ static void name_builtins(lua_State *L, const struct vm_layout *lay)
   name_made_builtin(L, lay, "_G", "ipairs", 1, "ipairs iterator");
   lua_pushcfunction(L, never_runs);
   name_made_builtin(L, lay, "coroutine", "wrap", 1, "coroutine.wrap");
+  name_package_array(L, lay, "loaders");
+  name_package_array(L, lay, "searchers");
   learned.named = 1;
 }
 
@@ -142,6 +192,9 @@ int vm_learn_name_builtins(struct symbols *s)
   for (i = 0; i < MAX_FFID && err == 0; i++)
     if (learned.builtin[i] != NULL)
       err = symbols_name_builtin(s, i, learned.builtin[i]);
+  for (i = 0; i < learned.libraries && err == 0; i++)
+    err = symbols_name_library_cfunc(s, learned.library[i].addr,
+                                     learned.library[i].name);
   pthread_mutex_unlock(&learn_lock);
   return err;
 }

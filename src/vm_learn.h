@@ -40,8 +40,8 @@ int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
 
 #define VM_LEARN_ATTEMPTS 3
 
-/* Gives s the names of the built-ins learned with the layout. Returns 0 or
-** ENOMEM. */
+/* Gives s the names of the built-ins learned with the layout, and of the
+** standard libraries' plain C functions. Returns 0 or ENOMEM. */
 int vm_learn_name_builtins(struct symbols *s);
 
 void vm_learn_status(struct vm_learn_status *st);

@@ -132,6 +132,7 @@ function M.run(stream, opts)
     passes[i] = entry.pass
   end
   feed_all(stream, heap_pass, passes)
+  heap_pass:finish()
   local result = { stream = stream, heap = heap_pass, grouper = grouper }
   for _, entry in ipairs(entries) do
     local finished = entry.pass.finish and

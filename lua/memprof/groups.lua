@@ -35,7 +35,8 @@
 --            own place: internal events, trace events whose callers no
 --            stack shows, streams without stacks) or 'no caller' (no Lua frame follows the place in
 --            the stack: the top level, or the stack was cut short)
---   aliases  the aliases ('function_alias_N') that the name uses
+--   aliases  the aliases ('function_alias_N') that the name uses (a
+--            name without any shares one empty list: never modify it)
 --
 -- Modes 'caller' and 'stack' need streams with stacks
 -- (groups.needs_stacks(mode)).
@@ -80,12 +81,20 @@ function M.new(mode)
   }, Grouper)
 end
 
+-- The aliases of every group whose name uses none: one list for all, as
+-- most names use none and a large profile has hundreds of thousands of
+-- groups.
+local NO_ALIASES = {}
+
 -- The aliases used by a list of sites (or function tables).
 local function aliases_of(sites)
-  local list, seen = {}, {}
+  local list, seen = NO_ALIASES, nil
   for _, site in ipairs(sites) do
     local alias = site.alias
-    if alias and not seen[alias] then
+    if alias and not (seen and seen[alias]) then
+      if list == NO_ALIASES then
+        list, seen = {}, {}
+      end
       seen[alias] = true
       list[#list + 1] = alias
     end

@@ -26,6 +26,7 @@
 --                -- (the site, or the group) and `group` (the same table)
 --   pass.total   -- net bytes of the stream
 --   pass:stats(key), pass:live_blocks(), pass:each_live_block(fn)
+--   pass:finish()  -- after the last event: frees the address map
 --
 -- While the passes after it see an event, the heap also says about the
 -- block the event released (realloc, free):
@@ -41,11 +42,24 @@
 -- realloc) so far, the current one included: an event's birth number.
 --
 -- Live blocks are kept in slots: the address maps to a slot number, and
--- arrays indexed by slot hold the block's facts, so each block costs one
--- hash entry whatever is tracked about it.  A released address is marked
--- dead (slot 0) rather than removed: removing keys from a large Lua table
--- makes it rehash often, marking does not.  When dead addresses outnumber
--- live ones, the map is rebuilt with the live ones only.
+-- arrays indexed by slot hold the block's facts (its address too, so the
+-- live blocks can be listed without the map).  The address map is one of
+-- two kinds (M.address_map):
+--   'ffi'    under LuaJIT: an open-addressing hash table in C memory
+--            (16-byte buckets of an address and its slot; linear
+--            probing, deletion by shifting the entries after it back,
+--            doubled when half full), taken with malloc and freed
+--            as soon as the stream is done (pass:finish()), so that it is
+--            neither in the VM's heap nor left for its collector
+--   'plain'  a Lua table (plain Lua 5.1): a released address is marked
+--            dead (slot 0) rather than removed, since removing keys from
+--            a large Lua table makes it rehash often; when dead addresses
+--            outnumber live ones, the table is rebuilt with the live ones
+-- Both have get(addr) -> slot or nil; put(addr, slot) -> the slot of
+-- addr if it is in the map, else addr gets `slot` (returned);
+-- remove(addr) -> its slot (taken out of the map) or nil; count() (live
+-- addresses); each(fn) (fn(addr, slot) for each, in no particular
+-- order); and free() (the C memory; the map is not used after).
 
 local M = {}
 
@@ -54,11 +68,329 @@ M.BEFORE_PROFILING = { id = 0, source = 'before',
 
 local BEFORE_PROFILING = M.BEFORE_PROFILING
 
+-- The plain address map ----------------------------------------------------
+
+local PlainMap = {}
+PlainMap.__index = PlainMap
+
+-- Dead addresses are dropped once there are more than this many and
+-- more than live ones.
+local MIN_DEAD_TO_DROP = 65536
+
+local function new_plain_map()
+  return setmetatable({ slot_of = {}, live = 0, dead = 0, rebuilds = 0 },
+    PlainMap)
+end
+
+function PlainMap:get(addr)
+  local slot = self.slot_of[addr]
+  if slot == 0 then
+    return nil
+  end
+  return slot
+end
+
+function PlainMap:put(addr, slot)
+  local slot_of = self.slot_of
+  local found = slot_of[addr]
+  if found then
+    if found ~= 0 then
+      return found
+    end
+    self.dead = self.dead - 1
+  end
+  slot_of[addr] = slot
+  self.live = self.live + 1
+  return slot
+end
+
+function PlainMap:remove(addr)
+  local slot_of = self.slot_of
+  local slot = slot_of[addr]
+  if not slot or slot == 0 then
+    return nil
+  end
+  slot_of[addr] = 0
+  self.live = self.live - 1
+  local dead = self.dead + 1
+  self.dead = dead
+  if dead > MIN_DEAD_TO_DROP and dead > self.live then
+    self:drop_dead()
+  end
+  return slot
+end
+
+-- Rebuild the table with the live addresses only.
+function PlainMap:drop_dead()
+  local live = {}
+  for addr, slot in pairs(self.slot_of) do
+    if slot ~= 0 then
+      live[addr] = slot
+    end
+  end
+  self.slot_of = live
+  self.dead = 0
+  self.rebuilds = self.rebuilds + 1
+end
+
+function PlainMap:count()
+  return self.live
+end
+
+function PlainMap:each(fn)
+  for addr, slot in pairs(self.slot_of) do
+    if slot ~= 0 then
+      fn(addr, slot)
+    end
+  end
+end
+
+function PlainMap:free()
+  self.slot_of, self.live, self.dead = {}, 0, 0
+end
+
+-- The FFI address map ------------------------------------------------------
+
+local new_ffi_map
+
+local ok_ffi, ffi = false, nil
+if jit then
+  ok_ffi, ffi = pcall(require, 'ffi')
+end
+if ok_ffi then
+  pcall(ffi.cdef, [[
+    void *malloc(size_t size);
+    void free(void *ptr);
+  ]])
+  -- A bucket: an address and its slot (0: empty), in one 16-byte record
+  -- so that a lookup touches one cache line.
+  pcall(ffi.cdef, [[
+    typedef struct { double addr; uint32_t slot; uint32_t unused; }
+      memprof_heap_bucket;
+  ]])
+  local bit = require('bit')
+  local band, bxor, rshift, lshift, tobit = bit.band, bit.bxor, bit.rshift,
+    bit.lshift, bit.tobit
+  local floor = math.floor
+  local C = ffi.C
+  local bucket_pointer = ffi.typeof('memprof_heap_bucket *')
+  local MIN_BITS = 10
+  local TWO_32 = 4294967296
+  local GOLDEN = 0x9E3779B1
+
+  -- The bucket where addr's search starts (0 .. 2^bits - 1).  Addresses
+  -- are exact as doubles (below 2^53); the low 32 bits, rotated by 4
+  -- (blocks are aligned), are mixed with the high ones, then multiplied
+  -- by a 32-bit odd constant (modulo 2^32, in two exact halves), whose
+  -- top bits are the bucket.
+  local function home_of(addr, shift)
+    local low = tobit(addr)
+    local x = bxor(rshift(low, 4), lshift(low, 28),
+      tobit(floor(addr / TWO_32)))
+    local h = tobit(band(x, 0xffff) * GOLDEN +
+      tobit(rshift(x, 16) * GOLDEN) * 65536)
+    return rshift(h, shift)
+  end
+
+  local FfiMap = {}
+  FfiMap.__index = FfiMap
+
+  -- An array of 2^bits empty buckets, taken with malloc (with a
+  -- finalizer, for a map dropped before its end), or raises.
+  local function allocate(bits)
+    local size = 2 ^ bits
+    local buckets = C.malloc(size * 16)
+    if buckets == nil then
+      error(string.format('no memory for an address map of %d entries',
+        size), 0)
+    end
+    ffi.fill(buckets, size * 16)
+    return ffi.gc(ffi.cast(bucket_pointer, buckets), C.free)
+  end
+
+  local function release(buckets)
+    C.free(ffi.gc(buckets, nil))
+  end
+
+  function new_ffi_map()
+    return setmetatable({ buckets = allocate(MIN_BITS), bits = MIN_BITS,
+      shift = 32 - MIN_BITS, mask = 2 ^ MIN_BITS - 1, live = 0,
+      limit = 2 ^ (MIN_BITS - 1) }, FfiMap)
+  end
+
+  -- The bucket of addr when it is not at its home (i): the run after
+  -- it is searched.  Returns the bucket, or nil and the first empty one.
+  -- (Kept out of the callers, which look at the home bucket without a
+  -- loop: a loop in them would stop LuaJIT from compiling them.)
+  local function search(b, mask, addr, i)
+    while true do
+      i = band(i + 1, mask)
+      if b[i].slot == 0 then
+        return nil, i
+      end
+      if b[i].addr == addr then
+        return i
+      end
+    end
+  end
+
+  function FfiMap:get(addr)
+    local b = self.buckets
+    local i = home_of(addr, self.shift)
+    local slot = b[i].slot
+    if slot == 0 then
+      return nil
+    end
+    if b[i].addr ~= addr then
+      i = search(b, self.mask, addr, i)
+      if not i then
+        return nil
+      end
+      slot = b[i].slot
+    end
+    return slot
+  end
+
+  -- Puts addr (not in the map) into the first empty bucket of its run.
+  local function place(b, mask, shift, addr, slot)
+    local i = home_of(addr, shift)
+    while b[i].slot ~= 0 do
+      i = band(i + 1, mask)
+    end
+    b[i].addr, b[i].slot = addr, slot
+  end
+
+  -- Twice as many buckets, with every entry placed again.
+  function FfiMap:grow()
+    local old, old_size = self.buckets, self.mask + 1
+    local bits = self.bits + 1
+    local b = allocate(bits)
+    local mask, shift = 2 ^ bits - 1, 32 - bits
+    for i = 0, old_size - 1 do
+      local slot = old[i].slot
+      if slot ~= 0 then
+        place(b, mask, shift, old[i].addr, slot)
+      end
+    end
+    release(old)
+    self.buckets, self.bits = b, bits
+    self.mask, self.shift, self.limit = mask, shift, 2 ^ (bits - 1)
+  end
+
+  -- The slot of addr if it is in the map; else addr gets `slot`, which
+  -- is returned.
+  function FfiMap:put(addr, slot)
+    local b = self.buckets
+    local i = home_of(addr, self.shift)
+    local found = b[i].slot
+    if found ~= 0 then
+      if b[i].addr == addr then
+        return found
+      end
+      local at, empty = search(b, self.mask, addr, i)
+      if at then
+        return b[at].slot
+      end
+      i = empty
+    end
+    local live = self.live + 1
+    self.live = live
+    if live > self.limit then
+      self:grow()
+      place(self.buckets, self.mask, self.shift, addr, slot)
+    else
+      b[i].addr, b[i].slot = addr, slot
+    end
+    return slot
+  end
+
+  -- Empties bucket `hole`, then moves back each entry of the run after
+  -- it whose home is not between the emptied bucket and the entry, so
+  -- that every entry stays reachable from its home without tombstones.
+  local function shift_back(b, mask, shift, hole)
+    local i = band(hole + 1, mask)
+    while b[i].slot ~= 0 do
+      -- Distances from the entry's home to the hole and to the entry.
+      local home = home_of(b[i].addr, shift)
+      if band(hole - home, mask) < band(i - home, mask) then
+        b[hole].addr, b[hole].slot = b[i].addr, b[i].slot
+        hole = i
+      end
+      i = band(i + 1, mask)
+    end
+    b[hole].slot = 0
+  end
+
+  -- Takes addr out of the map; returns its slot, or nil.
+  function FfiMap:remove(addr)
+    local b, mask = self.buckets, self.mask
+    local i = home_of(addr, self.shift)
+    local slot = b[i].slot
+    if slot == 0 then
+      return nil
+    end
+    if b[i].addr ~= addr then
+      i = search(b, mask, addr, i)
+      if not i then
+        return nil
+      end
+      slot = b[i].slot
+    end
+    self.live = self.live - 1
+    local after = band(i + 1, mask)
+    if b[after].slot == 0 then
+      b[i].slot = 0
+    else
+      shift_back(b, mask, self.shift, i)
+    end
+    return slot
+  end
+
+  -- The bucket where the search for addr starts.
+  function FfiMap:home(addr)
+    return home_of(addr, self.shift)
+  end
+
+  function FfiMap:count()
+    return self.live
+  end
+
+  function FfiMap:each(fn)
+    local b = self.buckets
+    for i = 0, self.mask do
+      if b[i].slot ~= 0 then
+        fn(b[i].addr, b[i].slot)
+      end
+    end
+  end
+
+  -- Frees the C memory now; the map must not be used after.
+  function FfiMap:free()
+    if self.buckets then
+      release(self.buckets)
+      self.buckets = false
+    end
+  end
+end
+
+-- A new address map: kind 'ffi' or 'plain', or nil for the best one
+-- available.  Returns the map and its kind.
+function M.address_map(kind)
+  if kind == 'ffi' or (kind == nil and new_ffi_map) then
+    assert(new_ffi_map, 'the FFI address map needs LuaJIT')
+    return new_ffi_map(), 'ffi'
+  end
+  return new_plain_map(), 'plain'
+end
+
 local Heap = {}
 Heap.__index = Heap
 
+-- opts.address_map: the kind of address map ('ffi' or 'plain'; the
+-- best one available by default).
 function M.new(opts)
   opts = opts or {}
+  local map, map_kind = M.address_map(opts.address_map)
   local self = setmetatable({
     sites = {},       -- stats records, in order of first appearance
     by_site = {},     -- site (or group) -> stats record
@@ -73,8 +405,9 @@ function M.new(opts)
     released_size = false,
     released_weight = false,
     -- live blocks
-    slot_of = {},     -- address -> slot (0: dead)
-    dead_count = 0,   -- addresses marked dead in slot_of
+    slot_of = map,    -- address map: address -> slot
+    map_kind = map_kind,
+    addr_at = {},     -- slot -> address, or false (a free slot)
     site_at = {},     -- slot -> site
     size_at = {},     -- slot -> size
     weight_at = {},   -- slot -> blocks it stands for (memprof.sampling)
@@ -111,34 +444,22 @@ function Heap:key(site, stack)
   return site
 end
 
-function Heap:new_slot()
+-- The slot a new block would get (the last freed one, or a new one),
+-- and take_slot() to take it.
+function Heap:next_slot()
+  local count = self.free_count
+  if count > 0 then
+    return self.free_slots[count]
+  end
+  return self.slot_count + 1
+end
+
+function Heap:take_slot()
   local count = self.free_count
   if count > 0 then
     self.free_count = count - 1
-    return self.free_slots[count]
-  end
-  self.slot_count = self.slot_count + 1
-  return self.slot_count
-end
-
--- Rebuild the address map with the live blocks only.
-function Heap:drop_dead_addresses()
-  local live = {}
-  for addr, slot in pairs(self.slot_of) do
-    if slot ~= 0 then
-      live[addr] = slot
-    end
-  end
-  self.slot_of = live
-  self.dead_count = 0
-end
-
-function Heap:mark_dead(addr)
-  self.slot_of[addr] = 0
-  local dead = self.dead_count + 1
-  self.dead_count = dead
-  if dead > 65536 and dead > self.slot_count - self.free_count then
-    self:drop_dead_addresses()
+  else
+    self.slot_count = self.slot_count + 1
   end
 end
 
@@ -146,14 +467,14 @@ end
 -- the released_* fields.  Called before the current event, if it is a
 -- realloc, is counted in allocations.
 function Heap:release(addr)
-  local slot = self.slot_of[addr]
-  if not slot or slot == 0 then
+  local slot = self.slot_of:remove(addr)
+  if not slot then
     self.released_stack, self.released_born = nil, nil
     self.released_age, self.released_size = nil, nil
     self.released_weight = nil
     return nil
   end
-  self:mark_dead(addr)
+  self.addr_at[slot] = false
   local born = self.born_at[slot]
   self.released_stack = self.stack_at[slot] or nil
   self.released_born = born
@@ -167,16 +488,13 @@ function Heap:release(addr)
 end
 
 function Heap:produce(addr, size, site, stack, weight)
-  local slot = self.slot_of[addr]
-  if slot == 0 then
-    self.dead_count = self.dead_count - 1
-    slot = nil
-  end
-  if not slot then
-    -- (An address already live keeps its slot: the stream lost the free
-    -- of its previous block.)
-    slot = self:new_slot()
-    self.slot_of[addr] = slot
+  -- (An address already live keeps its slot: the stream lost the free
+  -- of its previous block.)
+  local new = self:next_slot()
+  local slot = self.slot_of:put(addr, new)
+  if slot == new then
+    self:take_slot()
+    self.addr_at[slot] = addr
   end
   self.site_at[slot] = site
   self.size_at[slot] = size
@@ -213,15 +531,23 @@ function Heap:feed(ev)
   return owner
 end
 
+-- Frees the address map once the stream is done (the analysis calls it
+-- after the last event); the live blocks can still be listed, but no
+-- event can be fed after.
+function Heap:finish()
+  self.slot_of:free()
+end
+
 -- Calls fn(addr, size, site, stack, born, weight) for every block still
 -- live, in no particular order (stack is nil when the event had none;
 -- weight is how many blocks it stands for, 1 unless sampled).
 function Heap:each_live_block(fn)
-  local site_at, size_at, stack_at, born_at = self.site_at, self.size_at,
-    self.stack_at, self.born_at
+  local addr_at, site_at, size_at, stack_at, born_at = self.addr_at,
+    self.site_at, self.size_at, self.stack_at, self.born_at
   local weight_at = self.weight_at
-  for addr, slot in pairs(self.slot_of) do
-    if slot ~= 0 then
+  for slot = 1, self.slot_count do
+    local addr = addr_at[slot]
+    if addr then
       fn(addr, size_at[slot], site_at[slot], stack_at[slot] or nil,
         born_at[slot], weight_at[slot])
     end

@@ -1,6 +1,7 @@
 -- memprof.reader: a streaming reader for memprof files.
 --
--- The file is read in large chunks and never loaded whole.  Symbol
+-- The file is read in large chunks and never loaded whole (under LuaJIT
+-- into one buffer of C memory, reused for every chunk).  Symbol
 -- records (from the initial symbol table and from symbol events), stack
 -- definitions and time marks are consumed internally and update the
 -- stream's state; only allocation events are handed out:
@@ -306,9 +307,20 @@ function common:need(count, what, offset)
   end
 end
 
+-- The byte at buffer position i, and the bytes from i to j (clipped to
+-- the buffered bytes): from the buffered string here, from the FFI
+-- buffer in the FFI decoder (below).
+function common:byte_at(i)
+  return byte(self.buf, i)
+end
+
+function common:bytes(i, j)
+  return sub(self.buf, i, j)
+end
+
 function common:read_byte(what)
   self:need(1, what, self:offset_of(self.pos))
-  local value = byte(self.buf, self.pos)
+  local value = self:byte_at(self.pos)
   self.pos = self.pos + 1
   return value
 end
@@ -319,7 +331,7 @@ function common:read_uleb(what)
   local value, scale = 0, 1
   while true do
     self:need(1, what, start)
-    local c = byte(self.buf, self.pos)
+    local c = self:byte_at(self.pos)
     self.pos = self.pos + 1
     if c < 128 then
       return value + c * scale
@@ -336,7 +348,7 @@ end
 function common:read_string(what)
   local length = self:read_uleb('the length of ' .. what)
   self:need(length, what, self:offset_of(self.pos))
-  local value = sub(self.buf, self.pos, self.pos + length - 1)
+  local value = self:bytes(self.pos, self.pos + length - 1)
   self.pos = self.pos + length
   return value
 end
@@ -344,7 +356,7 @@ end
 function common:expect_magic(magic, what)
   local start = self:offset_of(self.pos)
   self:fill(#magic)
-  local found = sub(self.buf, self.pos, self.pos + #magic - 1)
+  local found = self:bytes(self.pos, self.pos + #magic - 1)
   if found == magic then
     self.pos = self.pos + #magic
     return
@@ -538,7 +550,7 @@ function common:read_heap_at_start()
     return
   end
   self:fill(1)
-  if self.pos <= self.last and byte(self.buf, self.pos) == 0x1c then
+  if self.pos <= self.last and self:byte_at(self.pos) == 0x1c then
     self:record(0x1c, self.pos)
   end
 end
@@ -743,8 +755,14 @@ end
 
 -- Ends of the event stream ---------------------------------------------
 
+-- What a stream holds besides Lua values, released when it is done (the
+-- FFI decoder's buffer).
+function common:release()
+end
+
 function common:stop(warning)
   self.done = true
+  self:release()
   self.warning = warning
   self.bytes_read = self:file_size_so_far()
   return nil
@@ -784,6 +802,7 @@ function common:stop_at_epilogue(pos)
   end
   if extra == 0 then
     self.done = true
+    self:release()
     self.bytes_read = at + 1
     return nil
   end
@@ -989,6 +1008,7 @@ end
 function common:close()
   self.close_source()
   self.done = true
+  self:release()
 end
 
 -- Iterate over the events: for ev in stream:each() do ... end
@@ -1157,26 +1177,169 @@ end
 
 local plain_meta = make_methods(function(buf) return buf end, byte)
 
-local ffi_meta
+-- The FFI decoder reads the file into one buffer of C memory, reused
+-- for every chunk (the unread bytes moved to its start), and reads
+-- bytes through a pointer into it.  Making a Lua string of each chunk,
+-- then another of the unread bytes and the chunk, cost more than all the
+-- rest of reading: two new strings of a MiB each per MiB of the file.
+local ffi_meta, ffi_file
 if jit then
   local ok, ffi = pcall(require, 'ffi')
   if ok then
-    local byte_pointer = ffi.typeof('const uint8_t *')
+    ffi.cdef([[
+      typedef struct memprof_reader_FILE memprof_reader_FILE;
+      memprof_reader_FILE *fopen(const char *path, const char *mode);
+      size_t fread(void *ptr, size_t size, size_t count,
+        memprof_reader_FILE *file);
+      int ferror(memprof_reader_FILE *file);
+      int fclose(memprof_reader_FILE *file);
+      void *memmove(void *dest, const void *src, size_t count);
+      void *malloc(size_t size);
+      void free(void *ptr);
+      char *strerror(int errnum);
+    ]])
+    local byte_pointer = ffi.typeof('uint8_t *')
+    local max = math.max
     -- Shifted by one so that position 1 is the first byte, as for
-    -- string.byte.  The stream keeps the string alive (self.buf).
+    -- string.byte.
     ffi_meta = make_methods(function(buf)
       return ffi.cast(byte_pointer, buf) - 1
     end, function(pointer, i)
       return pointer[i]
     end)
+    local methods = ffi_meta.__index
+
+    function methods:byte_at(i)
+      return self.view[i]
+    end
+
+    function methods:bytes(i, j)
+      if j > self.last then
+        j = self.last
+      end
+      if j < i then
+        return ''
+      end
+      return ffi.string(self.view + i, j - i + 1)
+    end
+
+    -- Room for `size` bytes, keeping the buffered ones.  The buffer is
+    -- taken with malloc, not from the VM's allocator: a program that
+    -- reads a profile while it records one (or its next one) sees no
+    -- event for it, and its collector counts no MiB for it.
+    function methods:reserve(size)
+      if size <= self.capacity then
+        return
+      end
+      local capacity = max(size, 2 * self.capacity)
+      local buf = ffi.C.malloc(capacity)
+      if buf == nil then
+        error(format('%s: no memory for a buffer of %d bytes', self.name,
+          capacity), 0)
+      end
+      buf = ffi.gc(ffi.cast(byte_pointer, buf), ffi.C.free)
+      local old = self.cbuf
+      if old then
+        ffi.copy(buf, old, self.last)
+        ffi.C.free(ffi.gc(old, nil))
+      end
+      self.cbuf, self.capacity = buf, capacity
+      self.view = buf - 1
+    end
+
+    -- The buffer is freed as soon as the stream is done, not by the
+    -- collector, so that what is left for it to free is as with Lua
+    -- strings (the finalizer only frees the buffer of a stream
+    -- dropped before its end).
+    function methods:release()
+      local buf = self.cbuf
+      if buf then
+        self.cbuf, self.view, self.capacity = false, false, 0
+        ffi.C.free(ffi.gc(buf, nil))
+      end
+    end
+
+    -- The next piece of the source, appended to the buffer: from the
+    -- file (read_into) or a chunk string (read_chunk).  Returns false
+    -- at the end.
+    function methods:append()
+      local chunk_size = self.chunk_size
+      self:reserve(self.last + chunk_size)
+      if self.read_into then
+        local count = self.read_into(self.cbuf + self.last, chunk_size)
+        self.last = self.last + count
+        return count > 0
+      end
+      local chunk = self.read_chunk()
+      if chunk == nil or chunk == '' then
+        return false
+      end
+      self:reserve(self.last + #chunk)
+      ffi.copy(self.cbuf + self.last, chunk, #chunk)
+      self.last = self.last + #chunk
+      return true
+    end
+
+    function methods:fill(need)
+      while self.last - self.pos + 1 < need and not self.eof do
+        local keep = self.last - self.pos + 1
+        if self.pos > 1 and keep > 0 then
+          ffi.C.memmove(self.cbuf, self.cbuf + self.pos - 1, keep)
+        end
+        self.base = self.base + self.pos - 1
+        self.pos, self.last = 1, keep
+        if not self:append() then
+          self.eof = true
+        end
+      end
+    end
+
+    -- A file read with the C library, for read_into: returns
+    -- read_into(pointer, count) -> bytes read (0 at the end), and
+    -- close(); nil if fopen fails.
+    function ffi_file(path, on_read)
+      local file = ffi.C.fopen(path, 'rb')
+      if file == nil then
+        return nil
+      end
+      file = ffi.gc(file, ffi.C.fclose)
+      local total = 0
+      local function close()
+        if file then
+          ffi.C.fclose(ffi.gc(file, nil))
+          file = nil
+        end
+      end
+      local function read_into(pointer, count)
+        if not file then
+          return 0
+        end
+        local got = tonumber(ffi.C.fread(pointer, 1, count, file))
+        if got < count and ffi.C.ferror(file) ~= 0 then
+          local message = ffi.string(ffi.C.strerror(ffi.errno()))
+          close()
+          error(path .. ': ' .. message, 0)
+        end
+        if got == 0 then
+          close()
+        elseif on_read then
+          total = total + got
+          on_read(total)
+        end
+        return got
+      end
+      return read_into, close
+    end
   end
 end
 
 -- Opening streams --------------------------------------------------------
 
--- read_chunk() returns the next piece of the file, or nil at its end.
+-- read_chunk() returns the next piece of the file, or nil at its end;
+-- or, for the FFI decoder, read_into(pointer, count) puts the next piece
+-- (at most count bytes) there and returns its length (0 at the end).
 -- opts.plain = true forces the plain Lua byte fetcher.
-local function new_stream(name, read_chunk, close_source, opts)
+local function new_stream(name, read_chunk, close_source, opts, read_into)
   local meta = ffi_meta
   if opts.plain or not meta then
     meta = plain_meta
@@ -1203,6 +1366,8 @@ local function new_stream(name, read_chunk, close_source, opts)
     decoder = meta == plain_meta and 'plain' or 'ffi',
     -- reading state
     read_chunk = read_chunk,
+    read_into = read_into or false,
+    chunk_size = opts.chunk_size or CHUNK_SIZE,
     close_source = close_source,
     buf = '', pos = 1, last = 0, base = 0, eof = false, done = false,
     in_events = false,
@@ -1221,7 +1386,12 @@ local function new_stream(name, read_chunk, close_source, opts)
   }, meta)
   self.inferred_stacks = self.inferred.list
   self.event.stack, self.event.time = nil, nil
-  self.view = self.make_view(self.buf)
+  if meta == plain_meta then
+    self.view = self.make_view(self.buf)
+  else
+    self.capacity = 0
+    self:reserve(self.chunk_size + MAX_EVENT)
+  end
   local ok, err = pcall(self.read_headers, self)
   if not ok then
     self:close()
@@ -1240,6 +1410,13 @@ function M.open(path, opts)
     error(err, 0)
   end
   local chunk_size = opts.chunk_size or CHUNK_SIZE
+  if ffi_file and not opts.plain then
+    local read_into, close = ffi_file(path, opts.on_read)
+    if read_into then
+      file:close()
+      return new_stream(path, nil, close, opts, read_into)
+    end
+  end
   local is_open = true
   local on_read, total = opts.on_read, 0
   local function close()

@@ -6,7 +6,9 @@
 --   minus      bytes freed (osize)
 --   overrides  for realloc and free: the sites that had produced the
 --              released blocks, in order of first appearance, with
---              override_count[site] = number of blocks
+--              override_count[site] = number of blocks (a record without
+--              any, every alloc record, shares two empty tables: never
+--              modify them)
 --
 --   local pass = sites.new([opts])  -- opts.grouper: a memprof.groups
 --                                   -- grouper; records are then per group
@@ -36,12 +38,16 @@ function M.new(opts)
   return self
 end
 
+-- The overrides of records that have none (each record gets tables of
+-- its own at its first override).
+local NO_OVERRIDES, NO_OVERRIDE_COUNT = {}, {}
+
 function Sites:record(kind, site)
   local records = self.by_kind[kind]
   local record = records[site]
   if not record then
     record = { site = site, group = site, count = 0, plus = 0, minus = 0,
-      overrides = {}, override_count = {} }
+      overrides = NO_OVERRIDES, override_count = NO_OVERRIDE_COUNT }
     records[site] = record
     local list = self.kinds[kind]
     list[#list + 1] = record
@@ -65,6 +71,9 @@ function Sites:feed(ev, owner, heap)
   record.plus = record.plus + ev.nsize
   record.minus = record.minus + ev.osize
   if owner then
+    if record.overrides == NO_OVERRIDES then
+      record.overrides, record.override_count = {}, {}
+    end
     local count = record.override_count[owner]
     if not count then
       count = 0

@@ -98,10 +98,21 @@ function prepare(value)
   return value
 end
 
+-- A marker replaced, in the text, by what it stands for; a section's
+-- marker (below) by its name between two bytes 1, which lua-cjson never
+-- writes as they are (it writes \u0001).
+local function unmark(marked)
+  local section = marked:match('^section:(.*)$')
+  if section then
+    return '\1' .. section .. '\1'
+  end
+  return marked
+end
+
 function M.encode(value)
   local text = cjson().encode(prepare(value))
   -- cjson writes the marker's \1 as \u0001.
-  return (text:gsub('"\\u0001memprof:([^"]-)\\u0001"', '%1'))
+  return (text:gsub('"\\u0001memprof:([^"]-)\\u0001"', unmark))
 end
 
 -- The document -----------------------------------------------------------
@@ -192,54 +203,104 @@ local function stream_section(stream)
   }
 end
 
--- Entries sorted by `field`, largest first, then by name.
-local function sorted(list, field)
-  table.sort(list, function(a, b)
-    if a[field] ~= b[field] then
-      return a[field] > b[field]
+-- Sections ---------------------------------------------------------------
+--
+-- The long arrays of the document (an entry per site, stack, row or
+-- slot) are sections: a list of items and the function that makes the
+-- entry of an item.  document() makes every entry; write() writes them
+-- one by one, so that the whole document is never held at once.
+
+local function section(items, entry_of)
+  return { items = items, entry_of = entry_of }
+end
+
+-- Items sorted by `field` (a field of the items, or a function of an
+-- item), largest first, then by name; the entries of a sorted section
+-- have these values, so their order is that of the items.
+local function sort_items(items, field, name_of)
+  local value = field
+  if type(field) ~= 'function' then
+    value = function(item) return item[field] end
+  end
+  table.sort(items, function(a, b)
+    local va, vb = value(a), value(b)
+    if va ~= vb then
+      return va > vb
     end
-    return a.name < b.name
+    return name_of(a) < name_of(b)
   end)
-  return M.array(list)
+  return items
+end
+
+local function name_of_row(row)
+  return row.name
+end
+
+local function name_of_group(row)
+  return row.group.name
 end
 
 local function overrides_of(entries)
-  local list = {}
+  local sorted = {}
   for i, entry in ipairs(entries) do
+    sorted[i] = entry
+  end
+  sort_items(sorted, 'blocks', name_of_group)
+  local list = {}
+  for i, entry in ipairs(sorted) do
     list[i] = { row = entry.group.id, name = entry.group.name,
       blocks = entry.blocks }
   end
-  return sorted(list, 'blocks')
+  return M.array(list)
 end
 
-local function event_sections(list)
-  local allocations, reallocations, deallocations, heap = {}, {}, {}, {}
+-- The rows of `list` for which keep(row) is true, sorted by `field`.
+local function rows_section(list, keep, field, entry_of)
+  local items = {}
   for _, row in ipairs(list) do
-    local id, name = row.group.id, row.name
-    if row.alloc_events > 0 then
-      allocations[#allocations + 1] = { row = id, name = name,
-        events = row.alloc_events, bytes = row.alloc_bytes }
+    if keep(row) then
+      items[#items + 1] = row
     end
-    if row.realloc_events > 0 then
-      reallocations[#reallocations + 1] = { row = id, name = name,
+  end
+  return section(sort_items(items, field, name_of_row), entry_of)
+end
+
+local function allocations_section(list)
+  return rows_section(list, function(row) return row.alloc_events > 0 end,
+    'alloc_bytes', function(row)
+      return { row = row.group.id, name = row.name,
+        events = row.alloc_events, bytes = row.alloc_bytes }
+    end)
+end
+
+local function reallocations_section(list)
+  return rows_section(list, function(row) return row.realloc_events > 0 end,
+    'realloc_bytes', function(row)
+      return { row = row.group.id, name = row.name,
         events = row.realloc_events, new_bytes = row.realloc_bytes,
         old_bytes = row.realloc_old_bytes,
         overrides = overrides_of(row.overrides.realloc) }
-    end
-    if row.free_events > 0 then
-      deallocations[#deallocations + 1] = { row = id, name = name,
+    end)
+end
+
+local function deallocations_section(list)
+  return rows_section(list, function(row) return row.free_events > 0 end,
+    'freed_bytes', function(row)
+      return { row = row.group.id, name = row.name,
         events = row.free_events, bytes = row.freed_bytes,
         overrides = overrides_of(row.overrides.free) }
-    end
-    if row.allocated_events > 0 or row.released_blocks > 0 then
-      heap[#heap + 1] = { row = id, name = name, live_bytes = row.live_bytes,
-        live_blocks = row.live_blocks, allocs = row.allocated_events,
-        reallocs = row.realloc_events, frees = row.released_blocks,
-        freed_bytes = row.released_bytes }
-    end
-  end
-  return sorted(allocations, 'bytes'), sorted(reallocations, 'new_bytes'),
-    sorted(deallocations, 'bytes'), sorted(heap, 'live_bytes')
+    end)
+end
+
+local function heap_section(list)
+  return rows_section(list, function(row)
+    return row.allocated_events > 0 or row.released_blocks > 0
+  end, 'live_bytes', function(row)
+    return { row = row.group.id, name = row.name, live_bytes = row.live_bytes,
+      live_blocks = row.live_blocks, allocs = row.allocated_events,
+      reallocs = row.realloc_events, frees = row.released_blocks,
+      freed_bytes = row.released_bytes }
+  end)
 end
 
 local function totals_section(list, result)
@@ -255,39 +316,39 @@ local function totals_section(list, result)
   }
 end
 
-local function live_section(leaks, stream)
+-- place(section) is what stands for a section in the document: its
+-- entries (document()) or a marker (write()).
+local function live_section(leaks, stream, place)
   if not leaks then
     return NULL
   end
-  local list = {}
-  for i, row in ipairs(leaks.rows) do
+  local live_rows = section(leaks.rows, function(row)
     local stacks = {}
     for j, record in ipairs(row.stacks) do
       stacks[j] = { stack = stack_id(stream, record.stack),
         blocks = record.count,
         bytes = record.bytes }
     end
-    list[i] = { row = row.group.id, name = row.group.name, blocks = row.count,
+    return { row = row.group.id, name = row.group.name, blocks = row.count,
       bytes = row.bytes, stacks = M.array(stacks) }
-  end
-  return { rows = M.array(list), blocks = leaks.count, bytes = leaks.bytes,
+  end)
+  return { rows = place(live_rows), blocks = leaks.count, bytes = leaks.bytes,
     freed_before_profiling = -leaks.before_profiling, net_bytes = leaks.total,
     collected_at_stop = leaks.collected_at_stop }
 end
 
-local function peak_section(peak)
+local function peak_section(peak, place)
   if not peak then
     return NULL
   end
-  local list = {}
-  for i, row in ipairs(peak.rows) do
-    list[i] = { row = row.group.id, name = row.group.name, bytes = row.bytes,
+  local peak_rows = section(peak.rows, function(row)
+    return { row = row.group.id, name = row.group.name, bytes = row.bytes,
       blocks = row.blocks }
-  end
+  end)
   local before = peak.before
   return { bytes = peak.bytes, event = peak.event,
     offset = or_null(peak.offset), time_ns = or_null(peak.time),
-    next_time_ns = or_null(peak.time_next), rows = M.array(list),
+    next_time_ns = or_null(peak.time_next), rows = place(peak_rows),
     heap_at_start = or_null(peak.heap_at_start),
     heap_bytes = or_null(peak.heap_bytes),
     before = { freed_bytes = before.freed_bytes,
@@ -306,20 +367,24 @@ local function counts_of(record, entry)
   return entry
 end
 
-local function temporary_section(temporary)
+local function temporary_section(temporary, place)
   if not temporary then
     return NULL
   end
-  local list = {}
+  local items = {}
   for i, row in ipairs(temporary.rows) do
-    list[i] = counts_of(row, { row = row.group.id, name = row.group.name })
+    items[i] = row
   end
+  sort_items(items, 'temporary_bytes', name_of_group)
+  local temporary_rows = section(items, function(row)
+    return counts_of(row, { row = row.group.id, name = row.group.name })
+  end)
   return { limit = temporary.limit,
-    rows = sorted(list, 'temporary_bytes'),
+    rows = place(temporary_rows),
     totals = counts_of(temporary.totals, {}) }
 end
 
-local function timeline_section(result, stream)
+local function timeline_section(result, stream, place)
   if not result or not stream.has_time then
     return NULL
   end
@@ -328,32 +393,35 @@ local function timeline_section(result, stream)
     slots[#slots + 1] = slot
   end
   table.sort(slots)
-  local list = {}
-  for i, slot in ipairs(slots) do
-    list[i] = { start_ns = (slot - 1) * result.resolution,
+  local slot_entries = section(slots, function(slot)
+    return { start_ns = (slot - 1) * result.resolution,
       highest = result.high[slot], last = result.last[slot],
       events = result.events[slot] }
-  end
+  end)
   return { resolution_ns = result.resolution, duration_ns = result.duration,
-    slots = M.array(list) }
+    slots = place(slot_entries) }
 end
 
 local CUMULATIVE_FIELDS = { 'events', 'bytes', 'live_blocks', 'live_bytes',
   'self_events', 'self_bytes' }
 
-local function cumulative_section(cumulative)
+local function cumulative_section(cumulative, place)
   if not cumulative then
     return NULL
   end
-  local list = {}
+  local items = {}
   for i, row in ipairs(cumulative.rows) do
+    items[i] = row
+  end
+  sort_items(items, 'bytes', name_of_group)
+  local cumulative_rows = section(items, function(row)
     local entry = { row = row.group.id, name = row.group.name }
     for _, field in ipairs(CUMULATIVE_FIELDS) do
       entry[field] = row[field]
     end
-    list[i] = entry
-  end
-  return { mode = cumulative.mode, rows = sorted(list, 'bytes') }
+    return entry
+  end)
+  return { mode = cumulative.mode, rows = place(cumulative_rows) }
 end
 
 local function warnings_of(stream)
@@ -364,50 +432,102 @@ local function warnings_of(stream)
   return M.array(list)
 end
 
-function M.document(result)
-  local stream = result.stream
-  local list = rows.collect(result)
-  local sites, stacks, aliases, described = {}, {}, {}, {}
-  for i, site in ipairs(stream.sites) do
-    sites[i] = site_entry(site)
-  end
-  for _, list in ipairs({ stream.stacks, stream.inferred_stacks }) do
-    for _, stack in ipairs(list) do
-      stacks[#stacks + 1] = stack_entry(stream, stack)
+-- The stream's stacks, then those the reader made for compiled code.
+local function all_stacks(stream)
+  local list = {}
+  for _, stacks in ipairs({ stream.stacks, stream.inferred_stacks }) do
+    for _, stack in ipairs(stacks) do
+      list[#list + 1] = stack
     end
   end
+  return list
+end
+
+local function aliases_of(stream)
+  local aliases = {}
   for i, alias in ipairs(stream.aliases) do
     aliases[i] = { name = alias.name, chunkname = alias.chunkname }
   end
-  for i, group in ipairs(result.grouper.list) do
-    described[i] = row_entry(group)
-  end
-  local allocations, reallocations, deallocations, heap = event_sections(list)
+  return M.array(aliases)
+end
+
+-- The document, with place(section) for each long array (see above).
+local function build(result, place)
+  local stream = result.stream
+  local list = rows.collect(result)
+  local sites = section(stream.sites, site_entry)
+  local stacks = section(all_stacks(stream), function(stack)
+    return stack_entry(stream, stack)
+  end)
+  local described = section(result.grouper.list, row_entry)
   return {
     memprof_json = M.SCHEMA_VERSION,
     stream = stream_section(stream),
     warnings = warnings_of(stream),
     grouping = result.grouper.mode,
-    sites = M.array(sites),
-    stacks = M.array(stacks),
-    aliases = M.array(aliases),
-    rows = M.array(described),
-    allocations = allocations,
-    reallocations = reallocations,
-    deallocations = deallocations,
-    heap = heap,
+    sites = place(sites),
+    stacks = place(stacks),
+    aliases = aliases_of(stream),
+    rows = place(described),
+    allocations = place(allocations_section(list)),
+    reallocations = place(reallocations_section(list)),
+    deallocations = place(deallocations_section(list)),
+    heap = place(heap_section(list)),
     totals = totals_section(list, result),
-    live = live_section(result.leaks, stream),
-    peak = peak_section(result.peak),
-    temporary = temporary_section(result.temporary),
-    timeline = timeline_section(result.timeline, stream),
-    cumulative = cumulative_section(result.cumulative),
+    live = live_section(result.leaks, stream, place),
+    peak = peak_section(result.peak, place),
+    temporary = temporary_section(result.temporary, place),
+    timeline = timeline_section(result.timeline, stream, place),
+    cumulative = cumulative_section(result.cumulative, place),
   }
 end
 
+local function entries_of(part)
+  local list = {}
+  for i, item in ipairs(part.items) do
+    list[i] = part.entry_of(item)
+  end
+  return M.array(list)
+end
+
+function M.document(result)
+  return build(result, entries_of)
+end
+
+-- Writes a section as a JSON array, one entry at a time.
+local function write_section(out, part)
+  out:write('[')
+  for i, item in ipairs(part.items) do
+    if i > 1 then
+      out:write(',')
+    end
+    out:write(M.encode(part.entry_of(item)))
+  end
+  out:write(']')
+end
+
+-- The same text as M.encode(M.document(result)), written in pieces: the
+-- document is encoded with a marker for each section, and each marker
+-- is replaced by its section, written entry by entry.
 function M.write(result, out)
   out = out or io.stdout
-  out:write(M.encode(M.document(result)), '\n')
+  local sections = {}
+  local function place(part)
+    sections[#sections + 1] = part
+    return MARK .. 'section:' .. #sections .. '\1'
+  end
+  local text = M.encode(build(result, place))
+  local at = 1
+  while true do
+    local from, to, number = text:find('\1(%d+)\1', at)
+    if not from then
+      break
+    end
+    out:write(text:sub(at, from - 1))
+    write_section(out, sections[tonumber(number)])
+    at = to + 1
+  end
+  out:write(text:sub(at), '\n')
 end
 
 return M

@@ -55,12 +55,13 @@ function M.place_name(site)
 end
 
 -- The place a row is named after: the site of a group, the innermost
--- frame of a stack, the first site of a row of the text report.
+-- frame of a stack, the site of the first record of a row of the text
+-- report.
 local function place_of(row)
   if row.frames then
     return row.frames[1]
-  elseif row.sites then
-    return row.sites[1] and place_of(row.sites[1])
+  elseif row.first then
+    return place_of(row.first.site)
   end
   return row.site or row
 end

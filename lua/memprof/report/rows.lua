@@ -29,7 +29,9 @@
 --                    (live 0) and only has released blocks and bytes
 -- No figure is negative.
 --   overrides        per kind ('realloc', 'free'): { { group =, blocks = },
---                    ... } the rows whose blocks the events released
+--                    ... } the rows whose blocks the events released (the
+--                    rows without any share one table of empty lists:
+--                    never modify it)
 
 local M = {}
 
@@ -48,9 +50,12 @@ function M.group_of(grouper, key)
   return grouper:key(key)
 end
 
+-- The overrides of the rows that have none.
+local NO_OVERRIDES = { realloc = {}, free = {} }
+
 local function new_row(group)
-  local row = { group = group, name = group.name,
-    overrides = { realloc = {}, free = {} }, override_at = {} }
+  local row = { group = group, name = group.name, overrides = NO_OVERRIDES,
+    override_at = false }
   for _, field in ipairs(FIELDS) do
     row[field] = 0
   end
@@ -71,6 +76,12 @@ function Collector:row(key)
 end
 
 function Collector:add_overrides(row, kind, record)
+  if #record.overrides == 0 then
+    return
+  end
+  if not row.override_at then
+    row.overrides, row.override_at = { realloc = {}, free = {} }, {}
+  end
   local at = row.override_at
   for _, owner in ipairs(record.overrides) do
     local group = M.group_of(self.grouper, owner)

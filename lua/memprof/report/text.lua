@@ -65,26 +65,51 @@ local function site_name(site)
 end
 
 -- Groups records by the name of their site: one row per name, with the
--- numeric fields summed and the sites listed.  `fields` names the summed
--- fields; `merge(row, record)` adds anything else.
-local function group_by_name(records, key, fields, merge)
+-- numeric fields summed.  `fields` names the summed fields.  A row keeps
+-- its first record, and a list of the others only when there are any
+-- (most names have one site): the sites and overrides of a row are
+-- gathered for the rows shown only (details_of).
+local function group_by_name(records, key, fields)
   local rows, by_name = {}, {}
   for _, record in ipairs(records) do
     local name = key(record.site)
     local row = by_name[name]
     if not row then
-      row = { name = name, sites = {}, frames = record.site.frames }
-      for _, field in ipairs(fields) do row[field] = 0 end
+      row = { name = name, first = record, frames = record.site.frames }
+      for _, field in ipairs(fields) do row[field] = record[field] end
       by_name[name] = row
       rows[#rows + 1] = row
+    else
+      for _, field in ipairs(fields) do
+        row[field] = row[field] + record[field]
+      end
+      row.more = row.more or {}
+      row.more[#row.more + 1] = record
     end
-    for _, field in ipairs(fields) do
-      row[field] = row[field] + record[field]
-    end
-    row.sites[#row.sites + 1] = record.site
-    if merge then merge(row, record) end
   end
   return rows
+end
+
+-- The records of a row, in order.
+local function records_of(row)
+  local list = { row.first }
+  for _, record in ipairs(row.more or {}) do
+    list[#list + 1] = record
+  end
+  return list
+end
+
+-- The sites of a row, and the names of the sites whose blocks its
+-- events released (a set of name -> site).
+local function details_of(row, key)
+  local sites, overrides = {}, {}
+  for i, record in ipairs(records_of(row)) do
+    sites[i] = record.site
+    for _, owner in ipairs(record.overrides or {}) do
+      overrides[key(owner)] = owner
+    end
+  end
+  return sites, overrides
 end
 
 local EVENT_FIELDS = { 'count', 'plus', 'minus' }
@@ -96,14 +121,8 @@ end
 
 -- Rows for one event kind, grouped by name and sorted.
 local function event_rows(records, key, sort_field)
-  local rows = group_by_name(records, key, EVENT_FIELDS,
-    function(row, record)
-      row.overrides = row.overrides or {}
-      for _, owner in ipairs(record.overrides) do
-        row.overrides[key(owner)] = owner
-      end
-    end)
-  return layout.sort_rows(rows, sort_field)
+  return layout.sort_rows(group_by_name(records, key, EVENT_FIELDS),
+    sort_field)
 end
 
 -- Heap rows with nonzero holds, grouped by name and sorted, and the row
@@ -112,7 +131,7 @@ end
 local function heap_rows(stats_list, key, sort_field)
   local kept, before = {}, nil
   for _, row in ipairs(group_by_name(stats_list, key, HEAP_FIELDS)) do
-    if row.sites[1].source == 'before' then
+    if row.first.site.source == 'before' then
       before = row
     elseif row.holds ~= 0 then
       kept[#kept + 1] = row
@@ -144,13 +163,15 @@ local SECTIONS = {
 
 local function write_events(out, rows, title, opts, used_aliases)
   local size = layout.sizer(opts)
+  local key = opts.key or site_name
   local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write(title, '\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
       size(row.plus), size(row.minus)))
+    local sites, overrides_by_name = details_of(row, key)
     local overrides, rest_of_list = layout.split_top(
-      sorted_keys(row.overrides), opts.top, opts.left_out)
+      sorted_keys(overrides_by_name), opts.top, opts.left_out)
     if #overrides > 0 then
       out:write('\tOverrides:\n')
       for _, name in ipairs(overrides) do
@@ -161,8 +182,8 @@ local function write_events(out, rows, title, opts, used_aliases)
       end
       out:write('\n') -- As Tarantool's report: a blank line after the list.
     end
-    note_used_aliases(used_aliases, row.sites)
-    note_used_aliases(used_aliases, row.overrides)
+    note_used_aliases(used_aliases, sites)
+    note_used_aliases(used_aliases, overrides_by_name)
   end
   if #rest > 0 then
     local sums = layout.sum(rest, EVENT_FIELDS)
@@ -189,7 +210,7 @@ local function write_heap(out, rows, before, total, opts, used_aliases)
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(' holds %s: %d allocs, %d frees%s',
       size(row.holds), row.allocs, row.frees, realloc_note(row)))
-    note_used_aliases(used_aliases, row.sites)
+    note_used_aliases(used_aliases, (details_of(row, site_name)))
   end
   if #rest > 0 then
     local sums = layout.sum(rest, HEAP_FIELDS)

@@ -1,0 +1,157 @@
+-- The reporter's speed and memory (make bench, the reporter section).
+--
+-- Makes three kinds of profile, then times bin/memprof-report on each in
+-- a process of its own, under /usr/bin/time (wall time and peak RSS):
+--   large        a profile of bench/workloads (mixed and trees, each run
+--                BENCH_REPORTER_SCALE times, default 4: about 270 MB) in
+--                the default format, then with stacks (stack_depth 16):
+--                the text report's throughput (MB of profile a second),
+--                the median of BENCH_REPORTER_ROUNDS runs (default 3)
+--   places       400,000 distinct places (bench/places.lua), without and
+--                with stacks: the peak RSS of every format, once each
+-- and compares them with the targets (500 MB for the places; 200 MB/s
+-- for the text report).  Every child has a time limit.
+--
+--   BENCH_REPORTER=off      make bench without this section
+--   BENCH_REPORTER=only     this section alone
+
+local places = require('places')
+local toolkit = require('toolkit')
+local shell_quote = toolkit.shell_quote
+local read_all = toolkit.read_all
+local file_size = toolkit.file_size
+local median = toolkit.median
+
+local M = {}
+
+local SCALE = tonumber(os.getenv('BENCH_REPORTER_SCALE')) or 4
+local ROUNDS = tonumber(os.getenv('BENCH_REPORTER_ROUNDS')) or 3
+local PLACES = 400000
+local TARGET_PLACES_MB = 500
+local TARGET_TEXT_MBS = 200
+local CHILD_TIMEOUT_S = 900
+
+-- The formats measured on the places, with their options.
+local FORMATS = {
+  { 'text', '' },
+  { 'json', '--format=json' },
+  { 'folded', '--format=folded' },
+  { 'pprof', '--format=pprof' },
+  { 'html', '--format=html' },
+  { 'leaks', '--leaks' },
+  { 'peak', '--peak' },
+  { 'diff', '--diff' },
+}
+
+-- Runs memprof-report with `args` on `path` (the output goes to
+-- /dev/null); returns its wall time in seconds and peak RSS in MB, or
+-- nil and why not.
+local function report(args, path, lua)
+  local times = os.tmpname()
+  local files = shell_quote(path)
+  if args == '--diff' then
+    files = files .. ' ' .. files
+  elseif args == '--format=pprof' then
+    args = args .. ' --output=/dev/null'
+  end
+  local cmd = string.format('/usr/bin/time -f "%%e %%M" -o %s timeout %d ' ..
+    '%s bin/memprof-report %s %s > /dev/null 2>&1', times, CHILD_TIMEOUT_S,
+    lua, args, files)
+  local status = os.execute(cmd)
+  local wall, kb = read_all(times):match('([%d.]+) (%d+)')
+  os.remove(times)
+  if (status ~= 0 and status ~= true) or not wall then
+    return nil, 'failed: ' .. cmd
+  end
+  return tonumber(wall), tonumber(kb) / 1024
+end
+
+-- A profile of the workloads, `depth` frames deep (0: default format).
+local function large_profile(path, depth)
+  local memprof = require('memprof')
+  local mixed = dofile('bench/workloads/mixed.lua')
+  local trees = dofile('bench/workloads/trees.lua')
+  assert(memprof.start(path, depth > 0 and { stack_depth = depth } or nil))
+  for _ = 1, SCALE do
+    mixed(1)
+    trees(1)
+  end
+  assert(memprof.stop())
+end
+
+local function throughput(path, label, lua)
+  local size = file_size(path)
+  local walls, rss = {}, {}
+  for i = 1, ROUNDS do
+    local wall, mb = report('', path, lua)
+    if not wall then
+      print(label .. ': ' .. mb)
+      return nil
+    end
+    walls[i], rss[i] = wall, mb
+  end
+  local mbs = size / 1e6 / median(walls)
+  print(string.format('%-22s %8.1f MB %10.1f s %10.1f MB/s %10.0f MB', label,
+    size / 1e6, median(walls), mbs, median(rss)))
+  return mbs
+end
+
+local function large(lua)
+  local path = os.tmpname()
+  print(string.format('text report of a large profile (scale %d; medians ' ..
+    'of %d runs; wall time, so it depends on the load of the machine):',
+    SCALE, ROUNDS))
+  print(string.format('%-22s %11s %12s %15s %13s', 'profile', 'size',
+    'wall time', 'throughput', 'peak RSS'))
+  large_profile(path, 0)
+  local slowest = throughput(path, 'default format', lua)
+  large_profile(path, 16)
+  local with_stacks = throughput(path, 'stack_depth = 16', lua)
+  os.remove(path)
+  if slowest and with_stacks then
+    slowest = math.min(slowest, with_stacks)
+    print(string.format('slowest text report: %.1f MB/s (target >= %d): %s',
+      slowest, TARGET_TEXT_MBS,
+      slowest >= TARGET_TEXT_MBS and 'met' or 'MISSED'))
+  end
+end
+
+local function many_places(lua)
+  local path = os.tmpname()
+  local largest, largest_of = 0, nil
+  print(string.format('\n%d distinct places (bench/places.lua), peak RSS ' ..
+    'and wall time of each format:', PLACES))
+  print(string.format('%-8s %-8s %12s %12s', 'stacks', 'format', 'peak RSS',
+    'wall time'))
+  for _, stacks in ipairs({ false, true }) do
+    places.write(path, { places = PLACES, stacks = stacks })
+    for _, entry in ipairs(FORMATS) do
+      local wall, mb = report(entry[2], path, lua)
+      if not wall then
+        print(entry[1] .. ': ' .. mb)
+      else
+        print(string.format('%-8s %-8s %9.0f MB %10.1f s',
+          stacks and 'yes' or 'no', entry[1], mb, wall))
+        if mb > largest then
+          largest, largest_of = mb, entry[1] .. (stacks and ' (stacks)' or '')
+        end
+      end
+    end
+  end
+  os.remove(path)
+  print(string.format('largest: %.0f MB, %s (target < %d MB): %s', largest,
+    largest_of or '-', TARGET_PLACES_MB,
+    largest < TARGET_PLACES_MB and 'met' or 'MISSED'))
+end
+
+function M.run(lua)
+  if not io.open('/usr/bin/time', 'rb') then
+    print('\nreporter: skipped (no /usr/bin/time: apt-get install time)')
+    return
+  end
+  print('\nthe reporter (bin/memprof-report):')
+  large(lua)
+  many_places(lua)
+end
+
+return M

@@ -1,0 +1,324 @@
+-- memprof.heap: the address maps (the FFI one under LuaJIT, the Lua
+-- table under any Lua) and the live blocks the heap pass keeps with them.
+
+local heap = require('memprof.heap')
+
+-- The kinds of address map this Lua has.
+local KINDS = { 'plain' }
+if jit and pcall(require, 'ffi') then
+  KINDS[2] = 'ffi'
+end
+
+-- A deterministic sequence of numbers in [0, n) (a linear congruential
+-- generator), so that the specs do the same on every run.
+local function sequence(seed)
+  local state = seed
+  return function(n)
+    state = (state * 1103515245 + 12345) % 2147483648
+    return state % n
+  end
+end
+
+local SITE_A = { id = 1, name = '@a.lua:1' }
+local SITE_B = { id = 2, name = '@a.lua:2' }
+
+local function alloc(addr, size, site)
+  return { kind = 'alloc', naddr = addr, nsize = size, oaddr = 0,
+    osize = 0, site = site }
+end
+
+local function free(addr, size, site)
+  return { kind = 'free', naddr = 0, nsize = 0, oaddr = addr, osize = size,
+    site = site }
+end
+
+local function realloc(oaddr, osize, naddr, nsize, site)
+  return { kind = 'realloc', naddr = naddr, nsize = nsize, oaddr = oaddr,
+    osize = osize, site = site }
+end
+
+-- The live blocks of a heap pass as { addr, size, site name, born }.
+local function blocks_of(pass)
+  local list = {}
+  for i, block in ipairs(pass:live_blocks()) do
+    list[i] = { block.addr, block.size, block.site.name, block.born }
+  end
+  return list
+end
+
+it('uses the FFI map under LuaJIT and the Lua table under plain Lua',
+  function()
+    local _, kind = heap.address_map()
+    assert.are.equal(jit and 'ffi' or 'plain', kind)
+    assert.are.equal(jit and 'ffi' or 'plain', heap.new().map_kind)
+  end)
+
+for _, kind in ipairs(KINDS) do
+  describe(kind .. ' address map', function()
+    it('puts, gets and removes addresses', function()
+      local map = heap.address_map(kind)
+      assert.are.equal(7, map:put(0x1000, 7))
+      assert.are.equal(9, map:put(0x2000, 9))
+      -- An address already in the map keeps its slot.
+      assert.are.equal(7, map:put(0x1000, 8))
+      assert.are.same({ 7, 9, 2 }, { map:get(0x1000), map:get(0x2000),
+        map:count() })
+      assert.is_nil(map:get(0x3000))
+      assert.are.equal(7, map:remove(0x1000))
+      assert.is_nil(map:remove(0x1000))
+      assert.is_nil(map:remove(0x3000))
+      assert.is_nil(map:get(0x1000))
+      assert.are.same({ 9, 1 }, { map:get(0x2000), map:count() })
+      -- The same address removed, then put again with another slot.
+      assert.are.equal(3, map:put(0x1000, 3))
+      assert.are.same({ 3, 2 }, { map:get(0x1000), map:count() })
+      map:free()
+    end)
+
+    it('keeps 5000 addresses through its growth, and lists them',
+      function()
+        local map = heap.address_map(kind)
+        for i = 1, 5000 do
+          map:put(0x7f0000000000 + i * 48, i)
+        end
+        if kind == 'ffi' then
+          -- 1024 buckets at first, doubled whenever more than half full.
+          assert.are.equal(14, map.bits)
+        end
+        local wrong, listed, sum = 0, 0, 0
+        for i = 1, 5000 do
+          if map:get(0x7f0000000000 + i * 48) ~= i then
+            wrong = wrong + 1
+          end
+        end
+        map:each(function(addr, slot)
+          listed = listed + 1
+          sum = sum + slot
+          if addr ~= 0x7f0000000000 + slot * 48 then
+            wrong = wrong + 1
+          end
+        end)
+        assert.are.same({ 0, 5000, 5000 * 5001 / 2, 5000 },
+          { wrong, listed, sum, map:count() })
+        map:free()
+      end)
+
+    it('tells apart addresses above 2^32, up to 2^47, with the same low ' ..
+      'bits', function()
+      local map = heap.address_map(kind)
+      local addrs = { 0x10, 2 ^ 32 + 0x10, 2 ^ 40 + 0x10, 2 ^ 47 + 0x10,
+        2 ^ 47 - 16, 2 ^ 47, 2 ^ 32, 0xfffffff0, 2 ^ 33 + 0xfffffff0 }
+      for i, addr in ipairs(addrs) do
+        assert.are.equal(i, map:put(addr, i))
+      end
+      local found = {}
+      for i, addr in ipairs(addrs) do
+        found[i] = map:get(addr)
+      end
+      assert.are.same({ 1, 2, 3, 4, 5, 6, 7, 8, 9 }, found)
+      assert.are.equal(4, map:remove(2 ^ 47 + 0x10))
+      assert.are.same({ 1, 2, 3, 5, 6 }, { map:get(0x10),
+        map:get(2 ^ 32 + 0x10), map:get(2 ^ 40 + 0x10), map:get(2 ^ 47 - 16),
+        map:get(2 ^ 47) })
+      assert.is_nil(map:get(2 ^ 47 + 0x10))
+      map:free()
+    end)
+
+    it('agrees with a Lua table over 200,000 random puts and removes',
+      function()
+        local map = heap.address_map(kind)
+        local model, count = {}, 0
+        local random = sequence(42)
+        local mismatches = 0
+        for step = 1, 200000 do
+          -- 3,000 aligned addresses, some above 2^32.
+          local addr = random(3000) * 16 + random(2) * 2 ^ 36
+          if random(3) == 0 then
+            if map:remove(addr) ~= model[addr] then
+              mismatches = mismatches + 1
+            end
+            if model[addr] then
+              count = count - 1
+            end
+            model[addr] = nil
+          else
+            local expected = model[addr] or step
+            if map:put(addr, step) ~= expected then
+              mismatches = mismatches + 1
+            end
+            if not model[addr] then
+              count = count + 1
+            end
+            model[addr] = expected
+          end
+        end
+        for addr, slot in pairs(model) do
+          if map:get(addr) ~= slot then
+            mismatches = mismatches + 1
+          end
+        end
+        assert.are.same({ 0, count }, { mismatches, map:count() })
+        map:free()
+      end)
+  end)
+end
+
+if KINDS[2] == 'ffi' then
+  describe('ffi address map, colliding addresses', function()
+    -- Addresses whose search starts at the same bucket, `home`, in a map
+    -- of 1024 buckets.
+    local function colliding(map, home, count)
+      local list, addr = {}, 0
+      while #list < count do
+        addr = addr + 16
+        if map:home(addr) == home then
+          list[#list + 1] = addr
+        end
+      end
+      return list
+    end
+
+    for _, home in ipairs({ 5, 1023 }) do
+      it('finds 100 addresses of one bucket (' .. home .. ') after ' ..
+        'removing every other, the run wrapping at the end: ' ..
+        tostring(home == 1023), function()
+        local map = heap.address_map('ffi')
+        local addrs = colliding(map, home, 100)
+        for i, addr in ipairs(addrs) do
+          map:put(addr, i)
+        end
+        assert.are.equal(10, map.bits)
+        local removed = 0
+        for i = 1, 100, 2 do
+          if map:remove(addrs[i]) == i then
+            removed = removed + 1
+          end
+        end
+        local found, gone = 0, 0
+        for i, addr in ipairs(addrs) do
+          local slot = map:get(addr)
+          if i % 2 == 0 and slot == i then
+            found = found + 1
+          elseif i % 2 == 1 and slot == nil then
+            gone = gone + 1
+          end
+        end
+        -- Every bucket after the run is empty again.
+        local used = 0
+        for i = 0, map.mask do
+          if map.buckets[i].slot ~= 0 then
+            used = used + 1
+          end
+        end
+        assert.are.same({ 50, 50, 50, 50, 50 },
+          { removed, found, gone, used, map:count() })
+        map:free()
+      end)
+    end
+
+    it('frees its memory when the heap pass finishes', function()
+      local pass = heap.new()
+      pass:feed(alloc(0x10, 8, SITE_A))
+      assert.is_truthy(pass.slot_of.buckets)
+      pass:finish()
+      assert.is_false(pass.slot_of.buckets)
+      assert.are.same({ { 0x10, 8, '@a.lua:1', 1 } }, blocks_of(pass))
+    end)
+  end)
+end
+
+describe('plain address map', function()
+  it('drops dead addresses when they outnumber live ones', function()
+    local map = heap.address_map('plain')
+    map:put(0x10, 1)
+    for i = 1, 70000 do
+      map:put(0x1000 + i * 16, 2)
+      map:remove(0x1000 + i * 16)
+    end
+    -- Dropped once past 65,536 dead addresses.
+    assert.are.same({ 1, 70000 - 65537, 1 }, { map.rebuilds, map.dead,
+      map:count() })
+    assert.are.same({ 1, nil }, { map:get(0x10), map:get(0x1010) })
+  end)
+end)
+
+for _, kind in ipairs(KINDS) do
+  describe('heap pass with the ' .. kind .. ' map', function()
+    it('reuses an address freed and allocated again', function()
+      local pass = heap.new({ address_map = kind })
+      pass:feed(alloc(0x20, 8, SITE_A))
+      pass:feed(free(0x20, 8, SITE_B))
+      assert.are.same({ 8, 1, 0 }, { pass.released_size,
+        pass.released_born, pass.released_age })
+      pass:feed(alloc(0x20, 24, SITE_B))
+      pass:feed(realloc(0x20, 24, 2 ^ 40, 40, SITE_A))
+      assert.are.same({ 24, 2, 0 }, { pass.released_size,
+        pass.released_born, pass.released_age })
+      pass:feed(alloc(0x20, 16, SITE_B))
+      pass:finish()
+      assert.are.same({ { 0x20, 16, '@a.lua:2', 4 },
+        { 2 ^ 40, 40, '@a.lua:1', 3 } }, blocks_of(pass))
+      assert.are.same({ 2, 56 }, { pass.slot_count, pass.total })
+    end)
+
+    it('keeps one slot for an address allocated twice (a lost free)',
+      function()
+        local pass = heap.new({ address_map = kind })
+        pass:feed(alloc(0x30, 8, SITE_A))
+        pass:feed(alloc(0x30, 12, SITE_B))
+        pass:finish()
+        assert.are.same({ { 0x30, 12, '@a.lua:2', 2 } }, blocks_of(pass))
+        assert.are.equal(1, pass.slot_count)
+      end)
+  end)
+end
+
+if KINDS[2] == 'ffi' then
+  it('gives the same live blocks and stats with either map', function()
+    local passes = { heap.new({ address_map = 'plain' }),
+      heap.new({ address_map = 'ffi' }) }
+    local random = sequence(7)
+    local live, sizes = {}, {}
+    for _ = 1, 50000 do
+      local addr = random(2000) * 32 + 2 ^ 44
+      local ev
+      if live[addr] then
+        if random(2) == 0 then
+          ev = free(addr, sizes[addr], SITE_B)
+          live[addr] = nil
+        else
+          local naddr = random(2000) * 32 + 2 ^ 44
+          if live[naddr] and naddr ~= addr then
+            naddr = addr
+          end
+          ev = realloc(addr, sizes[addr], naddr, random(100) + 1, SITE_A)
+          live[addr] = nil
+          live[naddr], sizes[naddr] = true, ev.nsize
+        end
+      else
+        ev = alloc(addr, random(100) + 1, random(2) == 0 and SITE_A or SITE_B)
+        live[addr], sizes[addr] = true, ev.nsize
+      end
+      passes[1]:feed(ev)
+      passes[2]:feed(ev)
+    end
+    passes[1]:finish()
+    passes[2]:finish()
+    local count, bytes = 0, 0
+    for addr in pairs(live) do
+      count, bytes = count + 1, bytes + sizes[addr]
+    end
+    local plain, ffi_blocks = blocks_of(passes[1]), blocks_of(passes[2])
+    assert.are.same(plain, ffi_blocks)
+    assert.are.same({ count, bytes }, { #ffi_blocks, passes[2].total })
+    local stats = {}
+    for i, pass in ipairs(passes) do
+      stats[i] = {}
+      for j, record in ipairs(pass.sites) do
+        stats[i][j] = { record.site.name, record.holds, record.allocs,
+          record.reallocs, record.frees }
+      end
+    end
+    assert.are.same(stats[1], stats[2])
+  end)
+end
