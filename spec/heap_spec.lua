@@ -24,17 +24,17 @@ local SITE_B = { id = 2, name = '@a.lua:2' }
 
 local function alloc(addr, size, site)
   return { kind = 'alloc', naddr = addr, nsize = size, oaddr = 0,
-    osize = 0, site = site }
+    osize = 0, site = site, nweight = 1, oweight = 1 }
 end
 
 local function free(addr, size, site)
   return { kind = 'free', naddr = 0, nsize = 0, oaddr = addr, osize = size,
-    site = site }
+    site = site, nweight = 1, oweight = 1 }
 end
 
 local function realloc(oaddr, osize, naddr, nsize, site)
   return { kind = 'realloc', naddr = naddr, nsize = nsize, oaddr = oaddr,
-    osize = osize, site = site }
+    osize = osize, site = site, nweight = 1, oweight = 1 }
 end
 
 -- The live blocks of a heap pass as { addr, size, site name, born }.

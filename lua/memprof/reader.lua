@@ -534,7 +534,7 @@ function common:read_headers()
   self:skip_reserved('the event stream header')
   if self.version == EXTENDED_VERSION then
     self:fill(1)
-    if self.pos <= self.last and byte(self.buf, self.pos) == SAMPLING_RECORD then
+    if self.pos <= self.last and self:byte_at(self.pos) == SAMPLING_RECORD then
       self:read_sampling()
     end
   end
