@@ -169,7 +169,7 @@ test: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
 test-luajit: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) \
 	  MEMPROF_TEST_BUILD='Debian bookworm luajit 2.1.0~beta3+git20220320' \
-	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_INSTALL=1 $(LUAJIT) $(BUSTED) spec
+	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_CONSOLE=1 MEMPROF_TEST_INSTALL=1 $(LUAJIT) $(BUSTED) spec
 
 test-luajit2: all
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) \
