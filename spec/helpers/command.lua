@@ -7,6 +7,7 @@
 --   C.quote(word)               -- for the shell
 --   C.temp_dir() -> a new directory; C.remove_tree(dir)
 --   C.have(program) -> whether `program` is on PATH
+--   C.ROOT                      -- the tree's root directory, absolute
 --   C.CLEAN_ENV .. line         -- a shell line that starts no VM with the
 --                                  suite's per-build settings
 
@@ -84,5 +85,16 @@ function M.rockspec()
   chunk()
   return env
 end
+
+-- The tree's root, from this file's path (spec/helpers/command.lua).
+local function tree_root()
+  local source = debug.getinfo(1, 'S').source:gsub('^@', '')
+  local dir = source:match('^(.*)/spec/helpers/[^/]*$') or '.'
+  local code, out = M.run('cd ' .. M.quote(dir) .. ' && pwd')
+  assert(code == 0, 'cannot find the tree root from ' .. source)
+  return (out:gsub('\n$', ''))
+end
+
+M.ROOT = tree_root()
 
 return M

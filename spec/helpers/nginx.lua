@@ -34,16 +34,7 @@ local M = {}
 
 local NGINX = '/usr/sbin/nginx'
 
--- The tree's root, from this file's path (spec/helpers/nginx.lua).
-local function tree_root()
-  local source = debug.getinfo(1, 'S').source:gsub('^@', '')
-  local dir = source:match('^(.*)/spec/helpers/[^/]*$') or '.'
-  local code, out = command.run('cd ' .. command.quote(dir) .. ' && pwd')
-  assert(code == 0, 'cannot find the tree root from ' .. source)
-  return (out:gsub('\n$', ''))
-end
-
-M.root = tree_root()
+M.root = command.ROOT
 M.dir = M.root .. '/build/nginx'
 M.modules = M.dir .. '/usr/lib/nginx/modules'
 M.libdir = M.dir .. '/usr/lib/x86_64-linux-gnu'

@@ -28,16 +28,7 @@ local M = {}
 local TARANTOOL = 'tarantool'
 local SOCKET = 'console.sock'
 
--- The tree's root, from this file's path (spec/helpers/...).
-local function tree_root()
-  local source = debug.getinfo(1, 'S').source:gsub('^@', '')
-  local dir = source:match('^(.*)/spec/helpers/[^/]*$') or '.'
-  local code, out = command.run('cd ' .. command.quote(dir) .. ' && pwd')
-  assert(code == 0, 'cannot find the tree root from ' .. source)
-  return (out:gsub('\n$', ''))
-end
-
-M.root = tree_root()
+M.root = command.ROOT
 
 function M.available()
   if not command.have(TARANTOOL) then
