@@ -131,6 +131,7 @@ static void after_fork_child(void)
 {
   struct profiler *p;
   unsigned parent = profiler_fork_generation++;
+  safe_read_forget_pid();
   pthread_mutex_unlock(&builtin_lock);
   vm_learn_unlock();
   /* The child has one thread, this one: no hook runs until we return. */

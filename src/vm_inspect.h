@@ -26,6 +26,9 @@
 /* Reads n bytes at addr without faulting. Returns 1 on success. */
 int safe_read(uintptr_t addr, void *dst, size_t n);
 
+/* After fork(), in the child: safe_read's process id is the child's. */
+void safe_read_forget_pid(void);
+
 /* Where the VM was when the allocator was called. */
 struct vm_site {
   uint8_t source;   /* SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE */

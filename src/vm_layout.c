@@ -53,6 +53,27 @@ static int pipe_read(uintptr_t addr, void *dst, size_t n)
   return ok;
 }
 
+/* The process id safe_read reads from, 0 until known: asking getpid()
+** each time doubled the system calls of a start (thousands of reads). A
+** child after fork() forgets it (safe_read_forget_pid, from the fork
+** handler), before any of its code can read. */
+static pid_t own_pid;
+
+void safe_read_forget_pid(void)
+{
+  __atomic_store_n(&own_pid, 0, __ATOMIC_RELAXED);
+}
+
+static pid_t self_pid(void)
+{
+  pid_t pid = __atomic_load_n(&own_pid, __ATOMIC_RELAXED);
+  if (pid == 0) {
+    pid = getpid();
+    __atomic_store_n(&own_pid, pid, __ATOMIC_RELAXED);
+  }
+  return pid;
+}
+
 int safe_read(uintptr_t addr, void *dst, size_t n)
 {
   struct iovec local = {dst, n}, remote = {(void *)addr, n};
@@ -60,7 +81,7 @@ int safe_read(uintptr_t addr, void *dst, size_t n)
   ssize_t got;
   if (addr < 4096)
     return 0;
-  got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  got = process_vm_readv(self_pid(), &local, 1, &remote, 1, 0);
   if (got == (ssize_t)n)
     ok = 1;
   else if (got < 0 && (errno == ENOSYS || errno == EPERM))
