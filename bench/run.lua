@@ -19,6 +19,10 @@
 --   BENCH_CALLGRIND_SEED            the seed of LuaJIT's PRNG in its runs
 --                                   (default 1)
 --
+-- Then the slowdown of whole programs (bench/programs.lua):
+--   BENCH_PROGRAMS=off              without the programs section
+--   BENCH_PROGRAMS=only             the programs section alone
+--
 -- Then the reporter's speed and peak memory (bench/reporter.lua):
 --   BENCH_REPORTER=off              without the reporter section
 --   BENCH_REPORTER=only             the reporter section alone
@@ -26,6 +30,7 @@ local memprof = require('memprof')
 local reader = require('memprof.reader')
 local callgrind = require('callgrind')
 local reporter = require('reporter')
+local programs = require('programs')
 local toolkit = require('toolkit')
 local median = toolkit.median
 local file_size = toolkit.file_size
@@ -38,6 +43,7 @@ local CALLGRIND = os.getenv('BENCH_CALLGRIND') or 'on'
 local CALLGRIND_SCALE = tonumber(os.getenv('BENCH_CALLGRIND_SCALE')) or 0.1
 local CALLGRIND_SEED = tonumber(os.getenv('BENCH_CALLGRIND_SEED')) or 1
 local REPORTER = os.getenv('BENCH_REPORTER') or 'on'
+local PROGRAMS = os.getenv('BENCH_PROGRAMS') or 'on'
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
@@ -224,12 +230,18 @@ end
 
 local function main(args)
   local names = #args > 0 and args or WORKLOADS
-  if REPORTER ~= 'only' then
+  local lua = arg and arg[-1] or 'luajit'
+  local only = REPORTER == 'only' or CALLGRIND == 'only' or
+    PROGRAMS == 'only'
+  if not only or CALLGRIND == 'only' then
     if CALLGRIND ~= 'only' then timings(names) end
     if CALLGRIND ~= 'off' then instructions(names) end
   end
-  if REPORTER ~= 'off' and CALLGRIND ~= 'only' then
-    reporter.run(arg and arg[-1] or 'luajit')
+  if PROGRAMS ~= 'off' and (not only or PROGRAMS == 'only') then
+    programs.run(lua)
+  end
+  if REPORTER ~= 'off' and (not only or REPORTER == 'only') then
+    reporter.run(lua)
   end
 end
 
