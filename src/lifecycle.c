@@ -57,6 +57,7 @@
 
 #include "lauxlib.h"
 #include "profiler.h"
+#include "snapshot.h"
 #include "vm_inspect.h"
 #include "vm_learn.h"
 
@@ -684,6 +685,21 @@ int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
   *sample_bytes = p->sampler.mean;
   *written = writer_total(&p->out);
   return 1;
+}
+
+enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
+                                    const char *path, int format, char *msg,
+                                    size_t len, int *err)
+{
+  notice_detachment(L, vm);
+  if (vm->active == NULL) {
+    if (vm->detached)
+      return LIFE_DETACHED;
+    return LIFE_NOT_RUNNING;
+  }
+  *err = snapshot_write(&vm->active->p, path, (enum snapshot_format)format, msg,
+                        len);
+  return *err == 0 ? LIFE_OK : LIFE_SNAPSHOT_FAILED;
 }
 
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)

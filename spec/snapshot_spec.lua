@@ -1,0 +1,219 @@
+-- memprof.snapshot(): a snapshot of the running profile, written while it
+-- goes on (src/snapshot.c, lifecycle_snapshot, the binding's l_snapshot).
+local h = require('helpers.profile')
+local C = require('helpers.command')
+local memprof = require('memprof')
+
+-- Ten tables kept at line 2, six dropped at line 3 and collected, the
+-- snapshot at line 6, four tables more at line 7 after it. The arrays are
+-- made large enough up front, so the only blocks at lines 2, 3 and 7 are
+-- the new tables.
+local PROGRAM = [[
+local snapshot, path, options, keep, drop = ...
+for i = 1, 10 do keep[i] = {} end
+for i = 1, 6 do drop[i] = {} end
+for i = 1, 6 do drop[i] = nil end
+collectgarbage()
+local ok, msg, err = snapshot(path, options)
+for i = 11, 14 do keep[i] = {} end
+return ok, msg, err
+]]
+
+-- The blocks live at the end of a list of events, by site name: count and
+-- bytes.
+local function live_by_name(events)
+  local live, out = {}, {}
+  for _, ev in ipairs(events) do
+    if ev.kind ~= 'alloc' then live[ev.oaddr] = nil end
+    if ev.kind ~= 'free' then live[ev.naddr] = ev end
+  end
+  for _, ev in pairs(live) do
+    local row = out[ev.name] or { blocks = 0, bytes = 0 }
+    row.blocks = row.blocks + 1
+    row.bytes = row.bytes + ev.nsize
+    out[ev.name] = row
+  end
+  return out
+end
+
+-- What an event is, without its addresses (which change from run to run).
+local function shapes(events)
+  local out = {}
+  for i, ev in ipairs(events) do
+    out[i] = table.concat({ ev.kind, ev.name, ev.nsize, ev.osize }, ' ')
+  end
+  return out
+end
+
+-- Runs PROGRAM in a profile started with `options`, taking a snapshot with
+-- `snapshot` (memprof.snapshot or a stand-in). Returns the profile's
+-- events and what the snapshot call returned.
+local function run_program(options, snapshot, path, snapshot_options)
+  local program = h.chunk(PROGRAM, '@prog.lua')
+  local keep = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  local drop = { 0, 0, 0, 0, 0, 0 }
+  local results
+  local events = h.profile_with(options, function()
+    results = { program(snapshot, path, snapshot_options, keep, drop) }
+  end)
+  return events, results
+end
+
+local function remove(path)
+  os.remove(path)
+end
+
+describe('memprof.snapshot', function()
+  setup(function()
+    jit.off()
+  end)
+
+  teardown(function()
+    jit.on()
+  end)
+
+  after_each(function()
+    if memprof.is_running() then memprof.stop() end
+  end)
+
+  it('is in misc.memprof too, where the module installed it', function()
+    if tostring(misc.memprof.start):match('^function: builtin#') then
+      return -- The host's own misc.memprof (Tarantool) is kept.
+    end
+    local path, snap = h.tmpname(), h.tmpname()
+    assert.is_true(misc.memprof.start(path))
+    local result = { misc.memprof.snapshot(snap, { format = 'memprof' }) }
+    assert.is_true(misc.memprof.stop())
+    local _, stream = h.read(snap)
+    remove(path)
+    remove(snap)
+    assert.are.same({ true }, result)
+    assert.is_nil(stream.warning)
+  end)
+
+  describe('errors', function()
+    it('fails when no profile runs', function()
+      assert.are.same({ nil, 'profiler is not running', 22 },
+        { memprof.snapshot(h.tmpname(), { format = 'memprof' }) })
+    end)
+
+    it('names a bad format and a bad option', function()
+      local path = h.tmpname()
+      assert.is_true(memprof.start(path))
+      local bad_format = { memprof.snapshot(h.tmpname(), { format = 'xml' }) }
+      local bad_type = { memprof.snapshot(h.tmpname(), { format = 1 }) }
+      local bad_name = { memprof.snapshot(h.tmpname(), { formats = 'pprof' }) }
+      local bad_table = { memprof.snapshot(h.tmpname(), 'memprof') }
+      assert.is_true(memprof.stop())
+      remove(path)
+      assert.are.same({ nil,
+        "option 'format' must be 'pprof' or 'memprof', got 'xml'", 22 },
+        bad_format)
+      assert.are.same({ nil,
+        "option 'format' must be 'pprof' or 'memprof', got number", 22 },
+        bad_type)
+      assert.are.same({ nil, "unknown option 'formats'", 22 }, bad_name)
+      assert.are.same({ nil, 'options must be a table, got string', 22 },
+        bad_table)
+    end)
+
+    it('names the path it cannot write, and leaves no file', function()
+      local dir = C.temp_dir()
+      local path = h.tmpname()
+      local target = dir .. '/missing/snap.bin'
+      assert.is_true(memprof.start(path))
+      local result = { memprof.snapshot(target, { format = 'memprof' }) }
+      assert.is_true(memprof.stop())
+      remove(path)
+      local _, listing = C.run('ls -A ' .. C.quote(dir))
+      C.remove_tree(dir)
+      assert.are.same({ nil, target .. ': No such file or directory', 2 },
+        result)
+      assert.are.equal('', listing)
+    end)
+  end)
+
+  describe("in the 'memprof' format", function()
+    it('holds the stream so far, ended as a profile stopped then', function()
+      local snap = h.tmpname()
+      local events, results = run_program(nil, memprof.snapshot, snap,
+        { format = 'memprof' })
+      local taken, stream = h.read(snap)
+      remove(snap)
+      assert.are.same({ true }, results)
+      assert.is_nil(stream.warning) -- It ends with the epilogue.
+      -- The profile's own file goes on past the snapshot, which is a
+      -- prefix of it.
+      assert.are.equal(10, #h.at(events, '@prog.lua:2', 'alloc'))
+      assert.are.equal(4, #h.at(events, '@prog.lua:7', 'alloc'))
+      assert.are.equal(0, #h.at(taken, '@prog.lua:7'))
+      local prefix = {}
+      for i = 1, #taken do prefix[i] = events[i] end
+      assert.are.same(shapes(prefix), shapes(taken))
+      assert.is_true(#events > #taken)
+      -- What is live in it: the ten kept tables, none of the six dropped.
+      local table_size = h.at(events, '@prog.lua:2', 'alloc')[1].nsize
+      local live = live_by_name(taken)
+      assert.are.same({ blocks = 10, bytes = 10 * table_size },
+        live['@prog.lua:2'])
+      assert.is_nil(live['@prog.lua:3'])
+      assert.are.equal(6, #h.at(taken, '@prog.lua:3', 'alloc'))
+    end)
+
+    it('allocates nothing in the profiled VM', function()
+      -- Without a collection, so that both runs record the same events.
+      local program = h.chunk([[
+local snapshot, path, options, keep = ...
+for i = 1, 5 do keep[i] = {} end
+local ok = snapshot(path, options)
+for i = 6, 8 do keep[i] = {} end
+return ok
+]], '@quiet.lua')
+      local snap = h.tmpname()
+      local options = { format = 'memprof' }
+      local stand_in = function() return true end
+      local function run(snapshot)
+        local keep = { 0, 0, 0, 0, 0, 0, 0, 0 }
+        collectgarbage()
+        collectgarbage('stop')
+        local events = h.profile(program, snapshot, snap, options, keep)
+        collectgarbage('restart')
+        return events
+      end
+      local without = run(stand_in)
+      local with = run(memprof.snapshot)
+      local taken = h.read(snap)
+      remove(snap)
+      assert.are.same(shapes(without), shapes(with))
+      assert.are.equal(5, #h.at(with, '@quiet.lua:2', 'alloc'))
+      assert.are.equal(5, #h.at(taken, '@quiet.lua:2', 'alloc'))
+    end)
+
+    it('is read by memprof-report, whose LIVE AT END shows the kept tables',
+      function()
+        local snap = h.tmpname()
+        local events = run_program(nil, memprof.snapshot, snap,
+          { format = 'memprof' })
+        local table_size = h.at(events, '@prog.lua:2', 'alloc')[1].nsize
+        local code, out = C.run(C.command('./bin/memprof-report', '--leaks',
+          snap))
+        remove(snap)
+        assert.are.equal(0, code)
+        assert.is_truthy(out:find('\n@prog.lua:2: 10 blocks, ' ..
+          10 * table_size .. 'B\n', 1, true))
+        assert.is_falsy(out:find('@prog.lua:3:', 1, true))
+        assert.is_falsy(out:find('@prog.lua:7:', 1, true))
+      end)
+
+    it('of a sampled profile says it is sampled, at the same rate',
+      function()
+        local snap = h.tmpname()
+        local _, results = run_program({ sample_bytes = 64, seed = 7 },
+          memprof.snapshot, snap, { format = 'memprof' })
+        local _, stream = h.read(snap)
+        remove(snap)
+        assert.are.same({ true }, results)
+        assert.are.equal(64, stream.sample_bytes)
+      end)
+  end)
+end)
