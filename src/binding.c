@@ -137,6 +137,15 @@ static int read_option(lua_State *L, const char *name,
     o->collect_at_stop = lua_toboolean(L, -1);
     return 1;
   }
+  if (strcmp(name, "snapshots") == 0) {
+    if (lua_type(L, -1) != LUA_TBOOLEAN) {
+      snprintf(msg, len, "option 'snapshots' must be a boolean, got %s",
+               luaL_typename(L, -1));
+      return 0;
+    }
+    o->snapshots = lua_toboolean(L, -1);
+    return 1;
+  }
   if (strcmp(name, "max_bytes") == 0)
     return read_integer(L, name, MIN_MAX_BYTES, &o->max_bytes, msg, len);
   if (strcmp(name, "sample_bytes") == 0)

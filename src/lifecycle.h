@@ -24,6 +24,7 @@ struct profile_options {
   uint64_t sample_bytes; /* 0: record every event. */
   uint64_t seed;         /* Of the sampler, if has_seed. */
   int has_seed;
+  int snapshots; /* Keep the model of pprof snapshots in full mode too. */
 };
 
 /* How a stopped profile ended, for stop's message. */

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pprof.h"
 #include "profiler.h"
 #include "stream_format.h"
 
@@ -142,6 +143,37 @@ static int write_memprof(struct profiler *p, int fd, char *msg, size_t len)
   return 0;
 }
 
+/* Why p's model cannot make a pprof snapshot now (0: it can). */
+static int check_model(const struct profiler *p, char *msg, size_t len)
+{
+  if (p->fork_generation != profiler_fork_generation)
+    return fail(msg, len, EINVAL,
+                "the profile was started before fork() and does not go on "
+                "in this process",
+                NULL);
+  if (!p->keeps_model)
+    return fail(msg, len, EINVAL,
+                "a pprof snapshot of a profile that records every event "
+                "needs the start option snapshots = true (or sample_bytes)",
+                NULL);
+  if (p->live_full) {
+    snprintf(msg, len,
+             "the profile's table of live blocks passed its bound of %u "
+             "blocks: a pprof snapshot would miss blocks (a 'memprof' "
+             "snapshot has them all)",
+             (unsigned)(LIVE_MAX_SLOTS / 2));
+    return ENOMEM;
+  }
+  if (p->model_failed != 0)
+    return fail(msg, len, p->model_failed,
+                "memory ran out for the places of pprof snapshots: a "
+                "snapshot would miss allocations",
+                NULL);
+  if (p->state != PROFILER_RECORDING)
+    return file_error(msg, len, p->path, p->error != 0 ? p->error : EINVAL);
+  return 0;
+}
+
 /* "PATH.tmp-PID" (malloc'd), or NULL. */
 static char *temp_name(const char *path)
 {
@@ -170,8 +202,9 @@ int snapshot_write(struct profiler *p, const char *path,
     err = write_memprof(p, fd, msg, len);
     if (err == 0 && (err = write_fully(fd, epilogue, sizeof(epilogue))) != 0)
       file_error(msg, len, path, err);
-  } else {
-    err = fail(msg, len, ENOTSUP, "pprof snapshots are not built yet", NULL);
+  } else if ((err = check_model(p, msg, len)) == 0 &&
+             (err = pprof_write(p, fd, path)) != 0) {
+    file_error(msg, len, path, err);
   }
   if (close(fd) != 0 && err == 0)
     err = file_error(msg, len, path, errno);
