@@ -3,6 +3,8 @@
 local h = require('helpers.profile')
 local C = require('helpers.command')
 local memprof = require('memprof')
+local pprof_read = require('helpers.pprof_read')
+local consumers = require('helpers.consumers')
 
 -- Ten tables kept at line 2, six dropped at line 3 and collected, the
 -- snapshot at line 6, four tables more at line 7 after it. The arrays are
@@ -47,16 +49,16 @@ end
 
 -- Runs PROGRAM in a profile started with `options`, taking a snapshot with
 -- `snapshot` (memprof.snapshot or a stand-in). Returns the profile's
--- events and what the snapshot call returned.
+-- events, what the snapshot call returned, and the profile's stream.
 local function run_program(options, snapshot, path, snapshot_options)
   local program = h.chunk(PROGRAM, '@prog.lua')
   local keep = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
   local drop = { 0, 0, 0, 0, 0, 0 }
   local results
-  local events = h.profile_with(options, function()
+  local events, stream = h.profile_with(options, function()
     results = { program(snapshot, path, snapshot_options, keep, drop) }
   end)
-  return events, results
+  return events, results, stream
 end
 
 local function remove(path)
@@ -115,6 +117,22 @@ describe('memprof.snapshot', function()
       assert.are.same({ nil, "unknown option 'formats'", 22 }, bad_name)
       assert.are.same({ nil, 'options must be a table, got string', 22 },
         bad_table)
+    end)
+
+    it('asks for the option snapshots in a full profile', function()
+      local path = h.tmpname()
+      assert.is_true(memprof.start(path))
+      local result = { memprof.snapshot(h.tmpname()) }
+      assert.is_true(memprof.stop())
+      remove(path)
+      assert.are.same({ nil, 'a pprof snapshot of a profile that records ' ..
+        'every event needs the start option snapshots = true (or ' ..
+        'sample_bytes)', 22 }, result)
+    end)
+
+    it('checks the option snapshots', function()
+      assert.are.same({ nil, "option 'snapshots' must be a boolean, got " ..
+        'number', 22 }, { memprof.start(h.tmpname(), { snapshots = 1 }) })
     end)
 
     it('names the path it cannot write, and leaves no file', function()
@@ -215,5 +233,173 @@ return ok
         assert.are.same({ true }, results)
         assert.are.equal(64, stream.sample_bytes)
       end)
+  end)
+
+  describe("in the 'pprof' format", function()
+    -- The pprof snapshot of PROGRAM in a profile started with `options`;
+    -- returns its content, the profile's events and its stream.
+    local function pprof_of(options)
+      local snap = h.tmpname('.pb.gz')
+      local events, results, stream = run_program(options, memprof.snapshot,
+        snap)
+      local profile = pprof_read.file(snap)
+      remove(snap)
+      assert.are.same({ true }, results)
+      return profile, events, stream
+    end
+
+    it('of a full profile holds the exact figures of each place', function()
+      local profile, events, stream = pprof_of({ snapshots = true })
+      local size = h.at(events, '@prog.lua:2', 'alloc')[1].nsize
+      local places = pprof_read.by_place(profile)
+      assert.are.same({ 'alloc_space/bytes', 'alloc_objects/count',
+        'inuse_space/bytes', 'inuse_objects/count' }, profile.sample_types)
+      assert.are.equal('inuse_space', profile.default_sample_type)
+      assert.are.equal('space/bytes', profile.period_type)
+      assert.are.equal(1, profile.period)
+      -- Ten kept, six allocated and freed, none from after the snapshot.
+      assert.are.same({ 10 * size, 10, 10 * size, 10 }, places['prog.lua:2'])
+      assert.are.same({ 6 * size, 6, 0, 0 }, places['prog.lua:3'])
+      assert.is_nil(places['prog.lua:7'])
+      -- The profile went on: its file has the four tables of line 7.
+      assert.are.equal(4, #h.at(events, '@prog.lua:7', 'alloc'))
+      assert.is_nil(stream.warning)
+    end)
+
+    it('names functions and files as the reports do', function()
+      local profile = pprof_of({ snapshots = true })
+      local names = {}
+      for _, func in pairs(profile.functions) do
+        names[func.name] = func
+      end
+      assert.are.same({ name = 'main chunk of @prog.lua', file = 'prog.lua',
+        start_line = 0 }, names['main chunk of @prog.lua'])
+    end)
+
+    it('of a full profile with stacks has the callers of each place',
+      function()
+        local profile = pprof_of({ snapshots = true, stack_depth = 4 })
+        local found
+        for _, sample in ipairs(profile.samples) do
+          if sample.locations[1] == 'prog.lua:2' then found = sample end
+        end
+        assert.are.equal('prog.lua:2', found.locations[1])
+        assert.is_truthy(found.locations[2]:find('snapshot_spec.lua:', 1,
+          true))
+        assert.are.same({ 10, 10 }, { found.values[2], found.values[4] })
+      end)
+
+    it('allocates nothing in the profiled VM', function()
+      local program = h.chunk([[
+local snapshot, path, keep = ...
+for i = 1, 5 do keep[i] = {} end
+local ok = snapshot(path)
+for i = 6, 8 do keep[i] = {} end
+return ok
+]], '@quiet.lua')
+      local snap = h.tmpname('.pb.gz')
+      local stand_in = function() return true end
+      local function run(snapshot)
+        local keep = { 0, 0, 0, 0, 0, 0, 0, 0 }
+        collectgarbage()
+        collectgarbage('stop')
+        local events = h.profile_with({ snapshots = true }, program, snapshot,
+          snap, keep)
+        collectgarbage('restart')
+        return events
+      end
+      local without = run(stand_in)
+      local with = run(memprof.snapshot)
+      local places = pprof_read.by_place(pprof_read.file(snap))
+      remove(snap)
+      assert.are.same(shapes(without), shapes(with))
+      assert.are.same({ 5, 5 }, { places['quiet.lua:2'][2],
+        places['quiet.lua:2'][4] })
+    end)
+
+    describe('of a sampled profile', function()
+      -- 20,000 tables kept at line 4 and 20,000 dropped at line 5 (the
+      -- arrays are grown first, at line 3), with the collector stopped
+      -- until one full collection at the end.
+      local SAMPLED = [[
+collectgarbage('stop')
+local keep, drop = {}, {}
+for i = 1, 20000 do keep[i] = true; drop[i] = true end
+for i = 1, 20000 do keep[i] = {} end
+for i = 1, 20000 do drop[i] = {} end
+drop = nil
+collectgarbage()
+]]
+
+      -- Runs SAMPLED in a child profiled with `options`, with a pprof
+      -- snapshot at its end; returns the snapshot's bytes.
+      local function child_snapshot(options, snap)
+        local path = h.tmpname()
+        local out, code = h.run_script('package.cpath = ' ..
+          string.format('%q', package.cpath) .. '\njit.off()\n' ..
+          "local memprof = require('memprof')\n" ..
+          'local program = assert(loadstring(' .. string.format('%q',
+          SAMPLED) .. ", '@sampled.lua'))\n" ..
+          'assert(memprof.start(' .. string.format('%q', path) .. ', ' ..
+          options .. '))\nprogram()\n' ..
+          'assert(memprof.snapshot(' .. string.format('%q', snap) .. '))\n' ..
+          'assert(memprof.stop())\n')
+        os.remove(path)
+        assert.are.same({ '', 0 }, { out, code })
+        return C.read_file(snap)
+      end
+
+      it('estimates each place within 10% and repeats with a seed',
+        function()
+          local snap = h.tmpname('.pb.gz')
+          local truth = pprof_read.by_place(pprof_read.decode(
+            pprof_read.gunzip(child_snapshot('{ snapshots = true }', snap))))
+          local first = child_snapshot('{ sample_bytes = 512, seed = 5 }',
+            snap)
+          local second = child_snapshot('{ sample_bytes = 512, seed = 5 }',
+            snap)
+          remove(snap)
+          assert.is_true(first == second)
+          local profile = pprof_read.decode(pprof_read.gunzip(first))
+          assert.are.equal(512, profile.period)
+          assert.are.same({ 'memprof snapshot of ' .. snap, 'sampled: one ' ..
+            'sample per 512 bytes on average; figures are estimates' },
+            profile.comments)
+          local estimate = pprof_read.by_place(profile)
+          assert.are.same({ 20000, 20000 }, { truth['sampled.lua:4'][2],
+            truth['sampled.lua:4'][4] })
+          assert.are.same({ 20000, 0 }, { truth['sampled.lua:5'][2],
+            truth['sampled.lua:5'][4] })
+          -- alloc_space, alloc_objects, inuse_space, inuse_objects at line 4
+          -- and the allocations at line 5.
+          local checks = { { 'sampled.lua:4', 1 }, { 'sampled.lua:4', 2 },
+            { 'sampled.lua:4', 3 }, { 'sampled.lua:4', 4 },
+            { 'sampled.lua:5', 1 }, { 'sampled.lua:5', 2 } }
+          for _, check in ipairs(checks) do
+            local place, i = check[1], check[2]
+            local ratio = estimate[place][i] / truth[place][i]
+            assert.is_true(ratio > 0.9 and ratio < 1.1, string.format(
+              '%s, value %d: %d estimated, %d true', place, i,
+              estimate[place][i], truth[place][i]))
+          end
+        end)
+    end)
+
+    it('is read by go tool pprof', function()
+      assert(C.have('go'), 'this spec needs go (Debian package golang-go)')
+      local dir = C.temp_dir()
+      local snap = dir .. '/snap.pb.gz'
+      local events = run_program({ snapshots = true }, memprof.snapshot, snap)
+      local size = h.at(events, '@prog.lua:2', 'alloc')[1].nsize
+      local code, out, err = consumers.pprof(dir, '-top', '-lines',
+        '-sample_index=inuse_objects', snap)
+      C.remove_tree(dir)
+      assert.are.same({ 0, '' }, { code, err })
+      assert.is_truthy(out:find('\nType: inuse_objects\n', 1, true))
+      assert.is_truthy(out:find('\n        10 [%d.]+%% [%d.]+%%         10 ' ..
+        '[%d.]+%%  main chunk of @prog.lua prog.lua:2\n'))
+      assert.is_falsy(out:find('prog.lua:3', 1, true))
+      assert.is_true(size > 0)
+    end)
   end)
 end)

@@ -261,11 +261,10 @@ static void model_place(struct profiler *p, struct recorded_as *as,
                         const struct vm_site *site, uint32_t stack)
 {
   int err = 0;
-  uint8_t kind = site->source == SOURCE_INTERNAL
-                     ? vm_internal_kind(&p->layout, p->g)
-                     : 0;
-  as->place = places_of(&p->model, &p->syms, &p->layout, p->g, site, kind,
-                        &err);
+  uint8_t kind =
+      site->source == SOURCE_INTERNAL ? vm_internal_kind(&p->layout, p->g) : 0;
+  as->place =
+      places_of(&p->model, &p->syms, &p->layout, p->g, site, kind, &err);
   as->stack = stack;
   if (err != 0)
     p->model_failed = err;

@@ -278,7 +278,7 @@ static int follow_into_child(struct profiler *p)
   writer_abandon(&p->out);
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
-  live_free(&p->live); /* The parent's sampled blocks are not the child's. */
+  live_free(&p->live);    /* The parent's sampled blocks are not the child's. */
   places_free(&p->model); /* Nor is what it allocated. */
   memset(&p->stats, 0, sizeof(p->stats));
   if (p->sampler.mean != 0)

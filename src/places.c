@@ -258,8 +258,8 @@ static int name_lua(struct places *m, const struct vm_layout *lay, uintptr_t pt,
   p->func = intern_string(m, func, strlen(func));
   p->file = chunk[0] == '@' ? intern_string(m, chunk + 1, n - 1)
                             : intern_string(m, chunk, n);
-  p->start_line = (uint32_t)firstline == BUILTIN_FIRSTLINE ? 0
-                                                           : (uint32_t)firstline;
+  p->start_line =
+      (uint32_t)firstline == BUILTIN_FIRSTLINE ? 0 : (uint32_t)firstline;
   p->line = (uint32_t)firstline == BUILTIN_FIRSTLINE ? 0 : line;
   return p->func != UINT32_MAX && p->file != UINT32_MAX;
 }
@@ -275,7 +275,8 @@ static int name_trace(struct places *m, const struct vm_layout *lay,
   uintptr_t pt = 0;
   if (traceno == 0)
     snprintf(func, sizeof(func), "TRACE (compiled code, trace not known)");
-  else if (!lay->trace_ok || vm_trace_start(lay, 0, g, traceno, &pt, &line) == 0)
+  else if (!lay->trace_ok ||
+           vm_trace_start(lay, 0, g, traceno, &pt, &line) == 0)
     snprintf(func, sizeof(func), "TRACE [%u]", (unsigned)traceno);
   else if (!vm_proto_source(lay, 0, pt, &name, &len, &firstline))
     snprintf(func, sizeof(func), "TRACE started at LFUNC %#llx:%u",
@@ -309,17 +310,15 @@ static int name_place(struct places *m, struct symbols *syms,
   case SOURCE_TRACE:
     return name_trace(m, lay, g, number, p);
   default:
-    p->func = intern_string(
-        m, internal_names[number < 5 ? number : 0],
-        strlen(internal_names[number < 5 ? number : 0]));
+    p->func = intern_string(m, internal_names[number < 5 ? number : 0],
+                            strlen(internal_names[number < 5 ? number : 0]));
     return p->func != UINT32_MAX;
   }
 }
 
 static size_t key_slot(const struct places *m, uintptr_t addr, uint64_t extra)
 {
-  return (size_t)symbols_mix64((uint64_t)addr * 0x9e3779b97f4a7c15ULL ^
-                               extra) &
+  return (size_t)symbols_mix64((uint64_t)addr * 0x9e3779b97f4a7c15ULL ^ extra) &
          m->key_mask;
 }
 
@@ -431,10 +430,9 @@ int places_define_stack(struct places *m, struct symbols *syms,
   for (i = 0; i < n && err == 0; i++)
     m->frames[m->frames_len + (size_t)i] =
         f[i].ffid == FFID_LUA
-            ? place_at(m, syms, lay, 0, SOURCE_LUA, f[i].obj,
-                       (uint32_t)f[i].pc, 0, &err)
-            : place_at(m, syms, lay, 0, SOURCE_C, f[i].obj, 0, f[i].ffid,
-                       &err);
+            ? place_at(m, syms, lay, 0, SOURCE_LUA, f[i].obj, (uint32_t)f[i].pc,
+                       0, &err)
+            : place_at(m, syms, lay, 0, SOURCE_C, f[i].obj, 0, f[i].ffid, &err);
   if (err != 0)
     return err;
   m->stacks[id].start = (uint32_t)m->frames_len;

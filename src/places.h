@@ -38,11 +38,11 @@
 #define PLACES_MAX_FRAMES (1u << 24)
 
 struct place {
-  uint32_t func;       /* String: the function's name. */
-  uint32_t file;       /* String: its file (0, "", when it has none). */
-  uint32_t start_line; /* The function's first line (Lua), or 0. */
-  uint32_t line;       /* The line (Lua), or 0. */
-  double alloc_bytes;  /* Allocated here since start (estimates when */
+  uint32_t func;        /* String: the function's name. */
+  uint32_t file;        /* String: its file (0, "", when it has none). */
+  uint32_t start_line;  /* The function's first line (Lua), or 0. */
+  uint32_t line;        /* The line (Lua), or 0. */
+  double alloc_bytes;   /* Allocated here since start (estimates when */
   double alloc_objects; /* sampled), by events without a known stack. */
 };
 

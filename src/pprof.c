@@ -375,7 +375,8 @@ static int encode(const struct profiler *p, const char *name, struct buf *b)
   return err;
 }
 
-/* ---- gzip ------------------------------------------------------------------ */
+/* ---- gzip ------------------------------------------------------------------
+ */
 
 uint32_t pprof_crc32(uint32_t crc, const uint8_t *data, size_t n)
 {

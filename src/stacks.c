@@ -325,9 +325,8 @@ uint32_t stacks_id(struct stacks *st, struct symbols *syms, struct writer *w,
   } else {
     id = st->next_id++;
     if ((*err = define(syms, w, lay, lines, n, id)) != 0 ||
-        (st->model != NULL &&
-         (*err = places_define_stack(st->model, syms, lay, id, lines, n)) !=
-             0) ||
+        (st->model != NULL && (*err = places_define_stack(
+                                   st->model, syms, lay, id, lines, n)) != 0) ||
         (*err = content_add(&st->content, dslot, d, id, st->max_stacks)) != 0)
       return 0;
   }

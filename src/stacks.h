@@ -65,8 +65,8 @@ struct stacks {
   struct vm_raw_frame last[MAX_STACK_DEPTH];
   int last_count;
   uint32_t last_id;
-  unsigned generation; /* symbols.generation of the tables. */
-  size_t max_stacks;   /* The bound of both tables (see above). */
+  unsigned generation;  /* symbols.generation of the tables. */
+  size_t max_stacks;    /* The bound of both tables (see above). */
   struct places *model; /* Kept informed of new stacks, or NULL. */
 };
 

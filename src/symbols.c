@@ -192,8 +192,8 @@ static const char *library_cfunc(const struct symbols *s, uintptr_t addr)
   return NULL;
 }
 
-void symbols_c_name(struct symbols *s, uintptr_t addr, uint8_t ffid,
-                    char *name, size_t len)
+void symbols_c_name(struct symbols *s, uintptr_t addr, uint8_t ffid, char *name,
+                    size_t len)
 {
   const char *field;
   if (ffid > FFID_C && s->builtin[ffid] != NULL)
