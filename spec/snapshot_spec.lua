@@ -135,6 +135,18 @@ describe('memprof.snapshot', function()
         'number', 22 }, { memprof.start(h.tmpname(), { snapshots = 1 }) })
     end)
 
+    it("never replaces the running profile's own file", function()
+      local path = h.tmpname()
+      assert.is_true(memprof.start(path))
+      local result = { memprof.snapshot(path, { format = 'memprof' }) }
+      assert.is_true(memprof.stop())
+      local _, stream = h.read(path)
+      remove(path)
+      assert.are.same({ nil, "a snapshot cannot replace the running " ..
+        "profile's own file: " .. path, 22 }, result)
+      assert.is_nil(stream.warning)
+    end)
+
     it('names the path it cannot write, and leaves no file', function()
       local dir = C.temp_dir()
       local path = h.tmpname()

@@ -256,18 +256,14 @@ static void uncount_event(struct profiler *p, size_t osize, size_t nsize)
 }
 
 /* The place and stack of a new block in the model of snapshots. A model
-** short of memory goes without the event; the profile goes on. */
+** short of memory says so (places.failed); the profile goes on. */
 static void model_place(struct profiler *p, struct recorded_as *as,
                         const struct vm_site *site, uint32_t stack)
 {
-  int err = 0;
   uint8_t kind =
       site->source == SOURCE_INTERNAL ? vm_internal_kind(&p->layout, p->g) : 0;
-  as->place =
-      places_of(&p->model, &p->syms, &p->layout, p->g, site, kind, &err);
+  as->place = places_of(&p->model, &p->syms, &p->layout, p->g, site, kind);
   as->stack = stack;
-  if (err != 0)
-    p->model_failed = err;
 }
 
 /* What the fast path returns for an event it leaves to the full one. */

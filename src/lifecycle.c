@@ -258,7 +258,6 @@ static int fresh_tables(struct profiler *p)
     return ENOMEM;
   if (p->keeps_model && p->stack_depth > 0)
     p->stacks.model = &p->model;
-  p->model_failed = 0;
   p->live_full = 0;
   return 0;
 }

@@ -197,7 +197,7 @@ static uint32_t intern_place(struct places *m, const struct place *p)
 }
 
 /* The shared place of everything past a bound. */
-static uint32_t spill_place(struct places *m, int *err)
+static uint32_t spill_place(struct places *m)
 {
   struct place p;
   uint32_t id;
@@ -207,7 +207,7 @@ static uint32_t spill_place(struct places *m, int *err)
   memset(&p, 0, sizeof(p));
   p.func = 1; /* SPILL_NAME, interned first. */
   if (m->count == m->cap) {
-    *err = ENOMEM;
+    m->failed = ENOMEM;
     return 0;
   }
   id = m->count++;
@@ -353,7 +353,7 @@ static void remember_key(struct places *m, size_t i, uintptr_t addr,
 static uint32_t place_at(struct places *m, struct symbols *syms,
                          const struct vm_layout *lay, uintptr_t g,
                          uint8_t source, uintptr_t addr, uint32_t number,
-                         uint8_t ffid, int *err)
+                         uint8_t ffid)
 {
   uint64_t extra = (uint64_t)source << 56 | (uint64_t)ffid << 40 | number;
   size_t i;
@@ -370,49 +370,50 @@ static uint32_t place_at(struct places *m, struct symbols *syms,
       return m->keys[i].id1 - 1;
   if (!name_place(m, syms, lay, g, source, addr, number, ffid, &p) ||
       (id = intern_place(m, &p)) == UINT32_MAX)
-    return spill_place(m, err);
+    return spill_place(m);
   remember_key(m, i, addr, extra, id);
   return id;
 }
 
 uint32_t places_of(struct places *m, struct symbols *syms,
                    const struct vm_layout *lay, uintptr_t g,
-                   const struct vm_site *site, uint8_t kind, int *err)
+                   const struct vm_site *site, uint8_t kind)
 {
   switch (site->source) {
   case SOURCE_LUA:
-    return place_at(m, syms, lay, g, SOURCE_LUA, site->addr, site->line, 0,
-                    err);
+    return place_at(m, syms, lay, g, SOURCE_LUA, site->addr, site->line, 0);
   case SOURCE_C:
-    return place_at(m, syms, lay, g, SOURCE_C, site->addr, 0, site->ffid, err);
+    return place_at(m, syms, lay, g, SOURCE_C, site->addr, 0, site->ffid);
   case SOURCE_TRACE:
     /* A trace number is reused once its trace is gone. */
     return place_at(m, syms, lay, g, SOURCE_TRACE,
                     lay->trace_ok ? vm_trace_object(lay, 0, g, site->traceno)
                                   : 0,
-                    site->traceno, 0, err);
+                    site->traceno, 0);
   default:
-    return place_at(m, syms, lay, g, SOURCE_INTERNAL, 0, kind, 0, err);
+    return place_at(m, syms, lay, g, SOURCE_INTERNAL, 0, kind, 0);
   }
 }
 
-int places_define_stack(struct places *m, struct symbols *syms,
-                        const struct vm_layout *lay, uint32_t id,
-                        const struct vm_raw_frame *f, int n)
+void places_define_stack(struct places *m, struct symbols *syms,
+                         const struct vm_layout *lay, uint32_t id,
+                         const struct vm_raw_frame *f, int n)
 {
-  int i, err = 0;
+  int i;
   if (id >= PLACES_MAX_STACKS ||
       m->frames_len + (size_t)n > PLACES_MAX_FRAMES) {
     m->overflow = 1;
-    return 0;
+    return;
   }
   if (id >= m->stacks_cap) {
     uint32_t cap = m->stacks_cap ? m->stacks_cap : 1024;
     struct model_stack *st;
     while (cap <= id)
       cap *= 2;
-    if ((st = realloc(m->stacks, cap * sizeof(*st))) == NULL)
-      return ENOMEM;
+    if ((st = realloc(m->stacks, cap * sizeof(*st))) == NULL) {
+      m->failed = ENOMEM;
+      return;
+    }
     memset(st + m->stacks_cap, 0, (cap - m->stacks_cap) * sizeof(*st));
     m->stacks = st;
     m->stacks_cap = cap;
@@ -422,21 +423,20 @@ int places_define_stack(struct places *m, struct symbols *syms,
     uint32_t *frames;
     while (cap < m->frames_len + (size_t)n)
       cap *= 2;
-    if ((frames = realloc(m->frames, cap * sizeof(*frames))) == NULL)
-      return ENOMEM;
+    if ((frames = realloc(m->frames, cap * sizeof(*frames))) == NULL) {
+      m->failed = ENOMEM;
+      return;
+    }
     m->frames = frames;
     m->frames_cap = cap;
   }
-  for (i = 0; i < n && err == 0; i++)
+  for (i = 0; i < n; i++)
     m->frames[m->frames_len + (size_t)i] =
         f[i].ffid == FFID_LUA
             ? place_at(m, syms, lay, 0, SOURCE_LUA, f[i].obj, (uint32_t)f[i].pc,
-                       0, &err)
-            : place_at(m, syms, lay, 0, SOURCE_C, f[i].obj, 0, f[i].ffid, &err);
-  if (err != 0)
-    return err;
+                       0)
+            : place_at(m, syms, lay, 0, SOURCE_C, f[i].obj, 0, f[i].ffid);
   m->stacks[id].start = (uint32_t)m->frames_len;
   m->stacks[id].count = (uint32_t)n;
   m->frames_len += (size_t)n;
-  return 0;
 }

@@ -80,6 +80,7 @@ struct places {
   size_t frames_len, frames_cap;
   uint32_t spill; /* Place id of the shared place past the bound + 1. */
   int overflow;   /* A bound was passed (see above). */
+  int failed;     /* ENOMEM: the model lacks events from then on. */
 };
 
 /* Returns 0 or ENOMEM. */
@@ -95,18 +96,19 @@ static inline const char *places_string(const struct places *m, uint32_t i)
 /*
 ** The place of an event located at `site` (its internal kind `kind` when
 ** internal), named now if it is new. Reads the VM: it runs before the real
-** allocator. Returns the place id; on ENOMEM the shared place (or 0 with
-** *err set when even that cannot be made).
+** allocator. Returns the place id; past a bound, or when memory runs out,
+** the shared place (setting `failed` when even that cannot be made).
 */
 uint32_t places_of(struct places *m, struct symbols *syms,
                    const struct vm_layout *lay, uintptr_t g,
-                   const struct vm_site *site, uint8_t kind, int *err);
+                   const struct vm_site *site, uint8_t kind);
 
 /* Keeps stack `id`'s frames (lines resolved: pc holds the line) as
-** places, when stacks.c defines it. Returns 0 or ENOMEM. */
-int places_define_stack(struct places *m, struct symbols *syms,
-                        const struct vm_layout *lay, uint32_t id,
-                        const struct vm_raw_frame *f, int n);
+** places, when stacks.c defines it. Memory running out sets `failed`:
+** the model never stops the profile. */
+void places_define_stack(struct places *m, struct symbols *syms,
+                         const struct vm_layout *lay, uint32_t id,
+                         const struct vm_raw_frame *f, int n);
 
 /* Whether stack `id` is kept. */
 static inline int places_has_stack(const struct places *m, uint32_t id)

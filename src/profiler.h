@@ -78,9 +78,8 @@ struct profiler {
   /* The model of pprof snapshots (places.h), kept with sampling and with
   ** the start option snapshots. */
   int keeps_model;
-  int snapshots;    /* The start option: the model in full mode too. */
-  int model_failed; /* ENOMEM: the model lacks events. */
-  int live_full;    /* Full mode: the live table passed LIVE_MAX_SLOTS. */
+  int snapshots; /* The start option: the model in full mode too. */
+  int live_full; /* Full mode: the live table passed LIVE_MAX_SLOTS. */
   struct places model;
 
   /* The totals since start that memprof.stats() reads. */

@@ -164,14 +164,23 @@ static int check_model(const struct profiler *p, char *msg, size_t len)
              (unsigned)(LIVE_MAX_SLOTS / 2));
     return ENOMEM;
   }
-  if (p->model_failed != 0)
-    return fail(msg, len, p->model_failed,
+  if (p->model.failed != 0)
+    return fail(msg, len, p->model.failed,
                 "memory ran out for the places of pprof snapshots: a "
                 "snapshot would miss allocations",
                 NULL);
   if (p->state != PROFILER_RECORDING)
     return file_error(msg, len, p->path, p->error != 0 ? p->error : EINVAL);
   return 0;
+}
+
+/* Whether path names the profile's own file, which a snapshot must not
+** replace. */
+static int is_profile_file(const struct profiler *p, const char *path)
+{
+  struct stat a, b;
+  return p->out.fd >= 0 && stat(path, &a) == 0 && fstat(p->out.fd, &b) == 0 &&
+         a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* "PATH.tmp-PID" (malloc'd), or NULL. */
@@ -188,9 +197,13 @@ int snapshot_write(struct profiler *p, const char *path,
                    enum snapshot_format format, char *msg, size_t len)
 {
   static const uint8_t epilogue[] = {EVENTS_EPILOGUE};
-  char *tmp = temp_name(path);
+  char *tmp;
   int fd, err;
-  if (tmp == NULL)
+  if (is_profile_file(p, path))
+    return fail(msg, len, EINVAL,
+                "a snapshot cannot replace the running profile's own file",
+                path);
+  if ((tmp = temp_name(path)) == NULL)
     return file_error(msg, len, path, ENOMEM);
   fd = open(tmp, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
