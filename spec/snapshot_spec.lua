@@ -397,6 +397,45 @@ collectgarbage()
         end)
     end)
 
+    -- The parent keeps 500 tables at line 2 before fork(); the child of a
+    -- profile with %p keeps 1000 at line 6 (in an array grown at line 5)
+    -- and takes a snapshot: its model starts afresh, with nothing of the
+    -- parent's.
+    it('of a forked child holds only what the child allocated', function()
+      local FORKED = [[
+local memprof, ffi, snap = ...
+keep = {} for i = 1, 500 do keep[i] = {} end
+local pid = ffi.C.fork()
+if pid == 0 then
+  local mine = {} for i = 1, 1000 do mine[i] = true end
+  for i = 1, 1000 do mine[i] = {} end
+  print('child snapshot', memprof.snapshot(snap))
+  os.exit(0)
+end
+ffi.C.waitpid(pid, ffi.new('int[1]'), 0)
+print('parent stop', memprof.stop())
+]]
+      local dir = C.temp_dir()
+      local template, snap = dir .. '/profile-%p.bin', dir .. '/snap.pb.gz'
+      local out, code = h.run_script('package.cpath = ' ..
+        string.format('%q', package.cpath) .. '\njit.off()\n' ..
+        "local ffi = require('ffi')\n" ..
+        "ffi.cdef('int fork(void); int waitpid(int, int *, int);')\n" ..
+        "local memprof = require('memprof')\n" ..
+        'assert(memprof.start(' .. string.format('%q', template) ..
+        ', { snapshots = true }))\n' ..
+        'assert(loadstring(' .. string.format('%q', FORKED) ..
+        ", '@forked.lua'))(memprof, ffi, " .. string.format('%q', snap) ..
+        ')\n')
+      local places = pprof_read.by_place(pprof_read.file(snap))
+      C.remove_tree(dir)
+      assert.are.same({ 'child snapshot\ttrue\nparent stop\ttrue\n', 0 },
+        { out, code })
+      assert.are.same({ 1000, 1000 }, { places['forked.lua:6'][2],
+        places['forked.lua:6'][4] })
+      assert.is_nil(places['forked.lua:2'])
+    end)
+
     it('is read by go tool pprof', function()
       assert(C.have('go'), 'this spec needs go (Debian package golang-go)')
       local dir = C.temp_dir()
