@@ -362,12 +362,17 @@ static uint32_t place_at(struct places *m, struct symbols *syms,
   if (m->generation != syms->generation) {
     memset(m->keys, 0, (m->key_mask + 1) * sizeof(*m->keys));
     m->key_used = 0;
+    m->last.id1 = 0;
     m->generation = syms->generation;
   }
+  if (m->last.id1 != 0 && m->last.addr == addr && m->last.extra == extra)
+    return m->last.id1 - 1;
   i = key_slot(m, addr, extra);
   for (; m->keys[i].id1 != 0; i = (i + 1) & m->key_mask)
-    if (m->keys[i].addr == addr && m->keys[i].extra == extra)
+    if (m->keys[i].addr == addr && m->keys[i].extra == extra) {
+      m->last = m->keys[i];
       return m->keys[i].id1 - 1;
+    }
   if (!name_place(m, syms, lay, g, source, addr, number, ffid, &p) ||
       (id = intern_place(m, &p)) == UINT32_MAX)
     return spill_place(m);

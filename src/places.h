@@ -73,6 +73,7 @@ struct places {
   } * keys;
   size_t key_mask, key_used;
   unsigned generation; /* symbols.generation of the cache. */
+  struct place_key last; /* The key found last (loops repeat it). */
   /* Stacks by stack id (stacks.c). */
   struct model_stack *stacks;
   uint32_t stacks_cap;
