@@ -72,7 +72,7 @@ struct places {
     uint32_t id1;   /* Id + 1; 0: empty. */
   } * keys;
   size_t key_mask, key_used;
-  unsigned generation; /* symbols.generation of the cache. */
+  unsigned generation;   /* symbols.generation of the cache. */
   struct place_key last; /* The key found last (loops repeat it). */
   /* Stacks by stack id (stacks.c). */
   struct model_stack *stacks;
