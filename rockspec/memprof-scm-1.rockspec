@@ -23,7 +23,8 @@ build = {
     memprof = {
       sources = {
         "src/binding.c", "src/cnames.c", "src/hook.c", "src/lifecycle.c",
-        "src/live.c", "src/sample.c", "src/stacks.c", "src/symbols.c",
+        "src/live.c", "src/places.c", "src/pprof.c", "src/sample.c",
+        "src/snapshot.c", "src/stacks.c", "src/symbols.c",
         "src/vm_discover.c", "src/vm_layout.c", "src/vm_learn.c",
         "src/writer.c",
       },

@@ -16,7 +16,8 @@
 #include "lifecycle.h"
 #include "lua.h"
 #include "profiler.h" /* struct profile_stats */
-#include "stacks.h"   /* MAX_STACK_DEPTH */
+#include "snapshot.h"
+#include "stacks.h" /* MAX_STACK_DEPTH */
 #include "vm_learn.h"
 
 #define SENTINEL_KEY "memprof.sentinel"
@@ -134,6 +135,15 @@ static int read_option(lua_State *L, const char *name,
       return 0;
     }
     o->collect_at_stop = lua_toboolean(L, -1);
+    return 1;
+  }
+  if (strcmp(name, "snapshots") == 0) {
+    if (lua_type(L, -1) != LUA_TBOOLEAN) {
+      snprintf(msg, len, "option 'snapshots' must be a boolean, got %s",
+               luaL_typename(L, -1));
+      return 0;
+    }
+    o->snapshots = lua_toboolean(L, -1);
     return 1;
   }
   if (strcmp(name, "max_bytes") == 0)
@@ -272,6 +282,93 @@ static int l_stop(lua_State *L)
   free(ended.path);
   if (st == LIFE_MAX_BYTES || st == LIFE_FILE_ERROR)
     return 3;
+  if (st != LIFE_OK)
+    return push_status(L, st);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* snapshot's option 'format'. Returns 1, or 0 with a message. */
+static int read_snapshot_format(lua_State *L, int *format, char *msg,
+                                size_t len)
+{
+  /* lua_tostring would turn a number into a string in place. */
+  const char *name =
+      lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+  if (name != NULL && strcmp(name, "pprof") == 0)
+    *format = SNAPSHOT_PPROF;
+  else if (name != NULL && strcmp(name, "memprof") == 0)
+    *format = SNAPSHOT_MEMPROF;
+  else if (name != NULL) {
+    snprintf(msg, len, "option 'format' must be 'pprof' or 'memprof', got '%s'",
+             name);
+    return 0;
+  } else {
+    snprintf(msg, len, "option 'format' must be 'pprof' or 'memprof', got %s",
+             luaL_typename(L, -1));
+    return 0;
+  }
+  return 1;
+}
+
+/* Reads snapshot's options table (nil: none) by iterating over it, which
+** allocates nothing. Returns 1, or 0 with a message. */
+static int read_snapshot_options(lua_State *L, int idx, int *format, char *msg,
+                                 size_t len)
+{
+  *format = SNAPSHOT_PPROF;
+  if (lua_isnoneornil(L, idx))
+    return 1;
+  if (!lua_istable(L, idx)) {
+    snprintf(msg, len, "options must be a table, got %s",
+             luaL_typename(L, idx));
+    return 0;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    int ok = lua_type(L, -2) == LUA_TSTRING &&
+             strcmp(lua_tostring(L, -2), "format") == 0;
+    if (ok)
+      ok = read_snapshot_format(L, format, msg, len);
+    else if (lua_type(L, -2) == LUA_TSTRING)
+      snprintf(msg, len, "unknown option '%s'", lua_tostring(L, -2));
+    else
+      snprintf(msg, len, "option names must be strings, got %s",
+               luaL_typename(L, -2));
+    lua_pop(L, 1);
+    if (!ok) {
+      lua_pop(L, 1);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* memprof.snapshot(path [, options]) -> true | nil, message, errno. On
+** success it allocates nothing through the VM: the running profile does
+** not see it. */
+static int l_snapshot(lua_State *L)
+{
+  size_t len;
+  const char *path = luaL_checklstring(L, 1, &len);
+  struct sentinel *s = get_sentinel(L);
+  enum life_status st;
+  char msg[600];
+  int format, err = 0;
+  if (strlen(path) != len) {
+    snprintf(msg, sizeof(msg),
+             "the snapshot's path has a NUL byte (at byte %u of %u)",
+             (unsigned)strlen(path), (unsigned)len);
+    return push_failure(L, msg, EINVAL);
+  }
+  if (!read_snapshot_options(L, 2, &format, msg, sizeof(msg)))
+    return push_failure(L, msg, EINVAL);
+  if (s == NULL)
+    return push_status(L, LIFE_NOT_RUNNING);
+  st =
+      lifecycle_snapshot(L, &s->profiles, path, format, msg, sizeof(msg), &err);
+  if (st == LIFE_SNAPSHOT_FAILED)
+    return push_failure(L, msg, err);
   if (st != LIFE_OK)
     return push_status(L, st);
   lua_pushboolean(L, 1);
@@ -567,6 +664,8 @@ static void install_misc(lua_State *L)
       lua_setfield(L, -2, "start");
       push_stop(L);
       lua_setfield(L, -2, "stop");
+      lua_pushcfunction(L, l_snapshot);
+      lua_setfield(L, -2, "snapshot");
       lua_pushliteral(L, "memprof");
       lua_pushvalue(L, -2);
       lua_rawset(L, -5);
@@ -579,11 +678,9 @@ static void install_misc(lua_State *L)
 
 __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
 {
-  static const luaL_Reg api[] = {{"start", l_start},
-                                 {"is_running", l_is_running},
-                                 {"info", l_info},
-                                 {"stats", l_stats},
-                                 {NULL, NULL}};
+  static const luaL_Reg api[] = {
+      {"start", l_start}, {"is_running", l_is_running}, {"info", l_info},
+      {"stats", l_stats}, {"snapshot", l_snapshot},     {NULL, NULL}};
   lifecycle_init_process();
   pin_module();
   install_sentinel(L);

@@ -231,6 +231,9 @@ count_extended(struct profiler *p, void *ptr)
 struct recorded_as {
   void *ptr;
   size_t osize, nsize;
+  /* Set by record_before for a new block when the profile keeps the model
+  ** of snapshots: its place and stack there (places.h). */
+  uint32_t place, stack;
 };
 
 /* Counts an event (memprof.stats) by its kind and source bits `i`. */
@@ -250,6 +253,17 @@ static void uncount_event(struct profiler *p, size_t osize, size_t nsize)
   p->stats.events[i]--;
   p->stats.allocated[i] -= nsize;
   p->stats.freed[i] -= osize;
+}
+
+/* The place and stack of a new block in the model of snapshots. A model
+** short of memory says so (places.failed); the profile goes on. */
+static void model_place(struct profiler *p, struct recorded_as *as,
+                        const struct vm_site *site, uint32_t stack)
+{
+  uint8_t kind =
+      site->source == SOURCE_INTERNAL ? vm_internal_kind(&p->layout, p->g) : 0;
+  as->place = places_of(&p->model, &p->syms, &p->layout, p->g, site, kind);
+  as->stack = stack;
 }
 
 /* What the fast path returns for an event it leaves to the full one. */
@@ -275,7 +289,7 @@ static void uncount_event(struct profiler *p, size_t osize, size_t nsize)
 static inline __attribute__((always_inline)) uint8_t *
 record_before(struct profiler *p, const struct vm_layout *lay,
               stack_fn stack_of, int pdep, int ext, int fast, void *ptr,
-              size_t osize, size_t nsize, const struct recorded_as *as)
+              size_t osize, size_t nsize, struct recorded_as *as)
 {
   struct vm_site site;
   uint32_t stack = 0;
@@ -313,6 +327,8 @@ record_before(struct profiler *p, const struct vm_layout *lay,
     stack = record_extended(p, stack_of, &site, ptr, &err);
   else if (fast && ext)
     count_extended(p, ptr);
+  if (as != NULL && as->nsize != 0 && p->keeps_model)
+    model_place(p, as, &site, stack);
   if (as != NULL)
     event =
         begin_event(&p->out, &p->last_location, &site, &p->layout, p->g, stack,
@@ -412,6 +428,12 @@ static void count_sampled(struct profiler *p, const struct recorded_as *as)
   unsigned i = *p->out.pos & 0x1f;
   double old_w = 0, new_w = 0;
   count_event(p, i, as->osize, as->nsize);
+  if (p->sampler.mean == 0) {
+    /* Every call is recorded (full mode with snapshots): no estimates. */
+    if (as->nsize != 0)
+      places_count(&p->model, as->place, as->stack, (double)as->nsize, 1);
+    return;
+  }
   if (as->ptr != NULL) {
     old_w = sampler_weight(p->sampler.mean, as->osize);
     p->stats.est_freed[i] += old_w * (double)as->osize;
@@ -423,6 +445,8 @@ static void count_sampled(struct profiler *p, const struct recorded_as *as)
     p->stats.est_allocated[i] += new_w * (double)as->nsize;
     p->stats.est_live_bytes += new_w * (double)as->nsize;
     p->stats.est_live_blocks += new_w;
+    places_count(&p->model, as->place, as->stack, new_w * (double)as->nsize,
+                 new_w);
   }
   /* An event counts as many events as the block it is about. */
   p->stats.est_events[i] += as->nsize != 0 ? new_w : old_w;
@@ -447,6 +471,7 @@ record_sampled(struct profiler *p, const struct vm_layout *lay,
   as.ptr = held ? ptr : NULL;
   as.osize = held ? osize : 0;
   as.nsize = fresh ? nsize : 0;
+  as.place = as.stack = 0;
   /* Sampling forces the extended format. */
   event = record_before(p, lay, stack_of, pdep, 1, 0, ptr, osize, nsize, &as);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
@@ -454,8 +479,15 @@ record_sampled(struct profiler *p, const struct vm_layout *lay,
     return NULL; /* Failed: nothing changed. */
   if (held)
     live_remove(&p->live, (uintptr_t)ptr);
-  if (fresh && live_insert(&p->live, (uintptr_t)nptr, nsize) != 0)
-    halt(p, ENOMEM);
+  if (fresh && !p->live_full &&
+      live_insert(&p->live, (uintptr_t)nptr, nsize, as.place, as.stack) != 0) {
+    /* Sampling needs every sampled block; snapshots of a full profile are
+    ** refused from now on, and the profile goes on. */
+    if (p->sampler.mean != 0)
+      halt(p, ENOMEM);
+    else
+      p->live_full = 1;
+  }
   if (event != NULL && p->state == PROFILER_RECORDING) {
     count_sampled(p, &as);
     end_event(&p->out, event, (uintptr_t)nptr, as.nsize, pdep);
@@ -550,12 +582,27 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
       forget_block(p, family_layout, ptr, osize);                              \
     return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                       \
   }
+/* A full profile that keeps the model of snapshots (the start option
+** snapshots) records every call as the sampling twin records a sampled
+** one, and the live table follows every block. */
+#define MODELLED_HOOK(name)                                                    \
+  static void *name##_modelled(void *ud, void *ptr, size_t osize,              \
+                               size_t nsize)                                   \
+  {                                                                            \
+    struct profiler *p = ud;                                                   \
+    if (forward_only(p))                                                       \
+      return forward(p, ptr, osize, nsize);                                    \
+    if (nsize == 0 && ptr == NULL)                                             \
+      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+    return name##_sample(p, ptr, osize, nsize, ptr != NULL, nsize != 0);       \
+  }
 /* Each hook in both formats, Tarantool's (ext 0) and the extended one,
-** and its sampling twin. */
+** its sampling twin and its modelled twin. */
 #define HOOKS(name, family_layout, stack_of, pdep)                             \
   HOOK(name, family_layout, stack_of, pdep, 0)                                 \
   HOOK(name##_ext, family_layout, stack_of, pdep, 1)                           \
-  SAMPLED_HOOK(name, family_layout, stack_of, pdep)
+  SAMPLED_HOOK(name, family_layout, stack_of, pdep)                            \
+  MODELLED_HOOK(name)
 HOOKS(hook_generic, &p->layout, stack_generic, 0)
 HOOKS(hook_generic_pdep, &p->layout, stack_generic, 1)
 HOOKS(hook_gc64, &vm_candidates[VM_CANDIDATE_GC64].layout, stack_gc64, 0)
@@ -565,6 +612,7 @@ HOOKS(hook_nongc64, &vm_candidates[VM_CANDIDATE_NONGC64].layout, stack_nongc64,
 HOOKS(hook_nongc64_pdep, &vm_candidates[VM_CANDIDATE_NONGC64].layout,
       stack_nongc64, 1)
 #undef HOOKS
+#undef MODELLED_HOOK
 #undef SAMPLED_HOOK
 #undef HOOK
 
@@ -585,6 +633,13 @@ static const lua_Alloc sampled_hooks[3][2] = {
     {hook_nongc64_sampled, hook_nongc64_pdep_sampled},
 };
 
+/* The same for a full profile with the model of snapshots. */
+static const lua_Alloc modelled_hooks[3][2] = {
+    {hook_generic_modelled, hook_generic_pdep_modelled},
+    {hook_gc64_modelled, hook_gc64_pdep_modelled},
+    {hook_nongc64_modelled, hook_nongc64_pdep_modelled},
+};
+
 lua_Alloc profiler_hook_for(const struct profiler *p)
 {
   const struct vm_layout *lay = &p->layout;
@@ -600,6 +655,8 @@ lua_Alloc profiler_hook_for(const struct profiler *p)
     family = 2;
   if (p->sampler.mean != 0)
     return sampled_hooks[family][writer_fast_pdep != 0];
+  if (p->snapshots)
+    return modelled_hooks[family][writer_fast_pdep != 0];
   return hooks[family][writer_fast_pdep != 0][p->extended != 0];
 }
 
@@ -612,6 +669,10 @@ int profiler_is_hook(lua_Alloc f)
       return 1;
   h = &sampled_hooks[0][0];
   for (i = 0; i < sizeof(sampled_hooks) / sizeof(sampled_hooks[0][0]); i++)
+    if (h[i] == f)
+      return 1;
+  h = &modelled_hooks[0][0];
+  for (i = 0; i < sizeof(modelled_hooks) / sizeof(modelled_hooks[0][0]); i++)
     if (h[i] == f)
       return 1;
   return 0;

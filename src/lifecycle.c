@@ -57,6 +57,7 @@
 
 #include "lauxlib.h"
 #include "profiler.h"
+#include "snapshot.h"
 #include "vm_inspect.h"
 #include "vm_learn.h"
 
@@ -240,6 +241,7 @@ static void free_profile_data(struct profiler *p)
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
   live_free(&p->live);
+  places_free(&p->model);
   free(p->path);
   free(p->path_template);
   p->path = p->path_template = NULL;
@@ -251,9 +253,13 @@ static int fresh_tables(struct profiler *p)
 {
   if (symbols_init(&p->syms) != 0 ||
       (p->stack_depth > 0 && stacks_init(&p->stacks) != 0) ||
-      (p->sampler.mean != 0 && live_init(&p->live) != 0) ||
+      (p->keeps_model && live_init(&p->live) != 0) ||
+      (p->keeps_model && places_init(&p->model) != 0) ||
       vm_learn_name_builtins(&p->syms) != 0)
     return ENOMEM;
+  if (p->keeps_model && p->stack_depth > 0)
+    p->stacks.model = &p->model;
+  p->live_full = 0;
   return 0;
 }
 
@@ -272,7 +278,8 @@ static int follow_into_child(struct profiler *p)
   writer_abandon(&p->out);
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
-  live_free(&p->live); /* The parent's sampled blocks are not the child's. */
+  live_free(&p->live);    /* The parent's sampled blocks are not the child's. */
+  places_free(&p->model); /* Nor is what it allocated. */
   memset(&p->stats, 0, sizeof(p->stats));
   if (p->sampler.mean != 0)
     sampler_init(&p->sampler, p->sampler.mean,
@@ -315,8 +322,11 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   p->max_bytes = opts->max_bytes;
   p->collect_at_stop = opts->collect_at_stop;
   /* Only the extended format can say that its events are sampled. */
+  p->snapshots = opts->snapshots;
+  p->keeps_model = opts->snapshots || opts->sample_bytes > 0;
+  /* The model is kept by the sampling hooks, of the extended format. */
   p->extended = opts->stack_depth > 0 || opts->timestamps ||
-                opts->collect_at_stop || opts->sample_bytes > 0;
+                opts->collect_at_stop || p->keeps_model;
   /* Tarantool's format has no kinds of internal events. */
   if (!p->extended)
     memset(p->layout.internal_kind, INTERNAL_UNKNOWN,
@@ -685,6 +695,21 @@ int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
   *sample_bytes = p->sampler.mean;
   *written = writer_total(&p->out);
   return 1;
+}
+
+enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
+                                    const char *path, int format, char *msg,
+                                    size_t len, int *err)
+{
+  notice_detachment(L, vm);
+  if (vm->active == NULL) {
+    if (vm->detached)
+      return LIFE_DETACHED;
+    return LIFE_NOT_RUNNING;
+  }
+  *err = snapshot_write(&vm->active->p, path, (enum snapshot_format)format, msg,
+                        len);
+  return *err == 0 ? LIFE_OK : LIFE_SNAPSHOT_FAILED;
 }
 
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)

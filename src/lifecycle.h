@@ -9,6 +9,7 @@
 #ifndef MEMPROF_LIFECYCLE_H
 #define MEMPROF_LIFECYCLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lua.h"
@@ -23,6 +24,7 @@ struct profile_options {
   uint64_t sample_bytes; /* 0: record every event. */
   uint64_t seed;         /* Of the sampler, if has_seed. */
   int has_seed;
+  int snapshots; /* Keep the model of pprof snapshots in full mode too. */
 };
 
 /* How a stopped profile ended, for stop's message. */
@@ -63,6 +65,7 @@ enum life_status {
   LIFE_CLOSING,         /* The VM is being closed. */
   LIFE_FILE_ERROR,      /* An errno about the profile's file. */
   LIFE_MAX_BYTES,       /* The profile stopped at its size cap. */
+  LIFE_SNAPSHOT_FAILED, /* A snapshot could not be written: see its message. */
   LIFE_STATUSES
 };
 
@@ -115,6 +118,13 @@ struct profile_stats;
 int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
                     struct profile_stats *out, uint64_t *sample_bytes,
                     uint64_t *written);
+
+/* Writes a snapshot of the running profile to `path` in `format` (an
+** enum snapshot_format) without stopping it. LIFE_OK, LIFE_NOT_RUNNING,
+** LIFE_DETACHED, or LIFE_SNAPSHOT_FAILED with a message in msg and *err. */
+enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
+                                    const char *path, int format, char *msg,
+                                    size_t len, int *err);
 
 /* Whether a profile runs (what stop would find). */
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm);

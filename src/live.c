@@ -47,13 +47,12 @@ void live_free(struct live_table *t)
   t->count = 0;
 }
 
-static void put(struct live_table *t, uintptr_t addr, size_t size)
+static void put(struct live_table *t, const struct live_block *b)
 {
-  size_t i = live_home(t, addr);
+  size_t i = live_home(t, b->addr);
   while (t->slots[i].addr != 0)
     i = (i + 1) & t->mask;
-  t->slots[i].addr = addr;
-  t->slots[i].size = size;
+  t->slots[i] = *b;
 }
 
 /* Twice as many slots, every block moved over. */
@@ -66,16 +65,22 @@ static int grow(struct live_table *t)
   set_slots(t, slots, old_n * 2);
   for (i = 0; i < old_n; i++)
     if (old[i].addr != 0)
-      put(t, old[i].addr, old[i].size);
+      put(t, &old[i]);
   munmap(old, old_n * sizeof(struct live_block));
   return 0;
 }
 
-int live_insert(struct live_table *t, uintptr_t addr, size_t size)
+int live_insert(struct live_table *t, uintptr_t addr, size_t size,
+                uint32_t place, uint32_t stack)
 {
+  struct live_block b;
   if ((t->count + 1) * 2 > t->mask + 1 && grow(t) != 0)
     return ENOMEM;
-  put(t, addr, size);
+  b.addr = addr;
+  b.size = size;
+  b.place = place;
+  b.stack = stack;
+  put(t, &b);
   t->count++;
   return 0;
 }

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2^23 slots of 16 bytes (128 MiB): at most 4,194,304 live sampled
+/* 2^23 slots of 24 bytes (192 MiB): at most 4,194,304 live sampled
 ** blocks, about 2 TiB of heap at the default rate. */
 #define LIVE_MIN_SLOTS 1024
 #define LIVE_MAX_SLOTS (1u << 23)
@@ -20,6 +20,8 @@
 struct live_block {
   uintptr_t addr; /* 0: an empty slot. */
   size_t size;
+  uint32_t place; /* Its place and stack in the model (places.h), */
+  uint32_t stack; /* when the profile keeps one; else 0. */
 };
 
 struct live_table {
@@ -35,7 +37,8 @@ void live_free(struct live_table *t);
 
 /* Adds a block (not in the table). Returns 0, or ENOMEM when the table is
 ** full and cannot grow. */
-int live_insert(struct live_table *t, uintptr_t addr, size_t size);
+int live_insert(struct live_table *t, uintptr_t addr, size_t size,
+                uint32_t place, uint32_t stack);
 
 /* Removes a block; returns its size, or 0 if it was not there. */
 size_t live_remove(struct live_table *t, uintptr_t addr);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "live.h"
+#include "places.h"
 #include "lua.h"
 #include "sample.h"
 #include "stacks.h"
@@ -71,7 +72,15 @@ struct profiler {
   /* Sampled recording (memprof.start's sample_bytes): sampler.mean is 0
   ** when every event is recorded. */
   struct sampler sampler;
-  struct live_table live; /* The sampled blocks that are live. */
+  struct live_table live; /* The sampled blocks that are live (every block
+                             with snapshots). */
+
+  /* The model of pprof snapshots (places.h), kept with sampling and with
+  ** the start option snapshots. */
+  int keeps_model;
+  int snapshots; /* The start option: the model in full mode too. */
+  int live_full; /* Full mode: the live table passed LIVE_MAX_SLOTS. */
+  struct places model;
 
   /* The totals since start that memprof.stats() reads. */
   struct profile_stats stats;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "places.h"
 #include "stream_format.h"
 
 #define INITIAL_SLOTS 256
@@ -323,6 +324,8 @@ uint32_t stacks_id(struct stacks *st, struct symbols *syms, struct writer *w,
     id = dslot->id;
   } else {
     id = st->next_id++;
+    if (st->model != NULL)
+      places_define_stack(st->model, syms, lay, id, lines, n);
     if ((*err = define(syms, w, lay, lines, n, id)) != 0 ||
         (*err = content_add(&st->content, dslot, d, id, st->max_stacks)) != 0)
       return 0;

@@ -53,6 +53,8 @@ struct stack_content_table {
   size_t mask, used;
 };
 
+struct places;
+
 struct stacks {
   struct stack_key_table raw;         /* (proto, pc) frames -> id */
   struct stack_content_table content; /* digest of the content -> id */
@@ -63,8 +65,9 @@ struct stacks {
   struct vm_raw_frame last[MAX_STACK_DEPTH];
   int last_count;
   uint32_t last_id;
-  unsigned generation; /* symbols.generation of the tables. */
-  size_t max_stacks;   /* The bound of both tables (see above). */
+  unsigned generation;  /* symbols.generation of the tables. */
+  size_t max_stacks;    /* The bound of both tables (see above). */
+  struct places *model; /* Kept informed of new stacks, or NULL. */
 };
 
 /* Returns 0, or ENOMEM. Reads MEMPROF_MAX_STACKS (call it outside the

@@ -192,22 +192,28 @@ static const char *library_cfunc(const struct symbols *s, uintptr_t addr)
   return NULL;
 }
 
+void symbols_c_name(struct symbols *s, uintptr_t addr, uint8_t ffid, char *name,
+                    size_t len)
+{
+  const char *field;
+  if (ffid > FFID_C && s->builtin[ffid] != NULL)
+    snprintf(name, len, "%s", s->builtin[ffid]);
+  else if (ffid > FFID_C)
+    snprintf(name, len, "builtin#%u", (unsigned)ffid);
+  else if (!cnames_name(&s->cnames, addr, name, len) &&
+           (field = library_cfunc(s, addr)) != NULL)
+    snprintf(name, len, "%s", field);
+}
+
 int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
                        uint8_t ffid)
 {
   char name[512];
-  const char *field;
   if (addr == s->last_c || lookup(s, addr) != NULL) {
     s->last_c = addr;
     return 0;
   }
-  if (ffid > FFID_C && s->builtin[ffid] != NULL)
-    snprintf(name, sizeof(name), "%s", s->builtin[ffid]);
-  else if (ffid > FFID_C)
-    snprintf(name, sizeof(name), "builtin#%u", (unsigned)ffid);
-  else if (!cnames_name(&s->cnames, addr, name, sizeof(name)) &&
-           (field = library_cfunc(s, addr)) != NULL)
-    snprintf(name, sizeof(name), "%s", field);
+  symbols_c_name(s, addr, ffid, name, sizeof(name));
   if (!writer_reserve(w, 1 + ULEB128_MAX))
     return 0;
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_C);

@@ -108,6 +108,11 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
 int symbols_describe_c(struct symbols *s, struct writer *w, uintptr_t addr,
                        uint8_t ffid);
 
+/* The name of a C function or built-in (ffid > 1), as its symbol event
+** gives it. */
+void symbols_c_name(struct symbols *s, uintptr_t addr, uint8_t ffid, char *name,
+                    size_t len);
+
 /*
 ** What a reader names prototype pt by, for call stacks: a 128-bit digest
 ** of its chunk name and first line, so that a prototype freed and loaded

@@ -347,6 +347,19 @@ int writer_flush(struct writer *w)
   return writer_failed(w);
 }
 
+int writer_sync(struct writer *w)
+{
+  struct writer_thread *t = w->thread;
+  writer_flush(w);
+  if (t != NULL) {
+    pthread_mutex_lock(&t->lock);
+    while (t->pending != NULL || t->partial)
+      pthread_cond_wait(&t->changed, &t->lock);
+    pthread_mutex_unlock(&t->lock);
+  }
+  return writer_failed(w);
+}
+
 void writer_bytes(struct writer *w, const void *data, size_t len)
 {
   const uint8_t *p = data;

@@ -80,6 +80,11 @@ static inline int writer_ticked(struct writer *w)
 /* Hands what is buffered to the file. Returns 0 or the latched errno. */
 int writer_flush(struct writer *w);
 
+/* Hands what is buffered to the file and waits until the background
+** thread has written it: the file then holds writer_total bytes (unless a
+** write failed). The thread goes on. Returns 0 or the latched errno. */
+int writer_sync(struct writer *w);
+
 /* Flushes, waits until everything is written, stops the thread, closes
 ** the descriptor, frees the buffers. Returns 0 or errno. */
 int writer_close(struct writer *w);

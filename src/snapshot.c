@@ -1,0 +1,230 @@
+/*
+** Snapshots of a running profile (see snapshot.h).
+**
+** The 'memprof' format: the writer is synced (everything the hook has
+** committed is in the profile's file), the file's bytes so far are copied
+** into the snapshot, and the epilogue byte ends it, so that the report reads
+** it as a profile stopped now. The running profile's file and writer go on
+** as before: only their buffer was handed to the disk earlier than usual.
+**
+** Every snapshot is written to "PATH.tmp-PID" and renamed to PATH once
+** complete, so a reader never sees half a snapshot.
+*/
+#define _GNU_SOURCE
+#include "snapshot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pprof.h"
+#include "profiler.h"
+#include "stream_format.h"
+
+/* The bytes copied at a time when copy_file_range cannot be used. */
+#define COPY_CHUNK 65536
+
+/* A refusal: its message (what, and the file it is about, if any), and
+** its errno. */
+static int fail(char *msg, size_t len, int err, const char *what,
+                const char *path)
+{
+  snprintf(msg, len, "%s%s%s", what, path != NULL ? ": " : "",
+           path != NULL ? path : "");
+  return err;
+}
+
+static int file_error(char *msg, size_t len, const char *path, int err)
+{
+  snprintf(msg, len, "%s: %s", path, strerror(err));
+  return err;
+}
+
+/* Writes len bytes, retrying short writes and EINTR. Returns 0 or errno. */
+static int write_fully(int fd, const void *data, size_t len)
+{
+  const char *p = data;
+  while (len > 0) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return n < 0 ? errno : EIO;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Copies the first `n` bytes of `from` to the end of `to`. Returns 0 or
+** errno. */
+static int copy_prefix(int from, int to, uint64_t n)
+{
+  char buf[COPY_CHUNK];
+  loff_t in = 0;
+  int err;
+  while (n > 0) {
+    ssize_t got = copy_file_range(from, &in, to, NULL, (size_t)n, 0);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      break; /* Not supported here (or the file is shorter): read. */
+    n -= (uint64_t)got;
+  }
+  while (n > 0) {
+    size_t want = n < sizeof(buf) ? (size_t)n : sizeof(buf);
+    ssize_t got = pread(from, buf, want, (off_t)in);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return got < 0 ? errno : EIO;
+    if ((err = write_fully(to, buf, (size_t)got)) != 0)
+      return err;
+    in += got;
+    n -= (uint64_t)got;
+  }
+  return 0;
+}
+
+/* A descriptor that reads the profile's file: its own is write-only. */
+static int open_profile_for_reading(const struct profiler *p)
+{
+  char proc[64];
+  int fd;
+  snprintf(proc, sizeof(proc), "/proc/self/fd/%d", p->out.fd);
+  fd = open(proc, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    fd = open(p->path, O_RDONLY | O_CLOEXEC);
+  return fd;
+}
+
+/* Why p cannot be copied now (0: it can). */
+static int check_copyable(struct profiler *p, char *msg, size_t len)
+{
+  struct stat st;
+  if (p->fork_generation != profiler_fork_generation)
+    return fail(msg, len, EINVAL,
+                "the profile was started before fork() and does not go on "
+                "in this process",
+                NULL);
+  if (p->out.fd < 0 || (p->error != 0 && !p->capped))
+    return file_error(msg, len, p->path, p->error != 0 ? p->error : EBADF);
+  if (fstat(p->out.fd, &st) != 0)
+    return file_error(msg, len, p->path, errno);
+  if (!S_ISREG(st.st_mode))
+    return fail(msg, len, ESPIPE,
+                "a 'memprof' snapshot copies the profile's file, and this "
+                "profile is not written to a regular file",
+                p->path);
+  return 0;
+}
+
+/* The stream so far into `fd`. Returns 0 or errno. */
+static int write_memprof(struct profiler *p, int fd, char *msg, size_t len)
+{
+  uint64_t upto;
+  int in, err;
+  if ((err = check_copyable(p, msg, len)) != 0)
+    return err;
+  if ((err = writer_sync(&p->out)) != 0)
+    return file_error(msg, len, p->path, err);
+  /* A capped stream ends where the event that passed the cap began. */
+  upto = p->capped ? p->cut_at : writer_total(&p->out);
+  if ((in = open_profile_for_reading(p)) < 0)
+    return file_error(msg, len, p->path, errno);
+  err = copy_prefix(in, fd, upto);
+  close(in);
+  if (err != 0)
+    return file_error(msg, len, p->path, err);
+  return 0;
+}
+
+/* Why p's model cannot make a pprof snapshot now (0: it can). */
+static int check_model(const struct profiler *p, char *msg, size_t len)
+{
+  if (p->fork_generation != profiler_fork_generation)
+    return fail(msg, len, EINVAL,
+                "the profile was started before fork() and does not go on "
+                "in this process",
+                NULL);
+  if (!p->keeps_model)
+    return fail(msg, len, EINVAL,
+                "a pprof snapshot of a profile that records every event "
+                "needs the start option snapshots = true (or sample_bytes)",
+                NULL);
+  if (p->live_full) {
+    snprintf(msg, len,
+             "the profile's table of live blocks passed its bound of %u "
+             "blocks: a pprof snapshot would miss blocks (a 'memprof' "
+             "snapshot has them all)",
+             (unsigned)(LIVE_MAX_SLOTS / 2));
+    return ENOMEM;
+  }
+  if (p->model.failed != 0)
+    return fail(msg, len, p->model.failed,
+                "memory ran out for the places of pprof snapshots: a "
+                "snapshot would miss allocations",
+                NULL);
+  if (p->state != PROFILER_RECORDING)
+    return file_error(msg, len, p->path, p->error != 0 ? p->error : EINVAL);
+  return 0;
+}
+
+/* Whether path names the profile's own file, which a snapshot must not
+** replace. */
+static int is_profile_file(const struct profiler *p, const char *path)
+{
+  struct stat a, b;
+  return p->out.fd >= 0 && stat(path, &a) == 0 && fstat(p->out.fd, &b) == 0 &&
+         a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* "PATH.tmp-PID" (malloc'd), or NULL. */
+static char *temp_name(const char *path)
+{
+  size_t n = strlen(path) + 32;
+  char *tmp = malloc(n);
+  if (tmp != NULL)
+    snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
+  return tmp;
+}
+
+int snapshot_write(struct profiler *p, const char *path,
+                   enum snapshot_format format, char *msg, size_t len)
+{
+  static const uint8_t epilogue[] = {EVENTS_EPILOGUE};
+  char *tmp;
+  int fd, err;
+  if (is_profile_file(p, path))
+    return fail(msg, len, EINVAL,
+                "a snapshot cannot replace the running profile's own file",
+                path);
+  if ((tmp = temp_name(path)) == NULL)
+    return file_error(msg, len, path, ENOMEM);
+  fd = open(tmp, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    err = file_error(msg, len, path, errno);
+    free(tmp);
+    return err;
+  }
+  if (format == SNAPSHOT_MEMPROF) {
+    err = write_memprof(p, fd, msg, len);
+    if (err == 0 && (err = write_fully(fd, epilogue, sizeof(epilogue))) != 0)
+      file_error(msg, len, path, err);
+  } else if ((err = check_model(p, msg, len)) == 0 &&
+             (err = pprof_write(p, fd, path)) != 0) {
+    file_error(msg, len, path, err);
+  }
+  if (close(fd) != 0 && err == 0)
+    err = file_error(msg, len, path, errno);
+  if (err == 0 && rename(tmp, path) != 0)
+    err = file_error(msg, len, path, errno);
+  if (err != 0)
+    unlink(tmp);
+  free(tmp);
+  return err;
+}
