@@ -21,6 +21,8 @@ end
 
 local h = require('helpers.profile')
 local C = require('helpers.command')
+local pprof_read = require('helpers.pprof_read')
+local consumers = require('helpers.consumers')
 
 local WORK_N = 500
 local WORK_LINE = 12
@@ -216,6 +218,52 @@ end
     expect(s, '/start', 'true nil')
     work_and_stop(s)
     assert_no_global_write(s)
+  end)
+
+  -- Production mode: a worker recording all along (from
+  -- init_worker_by_lua*), asked for a pprof snapshot of its live heap by a
+  -- request, while the profile goes on. The workload's tables are kept in
+  -- the worker's state, so they are live at the snapshot: exactly WORK_N
+  -- blocks at the workload's line, in our reading of the file and in go
+  -- tool pprof's; the profile's own file then still has them all.
+  it('writes a pprof snapshot of a worker\'s live heap through a request',
+    function()
+    local s = start_server({
+      init_worker = [[
+local ok, err = require('memprof').start(
+  ngx.config.prefix() .. 'profile.bin', { snapshots = true })
+if not ok then ngx.log(ngx.ERR, 'memprof.start: ', err) end
+]],
+      locations = {
+        ['/keep'] = string.format([[
+require('state').kept = require('workload').run(%d)
+ngx.say('ok')
+]], WORK_N),
+        ['/snapshot'] = [[
+local ok, err = require('memprof').snapshot(ngx.config.prefix() ..
+  'heap.pb.gz')
+ngx.say(tostring(ok), ' ', tostring(err))
+]],
+      },
+    })
+    finally(function() s:stop() end)
+    expect(s, '/keep', 'ok')
+    expect(s, '/snapshot', 'true nil')
+    local place = s:path('workload.lua') .. ':' .. WORK_LINE
+    local at = pprof_read.by_place(pprof_read.file(s:path('heap.pb.gz')))[place]
+    assert(at, 'no place ' .. place .. ' in the snapshot')
+    -- alloc_space, alloc_objects, inuse_space, inuse_objects: every table
+    -- made is live.
+    assert.are.same({ WORK_N, WORK_N }, { at[2], at[4] })
+    assert.are.equal(at[1], at[3])
+    local code, out, err = consumers.pprof(s.dir, '-top', '-lines',
+      '-sample_index=inuse_objects', s:path('heap.pb.gz'))
+    assert.are.same({ 0, '' }, { code, err })
+    assert.is_truthy(out:find('\n%s+' .. WORK_N .. ' [%d.]+%% [%d.]+%%%s+' ..
+      WORK_N .. ' [%d.]+%%  [^\n]*' .. place:gsub('%p', '%%%0') .. '\n'),
+      out)
+    expect(s, '/stop', 'true nil')
+    assert_workload(s, s:path('profile.bin'))
   end)
 
   -- A profile started in the master with %p in its path goes on in each

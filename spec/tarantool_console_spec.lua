@@ -1,7 +1,8 @@
 -- An operator profiles a running Tarantool application from its
 -- administrative console (console.listen, what `tarantoolctl enter`
 -- talks to), without restarting it: starts a profile, lets the
--- application work, reads memprof.stats(), stops, and reads the report.
+-- application work, reads memprof.stats(), takes a snapshot of the live
+-- heap, stops, and reads the report.
 --
 -- The application runs its own VM (the tarantool on PATH), whichever VM
 -- runs the suite, so these specs run in one suite only: the one that sets
@@ -13,6 +14,7 @@ end
 
 local h = require('helpers.profile')
 local C = require('helpers.command')
+local pprof_read = require('helpers.pprof_read')
 
 local WORK_N = 500
 local WORK_LINE = 8
@@ -104,10 +106,12 @@ describe('Tarantool\'s console', function()
     assert.equal(1, count_keys(sizes), 'every table has the same size')
   end)
 
-  it('samples from the console: stats say the rate, the report estimates',
+  it('samples from the console: stats say the rate, a snapshot and the ' ..
+    'report estimate',
     function()
     local app = start_app()
     local profile = app:path('sampled.bin')
+    local snapshot = app:path('heap.pb.gz')
     local answers = app:session({
       'memprof = require(\'memprof\')',
       string.format('memprof.start(%q, {sample_bytes = 64, seed = 7})',
@@ -115,10 +119,20 @@ describe('Tarantool\'s console', function()
       string.format('workload(%d)', WORK_N * 20),
       'stats = memprof.stats()',
       'stats.sample_bytes, stats.samples > 0, stats.live_blocks > 0',
+      string.format('memprof.snapshot(%q)', snapshot),
       'memprof.stop()',
     })
     assert.same({ yaml(), yaml(true), yaml(WORK_N * 20), yaml(),
-      yaml(64, true, true), yaml(true) }, answers)
+      yaml(64, true, true), yaml(true), yaml(true) }, answers)
+    -- The snapshot's estimates of the live tables (all of them are live),
+    -- within 5% as the report's below.
+    local at = pprof_read.by_place(pprof_read.file(snapshot))['app.lua:' ..
+      WORK_LINE]
+    assert(at, 'no place app.lua:' .. WORK_LINE .. ' in the snapshot')
+    assert.is_true(math.abs(at[4] - WORK_N * 20) <= WORK_N,
+      'estimated live tables: ' .. at[4])
+    assert.is_true(math.abs(at[3] - WORK_N * 20 * 56) <= WORK_N * 56,
+      'estimated live bytes: ' .. at[3])
     local code, out = C.run(C.command(console.root ..
       '/bin/memprof-report', profile))
     assert.equal(0, code)
