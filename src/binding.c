@@ -100,10 +100,12 @@ static int read_sample_bytes(lua_State *L, struct profile_options *o, char *msg,
   return read_integer(L, "sample_bytes", 1, &o->sample_bytes, msg, len);
 }
 
-/* One option's value. Returns 1, or 0 with a message. */
-static int read_option(lua_State *L, const char *name,
-                       struct profile_options *o, char *msg, size_t len)
+/* One option's value, into the profile_options at ctx. Returns 1, or 0
+** with a message. */
+static int read_option(lua_State *L, const char *name, void *ctx, char *msg,
+                       size_t len)
 {
+  struct profile_options *o = ctx;
   if (strcmp(name, "stack_depth") == 0) {
     lua_Number v = lua_tonumber(L, -1);
     if (lua_type(L, -1) != LUA_TNUMBER || v != (lua_Number)(int)v || v < 1 ||
@@ -158,12 +160,14 @@ static int read_option(lua_State *L, const char *name,
   return 0;
 }
 
-/* Reads memprof.start's options table (nil: none). Returns 1, or 0 with a
-** message; nothing has started then. */
-static int read_options(lua_State *L, int idx, struct profile_options *o,
-                        char *msg, size_t len)
+/* Calls read(L, name, ctx, msg, len) for each field of the options table
+** at idx (nil: none), with the value on top of the stack. Iterating
+** allocates nothing. Returns 1, or 0 with a message. */
+static int read_option_table(lua_State *L, int idx,
+                             int (*read)(lua_State *L, const char *name,
+                                         void *ctx, char *msg, size_t len),
+                             void *ctx, char *msg, size_t len)
 {
-  memset(o, 0, sizeof(*o));
   if (lua_isnoneornil(L, idx))
     return 1;
   if (!lua_istable(L, idx)) {
@@ -179,12 +183,23 @@ static int read_options(lua_State *L, int idx, struct profile_options *o,
       lua_pop(L, 2);
       return 0;
     }
-    if (!read_option(L, lua_tostring(L, -2), o, msg, len)) {
+    if (!read(L, lua_tostring(L, -2), ctx, msg, len)) {
       lua_pop(L, 2);
       return 0;
     }
     lua_pop(L, 1);
   }
+  return 1;
+}
+
+/* Reads memprof.start's options table (nil: none). Returns 1, or 0 with a
+** message; nothing has started then. */
+static int read_options(lua_State *L, int idx, struct profile_options *o,
+                        char *msg, size_t len)
+{
+  memset(o, 0, sizeof(*o));
+  if (!read_option_table(L, idx, read_option, o, msg, len))
+    return 0;
   if (o->has_seed && o->sample_bytes == 0) {
     snprintf(msg, len, "option 'seed' needs option 'sample_bytes'");
     return 0;
@@ -311,37 +326,22 @@ static int read_snapshot_format(lua_State *L, int *format, char *msg,
   return 1;
 }
 
-/* Reads snapshot's options table (nil: none) by iterating over it, which
-** allocates nothing. Returns 1, or 0 with a message. */
+static int read_snapshot_option(lua_State *L, const char *name, void *ctx,
+                                char *msg, size_t len)
+{
+  if (strcmp(name, "format") == 0)
+    return read_snapshot_format(L, ctx, msg, len);
+  snprintf(msg, len, "unknown option '%s'", name);
+  return 0;
+}
+
+/* Reads snapshot's options table (nil: none). Returns 1, or 0 with a
+** message. */
 static int read_snapshot_options(lua_State *L, int idx, int *format, char *msg,
                                  size_t len)
 {
   *format = SNAPSHOT_PPROF;
-  if (lua_isnoneornil(L, idx))
-    return 1;
-  if (!lua_istable(L, idx)) {
-    snprintf(msg, len, "options must be a table, got %s",
-             luaL_typename(L, idx));
-    return 0;
-  }
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    int ok = lua_type(L, -2) == LUA_TSTRING &&
-             strcmp(lua_tostring(L, -2), "format") == 0;
-    if (ok)
-      ok = read_snapshot_format(L, format, msg, len);
-    else if (lua_type(L, -2) == LUA_TSTRING)
-      snprintf(msg, len, "unknown option '%s'", lua_tostring(L, -2));
-    else
-      snprintf(msg, len, "option names must be strings, got %s",
-               luaL_typename(L, -2));
-    lua_pop(L, 1);
-    if (!ok) {
-      lua_pop(L, 1);
-      return 0;
-    }
-  }
-  return 1;
+  return read_option_table(L, idx, read_snapshot_option, format, msg, len);
 }
 
 /* memprof.snapshot(path [, options]) -> true | nil, message, errno. On

@@ -423,27 +423,13 @@ static void gzip_wrap(const uint8_t *data, size_t n, struct buf *out)
   put_raw(out, tail, sizeof(tail));
 }
 
-static int write_fully(int fd, const uint8_t *p, size_t len)
-{
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return n < 0 ? errno : EIO;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 int pprof_write(const struct profiler *p, int fd, const char *name)
 {
   struct buf message = {0}, file = {0};
   int err = encode(p, name, &message);
   if (err == 0) {
     gzip_wrap(message.data, message.len, &file);
-    err = file.failed ? ENOMEM : write_fully(fd, file.data, file.len);
+    err = file.failed ? ENOMEM : writer_write_all(fd, file.data, file.len);
   }
   free(message.data);
   free(file.data);

@@ -44,22 +44,6 @@ static int file_error(char *msg, size_t len, const char *path, int err)
   return err;
 }
 
-/* Writes len bytes, retrying short writes and EINTR. Returns 0 or errno. */
-static int write_fully(int fd, const void *data, size_t len)
-{
-  const char *p = data;
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return n < 0 ? errno : EIO;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 /* Copies the first `n` bytes of `from` to the end of `to`. Returns 0 or
 ** errno. */
 static int copy_prefix(int from, int to, uint64_t n)
@@ -82,7 +66,7 @@ static int copy_prefix(int from, int to, uint64_t n)
       continue;
     if (got <= 0)
       return got < 0 ? errno : EIO;
-    if ((err = write_fully(to, buf, (size_t)got)) != 0)
+    if ((err = writer_write_all(to, buf, (size_t)got)) != 0)
       return err;
     in += got;
     n -= (uint64_t)got;
@@ -213,7 +197,8 @@ int snapshot_write(struct profiler *p, const char *path,
   }
   if (format == SNAPSHOT_MEMPROF) {
     err = write_memprof(p, fd, msg, len);
-    if (err == 0 && (err = write_fully(fd, epilogue, sizeof(epilogue))) != 0)
+    if (err == 0 &&
+        (err = writer_write_all(fd, epilogue, sizeof(epilogue))) != 0)
       file_error(msg, len, path, err);
   } else if ((err = check_model(p, msg, len)) == 0 &&
              (err = pprof_write(p, fd, path)) != 0) {

@@ -121,9 +121,9 @@ static void set_failed(struct writer *w, int err)
     __atomic_store_n(&w->failed_errno, err, __ATOMIC_RELAXED);
 }
 
-/* Writes len bytes, retrying short writes and EINTR. Returns 0 or errno. */
-static int write_all(int fd, const uint8_t *p, size_t len)
+int writer_write_all(int fd, const void *data, size_t len)
 {
+  const uint8_t *p = data;
   while (len > 0) {
     ssize_t n = write(fd, p, len);
     if (n < 0) {
@@ -151,7 +151,7 @@ static void write_committed(struct writer *w, struct writer_thread *t)
     return;
   t->partial = 1;
   pthread_mutex_unlock(&t->lock);
-  err = write_all(w->fd, buf + t->done, upto - t->done);
+  err = writer_write_all(w->fd, buf + t->done, upto - t->done);
   pthread_mutex_lock(&t->lock);
   set_failed(w, err);
   t->done = upto;
@@ -199,7 +199,7 @@ static void *thread_main(void *arg)
     done = t->pending_done;
     pthread_mutex_unlock(&t->lock);
     if (writer_failed(w) == 0 && len > done)
-      set_failed(w, write_all(w->fd, data + done, len - done));
+      set_failed(w, writer_write_all(w->fd, data + done, len - done));
     pthread_mutex_lock(&t->lock);
     t->spare = data;
     t->pending = NULL;
@@ -340,7 +340,7 @@ int writer_flush(struct writer *w)
     hand_over(w, len);
   } else {
     if (writer_failed(w) == 0 && len > 0)
-      set_failed(w, write_all(w->fd, w->buf, len));
+      set_failed(w, writer_write_all(w->fd, w->buf, len));
     restart_buffer(w, len);
   }
   errno = saved;
@@ -438,7 +438,7 @@ int writer_close_at(struct writer *w, uint64_t at, const uint8_t *tail,
       if (done != (ssize_t)n)
         set_failed(w, done < 0 ? errno : EIO);
     } else {
-      set_failed(w, write_all(w->fd, tail, n));
+      set_failed(w, writer_write_all(w->fd, tail, n));
     }
   }
   return release(w, saved);

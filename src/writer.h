@@ -216,4 +216,8 @@ static inline void writer_put_uleb128(struct writer *w, uint64_t v)
 /* A string: its length as ULEB128, then its bytes. */
 void writer_string(struct writer *w, const char *s, size_t len);
 
+/* Writes len bytes to fd, retrying short writes and EINTR (the stream's
+** buffers, and the snapshots' files). Returns 0 or errno. */
+int writer_write_all(int fd, const void *data, size_t len);
+
 #endif
