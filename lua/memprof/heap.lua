@@ -574,38 +574,10 @@ function Heap:stats(key)
   return stats
 end
 
--- The row a block of this site and stack is counted in.
-function Heap:key(site, stack)
-  local grouper = self.grouper
-  if grouper then
-    return grouper:key(site, stack)
-  end
-  return site
-end
-
--- The slot a new block would get (the last freed one, or a new one),
--- and take_slot() to take it.
-function Heap:next_slot()
-  local count = self.free_count
-  if count > 0 then
-    return self.free_slots[count]
-  end
-  return self.slot_count + 1
-end
-
-function Heap:take_slot()
-  local count = self.free_count
-  if count > 0 then
-    self.free_count = count - 1
-  else
-    self.slot_count = self.slot_count + 1
-  end
-end
-
 -- Forget the block at addr; returns its site (nil if unknown) and sets
 -- the released_* fields.  Called before the current event, if it is a
 -- realloc, is counted in allocations.
-function Heap:release(addr)
+local function release(self, addr)
   local slot = self.slot_of:remove(addr)
   if not slot then
     self.released_stack, self.released_born = nil, nil
@@ -625,40 +597,61 @@ function Heap:release(addr)
   return site
 end
 
-function Heap:produce(addr, size, site, stack, weight)
-  -- (An address already live keeps its slot: the stream lost the free
-  -- of its previous block.)
-  local new = self:next_slot()
+-- A new block at addr, in the last freed slot or a new one.  (An address
+-- already live keeps its slot: the stream lost the free of its previous
+-- block.)
+local function produce(self, addr, size, site, stack, weight)
+  local count = self.free_count
+  local new
+  if count > 0 then
+    new = self.free_slots[count]
+  else
+    new = self.slot_count + 1
+  end
   local slot = self.slot_of:put(addr, new)
   if slot == new then
-    self:take_slot()
+    if count > 0 then
+      self.free_count = count - 1
+    else
+      self.slot_count = new
+    end
   end
   self.blocks:set(slot, addr, size, site, stack, weight, self.allocations)
 end
 
 -- Account one event.  For realloc and free, returns the site that had
--- produced the released block (BEFORE_PROFILING if unknown).
+-- produced the released block (BEFORE_PROFILING if unknown).  (Written
+-- as one function with local helpers, not as methods that call each
+-- other: every lookup of a method or field is repeated for each event
+-- when the events take different branches, as allocations and frees do.)
 function Heap:feed(ev)
   local kind = ev.kind
   local owner
+  local grouper, by_site = self.grouper, self.by_site
   if kind ~= 'alloc' then
-    owner = self:release(ev.oaddr) or BEFORE_PROFILING
-    local key = self:key(owner, self.released_stack)
-    local stats = self.by_site[key] or self:stats(key)
+    owner = release(self, ev.oaddr) or BEFORE_PROFILING
+    local key = owner
+    if grouper then
+      key = grouper:key(owner, self.released_stack)
+    end
+    local stats = by_site[key] or self:stats(key)
     stats.holds = stats.holds - ev.osize
     stats.frees = stats.frees + ev.oweight
   end
   if kind ~= 'free' then
-    local site, stack = ev.site, ev.stack
+    local site, stack, nweight = ev.site, ev.stack, ev.nweight
     self.allocations = self.allocations + 1
-    local key = self:key(site, stack)
-    local stats = self.by_site[key] or self:stats(key)
-    stats.holds = stats.holds + ev.nsize
-    stats.allocs = stats.allocs + ev.nweight
-    if kind == 'realloc' then
-      stats.reallocs = stats.reallocs + ev.nweight
+    local key = site
+    if grouper then
+      key = grouper:key(site, stack)
     end
-    self:produce(ev.naddr, ev.nsize, site, stack, ev.nweight)
+    local stats = by_site[key] or self:stats(key)
+    stats.holds = stats.holds + ev.nsize
+    stats.allocs = stats.allocs + nweight
+    if kind == 'realloc' then
+      stats.reallocs = stats.reallocs + nweight
+    end
+    produce(self, ev.naddr, ev.nsize, site, stack, nweight)
   end
   self.total = self.total + ev.nsize - ev.osize
   return owner
