@@ -436,30 +436,27 @@ function PlainBlocks:each(slot_count, fn)
   end
 end
 
--- Under LuaJIT: one record per slot in C memory (taken with malloc,
--- doubled as needed, freed by the collector with the pass), so that
--- releasing a block reads one record instead of six Lua arrays; the
--- site and stack are numbers into lists of the sites and stacks seen.
+-- Under LuaJIT: one record per slot in an FFI array (doubled as needed;
+-- in the VM's heap, as the Lua arrays are, and freed by the collector
+-- with the pass, without a finalizer), so that releasing a block reads
+-- one record instead of six Lua arrays; the site and stack are numbers
+-- into lists of the sites and stacks seen.
 local new_ffi_blocks
 if ok_ffi then
   pcall(ffi.cdef, [[
     typedef struct { double addr, size, born, weight; int32_t site, stack; }
       memprof_heap_block;
   ]])
-  local C = ffi.C
-  local block_pointer = ffi.typeof('memprof_heap_block *')
+  local block_array = ffi.typeof('memprof_heap_block[?]')
   local BLOCK_SIZE = ffi.sizeof('memprof_heap_block')
   local MIN_BLOCKS = 1024
 
   local FfiBlocks = {}
   FfiBlocks.__index = FfiBlocks
 
+  -- (ffi.new fills the records with zeros: a record of site 0 is free.)
   local function allocate_blocks(count)
-    local records = C.malloc(count * BLOCK_SIZE)
-    if records == nil then
-      error(string.format('no memory for %d live blocks', count), 0)
-    end
-    return ffi.gc(ffi.cast(block_pointer, records), C.free)
+    return block_array(count)
   end
 
   function new_ffi_blocks()
@@ -476,7 +473,6 @@ if ok_ffi then
     end
     local records = allocate_blocks(capacity)
     ffi.copy(records, self.records, self.capacity * BLOCK_SIZE)
-    C.free(ffi.gc(self.records, nil))
     self.records, self.capacity = records, capacity
   end
 
