@@ -42,13 +42,16 @@
 -- realloc) so far, the current one included: an event's birth number.
 --
 -- Live blocks are kept in slots: the address maps to a slot number, and
--- arrays indexed by slot hold the block's facts (its address too, so the
--- live blocks can be listed without the map).  The address map is one of
+-- the block's facts (its address too, so the live blocks can be listed
+-- without the map) are kept by slot: under LuaJIT in one FFI record per
+-- slot (address, size, birth, weight, and numbers for the site and
+-- stack), in plain Lua in one array per fact.  The address map is one of
 -- two kinds (M.address_map):
 --   'ffi'    under LuaJIT: an open-addressing hash table in C memory
 --            (16-byte buckets of an address and its slot; linear
 --            probing, deletion by shifting the entries after it back,
---            doubled when half full), taken with malloc and freed
+--            doubled when half full; the hash keeps neighbouring blocks
+--            in neighbouring buckets), taken with malloc and freed
 --            as soon as the stream is done (pass:finish()), so that it is
 --            neither in the VM's heap nor left for its collector
 --   'plain'  a Lua table (plain Lua 5.1): a released address is marked
