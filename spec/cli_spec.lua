@@ -737,3 +737,35 @@ describe('cli.parse', function()
     assert.are.equal(0, cli.main({ '--help' }, out, err))
   end)
 end)
+
+describe('memprof.cli.raise_jit_limits', function()
+  if not rawget(_G, 'jit') then
+    it('does nothing without a JIT compiler', function()
+      assert.is_nil(cli.raise_jit_limits())
+    end)
+    return
+  end
+
+  -- 1,200 hot loops, each a trace: past the default limit of 1,000
+  -- traces, LuaJIT throws all of them away and numbers them from 1 again.
+  it('lets LuaJIT keep 1,200 traces without throwing them away',
+    function()
+      assert.are.same({ 'maxmcode=65536', 'maxtrace=20000',
+        'maxside=1000' }, cli.raise_jit_limits())
+      local util = require('jit.util')
+      jit.flush()
+      local keep = {}
+      for i = 1, 1200 do
+        keep[i] = loadstring('local s = 0 for j = 1, 100 do s = s + j * ' ..
+          i .. ' end return s')
+        keep[i]()
+      end
+      local kept = 0
+      for trace = 1, 1200 do
+        if util.traceinfo(trace) then
+          kept = kept + 1
+        end
+      end
+      assert.are.equal(1200, kept)
+    end)
+end)
