@@ -228,6 +228,30 @@ describe('analyze.run', function()
       assert.are.equal('out.bin', result.stream.name)
     end)
 
+  it('feeds two extra passes after the sites pass, in their order, ' ..
+    'every event', function()
+    local order = {}
+    local function logger(name)
+      return { feed = function(_, ev, owner, heap_pass)
+        order[#order + 1] = name .. ' ' .. ev.kind .. ' ' ..
+          (owner and owner.name or '-') .. ' ' ..
+          tostring(heap_pass.allocations)
+      end }
+    end
+    local result = run(crafted(), { passes = {
+      { name = 'first', pass = logger('first') },
+      { name = 'second', pass = logger('second') } } })
+    assert.are.same({ 20, 'first alloc - 1', 'second alloc - 1',
+      'first realloc @test.lua:6 5', 'second realloc @test.lua:6 5',
+      'first free io_write 7', 'second free io_write 7' },
+      { #order, order[1], order[2], order[9], order[10], order[19],
+        order[20] })
+    assert.are.same({ 7, 10 }, { result.sites.kinds.alloc[1].count +
+      result.sites.kinds.alloc[2].count + result.sites.kinds.alloc[3].count +
+      result.sites.kinds.alloc[4].count + result.sites.kinds.realloc[1].count,
+      result.stream.events })
+  end)
+
   it('stops at a truncated stream and keeps its warning', function()
     local bytes = crafted():bytes()
     local stream = reader.from_string(bytes:sub(1, -3), 'out.bin')

@@ -737,3 +737,54 @@ describe('cli.parse', function()
     assert.are.equal(0, cli.main({ '--help' }, out, err))
   end)
 end)
+
+describe('memprof.cli.raise_jit_limits', function()
+  if not rawget(_G, 'jit') then
+    it('does nothing without a JIT compiler', function()
+      assert.is_nil(cli.raise_jit_limits())
+    end)
+    return
+  end
+
+  -- 1,200 hot loops, each a trace, in a fresh process (the specs before
+  -- leave traces and settings behind): past the default limit of 1,000
+  -- traces, LuaJIT throws all of them away and numbers them from 1 again.
+  local SCRIPT = [[
+if arg[1] == 'raise' then
+  require('memprof.cli').raise_jit_limits()
+end
+local util = require('jit.util')
+local keep = {}
+for i = 1, 1200 do
+  keep[i] = loadstring('local s = 0 for j = 1, 100 do s = s + j * ' ..
+    i .. ' end return s')
+  keep[i]()
+end
+local kept = 0
+for trace = 1, 1200 do
+  if util.traceinfo(trace) then
+    kept = kept + 1
+  end
+end
+io.write(kept)
+]]
+
+  it('lets LuaJIT keep 1,200 traces without throwing them away',
+    function()
+      assert.are.same({ 'maxmcode=65536', 'maxtrace=20000',
+        'maxside=1000' }, cli.JIT_LIMITS)
+      local script = temp_file(SCRIPT)
+      local lua = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
+      local kept = {}
+      for i, how in ipairs({ 'raise', 'default' }) do
+        local code, out = run('LUA_PATH=\'./lua/?.lua;;\' ' ..
+          C.command(lua, script, how))
+        kept[i] = { code, tonumber(out) }
+      end
+      remove_temp_files()
+      -- With the default limits, only the traces made after the flush
+      -- (about 200) are left.
+      assert.are.same({ { 0, 1200 }, { 0, true } },
+        { kept[1], { kept[2][1], kept[2][2] < 1000 } })
+    end)
+end)

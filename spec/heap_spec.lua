@@ -216,6 +216,28 @@ if KINDS[2] == 'ffi' then
       end)
     end
 
+    it('gives 64 neighbouring 16-byte blocks the 64 buckets of one ' ..
+      'aligned run, below and above 2^32', function()
+      local map = heap.address_map('ffi')
+      local runs = {}
+      for n, base in ipairs({ 0x12340400, 0x7f3a12345c00 }) do
+        local homes = {}
+        for k = 0, 63 do
+          homes[k + 1] = map:home(base + 16 * k)
+        end
+        table.sort(homes)
+        local consecutive = 0
+        for k = 2, 64 do
+          if homes[k] == homes[k - 1] + 1 then
+            consecutive = consecutive + 1
+          end
+        end
+        runs[n] = { homes[1] % 64, consecutive }
+      end
+      assert.are.same({ { 0, 63 }, { 0, 63 } }, runs)
+      map:free()
+    end)
+
     it('frees its memory when the heap pass finishes', function()
       local pass = heap.new()
       pass:feed(alloc(0x10, 8, SITE_A))
@@ -320,5 +342,55 @@ if KINDS[2] == 'ffi' then
       end
     end
     assert.are.same(stats[1], stats[2])
+  end)
+end
+
+-- The live blocks' facts, kept by slot (in C memory with the FFI map, in
+-- Lua arrays with the plain one).
+for _, kind in ipairs(KINDS) do
+  it('keeps the site, stack, size, weight and birth of 3,000 live ' ..
+    'blocks, freed and reused, with the ' .. kind .. ' map', function()
+    local pass = heap.new({ address_map = kind })
+    local stacks = { { id = 1, frames = {} }, { id = 2, frames = {} } }
+    for i = 1, 3000 do
+      local ev = alloc(0x100000 + i * 64, i, i % 2 == 0 and SITE_A or SITE_B)
+      ev.stack = stacks[i % 3 + 1]
+      ev.nweight = i % 5 + 1
+      pass:feed(ev)
+    end
+    -- Every third block is freed, the last first (block 3, freed last,
+    -- is released with its facts), then 500 new blocks take their slots.
+    for i = 3000, 3, -3 do
+      pass:feed(free(0x100000 + i * 64, i, SITE_A))
+    end
+    assert.are.same({ 3, 3, 4, 2997, 1 }, { pass.released_size,
+      pass.released_born, pass.released_weight, pass.released_age,
+      pass.released_stack.id })
+    for i = 1, 500 do
+      pass:feed(alloc(0x900000 + i * 64, 7, SITE_B))
+    end
+    pass:finish()
+    local count, bytes, born, weight, by_site, by_stack = 0, 0, 0, 0, {}, {}
+    pass:each_live_block(function(_, size, site, stack, birth, w)
+      count, bytes, born, weight = count + 1, bytes + size, born + birth,
+        weight + w
+      by_site[site.name] = (by_site[site.name] or 0) + 1
+      local id = stack and stack.id or 0
+      by_stack[id] = (by_stack[id] or 0) + 1
+    end)
+    -- 2,000 of the first blocks (sizes and births 1..3000 less the
+    -- multiples of 3), then 500 of 7 bytes born 3001..3500.
+    local kept_sum = 3000 * 3001 / 2 - 3 * 1000 * 1001 / 2
+    local kept_weight = 0
+    for i = 1, 3000 do
+      if i % 3 ~= 0 then
+        kept_weight = kept_weight + i % 5 + 1
+      end
+    end
+    assert.are.same({ 2500, kept_sum + 3500, kept_sum + 500 * 3250.5,
+      kept_weight + 500 }, { count, bytes, born, weight })
+    assert.are.same({ ['@a.lua:1'] = 1000, ['@a.lua:2'] = 1500 }, by_site)
+    assert.are.same({ [0] = 1500, [2] = 1000 }, by_stack)
+    assert.are.equal(3000, pass.slot_count)
   end)
 end

@@ -87,36 +87,49 @@ end
 
 -- One function that feeds passes[first..] in turn.  Calls chained this
 -- way, rather than a loop over the passes inside the loop over the
--- events, let LuaJIT compile the whole loop over the events.
+-- events, let LuaJIT compile the whole loop over the events.  Each
+-- pass's feed is looked up once, here, not for every event.
 local function chain(passes, first)
   local pass = passes[first]
   if not pass then
-    return function() end
+    return nil
   end
+  local feed = pass.feed
   local rest = chain(passes, first + 1)
+  if not rest then
+    return function(ev, owner, heap_pass)
+      return feed(pass, ev, owner, heap_pass)
+    end
+  end
   return function(ev, owner, heap_pass)
-    pass:feed(ev, owner, heap_pass)
+    feed(pass, ev, owner, heap_pass)
     return rest(ev, owner, heap_pass)
   end
 end
 
+local function nothing() end
+
 -- A sampled profile's events are scaled into estimates first
 -- (memprof.sampling), so that every pass and format shows estimates.
+-- The loops call functions held in locals: when events take different
+-- branches (allocations, frees), LuaJIT runs the start of its compiled
+-- loop again for each, lookups of methods included.
 local function feed_all(stream, heap_pass, passes)
-  local feed = chain(passes, 1)
+  local feed = chain(passes, 1) or nothing
   local scale = sampling.scaler(stream)
-  local ev = stream:next()
+  local next_event, feed_heap = stream.next, heap_pass.feed
+  local ev = next_event(stream)
   if scale then
     while ev do
       scale(ev)
-      feed(ev, heap_pass:feed(ev), heap_pass)
-      ev = stream:next()
+      feed(ev, feed_heap(heap_pass, ev), heap_pass)
+      ev = next_event(stream)
     end
     return
   end
   while ev do
-    feed(ev, heap_pass:feed(ev), heap_pass)
-    ev = stream:next()
+    feed(ev, feed_heap(heap_pass, ev), heap_pass)
+    ev = next_event(stream)
   end
 end
 

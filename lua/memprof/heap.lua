@@ -42,13 +42,16 @@
 -- realloc) so far, the current one included: an event's birth number.
 --
 -- Live blocks are kept in slots: the address maps to a slot number, and
--- arrays indexed by slot hold the block's facts (its address too, so the
--- live blocks can be listed without the map).  The address map is one of
+-- the block's facts (its address too, so the live blocks can be listed
+-- without the map) are kept by slot: under LuaJIT in one FFI record per
+-- slot (address, size, birth, weight, and numbers for the site and
+-- stack), in plain Lua in one array per fact.  The address map is one of
 -- two kinds (M.address_map):
 --   'ffi'    under LuaJIT: an open-addressing hash table in C memory
 --            (16-byte buckets of an address and its slot; linear
 --            probing, deletion by shifting the entries after it back,
---            doubled when half full), taken with malloc and freed
+--            doubled when half full; the hash keeps neighbouring blocks
+--            in neighbouring buckets), taken with malloc and freed
 --            as soon as the stream is done (pass:finish()), so that it is
 --            neither in the VM's heap nor left for its collector
 --   'plain'  a Lua table (plain Lua 5.1): a released address is marked
@@ -169,8 +172,7 @@ if ok_ffi then
       memprof_heap_bucket;
   ]])
   local bit = require('bit')
-  local band, bxor, rshift, lshift, tobit = bit.band, bit.bxor, bit.rshift,
-    bit.lshift, bit.tobit
+  local band, bxor, rshift, tobit = bit.band, bit.bxor, bit.rshift, bit.tobit
   local floor = math.floor
   local C = ffi.C
   local bucket_pointer = ffi.typeof('memprof_heap_bucket *')
@@ -178,18 +180,22 @@ if ok_ffi then
   local TWO_32 = 4294967296
   local GOLDEN = 0x9E3779B1
 
-  -- The bucket where addr's search starts (0 .. 2^bits - 1).  Addresses
-  -- are exact as doubles (below 2^53); the low 32 bits, rotated by 4
-  -- (blocks are aligned), are mixed with the high ones, then multiplied
-  -- by a 32-bit odd constant (modulo 2^32, in two exact halves), whose
-  -- top bits are the bucket.
-  local function home_of(addr, shift)
-    local low = tobit(addr)
-    local x = bxor(rshift(low, 4), lshift(low, 28),
-      tobit(floor(addr / TWO_32)))
-    local h = tobit(band(x, 0xffff) * GOLDEN +
-      tobit(rshift(x, 16) * GOLDEN) * 65536)
-    return rshift(h, shift)
+  -- The bucket where addr's search starts (0 .. mask, mask = 2^bits - 1).
+  -- Addresses are exact as doubles (below 2^53).  The low 32 bits, less
+  -- the 4 that alignment leaves at zero, are folded twice by `bits` (so
+  -- that addresses 2^(bits+4) or 2^(2*bits+4) apart do not share a home);
+  -- the high ones, multiplied by a 32-bit odd constant (exact: the
+  -- product is below 2^53), add their top bits.  Blocks near each other
+  -- in memory thus get buckets near each other: an allocator hands out
+  -- and takes back neighbouring blocks, so most searches touch cache
+  -- lines used just before.  A multiplicative hash of the whole address,
+  -- which scatters neighbours, made the map four times slower on profiles
+  -- of real programs.
+  local function home_of(addr, bits, mask)
+    local x = rshift(tobit(addr), 4)
+    local y = rshift(x, bits)
+    local high = tobit(floor(addr / TWO_32) * GOLDEN)
+    return band(bxor(x, y, rshift(y, bits), rshift(high, 32 - bits)), mask)
   end
 
   local FfiMap = {}
@@ -214,7 +220,7 @@ if ok_ffi then
 
   function new_ffi_map()
     return setmetatable({ buckets = allocate(MIN_BITS), bits = MIN_BITS,
-      shift = 32 - MIN_BITS, mask = 2 ^ MIN_BITS - 1, live = 0,
+      mask = 2 ^ MIN_BITS - 1, live = 0,
       limit = 2 ^ (MIN_BITS - 1) }, FfiMap)
   end
 
@@ -236,7 +242,7 @@ if ok_ffi then
 
   function FfiMap:get(addr)
     local b = self.buckets
-    local i = home_of(addr, self.shift)
+    local i = home_of(addr, self.bits, self.mask)
     local slot = b[i].slot
     if slot == 0 then
       return nil
@@ -252,8 +258,8 @@ if ok_ffi then
   end
 
   -- Puts addr (not in the map) into the first empty bucket of its run.
-  local function place(b, mask, shift, addr, slot)
-    local i = home_of(addr, shift)
+  local function place(b, mask, bits, addr, slot)
+    local i = home_of(addr, bits, mask)
     while b[i].slot ~= 0 do
       i = band(i + 1, mask)
     end
@@ -265,23 +271,23 @@ if ok_ffi then
     local old, old_size = self.buckets, self.mask + 1
     local bits = self.bits + 1
     local b = allocate(bits)
-    local mask, shift = 2 ^ bits - 1, 32 - bits
+    local mask = 2 ^ bits - 1
     for i = 0, old_size - 1 do
       local slot = old[i].slot
       if slot ~= 0 then
-        place(b, mask, shift, old[i].addr, slot)
+        place(b, mask, bits, old[i].addr, slot)
       end
     end
     release(old)
     self.buckets, self.bits = b, bits
-    self.mask, self.shift, self.limit = mask, shift, 2 ^ (bits - 1)
+    self.mask, self.limit = mask, 2 ^ (bits - 1)
   end
 
   -- The slot of addr if it is in the map; else addr gets `slot`, which
   -- is returned.
   function FfiMap:put(addr, slot)
     local b = self.buckets
-    local i = home_of(addr, self.shift)
+    local i = home_of(addr, self.bits, self.mask)
     local found = b[i].slot
     if found ~= 0 then
       if b[i].addr == addr then
@@ -297,7 +303,7 @@ if ok_ffi then
     self.live = live
     if live > self.limit then
       self:grow()
-      place(self.buckets, self.mask, self.shift, addr, slot)
+      place(self.buckets, self.mask, self.bits, addr, slot)
     else
       b[i].addr, b[i].slot = addr, slot
     end
@@ -307,11 +313,11 @@ if ok_ffi then
   -- Empties bucket `hole`, then moves back each entry of the run after
   -- it whose home is not between the emptied bucket and the entry, so
   -- that every entry stays reachable from its home without tombstones.
-  local function shift_back(b, mask, shift, hole)
+  local function shift_back(b, mask, bits, hole)
     local i = band(hole + 1, mask)
     while b[i].slot ~= 0 do
       -- Distances from the entry's home to the hole and to the entry.
-      local home = home_of(b[i].addr, shift)
+      local home = home_of(b[i].addr, bits, mask)
       if band(hole - home, mask) < band(i - home, mask) then
         b[hole].addr, b[hole].slot = b[i].addr, b[i].slot
         hole = i
@@ -324,7 +330,7 @@ if ok_ffi then
   -- Takes addr out of the map; returns its slot, or nil.
   function FfiMap:remove(addr)
     local b, mask = self.buckets, self.mask
-    local i = home_of(addr, self.shift)
+    local i = home_of(addr, self.bits, mask)
     local slot = b[i].slot
     if slot == 0 then
       return nil
@@ -341,14 +347,14 @@ if ok_ffi then
     if b[after].slot == 0 then
       b[i].slot = 0
     else
-      shift_back(b, mask, self.shift, i)
+      shift_back(b, mask, self.bits, i)
     end
     return slot
   end
 
   -- The bucket where the search for addr starts.
   function FfiMap:home(addr)
-    return home_of(addr, self.shift)
+    return home_of(addr, self.bits, self.mask)
   end
 
   function FfiMap:count()
@@ -383,6 +389,142 @@ function M.address_map(kind)
   return new_plain_map(), 'plain'
 end
 
+-- The facts of the live blocks, by slot --------------------------------------
+--
+-- Both kinds have set(slot, addr, size, site, stack, weight, born);
+-- take(slot) -> site, stack (or nil), born, size, weight, and the slot is
+-- free; each(slot_count, fn) calls fn(addr, size, site, stack, born,
+-- weight) for each slot in use, in slot order.
+
+-- Plain Lua: one array per fact.
+local PlainBlocks = {}
+PlainBlocks.__index = PlainBlocks
+
+local function new_plain_blocks()
+  return setmetatable({
+    addr_at = {},     -- slot -> address, or false (a free slot)
+    site_at = {},     -- slot -> site
+    size_at = {},     -- slot -> size
+    weight_at = {},   -- slot -> blocks it stands for (memprof.sampling)
+    stack_at = {},    -- slot -> stack, or false
+    born_at = {},     -- slot -> number of the allocation event
+  }, PlainBlocks)
+end
+
+function PlainBlocks:set(slot, addr, size, site, stack, weight, born)
+  self.addr_at[slot] = addr
+  self.site_at[slot] = site
+  self.size_at[slot] = size
+  self.weight_at[slot] = weight
+  self.stack_at[slot] = stack or false
+  self.born_at[slot] = born
+end
+
+function PlainBlocks:take(slot)
+  self.addr_at[slot] = false
+  return self.site_at[slot], self.stack_at[slot] or nil, self.born_at[slot],
+    self.size_at[slot], self.weight_at[slot]
+end
+
+function PlainBlocks:each(slot_count, fn)
+  local addr_at, site_at, size_at, stack_at, born_at = self.addr_at,
+    self.site_at, self.size_at, self.stack_at, self.born_at
+  local weight_at = self.weight_at
+  for slot = 1, slot_count do
+    local addr = addr_at[slot]
+    if addr then
+      fn(addr, size_at[slot], site_at[slot], stack_at[slot] or nil,
+        born_at[slot], weight_at[slot])
+    end
+  end
+end
+
+-- Under LuaJIT: one record per slot in an FFI array (doubled as needed;
+-- in the VM's heap, as the Lua arrays are, and freed by the collector
+-- with the pass, without a finalizer), so that releasing a block reads
+-- one record instead of six Lua arrays; the site and stack are numbers
+-- into lists of the sites and stacks seen.
+local new_ffi_blocks
+if ok_ffi then
+  pcall(ffi.cdef, [[
+    typedef struct { double addr, size, born, weight; int32_t site, stack; }
+      memprof_heap_block;
+  ]])
+  local block_array = ffi.typeof('memprof_heap_block[?]')
+  local BLOCK_SIZE = ffi.sizeof('memprof_heap_block')
+  local MIN_BLOCKS = 1024
+
+  local FfiBlocks = {}
+  FfiBlocks.__index = FfiBlocks
+
+  -- (ffi.new fills the records with zeros: a record of site 0 is free.)
+  local function allocate_blocks(count)
+    return block_array(count)
+  end
+
+  function new_ffi_blocks()
+    return setmetatable({ records = allocate_blocks(MIN_BLOCKS),
+      capacity = MIN_BLOCKS, site_list = { [0] = false }, site_index = {},
+      stack_list = { [0] = false }, stack_index = {} }, FfiBlocks)
+  end
+
+  -- Room for slots up to `slot` (records are indexed by slot from 0).
+  function FfiBlocks:grow(slot)
+    local capacity = self.capacity
+    while capacity <= slot do
+      capacity = capacity * 2
+    end
+    local records = allocate_blocks(capacity)
+    ffi.copy(records, self.records, self.capacity * BLOCK_SIZE)
+    self.records, self.capacity = records, capacity
+  end
+
+  -- The number of a site (or stack), from 1, given at its first block.
+  local function intern(list, index, value)
+    local i = #list + 1
+    list[i] = value
+    index[value] = i
+    return i
+  end
+
+  function FfiBlocks:set(slot, addr, size, site, stack, weight, born)
+    if slot >= self.capacity then
+      self:grow(slot)
+    end
+    local record = self.records[slot]
+    record.addr, record.size, record.born, record.weight = addr, size, born,
+      weight
+    record.site = self.site_index[site] or
+      intern(self.site_list, self.site_index, site)
+    if stack then
+      record.stack = self.stack_index[stack] or
+        intern(self.stack_list, self.stack_index, stack)
+    else
+      record.stack = 0
+    end
+  end
+
+  function FfiBlocks:take(slot)
+    local record = self.records[slot]
+    local site = record.site
+    record.site = 0
+    return self.site_list[site], self.stack_list[record.stack] or nil,
+      record.born, record.size, record.weight
+  end
+
+  function FfiBlocks:each(slot_count, fn)
+    local records, site_list, stack_list = self.records, self.site_list,
+      self.stack_list
+    for slot = 1, slot_count do
+      local record = records[slot]
+      if record.site ~= 0 then
+        fn(record.addr, record.size, site_list[record.site],
+          stack_list[record.stack] or nil, record.born, record.weight)
+      end
+    end
+  end
+end
+
 local Heap = {}
 Heap.__index = Heap
 
@@ -407,12 +549,8 @@ function M.new(opts)
     -- live blocks
     slot_of = map,    -- address map: address -> slot
     map_kind = map_kind,
-    addr_at = {},     -- slot -> address, or false (a free slot)
-    site_at = {},     -- slot -> site
-    size_at = {},     -- slot -> size
-    weight_at = {},   -- slot -> blocks it stands for (memprof.sampling)
-    stack_at = {},    -- slot -> stack, or false
-    born_at = {},     -- slot -> number of the allocation event
+    -- slot -> the block's facts: FFI records with the FFI map
+    blocks = map_kind == 'ffi' and new_ffi_blocks() or new_plain_blocks(),
     free_slots = {},  -- slots to reuse
     free_count = 0,
     slot_count = 0,
@@ -435,38 +573,10 @@ function Heap:stats(key)
   return stats
 end
 
--- The row a block of this site and stack is counted in.
-function Heap:key(site, stack)
-  local grouper = self.grouper
-  if grouper then
-    return grouper:key(site, stack)
-  end
-  return site
-end
-
--- The slot a new block would get (the last freed one, or a new one),
--- and take_slot() to take it.
-function Heap:next_slot()
-  local count = self.free_count
-  if count > 0 then
-    return self.free_slots[count]
-  end
-  return self.slot_count + 1
-end
-
-function Heap:take_slot()
-  local count = self.free_count
-  if count > 0 then
-    self.free_count = count - 1
-  else
-    self.slot_count = self.slot_count + 1
-  end
-end
-
 -- Forget the block at addr; returns its site (nil if unknown) and sets
 -- the released_* fields.  Called before the current event, if it is a
 -- realloc, is counted in allocations.
-function Heap:release(addr)
+local function release(self, addr)
   local slot = self.slot_of:remove(addr)
   if not slot then
     self.released_stack, self.released_born = nil, nil
@@ -474,58 +584,73 @@ function Heap:release(addr)
     self.released_weight = nil
     return nil
   end
-  self.addr_at[slot] = false
-  local born = self.born_at[slot]
-  self.released_stack = self.stack_at[slot] or nil
+  local site, stack, born, size, weight = self.blocks:take(slot)
+  self.released_stack = stack
   self.released_born = born
   self.released_age = self.allocations - born
-  self.released_size = self.size_at[slot]
-  self.released_weight = self.weight_at[slot]
+  self.released_size = size
+  self.released_weight = weight
   local count = self.free_count + 1
   self.free_count = count
   self.free_slots[count] = slot
-  return self.site_at[slot]
+  return site
 end
 
-function Heap:produce(addr, size, site, stack, weight)
-  -- (An address already live keeps its slot: the stream lost the free
-  -- of its previous block.)
-  local new = self:next_slot()
+-- A new block at addr, in the last freed slot or a new one.  (An address
+-- already live keeps its slot: the stream lost the free of its previous
+-- block.)
+local function produce(self, addr, size, site, stack, weight)
+  local count = self.free_count
+  local new
+  if count > 0 then
+    new = self.free_slots[count]
+  else
+    new = self.slot_count + 1
+  end
   local slot = self.slot_of:put(addr, new)
   if slot == new then
-    self:take_slot()
-    self.addr_at[slot] = addr
+    if count > 0 then
+      self.free_count = count - 1
+    else
+      self.slot_count = new
+    end
   end
-  self.site_at[slot] = site
-  self.size_at[slot] = size
-  self.weight_at[slot] = weight
-  self.stack_at[slot] = stack or false
-  self.born_at[slot] = self.allocations
+  self.blocks:set(slot, addr, size, site, stack, weight, self.allocations)
 end
 
 -- Account one event.  For realloc and free, returns the site that had
--- produced the released block (BEFORE_PROFILING if unknown).
+-- produced the released block (BEFORE_PROFILING if unknown).  (Written
+-- as one function with local helpers, not as methods that call each
+-- other: every lookup of a method or field is repeated for each event
+-- when the events take different branches, as allocations and frees do.)
 function Heap:feed(ev)
   local kind = ev.kind
   local owner
+  local grouper, by_site = self.grouper, self.by_site
   if kind ~= 'alloc' then
-    owner = self:release(ev.oaddr) or BEFORE_PROFILING
-    local key = self:key(owner, self.released_stack)
-    local stats = self.by_site[key] or self:stats(key)
+    owner = release(self, ev.oaddr) or BEFORE_PROFILING
+    local key = owner
+    if grouper then
+      key = grouper:key(owner, self.released_stack)
+    end
+    local stats = by_site[key] or self:stats(key)
     stats.holds = stats.holds - ev.osize
     stats.frees = stats.frees + ev.oweight
   end
   if kind ~= 'free' then
-    local site, stack = ev.site, ev.stack
+    local site, stack, nweight = ev.site, ev.stack, ev.nweight
     self.allocations = self.allocations + 1
-    local key = self:key(site, stack)
-    local stats = self.by_site[key] or self:stats(key)
-    stats.holds = stats.holds + ev.nsize
-    stats.allocs = stats.allocs + ev.nweight
-    if kind == 'realloc' then
-      stats.reallocs = stats.reallocs + ev.nweight
+    local key = site
+    if grouper then
+      key = grouper:key(site, stack)
     end
-    self:produce(ev.naddr, ev.nsize, site, stack, ev.nweight)
+    local stats = by_site[key] or self:stats(key)
+    stats.holds = stats.holds + ev.nsize
+    stats.allocs = stats.allocs + nweight
+    if kind == 'realloc' then
+      stats.reallocs = stats.reallocs + nweight
+    end
+    produce(self, ev.naddr, ev.nsize, site, stack, nweight)
   end
   self.total = self.total + ev.nsize - ev.osize
   return owner
@@ -542,16 +667,7 @@ end
 -- live, in no particular order (stack is nil when the event had none;
 -- weight is how many blocks it stands for, 1 unless sampled).
 function Heap:each_live_block(fn)
-  local addr_at, site_at, size_at, stack_at, born_at = self.addr_at,
-    self.site_at, self.size_at, self.stack_at, self.born_at
-  local weight_at = self.weight_at
-  for slot = 1, self.slot_count do
-    local addr = addr_at[slot]
-    if addr then
-      fn(addr, size_at[slot], site_at[slot], stack_at[slot] or nil,
-        born_at[slot], weight_at[slot])
-    end
-  end
+  self.blocks:each(self.slot_count, fn)
 end
 
 -- The blocks still live at the end, sorted by address:
