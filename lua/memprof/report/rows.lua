@@ -32,6 +32,10 @@
 --                    ... } the rows whose blocks the events released (the
 --                    rows without any share one table of empty lists:
 --                    never modify it)
+-- A row is a memprof.record (its fields by position: a large profile has
+-- a row per place); rows.Row is its shape.
+
+local record = require('memprof.record')
 
 local M = {}
 
@@ -40,6 +44,17 @@ local FIELDS = { 'alloc_events', 'alloc_bytes', 'realloc_events',
   'allocated_events', 'allocated_bytes', 'live_bytes', 'live_blocks',
   'released_blocks', 'released_bytes' }
 M.FIELDS = FIELDS
+
+local ROW_FIELDS = {}
+for i, field in ipairs(FIELDS) do
+  ROW_FIELDS[i] = field
+end
+for _, field in ipairs({ 'group', 'name', 'overrides', 'override_at',
+  'before' }) do
+  ROW_FIELDS[#ROW_FIELDS + 1] = field
+end
+local Row = record.shape(ROW_FIELDS)
+M.Row = Row
 
 -- The group of a key of the sites or heap passes: a group already, or a
 -- site (rows by line).
@@ -53,24 +68,23 @@ end
 -- The overrides of the rows that have none.
 local NO_OVERRIDES = { realloc = {}, free = {} }
 
+-- A row of zeros (the 13 FIELDS), then group, name, overrides,
+-- override_at and before.
 local function new_row(group)
-  local row = { group = group, name = group.name, overrides = NO_OVERRIDES,
-    override_at = false }
-  for _, field in ipairs(FIELDS) do
-    row[field] = 0
-  end
-  return row
+  return Row.make({ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, group,
+    group.name, NO_OVERRIDES, false, nil })
 end
+assert(#FIELDS == 13 and Row.index.before == 18)
 
 local Collector = {}
 Collector.__index = Collector
 
 function Collector:row(key)
   local group = M.group_of(self.grouper, key)
-  local row = self.by_group[group]
+  local row = self.by_group[group.id]
   if not row then
     row = new_row(group)
-    self.by_group[group] = row
+    self.by_group[group.id] = row
   end
   return row
 end
@@ -143,7 +157,7 @@ function M.collect(result)
   self:add_heap(result.heap.sites)
   local list = {}
   for _, group in ipairs(result.grouper.list) do
-    local row = self.by_group[group]
+    local row = self.by_group[group.id]
     if row then
       row.allocated_events = row.alloc_events + row.realloc_events
       row.allocated_bytes = row.alloc_bytes + row.realloc_bytes
