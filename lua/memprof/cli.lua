@@ -571,9 +571,11 @@ local function report(path, opts, out, err)
     end)
 end
 
--- Writes the changes from one file to another.
+-- Writes the changes from one file to another.  Of each profile only
+-- the figures of its rows are kept (diff.figures), so that one
+-- analysis is dropped before the next file is read.
 local function report_diff(paths, opts, out, err)
-  local results = {}
+  local figures, notes, mode = {}, {}, nil
   for i, path in ipairs(paths) do
     local result, missing = read_profile(path, opts, err, function()
       return { group = opts.group }
@@ -581,20 +583,18 @@ local function report_diff(paths, opts, out, err)
     if not result then
       return nil, missing
     end
-    results[i] = result
-  end
-  local changes = diff.compare(results[1], results[2], { sort = opts.sort })
-  local notes = {}
-  for i, result in ipairs(results) do
+    figures[i] = diff.figures(result)
+    mode = result.grouper.mode
     if result.stream.sample_bytes then
       notes[#notes + 1] = paths[i] .. ': ' ..
         sampling.note(result.stream.sample_bytes)
     end
   end
+  local changes = diff.compare(figures[1], figures[2], { sort = opts.sort })
   return write_outputs({}, write_options(opts), out, err,
     function(handle, options)
       diff_report.write(changes, handle, { before = paths[1],
-        after = paths[2], group = results[2].grouper.mode, sort = opts.sort,
+        after = paths[2], group = mode, sort = opts.sort,
         sampling = notes,
         top = options.top, left_out = options.left_out,
         human_readable = opts.human_readable })
