@@ -589,6 +589,10 @@ local function report_diff(paths, opts, out, err)
       notes[#notes + 1] = paths[i] .. ': ' ..
         sampling.note(result.stream.sample_bytes)
     end
+    -- The analysis is garbage now: collect it before the next file, or
+    -- it would wait for a cycle that the next analysis starts.
+    result = nil
+    collectgarbage('collect')
   end
   local changes = diff.compare(figures[1], figures[2], { sort = opts.sort })
   return write_outputs({}, write_options(opts), out, err,
