@@ -51,7 +51,7 @@ function M.figures(result)
   for _, field in ipairs(M.FIELDS) do
     figures[field] = {}
   end
-  for i, row in ipairs(rows.collect(result)) do
+  for i, row in ipairs(rows.collect(result, { overrides = false })) do
     local name = row.name
     figures.names[i] = name
     figures.row_of[name] = i

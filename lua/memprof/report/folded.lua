@@ -76,7 +76,7 @@ local function each_value(result, metric, fn)
     ['alloc-count'] = 'allocated_events',
     ['live-bytes'] = 'live_bytes' })[metric]
   assert(field, 'unknown metric')
-  for _, row in ipairs(rows.collect(result)) do
+  for _, row in ipairs(rows.collect(result, { overrides = false })) do
     fn(row.group, row[field])
   end
 end

@@ -149,7 +149,7 @@ function M.encode(result)
       :varint(VALUE_TYPE.type, self:string(sample_type[1]))
       :varint(VALUE_TYPE.unit, self:string(sample_type[2])))
   end
-  for _, row in ipairs(rows.collect(result)) do
+  for _, row in ipairs(rows.collect(result, { overrides = false })) do
     local sample = self:sample(row)
     if sample then
       profile:message(PROFILE.sample, sample)

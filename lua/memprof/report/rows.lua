@@ -31,7 +31,8 @@
 --   overrides        per kind ('realloc', 'free'): { { group =, blocks = },
 --                    ... } the rows whose blocks the events released (the
 --                    rows without any share one table of empty lists:
---                    never modify it)
+--                    never modify it); rows.collect(result, { overrides =
+--                    false }) leaves them out
 -- A row is a memprof.record (its fields by position: a large profile has
 -- a row per place); rows.Row is its shape.
 
@@ -55,6 +56,10 @@ for _, field in ipairs({ 'group', 'name', 'overrides', 'override_at',
 end
 local Row = record.shape(ROW_FIELDS)
 M.Row = Row
+-- An entry of a row's overrides.
+local Override = record.shape({ 'group', 'blocks' })
+M.Override = Override
+local BLOCKS = Override.index.blocks
 
 -- The group of a key of the sites or heap passes: a group already, or a
 -- site (rows by line).
@@ -94,20 +99,20 @@ function Collector:add_overrides(row, kind, record)
     return
   end
   if not row.override_at then
-    row.overrides, row.override_at = { realloc = {}, free = {} }, {}
+    row.overrides = { realloc = {}, free = {} }
+    row.override_at = { realloc = {}, free = {} }
   end
-  local at = row.override_at
+  local at = row.override_at[kind]
+  local list = row.overrides[kind]
   for _, owner in ipairs(record.overrides) do
     local group = M.group_of(self.grouper, owner)
-    local key = kind .. '\0' .. group.id
-    local entry = at[key]
+    local entry = at[group]
     if not entry then
-      entry = { group = group, blocks = 0 }
-      at[key] = entry
-      local list = row.overrides[kind]
+      entry = Override.make({ group, 0 })
+      at[group] = entry
       list[#list + 1] = entry
     end
-    entry.blocks = entry.blocks + record.override_count[owner]
+    entry[BLOCKS] = entry[BLOCKS] + record.override_count[owner]
   end
 end
 
@@ -128,7 +133,7 @@ function Collector:add_events(kind, records)
     if fields[3] then
       row[fields[3]] = row[fields[3]] + record.minus
     end
-    if kind ~= 'alloc' then
+    if kind ~= 'alloc' and self.overrides then
       self:add_overrides(row, kind, record)
     end
   end
@@ -148,9 +153,11 @@ function Collector:add_heap(stats_list)
   end
 end
 
-function M.collect(result)
-  local self = setmetatable({ grouper = result.grouper, by_group = {} },
-    Collector)
+-- opts.overrides = false: leave out the overrides (every row has the
+-- shared empty lists), for the reports that do not show them.
+function M.collect(result, opts)
+  local self = setmetatable({ grouper = result.grouper, by_group = {},
+    overrides = not (opts and opts.overrides == false) }, Collector)
   for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
     self:add_events(kind, result.sites.kinds[kind])
   end
