@@ -536,6 +536,25 @@ local function write_outputs(module, opts, out, err, write)
   return true
 end
 
+-- The collector's pause while a report is written (Lua's default is
+-- 200: a new cycle starts once the heap has doubled).  The analysis is
+-- live data; writing makes short-lived strings and tables per entry,
+-- and a heap let double over the analysis would hold twice its size (on
+-- 400,000 places, --format=json: 2.2 GB of RSS instead of 1.4 GB).
+local WRITING_GC_PAUSE = 100
+
+-- Calls write() with the collector's pause at WRITING_GC_PAUSE, then puts
+-- the pause back; returns what write() returns.
+local function while_writing(write)
+  local pause = collectgarbage('setpause', WRITING_GC_PAUSE)
+  local ok, done, message = pcall(write)
+  collectgarbage('setpause', pause)
+  if not ok then
+    error(done, 0)
+  end
+  return done, message
+end
+
 -- Writes the report of one file; returns true, or nil and a message.
 local function report(path, opts, out, err)
   local name = opts.format or 'text'
@@ -564,11 +583,13 @@ local function report(path, opts, out, err)
     err:write(PROGRAM, ': note: ', sampling.note(result.stream.sample_bytes),
       '\n')
   end
-  return write_outputs(module, write_options(opts, name), out, err,
-    function(handle, options)
-      module.write(result, handle, options)
-      write_cut_note(handle, options)
-    end)
+  return while_writing(function()
+    return write_outputs(module, write_options(opts, name), out, err,
+      function(handle, options)
+        module.write(result, handle, options)
+        write_cut_note(handle, options)
+      end)
+  end)
 end
 
 -- Writes the changes from one file to another.  Of each profile only
