@@ -36,6 +36,7 @@ build = {
     ["memprof.analyze"] = "lua/memprof/analyze.lua",
     ["memprof.cli"] = "lua/memprof/cli.lua",
     ["memprof.groups"] = "lua/memprof/groups.lua",
+    ["memprof.record"] = "lua/memprof/record.lua",
     ["memprof.leaks"] = "lua/memprof/leaks.lua",
     ["memprof.peak"] = "lua/memprof/peak.lua",
     ["memprof.temporary"] = "lua/memprof/temporary.lua",

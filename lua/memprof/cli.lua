@@ -536,6 +536,25 @@ local function write_outputs(module, opts, out, err, write)
   return true
 end
 
+-- The collector's pause while a report is written (Lua's default is
+-- 200: a new cycle starts once the heap has doubled).  The analysis is
+-- live data; writing makes short-lived strings and tables per entry,
+-- and a heap let double over the analysis would hold twice its size (on
+-- 400,000 places, --format=json: 2.2 GB of RSS instead of 1.4 GB).
+local WRITING_GC_PAUSE = 100
+
+-- Calls write() with the collector's pause at WRITING_GC_PAUSE, then puts
+-- the pause back; returns what write() returns.
+local function while_writing(write)
+  local pause = collectgarbage('setpause', WRITING_GC_PAUSE)
+  local ok, done, message = pcall(write)
+  collectgarbage('setpause', pause)
+  if not ok then
+    error(done, 0)
+  end
+  return done, message
+end
+
 -- Writes the report of one file; returns true, or nil and a message.
 local function report(path, opts, out, err)
   local name = opts.format or 'text'
@@ -564,16 +583,20 @@ local function report(path, opts, out, err)
     err:write(PROGRAM, ': note: ', sampling.note(result.stream.sample_bytes),
       '\n')
   end
-  return write_outputs(module, write_options(opts, name), out, err,
-    function(handle, options)
-      module.write(result, handle, options)
-      write_cut_note(handle, options)
-    end)
+  return while_writing(function()
+    return write_outputs(module, write_options(opts, name), out, err,
+      function(handle, options)
+        module.write(result, handle, options)
+        write_cut_note(handle, options)
+      end)
+  end)
 end
 
--- Writes the changes from one file to another.
+-- Writes the changes from one file to another.  Of each profile only
+-- the figures of its rows are kept (diff.figures), so that one
+-- analysis is dropped before the next file is read.
 local function report_diff(paths, opts, out, err)
-  local results = {}
+  local figures, notes, mode = {}, {}, nil
   for i, path in ipairs(paths) do
     local result, missing = read_profile(path, opts, err, function()
       return { group = opts.group }
@@ -581,20 +604,22 @@ local function report_diff(paths, opts, out, err)
     if not result then
       return nil, missing
     end
-    results[i] = result
-  end
-  local changes = diff.compare(results[1], results[2], { sort = opts.sort })
-  local notes = {}
-  for i, result in ipairs(results) do
+    figures[i] = diff.figures(result)
+    mode = result.grouper.mode
     if result.stream.sample_bytes then
       notes[#notes + 1] = paths[i] .. ': ' ..
         sampling.note(result.stream.sample_bytes)
     end
+    -- The analysis is garbage now: collect it before the next file, or
+    -- it would wait for a cycle that the next analysis starts.
+    result = nil
+    collectgarbage('collect')
   end
+  local changes = diff.compare(figures[1], figures[2], { sort = opts.sort })
   return write_outputs({}, write_options(opts), out, err,
     function(handle, options)
       diff_report.write(changes, handle, { before = paths[1],
-        after = paths[2], group = results[2].grouper.mode, sort = opts.sort,
+        after = paths[2], group = mode, sort = opts.sort,
         sampling = notes,
         top = options.top, left_out = options.left_out,
         human_readable = opts.human_readable })

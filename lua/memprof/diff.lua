@@ -3,7 +3,9 @@
 --   local diff = require('memprof.diff')
 --   local changes = diff.compare(before, after [, opts])
 --     before, after   results of memprof.analyze.run() with the same
---                     grouping
+--                     grouping, or their diff.figures(result): what the
+--                     comparison needs of a profile, so that one profile's
+--                     analysis can be dropped before the other is read
 --     opts.sort       'bytes' (default): by the change in bytes
 --                     allocated; 'count': by the change in allocations
 --
@@ -16,7 +18,9 @@
 --   live_bytes         bytes of the row's blocks live at the end
 -- Result:
 --   {
---     rows = { { name, group (from after, or before when gone),
+--     rows = { { name, group (the name, and the frames of a stack, as
+--                            { name =, frames = { { name = }, ... } },
+--                            from after, or before when gone),
 --                status = 'changed' | 'new' | 'gone',
 --                allocated_bytes = { before, after, change }, ... }, ... },
 --                          -- rows that changed, by growth: largest
@@ -36,27 +40,79 @@ M.FIELDS = { 'allocated_bytes', 'allocated_events', 'live_bytes' }
 
 local SORT_FIELD = { bytes = 'allocated_bytes', count = 'allocated_events' }
 
-local function by_name(list)
-  local map = {}
-  for _, row in ipairs(list) do
-    map[row.name] = row
+-- The figures of one profile's rows, all that compare() needs of it:
+-- lists by row of the names, the FIELDS and the names of the frames of
+-- each row of a stack (false for the others), the row of each name, and
+-- the stream's net bytes.  Its size grows with the rows only, so that
+-- the rest of the analysis can be dropped before the next profile is read.
+function M.figures(result)
+  local figures = { names = {}, frame_names = {}, row_of = {},
+    total = result.heap.total }
+  for _, field in ipairs(M.FIELDS) do
+    figures[field] = {}
   end
-  return map
+  for i, row in ipairs(rows.collect(result, { overrides = false })) do
+    local name = row.name
+    figures.names[i] = name
+    figures.row_of[name] = i
+    for _, field in ipairs(M.FIELDS) do
+      figures[field][i] = row[field]
+    end
+    local frames = row.group.frames
+    local frame_names = false
+    if frames then
+      frame_names = {}
+      for j, frame in ipairs(frames) do
+        frame_names[j] = frame.name
+      end
+    end
+    figures.frame_names[i] = frame_names
+  end
+  return figures
 end
 
-local function change_of(old, new)
+local function figures_of(profile)
+  if profile.row_of then
+    return profile
+  end
+  return M.figures(profile)
+end
+
+-- What a row of the report is named by (layout.write_title): its name,
+-- and for a stack its frames.
+local function title_of(figures, i)
+  local frame_names = figures.frame_names[i]
+  local frames = nil
+  if frame_names then
+    frames = {}
+    for j, name in ipairs(frame_names) do
+      frames[j] = { name = name }
+    end
+  end
+  return { name = figures.names[i], frames = frames }
+end
+
+-- The value of `field` of row i (0 when there is no row).
+local function value_of(figures, field, i)
+  if not i then
+    return 0
+  end
+  return figures[field][i]
+end
+
+local function change_of(old, old_i, new, new_i)
   local entry = {}
   for _, field in ipairs(M.FIELDS) do
-    local before = old and old[field] or 0
-    local after = new and new[field] or 0
+    local before = value_of(old, field, old_i)
+    local after = value_of(new, field, new_i)
     entry[field] = { before = before, after = after, change = after - before }
   end
   return entry
 end
 
-local function changed(entry)
+local function changed(old, old_i, new, new_i)
   for _, field in ipairs(M.FIELDS) do
-    if entry[field].change ~= 0 then
+    if value_of(old, field, old_i) ~= value_of(new, field, new_i) then
       return true
     end
   end
@@ -72,20 +128,17 @@ local function status_of(old, new)
   return 'changed'
 end
 
--- Every name of both lists: those of `after` in order, then the gone.
-local function all_names(before_list, after_list, before_map)
-  local names, seen = {}, {}
-  for _, row in ipairs(after_list) do
-    names[#names + 1] = row.name
-    seen[row.name] = true
+-- Calls fn(name) for every name of both profiles: those of `after` in
+-- order, then those of `before` that `after` has not.
+local function each_name(before, after, fn)
+  for _, name in ipairs(after.names) do
+    fn(name)
   end
-  for _, row in ipairs(before_list) do
-    if not seen[row.name] and before_map[row.name] then
-      names[#names + 1] = row.name
-      seen[row.name] = true
+  for _, name in ipairs(before.names) do
+    if not after.row_of[name] then
+      fn(name)
     end
   end
-  return names
 end
 
 local function sort_changes(list, field)
@@ -101,35 +154,46 @@ local function sort_changes(list, field)
   end)
 end
 
+local function add_to_totals(totals, before, old_i, after, new_i)
+  for _, field in ipairs(M.FIELDS) do
+    local total = totals[field]
+    local old_value = value_of(before, field, old_i)
+    local new_value = value_of(after, field, new_i)
+    total.before = total.before + old_value
+    total.after = total.after + new_value
+    total.change = total.change + new_value - old_value
+  end
+end
+
+-- before and after: results of memprof.analyze.run(), or their
+-- figures (M.figures).
 function M.compare(before, after, opts)
   opts = opts or {}
-  local before_list, after_list = rows.collect(before), rows.collect(after)
-  local before_map, after_map = by_name(before_list), by_name(after_list)
+  before, after = figures_of(before), figures_of(after)
   local list, unchanged = {}, 0
-  local totals = change_of(nil, nil)
-  for _, name in ipairs(all_names(before_list, after_list, before_map)) do
-    local old, new = before_map[name], after_map[name]
-    local entry = change_of(old, new)
-    for _, field in ipairs(M.FIELDS) do
-      local total = totals[field]
-      total.before = total.before + entry[field].before
-      total.after = total.after + entry[field].after
-      total.change = total.change + entry[field].change
-    end
-    if changed(entry) then
+  local totals = change_of(nil, nil, nil, nil)
+  each_name(before, after, function(name)
+    local old_i, new_i = before.row_of[name], after.row_of[name]
+    add_to_totals(totals, before, old_i, after, new_i)
+    if changed(before, old_i, after, new_i) then
+      local entry = change_of(before, old_i, after, new_i)
       entry.name = name
-      entry.group = (new or old).group
-      entry.status = status_of(old, new)
+      if new_i then
+        entry.group = title_of(after, new_i)
+      else
+        entry.group = title_of(before, old_i)
+      end
+      entry.status = status_of(old_i, new_i)
       list[#list + 1] = entry
     else
       unchanged = unchanged + 1
     end
-  end
+  end)
   sort_changes(list, SORT_FIELD[opts.sort or 'bytes'])
   -- No row holds what was freed of the blocks allocated before each
   -- profile: the total live is each stream's net bytes.
-  totals.live_bytes = { before = before.heap.total, after = after.heap.total,
-    change = after.heap.total - before.heap.total }
+  totals.live_bytes = { before = before.total, after = after.total,
+    change = after.total - before.total }
   return { rows = list, unchanged = unchanged, totals = totals }
 end
 

@@ -38,10 +38,19 @@
 --   aliases  the aliases ('function_alias_N') that the name uses (a
 --            name without any shares one empty list: never modify it)
 --
+-- A group is a memprof.record (a large profile has a group per place):
+-- groups.Group is its shape.
+--
 -- Modes 'caller' and 'stack' need streams with stacks
 -- (groups.needs_stacks(mode)).
 
+local record = require('memprof.record')
+
 local M = {}
+
+local Group = record.shape({ 'id', 'mode', 'name', 'source', 'site',
+  'frames', 'note', 'aliases' })
+M.Group = Group
 
 M.MODES = { 'line', 'function', 'caller', 'stack' }
 
@@ -102,15 +111,15 @@ local function aliases_of(sites)
   return list
 end
 
--- The group called `name`, created from `fields` if it is new.
-function Grouper:intern(name, fields)
+-- The group called `name`, created if it is new: its site, frames
+-- (or nil), note (or nil) and aliases.
+function Grouper:intern(name, site, frames, note, aliases)
   local group = self.by_name[name]
   if not group then
-    group = fields
-    group.name = name
-    group.mode = self.mode
-    group.id = #self.list + 1
-    self.list[group.id] = group
+    local id = #self.list + 1
+    group = Group.make({ id, self.mode, name, site.source,
+      site, frames, note, aliases })
+    self.list[id] = group
     self.by_name[name] = group
   end
   return group
@@ -122,8 +131,7 @@ function Grouper:site_group(site, note)
   if note then
     name = name .. NOTE_SUFFIX[note]
   end
-  return self:intern(name, { source = site.source, site = site, note = note,
-    aliases = aliases_of({ site }) })
+  return self:intern(name, site, nil, note, aliases_of({ site }))
 end
 
 -- The position of the event's place in a stack's frames, or nil.
@@ -171,8 +179,8 @@ function Grouper:stack_group(stack)
   for i, frame in ipairs(frames) do
     names[i] = frame.name
   end
-  return self:intern(table.concat(names, ' <- '), { source = frames[1].source,
-    site = frames[1], frames = frames, aliases = aliases_of(frames) })
+  return self:intern(table.concat(names, ' <- '), frames[1], frames, nil,
+    aliases_of(frames))
 end
 
 -- The group of a site alone: in line and function modes, and for events

@@ -26,7 +26,23 @@
 --                          that every live block was reachable>,
 --   }
 
+local record_shape = require('memprof.record').shape
+
 local M = {}
+
+-- A row and the record of one of its stacks are memprof.records (a
+-- large profile has a row per place).
+local Row = record_shape({ 'group', 'count', 'bytes', 'stacks', 'by_stack' })
+M.Row = Row
+local StackRecord = record_shape({ 'stack', 'count', 'bytes' })
+M.StackRecord = StackRecord
+-- The same positions in both.
+local COUNT, BYTES = Row.index.count, Row.index.bytes
+local STACKS, BY_STACK = Row.index.stacks, Row.index.by_stack
+
+-- A row looks its stacks up in a list while it has this many at most,
+-- then in a table by stack.
+local LISTED_STACKS = 4
 
 local Leaks = {}
 Leaks.__index = Leaks
@@ -42,11 +58,11 @@ end
 -- Sorts records by bytes, then count, then `name_of(record)`.
 local function sort_records(records, name_of)
   table.sort(records, function(a, b)
-    if a.bytes ~= b.bytes then
-      return a.bytes > b.bytes
+    if a[BYTES] ~= b[BYTES] then
+      return a[BYTES] > b[BYTES]
     end
-    if a.count ~= b.count then
-      return a.count > b.count
+    if a[COUNT] ~= b[COUNT] then
+      return a[COUNT] > b[COUNT]
     end
     return name_of(a) < name_of(b)
   end)
@@ -67,18 +83,44 @@ local function stack_name(record)
   return table.concat(names, '\n') .. '\n' .. id
 end
 
-function Leaks:add_block(row, size, stack, weight)
-  row.count = row.count + weight
-  row.bytes = row.bytes + size
-  if stack and self.grouper.mode ~= 'stack' then
-    local record = row.by_stack[stack]
-    if not record then
-      record = { stack = stack, count = 0, bytes = 0 }
-      row.by_stack[stack] = record
-      row.stacks[#row.stacks + 1] = record
+-- The record of `stack` in a row, or nil.
+local function find_stack(row, stack)
+  local by_stack = row[BY_STACK]
+  if by_stack then
+    return by_stack[stack]
+  end
+  for _, record in ipairs(row[STACKS]) do
+    if record[1] == stack then
+      return record
     end
-    record.count = record.count + weight
-    record.bytes = record.bytes + size
+  end
+  return nil
+end
+
+local function add_stack(row, stack)
+  local record = StackRecord.make({ stack, 0, 0 })
+  local stacks = row[STACKS]
+  stacks[#stacks + 1] = record
+  local by_stack = row[BY_STACK]
+  if by_stack then
+    by_stack[stack] = record
+  elseif #stacks > LISTED_STACKS then
+    by_stack = {}
+    for _, listed in ipairs(stacks) do
+      by_stack[listed[1]] = listed
+    end
+    row[BY_STACK] = by_stack
+  end
+  return record
+end
+
+function Leaks:add_block(row, size, stack, weight)
+  row[COUNT] = row[COUNT] + weight
+  row[BYTES] = row[BYTES] + size
+  if stack and self.grouper.mode ~= 'stack' then
+    local record = find_stack(row, stack) or add_stack(row, stack)
+    record[COUNT] = record[COUNT] + weight
+    record[BYTES] = record[BYTES] + size
   end
 end
 
@@ -90,8 +132,7 @@ function Leaks:finish(stream, heap)
     local group = self.grouper:key(site, stack)
     local row = by_group[group]
     if not row then
-      row = { group = group, count = 0, bytes = 0, stacks = {},
-        by_stack = {} }
+      row = Row.make({ group, 0, 0, {}, false })
       by_group[group] = row
       rows[#rows + 1] = row
     end
@@ -100,8 +141,10 @@ function Leaks:finish(stream, heap)
     result.bytes = result.bytes + size
   end)
   for _, row in ipairs(rows) do
-    row.by_stack = nil
-    sort_records(row.stacks, stack_name)
+    row[BY_STACK] = nil
+    if #row[STACKS] > 1 then
+      sort_records(row[STACKS], stack_name)
+    end
   end
   sort_records(rows, row_name)
   result.before_profiling = heap.total - result.bytes

@@ -42,7 +42,24 @@
 --                 estimated heap, an estimate too>,
 --   }
 
+local record_shape = require('memprof.record').shape
+
 local M = {}
+
+-- A group's figures (a memprof.record: a large profile has one per
+-- place).
+local Record = record_shape({ 'group', 'bytes', 'blocks', 'since_bytes',
+  'since_blocks', 'generation' })
+local BYTES, BLOCKS = Record.index.bytes, Record.index.blocks
+local SINCE_BYTES, SINCE_BLOCKS = Record.index.since_bytes,
+  Record.index.since_blocks
+local GENERATION = Record.index.generation
+local GROUP = Record.index.group
+
+-- A row of the result: the first three fields of a record, at the same
+-- positions.
+local Row = record_shape({ 'group', 'bytes', 'blocks' })
+M.Row = Row
 
 local Peak = {}
 Peak.__index = Peak
@@ -63,8 +80,7 @@ end
 function Peak:record(group)
   local record = self.by_group[group]
   if not record then
-    record = { group = group, bytes = 0, blocks = 0, since_bytes = 0,
-      since_blocks = 0, generation = 0 }
+    record = Record.make({ group, 0, 0, 0, 0, 0 })
     self.by_group[group] = record
     self.records[#self.records + 1] = record
   end
@@ -73,15 +89,15 @@ end
 
 function Peak:change(group, bytes, blocks)
   local record = self.by_group[group] or self:record(group)
-  record.bytes = record.bytes + bytes
-  record.blocks = record.blocks + blocks
-  if record.generation == self.generation then
-    record.since_bytes = record.since_bytes + bytes
-    record.since_blocks = record.since_blocks + blocks
+  record[BYTES] = record[BYTES] + bytes
+  record[BLOCKS] = record[BLOCKS] + blocks
+  if record[GENERATION] == self.generation then
+    record[SINCE_BYTES] = record[SINCE_BYTES] + bytes
+    record[SINCE_BLOCKS] = record[SINCE_BLOCKS] + blocks
   else
-    record.generation = self.generation
-    record.since_bytes = bytes
-    record.since_blocks = blocks
+    record[GENERATION] = self.generation
+    record[SINCE_BYTES] = bytes
+    record[SINCE_BLOCKS] = blocks
   end
 end
 
@@ -144,15 +160,15 @@ function Peak:finish(stream)
     if record.group.source == 'before' then
       before_row = { bytes = bytes, blocks = blocks }
     elseif bytes ~= 0 or blocks ~= 0 then
-      rows[#rows + 1] = { group = record.group, bytes = bytes,
-        blocks = blocks }
+      rows[#rows + 1] = Row.make({ record.group, bytes, blocks })
     end
   end
   table.sort(rows, function(a, b)
-    if a.bytes ~= b.bytes then
-      return a.bytes > b.bytes
+    local a_bytes, b_bytes = a[BYTES], b[BYTES]
+    if a_bytes ~= b_bytes then
+      return a_bytes > b_bytes
     end
-    return a.group.name < b.group.name
+    return a[GROUP].name < b[GROUP].name
   end)
   local total = 0
   for _, record in ipairs(self.records) do

@@ -45,8 +45,9 @@
 --           for: 1 here; memprof.sampling scales the events of a sampled
 --           profile (sizes and weights) before the analysis passes
 --
--- A site is one table per symbol instance and line; it is the same table
--- for every event at that place, so it can be used as a table key:
+-- A site is one table per symbol instance and line (a memprof.record:
+-- reader.Site is its shape); it is the same table for every event at
+-- that place, so it can be used as a table key:
 --   id      small integer, dense from 1 in order of first appearance
 --   source  'internal' | 'lua' | 'c' | 'trace'
 --   name    the display name ('INTERNAL', '@f.lua:5', 'malloc+0x10', ...)
@@ -116,6 +117,7 @@
 -- to 2^53, which covers x86_64 addresses and any real size.
 
 local trace_stacks = require('memprof.trace_stacks')
+local record = require('memprof.record')
 
 local M = {}
 
@@ -391,9 +393,17 @@ end
 
 -- Symbols -------------------------------------------------------------
 
-function common:new_site(site)
+-- A site is a memprof.record (a large profile has hundreds of thousands
+-- of sites): M.Site is its shape.  new_site takes its fields by name.
+local Site = record.shape({ 'id', 'source', 'name', 'internal_kind',
+  'chunkname', 'line', 'traceno', 'traces', 'addr', 'alias', 'func' })
+M.Site = Site
+
+function common:new_site(fields)
   local id = #self.sites + 1
-  site.id = id
+  local site = Site.make({ id, fields.source, fields.name,
+    fields.internal_kind, fields.chunkname, fields.line, fields.traceno,
+    fields.traces, fields.addr, fields.alias, fields.func })
   self.sites[id] = site
   return site
 end

@@ -18,9 +18,21 @@
 --   pass.kinds.alloc          -- list of records, in order of first appearance
 --
 -- A record's `site` is the site (or the group, with a grouper); `group`
--- is the same table.  Overrides are sites (or groups) too.
+-- is the same table.  Overrides are sites (or groups) too.  A record is
+-- a memprof.record (a large profile has a record per place): sites.Record
+-- is its shape.
+
+local record_shape = require('memprof.record').shape
 
 local M = {}
+
+local Record = record_shape({ 'site', 'group', 'count', 'plus', 'minus',
+  'overrides', 'override_count' })
+M.Record = Record
+local COUNT, PLUS, MINUS = Record.index.count, Record.index.plus,
+  Record.index.minus
+local OVERRIDES, OVERRIDE_COUNT = Record.index.overrides,
+  Record.index.override_count
 
 M.KINDS = { 'alloc', 'realloc', 'free' }
 
@@ -46,8 +58,8 @@ function Sites:record(kind, site)
   local records = self.by_kind[kind]
   local record = records[site]
   if not record then
-    record = { site = site, group = site, count = 0, plus = 0, minus = 0,
-      overrides = NO_OVERRIDES, override_count = NO_OVERRIDE_COUNT }
+    record = Record.make({ site, site, 0, 0, 0, NO_OVERRIDES,
+      NO_OVERRIDE_COUNT })
     records[site] = record
     local list = self.kinds[kind]
     list[#list + 1] = record
@@ -66,20 +78,23 @@ function Sites:feed(ev, owner, heap)
     end
   end
   local record = self.by_kind[kind][key] or self:record(kind, key)
-  record.count = record.count +
+  record[COUNT] = record[COUNT] +
     (kind == 'free' and ev.oweight or ev.nweight)
-  record.plus = record.plus + ev.nsize
-  record.minus = record.minus + ev.osize
+  record[PLUS] = record[PLUS] + ev.nsize
+  record[MINUS] = record[MINUS] + ev.osize
   if owner then
-    if record.overrides == NO_OVERRIDES then
-      record.overrides, record.override_count = {}, {}
+    local overrides = record[OVERRIDES]
+    if overrides == NO_OVERRIDES then
+      overrides = {}
+      record[OVERRIDES], record[OVERRIDE_COUNT] = overrides, {}
     end
-    local count = record.override_count[owner]
+    local override_count = record[OVERRIDE_COUNT]
+    local count = override_count[owner]
     if not count then
       count = 0
-      record.overrides[#record.overrides + 1] = owner
+      overrides[#overrides + 1] = owner
     end
-    record.override_count[owner] = count + ev.oweight
+    override_count[owner] = count + ev.oweight
   end
 end
 

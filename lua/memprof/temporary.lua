@@ -26,12 +26,26 @@
 --     },
 --     totals = { blocks, bytes, temporary_blocks, ... }  -- the same fields
 --   }
--- Bytes are the size each block was produced with.
+-- Bytes are the size each block was produced with.  A row is a
+-- memprof.record (a large profile has a row per place): temporary.Row is
+-- its shape.
+
+local record = require('memprof.record')
 
 local M = {}
 
 M.FIELDS = { 'blocks', 'bytes', 'temporary_blocks', 'temporary_bytes',
   'freed_blocks', 'freed_bytes', 'live_blocks', 'live_bytes' }
+
+local Row = record.shape({ 'blocks', 'bytes', 'temporary_blocks',
+  'temporary_bytes', 'freed_blocks', 'freed_bytes', 'live_blocks',
+  'live_bytes', 'group' })
+M.Row = Row
+local BLOCKS, BYTES = Row.index.blocks, Row.index.bytes
+local TEMPORARY_BLOCKS, TEMPORARY_BYTES = Row.index.temporary_blocks,
+  Row.index.temporary_bytes
+local FREED_BLOCKS, FREED_BYTES = Row.index.freed_blocks,
+  Row.index.freed_bytes
 
 local Temporary = {}
 Temporary.__index = Temporary
@@ -51,7 +65,7 @@ end
 function Temporary:row(group)
   local row = self.by_group[group]
   if not row then
-    row = new_counts({ group = group })
+    row = Row.make({ 0, 0, 0, 0, 0, 0, 0, 0, group })
     self.by_group[group] = row
     self.rows[#self.rows + 1] = row
   end
@@ -64,19 +78,19 @@ function Temporary:feed(ev, owner, heap)
   if owner and age then
     local row = self:row(grouper:key(owner, heap.released_stack))
     if age <= self.limit then
-      row.temporary_blocks = row.temporary_blocks + ev.oweight
-      row.temporary_bytes = row.temporary_bytes + heap.released_size
+      row[TEMPORARY_BLOCKS] = row[TEMPORARY_BLOCKS] + ev.oweight
+      row[TEMPORARY_BYTES] = row[TEMPORARY_BYTES] + heap.released_size
     else
-      row.freed_blocks = row.freed_blocks + ev.oweight
-      row.freed_bytes = row.freed_bytes + heap.released_size
+      row[FREED_BLOCKS] = row[FREED_BLOCKS] + ev.oweight
+      row[FREED_BYTES] = row[FREED_BYTES] + heap.released_size
     end
   end
   if ev.kind ~= 'free' then
     local site, stack = ev.site, ev.stack
     local row = self.by_group[grouper:key(site, stack)] or
       self:row(grouper:key(site, stack))
-    row.blocks = row.blocks + ev.nweight
-    row.bytes = row.bytes + ev.nsize
+    row[BLOCKS] = row[BLOCKS] + ev.nweight
+    row[BYTES] = row[BYTES] + ev.nsize
   end
 end
 

@@ -63,42 +63,50 @@ local function path_of(group, by_function)
 end
 
 -- { { group = ..., value = ... }, ... } for a metric.
-local function values(result, metric)
-  local list = {}
+-- Calls fn(group, value) for every row, with the value of the metric.
+local function each_value(result, metric, fn)
   if metric == 'peak-bytes' then
     assert(result.peak, 'the peak-bytes metric needs the peak view')
     for _, row in ipairs(result.peak.rows) do
-      list[#list + 1] = { group = row.group, value = row.bytes }
+      fn(row.group, row.bytes)
     end
-    return list
+    return
   end
   local field = ({ ['alloc-bytes'] = 'allocated_bytes',
     ['alloc-count'] = 'allocated_events',
     ['live-bytes'] = 'live_bytes' })[metric]
   assert(field, 'unknown metric')
-  for _, row in ipairs(rows.collect(result)) do
-    list[#list + 1] = { group = row.group, value = row[field] }
+  for _, row in ipairs(rows.collect(result, { overrides = false })) do
+    fn(row.group, row[field])
   end
-  return list
+end
+
+-- The paths with a value above zero, sorted, and the value of each:
+-- two lists and a map from path to its position, not a table per line.
+local function sorted_paths(result, opts)
+  local by_function = opts.group == 'function'
+  local paths, value_of = {}, {}
+  each_value(result, opts.metric or M.DEFAULT_METRIC, function(group, value)
+    if value > 0 then
+      local path = path_of(group, by_function)
+      local sum = value_of[path]
+      if not sum then
+        sum = 0
+        paths[#paths + 1] = path
+      end
+      value_of[path] = sum + value
+    end
+  end)
+  table.sort(paths)
+  return paths, value_of
 end
 
 function M.lines(result, opts)
-  opts = opts or {}
-  local by_function = opts.group == 'function'
-  local lines, by_path = {}, {}
-  for _, entry in ipairs(values(result, opts.metric or M.DEFAULT_METRIC)) do
-    if entry.value > 0 then
-      local path = path_of(entry.group, by_function)
-      local line = by_path[path]
-      if not line then
-        line = { path = path, value = 0 }
-        by_path[path] = line
-        lines[#lines + 1] = line
-      end
-      line.value = line.value + entry.value
-    end
+  local paths, value_of = sorted_paths(result, opts or {})
+  local lines = {}
+  for i, path in ipairs(paths) do
+    lines[i] = { path = path, value = value_of[path] }
   end
-  table.sort(lines, function(a, b) return a.path < b.path end)
   return lines
 end
 
@@ -132,8 +140,9 @@ end
 
 function M.write(result, out, opts)
   out = out or io.stdout
-  for _, line in ipairs(M.lines(result, opts)) do
-    out:write(line.path, ' ', string.format('%.0f', line.value), '\n')
+  local paths, value_of = sorted_paths(result, opts or {})
+  for _, path in ipairs(paths) do
+    out:write(path, ' ', string.format('%.0f', value_of[path]), '\n')
   end
 end
 

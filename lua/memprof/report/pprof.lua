@@ -95,7 +95,8 @@ function Builder:function_of(site)
     message:optional(FUNCTION.filename, self:string(file_name(func)))
     message:optional(FUNCTION.start_line, func.line or 0)
   end
-  self.functions[id] = message
+  -- Kept encoded: a string, not a message's table of parts.
+  self.functions[id] = message:encode()
   return id
 end
 
@@ -111,7 +112,7 @@ function Builder:location_of(site)
     line:optional(LINE.line, site.line or 0)
   end
   self.locations[id] = pb.message():varint(LOCATION.id, id)
-    :varint(LOCATION.mapping_id, 1):message(LOCATION.line, line)
+    :varint(LOCATION.mapping_id, 1):message(LOCATION.line, line):encode()
   return id
 end
 
@@ -149,7 +150,7 @@ function M.encode(result)
       :varint(VALUE_TYPE.type, self:string(sample_type[1]))
       :varint(VALUE_TYPE.unit, self:string(sample_type[2])))
   end
-  for _, row in ipairs(rows.collect(result)) do
+  for _, row in ipairs(rows.collect(result, { overrides = false })) do
     local sample = self:sample(row)
     if sample then
       profile:message(PROFILE.sample, sample)
@@ -162,10 +163,10 @@ function M.encode(result)
     :varint(MAPPING.has_functions, 1):varint(MAPPING.has_filenames, 1)
     :varint(MAPPING.has_line_numbers, 1))
   for _, location in ipairs(self.locations) do
-    profile:message(PROFILE.location, location)
+    profile:bytes(PROFILE.location, location)
   end
   for _, func in ipairs(self.functions) do
-    profile:message(PROFILE['function'], func)
+    profile:bytes(PROFILE['function'], func)
   end
   local stream = result.stream
   if stream.has_time and stream.time then

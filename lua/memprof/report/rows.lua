@@ -31,7 +31,12 @@
 --   overrides        per kind ('realloc', 'free'): { { group =, blocks = },
 --                    ... } the rows whose blocks the events released (the
 --                    rows without any share one table of empty lists:
---                    never modify it)
+--                    never modify it); rows.collect(result, { overrides =
+--                    false }) leaves them out
+-- A row is a memprof.record (its fields by position: a large profile has
+-- a row per place); rows.Row is its shape.
+
+local record = require('memprof.record')
 
 local M = {}
 
@@ -40,6 +45,21 @@ local FIELDS = { 'alloc_events', 'alloc_bytes', 'realloc_events',
   'allocated_events', 'allocated_bytes', 'live_bytes', 'live_blocks',
   'released_blocks', 'released_bytes' }
 M.FIELDS = FIELDS
+
+local ROW_FIELDS = {}
+for i, field in ipairs(FIELDS) do
+  ROW_FIELDS[i] = field
+end
+for _, field in ipairs({ 'group', 'name', 'overrides', 'override_at',
+  'before' }) do
+  ROW_FIELDS[#ROW_FIELDS + 1] = field
+end
+local Row = record.shape(ROW_FIELDS)
+M.Row = Row
+-- An entry of a row's overrides.
+local Override = record.shape({ 'group', 'blocks' })
+M.Override = Override
+local BLOCKS = Override.index.blocks
 
 -- The group of a key of the sites or heap passes: a group already, or a
 -- site (rows by line).
@@ -53,24 +73,23 @@ end
 -- The overrides of the rows that have none.
 local NO_OVERRIDES = { realloc = {}, free = {} }
 
+-- A row of zeros (the 13 FIELDS), then group, name, overrides,
+-- override_at and before.
 local function new_row(group)
-  local row = { group = group, name = group.name, overrides = NO_OVERRIDES,
-    override_at = false }
-  for _, field in ipairs(FIELDS) do
-    row[field] = 0
-  end
-  return row
+  return Row.make({ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, group,
+    group.name, NO_OVERRIDES, false, nil })
 end
+assert(#FIELDS == 13 and Row.index.before == 18)
 
 local Collector = {}
 Collector.__index = Collector
 
 function Collector:row(key)
   local group = M.group_of(self.grouper, key)
-  local row = self.by_group[group]
+  local row = self.by_group[group.id]
   if not row then
     row = new_row(group)
-    self.by_group[group] = row
+    self.by_group[group.id] = row
   end
   return row
 end
@@ -80,20 +99,20 @@ function Collector:add_overrides(row, kind, record)
     return
   end
   if not row.override_at then
-    row.overrides, row.override_at = { realloc = {}, free = {} }, {}
+    row.overrides = { realloc = {}, free = {} }
+    row.override_at = { realloc = {}, free = {} }
   end
-  local at = row.override_at
+  local at = row.override_at[kind]
+  local list = row.overrides[kind]
   for _, owner in ipairs(record.overrides) do
     local group = M.group_of(self.grouper, owner)
-    local key = kind .. '\0' .. group.id
-    local entry = at[key]
+    local entry = at[group]
     if not entry then
-      entry = { group = group, blocks = 0 }
-      at[key] = entry
-      local list = row.overrides[kind]
+      entry = Override.make({ group, 0 })
+      at[group] = entry
       list[#list + 1] = entry
     end
-    entry.blocks = entry.blocks + record.override_count[owner]
+    entry[BLOCKS] = entry[BLOCKS] + record.override_count[owner]
   end
 end
 
@@ -114,7 +133,7 @@ function Collector:add_events(kind, records)
     if fields[3] then
       row[fields[3]] = row[fields[3]] + record.minus
     end
-    if kind ~= 'alloc' then
+    if kind ~= 'alloc' and self.overrides then
       self:add_overrides(row, kind, record)
     end
   end
@@ -134,16 +153,18 @@ function Collector:add_heap(stats_list)
   end
 end
 
-function M.collect(result)
-  local self = setmetatable({ grouper = result.grouper, by_group = {} },
-    Collector)
+-- opts.overrides = false: leave out the overrides (every row has the
+-- shared empty lists), for the reports that do not show them.
+function M.collect(result, opts)
+  local self = setmetatable({ grouper = result.grouper, by_group = {},
+    overrides = not (opts and opts.overrides == false) }, Collector)
   for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
     self:add_events(kind, result.sites.kinds[kind])
   end
   self:add_heap(result.heap.sites)
   local list = {}
   for _, group in ipairs(result.grouper.list) do
-    local row = self.by_group[group]
+    local row = self.by_group[group.id]
     if row then
       row.allocated_events = row.alloc_events + row.realloc_events
       row.allocated_bytes = row.alloc_bytes + row.realloc_bytes

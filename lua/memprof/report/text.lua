@@ -55,6 +55,7 @@ local M = {}
 
 local layout = require('memprof.report.layout')
 local views = require('memprof.report.views')
+local record = require('memprof.record')
 
 local format = string.format
 
@@ -64,27 +65,45 @@ local function site_name(site)
   return site.name
 end
 
+-- The summed fields of the rows of each kind, after name, first,
+-- frames and more (below); a row is a memprof.record of the shape.
+local EVENT_FIELDS = { 'count', 'plus', 'minus' }
+local HEAP_FIELDS = { 'holds', 'allocs', 'reallocs', 'frees' }
+
+local function row_shape(fields)
+  local names = { 'name', 'first', 'frames', 'more' }
+  for _, field in ipairs(fields) do
+    names[#names + 1] = field
+  end
+  return record.shape(names)
+end
+
+local EventRow, HeapRow = row_shape(EVENT_FIELDS), row_shape(HEAP_FIELDS)
+local MORE = EventRow.index.more
+
 -- Groups records by the name of their site: one row per name, with the
--- numeric fields summed.  `fields` names the summed fields.  A row keeps
--- its first record, and a list of the others only when there are any
--- (most names have one site): the sites and overrides of a row are
--- gathered for the rows shown only (details_of).
-local function group_by_name(records, key, fields)
+-- numeric fields summed.  `fields` names the summed fields, whose row
+-- shape is `shape`.  A row keeps its first record, and a list of the
+-- others only when there are any (most names have one site): the sites
+-- and overrides of a row are gathered for the rows shown only
+-- (details_of).
+local function group_by_name(records, key, fields, shape)
   local rows, by_name = {}, {}
-  for _, record in ipairs(records) do
-    local name = key(record.site)
+  local first_field = #shape.fields - #fields
+  for _, item in ipairs(records) do
+    local name = key(item.site)
     local row = by_name[name]
     if not row then
-      row = { name = name, first = record, frames = record.site.frames }
-      for _, field in ipairs(fields) do row[field] = record[field] end
+      row = shape.make({ name, item, item.site.frames, false, 0, 0, 0, 0 })
       by_name[name] = row
       rows[#rows + 1] = row
     else
-      for _, field in ipairs(fields) do
-        row[field] = row[field] + record[field]
-      end
-      row.more = row.more or {}
-      row.more[#row.more + 1] = record
+      local more = row[MORE] or {}
+      more[#more + 1] = item
+      row[MORE] = more
+    end
+    for i, field in ipairs(fields) do
+      row[first_field + i] = row[first_field + i] + item[field]
     end
   end
   return rows
@@ -93,8 +112,8 @@ end
 -- The records of a row, in order.
 local function records_of(row)
   local list = { row.first }
-  for _, record in ipairs(row.more or {}) do
-    list[#list + 1] = record
+  for _, more in ipairs(row.more or {}) do
+    list[#list + 1] = more
   end
   return list
 end
@@ -103,17 +122,14 @@ end
 -- events released (a set of name -> site).
 local function details_of(row, key)
   local sites, overrides = {}, {}
-  for i, record in ipairs(records_of(row)) do
-    sites[i] = record.site
-    for _, owner in ipairs(record.overrides or {}) do
+  for i, item in ipairs(records_of(row)) do
+    sites[i] = item.site
+    for _, owner in ipairs(item.overrides or {}) do
       overrides[key(owner)] = owner
     end
   end
   return sites, overrides
 end
-
-local EVENT_FIELDS = { 'count', 'plus', 'minus' }
-local HEAP_FIELDS = { 'holds', 'allocs', 'reallocs', 'frees' }
 
 local function live_blocks(row)
   return row.allocs - row.frees
@@ -121,8 +137,8 @@ end
 
 -- Rows for one event kind, grouped by name and sorted.
 local function event_rows(records, key, sort_field)
-  return layout.sort_rows(group_by_name(records, key, EVENT_FIELDS),
-    sort_field)
+  return layout.sort_rows(group_by_name(records, key, EVENT_FIELDS,
+    EventRow), sort_field)
 end
 
 -- Heap rows with nonzero holds, grouped by name and sorted, and the row
@@ -130,7 +146,8 @@ end
 -- nothing and is kept apart.
 local function heap_rows(stats_list, key, sort_field)
   local kept, before = {}, nil
-  for _, row in ipairs(group_by_name(stats_list, key, HEAP_FIELDS)) do
+  for _, row in ipairs(group_by_name(stats_list, key, HEAP_FIELDS,
+    HeapRow)) do
     if row.first.site.source == 'before' then
       before = row
     elseif row.holds ~= 0 then

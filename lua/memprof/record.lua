@@ -1,0 +1,65 @@
+-- memprof.record: small records whose fields live in the array part of
+-- a table, named through a shared metatable.
+--
+-- A report keeps one record per place, stack or row, and a large profile
+-- has hundreds of thousands of them.  A Lua table whose fields are named
+-- keys keeps them in its hash part, about 24 bytes a field rounded up to
+-- a power of two (a record of 9 to 16 fields takes 16 slots); the same
+-- values by position take 8 bytes each, with no rounding.  A shape names
+-- the positions, so that code outside the module that made the records
+-- reads and writes them as before (record.bytes), while the module's own
+-- hot paths use the positions (record[BYTES]).
+--
+--   local record = require('memprof.record')
+--   local Row = record.shape({ 'group', 'count', 'bytes' })
+--   local row = Row.make({ group, 0, 0 })   -- the values by position
+--   row.count = row.count + 1          -- through the metatable
+--   local COUNT = Row.index.count      -- 2: row[COUNT] is the same field
+--   Row.is(row)                        -- true for records of this shape
+--
+-- A field that is not in the shape reads as nil and cannot be written
+-- (an error names it).  pairs() on a record gives the positions, not the
+-- names: use Row.fields (the names, in order) to list them.
+
+local M = {}
+
+local function field_error(name)
+  error(string.format("no field '%s' in this record", tostring(name)), 2)
+end
+
+-- A shape for records of these fields (a list of names).
+function M.shape(fields)
+  local index = {}
+  for i, name in ipairs(fields) do
+    index[name] = i
+  end
+  local meta = {}
+  meta.__index = function(self, name)
+    local i = index[name]
+    if i then
+      return rawget(self, i)
+    end
+    return nil
+  end
+  meta.__newindex = function(self, name, value)
+    local i = index[name]
+    if not i then
+      field_error(name)
+    end
+    rawset(self, i, value)
+  end
+  local shape = { fields = fields, index = index, meta = meta }
+  -- A record of a table of values by position (the table is the
+  -- record).  Made with a table constructor that has every position
+  -- (nil ones too: { group, nil, 0 }), the table's array part has room
+  -- for every field.
+  function shape.make(values)
+    return setmetatable(values, meta)
+  end
+  function shape.is(value)
+    return type(value) == 'table' and getmetatable(value) == meta
+  end
+  return shape
+end
+
+return M
