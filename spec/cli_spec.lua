@@ -401,8 +401,8 @@ Garbage was not collected at stop: some of these blocks may be unreachable; star
       local peak = stdout:find('PEAK: 570B above the heap at the start (which this profile does not record), after event 5', 1, true)
       local temporary = stdout:find('TEMPORARY BLOCKS: freed before any ' ..
         'other allocation', 1, true)
-      local timeline = stdout:find('HEAP OVER TIME: live bytes, 0.1 ms ' ..
-        'per row', 1, true)
+      local timeline = stdout:find('HEAP OVER TIME: net bytes since the ' ..
+        'start, 0.1 ms per row', 1, true)
       assert.is_true(peak < temporary and temporary < timeline)
       assert.is_nil(stdout:find('LIVE AT END', 1, true))
     end)
@@ -557,8 +557,8 @@ describe('memprof-report --format', function()
       local code, stdout, stderr = run('timeout 60 ' ..
         C.command(COMMAND, '--timeline', path))
       assert.are.same({ 0, '' }, { code, stderr })
-      assert.are.equal('HEAP OVER TIME: live bytes, 100000000 s per row ' ..
-        '(the highest value in the row, and the value at its end)\n' ..
+      assert.are.equal('HEAP OVER TIME: net bytes since the start, ' ..
+        '100000000 s per row (the highest value in the row, and the value at its end)\n' ..
         '        time  highest  at end\n' ..
         '         0 s     100B    100B  ' .. ('#'):rep(27) .. '\n',
         stdout:match('^.-\n.-\n.-\n'))

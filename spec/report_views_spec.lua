@@ -161,7 +161,7 @@ PEAK: 570B above the heap at the start (which this profile does not record), aft
 (blocks allocated before the profile): 1 block, 30B, freed before the peak
 TOTAL at the peak: 570B above the heap at the start
 
-HEAP OVER TIME: live bytes, 0.1 ms per row (the highest value in the row, and the value at its end)
+HEAP OVER TIME: net bytes since the start, 0.1 ms per row (the highest value in the row, and the value at its end)
   time  highest  at end
 ]] .. table.concat(rows, '\n') .. '\n\n',
       report(B.peak_payload(), 'line', { peak = true, timeline = true }))
@@ -292,8 +292,8 @@ function_alias_1:
       rows[#rows + 1] = ('%5d s      40B     40B  %s'):format(i * 500,
         ('#'):rep(16))
     end
-    assert.are.equal('HEAP OVER TIME: live bytes, 500 s per row (the ' ..
-      'highest value in the row, and the value at its end)\n' ..
+    assert.are.equal('HEAP OVER TIME: net bytes since the start, 500 s ' ..
+      'per row (the highest value in the row, and the value at its end)\n' ..
       '   time  highest  at end\n' .. table.concat(rows, '\n') .. '\n\n',
       report(B.idle_tail(), 'line', { timeline = true }))
   end)
@@ -303,7 +303,8 @@ function_alias_1:
     s:alloc(B.internal(), 0x10, 100):time(30 * 1e9)
     s:alloc(B.internal(), 0x20, 100):time(30 * 1e9 + 1):epilogue()
     local text = report(s, 'line', { timeline = true })
-    assert.matches('^HEAP OVER TIME: live bytes, 1 s per row', text)
+    assert.matches('^HEAP OVER TIME: net bytes since the start, 1 s per ' ..
+      'row', text)
     assert.matches('\n 0 s     100B    100B  ####################\n', text)
     assert.matches('\n30 s     200B    200B  ' .. ('#'):rep(40) ..
       '  <%- peak\n\n$', text)

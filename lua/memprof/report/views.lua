@@ -322,8 +322,9 @@ function M.write_timeline(out, result, opts, stream)
   local size = layout.sizer(opts)
   local shown = timeline.rows(result)
   local show_time = time_format(shown.width)
-  out:write(format('HEAP OVER TIME: live bytes, %s per row (the highest ' ..
-    'value in the row, and the value at its end)\n', show_time(shown.width)))
+  out:write(format('HEAP OVER TIME: net bytes since the start, %s per ' ..
+    'row (the highest value in the row, and the value at its end)\n',
+    show_time(shown.width)))
   local lines = { { 'time', 'highest', 'at end', '' } }
   for _, line in ipairs(timeline_rows(shown, size, show_time)) do
     lines[#lines + 1] = line
