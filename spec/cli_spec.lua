@@ -782,9 +782,15 @@ io.write(kept)
         kept[i] = { code, tonumber(out) }
       end
       remove_temp_files()
-      -- With the default limits, only the traces made after the flush
-      -- (about 200) are left.
-      assert.are.same({ { 0, 1200 }, { 0, true } },
-        { kept[1], { kept[2][1], kept[2][2] < 1000 } })
+      -- With LuaJIT's default limits, only the traces made after the flush
+      -- (about 200) are left. OpenResty's luajit2 has larger defaults
+      -- (8,000 traces): there the limits change nothing.
+      local build = os.getenv('MEMPROF_TEST_BUILD') or ''
+      if build:find('^OpenResty') then
+        assert.are.same({ { 0, 1200 }, { 0, 1200 } }, kept)
+      else
+        assert.are.same({ { 0, 1200 }, { 0, true } },
+          { kept[1], { kept[2][1], kept[2][2] < 1000 } })
+      end
     end)
 end)
