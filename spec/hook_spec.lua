@@ -505,8 +505,9 @@ return t
     assert.truthy(report:find('\n' .. merged, 1, true), report)
     assert.is_nil(report:find('TRACE [', 1, true))
     -- Their events carry a stack: the trace, then fill's caller, line 6
-    -- or line 8 (or line 5, when the loop's hot counter, which other
-    -- loops share, was already near the threshold).
+    -- or line 8 (or line 5, when the loop's hot counter was already near
+    -- its threshold: it is shared with other loops, and a retry of
+    -- with_compiled_loop finds it warm).
     local stream, callers = reader.open(path), {}
     for ev in stream:each() do
       if ev.site.source == 'trace' and ev.kind == 'alloc' and
@@ -520,7 +521,6 @@ return t
     os.remove(path)
     local early = callers['@hot.lua:5'] or 0
     callers['@hot.lua:5'] = nil
-    assert.is_true(early <= 10, early .. ' tables of fill(t, 10) on traces')
     assert.are.same({ '@hot.lua:6', '@hot.lua:8' }, sorted_names(callers))
     assert.equal(count, early + callers['@hot.lua:6'] + callers['@hot.lua:8'])
   end)
