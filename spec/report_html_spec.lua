@@ -64,13 +64,7 @@ local function paths(data, graph)
   return out
 end
 
-local function count(text, pattern)
-  local n = 0
-  for _ in text:gmatch(pattern) do
-    n = n + 1
-  end
-  return n
-end
+local count = require('helpers.command').count
 
 -- A stream with stacks and time marks: @m.lua:2 calls a builder at
 -- @m.lua:9 that allocates through string.rep; the peak (700B) is at 3 ms.

@@ -351,13 +351,7 @@ describe('json report', function()
       return pieces, result
     end
 
-    local function count(text, pattern)
-      local n = 0
-      for _ in text:gmatch(pattern) do
-        n = n + 1
-      end
-      return n
-    end
+    local count = require('helpers.command').count
 
     -- 250 places of one function, each allocating 8 bytes twice.
     local function places()

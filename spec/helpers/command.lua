@@ -8,6 +8,7 @@
 --   C.temp_dir() -> a new directory; C.remove_tree(dir)
 --   C.have(program) -> whether `program` is on PATH
 --   C.ROOT                      -- the tree's root directory, absolute
+--   C.count(text, pattern)      -- how many times a Lua pattern matches
 --   C.CLEAN_ENV .. line         -- a shell line that starts no VM with the
 --                                  suite's per-build settings
 
@@ -84,6 +85,15 @@ function M.rockspec()
   setfenv(chunk, env)
   chunk()
   return env
+end
+
+-- How many times the Lua pattern matches in text.
+function M.count(text, pattern)
+  local n = 0
+  for _ in text:gmatch(pattern) do
+    n = n + 1
+  end
+  return n
 end
 
 -- The tree's root, from this file's path (spec/helpers/command.lua).
