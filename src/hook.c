@@ -507,6 +507,17 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
   vm_walk_forget(&p->stacks.walk, (uintptr_t)ptr);
 }
 
+/* The start of every hook: a call is forwarded at once when recording is
+** off (after a halt, or in a child that does not follow the profile), and
+** freeing NULL is no event. */
+#define RETURN_IF_NOT_RECORDED(p, ptr, osize, nsize)                           \
+  do {                                                                         \
+    if (forward_only(p))                                                       \
+      return forward(p, ptr, osize, nsize);                                    \
+    if (nsize == 0 && ptr == NULL)                                             \
+      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+  } while (0)
+
 /*
 ** The hooks: the generic one, for any verified layout, and one per build
 ** family with constant offsets; each with and without PDEP for LEB128
@@ -544,11 +555,7 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
-    if (forward_only(p))                                                       \
-      return forward(p, ptr, osize, nsize);                                    \
-    /* Freeing NULL is no event. */                                            \
-    if (nsize == 0 && ptr == NULL)                                             \
-      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+    RETURN_IF_NOT_RECORDED(p, ptr, osize, nsize);                              \
     if (nsize != 0)                                                            \
       return name##_alloc_fast(p, ptr, osize, nsize);                          \
     return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
@@ -570,10 +577,7 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
   {                                                                            \
     struct profiler *p = ud;                                                   \
     int fresh, held;                                                           \
-    if (forward_only(p))                                                       \
-      return forward(p, ptr, osize, nsize);                                    \
-    if (nsize == 0 && ptr == NULL)                                             \
-      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+    RETURN_IF_NOT_RECORDED(p, ptr, osize, nsize);                              \
     fresh = nsize != 0 && sampler_take(&p->sampler, nsize);                    \
     held = ptr != NULL && live_contains(&p->live, (uintptr_t)ptr);             \
     if (fresh || held)                                                         \
@@ -590,10 +594,7 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
                                size_t nsize)                                   \
   {                                                                            \
     struct profiler *p = ud;                                                   \
-    if (forward_only(p))                                                       \
-      return forward(p, ptr, osize, nsize);                                    \
-    if (nsize == 0 && ptr == NULL)                                             \
-      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+    RETURN_IF_NOT_RECORDED(p, ptr, osize, nsize);                              \
     return name##_sample(p, ptr, osize, nsize, ptr != NULL, nsize != 0);       \
   }
 /* Each hook in both formats, Tarantool's (ext 0) and the extended one,
