@@ -161,6 +161,22 @@ describe('memprof.snapshot', function()
         result)
       assert.are.equal('', listing)
     end)
+
+    -- A device is written in place, never renamed over: /dev/full stays
+    -- the device, and the snapshot says the disk is full.
+    it('writes into a device in place: /dev/full is full, and stays a device',
+      function()
+      local path = h.tmpname()
+      assert.is_true(memprof.start(path, { sample_bytes = 4096 }))
+      local pprof = { memprof.snapshot('/dev/full') }
+      local copy = { memprof.snapshot('/dev/full', { format = 'memprof' }) }
+      assert.is_true(memprof.stop())
+      remove(path)
+      local full = { nil, '/dev/full: No space left on device', 28 }
+      assert.are.same({ full, full }, { pprof, copy })
+      local _, kind = C.run('stat -c %F /dev/full')
+      assert.are.equal('character special file\n', kind)
+    end)
   end)
 
   describe("in the 'memprof' format", function()

@@ -7,8 +7,9 @@
 ** it as a profile stopped now. The running profile's file and writer go on
 ** as before: only their buffer was handed to the disk earlier than usual.
 **
-** Every snapshot is written to "PATH.tmp-PID" and renamed to PATH once
-** complete, so a reader never sees half a snapshot.
+** A snapshot into a regular file is written to "PATH.tmp-PID" and renamed
+** to PATH once complete, so a reader never sees half a snapshot; a device
+** or FIFO is written in place (see open_target).
 */
 #define _GNU_SOURCE
 #include "snapshot.h"
@@ -45,8 +46,8 @@ static int file_error(char *msg, size_t len, const char *path, int err)
 }
 
 /* Copies the first `n` bytes of `from` to the end of `to`. Returns 0 or
-** errno. */
-static int copy_prefix(int from, int to, uint64_t n)
+** errno, with *reading 1 when reading `from` failed (0: writing `to`). */
+static int copy_prefix(int from, int to, uint64_t n, int *reading)
 {
   char buf[COPY_CHUNK];
   loff_t in = 0;
@@ -64,8 +65,10 @@ static int copy_prefix(int from, int to, uint64_t n)
     ssize_t got = pread(from, buf, want, (off_t)in);
     if (got < 0 && errno == EINTR)
       continue;
+    *reading = 1;
     if (got <= 0)
       return got < 0 ? errno : EIO;
+    *reading = 0;
     if ((err = writer_write_all(to, buf, (size_t)got)) != 0)
       return err;
     in += got;
@@ -107,11 +110,13 @@ static int check_copyable(struct profiler *p, char *msg, size_t len)
   return 0;
 }
 
-/* The stream so far into `fd`. Returns 0 or errno. */
-static int write_memprof(struct profiler *p, int fd, char *msg, size_t len)
+/* The stream so far into `fd`, the snapshot at `path`. Returns 0 or
+** errno. */
+static int write_memprof(struct profiler *p, int fd, const char *path,
+                         char *msg, size_t len)
 {
   uint64_t upto;
-  int in, err;
+  int in, err, reading = 0;
   if ((err = check_copyable(p, msg, len)) != 0)
     return err;
   if ((err = writer_sync(&p->out)) != 0)
@@ -120,10 +125,10 @@ static int write_memprof(struct profiler *p, int fd, char *msg, size_t len)
   upto = p->capped ? p->cut_at : writer_total(&p->out);
   if ((in = open_profile_for_reading(p)) < 0)
     return file_error(msg, len, p->path, errno);
-  err = copy_prefix(in, fd, upto);
+  err = copy_prefix(in, fd, upto, &reading);
   close(in);
   if (err != 0)
-    return file_error(msg, len, p->path, err);
+    return file_error(msg, len, reading ? p->path : path, err);
   return 0;
 }
 
@@ -177,6 +182,37 @@ static char *temp_name(const char *path)
   return tmp;
 }
 
+/* Opens where the snapshot goes. A regular file (or a new one) is written
+** as "PATH.tmp-PID" (*tmp, malloc'd) and renamed once complete; anything
+** else that exists (a device such as /dev/full, a FIFO) is written in
+** place, *tmp NULL: renaming over it would replace the device node. A FIFO
+** that nobody reads is refused at once (ENXIO) rather than waited on.
+** Returns the descriptor, or -1 with errno. */
+static int open_target(const char *path, char **tmp)
+{
+  struct stat st;
+  int fd;
+  *tmp = NULL;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0)
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+  }
+  if ((*tmp = temp_name(path)) == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  fd = open(*tmp, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int saved = errno;
+    free(*tmp);
+    *tmp = NULL;
+    errno = saved;
+  }
+  return fd;
+}
+
 int snapshot_write(struct profiler *p, const char *path,
                    enum snapshot_format format, char *msg, size_t len)
 {
@@ -187,16 +223,10 @@ int snapshot_write(struct profiler *p, const char *path,
     return fail(msg, len, EINVAL,
                 "a snapshot cannot replace the running profile's own file",
                 path);
-  if ((tmp = temp_name(path)) == NULL)
-    return file_error(msg, len, path, ENOMEM);
-  fd = open(tmp, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    err = file_error(msg, len, path, errno);
-    free(tmp);
-    return err;
-  }
+  if ((fd = open_target(path, &tmp)) < 0)
+    return file_error(msg, len, path, errno);
   if (format == SNAPSHOT_MEMPROF) {
-    err = write_memprof(p, fd, msg, len);
+    err = write_memprof(p, fd, path, msg, len);
     if (err == 0 &&
         (err = writer_write_all(fd, epilogue, sizeof(epilogue))) != 0)
       file_error(msg, len, path, err);
@@ -206,10 +236,12 @@ int snapshot_write(struct profiler *p, const char *path,
   }
   if (close(fd) != 0 && err == 0)
     err = file_error(msg, len, path, errno);
-  if (err == 0 && rename(tmp, path) != 0)
-    err = file_error(msg, len, path, errno);
-  if (err != 0)
-    unlink(tmp);
-  free(tmp);
+  if (tmp != NULL) {
+    if (err == 0 && rename(tmp, path) != 0)
+      err = file_error(msg, len, path, errno);
+    if (err != 0)
+      unlink(tmp);
+    free(tmp);
+  }
   return err;
 }
