@@ -203,6 +203,45 @@ return keep
     assert.are.same({ 'string.rep < @prog.lua:1 < @prog.lua:3' }, found)
   end)
 
+  -- Unsampled frees go through the hook unseen, so a closure freed
+  -- between two samples may leave its address to a closure of another
+  -- function: the stack of a later sample must still name the function
+  -- that runs.
+  it('names the right function in the stack of a sampled event after ' ..
+    'closures were freed and others took their place', function()
+    local events = profile_child(h.tmpname(),
+      '{ sample_bytes = 256, seed = 3, stack_depth = 4 }', [[
+local function a() return function() local t = {} for j = 1, 9 do t[j] = {} end return #t end end
+local function b() return function() local t = {} for j = 1, 9 do t[j] = {} end return #t end end
+local made = 0
+for i = 1, 2000 do
+  local f = i % 2 == 0 and a() or b()
+  made = made + f()
+  f = nil
+  collectgarbage()
+end
+return made
+]])
+    -- Samples in a's and b's closures (called from line 6); every sample
+    -- at lines 1 and 2 (those and the closures' making, called from line
+    -- 5) has its own place on top of its stack.
+    local inside, wrong = { 0, 0 }, {}
+    for _, ev in ipairs(events) do
+      local line = ev.kind == 'alloc' and ev.name:match('^@prog%.lua:([12])$')
+      if line then
+        local frames = ev.stack.frames
+        if frames[1].name ~= ev.name then
+          wrong[#wrong + 1] = ev.name .. ': ' .. frames[1].name
+        elseif frames[2].name == '@prog.lua:6' then
+          inside[tonumber(line)] = inside[tonumber(line)] + 1
+        end
+      end
+    end
+    assert.is_true(inside[1] > 100, inside[1] .. ' samples in a closure of a')
+    assert.is_true(inside[2] > 100, inside[2] .. ' samples in a closure of b')
+    assert.are.same({}, wrong)
+  end)
+
   it('writes the extended format with the sampling record', function()
     local path = h.tmpname()
     assert.is_true(memprof.start(path, { sample_bytes = 100, seed = 0 }))

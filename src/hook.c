@@ -146,8 +146,12 @@ record_stack(struct profiler *p, const struct vm_layout *lay, void *ptr,
   uint32_t id;
   int n, same;
   /* A described prototype went away: the bytecode a cached step read
-  ** (the call instruction of its caller) may have been replaced. */
-  if (p->stacks.walk_generation != p->syms.generation) {
+  ** (the call instruction of its caller) may have been replaced. A
+  ** sampled profile walks too seldom for the cache to pay, and its hook
+  ** does not follow the functions that unsampled calls free: it starts
+  ** each walk with the cache empty. */
+  if (p->stacks.walk_generation != p->syms.generation ||
+      p->sampler.mean != 0) {
     vm_walk_clear(&p->stacks.walk);
     p->stacks.walk_generation = p->syms.generation;
   }
@@ -496,15 +500,16 @@ record_sampled(struct profiler *p, const struct vm_layout *lay,
   return nptr;
 }
 
-/* A call that sampling does not record still frees or moves a block that
-** the symbol cache or the stack walk's cache may name. */
-static inline __attribute__((always_inline)) void
-forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
-             size_t osize)
+/* A free or realloc that sampling does not record may still free or move
+** a prototype the symbol cache names (the stack walk's cache needs no
+** such care: a sampled profile empties it before each walk, see
+** record_stack). */
+static __attribute__((noinline)) void *
+forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
 {
-  if (osize >= lay->pt_size && symbols_may_hold(&p->syms, (uintptr_t)ptr))
+  if (symbols_may_hold(&p->syms, (uintptr_t)ptr))
     symbols_forget_slow(&p->syms, (uintptr_t)ptr);
-  vm_walk_forget(&p->stacks.walk, (uintptr_t)ptr);
+  return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
 }
 
 /* The start of every hook: a call is forwarded at once when recording is
@@ -571,19 +576,32 @@ forget_block(struct profiler *p, const struct vm_layout *lay, void *ptr,
     return record_sampled(p, family_layout, stack_of, pdep, ptr, osize, nsize, \
                           held, fresh);                                        \
   }                                                                            \
+  /* The sampler took the new block: is the old one a sampled block too? */ \
+  static __attribute__((noinline)) void *name##_fresh(                         \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
+  {                                                                            \
+    int held = ptr != NULL && live_contains(&p->live, (uintptr_t)ptr);         \
+    sampler_next(&p->sampler);                                                 \
+    return name##_sample(p, ptr, osize, nsize, held, 1);                       \
+  }                                                                            \
   /* With sampling: an unsampled call costs the countdown and, for a free or   \
-  ** realloc, a look-up in the live table. */                                  \
+  ** realloc, a look-up in the live table. Whatever is more goes to a         \
+  ** function of its own, called last, so that this one saves no register    \
+  ** and ends in a jump to the real allocator. Freeing NULL goes through as   \
+  ** a free of a block that was not sampled. */                               \
   static void *name##_sampled(void *ud, void *ptr, size_t osize, size_t nsize) \
   {                                                                            \
     struct profiler *p = ud;                                                   \
-    int fresh, held;                                                           \
-    RETURN_IF_NOT_RECORDED(p, ptr, osize, nsize);                              \
-    fresh = nsize != 0 && sampler_take(&p->sampler, nsize);                    \
-    held = ptr != NULL && live_contains(&p->live, (uintptr_t)ptr);             \
-    if (fresh || held)                                                         \
-      return name##_sample(p, ptr, osize, nsize, held, fresh);                 \
-    if (ptr != NULL)                                                           \
-      forget_block(p, family_layout, ptr, osize);                              \
+    if (forward_only(p))                                                       \
+      return forward(p, ptr, osize, nsize);                                    \
+    if (nsize != 0 && sampler_due(&p->sampler, nsize))                         \
+      return name##_fresh(p, ptr, osize, nsize);                               \
+    if (ptr != NULL) {                                                         \
+      if (live_contains(&p->live, (uintptr_t)ptr))                             \
+        return name##_sample(p, ptr, osize, nsize, 1, 0);                      \
+      if (osize >= (family_layout)->pt_size)                                   \
+        return forget_prototype(p, ptr, osize, nsize);                         \
+    }                                                                          \
     return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                       \
   }
 /* A full profile that keeps the model of snapshots (the start option

@@ -14,19 +14,10 @@ static struct live_block *map_slots(size_t n)
   return m == MAP_FAILED ? NULL : m;
 }
 
-static int log2_of(size_t n)
-{
-  int b = 0;
-  while (((size_t)1 << b) < n)
-    b++;
-  return b;
-}
-
 static void set_slots(struct live_table *t, struct live_block *slots, size_t n)
 {
   t->slots = slots;
   t->mask = n - 1;
-  t->shift = 64 - log2_of(n);
 }
 
 int live_init(struct live_table *t)

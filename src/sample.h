@@ -42,14 +42,13 @@ uint64_t sampler_child_seed(uint64_t seed, uint64_t pid);
 /* Draws the distance to the next sample. */
 void sampler_next(struct sampler *s);
 
-/* Whether an allocation of `size` bytes is sampled. */
-static inline int sampler_take(struct sampler *s, size_t size)
+/* Takes an allocation of `size` bytes from the distance: whether it is
+** sampled. The caller then draws the next distance (sampler_next), out of
+** the hook's fast path. */
+static inline int sampler_due(struct sampler *s, size_t size)
 {
   s->countdown -= (int64_t)size;
-  if (s->countdown > 0)
-    return 0;
-  sampler_next(s);
-  return 1;
+  return s->countdown <= 0;
 }
 
 /* How many blocks a sampled block of `size` bytes stands for:

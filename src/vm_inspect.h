@@ -456,9 +456,10 @@ struct vm_walk_entry {
 ** The last few walks. A step is the same frame as before when its slot,
 ** function slot and link are unchanged and the function object is still
 ** the same: a function in a live frame cannot be freed, and every free
-** goes through the hook, which calls vm_walk_forget() to empty the cache
-** when it frees an object whose address is in `functions` (a 64-bit
-** filter of the functions of every entry). Several entries, because loops
+** that is recorded goes through the hook, which calls vm_walk_forget() to
+** empty the cache when it frees an object whose address is in `functions`
+** (a 64-bit filter of the functions of every entry); a sampled profile,
+** whose hook lets most frees through unseen, empties it before each walk. Several entries, because loops
 ** often allocate from two or three stacks in turn.
 */
 #define VM_WALK_WAYS 4

@@ -24,6 +24,7 @@ local function copy_event(ev)
     kind = ev.kind, source = site.source, name = site.name,
     line = site.line, traceno = site.traceno, site = site,
     naddr = ev.naddr, nsize = ev.nsize, oaddr = ev.oaddr, osize = ev.osize,
+    stack = ev.stack,
   }
 end
 
