@@ -150,8 +150,7 @@ record_stack(struct profiler *p, const struct vm_layout *lay, void *ptr,
   ** sampled profile walks too seldom for the cache to pay, and its hook
   ** does not follow the functions that unsampled calls free: it starts
   ** each walk with the cache empty. */
-  if (p->stacks.walk_generation != p->syms.generation ||
-      p->sampler.mean != 0) {
+  if (p->stacks.walk_generation != p->syms.generation || p->sampler.mean != 0) {
     vm_walk_clear(&p->stacks.walk);
     p->stacks.walk_generation = p->syms.generation;
   }
@@ -576,7 +575,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return record_sampled(p, family_layout, stack_of, pdep, ptr, osize, nsize, \
                           held, fresh);                                        \
   }                                                                            \
-  /* The sampler took the new block: is the old one a sampled block too? */ \
+  /* The sampler took the new block: is the old one a sampled block too? */    \
   static __attribute__((noinline)) void *name##_fresh(                         \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
@@ -585,10 +584,10 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return name##_sample(p, ptr, osize, nsize, held, 1);                       \
   }                                                                            \
   /* With sampling: an unsampled call costs the countdown and, for a free or   \
-  ** realloc, a look-up in the live table. Whatever is more goes to a         \
-  ** function of its own, called last, so that this one saves no register    \
-  ** and ends in a jump to the real allocator. Freeing NULL goes through as   \
-  ** a free of a block that was not sampled. */                               \
+  ** realloc, a look-up in the live table. Whatever is more goes to a          \
+  ** function of its own, called last, so that this one saves no register      \
+  ** and ends in a jump to the real allocator. Freeing NULL goes through as    \
+  ** a free of a block that was not sampled. */                                \
   static void *name##_sampled(void *ud, void *ptr, size_t osize, size_t nsize) \
   {                                                                            \
     struct profiler *p = ud;                                                   \

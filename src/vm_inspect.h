@@ -459,8 +459,9 @@ struct vm_walk_entry {
 ** that is recorded goes through the hook, which calls vm_walk_forget() to
 ** empty the cache when it frees an object whose address is in `functions`
 ** (a 64-bit filter of the functions of every entry); a sampled profile,
-** whose hook lets most frees through unseen, empties it before each walk. Several entries, because loops
-** often allocate from two or three stacks in turn.
+** whose hook lets most frees through unseen, empties it before each walk.
+** Several entries, because loops often allocate from two or three stacks
+** in turn.
 */
 #define VM_WALK_WAYS 4
 struct vm_walk_cache {
