@@ -203,6 +203,38 @@ return keep
     assert.are.same({ 'string.rep < @prog.lua:1 < @prog.lua:3' }, found)
   end)
 
+  -- An unsampled free of a prototype leaves its address to the next one:
+  -- the chunks run one after another, so the chunk a sampled event names
+  -- never goes back.
+  it('names the chunk that runs after prototypes were freed and others ' ..
+    'took their place', function()
+    -- Each chunk's string of 50 KB is sampled (at one sample per 8 KiB);
+    -- its prototype, of a few hundred bytes, seldom is.
+    local events = profile_child(h.tmpname(),
+      '{ sample_bytes = 8192, seed = 4 }', [[
+local made = 0
+for i = 1, 300 do
+  local f = loadstring('local s = string.rep("x", 50000) .. "y" return #s',
+    '@chunk' .. i .. '.lua')
+  made = made + f()
+  f = nil
+  collectgarbage()
+end
+return made
+]])
+    local last, chunks, back = 0, 0, {}
+    for _, ev in ipairs(events) do
+      local n = tonumber(ev.name:match('^@chunk(%d+)%.lua:1$'))
+      if n and n < last then
+        back[#back + 1] = last .. ' then ' .. n
+      elseif n and n > last then
+        last, chunks = n, chunks + 1
+      end
+    end
+    assert.are.same({}, back)
+    assert.is_true(chunks > 250, chunks .. ' chunks sampled')
+  end)
+
   -- Unsampled frees go through the hook unseen, so a closure freed
   -- between two samples may leave its address to a closure of another
   -- function: the stack of a later sample must still name the function

@@ -500,14 +500,14 @@ record_sampled(struct profiler *p, const struct vm_layout *lay,
 }
 
 /* A free or realloc that sampling does not record may still free or move
-** a prototype the symbol cache names (the stack walk's cache needs no
-** such care: a sampled profile empties it before each walk, see
-** record_stack). */
+** a prototype the symbol cache names: the sampled hook calls this when
+** the cache's filter says it may (the stack walk's cache needs no such
+** care: a sampled profile empties it before each walk, see record_stack).
+*/
 static __attribute__((noinline)) void *
 forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
 {
-  if (symbols_may_hold(&p->syms, (uintptr_t)ptr))
-    symbols_forget_slow(&p->syms, (uintptr_t)ptr);
+  symbols_forget_slow(&p->syms, (uintptr_t)ptr);
   return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
 }
 
@@ -598,7 +598,8 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     if (ptr != NULL) {                                                         \
       if (live_contains(&p->live, (uintptr_t)ptr))                             \
         return name##_sample(p, ptr, osize, nsize, 1, 0);                      \
-      if (osize >= (family_layout)->pt_size)                                   \
+      if (osize >= (family_layout)->pt_size &&                                 \
+          symbols_may_hold(&p->syms, (uintptr_t)ptr))                          \
         return forget_prototype(p, ptr, osize, nsize);                         \
     }                                                                          \
     return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                       \
