@@ -8,9 +8,13 @@
 --   generic      the default format with MEMPROF_HOOK=generic, which forces
 --                the hook a layout unlike every mode table gets
 --   extended     the extended format (stack_depth as in bench/run.lua)
+--   sampled      sampled recording at the default rate (sample_bytes =
+--                true, seed 1)
 --
 -- The figure is the self cost (Ir) of the module's hot path, divided by the
--- events in the profile. The hot path is every function of memprof.so
+-- events in the profile; for sampled recording, divided by the allocator
+-- calls (the events of the specialised run, which sees the same JIT
+-- decisions), as most calls are not recorded. The hot path is every function of memprof.so
 -- compiled from a file of src/ other than the calibration and the binding
 -- (see HOT_PATH_EXCLUDED). Unlike the timings, these counts do not depend on
 -- the machine's load.
@@ -66,10 +70,11 @@ end
 -- callgrind's counters are zeroed at each memprof.start: what is left at
 -- exit is the measured start, the workload and the stop, without the
 -- warm-up and the calibration.
-function M.child(name, scale, path, stack_depth)
+function M.child(name, scale, path, stack_depth, sampled)
   local memprof = require('memprof')
   local work = dofile('bench/workloads/' .. name .. '.lua')
   local options = stack_depth > 0 and { stack_depth = stack_depth } or nil
+  if sampled then options = { sample_bytes = true, seed = 1 } end
   work(scale)
   assert(memprof.start(path, options))
   assert(memprof.stop())
@@ -192,6 +197,7 @@ local VARIANTS = {
   generic = { env = 'MEMPROF_HOOK=generic', hook = 'generic' },
   extended = { env = '-u MEMPROF_HOOK', hook = 'specialised',
     extended = true },
+  sampled = { env = '-u MEMPROF_HOOK', hook = 'specialised', sampled = true },
 }
 
 -- The environment of a run: the variant's, and the fixed seed (the seed
@@ -212,9 +218,9 @@ local function measure(name, variant_name, dir, config)
   local variant = VARIANTS[variant_name]
   local profile, out, log = dir .. '/profile.bin', dir .. '/callgrind.out',
     dir .. '/valgrind.log'
-  local code = string.format('require(%q).child(%q, %.17g, %q, %d)',
+  local code = string.format('require(%q).child(%q, %.17g, %q, %d, %s)',
     config.module, name, config.scale, profile,
-    variant.extended and config.stack_depth or 0)
+    variant.extended and config.stack_depth or 0, tostring(variant.sampled))
   local cmd = table.concat({ run_env(variant, config), 'timeout',
     CHILD_TIMEOUT_S,
     'valgrind --tool=callgrind --zero-before=l_start',
@@ -242,29 +248,32 @@ local function measure(name, variant_name, dir, config)
       'the measured run (%d instructions, left out)\n', name, variant_name,
       cost.calibration))
   end
-  return { events = events, per_event = cost.hot / events }
+  return { events = events, hot = cost.hot, per_event = cost.hot / events }
 end
 
 local function measure_workload(name, dir, config)
   local r = { name = name }
-  for _, variant in ipairs({ 'specialised', 'generic', 'extended' }) do
+  for _, variant in ipairs({ 'specialised', 'generic', 'extended',
+    'sampled' }) do
     r[variant] = measure(name, variant, dir, config)
   end
   r.ratio = r.generic.per_event / r.specialised.per_event
+  r.sampled_per_call = r.sampled.hot / r.specialised.events
   return r
 end
 
 local function report(results, config, seconds)
   print(string.format('\ninstructions per event of the module (callgrind, ' ..
     'scale %g, seed %d; self cost of src/ without calibration and ' ..
-    'binding):', config.scale, config.seed))
-  print(string.format('%-11s %9s %12s %9s %9s %9s', 'workload', 'events',
-    'specialised', 'generic', 'ratio', 'extended'))
+    'binding; sampled/call: sampled recording at the default rate, per ' ..
+    'allocator call):', config.scale, config.seed))
+  print(string.format('%-11s %9s %12s %9s %9s %9s %13s', 'workload',
+    'events', 'specialised', 'generic', 'ratio', 'extended', 'sampled/call'))
   local worst
   for _, r in ipairs(results) do
-    print(string.format('%-11s %9d %12.1f %9.1f %8.3fx %9.1f', r.name,
+    print(string.format('%-11s %9d %12.1f %9.1f %8.3fx %9.1f %13.1f', r.name,
       r.specialised.events, r.specialised.per_event, r.generic.per_event,
-      r.ratio, r.extended.per_event))
+      r.ratio, r.extended.per_event, r.sampled_per_call))
     if not worst or r.ratio > worst.ratio then worst = r end
   end
   print(string.format('generic hook at most %d%% more instructions per ' ..

@@ -405,11 +405,11 @@ static void check_cap(struct profiler *p, uint64_t at)
   }
 }
 
-/* Recording is off (halted, or this is a forked child): only forward. */
+/* Recording is off (halted, or this is a forked child where the profile
+** does not go on: after_fork_child halts it there): only forward. */
 static inline int forward_only(const struct profiler *p)
 {
-  return p->state != PROFILER_RECORDING ||
-         p->fork_generation != profiler_fork_generation;
+  return p->state != PROFILER_RECORDING;
 }
 
 /* Forwards a call that is not recorded because recording is off; one

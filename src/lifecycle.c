@@ -135,11 +135,17 @@ static void after_fork_child(void)
   safe_read_forget_pid();
   pthread_mutex_unlock(&builtin_lock);
   vm_learn_unlock();
-  /* The child has one thread, this one: no hook runs until we return. */
-  for (p = running_list; p != NULL; p = p->next)
-    if (p->fork_generation == parent && p->path_template != NULL &&
-        p->state == PROFILER_RECORDING)
+  /* The child has one thread, this one: no hook runs until we return.
+  ** A profile that does not go on in the child stops recording here, so
+  ** that the hooks need to look at p->state only (see forward_only). */
+  for (p = running_list; p != NULL; p = p->next) {
+    if (p->fork_generation != parent || p->state != PROFILER_RECORDING)
+      continue;
+    if (p->path_template != NULL)
       p->error = follow_into_child(p);
+    if (p->path_template == NULL || p->error != 0)
+      p->state = PROFILER_HALTED;
+  }
   pthread_mutex_unlock(&running_lock);
 }
 
