@@ -142,9 +142,12 @@ function Builder:sample(row)
     :packed(SAMPLE.value, values)
 end
 
-function M.encode(result)
+-- Writes the profile's fields with emit(bytes), in order: the samples
+-- as each row is made, the locations, functions and strings (which the
+-- samples name) after them.
+local function emit_profile(result, emit)
   local self = new_builder()
-  local profile = pb.message()
+  local profile = pb.stream(emit)
   for _, sample_type in ipairs(M.SAMPLE_TYPES) do
     profile:message(PROFILE.sample_type, pb.message()
       :varint(VALUE_TYPE.type, self:string(sample_type[1]))
@@ -183,7 +186,14 @@ function M.encode(result)
   end
   profile:packed(PROFILE.comment, comments)
   profile:varint(PROFILE.default_sample_type, default)
-  return profile:encode()
+end
+
+function M.encode(result)
+  local parts = {}
+  emit_profile(result, function(bytes)
+    parts[#parts + 1] = bytes
+  end)
+  return table.concat(parts)
 end
 
 -- gzip data: memprof-report does not write it to a terminal.
@@ -193,7 +203,7 @@ M.BINARY = true
 -- stream can have stacks.
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION
-  return { group = extended and 'stack' or 'line' }
+  return { group = extended and 'stack' or 'line', cumulative = false }
 end
 
 -- What to say on stderr about the result.
@@ -203,7 +213,11 @@ end
 
 function M.write(result, out)
   out = out or io.stdout
-  out:write(gzip.wrap(M.encode(result)))
+  local file = gzip.writer(out)
+  emit_profile(result, function(bytes)
+    file:write(bytes)
+  end)
+  file:close()
 end
 
 return M
