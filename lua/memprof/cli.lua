@@ -24,6 +24,8 @@
 --   notes(result) -> lines for stderr
 --   outputs(opts) -> { { path =, opts = }, ... } for --output
 --   BINARY = true: never written to a terminal
+--   CUMULATIVE = false: the format shows no cumulative rows (the
+--     analysis leaves them out)
 -- The text format is the default report (Tarantool's layout), or with
 -- --leaks, --peak, --temporary or --timeline those views.
 --
@@ -436,7 +438,8 @@ local function analysis_options(format_name, module, opts, stream)
   return { group = opts.group, temporary_limit = opts.temporary,
     views = { leaks = true, peak = true, temporary = true,
       timeline = stream.version == reader.EXTENDED_VERSION },
-    passes = module.passes and module.passes() }
+    passes = module.passes and module.passes(),
+    cumulative = module.CUMULATIVE ~= false }
 end
 
 -- The options passed to the format's write(): for the text report and

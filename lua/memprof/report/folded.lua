@@ -114,7 +114,8 @@ end
 -- stream can have stacks, and the peak.
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION
-  return { group = extended and 'stack' or 'line', views = { peak = true } }
+  return { group = extended and 'stack' or 'line', views = { peak = true },
+    cumulative = false }
 end
 
 -- With --output=PREFIX: one file per metric (only opts.metric's, if

@@ -49,6 +49,9 @@ M.CHART_ROWS = 400
 -- Frames of a flame graph, at most: the smallest are left out beyond.
 M.MAX_FRAMES = 30000
 
+-- The page shows no cumulative rows: the analysis leaves them out.
+M.CUMULATIVE = false
+
 -- Text -----------------------------------------------------------------------
 
 -- Text with every byte that is not valid UTF-8 replaced by U+FFFD (chunk
