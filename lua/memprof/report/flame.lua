@@ -13,23 +13,28 @@
 --   flame.append(paths, site, stack, bytes, count) -- a path of its own
 --   flame.pass() -> an analysis pass whose result is
 --                   { allocated = paths, live = paths }
---   flame.tree(paths, frame_id, name_of, max_nodes) -> root, merged
+--   flame.tree(paths, opts) -> JSON text, merged, top
+--     opts  frame_id(site), name_of(frame number), max_nodes,
+--           number(n) -> the JSON text of a number
 --
 -- A path is a stack (anything with `frames`, innermost first) or, with
 -- no stack, one frame: its site.  frame_id(site) gives a frame's number
 -- (the page's frames table), in the order the frames are first met,
 -- outermost first, path by path; name_of(number) its name.
 --
--- The tree, as the page's JSON wants it: { f = frame number (absent for
--- the root), b = bytes, n = count, c = children, largest first, then by
--- name }.  When the tree has more than max_nodes nodes, the children
--- smaller than the max_nodes-th largest node are merged into one last
--- child { o = how many, b = their bytes, n = their count }; `merged`
--- counts the nodes smaller than that size.  Paths of no bytes are left
--- out.  Tables made with `array` (an argument of tree) are written as
--- JSON arrays even when empty.
+-- The tree is the JSON text of { f = frame number (absent for the root),
+-- b = bytes, n = count, c = children, largest first, then by name },
+-- each object with its keys sorted.  When the tree has more than
+-- max_nodes nodes, the children smaller than the max_nodes-th largest
+-- node are merged into one last child { o = how many, b = their bytes,
+-- n = their count }; `merged` counts the nodes smaller than that size.
+-- Paths of no bytes are left out.  top: { bytes = the root's, frames =,
+-- sizes = } the frame numbers and bytes of the root's children that are
+-- not merged.
 
 local M = {}
+
+local concat = table.concat
 
 -- Paths -----------------------------------------------------------------------
 
@@ -169,38 +174,59 @@ local function sorted_children(tree, node, name_of)
   return list
 end
 
-local function node_json(tree, node, limit, name_of, array)
-  local out = { f = tree.frame[node] or nil, b = tree.bytes[node],
-    n = tree.count[node] }
-  local children, other = array(), nil
+-- The JSON text of a node and the nodes below it kept: an object with
+-- its keys sorted, as the page's encoder writes one (number(n) writes a
+-- number).  Text rather than a table per node: the tree of a large
+-- profile keeps hundreds of thousands of nodes (all the leaves of one
+-- size when they tie with the limit).  `top`, if given, gets the frame
+-- numbers and bytes of the node's children that are kept, in order.
+local function node_text(tree, node, limit, name_of, number, top)
+  local bytes = tree.bytes
+  local children, other = {}, nil
   for _, child in ipairs(sorted_children(tree, node, name_of)) do
-    if tree.bytes[child] >= limit then
-      children[#children + 1] = node_json(tree, child, limit, name_of, array)
+    if bytes[child] >= limit then
+      children[#children + 1] = node_text(tree, child, limit, name_of,
+        number)
+      if top then
+        top.frames[#top.frames + 1] = tree.frame[child]
+        top.sizes[#top.sizes + 1] = bytes[child]
+      end
     else
       other = other or { o = 0, b = 0, n = 0 }
       other.o = other.o + 1
-      other.b = other.b + tree.bytes[child]
+      other.b = other.b + bytes[child]
       other.n = other.n + tree.count[child]
     end
   end
-  children[#children + 1] = other
-  if #children > 0 then
-    out.c = children
+  if other then
+    children[#children + 1] = '{"b":' .. number(other.b) .. ',"n":' ..
+      number(other.n) .. ',"o":' .. number(other.o) .. '}'
   end
-  return out
+  local text = '{"b":' .. number(bytes[node])
+  if #children > 0 then
+    text = text .. ',"c":[' .. concat(children, ',') .. ']'
+  end
+  local frame = tree.frame[node]
+  if frame then
+    text = text .. ',"f":' .. number(frame)
+  end
+  return text .. ',"n":' .. number(tree.count[node]) .. '}'
 end
 
--- The tree of the paths, and how many of its nodes were merged.
-function M.tree(paths, frame_id, name_of, max_nodes, array)
+-- The tree of the paths as JSON text, how many of its nodes were merged,
+-- and its top: { bytes = the root's, frames =, sizes = } (node_text).
+function M.tree(paths, opts)
   local tree = new_tree()
   local bytes = paths.bytes
   for i = 1, paths.n do
     if bytes[i] > 0 then
-      add_path(tree, frame_id, paths, i)
+      add_path(tree, opts.frame_id, paths, i)
     end
   end
-  local limit, merged = size_limit(tree, max_nodes)
-  return node_json(tree, 1, limit, name_of, array), merged
+  local limit, merged = size_limit(tree, opts.max_nodes)
+  local top = { bytes = tree.bytes[1], frames = {}, sizes = {} }
+  return node_text(tree, 1, limit, opts.name_of, opts.number, top), merged,
+    top
 end
 
 return M

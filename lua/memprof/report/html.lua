@@ -220,11 +220,17 @@ end
 
 local FRAME_TABLE
 
+-- JSON text made elsewhere (the flame trees: memprof.report.flame),
+-- written as it is: { text = ... }.
+local JSON_TEXT = {}
+
 -- Appends the JSON text of value to parts.
 json_value = function(value, parts)
   local kind = type(value)
   if kind == 'table' then
-    if getmetatable(value) == FRAME_TABLE then
+    if getmetatable(value) == JSON_TEXT then
+      parts[#parts + 1] = value.text
+    elseif getmetatable(value) == FRAME_TABLE then
       json_frames(value, parts)
     elseif getmetatable(value) == ARRAY or value[1] ~= nil then
       json_array(value, parts)
@@ -391,14 +397,18 @@ local function frame_id(frames, site)
   return id
 end
 
--- The tree of the paths (memprof.report.flame), and how many of its
--- frames were merged.
+-- The tree of the paths (memprof.report.flame) as JSON text (written as
+-- it is by json_value), how many of its frames were merged, and its top.
 local function flame_tree(paths, frames)
-  return flame.tree(paths, function(site)
-    return frame_id(frames, site)
-  end, function(id)
-    return frames.names[id + 1]
-  end, M.MAX_FRAMES, array)
+  local text, merged, top = flame.tree(paths, {
+    frame_id = function(site)
+      return frame_id(frames, site)
+    end,
+    name_of = function(id)
+      return frames.names[id + 1]
+    end,
+    max_nodes = M.MAX_FRAMES, number = json_number })
+  return setmetatable({ text = text }, JSON_TEXT), merged, top
 end
 
 -- What the graphs count, and the names of their roots.
@@ -409,19 +419,19 @@ local FLAME_TITLES = {
 
 -- The share of a tree's bytes in frames of compiled code (an "other"
 -- box has no frame).
-local function trace_share(root, frames)
+local function trace_share(top, frames)
   local bytes = 0
-  for _, child in ipairs(root.c or {}) do
-    if child.f and frames.sources[child.f + 1] == 'trace' then
-      bytes = bytes + child.b
+  for i, id in ipairs(top.frames) do
+    if frames.sources[id + 1] == 'trace' then
+      bytes = bytes + top.sizes[i]
     end
   end
-  return percent(bytes, root.b)
+  return percent(bytes, top.bytes)
 end
 
 -- A note for a tree mostly made of traces without callers.
-local function trace_note(root, frames)
-  local share = trace_share(root, frames)
+local function trace_note(top, frames)
+  local share = trace_share(top, frames)
   if share < 5 then
     return nil
   end
@@ -432,10 +442,10 @@ end
 
 local function flame_graph(result, name, records, frames)
   local titles = FLAME_TITLES[name]
-  local root, dropped = flame_tree(records, frames)
+  local root, dropped, top = flame_tree(records, frames)
   local notes = {}
   notes[#notes + 1] = flame_note(result, name)
-  notes[#notes + 1] = trace_note(root, frames)
+  notes[#notes + 1] = trace_note(top, frames)
   if dropped > 0 then
     notes[#notes + 1] = format('The %s smallest frames are merged into ' ..
       '"other" boxes, to keep the page light.', with_commas(dropped))
