@@ -76,8 +76,10 @@ local function each_value(result, metric, fn)
     ['alloc-count'] = 'allocated_events',
     ['live-bytes'] = 'live_bytes' })[metric]
   assert(field, 'unknown metric')
-  for _, row in ipairs(rows.collect(result, { overrides = false })) do
-    fn(row.group, row[field])
+  local figures = rows.figures(result)
+  local values = figures[field]
+  for _, group in ipairs(figures.list) do
+    fn(group, values[group.id])
   end
 end
 

@@ -127,15 +127,17 @@ local function positive(n)
   return n > 0 and n or 0
 end
 
-function Builder:sample(row)
-  local values = { row.allocated_bytes, row.allocated_events,
-    positive(row.live_bytes), positive(row.live_blocks) }
+function Builder:sample(group, figures)
+  local id = group.id
+  local values = { figures.allocated_bytes[id],
+    figures.allocated_events[id], positive(figures.live_bytes[id]),
+    positive(figures.live_blocks[id]) }
   if values[1] == 0 and values[2] == 0 and values[3] == 0 and
       values[4] == 0 then
     return nil
   end
   local ids = {}
-  for i, frame in ipairs(frames_of(row.group)) do
+  for i, frame in ipairs(frames_of(group)) do
     ids[i] = self:location_of(frame)
   end
   return pb.message():packed(SAMPLE.location_id, ids)
@@ -153,8 +155,9 @@ local function emit_profile(result, emit)
       :varint(VALUE_TYPE.type, self:string(sample_type[1]))
       :varint(VALUE_TYPE.unit, self:string(sample_type[2])))
   end
-  for _, row in ipairs(rows.collect(result, { overrides = false })) do
-    local sample = self:sample(row)
+  local figures = rows.figures(result)
+  for _, group in ipairs(figures.list) do
+    local sample = self:sample(group, figures)
     if sample then
       profile:message(PROFILE.sample, sample)
     end
