@@ -109,30 +109,10 @@ local function unmark(marked)
   return marked
 end
 
-local function encoded(prepared)
-  local text = cjson().encode(prepared)
+function M.encode(value)
+  local text = cjson().encode(prepare(value))
   -- cjson writes the marker's \1 as \u0001.
   return (text:gsub('"\\u0001memprof:([^"]-)\\u0001"', unmark))
-end
-
-function M.encode(value)
-  return encoded(prepare(value))
-end
-
--- prepare() for a table that nothing else holds (an entry of a section,
--- made to be written and dropped): its values are replaced where they
--- are instead of copied, which halves the tables a long section makes
--- the collector free.
-local function prepare_owned(value)
-  for k, v in pairs(value) do
-    if type(v) == 'table' and v ~= NULL and
-        not (ARRAYS[v] and #v == 0) then
-      prepare_owned(v)
-    else
-      value[k] = prepare(v)
-    end
-  end
-  return value
 end
 
 -- The document -----------------------------------------------------------
@@ -521,7 +501,7 @@ local function write_section(out, part)
     if i > 1 then
       out:write(',')
     end
-    out:write(encoded(prepare_owned(part.entry_of(item))))
+    out:write(M.encode(part.entry_of(item)))
   end
   out:write(']')
 end
