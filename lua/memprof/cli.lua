@@ -588,6 +588,14 @@ local function report(path, opts, out, err)
   if not result then
     return nil, missing
   end
+  -- The passes' own tables (maps of records by group, indexes) are
+  -- garbage once they have finished, but LuaJIT's compiled traces hold
+  -- the tables they were specialised on: throw the traces away, so that
+  -- the collector frees those while the report is written.
+  local compiler = rawget(_G, 'jit')
+  if compiler and compiler.flush then
+    compiler.flush()
+  end
   for _, note in ipairs(module.notes and module.notes(result) or {}) do
     err:write(PROGRAM, ': note: ', note, '\n')
   end
@@ -625,8 +633,17 @@ local function report_diff(paths, opts, out, err)
         sampling.note(result.stream.sample_bytes)
     end
     -- The analysis is garbage now: collect it before the next file, or
-    -- it would wait for a cycle that the next analysis starts.
+    -- it would wait for a cycle that the next analysis starts.  LuaJIT's
+    -- compiled traces hold the tables they were specialised on (the
+    -- stream's, the passes'), which keeps the whole analysis alive: they
+    -- are thrown away first (400,000 places: 268 MB still live when the
+    -- next file was read, and 706 MB of RSS at the end, instead of 54 MB
+    -- and 462 MB).
     result = nil
+    local compiler = rawget(_G, 'jit')
+    if compiler and compiler.flush then
+      compiler.flush()
+    end
     collectgarbage('collect')
   end
   local changes = diff.compare(figures[1], figures[2], { sort = opts.sort })
