@@ -53,6 +53,7 @@ build = {
     ["memprof.report.pprof"] = "lua/memprof/report/pprof.lua",
     ["memprof.report.chrome"] = "lua/memprof/report/chrome.lua",
     ["memprof.report.html"] = "lua/memprof/report/html.lua",
+    ["memprof.report.flame"] = "lua/memprof/report/flame.lua",
     ["memprof.report.diff"] = "lua/memprof/report/diff.lua",
     ["memprof.protobuf"] = "lua/memprof/protobuf.lua",
     ["memprof.gzip"] = "lua/memprof/gzip.lua",

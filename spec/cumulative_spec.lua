@@ -87,4 +87,48 @@ describe('cumulative figures', function()
     assert.is_nil(run(B.nested_calls(), 'line').cumulative)
     assert.is_nil(run(B.nested_calls(), 'caller').cumulative)
   end)
+
+  it('are left out with cumulative = false (formats that do not show them)',
+    function()
+      for _, group in ipairs({ 'function', 'stack' }) do
+        local result = analyze.run(reader.from_string(
+          B.nested_calls():bytes(), 'out.bin'),
+          { group = group, cumulative = false })
+        assert.is_nil(result.cumulative)
+        -- The other passes are as with it.
+        assert.are.same(run(B.nested_calls(), group).heap.total,
+          result.heap.total)
+      end
+      local stream = reader.from_string(B.nested_calls():bytes(), 'out.bin')
+      for _, name in ipairs({ 'folded', 'pprof' }) do
+        local module = require('memprof.report.' .. name)
+        assert.is_false(module.analysis({}, stream, reader).cumulative)
+      end
+      for _, name in ipairs({ 'html', 'chrome' }) do
+        assert.is_false(require('memprof.report.' .. name).CUMULATIVE)
+      end
+    end)
+end)
+
+describe('rows.figures', function()
+  local rows = require('memprof.report.rows')
+
+  it('are the figures of rows.collect, in columns by group id', function()
+    for _, group in ipairs({ 'line', 'function', 'stack' }) do
+      for _, builder in ipairs({ B.nested_calls(), B.three_callers() }) do
+        local result = run(builder, group)
+        local figures = rows.figures(result)
+        local list = rows.collect(result, { overrides = false })
+        assert.are.equal(#list, #figures.list)
+        for i, row in ipairs(list) do
+          local id = figures.list[i].id
+          assert.are.equal(row.group, figures.list[i])
+          assert.are.same({ row.allocated_events, row.allocated_bytes,
+            row.live_bytes, row.live_blocks },
+            { figures.allocated_events[id], figures.allocated_bytes[id],
+              figures.live_bytes[id], figures.live_blocks[id] })
+        end
+      end
+    end
+  end)
 end)

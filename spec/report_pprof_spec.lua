@@ -31,6 +31,20 @@ describe('protobuf encoder', function()
       'protobuf: expected a whole number between 0 and 2^53')
   end)
 
+  it('streams the fields of a top-level message as they are added',
+    function()
+      local emitted = {}
+      local message = pb.stream(function(bytes)
+        emitted[#emitted + 1] = hex(bytes)
+      end)
+      message:bytes(2, 'testing'):message(3, pb.message():varint(1, 150))
+        :packed(4, { 3, 270, 86942 }):optional(5, 0):optional(6, 1)
+      assert.are.same({ '120774657374696e67', '1a03089601',
+        '2206038e029ea705', '3001' }, emitted)
+      assert.has_error(function() message:encode() end,
+        'protobuf: a streamed message has no encoding to return')
+    end)
+
   it('encodes fields and messages', function()
     local inner = pb.message():varint(1, 150)
     local message = pb.message():bytes(2, 'testing'):message(3, inner)
@@ -47,6 +61,52 @@ describe('gzip writer', function()
       assert.are.equal(0, gzip.crc32('', opts))
       assert.are.equal(0x414FA339, gzip.crc32('The quick brown fox jumps ' ..
         'over the lazy dog', opts))
+    end
+  end)
+
+  it('computes CRC-32 piece by piece', function()
+    for _, opts in ipairs({ {}, { plain = true } }) do
+      local crc = gzip.crc32('1234', opts)
+      assert.are.equal(0xCBF43926, gzip.crc32('56789', opts, crc))
+      assert.are.equal(crc, gzip.crc32('', opts, crc))
+      crc = gzip.crc32('The quick brown fox ', opts)
+      crc = gzip.crc32('jumps over ', opts, crc)
+      assert.are.equal(0x414FA339, gzip.crc32('the lazy dog', opts, crc))
+    end
+  end)
+
+  it('streams the bytes wrap() makes of the pieces joined', function()
+    local block = 65535
+    -- Pieces that end inside a block, at its end, and past two.
+    local cases = {
+      {},
+      { '' },
+      { 'he', 'llo' },
+      { string.rep('a', block) },
+      { string.rep('b', block - 1), 'c', '' },
+      { string.rep('d', block), 'e' },
+      { string.rep('f', 3), string.rep('g', 2 * block + 7), 'h' },
+    }
+    for _, opts in ipairs({ {}, { plain = true } }) do
+      for _, pieces in ipairs(cases) do
+        local written = {}
+        local out = { write = function(_, ...)
+          for _, bytes in ipairs({ ... }) do
+            written[#written + 1] = bytes
+          end
+        end }
+        local writer = gzip.writer(out, opts)
+        for _, piece in ipairs(pieces) do
+          writer:write(piece)
+        end
+        writer:close()
+        local joined = table.concat(pieces)
+        assert.is_true(table.concat(written) == gzip.wrap(joined, opts))
+        -- Blocks of 65535 bytes each, but the last (5 bytes of header).
+        local blocks = math.max(1, math.ceil(#joined / block))
+        assert.are.equal(10 + #joined + 5 * blocks + 8,
+          #table.concat(written))
+      end
     end
   end)
 

@@ -21,6 +21,9 @@
 --             temporary = true, timeline = true }
 --   temporary_limit   the age limit of temporary blocks (default 1)
 --   passes    more passes: { { name = 'mine', pass = my_pass }, ... }
+--   cumulative   false: no result.cumulative, even by function or stack
+--             (a format that does not show it saves its memory: a
+--             record per stack)
 --
 -- A pass has feed(ev, owner, heap), called for every event in order (ev
 -- is the reader's reused table: copy what you keep; owner is the site
@@ -75,7 +78,7 @@ local function make_passes(grouper, by_group, opts)
         pass = view_pass(name, grouper, opts) }
     end
   end
-  if cumulative.MODES[grouper.mode] then
+  if cumulative.MODES[grouper.mode] and opts.cumulative ~= false then
     entries[#entries + 1] = { name = 'cumulative',
       pass = cumulative.new(grouper) }
   end

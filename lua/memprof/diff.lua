@@ -51,14 +51,17 @@ function M.figures(result)
   for _, field in ipairs(M.FIELDS) do
     figures[field] = {}
   end
-  for i, row in ipairs(rows.collect(result, { overrides = false })) do
-    local name = row.name
+  -- The rows' figures in columns by group id (rows.figures), not a
+  -- record per row: a large profile has a row per place.
+  local by_group = rows.figures(result)
+  for i, group in ipairs(by_group.list) do
+    local name = group.name
     figures.names[i] = name
     figures.row_of[name] = i
     for _, field in ipairs(M.FIELDS) do
-      figures[field][i] = row[field]
+      figures[field][i] = by_group[field][group.id]
     end
-    local frames = row.group.frames
+    local frames = group.frames
     local frame_names = false
     if frames then
       frame_names = {}

@@ -3,7 +3,12 @@
 --
 --   local gzip = require('memprof.gzip')
 --   local file_bytes = gzip.wrap(data)   -- a valid .gz holding `data`
---   gzip.crc32(data)                     -- 0 .. 2^32-1
+--   gzip.crc32(data [, opts [, crc]])    -- 0 .. 2^32-1; with crc, the
+--                                        -- CRC-32 of what crc was of,
+--                                        -- followed by data
+--   local w = gzip.writer(out [, opts])  -- the same file, written to
+--   w:write(piece) ... w:close()         -- out (a file handle) as its
+--                                        -- content comes, in pieces
 --
 -- The deflate stream is made of "stored" blocks (RFC 1951, block type
 -- 0: up to 65535 bytes copied as they are), which every inflater reads;
@@ -35,8 +40,8 @@ local function crc32_with_bit(bit)
     end
     table32[n] = c
   end
-  return function(data)
-    local crc = bnot(0)
+  return function(data, previous)
+    local crc = bnot(previous)
     for i = 1, #data do
       crc = bxor(rshift(crc, 8), table32[band(bxor(crc, byte(data, i)), 255)])
     end
@@ -97,8 +102,13 @@ local function crc32_plain()
     end
     t0[n], t1[n], t2[n], t3[n] = c0, c1, c2, c3
   end
-  return function(data)
-    local c0, c1, c2, c3 = 255, 255, 255, 255
+  return function(data, previous)
+    -- The state is the complement of the previous CRC, byte by byte.
+    local p0 = previous % 256
+    local p1 = floor(previous / 256) % 256
+    local p2 = floor(previous / 65536) % 256
+    local p3 = floor(previous / 16777216) % 256
+    local c0, c1, c2, c3 = 255 - p0, 255 - p1, 255 - p2, 255 - p3
     for i = 1, #data do
       local index = xor[c0 * 256 + byte(data, i)]
       c0 = xor[c1 * 256 + t0[index]]
@@ -115,17 +125,20 @@ local crc32, plain_crc32
 
 -- The CRC-32 of a string (as gzip and zlib compute it), 0 .. 2^32-1.
 -- opts.plain: use the plain Lua version even when `bit` is there.
-function M.crc32(data, opts)
+-- The CRC-32 of data; with `previous` (the CRC-32 of some bytes), that
+-- of those bytes followed by data, so that a CRC can be computed piece
+-- by piece.
+function M.crc32(data, opts, previous)
   if opts and opts.plain then
     plain_crc32 = plain_crc32 or crc32_plain()
-    return plain_crc32(data)
+    return plain_crc32(data, previous or 0)
   end
   if not crc32 then
     local ok, bit = pcall(require, 'bit')
     crc32 = ok and type(bit) == 'table' and crc32_with_bit(bit) or
       crc32_plain()
   end
-  return crc32(data)
+  return crc32(data, previous or 0)
 end
 
 -- Gzip framing -----------------------------------------------------------
@@ -145,17 +158,21 @@ local function le16(n)
 end
 
 -- The deflate stream of `data` in stored blocks.
+-- One stored block of at most MAX_STORED bytes; final: the last one.
+local function stored_block(piece, final)
+  -- BFINAL, then block type 00; a stored block starts on a byte
+  -- boundary, so the header takes the whole first byte.
+  return char(final and 1 or 0) .. le16(#piece) ..
+    le16(MAX_STORED - #piece) .. piece
+end
+
 local function stored_blocks(data)
   local parts = {}
   local at = 1
   repeat
     local piece = data:sub(at, at + MAX_STORED - 1)
     at = at + #piece
-    local final = at > #data and 1 or 0
-    -- BFINAL, then block type 00; a stored block starts on a byte
-    -- boundary, so the header takes the whole first byte.
-    parts[#parts + 1] = char(final) .. le16(#piece) ..
-      le16(MAX_STORED - #piece) .. piece
+    parts[#parts + 1] = stored_block(piece, at > #data)
   until at > #data
   return concat(parts)
 end
@@ -168,6 +185,51 @@ local HEADER = '\31\139\8\0\0\0\0\0\0\255'
 function M.wrap(data, opts)
   return HEADER .. stored_blocks(data) .. le32(M.crc32(data, opts)) ..
     le32(#data % 2 ^ 32)
+end
+
+-- The streaming writer: the same bytes as wrap() of all the pieces
+-- joined, without ever holding them joined.  The pieces wait in a list
+-- until they make more than a block; then full blocks are written, and
+-- what is left waits.  The last block, written by close(), holds 1 to
+-- MAX_STORED bytes (none if there was no content), as wrap() makes it.
+local Writer = {}
+Writer.__index = Writer
+
+function M.writer(out, opts)
+  out:write(HEADER)
+  return setmetatable({ out = out, opts = opts, crc = 0, size = 0,
+    waiting = {}, waiting_bytes = 0 }, Writer)
+end
+
+-- Writes the full blocks of `data` but the last MAX_STORED bytes or
+-- fewer, and returns those.
+function Writer:blocks_of(data)
+  local at = 1
+  while #data - at + 1 > MAX_STORED do
+    self.out:write(stored_block(data:sub(at, at + MAX_STORED - 1), false))
+    at = at + MAX_STORED
+  end
+  return data:sub(at)
+end
+
+function Writer:write(piece)
+  self.crc = M.crc32(piece, self.opts, self.crc)
+  self.size = self.size + #piece
+  local waiting = self.waiting
+  waiting[#waiting + 1] = piece
+  self.waiting_bytes = self.waiting_bytes + #piece
+  if self.waiting_bytes > MAX_STORED then
+    local rest = self:blocks_of(concat(waiting))
+    self.waiting = { rest }
+    self.waiting_bytes = #rest
+  end
+end
+
+function Writer:close()
+  local out = self.out
+  out:write(stored_block(concat(self.waiting), true))
+  out:write(le32(self.crc), le32(self.size % 2 ^ 32))
+  self.waiting, self.waiting_bytes = {}, 0
 end
 
 return M

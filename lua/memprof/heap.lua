@@ -64,7 +64,19 @@
 -- addresses); each(fn) (fn(addr, slot) for each, in no particular
 -- order); and free() (the C memory; the map is not used after).
 
+local record_shape = require('memprof.record').shape
+
 local M = {}
+
+-- The stats of a site or group: a memprof.record (a large profile has a
+-- record per place, and a table of six named fields took about 230
+-- bytes).  `group` is the same value as `site`, kept as a field of its
+-- own because the reports read either name.
+local Stats = record_shape({ 'site', 'group', 'holds', 'allocs',
+  'reallocs', 'frees' })
+M.Stats = Stats
+local HOLDS, ALLOCS, REALLOCS, FREES = Stats.index.holds, Stats.index.allocs,
+  Stats.index.reallocs, Stats.index.frees
 
 M.BEFORE_PROFILING = { id = 0, source = 'before',
   name = '(blocks allocated before the profile)' }
@@ -443,7 +455,7 @@ end
 -- in the VM's heap, as the Lua arrays are, and freed by the collector
 -- with the pass, without a finalizer), so that releasing a block reads
 -- one record instead of six Lua arrays; the site and stack are numbers
--- into lists of the sites and stacks seen.
+-- into lists of the sites and stacks seen (number_of).
 local new_ffi_blocks
 if ok_ffi then
   pcall(ffi.cdef, [[
@@ -464,8 +476,9 @@ if ok_ffi then
 
   function new_ffi_blocks()
     return setmetatable({ records = allocate_blocks(MIN_BLOCKS),
-      capacity = MIN_BLOCKS, site_list = { [0] = false }, site_index = {},
-      stack_list = { [0] = false }, stack_index = {} }, FfiBlocks)
+      capacity = MIN_BLOCKS, site_list = { [0] = false },
+      other_sites = { list = {} }, stack_list = { [0] = false },
+      other_stacks = { list = {} } }, FfiBlocks)
   end
 
   -- Room for slots up to `slot` (records are indexed by slot from 0).
@@ -479,12 +492,30 @@ if ok_ffi then
     self.records, self.capacity = records, capacity
   end
 
-  -- The number of a site (or stack), from 1, given at its first block.
-  local function intern(list, index, value)
-    local i = #list + 1
-    list[i] = value
-    index[value] = i
-    return i
+  -- The number of a site or stack in a record: its id in the stream
+  -- (sites and stacks of the reader have dense ids), so that the list
+  -- of them is an array and no table maps them to numbers; a value
+  -- without an id (the stacks the reader makes for compiled code), or
+  -- whose id is taken by another value, gets a negative number of its
+  -- own, from a table kept for those only.
+  local function number_of(list, others, value, id)
+    if id then
+      local known = list[id]
+      if known == value then
+        return id
+      elseif known == nil then
+        list[id] = value
+        return id
+      end
+    end
+    local number = others[value]
+    if not number then
+      number = -(#others.list + 1)
+      others[value] = number
+      others.list[-number] = value
+      list[number] = value
+    end
+    return number
   end
 
   function FfiBlocks:set(slot, addr, size, site, stack, weight, born)
@@ -494,11 +525,10 @@ if ok_ffi then
     local record = self.records[slot]
     record.addr, record.size, record.born, record.weight = addr, size, born,
       weight
-    record.site = self.site_index[site] or
-      intern(self.site_list, self.site_index, site)
+    record.site = number_of(self.site_list, self.other_sites, site, site.id)
     if stack then
-      record.stack = self.stack_index[stack] or
-        intern(self.stack_list, self.stack_index, stack)
+      record.stack = number_of(self.stack_list, self.other_stacks, stack,
+        stack.id)
     else
       record.stack = 0
     end
@@ -565,8 +595,7 @@ end
 function Heap:stats(key)
   local stats = self.by_site[key]
   if not stats then
-    stats = { site = key, group = key, holds = 0, allocs = 0, reallocs = 0,
-      frees = 0 }
+    stats = Stats.make({ key, key, 0, 0, 0, 0 })
     self.by_site[key] = stats
     self.sites[#self.sites + 1] = stats
   end
@@ -634,8 +663,8 @@ function Heap:feed(ev)
       key = grouper:key(owner, self.released_stack)
     end
     local stats = by_site[key] or self:stats(key)
-    stats.holds = stats.holds - ev.osize
-    stats.frees = stats.frees + ev.oweight
+    stats[HOLDS] = stats[HOLDS] - ev.osize
+    stats[FREES] = stats[FREES] + ev.oweight
   end
   if kind ~= 'free' then
     local site, stack, nweight = ev.site, ev.stack, ev.nweight
@@ -645,10 +674,10 @@ function Heap:feed(ev)
       key = grouper:key(site, stack)
     end
     local stats = by_site[key] or self:stats(key)
-    stats.holds = stats.holds + ev.nsize
-    stats.allocs = stats.allocs + nweight
+    stats[HOLDS] = stats[HOLDS] + ev.nsize
+    stats[ALLOCS] = stats[ALLOCS] + nweight
     if kind == 'realloc' then
-      stats.reallocs = stats.reallocs + nweight
+      stats[REALLOCS] = stats[REALLOCS] + nweight
     end
     produce(self, ev.naddr, ev.nsize, site, stack, nweight)
   end

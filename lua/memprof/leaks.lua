@@ -15,7 +15,9 @@
 --         stacks = {                    -- the stacks of those blocks
 --           { stack = <stack>, count = <blocks>, bytes = <bytes> }, ...
 --         } },                          -- (empty for blocks without
---       ...                             -- stacks, and in stack mode)
+--       ...                             -- stacks, and in stack mode: one
+--                                       -- list shared by those rows,
+--                                       -- never to be modified)
 --     },
 --     count = <blocks live at the end>,
 --     bytes = <their bytes>,
@@ -97,9 +99,17 @@ local function find_stack(row, stack)
   return nil
 end
 
+-- The stacks of a row that has none: one empty list for all of them
+-- (a row per place in a profile without stacks), never modified.
+local NO_STACKS = {}
+
 local function add_stack(row, stack)
   local record = StackRecord.make({ stack, 0, 0 })
   local stacks = row[STACKS]
+  if stacks == NO_STACKS then
+    stacks = {}
+    row[STACKS] = stacks
+  end
   stacks[#stacks + 1] = record
   local by_stack = row[BY_STACK]
   if by_stack then
@@ -132,7 +142,7 @@ function Leaks:finish(stream, heap)
     local group = self.grouper:key(site, stack)
     local row = by_group[group]
     if not row then
-      row = Row.make({ group, 0, 0, {}, false })
+      row = Row.make({ group, 0, 0, NO_STACKS, false })
       by_group[group] = row
       rows[#rows + 1] = row
     end

@@ -9,6 +9,10 @@
 --   message:message(3, other)          -- an embedded message
 --   message:packed(4, { 1, 2, 3 })     -- packed repeated varints
 --   local encoded = message:encode()
+--   local streamed = pb.stream(emit)   -- a message whose fields go to
+--                                      -- emit(bytes) as they are added
+--                                      -- (no encode(): a top-level
+--                                      -- message, never embedded)
 --
 -- Numbers must be whole and between 0 and 2^53 (exact in a Lua number):
 -- every value of a memory profile is, and the encoder refuses others
@@ -82,6 +86,26 @@ end
 
 function Message:encode()
   return concat(self.parts)
+end
+
+-- A message written as it is made: each field is handed to emit(bytes)
+-- at once, so that a large message (a pprof profile) is never held
+-- whole.  A top-level message has no length before it, which is what
+-- lets its fields go out one by one.
+local Streamed = setmetatable({}, { __index = Message })
+Streamed.__index = Streamed
+
+function M.stream(emit)
+  return setmetatable({ emit = emit }, Streamed)
+end
+
+function Streamed:add(bytes)
+  self.emit(bytes)
+  return self
+end
+
+function Streamed.encode()
+  error('protobuf: a streamed message has no encoding to return', 2)
 end
 
 return M

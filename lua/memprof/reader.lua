@@ -395,15 +395,25 @@ end
 
 -- A site is a memprof.record (a large profile has hundreds of thousands
 -- of sites): M.Site is its shape.  new_site takes its fields by name.
-local Site = record.shape({ 'id', 'source', 'name', 'internal_kind',
-  'chunkname', 'line', 'traceno', 'traces', 'addr', 'alias', 'func' })
+-- The fields that most sites lack come last: a site of a Lua line or a
+-- C function is made with the first seven only (an array part of eight
+-- slots, not twelve: 32 bytes less per place).
+local Site = record.shape({ 'id', 'source', 'name', 'chunkname', 'line',
+  'addr', 'func', 'alias', 'internal_kind', 'traceno', 'traces' })
 M.Site = Site
 
 function common:new_site(fields)
   local id = #self.sites + 1
-  local site = Site.make({ id, fields.source, fields.name,
-    fields.internal_kind, fields.chunkname, fields.line, fields.traceno,
-    fields.traces, fields.addr, fields.alias, fields.func })
+  local site
+  if fields.alias or fields.internal_kind or fields.traceno or
+      fields.traces then
+    site = Site.make({ id, fields.source, fields.name, fields.chunkname,
+      fields.line, fields.addr, fields.func, fields.alias,
+      fields.internal_kind, fields.traceno, fields.traces })
+  else
+    site = Site.make({ id, fields.source, fields.name, fields.chunkname,
+      fields.line, fields.addr, fields.func })
+  end
   self.sites[id] = site
   return site
 end

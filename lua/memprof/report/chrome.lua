@@ -29,6 +29,9 @@ M.COUNTER = 'live heap'
 -- Rows of the peak named in the args of its instant event.
 M.PEAK_ROWS = 10
 
+-- The trace shows no cumulative rows: the analysis leaves them out.
+M.CUMULATIVE = false
+
 M.CLOCKS = {
   time = 'time marks',
   events = 'event numbers as microseconds (the profile has no time marks)',

@@ -76,8 +76,10 @@ local function each_value(result, metric, fn)
     ['alloc-count'] = 'allocated_events',
     ['live-bytes'] = 'live_bytes' })[metric]
   assert(field, 'unknown metric')
-  for _, row in ipairs(rows.collect(result, { overrides = false })) do
-    fn(row.group, row[field])
+  local figures = rows.figures(result)
+  local values = figures[field]
+  for _, group in ipairs(figures.list) do
+    fn(group, values[group.id])
   end
 end
 
@@ -114,7 +116,8 @@ end
 -- stream can have stacks, and the peak.
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION
-  return { group = extended and 'stack' or 'line', views = { peak = true } }
+  return { group = extended and 'stack' or 'line', views = { peak = true },
+    cumulative = false }
 end
 
 -- With --output=PREFIX: one file per metric (only opts.metric's, if

@@ -31,6 +31,8 @@
 -- stacks; a note on the page says so.
 
 local layout = require('memprof.report.layout')
+local flame = require('memprof.report.flame')
+local record_shape = require('memprof.record').shape
 local heap = require('memprof.heap')
 local sampling = require('memprof.sampling')
 local timeline = require('memprof.timeline')
@@ -48,6 +50,9 @@ M.STACKS_PER_ROW = 3
 M.CHART_ROWS = 400
 -- Frames of a flame graph, at most: the smallest are left out beyond.
 M.MAX_FRAMES = 30000
+
+-- The page shows no cumulative rows: the analysis leaves them out.
+M.CUMULATIVE = false
 
 -- Text -----------------------------------------------------------------------
 
@@ -163,6 +168,10 @@ end
 
 local json_value
 
+-- How many parts the JSON of a long list gathers before they are
+-- written (write_json).
+local FLUSH_PARTS = 4096
+
 local function json_array(list, parts)
   parts[#parts + 1] = '['
   for i, item in ipairs(list) do
@@ -191,11 +200,39 @@ local function json_object(object, parts)
   parts[#parts + 1] = '}'
 end
 
+-- The frame table of the flame graphs (below): the list of { name =,
+-- source = } that its arrays stand for.
+local function json_frames(frames, parts)
+  parts[#parts + 1] = '['
+  local names, sources = frames.names, frames.sources
+  for i = 1, frames.count do
+    if i > 1 then
+      parts[#parts + 1] = ','
+    end
+    parts[#parts + 1] = '{"name":' .. json_string(names[i]) ..
+      ',"source":' .. json_string(sources[i]) .. '}'
+    if #parts >= FLUSH_PARTS and parts.flush then
+      parts:flush()
+    end
+  end
+  parts[#parts + 1] = ']'
+end
+
+local FRAME_TABLE
+
+-- JSON text made elsewhere (the flame trees: memprof.report.flame),
+-- written as it is: { text = ... }.
+local JSON_TEXT = {}
+
 -- Appends the JSON text of value to parts.
 json_value = function(value, parts)
   local kind = type(value)
   if kind == 'table' then
-    if getmetatable(value) == ARRAY or value[1] ~= nil then
+    if getmetatable(value) == JSON_TEXT then
+      parts[#parts + 1] = value.text
+    elseif getmetatable(value) == FRAME_TABLE then
+      json_frames(value, parts)
+    elseif getmetatable(value) == ARRAY or value[1] ~= nil then
       json_array(value, parts)
     else
       json_object(value, parts)
@@ -217,53 +254,23 @@ function M.json(value)
   return concat(parts)
 end
 
--- The flame pass -------------------------------------------------------------
+-- Writes the JSON text of value to out, in pieces of FLUSH_PARTS parts
+-- or so (the frame table of a large profile is tens of MB of text).
+local function write_json(out, value)
+  local parts = { flush = function(self)
+    out:write(concat(self))
+    for i = #self, 1, -1 do
+      self[i] = nil
+    end
+  end }
+  json_value(value, parts)
+  parts:flush()
+end
 
--- Bytes allocated and live per call stack (per site for events without a
--- stack), whatever the grouping of the report's rows.
-local FlamePass = {}
-FlamePass.__index = FlamePass
+-- The flame pass and the paths of the graphs: memprof.report.flame.
 
 function M.flame_pass()
-  return setmetatable({ allocated = {}, by_key = {} }, FlamePass)
-end
-
--- The frames of an event, innermost first: its stack, or its site alone.
-local function frames_of(site, stack)
-  if stack then
-    return stack.frames
-  end
-  return { site }
-end
-
-local function stack_record(records, by_key, site, stack)
-  local key = stack or site
-  local record = by_key[key]
-  if not record then
-    record = { frames = frames_of(site, stack), bytes = 0, count = 0 }
-    by_key[key] = record
-    records[#records + 1] = record
-  end
-  return record
-end
-
-function FlamePass:feed(ev)
-  if ev.kind ~= 'free' then
-    local record = self.by_key[ev.stack or ev.site] or
-      stack_record(self.allocated, self.by_key, ev.site, ev.stack)
-    record.bytes = record.bytes + ev.nsize
-    record.count = record.count + ev.nweight
-  end
-end
-
-function FlamePass:finish(_, heap)
-  local live, by_key = {}, {}
-  heap:each_live_block(function(_, size, site, stack, _, weight)
-    local record = stack_record(live, by_key, site, stack)
-    record.bytes = record.bytes + size
-    record.count = record.count + weight
-  end)
-  return { allocated = self.allocated, live = live }
+  return flame.pass()
 end
 
 function M.passes()
@@ -272,26 +279,27 @@ end
 
 -- Stacks for the flame graphs, from the result -------------------------------
 
--- The frames of a row of the report: its stack, or the row alone (the
--- site itself when the row is a site without a stack).
-local function group_frames(group)
+-- Appends the path of a row of the report: its stack, or the row alone
+-- (the site itself when the row is a site without a stack).
+local function append_group(paths, group, bytes, count)
   if group.frames then
-    return group.frames
+    flame.append(paths, nil, group, bytes, count)
+  else
+    flame.append(paths, group.note == 'no stack' and group.site or group,
+      nil, bytes, count)
   end
-  return { group.note == 'no stack' and group.site or group }
 end
 
 -- Allocated bytes per row of the sites pass (per stack when the rows are
 -- stacks).
 local function allocated_by_row(result)
-  local records = {}
+  local paths = flame.paths()
   for _, kind in ipairs({ 'alloc', 'realloc' }) do
     for _, record in ipairs(result.sites.kinds[kind]) do
-      records[#records + 1] = { frames = group_frames(record.group),
-        bytes = record.plus, count = record.count }
+      append_group(paths, record.group, record.plus, record.count)
     end
   end
-  return records
+  return paths
 end
 
 -- The blocks of a live-at-end row that no stack record accounts for.
@@ -305,30 +313,28 @@ local function stackless_rest(row)
 end
 
 local function live_from_leaks(leaks)
-  local records = {}
+  local paths = flame.paths()
   for _, row in ipairs(leaks.rows) do
     for _, record in ipairs(row.stacks) do
-      records[#records + 1] = { frames = record.stack.frames,
-        bytes = record.bytes, count = record.count }
+      flame.append(paths, nil, record.stack, record.bytes, record.count)
     end
     local count, bytes = stackless_rest(row)
     if count > 0 then
-      records[#records + 1] = { frames = group_frames(row.group),
-        bytes = bytes, count = count }
+      append_group(paths, row.group, bytes, count)
     end
   end
-  return records
+  return paths
 end
 
-local function live_from_heap(heap)
-  local records = {}
-  for _, stats in ipairs(heap.sites) do
+local function live_from_heap(heap_pass)
+  local paths = flame.paths()
+  for _, stats in ipairs(heap_pass.sites) do
     if stats.holds > 0 and stats.group.source ~= 'before' then
-      records[#records + 1] = { frames = group_frames(stats.group),
-        bytes = stats.holds, count = stats.allocs - stats.frees }
+      append_group(paths, stats.group, stats.holds,
+        stats.allocs - stats.frees)
     end
   end
-  return records
+  return paths
 end
 
 local function stack_records(result)
@@ -367,119 +373,42 @@ end
 
 -- Flame trees ----------------------------------------------------------------
 
--- Interns frames by name: the frames table of the page, 0-based ids.
+-- Interns frames by name: the frames table of the page, 0-based ids,
+-- kept as two arrays (a large profile has hundreds of thousands of
+-- frames), written as the JSON list of { name =, source = } they stand
+-- for (json_value).
+FRAME_TABLE = {}
+
 local function new_frame_table()
-  return { list = array(), id_of = {} }
+  return setmetatable({ names = {}, sources = {}, id_of = {}, count = 0 },
+    FRAME_TABLE)
 end
 
 local function frame_id(frames, site)
   local name = clean_text(site.name)
   local id = frames.id_of[name]
   if not id then
-    id = #frames.list
+    id = frames.count
+    frames.count = id + 1
     frames.id_of[name] = id
-    frames.list[id + 1] = { name = name, source = site.source or 'lua' }
+    frames.names[id + 1] = name
+    frames.sources[id + 1] = site.source or 'lua'
   end
   return id
 end
 
-local function new_node(id)
-  return { id = id, bytes = 0, count = 0, children = {}, child_of = {} }
-end
-
--- Adds a stack (innermost frame first) below the root.
-local function add_stack(root, record, table_of_frames)
-  local node = root
-  node.bytes = node.bytes + record.bytes
-  node.count = node.count + record.count
-  for i = #record.frames, 1, -1 do
-    local id = frame_id(table_of_frames, record.frames[i])
-    local child = node.child_of[id]
-    if not child then
-      child = new_node(id)
-      node.child_of[id] = child
-      node.children[#node.children + 1] = child
-    end
-    child.bytes = child.bytes + record.bytes
-    child.count = child.count + record.count
-    node = child
-  end
-end
-
--- The bytes of every node of a tree.
-local function node_sizes(root)
-  local sizes, pending = {}, { root }
-  while #pending > 0 do
-    local node = table.remove(pending)
-    sizes[#sizes + 1] = node.bytes
-    for _, child in ipairs(node.children) do
-      pending[#pending + 1] = child
-    end
-  end
-  return sizes
-end
-
--- The size below which nodes are merged, so that at most about
--- M.MAX_FRAMES remain (a node is never smaller than its children, so
--- the nodes kept form a tree), and how many nodes that merges.
-local function size_limit(root)
-  local sizes = node_sizes(root)
-  if #sizes <= M.MAX_FRAMES then
-    return 0, 0
-  end
-  table.sort(sizes, function(a, b) return a > b end)
-  local limit = sizes[M.MAX_FRAMES]
-  local dropped = 0
-  for _, size in ipairs(sizes) do
-    if size < limit then
-      dropped = dropped + 1
-    end
-  end
-  return limit, dropped
-end
-
--- The tree as the page's JSON wants it: { f = frame id (absent for the
--- root), b = bytes, n = count, c = children, largest first }.  The
--- children smaller than `limit` are merged into one last child
--- { o = how many, b = their bytes, n = their count }, drawn as an
--- "other" box: nothing is left blank.
-local function tree_json(node, frames, limit)
-  table.sort(node.children, function(a, b)
-    if a.bytes ~= b.bytes then
-      return a.bytes > b.bytes
-    end
-    return frames.list[a.id + 1].name < frames.list[b.id + 1].name
-  end)
-  local out = { f = node.id, b = node.bytes, n = node.count }
-  local children, other = array(), nil
-  for _, child in ipairs(node.children) do
-    if child.bytes >= limit then
-      children[#children + 1] = tree_json(child, frames, limit)
-    else
-      other = other or { o = 0, b = 0, n = 0 }
-      other.o = other.o + 1
-      other.b = other.b + child.bytes
-      other.n = other.n + child.count
-    end
-  end
-  children[#children + 1] = other
-  if #children > 0 then
-    out.c = children
-  end
-  return out
-end
-
--- The tree of the records (stacks with bytes and counts), and how many
--- of its frames were left out.
-local function flame_tree(records, frames)
-  local root = new_node(nil)
-  for _, record in ipairs(records) do
-    if record.bytes > 0 then
-      add_stack(root, record, frames)
-    end
-  end
-  local limit, dropped = size_limit(root)
-  return tree_json(root, frames, limit), dropped
+-- The tree of the paths (memprof.report.flame) as JSON text (written as
+-- it is by json_value), how many of its frames were merged, and its top.
+local function flame_tree(paths, frames)
+  local text, merged, top = flame.tree(paths, {
+    frame_id = function(site)
+      return frame_id(frames, site)
+    end,
+    name_of = function(id)
+      return frames.names[id + 1]
+    end,
+    max_nodes = M.MAX_FRAMES, number = json_number })
+  return setmetatable({ text = text }, JSON_TEXT), merged, top
 end
 
 -- What the graphs count, and the names of their roots.
@@ -490,19 +419,19 @@ local FLAME_TITLES = {
 
 -- The share of a tree's bytes in frames of compiled code (an "other"
 -- box has no frame).
-local function trace_share(root, frames)
+local function trace_share(top, frames)
   local bytes = 0
-  for _, child in ipairs(root.c or {}) do
-    if child.f and frames.list[child.f + 1].source == 'trace' then
-      bytes = bytes + child.b
+  for i, id in ipairs(top.frames) do
+    if frames.sources[id + 1] == 'trace' then
+      bytes = bytes + top.sizes[i]
     end
   end
-  return percent(bytes, root.b)
+  return percent(bytes, top.bytes)
 end
 
 -- A note for a tree mostly made of traces without callers.
-local function trace_note(root, frames)
-  local share = trace_share(root, frames)
+local function trace_note(top, frames)
+  local share = trace_share(top, frames)
   if share < 5 then
     return nil
   end
@@ -513,10 +442,10 @@ end
 
 local function flame_graph(result, name, records, frames)
   local titles = FLAME_TITLES[name]
-  local root, dropped = flame_tree(records, frames)
+  local root, dropped, top = flame_tree(records, frames)
   local notes = {}
   notes[#notes + 1] = flame_note(result, name)
-  notes[#notes + 1] = trace_note(root, frames)
+  notes[#notes + 1] = trace_note(top, frames)
   if dropped > 0 then
     notes[#notes + 1] = format('The %s smallest frames are merged into ' ..
       '"other" boxes, to keep the page light.', with_commas(dropped))
@@ -664,7 +593,7 @@ local function page_data(result)
   local graphs = flame_graphs(result, frames)
   local data = {
     file = result.stream.name or '',
-    frames = frames.list,
+    frames = frames,
     graphs = graphs,
   }
   local chart = timeline_data(result)
@@ -753,7 +682,11 @@ end
 
 -- The tables -----------------------------------------------------------------
 
--- Allocated bytes per row name (alloc and realloc together).
+-- Allocated bytes per row name (alloc and realloc together), in
+-- compact records (memprof.record): a profile may have a row per place.
+local AllocatedRow = record_shape({ 'group', 'bytes', 'count' })
+local BYTES, COUNT = AllocatedRow.index.bytes, AllocatedRow.index.count
+
 local function allocated_rows(result, settings)
   local rows, by_name = {}, {}
   for _, kind in ipairs({ 'alloc', 'realloc' }) do
@@ -761,12 +694,12 @@ local function allocated_rows(result, settings)
       local name = record.group.name
       local row = by_name[name]
       if not row then
-        row = { group = record.group, bytes = 0, count = 0 }
+        row = AllocatedRow.make({ record.group, 0, 0 })
         by_name[name] = row
         rows[#rows + 1] = row
       end
-      row.bytes = row.bytes + record.plus
-      row.count = row.count + record.count
+      row[BYTES] = row[BYTES] + record.plus
+      row[COUNT] = row[COUNT] + record.count
     end
   end
   return sort_by(rows, settings, 'bytes', 'count')
@@ -1401,9 +1334,10 @@ local function tables_html(result, sums, settings)
   }, '\n') .. '\n'
 end
 
-local function data_html(data)
-  return '<script type="application/json" id="memprof-data">' ..
-    M.json(data) .. '</script>\n'
+local function write_data(out, data)
+  out:write('<script type="application/json" id="memprof-data">')
+  write_json(out, data)
+  out:write('</script>\n')
 end
 
 local FOOTER = '<footer>Generated by memprof-report. This page is one ' ..
@@ -1436,7 +1370,7 @@ function M.write(result, out, opts)
   out:write(tables_html(result, sums, settings))
   out:write('</main>\n')
   out:write(FOOTER)
-  out:write(data_html(data))
+  write_data(out, data)
   out:write(script_html())
 end
 

@@ -127,31 +127,37 @@ local function positive(n)
   return n > 0 and n or 0
 end
 
-function Builder:sample(row)
-  local values = { row.allocated_bytes, row.allocated_events,
-    positive(row.live_bytes), positive(row.live_blocks) }
+function Builder:sample(group, figures)
+  local id = group.id
+  local values = { figures.allocated_bytes[id],
+    figures.allocated_events[id], positive(figures.live_bytes[id]),
+    positive(figures.live_blocks[id]) }
   if values[1] == 0 and values[2] == 0 and values[3] == 0 and
       values[4] == 0 then
     return nil
   end
   local ids = {}
-  for i, frame in ipairs(frames_of(row.group)) do
+  for i, frame in ipairs(frames_of(group)) do
     ids[i] = self:location_of(frame)
   end
   return pb.message():packed(SAMPLE.location_id, ids)
     :packed(SAMPLE.value, values)
 end
 
-function M.encode(result)
+-- Writes the profile's fields with emit(bytes), in order: the samples
+-- as each row is made, the locations, functions and strings (which the
+-- samples name) after them.
+local function emit_profile(result, emit)
   local self = new_builder()
-  local profile = pb.message()
+  local profile = pb.stream(emit)
   for _, sample_type in ipairs(M.SAMPLE_TYPES) do
     profile:message(PROFILE.sample_type, pb.message()
       :varint(VALUE_TYPE.type, self:string(sample_type[1]))
       :varint(VALUE_TYPE.unit, self:string(sample_type[2])))
   end
-  for _, row in ipairs(rows.collect(result, { overrides = false })) do
-    local sample = self:sample(row)
+  local figures = rows.figures(result)
+  for _, group in ipairs(figures.list) do
+    local sample = self:sample(group, figures)
     if sample then
       profile:message(PROFILE.sample, sample)
     end
@@ -183,7 +189,14 @@ function M.encode(result)
   end
   profile:packed(PROFILE.comment, comments)
   profile:varint(PROFILE.default_sample_type, default)
-  return profile:encode()
+end
+
+function M.encode(result)
+  local parts = {}
+  emit_profile(result, function(bytes)
+    parts[#parts + 1] = bytes
+  end)
+  return table.concat(parts)
 end
 
 -- gzip data: memprof-report does not write it to a terminal.
@@ -193,7 +206,7 @@ M.BINARY = true
 -- stream can have stacks.
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION
-  return { group = extended and 'stack' or 'line' }
+  return { group = extended and 'stack' or 'line', cumulative = false }
 end
 
 -- What to say on stderr about the result.
@@ -203,7 +216,11 @@ end
 
 function M.write(result, out)
   out = out or io.stdout
-  out:write(gzip.wrap(M.encode(result)))
+  local file = gzip.writer(out)
+  emit_profile(result, function(bytes)
+    file:write(bytes)
+  end)
+  file:close()
 end
 
 return M

@@ -35,6 +35,14 @@
 --                    false }) leaves them out
 -- A row is a memprof.record (its fields by position: a large profile has
 -- a row per place); rows.Row is its shape.
+--
+--   rows.figures(result) -> the figures that folded and pprof need, in
+--                           columns: { list = the groups (the rows of
+--                           collect(), in its order), and arrays indexed
+--                           by group id: allocated_events,
+--                           allocated_bytes, live_bytes, live_blocks }
+--   (the same numbers as collect() gives, summed in the same order,
+--   without a record per row)
 
 local record = require('memprof.record')
 
@@ -176,6 +184,71 @@ function M.collect(result, opts)
     end
   end
   return list
+end
+
+-- An array of zeros by group id, for the ids of `list`.
+local function zeros(list)
+  local column = {}
+  for _, group in ipairs(list) do
+    column[group.id] = 0
+  end
+  return column
+end
+
+-- Sums records[i][from] into column[group id], for the sites pass'
+-- records of one kind.
+local function sum_into(column, grouper, records, from)
+  for _, item in ipairs(records) do
+    local id = M.group_of(grouper, item.site).id
+    column[id] = column[id] + item[from]
+  end
+end
+
+function M.figures(result)
+  local grouper = result.grouper
+  local seen, list = {}, {}
+  local function note(key)
+    seen[M.group_of(grouper, key).id] = true
+  end
+  for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
+    for _, item in ipairs(result.sites.kinds[kind]) do
+      note(item.site)
+    end
+  end
+  for _, stats in ipairs(result.heap.sites) do
+    note(stats.site)
+  end
+  for _, group in ipairs(grouper.list) do
+    if seen[group.id] then
+      list[#list + 1] = group
+    end
+  end
+  seen = nil
+  local kinds = result.sites.kinds
+  local alloc_events, alloc_bytes = zeros(list), zeros(list)
+  local realloc_events, realloc_bytes = zeros(list), zeros(list)
+  sum_into(alloc_events, grouper, kinds.alloc, 'count')
+  sum_into(alloc_bytes, grouper, kinds.alloc, 'plus')
+  sum_into(realloc_events, grouper, kinds.realloc, 'count')
+  sum_into(realloc_bytes, grouper, kinds.realloc, 'plus')
+  local live_bytes, live_blocks = zeros(list), zeros(list)
+  for _, stats in ipairs(result.heap.sites) do
+    local group = M.group_of(grouper, stats.site)
+    if group.source ~= 'before' then
+      local id = group.id
+      live_bytes[id] = live_bytes[id] + stats.holds
+      live_blocks[id] = live_blocks[id] + stats.allocs - stats.frees
+    end
+  end
+  -- allocated = alloc + realloc, as collect() adds them.
+  for _, group in ipairs(list) do
+    local id = group.id
+    alloc_events[id] = alloc_events[id] + realloc_events[id]
+    alloc_bytes[id] = alloc_bytes[id] + realloc_bytes[id]
+  end
+  return { list = list, allocated_events = alloc_events,
+    allocated_bytes = alloc_bytes, live_bytes = live_bytes,
+    live_blocks = live_blocks }
 end
 
 -- The sums of the numeric fields over rows.

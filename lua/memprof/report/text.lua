@@ -79,34 +79,100 @@ local function row_shape(fields)
 end
 
 local EventRow, HeapRow = row_shape(EVENT_FIELDS), row_shape(HEAP_FIELDS)
-local MORE = EventRow.index.more
 
 -- Groups records by the name of their site: one row per name, with the
--- numeric fields summed.  `fields` names the summed fields, whose row
--- shape is `shape`.  A row keeps its first record, and a list of the
--- others only when there are any (most names have one site): the sites
--- and overrides of a row are gathered for the rows shown only
--- (details_of).
-local function group_by_name(records, key, fields, shape)
-  local rows, by_name = {}, {}
-  local first_field = #shape.fields - #fields
+-- numeric fields summed.  The rows are kept in columns (an array per
+-- field, indexed by row number): a large profile has a row per place,
+-- and only the rows shown (top) are made records of the row's shape
+-- (row_of).  A row keeps its first record, and a list of the others
+-- only when there are any (most names have one site): the sites and
+-- overrides of a row are gathered for the rows shown only (details_of).
+local function group_by_name(records, key, fields)
+  local rows = { n = 0, name = {}, first = {}, more = {} }
+  for _, field in ipairs(fields) do
+    rows[field] = {}
+  end
+  local index = {}
   for _, item in ipairs(records) do
     local name = key(item.site)
-    local row = by_name[name]
-    if not row then
-      row = shape.make({ name, item, item.site.frames, false, 0, 0, 0, 0 })
-      by_name[name] = row
-      rows[#rows + 1] = row
+    local i = index[name]
+    if not i then
+      i = rows.n + 1
+      rows.n = i
+      index[name] = i
+      rows.name[i], rows.first[i], rows.more[i] = name, item, false
+      for _, field in ipairs(fields) do
+        rows[field][i] = 0
+      end
     else
-      local more = row[MORE] or {}
+      local more = rows.more[i] or {}
       more[#more + 1] = item
-      row[MORE] = more
+      rows.more[i] = more
     end
-    for i, field in ipairs(fields) do
-      row[first_field + i] = row[first_field + i] + item[field]
+    for _, field in ipairs(fields) do
+      local column = rows[field]
+      column[i] = column[i] + item[field]
     end
   end
   return rows
+end
+
+-- Row i of the columns as a record of `shape`.
+local function row_of(rows, i, fields, shape)
+  local first = rows.first[i]
+  local row = shape.make({ rows.name[i], first, first.site.frames,
+    rows.more[i], 0, 0, 0, 0 })
+  for _, field in ipairs(fields) do
+    row[field] = rows[field][i]
+  end
+  return row
+end
+
+-- The numbers of the rows that keep(i) keeps, sorted as
+-- layout.sort_rows sorts rows: by value(i), largest first, then by name.
+local function sorted_numbers(rows, keep, value)
+  local numbers = {}
+  for i = 1, rows.n do
+    if keep(i) then
+      numbers[#numbers + 1] = i
+    end
+  end
+  local names = rows.name
+  table.sort(numbers, function(a, b)
+    local va, vb = value(a), value(b)
+    if va ~= vb then
+      return va > vb
+    end
+    return names[a] < names[b]
+  end)
+  return numbers
+end
+
+-- The rows to show (records, at most opts.top) and the rest: how many,
+-- and the sums of `fields` over them; the rest's count is added to
+-- opts.left_out.rows.
+local function split_rows(rows, numbers, fields, shape, opts)
+  local top = opts.top
+  local shown_count = #numbers
+  if top and top < shown_count then
+    shown_count = top
+  end
+  local shown = {}
+  for k = 1, shown_count do
+    shown[k] = row_of(rows, numbers[k], fields, shape)
+  end
+  local rest = { count = #numbers - shown_count, sums = {} }
+  for _, field in ipairs(fields) do
+    local sum, column = 0, rows[field]
+    for k = shown_count + 1, #numbers do
+      sum = sum + column[numbers[k]]
+    end
+    rest.sums[field] = sum
+  end
+  if rest.count > 0 and opts.left_out then
+    opts.left_out.rows = opts.left_out.rows + rest.count
+  end
+  return shown, rest
 end
 
 -- The records of a row, in order.
@@ -131,30 +197,37 @@ local function details_of(row, key)
   return sites, overrides
 end
 
-local function live_blocks(row)
-  return row.allocs - row.frees
+-- Rows for one event kind, grouped by name and sorted: the rows shown
+-- and the rest (split_rows).
+local function event_rows(records, key, sort_field, opts)
+  local rows = group_by_name(records, key, EVENT_FIELDS)
+  local column = rows[sort_field]
+  local numbers = sorted_numbers(rows, function() return true end,
+    function(i) return column[i] end)
+  return split_rows(rows, numbers, EVENT_FIELDS, EventRow, opts)
 end
 
--- Rows for one event kind, grouped by name and sorted.
-local function event_rows(records, key, sort_field)
-  return layout.sort_rows(group_by_name(records, key, EVENT_FIELDS,
-    EventRow), sort_field)
-end
-
--- Heap rows with nonzero holds, grouped by name and sorted, and the row
--- of the blocks allocated before the profile (or nil), which holds
--- nothing and is kept apart.
-local function heap_rows(stats_list, key, sort_field)
-  local kept, before = {}, nil
-  for _, row in ipairs(group_by_name(stats_list, key, HEAP_FIELDS,
-    HeapRow)) do
-    if row.first.site.source == 'before' then
-      before = row
-    elseif row.holds ~= 0 then
-      kept[#kept + 1] = row
+-- Heap rows with nonzero holds, grouped by name and sorted (shown and
+-- the rest, as split_rows), and the row of the blocks allocated before
+-- the profile (or nil), which holds nothing and is kept apart.
+-- sort_count: by live blocks (allocs - frees), not holds.
+local function heap_rows(stats_list, key, sort_count, opts)
+  local rows = group_by_name(stats_list, key, HEAP_FIELDS)
+  local before = nil
+  local holds, allocs, frees = rows.holds, rows.allocs, rows.frees
+  local numbers = sorted_numbers(rows, function(i)
+    if rows.first[i].site.source == 'before' then
+      before = row_of(rows, i, HEAP_FIELDS, HeapRow)
+      return false
     end
-  end
-  return layout.sort_rows(kept, sort_field), before
+    return holds[i] ~= 0
+  end, sort_count and function(i)
+    return allocs[i] - frees[i]
+  end or function(i)
+    return holds[i]
+  end)
+  local shown, rest = split_rows(rows, numbers, HEAP_FIELDS, HeapRow, opts)
+  return shown, rest, before
 end
 
 local function sorted_keys(set)
@@ -178,10 +251,11 @@ local SECTIONS = {
   { kind = 'free', title = 'DEALLOCATIONS', bytes = 'minus' },
 }
 
-local function write_events(out, rows, title, opts, used_aliases)
+-- Writes a section of events: the rows shown, then a line summing the
+-- rest (event_rows).
+local function write_events(out, shown, rest, title, opts, used_aliases)
   local size = layout.sizer(opts)
   local key = opts.key or site_name
-  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write(title, '\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
@@ -202,9 +276,9 @@ local function write_events(out, rows, title, opts, used_aliases)
     note_used_aliases(used_aliases, sites)
     note_used_aliases(used_aliases, overrides_by_name)
   end
-  if #rest > 0 then
-    local sums = layout.sum(rest, EVENT_FIELDS)
-    out:write(format('... and %d more: %d events\t+%s\t-%s\n', #rest,
+  if rest.count > 0 then
+    local sums = rest.sums
+    out:write(format('... and %d more: %d events\t+%s\t-%s\n', rest.count,
       sums.count, size(sums.plus), size(sums.minus)))
   end
   out:write('\n')
@@ -220,19 +294,19 @@ local function realloc_note(row)
   return format(' (%d of the allocs were reallocations)', row.reallocs)
 end
 
-local function write_heap(out, rows, before, total, opts, used_aliases)
+local function write_heap(out, shown, rest, before, total, opts,
+    used_aliases)
   local size = layout.sizer(opts)
-  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
   out:write('HEAP SUMMARY:\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(' holds %s: %d allocs, %d frees%s',
       size(row.holds), row.allocs, row.frees, realloc_note(row)))
     note_used_aliases(used_aliases, (details_of(row, site_name)))
   end
-  if #rest > 0 then
-    local sums = layout.sum(rest, HEAP_FIELDS)
-    out:write(format('... and %d more hold %s: %d allocs, %d frees\n', #rest,
-      size(sums.holds), sums.allocs, sums.frees))
+  if rest.count > 0 then
+    local sums = rest.sums
+    out:write(format('... and %d more hold %s: %d allocs, %d frees\n',
+      rest.count, size(sums.holds), sums.allocs, sums.frees))
   end
   if before then
     out:write(format('%s: %d freed or reallocated during the profile, %s\n',
@@ -271,13 +345,6 @@ local function write_cumulative(out, cumulative, opts, used_aliases)
   out:write('\n')
 end
 
-local function heap_sort_field(opts)
-  if opts.sort == 'count' then
-    return live_blocks
-  end
-  return 'holds'
-end
-
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
@@ -293,14 +360,15 @@ function M.write(result, out, opts)
   if not opts.leak_only then
     for _, section in ipairs(SECTIONS) do
       local sort_field = opts.sort == 'bytes' and section.bytes or 'count'
-      local rows = event_rows(result.sites.kinds[section.kind], key,
-        sort_field)
-      write_events(out, rows, section.title, opts, used_aliases)
+      local shown, rest = event_rows(result.sites.kinds[section.kind], key,
+        sort_field, opts)
+      write_events(out, shown, rest, section.title, opts, used_aliases)
     end
   end
-  local heap_list, before = heap_rows(result.heap.sites, key,
-    heap_sort_field(opts))
-  write_heap(out, heap_list, before, result.heap.total, opts, used_aliases)
+  local shown, rest, before = heap_rows(result.heap.sites, key,
+    opts.sort == 'count', opts)
+  write_heap(out, shown, rest, before, result.heap.total, opts,
+    used_aliases)
   if result.cumulative and not opts.leak_only then
     write_cumulative(out, result.cumulative, opts, used_aliases)
   end

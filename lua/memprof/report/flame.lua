@@ -1,0 +1,232 @@
+-- memprof.report.flame: bytes and counts per call stack, and the flame
+-- trees made of them, for the HTML page (memprof.report.html).
+--
+-- A profile of 400,000 places has 400,000 paths and trees of as many
+-- nodes; a table per path and three per node took more memory than the
+-- rest of the analysis.  Both are kept in columns here: one array per
+-- figure, indexed by a path's or a node's number.
+--
+--   local flame = require('memprof.report.flame')
+--   local paths = flame.paths()
+--   flame.add(paths, site, stack, bytes, count)    -- summed per stack
+--                                                  -- (per site without)
+--   flame.append(paths, site, stack, bytes, count) -- a path of its own
+--   flame.pass() -> an analysis pass whose result is
+--                   { allocated = paths, live = paths }
+--   flame.tree(paths, opts) -> JSON text, merged, top
+--     opts  frame_id(site), name_of(frame number), max_nodes,
+--           number(n) -> the JSON text of a number
+--
+-- A path is a stack (anything with `frames`, innermost first) or, with
+-- no stack, one frame: its site.  frame_id(site) gives a frame's number
+-- (the page's frames table), in the order the frames are first met,
+-- outermost first, path by path; name_of(number) its name.
+--
+-- The tree is the JSON text of { f = frame number (absent for the root),
+-- b = bytes, n = count, c = children, largest first, then by name },
+-- each object with its keys sorted.  When the tree has more than
+-- max_nodes nodes, the children smaller than the max_nodes-th largest
+-- node are merged into one last child { o = how many, b = their bytes,
+-- n = their count }; `merged` counts the nodes smaller than that size.
+-- Paths of no bytes are left out.  top: { bytes = the root's, frames =,
+-- sizes = } the frame numbers and bytes of the root's children that are
+-- not merged.
+
+local M = {}
+
+local concat = table.concat
+
+-- Paths -----------------------------------------------------------------------
+
+function M.paths()
+  return { n = 0, stack = {}, site = {}, bytes = {}, count = {}, index = {} }
+end
+
+function M.append(paths, site, stack, bytes, count)
+  local i = paths.n + 1
+  paths.n = i
+  paths.stack[i], paths.site[i] = stack or false, site
+  paths.bytes[i], paths.count[i] = bytes, count
+  return i
+end
+
+function M.add(paths, site, stack, bytes, count)
+  local key = stack or site
+  local i = paths.index[key]
+  if not i then
+    i = M.append(paths, site, stack, 0, 0)
+    paths.index[key] = i
+  end
+  paths.bytes[i] = paths.bytes[i] + bytes
+  paths.count[i] = paths.count[i] + count
+end
+
+-- The pass -------------------------------------------------------------------
+
+-- Bytes allocated and live per call stack (per site for events without a
+-- stack), whatever the grouping of the report's rows.
+local Pass = {}
+Pass.__index = Pass
+
+function M.pass()
+  return setmetatable({ allocated = M.paths() }, Pass)
+end
+
+function Pass:feed(ev)
+  if ev.kind ~= 'free' then
+    M.add(self.allocated, ev.site, ev.stack, ev.nsize, ev.nweight)
+  end
+end
+
+function Pass:finish(_, heap)
+  local live = M.paths()
+  heap:each_live_block(function(_, size, site, stack, _, weight)
+    M.add(live, site, stack, size, weight)
+  end)
+  -- The paths' index is needed no more.
+  self.allocated.index, live.index = nil, nil
+  return { allocated = self.allocated, live = live }
+end
+
+-- Trees ----------------------------------------------------------------------
+
+-- A child's key in the tree's one map of children: its parent's number
+-- and its frame's, in one number (exact: below 2^53 while there are
+-- fewer than 2^27 nodes and frames).
+local FRAME_SPAN = 2 ^ 26
+
+local function new_tree()
+  -- Node 1 is the root; `first` and `after` link each node's children.
+  return { n = 1, frame = { false }, bytes = { 0 }, count = { 0 },
+    first = { false }, after = { false }, child_at = {} }
+end
+
+-- The child of `node` for frame number `id`, made if new.
+local function child_of(tree, node, id)
+  local key = node * FRAME_SPAN + id
+  local child = tree.child_at[key]
+  if not child then
+    child = tree.n + 1
+    tree.n = child
+    tree.frame[child], tree.bytes[child], tree.count[child] = id, 0, 0
+    tree.first[child] = false
+    tree.after[child] = tree.first[node]
+    tree.first[node] = child
+    tree.child_at[key] = child
+  end
+  return child
+end
+
+local function add_path(tree, frame_id, paths, i)
+  local bytes, count = paths.bytes[i], paths.count[i]
+  local sums, counts = tree.bytes, tree.count
+  local node = 1
+  sums[1], counts[1] = sums[1] + bytes, counts[1] + count
+  local stack = paths.stack[i]
+  if stack then
+    local frames = stack.frames
+    for k = #frames, 1, -1 do
+      node = child_of(tree, node, frame_id(frames[k]))
+      sums[node], counts[node] = sums[node] + bytes, counts[node] + count
+    end
+  else
+    node = child_of(tree, node, frame_id(paths.site[i]))
+    sums[node], counts[node] = sums[node] + bytes, counts[node] + count
+  end
+end
+
+-- The size below which nodes are merged, so that at most about
+-- max_nodes remain (a node is never smaller than its children, so the
+-- nodes kept form a tree), and how many nodes that merges.
+local function size_limit(tree, max_nodes)
+  if tree.n <= max_nodes then
+    return 0, 0
+  end
+  local sizes = {}
+  for node = 1, tree.n do
+    sizes[node] = tree.bytes[node]
+  end
+  table.sort(sizes, function(a, b) return a > b end)
+  local limit = sizes[max_nodes]
+  local merged = 0
+  for _, size in ipairs(sizes) do
+    if size < limit then
+      merged = merged + 1
+    end
+  end
+  return limit, merged
+end
+
+-- The children of a node, largest first, then by name.
+local function sorted_children(tree, node, name_of)
+  local list, bytes, frame = {}, tree.bytes, tree.frame
+  local child = tree.first[node]
+  while child do
+    list[#list + 1] = child
+    child = tree.after[child]
+  end
+  table.sort(list, function(a, b)
+    if bytes[a] ~= bytes[b] then
+      return bytes[a] > bytes[b]
+    end
+    return name_of(frame[a]) < name_of(frame[b])
+  end)
+  return list
+end
+
+-- The JSON text of a node and the nodes below it kept: an object with
+-- its keys sorted, as the page's encoder writes one (number(n) writes a
+-- number).  Text rather than a table per node: the tree of a large
+-- profile keeps hundreds of thousands of nodes (all the leaves of one
+-- size when they tie with the limit).  `top`, if given, gets the frame
+-- numbers and bytes of the node's children that are kept, in order.
+local function node_text(tree, node, limit, name_of, number, top)
+  local bytes = tree.bytes
+  local children, other = {}, nil
+  for _, child in ipairs(sorted_children(tree, node, name_of)) do
+    if bytes[child] >= limit then
+      children[#children + 1] = node_text(tree, child, limit, name_of,
+        number)
+      if top then
+        top.frames[#top.frames + 1] = tree.frame[child]
+        top.sizes[#top.sizes + 1] = bytes[child]
+      end
+    else
+      other = other or { o = 0, b = 0, n = 0 }
+      other.o = other.o + 1
+      other.b = other.b + bytes[child]
+      other.n = other.n + tree.count[child]
+    end
+  end
+  if other then
+    children[#children + 1] = '{"b":' .. number(other.b) .. ',"n":' ..
+      number(other.n) .. ',"o":' .. number(other.o) .. '}'
+  end
+  local text = '{"b":' .. number(bytes[node])
+  if #children > 0 then
+    text = text .. ',"c":[' .. concat(children, ',') .. ']'
+  end
+  local frame = tree.frame[node]
+  if frame then
+    text = text .. ',"f":' .. number(frame)
+  end
+  return text .. ',"n":' .. number(tree.count[node]) .. '}'
+end
+
+-- The tree of the paths as JSON text, how many of its nodes were merged,
+-- and its top: { bytes = the root's, frames =, sizes = } (node_text).
+function M.tree(paths, opts)
+  local tree = new_tree()
+  local bytes = paths.bytes
+  for i = 1, paths.n do
+    if bytes[i] > 0 then
+      add_path(tree, opts.frame_id, paths, i)
+    end
+  end
+  local limit, merged = size_limit(tree, opts.max_nodes)
+  local top = { bytes = tree.bytes[1], frames = {}, sizes = {} }
+  return node_text(tree, 1, limit, opts.name_of, opts.number, top), merged,
+    top
+end
+
+return M
