@@ -455,7 +455,7 @@ end
 -- in the VM's heap, as the Lua arrays are, and freed by the collector
 -- with the pass, without a finalizer), so that releasing a block reads
 -- one record instead of six Lua arrays; the site and stack are numbers
--- into lists of the sites and stacks seen (number_of).
+-- into lists of the sites and stacks seen (intern).
 local new_ffi_blocks
 if ok_ffi then
   pcall(ffi.cdef, [[
@@ -476,9 +476,8 @@ if ok_ffi then
 
   function new_ffi_blocks()
     return setmetatable({ records = allocate_blocks(MIN_BLOCKS),
-      capacity = MIN_BLOCKS, site_list = { [0] = false },
-      other_sites = { list = {} }, stack_list = { [0] = false },
-      other_stacks = { list = {} } }, FfiBlocks)
+      capacity = MIN_BLOCKS, site_list = { [0] = false }, site_index = {},
+      stack_list = { [0] = false }, stack_index = {} }, FfiBlocks)
   end
 
   -- Room for slots up to `slot` (records are indexed by slot from 0).
@@ -492,30 +491,16 @@ if ok_ffi then
     self.records, self.capacity = records, capacity
   end
 
-  -- The number of a site or stack in a record: its id in the stream
-  -- (sites and stacks of the reader have dense ids), so that the list
-  -- of them is an array and no table maps them to numbers; a value
-  -- without an id (the stacks the reader makes for compiled code), or
-  -- whose id is taken by another value, gets a negative number of its
-  -- own, from a table kept for those only.
-  local function number_of(list, others, value, id)
-    if id then
-      local known = list[id]
-      if known == value then
-        return id
-      elseif known == nil then
-        list[id] = value
-        return id
-      end
-    end
-    local number = others[value]
-    if not number then
-      number = -(#others.list + 1)
-      others[value] = number
-      others.list[-number] = value
-      list[number] = value
-    end
-    return number
+  -- The number of a site or stack in a record, from 1, given at its
+  -- first block. (Numbering them by their ids in the stream, to save the
+  -- index, made the text report of a stack profile twice as slow: the
+  -- stacks of compiled code have no id, and a look-up that branches on
+  -- it costs more than the index's.)
+  local function intern(list, index, value)
+    local i = #list + 1
+    list[i] = value
+    index[value] = i
+    return i
   end
 
   function FfiBlocks:set(slot, addr, size, site, stack, weight, born)
@@ -525,10 +510,11 @@ if ok_ffi then
     local record = self.records[slot]
     record.addr, record.size, record.born, record.weight = addr, size, born,
       weight
-    record.site = number_of(self.site_list, self.other_sites, site, site.id)
+    record.site = self.site_index[site] or
+      intern(self.site_list, self.site_index, site)
     if stack then
-      record.stack = number_of(self.stack_list, self.other_stacks, stack,
-        stack.id)
+      record.stack = self.stack_index[stack] or
+        intern(self.stack_list, self.stack_index, stack)
     else
       record.stack = 0
     end
