@@ -279,6 +279,23 @@ Formats (--format=NAME; docs/formats.md):
       'or directory\n', stderr)
   end)
 
+  -- /dev/full takes no byte: a write to it fails with ENOSPC.
+  it('fails, naming the output, when the report cannot be written',
+    function()
+    local path = another_file(profile():epilogue():bytes())
+    local code, stdout, stderr = report('--format=json', '--output=/dev/full',
+      path)
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: /dev/full: No space left on device\n',
+      stderr)
+    code, stdout, stderr = run(C.command(COMMAND, path) .. ' >/dev/full')
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: the standard output: No space left ' ..
+      'on device\n', stderr)
+  end)
+
   it('reports parse errors with the offset', function()
     local bad = another_file('xyz\3\0\0\0\128ljm\3\0\0\0\128')
     local code, stdout, stderr = report(bad)

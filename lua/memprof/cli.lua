@@ -518,12 +518,31 @@ local function format_entry(name)
   return nil
 end
 
+-- Whether every byte written to an output went: its buffer is flushed
+-- (and a file closed), and an error (a full disk, a closed pipe) is
+-- returned as nil and a message that names the output. (A report that
+-- could not be written must not be said to be written.)
+local function output_done(handle, name, close)
+  local ok, message = true, nil
+  if handle.flush then
+    ok, message = handle:flush()
+  end
+  if close then
+    local closed, close_message = handle:close()
+    if ok then ok, message = closed, close_message end
+  end
+  if not ok then
+    return nil, name .. ': ' .. tostring(message)
+  end
+  return true
+end
+
 -- Calls write(out, opts) for each output: stdout, or the files of
 -- --output.
 local function write_outputs(module, opts, out, err, write)
   if not opts.output then
     write(out, opts)
-    return true
+    return output_done(out, 'the standard output', false)
   end
   local outputs = module.outputs and module.outputs(opts) or
     { { path = opts.output, opts = opts } }
@@ -533,7 +552,10 @@ local function write_outputs(module, opts, out, err, write)
       return nil, message
     end
     write(file, output.opts)
-    file:close()
+    local done, failed = output_done(file, output.path, true)
+    if not done then
+      return nil, failed
+    end
     err:write(PROGRAM, ': wrote ', output.path, '\n')
   end
   return true
