@@ -202,6 +202,22 @@ describe('sites pass', function()
 end)
 
 describe('analyze.run', function()
+  it('drops the indexes only events need once the stream is read, and ' ..
+    'keeps every figure', function()
+      local result = run(crafted())
+      assert.is_nil(result.sites.by_kind)
+      assert.is_nil(result.heap.by_site)
+      assert.are.same({ 4, 1, 2 }, { #result.sites.kinds.alloc,
+        #result.sites.kinds.realloc, #result.sites.kinds.free })
+      assert.are.same({
+        ['@test.lua:7'] = { 1, 128, 32, overrides = { ['@test.lua:6'] = 1 } },
+      }, sites_by_name(result, 'realloc'))
+      if result.heap.map_kind == 'ffi' then
+        assert.are.same({ nil, nil, 5 }, { result.heap.blocks.site_index,
+          result.heap.blocks.stack_index, #result.heap.blocks.site_list })
+      end
+    end)
+
   it('feeds extra passes every event with the owner of released blocks',
     function()
       local seen = {}

@@ -246,6 +246,29 @@ if KINDS[2] == 'ffi' then
       assert.is_false(pass.slot_of.buckets)
       assert.are.same({ { 0x10, 8, '@a.lua:1', 1 } }, blocks_of(pass))
     end)
+
+    it('lists the live blocks with their sites and stacks after it drops ' ..
+      'its indexes', function()
+        local pass = heap.new()
+        local stack = { id = 7, frames = { SITE_B } }
+        local ev = alloc(0x10, 8, SITE_A)
+        ev.stack = stack
+        pass:feed(ev)
+        pass:feed(alloc(0x20, 16, SITE_B))
+        pass:feed(alloc(0x30, 24, SITE_A))
+        pass:feed(free(0x20, 16, SITE_A))
+        pass:finish()
+        assert.are.same({ nil, nil, nil }, { pass.by_site,
+          pass.blocks.site_index, pass.blocks.stack_index })
+        local listed = {}
+        pass:each_live_block(function(addr, size, site, block_stack)
+          listed[#listed + 1] = { addr, size, site.name,
+            block_stack and block_stack.id or 0 }
+        end)
+        table.sort(listed, function(a, b) return a[1] < b[1] end)
+        assert.are.same({ { 0x10, 8, '@a.lua:1', 7 },
+          { 0x30, 24, '@a.lua:1', 0 } }, listed)
+      end)
   end)
 end
 

@@ -25,8 +25,11 @@
 --   pass.sites   -- stats in order of first appearance; each has `site`
 --                -- (the site, or the group) and `group` (the same table)
 --   pass.total   -- net bytes of the stream
---   pass:stats(key), pass:live_blocks(), pass:each_live_block(fn)
---   pass:finish()  -- after the last event: frees the address map
+--   pass:live_blocks(), pass:each_live_block(fn)
+--   pass:finish()  -- after the last event: frees the address map and
+--                  -- the indexes only events need (a large profile has
+--                  -- an entry per place in each), so that the formats
+--                  -- can reuse their memory
 --
 -- While the passes after it see an event, the heap also says about the
 -- block the event released (realloc, free):
@@ -528,6 +531,12 @@ if ok_ffi then
       record.born, record.size, record.weight
   end
 
+  -- After the last event: the indexes are needed only to number the
+  -- sites and stacks of new blocks.
+  function FfiBlocks:finish()
+    self.site_index, self.stack_index = nil, nil
+  end
+
   function FfiBlocks:each(slot_count, fn)
     local records, site_list, stack_list = self.records, self.site_list,
       self.stack_list
@@ -676,6 +685,10 @@ end
 -- event can be fed after.
 function Heap:finish()
   self.slot_of:free()
+  self.by_site = nil
+  if self.blocks.finish then
+    self.blocks:finish()
+  end
 end
 
 -- Calls fn(addr, size, site, stack, born, weight) for every block still

@@ -16,6 +16,9 @@
 --                               -- heap: the heap pass (for the stack of
 --                               -- the released block)
 --   pass.kinds.alloc          -- list of records, in order of first appearance
+--   pass:finish()   -- after the last event: drops the index of records
+--                   -- by site (an entry per place and kind), which only
+--                   -- events need; no event can be fed after
 --
 -- A record's `site` is the site (or the group, with a grouper); `group`
 -- is the same table.  Overrides are sites (or groups) too.  A record is
@@ -96,6 +99,11 @@ function Sites:feed(ev, owner, heap)
     end
     override_count[owner] = count + ev.oweight
   end
+end
+
+-- Returns nothing: the analysis keeps the pass as its result.
+function Sites:finish()
+  self.by_kind = nil
 end
 
 return M
