@@ -300,6 +300,30 @@ describe('peak pass', function()
     assert.are.same({ freed_bytes = 30, freed_blocks = 1 }, peak.before)
   end)
 
+  it('turns its records into the rows in place, and drops its index',
+    function()
+      local peak_module = require('memprof.peak')
+      local pass = peak_module.new(groups.new('line'))
+      local records = {}
+      -- Finished before the peak pass (passes finish in order).
+      local spy = { feed = function() end, finish = function()
+        for i, record in ipairs(pass.records) do
+          records[record] = i
+        end
+      end }
+      local result = run(B.peak_payload(), 'line', { views = {},
+        passes = { { name = 'spy', pass = spy },
+          { name = 'mine', pass = pass } } })
+      local rows = result.mine.rows
+      assert.are.same({ '@p.lua:3', '@p.lua:2' }, names(rows))
+      for _, row in ipairs(rows) do
+        assert.is_number(records[row])
+        assert.is_true(peak_module.Row.is(row))
+        assert.are.same({ nil, nil, nil }, { row[4], row[5], row[6] })
+      end
+      assert.are.same({ nil, nil }, { pass.records, pass.by_group })
+    end)
+
   it('gives the VM\'s whole heap at the peak when the stream records the ' ..
     'heap at the start', function()
       local s = B.new():lfunc(0x100, '@p.lua', 1)

@@ -60,6 +60,9 @@ local GROUP = Record.index.group
 -- positions.
 local Row = record_shape({ 'group', 'bytes', 'blocks' })
 M.Row = Row
+-- A record becomes a row in place (as_row): the same positions.
+assert(Row.index.group == GROUP and Row.index.bytes == BYTES and
+  Row.index.blocks == BLOCKS)
 
 local Peak = {}
 Peak.__index = Peak
@@ -146,23 +149,41 @@ local function before_part(row, heap_at_start)
   return before
 end
 
+-- A record turned into the row of its figures at the peak, in place: a
+-- large profile has a record per place, and a new table per row made
+-- the peak report's memory peak about 40 MB higher on 400,000 places.
+-- (The shapes share the positions of group, bytes and blocks.)
+local function as_row(record, bytes, blocks)
+  record[BYTES], record[BLOCKS] = bytes, blocks
+  record[SINCE_BYTES], record[SINCE_BLOCKS], record[GENERATION] = nil, nil,
+    nil
+  return setmetatable(record, Row.meta)
+end
+
 function Peak:finish(stream)
   if self.waiting_for_time and stream.time ~= self.peak_time then
     self.time_next = stream.time
   end
+  -- Only events need the index.
+  self.by_group = nil
+  local total = 0
+  for _, record in ipairs(self.records) do
+    total = total + record[BYTES]
+  end
   local rows, before_row = {}, nil
   for _, record in ipairs(self.records) do
-    local bytes, blocks = record.bytes, record.blocks
-    if record.generation == self.generation then
-      bytes = bytes - record.since_bytes
-      blocks = blocks - record.since_blocks
+    local bytes, blocks = record[BYTES], record[BLOCKS]
+    if record[GENERATION] == self.generation then
+      bytes = bytes - record[SINCE_BYTES]
+      blocks = blocks - record[SINCE_BLOCKS]
     end
-    if record.group.source == 'before' then
+    if record[GROUP].source == 'before' then
       before_row = { bytes = bytes, blocks = blocks }
     elseif bytes ~= 0 or blocks ~= 0 then
-      rows[#rows + 1] = Row.make({ record.group, bytes, blocks })
+      rows[#rows + 1] = as_row(record, bytes, blocks)
     end
   end
+  self.records = nil
   table.sort(rows, function(a, b)
     local a_bytes, b_bytes = a[BYTES], b[BYTES]
     if a_bytes ~= b_bytes then
@@ -170,10 +191,6 @@ function Peak:finish(stream)
     end
     return a[GROUP].name < b[GROUP].name
   end)
-  local total = 0
-  for _, record in ipairs(self.records) do
-    total = total + record.bytes
-  end
   local start = stream.heap_at_start
   return { bytes = self.peak, event = self.peak_event,
     offset = self.peak_offset, time = self.peak_time,
