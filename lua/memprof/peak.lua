@@ -151,7 +151,7 @@ end
 
 -- A record turned into the row of its figures at the peak, in place: a
 -- large profile has a record per place, and a new table per row made
--- the peak report's memory peak about 40 MB higher on 400,000 places.
+-- the peak report's peak RSS about 30 MB higher on 400,000 places.
 -- (The shapes share the positions of group, bytes and blocks.)
 local function as_row(record, bytes, blocks)
   record[BYTES], record[BLOCKS] = bytes, blocks
