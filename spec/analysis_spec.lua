@@ -190,6 +190,19 @@ describe('sites pass', function()
     }, sites_by_name(result, 'free'))
   end)
 
+  it('keeps no overrides when asked, and the same figures', function()
+    local result = run(crafted(), { overrides = false })
+    assert.are.same({
+      ['@test.lua:7'] = { 1, 128, 32, overrides = {} },
+    }, sites_by_name(result, 'realloc'))
+    assert.are.same({
+      INTERNAL = { 2, 0, 164, overrides = {} },
+      io_write = { 1, 0, 48, overrides = {} },
+    }, sites_by_name(result, 'free'))
+    assert.are.same({ 4, 1, 2 }, { #result.sites.kinds.alloc,
+      #result.sites.kinds.realloc, #result.sites.kinds.free })
+  end)
+
   it('keeps records in order of first appearance', function()
     local records = run(crafted()).sites.kinds.alloc
     local list = {}

@@ -377,6 +377,9 @@ for _, mode in ipairs(MODES) do
       assert.are.equal(events[3].site, stacks[2].frames[2])
       assert.are.equal(events[6].site, stacks[3].frames[1])
       assert.are.equal(stacks[2].frames[1], stacks[3].frames[1])
+      -- A stack's frames are its own array part.
+      assert.are.equal(stacks[2], stacks[2].frames)
+      assert.are.same({ 3, 2 }, { #stacks[2], stacks[2].id })
       assert.are.same({ ADDR, 1000, 0x20, 16, 0x40, 32 }, { events[3].naddr,
         events[3].nsize, events[5].oaddr, events[5].osize, events[5].naddr,
         events[5].nsize })

@@ -123,6 +123,65 @@ main chunk of @main.lua;function at @fill.lua:1 2
 ]], render(B.compiled_loop(), { metric = 'alloc-count', group = 'function' }))
     end)
 
+  -- C functions whose names start with each other, hold spaces, ';'
+  -- (written ',', so that two names become one) and line breaks; a
+  -- stack for each pair, and for each name alone, allocating 8 bytes.
+  local TRICKY = { 'a', 'a b', 'a,b', 'a;b', 'ab', 'a\nb', 'a b', 'b', 'b;' }
+
+  local function tricky_profile()
+    local s = B.new()
+    for i, name in ipairs(TRICKY) do
+      s:cfunc(0x100 * i, name)
+    end
+    s:events({ version = B.EXTENDED })
+    local id = 0
+    for i = 1, #TRICKY do
+      for j = 0, #TRICKY do
+        id = id + 1
+        local frames = { B.c(0x100 * i) }
+        if j > 0 then
+          frames[2] = B.c(0x100 * j)
+        end
+        s:stack(id, frames)
+        s:alloc(B.c(0x100 * i, id), 0x10 * id, 8)
+      end
+    end
+    return s:epilogue()
+  end
+
+  it('sorts and merges lines as their texts would be', function()
+    local stream = reader.from_string(tricky_profile():bytes(), 'out.bin')
+    local result = analyze.run(stream, folded.analysis({}, stream, reader))
+    -- The lines as text, made independently: outer;inner, cleaned.
+    local value_of, texts = {}, {}
+    local function clean(name)
+      return (name:gsub(';', ','):gsub('\n', ' '))
+    end
+    for i = 1, #TRICKY do
+      for j = 0, #TRICKY do
+        local text = clean(TRICKY[i])
+        if j > 0 then
+          text = clean(TRICKY[j]) .. ';' .. text
+        end
+        if not value_of[text] then
+          texts[#texts + 1] = text
+          value_of[text] = 0
+        end
+        value_of[text] = value_of[text] + 8
+      end
+    end
+    table.sort(texts)
+    local lines = folded.lines(result, {})
+    assert.are.equal(#texts, #lines)
+    -- Six names once cleaned ('a b' three times, 'a,b' twice): 90
+    -- stacks in 6 + 6 * 6 lines.
+    assert.are.equal(42, #lines)
+    for i, line in ipairs(lines) do
+      assert.are.same({ texts[i], value_of[texts[i]] },
+        { line.path, line.value })
+    end
+  end)
+
   it('keeps every line parseable', function()
     local s = B.new():lfunc(0x100, '@a;b.lua', 1):cfunc(0x900, 'odd;name')
       :events({ version = B.EXTENDED })

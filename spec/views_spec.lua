@@ -146,6 +146,72 @@ describe('groups', function()
     end
   end)
 
+  -- Stacks of made-up frames whose names start with each other, hold
+  -- spaces, arrows and ';', so that every case of name_less is met.
+  local TRICKY = { '@a.lua:1', '@a.lua:12', '@a.lua:1 <- x', '@a.lua:1!',
+    '@a.lua:1\t', 'x', 'x <-', 'x <- y', 'x;y', 'y' }
+
+  local function tricky_stacks()
+    local sites = {}
+    for i, name in ipairs(TRICKY) do
+      sites[i] = { name = name, source = 'lua' }
+    end
+    local stacks = {}
+    -- Every stack of one, two and three of the first frames.
+    for a = 1, #sites do
+      stacks[#stacks + 1] = { frames = { sites[a] } }
+      for b = 1, #sites do
+        stacks[#stacks + 1] = { frames = { sites[a], sites[b] } }
+        if b <= 4 then
+          stacks[#stacks + 1] = { frames = { sites[a], sites[b], sites[1] } }
+        end
+      end
+    end
+    return stacks
+  end
+
+  it('names a stack\'s group only when its name is read', function()
+    local grouper = groups.new('stack')
+    local stack = { frames = { { name = 'f', source = 'c' },
+      { name = '@m.lua:3', source = 'lua' } } }
+    local group = grouper:key(stack.frames[1], stack)
+    assert.is_nil(rawget(group, groups.Group.index.name))
+    assert.are.equal('f <- @m.lua:3', group.name)
+    assert.are.equal('f <- @m.lua:3', rawget(group, groups.Group.index.name))
+  end)
+
+  it('orders stack groups by name without joining the names', function()
+    local grouper = groups.new('stack')
+    local list = {}
+    for _, stack in ipairs(tricky_stacks()) do
+      list[#list + 1] = grouper:key(stack.frames[1], stack)
+    end
+    assert.are.equal(10 + 100 + 40, #list)
+    local NAME = groups.Group.index.name
+    local wrong = 0
+    for _, a in ipairs(list) do
+      for _, b in ipairs(list) do
+        local less = groups.name_less(a, b)
+        assert.is_nil(rawget(a, NAME))
+        if less ~= (groups.stack_name(a.frames) <
+            groups.stack_name(b.frames)) then
+          wrong = wrong + 1
+        end
+      end
+    end
+    assert.are.equal(0, wrong)
+  end)
+
+  it('finds a stack\'s group again once the events are over', function()
+    local grouper = groups.new('stack')
+    local stacks = tricky_stacks()
+    local before = grouper:key(stacks[5].frames[1], stacks[5])
+    grouper:finish()
+    assert.are.same({}, grouper.by_stack)
+    assert.are.equal(before, grouper:key(stacks[5].frames[1], stacks[5]))
+    assert.are.equal(1, #grouper.list)
+  end)
+
   it('finds the caller after the place of the event', function()
     local site = function(name, source)
       return { name = name, source = source or 'lua' }

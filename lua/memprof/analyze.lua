@@ -24,6 +24,8 @@
 --   cumulative   false: no result.cumulative, even by function or stack
 --             (a format that does not show it saves its memory: a
 --             record per stack)
+--   overrides false: the sites pass keeps no overrides (memprof.sites),
+--             for a format that does not show them
 --
 -- A pass has feed(ev, owner, heap), called for every event in order (ev
 -- is the reader's reused table: copy what you keep; owner is the site
@@ -64,13 +66,14 @@ local function view_pass(name, grouper, opts)
   return timeline.new()
 end
 
-function M.default_passes(grouper)
-  return { { name = 'sites', pass = sites.new({ grouper = grouper }) } }
+function M.default_passes(grouper, overrides)
+  return { { name = 'sites', pass = sites.new({ grouper = grouper,
+    overrides = overrides }) } }
 end
 
 -- The passes for opts, after the heap.
 local function make_passes(grouper, by_group, opts)
-  local entries = M.default_passes(by_group)
+  local entries = M.default_passes(by_group, opts.overrides)
   local views = opts.views or {}
   for _, name in ipairs(M.VIEWS) do
     if views[name] then
@@ -158,6 +161,7 @@ function M.run(stream, opts)
     end
     result[entry.name] = finished
   end
+  grouper:finish()
   return result
 end
 

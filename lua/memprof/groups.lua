@@ -18,7 +18,11 @@
 --
 -- Groups are interned by name: key() returns the same table for every
 -- (site, stack) whose row has the same name, so a group can be used as a
--- table key and results need no merging.  A group's fields:
+-- table key and results need no merging.  (A stack's group is interned
+-- by the names of its frames, and its name is joined the first time it
+-- is read: on a real program's profile, the names of every stack took a
+-- third of the reporter's memory, and the flame graph formats, which
+-- name frames themselves, never read them.)  A group's fields:
 --   id       dense from 1, in order of first appearance
 --   mode     the grouper's mode
 --   name     the one-line name of the row, unique within the grouper; for
@@ -48,9 +52,36 @@ local record = require('memprof.record')
 
 local M = {}
 
-local Group = record.shape({ 'id', 'mode', 'name', 'source', 'site',
-  'frames', 'note', 'aliases' })
+local FIELDS = { 'id', 'mode', 'name', 'source', 'site', 'frames', 'note',
+  'aliases' }
+local Group = record.shape(FIELDS)
 M.Group = Group
+
+-- The name of a stack's group: its frames' names, innermost first.
+local function stack_name(frames)
+  local names = {}
+  for i, frame in ipairs(frames) do
+    names[i] = frame.name
+  end
+  return table.concat(names, ' <- ')
+end
+M.stack_name = stack_name
+
+-- A stack's group: a Group whose name is joined from its frames when
+-- it is first read, then kept.
+local StackGroup = record.shape(FIELDS)
+do
+  local NAME, FRAMES = StackGroup.index.name, StackGroup.index.frames
+  local read = StackGroup.meta.__index
+  StackGroup.meta.__index = function(self, field)
+    if field == 'name' then
+      local name = stack_name(rawget(self, FRAMES))
+      rawset(self, NAME, name)
+      return name
+    end
+    return read(self, field)
+  end
+end
 
 M.MODES = { 'line', 'function', 'caller', 'stack' }
 
@@ -74,6 +105,70 @@ function M.needs_stacks(mode)
   return NEEDS_STACKS[mode] == true
 end
 
+local SPACE = (' '):byte()
+
+-- Whether name is the start of (and shorter than) text.
+local function starts(text, name)
+  return #name < #text and text:find(name, 1, true) == 1
+end
+
+-- The rest of a stack's name from frame i on.
+local function name_from(frames, i)
+  local names = {}
+  for k = i, #frames do
+    names[#names + 1] = frames[k].name
+  end
+  return table.concat(names, ' <- ')
+end
+
+-- Where frame i of stack a is named x and of stack b y, and x is the
+-- start of y: the byte after x in a's name against the byte after it in
+-- b's name (y's next byte).  After x come ' <- ' when a has more frames,
+-- or nothing.  Returns -1 (a's name first), 1, or 0 when both bytes are
+-- spaces (the names must then be joined).
+local function after_start(a, i, x, y)
+  local next_byte = y:byte(#x + 1)
+  if i == #a or SPACE < next_byte then
+    return -1
+  elseif next_byte < SPACE then
+    return 1
+  end
+  return 0
+end
+
+-- Whether the name of one stack's group sorts before another's, the
+-- names joined from the frames only where the frames cannot tell.
+local function stack_name_less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = a[i].name, b[i].name
+    if x ~= y then
+      local order
+      if starts(y, x) then
+        order = after_start(a, i, x, y)
+      elseif starts(x, y) then
+        order = -after_start(b, i, y, x)
+      else
+        return x < y
+      end
+      if order == 0 then
+        return name_from(a, i) < name_from(b, i)
+      end
+      return order < 0
+    end
+  end
+  return #a < #b
+end
+
+-- Whether group a's name sorts before group b's (a < b as strings),
+-- without joining the names of stack groups (see above).
+function M.name_less(a, b)
+  local meta = StackGroup.meta
+  if getmetatable(a) == meta and getmetatable(b) == meta then
+    return stack_name_less(a.frames, b.frames)
+  end
+  return a.name < b.name
+end
+
 local Grouper = {}
 Grouper.__index = Grouper
 
@@ -87,6 +182,10 @@ function M.new(mode)
     by_site = {},     -- site -> group (events without a stack)
     by_stack = {},    -- stack -> group (stack mode)
                       -- stack -> site -> group (caller mode)
+    by_frames = {},   -- the ids of a stack's frame names -> group
+    name_ids = {},    -- a frame's name -> its number (stack mode)
+    names = 0,        -- how many names have a number
+    ids = {},         -- frames_key's list, reused (no garbage per stack)
   }, Grouper)
 end
 
@@ -173,14 +272,35 @@ function Grouper:caller_group(site, stack)
   return self:site_group(site, 'no caller')
 end
 
+-- The key of a stack's frames by name: the numbers of their names
+-- (a few bytes a frame, where the names take tens).
+function Grouper:frames_key(frames)
+  local ids, name_ids = self.ids, self.name_ids
+  for i, frame in ipairs(frames) do
+    local name = frame.name
+    local id = name_ids[name]
+    if not id then
+      id = self.names + 1
+      self.names = id
+      name_ids[name] = id
+    end
+    ids[i] = id
+  end
+  return table.concat(ids, ' ', 1, #frames)
+end
+
 function Grouper:stack_group(stack)
   local frames = stack.frames
-  local names = {}
-  for i, frame in ipairs(frames) do
-    names[i] = frame.name
+  local key = self:frames_key(frames)
+  local group = self.by_frames[key]
+  if not group then
+    local id = #self.list + 1
+    group = StackGroup.make({ id, self.mode, nil, frames[1].source,
+      frames[1], frames, nil, aliases_of(frames) })
+    self.list[id] = group
+    self.by_frames[key] = group
   end
-  return self:intern(table.concat(names, ' <- '), frames[1], frames, nil,
-    aliases_of(frames))
+  return group
 end
 
 -- The group of a site alone: in line and function modes, and for events
@@ -193,6 +313,13 @@ function Grouper:site_only_group(site)
     return self:site_group(site.func or site)
   end
   return self:site_group(site, 'no stack')
+end
+
+-- After the last event: empties the cache of groups by stack (an entry
+-- per stack, which only events need; a later key() finds the same group
+-- again).
+function Grouper:finish()
+  self.by_stack = {}
 end
 
 -- The group of an event (or block) with this site and stack (nil if

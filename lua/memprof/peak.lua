@@ -43,6 +43,7 @@
 --   }
 
 local record_shape = require('memprof.record').shape
+local name_less = require('memprof.groups').name_less
 
 local M = {}
 
@@ -189,7 +190,7 @@ function Peak:finish(stream)
     if a_bytes ~= b_bytes then
       return a_bytes > b_bytes
     end
-    return a[GROUP].name < b[GROUP].name
+    return name_less(a[GROUP], b[GROUP])
   end)
   local start = stream.heap_at_start
   return { bytes = self.peak, event = self.peak_event,

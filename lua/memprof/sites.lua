@@ -12,6 +12,11 @@
 --
 --   local pass = sites.new([opts])  -- opts.grouper: a memprof.groups
 --                                   -- grouper; records are then per group
+--                                   -- opts.overrides = false: no record
+--                                   -- has any (for the formats that do
+--                                   -- not show them: a deallocating
+--                                   -- site such as the collector has an
+--                                   -- entry per row whose blocks it freed)
 --   pass:feed(ev, owner, heap)  -- owner: as returned by heap:feed(ev);
 --                               -- heap: the heap pass (for the stack of
 --                               -- the released block)
@@ -45,7 +50,8 @@ Sites.__index = Sites
 function M.new(opts)
   opts = opts or {}
   local self = setmetatable({ kinds = {}, by_kind = {},
-    grouper = opts.grouper or false }, Sites)
+    grouper = opts.grouper or false,
+    overrides = opts.overrides ~= false }, Sites)
   for _, kind in ipairs(M.KINDS) do
     self.kinds[kind] = {}
     self.by_kind[kind] = {}
@@ -85,7 +91,7 @@ function Sites:feed(ev, owner, heap)
     (kind == 'free' and ev.oweight or ev.nweight)
   record[PLUS] = record[PLUS] + ev.nsize
   record[MINUS] = record[MINUS] + ev.osize
-  if owner then
+  if owner and self.overrides then
     local overrides = record[OVERRIDES]
     if overrides == NO_OVERRIDES then
       overrides = {}

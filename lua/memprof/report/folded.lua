@@ -44,25 +44,60 @@ local function frames_of(group)
   return { group.site or group }
 end
 
-local function frame_name(frame, by_function)
-  local name = frame.name
-  if by_function and frame.func then
-    name = frame.func.name
-  end
+local function clean_name(name)
   return (name:gsub(';', ','):gsub('[\r\n]', ' '))
 end
 
--- 'outer;...;inner' for a row.
-local function path_of(group, by_function)
-  local frames = frames_of(group)
+-- A function giving the name of a frame in a line, made once per
+-- frame (a profile has far fewer frames than stacks).
+local function namer(by_function)
+  local names = {}
+  return function(frame)
+    local name = names[frame]
+    if not name then
+      name = frame.name
+      if by_function and frame.func then
+        name = frame.func.name
+      end
+      name = clean_name(name)
+      names[frame] = name
+    end
+    return name
+  end
+end
+
+-- Compares the lines of two rows (their frames, innermost first) as
+-- their texts 'outer;...;inner' compare, without making the texts: a
+-- profile with stacks has a text of hundreds of bytes for each of
+-- hundreds of thousands of rows.  Returns -1, 0 (the same names) or 1.
+-- No name holds a ';': where two differ, the rest of the text is the
+-- name and a ';' when more frames follow.
+local function compare_lines(a, b, name_of)
+  local i, j = #a, #b
+  while i >= 1 and j >= 1 do
+    local x, y = name_of(a[i]), name_of(b[j])
+    if x ~= y then
+      if i > 1 then x = x .. ';' end
+      if j > 1 then y = y .. ';' end
+      return x < y and -1 or 1
+    end
+    i, j = i - 1, j - 1
+  end
+  if i >= 1 then
+    return 1
+  end
+  return j >= 1 and -1 or 0
+end
+
+-- 'outer;...;inner' for the frames of a row.
+local function line_of(frames, name_of)
   local names = {}
   for i = #frames, 1, -1 do
-    names[#names + 1] = frame_name(frames[i], by_function)
+    names[#names + 1] = name_of(frames[i])
   end
   return table.concat(names, ';')
 end
 
--- { { group = ..., value = ... }, ... } for a metric.
 -- Calls fn(group, value) for every row, with the value of the metric.
 local function each_value(result, metric, fn)
   if metric == 'peak-bytes' then
@@ -83,41 +118,57 @@ local function each_value(result, metric, fn)
   end
 end
 
--- The paths with a value above zero, sorted, and the value of each:
--- two lists and a map from path to its position, not a table per line.
-local function sorted_paths(result, opts)
-  local by_function = opts.group == 'function'
-  local paths, value_of = {}, {}
+-- Calls emit(line, value) for each line with a value above zero, in
+-- order of the lines' texts; rows with the same line are summed.  Only
+-- the frames and values of the rows are kept, and one line's text at a
+-- time is made.
+local function each_line(result, opts, emit)
+  local name_of = namer(opts.group == 'function')
+  local frames, values = {}, {}
   each_value(result, opts.metric or M.DEFAULT_METRIC, function(group, value)
     if value > 0 then
-      local path = path_of(group, by_function)
-      local sum = value_of[path]
-      if not sum then
-        sum = 0
-        paths[#paths + 1] = path
-      end
-      value_of[path] = sum + value
+      frames[#frames + 1] = frames_of(group)
+      values[#frames] = value
     end
   end)
-  table.sort(paths)
-  return paths, value_of
+  local order = {}
+  for i = 1, #frames do
+    order[i] = i
+  end
+  table.sort(order, function(a, b)
+    local c = compare_lines(frames[a], frames[b], name_of)
+    if c ~= 0 then
+      return c < 0
+    end
+    return a < b
+  end)
+  local i = 1
+  while i <= #order do
+    local first, sum = order[i], values[order[i]]
+    i = i + 1
+    while i <= #order and
+        compare_lines(frames[first], frames[order[i]], name_of) == 0 do
+      sum = sum + values[order[i]]
+      i = i + 1
+    end
+    emit(line_of(frames[first], name_of), sum)
+  end
 end
 
 function M.lines(result, opts)
-  local paths, value_of = sorted_paths(result, opts or {})
   local lines = {}
-  for i, path in ipairs(paths) do
-    lines[i] = { path = path, value = value_of[path] }
-  end
+  each_line(result, opts or {}, function(path, value)
+    lines[#lines + 1] = { path = path, value = value }
+  end)
   return lines
 end
 
 -- The analysis it needs (see memprof.cli): rows by stack when the
--- stream can have stacks, and the peak.
+-- stream can have stacks, and the peak; no overrides (not shown).
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION
   return { group = extended and 'stack' or 'line', views = { peak = true },
-    cumulative = false }
+    cumulative = false, overrides = false }
 end
 
 -- With --output=PREFIX: one file per metric (only opts.metric's, if
@@ -143,10 +194,9 @@ end
 
 function M.write(result, out, opts)
   out = out or io.stdout
-  local paths, value_of = sorted_paths(result, opts or {})
-  for _, path in ipairs(paths) do
-    out:write(path, ' ', string.format('%.0f', value_of[path]), '\n')
-  end
+  each_line(result, opts or {}, function(path, value)
+    out:write(path, ' ', string.format('%.0f', value), '\n')
+  end)
 end
 
 return M

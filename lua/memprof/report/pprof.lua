@@ -203,10 +203,11 @@ end
 M.BINARY = true
 
 -- The analysis it needs (see memprof.cli): rows by stack when the
--- stream can have stacks.
+-- stream can have stacks; no overrides (not shown).
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION
-  return { group = extended and 'stack' or 'line', cumulative = false }
+  return { group = extended and 'stack' or 'line', cumulative = false,
+    overrides = false }
 end
 
 -- What to say on stderr about the result.
