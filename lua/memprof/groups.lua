@@ -57,11 +57,12 @@ local FIELDS = { 'id', 'mode', 'name', 'source', 'site', 'frames', 'note',
 local Group = record.shape(FIELDS)
 M.Group = Group
 
--- The name of a stack's group: its frames' names, innermost first.
-local function stack_name(frames)
+-- The name of a stack's group: its frames' names, innermost first (from
+-- frame `from` on, default 1).
+local function stack_name(frames, from)
   local names = {}
-  for i, frame in ipairs(frames) do
-    names[i] = frame.name
+  for i = from or 1, #frames do
+    names[#names + 1] = frames[i].name
   end
   return table.concat(names, ' <- ')
 end
@@ -112,15 +113,6 @@ local function starts(text, name)
   return #name < #text and text:find(name, 1, true) == 1
 end
 
--- The rest of a stack's name from frame i on.
-local function name_from(frames, i)
-  local names = {}
-  for k = i, #frames do
-    names[#names + 1] = frames[k].name
-  end
-  return table.concat(names, ' <- ')
-end
-
 -- Where frame i of stack a is named x and of stack b y, and x is the
 -- start of y: the byte after x in a's name against the byte after it in
 -- b's name (y's next byte).  After x come ' <- ' when a has more frames,
@@ -151,7 +143,7 @@ local function stack_name_less(a, b)
         return x < y
       end
       if order == 0 then
-        return name_from(a, i) < name_from(b, i)
+        return stack_name(a, i) < stack_name(b, i)
       end
       return order < 0
     end

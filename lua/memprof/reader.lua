@@ -89,12 +89,12 @@
 -- sites as the events' (a frame equal to an event's location is the
 -- same table as ev.site).  The frames are the stack's own array part
 -- (stack.frames == stack): a large profile has hundreds of thousands of
--- stacks, and a table of frames apart took about 70 bytes more each.  An event in a trace has no stack in the
--- stream; in a stream with stacks the reader gives it one made of its
--- site and the callers of the function where the trace starts, as the
--- other events' stacks show them (memprof.trace_stacks): { inferred =
--- true, index = N, frames = { trace site, caller, ... } }, listed in
--- stream.inferred_stacks.
+-- stacks, and a table of frames apart took about 70 bytes more each.
+-- An event in a trace has no stack in the stream; in a stream with
+-- stacks the reader gives it one made of its site and the callers of
+-- the function where the trace starts, as the other events' stacks show
+-- them (memprof.trace_stacks): { inferred = true, index = N, frames = {
+-- trace site, caller, ... } }, listed in stream.inferred_stacks.
 --
 -- Stream fields: name, version (of the event stream), symtab_version,
 -- warning (nil or a message), bytes_read, events (events delivered so
