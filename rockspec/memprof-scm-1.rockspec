@@ -62,6 +62,7 @@ build = {
     ["memprof.run"] = "lua/memprof/run.lua",
     ["memprof.launch"] = "lua/memprof/launch.lua",
     ["memprof.utf8"] = "lua/memprof/utf8.lua",
+    ["memprof.json_text"] = "lua/memprof/json_text.lua",
     ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {

@@ -304,18 +304,17 @@ return deep(20000)
     end)
 end)
 
--- Now and then (about one run of the whole suite in fifteen), right after
--- jit.flush(), the next hot loop is not compiled. It was never seen
--- outside the suite (4000 rounds of flush and loop, with and without
--- profiling, all compiled); in the suite, the JIT was still on and a
--- second run, watched for aborted traces, compiled with none. So
+-- A loop's hot counter is shared with the other loops whose bytecode
+-- hashes to the same slot, and jit.flush() leaves the counters as they
+-- were: a loop run before, in this test or another, can leave it near
+-- its threshold (a loop meant to run ten times in the interpreter is
+-- then compiled) or set high by a penalty (a loop whose recording
+-- aborted; the next hot loop is then not compiled). So each run starts
+-- with fresh counters: the VM resets them all when the JIT is turned
+-- on. A loop can still be compiled late (once, under qemu, the loop of
+-- the sunk objects' spec after about 600 of its 1000 rounds), so
 -- make_events() runs again, three times at most, until compiled(events)
 -- says the loop was compiled.
--- Each run starts with fresh hot counters (the VM resets them all when
--- the JIT is turned on): a loop of a run before, or of another test,
--- that shares a counter with this one must not leave it near its
--- threshold, or a loop meant to run ten times in the interpreter would
--- be compiled.
 local function with_compiled_loop(make_events, compiled)
   local events
   for _ = 1, 3 do

@@ -335,19 +335,25 @@ describe('json report', function()
       'cleanly); the report covers all 1 event' }, doc.warnings)
   end)
 
-  -- The document is written in pieces, one per entry of its long
-  -- arrays, so that it is never held whole (the pieces make the same
-  -- text as encoding the document at once).
+  -- The document is written in pieces of at most json_text.FLUSH_PARTS
+  -- parts (a key, a value, a bracket), each section's entries made as
+  -- they are written, so that it is never held whole (the pieces make
+  -- the same text as encoding the document at once).
   describe('written in pieces', function()
+    local json_text = require('memprof.json_text')
+
     local function pieces_of(builder, group)
       local result = analyze.run(reader.from_string(builder:bytes(),
         'out.bin'), { group = group, views = ALL })
       local pieces = {}
+      local flush_parts = json_text.FLUSH_PARTS
+      json_text.FLUSH_PARTS = 64
       json.write(result, { write = function(_, ...)
         for i = 1, select('#', ...) do
           pieces[#pieces + 1] = select(i, ...)
         end
       end })
+      json_text.FLUSH_PARTS = flush_parts
       return pieces, result
     end
 
@@ -364,27 +370,29 @@ describe('json report', function()
       return s
     end
 
-    it('writes each entry of the sites, heap and temporary arrays as a ' ..
-        'piece of its own', function()
+    -- A site's entry is 21 parts (10 keys, their values, the closing
+    -- brace), then a comma: a piece of 64 parts holds a key of 3 entries
+    -- at most.  A heap entry is 17 parts and a comma (4 at most), a
+    -- temporary one 21 and a comma (3).
+    it('writes the sites, heap and temporary arrays 64 parts at a time',
+        function()
       local pieces = pieces_of(places(), 'line')
-      local sites, most = 0, 0
-      for _, piece in ipairs(pieces) do
-        local here = count(piece, '"chunkname":')
-        sites = sites + here
-        most = math.max(most, here)
+      local function spread(pattern)
+        local total, most = 0, 0
+        for _, piece in ipairs(pieces) do
+          local here = count(piece, pattern)
+          total = total + here
+          most = math.max(most, here)
+        end
+        return { total, most }
       end
-      assert.are.equal(250, sites)
-      assert.are.equal(1, most)
-      -- Each place's heap entry and temporary entry has 2 live blocks.
-      local entries = 0
-      most = 0
+      assert.are.same({ 250, 3 }, spread('"chunkname":'))
+      assert.are.same({ 250, 4 }, spread('"reallocs":'))
+      -- The temporary rows, and their totals.
+      assert.are.same({ 251, 3 }, spread('"temporary_blocks":'))
       for _, piece in ipairs(pieces) do
-        local here = count(piece, '"live_blocks":2[,}]')
-        entries = entries + here
-        most = math.max(most, here)
+        assert.is_true(#piece < 64 * 40, #piece .. ' bytes in a piece')
       end
-      assert.are.equal(500, entries)
-      assert.are.equal(1, most)
     end)
 
     it('makes the text of the whole document encoded at once', function()

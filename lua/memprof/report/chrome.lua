@@ -37,7 +37,6 @@ M.CLOCKS = {
   events = 'event numbers as microseconds (the profile has no time marks)',
 }
 
-M.check = json.check
 
 function M.analysis(opts, stream, reader)
   return { group = opts.group, views = { peak = true,

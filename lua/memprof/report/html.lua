@@ -37,6 +37,7 @@ local heap = require('memprof.heap')
 local sampling = require('memprof.sampling')
 local timeline = require('memprof.timeline')
 local utf8 = require('memprof.utf8')
+local json_text = require('memprof.json_text')
 
 local M = {}
 
@@ -137,134 +138,26 @@ end
 
 -- JSON -----------------------------------------------------------------------
 
--- Tables with this metatable are written as arrays even when empty.
-local ARRAY = {}
+-- The page's data is JSON inside a <script> element ('<', '>' and '&'
+-- escaped), its fractions with 6 digits (memprof.json_text).
+local JSON = { script = true, float = '%.6g' }
 
-local function array(list)
-  return setmetatable(list or {}, ARRAY)
-end
-
-local JSON_ESCAPES = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n',
-  ['\r'] = '\\r', ['\t'] = '\\t' }
-
-local function json_escape(char)
-  return JSON_ESCAPES[char] or format('\\u%04x', char:byte())
-end
-
--- '<', '>' and '&' are escaped too: the JSON sits inside a <script>.
-local function json_string(text)
-  return '"' .. clean_text(text):gsub('[%c"\\<>&]', json_escape) .. '"'
-end
+local array = json_text.array
 
 local function json_number(number)
-  if number ~= number or number == math.huge or number == -math.huge then
-    return 'null'
-  end
-  if number == floor(number) and math.abs(number) < 2 ^ 53 then
-    return format('%d', number)
-  end
-  return format('%.6g', number)
+  return json_text.number(number, JSON)
 end
 
-local json_value
-
--- How many parts the JSON of a long list gathers before they are
--- written (write_json).
-local FLUSH_PARTS = 4096
-
-local function json_array(list, parts)
-  parts[#parts + 1] = '['
-  for i, item in ipairs(list) do
-    if i > 1 then
-      parts[#parts + 1] = ','
-    end
-    json_value(item, parts)
-  end
-  parts[#parts + 1] = ']'
+local function json_string(text)
+  return json_text.string(text, JSON)
 end
 
-local function json_object(object, parts)
-  local keys = {}
-  for key in pairs(object) do
-    keys[#keys + 1] = key
-  end
-  table.sort(keys)
-  parts[#parts + 1] = '{'
-  for i, key in ipairs(keys) do
-    if i > 1 then
-      parts[#parts + 1] = ','
-    end
-    parts[#parts + 1] = json_string(key) .. ':'
-    json_value(object[key], parts)
-  end
-  parts[#parts + 1] = '}'
-end
-
--- The frame table of the flame graphs (below): the list of { name =,
--- source = } that its arrays stand for.
-local function json_frames(frames, parts)
-  parts[#parts + 1] = '['
-  local names, sources = frames.names, frames.sources
-  for i = 1, frames.count do
-    if i > 1 then
-      parts[#parts + 1] = ','
-    end
-    parts[#parts + 1] = '{"name":' .. json_string(names[i]) ..
-      ',"source":' .. json_string(sources[i]) .. '}'
-    if #parts >= FLUSH_PARTS and parts.flush then
-      parts:flush()
-    end
-  end
-  parts[#parts + 1] = ']'
-end
-
-local FRAME_TABLE
-
--- JSON text made elsewhere (the flame trees: memprof.report.flame),
--- written as it is: { text = ... }.
-local JSON_TEXT = {}
-
--- Appends the JSON text of value to parts.
-json_value = function(value, parts)
-  local kind = type(value)
-  if kind == 'table' then
-    if getmetatable(value) == JSON_TEXT then
-      parts[#parts + 1] = value.text
-    elseif getmetatable(value) == FRAME_TABLE then
-      json_frames(value, parts)
-    elseif getmetatable(value) == ARRAY or value[1] ~= nil then
-      json_array(value, parts)
-    else
-      json_object(value, parts)
-    end
-  elseif kind == 'string' then
-    parts[#parts + 1] = json_string(value)
-  elseif kind == 'number' then
-    parts[#parts + 1] = json_number(value)
-  elseif kind == 'boolean' then
-    parts[#parts + 1] = tostring(value)
-  else
-    parts[#parts + 1] = 'null'
-  end
-end
-
-function M.json(value)
-  local parts = {}
-  json_value(value, parts)
-  return concat(parts)
-end
-
--- Writes the JSON text of value to out, in pieces of FLUSH_PARTS parts
--- or so (the frame table of a large profile is tens of MB of text).
+-- Writes the JSON text of value to out, in pieces (the frame table of a
+-- large profile is tens of MB of text).
 local function write_json(out, value)
-  local parts = { flush = function(self)
-    out:write(concat(self))
-    for i = #self, 1, -1 do
-      self[i] = nil
-    end
-  end }
-  json_value(value, parts)
-  parts:flush()
+  local writer = json_text.writer(out, JSON)
+  writer:value(value)
+  writer:finish()
 end
 
 -- The flame pass and the paths of the graphs: memprof.report.flame.
@@ -375,13 +268,24 @@ end
 
 -- Interns frames by name: the frames table of the page, 0-based ids,
 -- kept as two arrays (a large profile has hundreds of thousands of
--- frames), written as the JSON list of { name =, source = } they stand
--- for (json_value).
-FRAME_TABLE = {}
-
+-- frames).
 local function new_frame_table()
-  return setmetatable({ names = {}, sources = {}, id_of = {}, count = 0 },
-    FRAME_TABLE)
+  return { names = {}, sources = {}, id_of = {}, count = 0 }
+end
+
+-- The JSON value of a frame table: the list of { name =, source = } that
+-- its arrays stand for, written frame by frame.
+local function frames_json(frames)
+  return json_text.custom(function(writer)
+    writer:part('[')
+    local names, sources = frames.names, frames.sources
+    for i = 1, frames.count do
+      writer:part((i > 1 and ',{"name":' or '{"name":') ..
+        json_string(names[i]) .. ',"source":' .. json_string(sources[i]) ..
+        '}')
+    end
+    writer:part(']')
+  end)
 end
 
 local function frame_id(frames, site)
@@ -398,7 +302,7 @@ local function frame_id(frames, site)
 end
 
 -- The tree of the paths (memprof.report.flame) as JSON text (written as
--- it is by json_value), how many of its frames were merged, and its top.
+-- it is), how many of its frames were merged, and its top.
 local function flame_tree(paths, frames)
   local text, merged, top = flame.tree(paths, {
     frame_id = function(site)
@@ -408,7 +312,7 @@ local function flame_tree(paths, frames)
       return frames.names[id + 1]
     end,
     max_nodes = M.MAX_FRAMES, number = json_number })
-  return setmetatable({ text = text }, JSON_TEXT), merged, top
+  return json_text.raw(text), merged, top
 end
 
 -- What the graphs count, and the names of their roots.
@@ -593,7 +497,7 @@ local function page_data(result)
   local graphs = flame_graphs(result, frames)
   local data = {
     file = result.stream.name or '',
-    frames = frames,
+    frames = frames_json(frames),
     graphs = graphs,
   }
   local chart = timeline_data(result)

@@ -1,5 +1,5 @@
 -- memprof.report.json: every view of an analysis as one JSON document
--- (the schema is docs/json.md), encoded with lua-cjson.
+-- (the schema is docs/json.md), written by memprof.json_text.
 --
 --   json.write(result, out, opts)     -- result of memprof.analyze.run
 --   json.document(result) -> the document as Lua tables
@@ -12,107 +12,26 @@
 -- peak, temporary and, with time marks, timeline); a view not computed
 -- is null in the document.
 --
--- Every string is made valid UTF-8 first (memprof.utf8: each byte that
--- is not part of a valid sequence becomes U+FFFD), as lua-cjson copies
--- bytes as they are.
---
--- lua-cjson writes numbers with 14 significant digits and an empty
--- table as {}; so before encoding, whole numbers of 15 digits or more
--- and empty arrays are replaced by marker strings, which are replaced
--- in the text by the exact digits and by [].
+-- The text is the same for the same profile on every run: the keys of
+-- each object are in sorted order.  Every string is valid UTF-8 (each
+-- byte that is not part of a valid sequence becomes U+FFFD), and every
+-- whole number is written exactly, however large (memprof.json_text).
 
 local rows = require('memprof.report.rows')
-local utf8 = require('memprof.utf8')
+local json_text = require('memprof.json_text')
 
 local M = {}
 
 M.SCHEMA_VERSION = 1
 
-local format, floor = string.format, math.floor
+local format = string.format
 
-local cjson_module
-
-local function cjson()
-  if not cjson_module then
-    local ok, module = pcall(require, 'cjson')
-    if not ok then
-      error('the JSON formats need lua-cjson (the Debian package ' ..
-        "lua-cjson): require('cjson') failed", 0)
-    end
-    cjson_module = module
-  end
-  return cjson_module
-end
-
--- nil when lua-cjson can be loaded, else why not.
-function M.check()
-  local ok, err = pcall(cjson)
-  if ok then
-    return nil
-  end
-  return err
-end
-
--- Encoding ---------------------------------------------------------------
-
-local ARRAYS = setmetatable({}, { __mode = 'k' })
-local NULL = {}
+local NULL = json_text.null
 M.null = NULL
-
-function M.array(list)
-  ARRAYS[list] = true
-  return list
-end
-
-local MARK = '\1memprof:'
-local EMPTY_ARRAY = MARK .. '[]\1'
-local LARGEST_EXACT = 1e14
-
-local prepare
-
-local function prepare_table(value)
-  if value == NULL then
-    return cjson().null
-  end
-  if ARRAYS[value] and #value == 0 then
-    return EMPTY_ARRAY
-  end
-  local copy = {}
-  for k, v in pairs(value) do
-    copy[k] = prepare(v)
-  end
-  return copy
-end
-
-function prepare(value)
-  local kind = type(value)
-  if kind == 'table' then
-    return prepare_table(value)
-  elseif kind == 'string' then
-    return utf8.clean(value)
-  elseif kind == 'number' and value == floor(value) and
-      (value >= LARGEST_EXACT or value <= -LARGEST_EXACT) and
-      value - value == 0 then
-    return MARK .. format('%.0f', value) .. '\1'
-  end
-  return value
-end
-
--- A marker replaced, in the text, by what it stands for; a section's
--- marker (below) by its name between two bytes 1, which lua-cjson never
--- writes as they are (it writes \u0001).
-local function unmark(marked)
-  local section = marked:match('^section:(.*)$')
-  if section then
-    return '\1' .. section .. '\1'
-  end
-  return marked
-end
+M.array = json_text.array
 
 function M.encode(value)
-  local text = cjson().encode(prepare(value))
-  -- cjson writes the marker's \1 as \u0001.
-  return (text:gsub('"\\u0001memprof:([^"]-)\\u0001"', unmark))
+  return json_text.encode(value)
 end
 
 -- The document -----------------------------------------------------------
@@ -207,8 +126,9 @@ end
 --
 -- The long arrays of the document (an entry per site, stack, row or
 -- slot) are sections: a list of items and the function that makes the
--- entry of an item.  document() makes every entry; write() writes them
--- one by one, so that the whole document is never held at once.
+-- entry of an item.  document() makes every entry; write() makes and
+-- writes them one by one, so that the whole document is never held at
+-- once.
 
 local function section(items, entry_of)
   return { items = items, entry_of = entry_of }
@@ -494,40 +414,18 @@ function M.document(result)
   return build(result, entries_of)
 end
 
--- Writes a section as a JSON array, one entry at a time.
-local function write_section(out, part)
-  out:write('[')
-  for i, item in ipairs(part.items) do
-    if i > 1 then
-      out:write(',')
-    end
-    out:write(M.encode(part.entry_of(item)))
-  end
-  out:write(']')
+local function written_one_by_one(part)
+  return json_text.list(part.items, part.entry_of)
 end
 
--- The same text as M.encode(M.document(result)), written in pieces: the
--- document is encoded with a marker for each section, and each marker
--- is replaced by its section, written entry by entry.
+-- The same text as M.encode(M.document(result)), each section's entries
+-- made as they are written.
 function M.write(result, out)
   out = out or io.stdout
-  local sections = {}
-  local function place(part)
-    sections[#sections + 1] = part
-    return MARK .. 'section:' .. #sections .. '\1'
-  end
-  local text = M.encode(build(result, place))
-  local at = 1
-  while true do
-    local from, to, number = text:find('\1(%d+)\1', at)
-    if not from then
-      break
-    end
-    out:write(text:sub(at, from - 1))
-    write_section(out, sections[tonumber(number)])
-    at = to + 1
-  end
-  out:write(text:sub(at), '\n')
+  local writer = json_text.writer(out)
+  writer:value(build(result, written_one_by_one))
+  writer:part('\n')
+  writer:finish()
 end
 
 return M

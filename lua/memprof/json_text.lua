@@ -1,0 +1,278 @@
+-- memprof.json_text: Lua values written as JSON text, the same text for
+-- the same values on every run, in pieces for long documents.
+--
+--   local json_text = require('memprof.json_text')
+--   json_text.encode(value [, opts]) -> the text
+--   local writer = json_text.writer(out [, opts])  -- out:write(text)
+--   writer:value(value)        -- appends its text, written to out in
+--                              -- pieces of json_text.FLUSH_PARTS parts
+--   writer:part(text)          -- appends text as it is
+--   writer:finish()            -- writes what is left
+--
+-- Values:
+--   table     an array when marked (json_text.array(list), even empty)
+--             or when t[1] is not nil; else an object, whose keys (strings)
+--             are written in sorted order: Lua's order of keys can change
+--             from run to run, with the seed of its string hash
+--   string    made valid UTF-8 first (memprof.utf8: each byte that is not
+--             part of a valid sequence becomes U+FFFD), then escaped:
+--             '"', '\', and control characters
+--   number    whole numbers exactly, in full (however large); others
+--             with opts.float (a format, default '%.14g'); NaN and
+--             infinities as null
+--   boolean, json_text.null (null), nil (null, in an array)
+--   json_text.raw(text)            JSON text made elsewhere, as it is
+--   json_text.list(items, entry_of)  an array of entry_of(item) for
+--             each item, made and written one at a time (a document's
+--             long lists: the document is never held whole)
+--   json_text.custom(write)        write(writer) appends the value's
+--             text itself, through writer:part(text) and writer:value()
+--
+-- opts.script = true also escapes '<', '>' and '&' (text inside an HTML
+-- <script> element).
+
+local utf8 = require('memprof.utf8')
+
+local M = {}
+
+local format, floor, concat, sort = string.format, math.floor,
+  table.concat, table.sort
+
+local ARRAY = {}
+local RAW = {}
+local LIST = {}
+local CUSTOM = {}
+
+M.null = setmetatable({}, { __tostring = function() return 'null' end })
+
+function M.array(list)
+  return setmetatable(list or {}, ARRAY)
+end
+
+function M.raw(text)
+  return setmetatable({ text = text }, RAW)
+end
+
+function M.list(items, entry_of)
+  return setmetatable({ items = items, entry_of = entry_of }, LIST)
+end
+
+function M.custom(write)
+  return setmetatable({ write = write }, CUSTOM)
+end
+
+-- Strings ----------------------------------------------------------------
+
+local ESCAPES = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n',
+  ['\r'] = '\\r', ['\t'] = '\\t', ['\b'] = '\\b', ['\f'] = '\\f' }
+
+local function escape(char)
+  return ESCAPES[char] or format('\\u%04x', char:byte())
+end
+
+-- The characters escaped: control characters (%c, DEL included), '"'
+-- and '\'; in a script, '<', '>' and '&' too.
+local PLAIN_PATTERN, SCRIPT_PATTERN = '[%c"\\]', '[%c"\\<>&]'
+
+local function string_text(text, pattern)
+  text = utf8.clean(text)
+  if text:find(pattern) then
+    text = text:gsub(pattern, escape)
+  end
+  return '"' .. text .. '"'
+end
+
+function M.string(text, opts)
+  return string_text(text, opts and opts.script and SCRIPT_PATTERN or
+    PLAIN_PATTERN)
+end
+
+-- Numbers ----------------------------------------------------------------
+
+local EXACT = 2 ^ 53
+
+local function number_text(n, float)
+  if n ~= n or n == math.huge or n == -math.huge then
+    return 'null'
+  elseif n == floor(n) then
+    if n < EXACT and n > -EXACT then
+      return format('%d', n)
+    end
+    return format('%.0f', n)
+  end
+  return format(float, n)
+end
+
+function M.number(n, opts)
+  return number_text(n, opts and opts.float or '%.14g')
+end
+
+-- The writer ---------------------------------------------------------------
+
+-- How many parts (a key, a value, a bracket) a writer gathers before it
+-- writes them; read when a writer is made.
+M.FLUSH_PARTS = 4096
+
+local Writer = {}
+Writer.__index = Writer
+
+function M.writer(out, opts)
+  opts = opts or {}
+  return setmetatable({ out = out, parts = {}, count = 0,
+    flush_parts = M.FLUSH_PARTS,
+    pattern = opts.script and SCRIPT_PATTERN or PLAIN_PATTERN,
+    float = opts.float or '%.14g' }, Writer)
+end
+
+function Writer:flush()
+  local parts = self.parts
+  self.out:write(concat(parts, '', 1, self.count))
+  for i = self.count, 1, -1 do
+    parts[i] = nil
+  end
+  self.count = 0
+end
+
+function Writer:part(text)
+  local count = self.count + 1
+  self.parts[count] = text
+  self.count = count
+  if count >= self.flush_parts then
+    self:flush()
+  end
+end
+
+function Writer:finish()
+  self:flush()
+end
+
+-- The keys of an object, sorted, and their set.
+local function sorted_keys(object)
+  local keys, set, n = {}, {}, 0
+  for key in pairs(object) do
+    n = n + 1
+    keys[n] = key
+    set[key] = true
+  end
+  sort(keys)
+  return { list = keys, set = set, count = n }
+end
+
+-- The sorted keys of an object: those of the last object written when
+-- it has the same keys (the entries of a list do), without a new list.
+function Writer:keys(object)
+  local last = self.last_keys
+  if last then
+    local set, n = last.set, 0
+    for key in pairs(object) do
+      if not set[key] then
+        n = -1
+        break
+      end
+      n = n + 1
+    end
+    if n == last.count then
+      return last
+    end
+  end
+  last = sorted_keys(object)
+  self.last_keys = last
+  return last
+end
+
+function Writer:object(object)
+  local keys = self:keys(object)
+  local list, n = keys.list, keys.count
+  if n == 0 then
+    self:part('{}')
+    return
+  end
+  local pattern = self.pattern
+  for i = 1, n do
+    local key = list[i]
+    self:part((i == 1 and '{' or ',') .. string_text(key, pattern) .. ':')
+    self:value(object[key])
+  end
+  self:part('}')
+end
+
+-- An array of list[1..n] (n = #list, or the array's length as marked).
+function Writer:array(list)
+  local n = #list
+  if n == 0 then
+    self:part('[]')
+    return
+  end
+  self:part('[')
+  for i = 1, n do
+    if i > 1 then
+      self:part(',')
+    end
+    self:value(list[i])
+  end
+  self:part(']')
+end
+
+function Writer:list(list)
+  local entry_of = list.entry_of
+  self:part('[')
+  for i, item in ipairs(list.items) do
+    if i > 1 then
+      self:part(',')
+    end
+    self:value(entry_of(item))
+  end
+  self:part(']')
+end
+
+function Writer:table(value)
+  local meta = getmetatable(value)
+  if meta == ARRAY then
+    self:array(value)
+  elseif value == M.null then
+    self:part('null')
+  elseif meta == RAW then
+    self:part(value.text)
+  elseif meta == LIST then
+    self:list(value)
+  elseif meta == CUSTOM then
+    value.write(self)
+  elseif value[1] ~= nil then
+    self:array(value)
+  else
+    self:object(value)
+  end
+end
+
+function Writer:value(value)
+  local kind = type(value)
+  if kind == 'table' then
+    self:table(value)
+  elseif kind == 'string' then
+    self:part(string_text(value, self.pattern))
+  elseif kind == 'number' then
+    self:part(number_text(value, self.float))
+  elseif kind == 'boolean' then
+    self:part(value and 'true' or 'false')
+  else
+    self:part('null')
+  end
+end
+
+-- Collects the text instead of writing it.
+local Collected = {}
+Collected.__index = Collected
+
+function Collected:write(text)
+  self[#self + 1] = text
+end
+
+function M.encode(value, opts)
+  local collected = setmetatable({}, Collected)
+  local writer = M.writer(collected, opts)
+  writer:value(value)
+  writer:finish()
+  return concat(collected)
+end
+
+return M
