@@ -109,26 +109,3 @@ describe('cumulative figures', function()
       end
     end)
 end)
-
-describe('rows.figures', function()
-  local rows = require('memprof.report.rows')
-
-  it('are the figures of rows.collect, in columns by group id', function()
-    for _, group in ipairs({ 'line', 'function', 'stack' }) do
-      for _, builder in ipairs({ B.nested_calls(), B.three_callers() }) do
-        local result = run(builder, group)
-        local figures = rows.figures(result)
-        local list = rows.collect(result, { overrides = false })
-        assert.are.equal(#list, #figures.list)
-        for i, row in ipairs(list) do
-          local id = figures.list[i].id
-          assert.are.equal(row.group, figures.list[i])
-          assert.are.same({ row.allocated_events, row.allocated_bytes,
-            row.live_bytes, row.live_blocks },
-            { figures.allocated_events[id], figures.allocated_bytes[id],
-              figures.live_bytes[id], figures.live_blocks[id] })
-        end
-      end
-    end
-  end)
-end)

@@ -152,79 +152,103 @@ local function sort_items(items, field, name_of)
   return items
 end
 
-local function name_of_row(row)
-  return row.name
-end
-
 local function name_of_group(row)
   return row.group.name
 end
 
-local function overrides_of(entries)
-  local sorted = {}
-  for i, entry in ipairs(entries) do
-    sorted[i] = entry
+local function name_of(group)
+  return group.name
+end
+
+-- The overrides of a row (rows.figures), the most blocks first.
+local function overrides_of(overrides)
+  if not overrides then
+    return M.array({})
   end
-  sort_items(sorted, 'blocks', name_of_group)
+  local groups, blocks, order = overrides.groups, overrides.blocks, {}
+  for i = 1, #groups do
+    order[i] = i
+  end
+  table.sort(order, function(a, b)
+    if blocks[a] ~= blocks[b] then
+      return blocks[a] > blocks[b]
+    end
+    return groups[a].name < groups[b].name
+  end)
   local list = {}
-  for i, entry in ipairs(sorted) do
-    list[i] = { row = entry.group.id, name = entry.group.name,
-      blocks = entry.blocks }
+  for i, at in ipairs(order) do
+    list[i] = { row = groups[at].id, name = groups[at].name,
+      blocks = blocks[at] }
   end
   return M.array(list)
 end
 
--- The rows of `list` for which keep(row) is true, sorted by `field`.
-local function rows_section(list, keep, field, entry_of)
-  local items = {}
-  for _, row in ipairs(list) do
-    if keep(row) then
-      items[#items + 1] = row
+-- The rows (groups) of the figures whose `kept` figure is above 0 (or,
+-- with `or_kept`, that one), sorted by figure `by`.
+local function rows_section(figures, kept, or_kept, by, entry_of)
+  local items, column, other = {}, figures[kept], figures[or_kept]
+  for _, group in ipairs(figures.list) do
+    local id = group.id
+    if column[id] > 0 or (other and other[id] > 0) then
+      items[#items + 1] = group
     end
   end
-  return section(sort_items(items, field, name_of_row), entry_of)
+  local values = figures[by]
+  return section(sort_items(items, function(group)
+    return values[group.id]
+  end, name_of), entry_of)
 end
 
-local function allocations_section(list)
-  return rows_section(list, function(row) return row.alloc_events > 0 end,
-    'alloc_bytes', function(row)
-      return { row = row.group.id, name = row.name,
-        events = row.alloc_events, bytes = row.alloc_bytes }
+local function allocations_section(figures)
+  local events, bytes = figures.alloc_events, figures.alloc_bytes
+  return rows_section(figures, 'alloc_events', nil, 'alloc_bytes',
+    function(group)
+      local id = group.id
+      return { row = id, name = group.name, events = events[id],
+        bytes = bytes[id] }
     end)
 end
 
-local function reallocations_section(list)
-  return rows_section(list, function(row) return row.realloc_events > 0 end,
-    'realloc_bytes', function(row)
-      return { row = row.group.id, name = row.name,
-        events = row.realloc_events, new_bytes = row.realloc_bytes,
-        old_bytes = row.realloc_old_bytes,
-        overrides = overrides_of(row.overrides.realloc) }
+local function reallocations_section(figures)
+  local overrides = figures.overrides.realloc
+  return rows_section(figures, 'realloc_events', nil, 'realloc_bytes',
+    function(group)
+      local id = group.id
+      return { row = id, name = group.name,
+        events = figures.realloc_events[id],
+        new_bytes = figures.realloc_bytes[id],
+        old_bytes = figures.realloc_old_bytes[id],
+        overrides = overrides_of(overrides[id]) }
     end)
 end
 
-local function deallocations_section(list)
-  return rows_section(list, function(row) return row.free_events > 0 end,
-    'freed_bytes', function(row)
-      return { row = row.group.id, name = row.name,
-        events = row.free_events, bytes = row.freed_bytes,
-        overrides = overrides_of(row.overrides.free) }
+local function deallocations_section(figures)
+  local overrides = figures.overrides.free
+  return rows_section(figures, 'free_events', nil, 'freed_bytes',
+    function(group)
+      local id = group.id
+      return { row = id, name = group.name,
+        events = figures.free_events[id], bytes = figures.freed_bytes[id],
+        overrides = overrides_of(overrides[id]) }
     end)
 end
 
-local function heap_section(list)
-  return rows_section(list, function(row)
-    return row.allocated_events > 0 or row.released_blocks > 0
-  end, 'live_bytes', function(row)
-    return { row = row.group.id, name = row.name, live_bytes = row.live_bytes,
-      live_blocks = row.live_blocks, allocs = row.allocated_events,
-      reallocs = row.realloc_events, frees = row.released_blocks,
-      freed_bytes = row.released_bytes }
-  end)
+local function heap_section(figures)
+  return rows_section(figures, 'allocated_events', 'released_blocks',
+    'live_bytes', function(group)
+      local id = group.id
+      return { row = id, name = group.name,
+        live_bytes = figures.live_bytes[id],
+        live_blocks = figures.live_blocks[id],
+        allocs = figures.allocated_events[id],
+        reallocs = figures.realloc_events[id],
+        frees = figures.released_blocks[id],
+        freed_bytes = figures.released_bytes[id] }
+    end)
 end
 
-local function totals_section(list, result)
-  local sums = rows.totals(list)
+local function totals_section(figures, result)
+  local sums = rows.totals(figures)
   return {
     events = result.stream.events,
     alloc_events = sums.alloc_events,
@@ -374,7 +398,7 @@ end
 -- The document, with place(section) for each long array (see above).
 local function build(result, place)
   local stream = result.stream
-  local list = rows.collect(result)
+  local figures = rows.figures(result, { all = true, overrides = true })
   local sites = section(stream.sites, site_entry)
   local stacks = section(all_stacks(stream), function(stack)
     return stack_entry(stream, stack)
@@ -389,11 +413,11 @@ local function build(result, place)
     stacks = place(stacks),
     aliases = aliases_of(stream),
     rows = place(described),
-    allocations = place(allocations_section(list)),
-    reallocations = place(reallocations_section(list)),
-    deallocations = place(deallocations_section(list)),
-    heap = place(heap_section(list)),
-    totals = totals_section(list, result),
+    allocations = place(allocations_section(figures)),
+    reallocations = place(reallocations_section(figures)),
+    deallocations = place(deallocations_section(figures)),
+    heap = place(heap_section(figures)),
+    totals = totals_section(figures, result),
     live = live_section(result.leaks, stream, place),
     peak = peak_section(result.peak, place),
     temporary = temporary_section(result.temporary, place),

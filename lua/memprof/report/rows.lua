@@ -1,50 +1,39 @@
 -- memprof.report.rows: the figures of each row of an analysis, with the
--- sites and heap passes merged into the rows of the analysis' grouping.
+-- sites and heap passes merged into the rows of the analysis' grouping,
+-- in columns by group id (a large profile has a row per place: a record
+-- per row took 400 bytes a place, a column takes 8).
 --
 --   local rows = require('memprof.report.rows')
---   local list = rows.collect(result)   -- result of memprof.analyze.run
+--   local figures = rows.figures(result [, opts])  -- memprof.analyze.run
 --
 -- The sites and heap passes keep one record per site when the rows are
 -- lines (two sites with one name, a function loaded twice, are one
 -- row), and one per group otherwise; here every record is counted in
--- its group (result.grouper), so each row appears once.  The list is
--- in order of the groups' ids; each row:
---   group            the memprof.groups group
---   name             its name
---   alloc_events, alloc_bytes          allocation events, bytes allocated
---   realloc_events, realloc_bytes      reallocations, their new bytes
---   realloc_old_bytes                  the bytes they released
---   free_events, freed_bytes           deallocations at this row
---   allocated_events = alloc_events + realloc_events (events that
---                      produced a block), allocated_bytes = alloc_bytes +
---                      realloc_bytes
---   live_bytes       what the row's blocks hold at the end: bytes it
---                    produced minus those of its blocks later released
---   live_blocks      its blocks still live (allocated_events minus
---                    released blocks)
---   released_blocks  its blocks freed or reallocated away (anywhere)
---   released_bytes   their bytes
---   before           true for the row of the blocks allocated before the
---                    profile: it produced nothing, so it holds nothing
---                    (live 0) and only has released blocks and bytes
+-- its group (result.grouper), so each row appears once.
+--   figures.list     the groups that have figures, in order of their ids
+--   figures[FIELD]   an array indexed by group id, for each FIELD:
+--     allocated_events, allocated_bytes   events that produced a block
+--                      (alloc, realloc), their bytes
+--     live_bytes       what the row's blocks hold at the end: bytes it
+--                      produced minus those of its blocks later released
+--     live_blocks      its blocks still live
+--   and with opts.all, every field of rows.FIELDS:
+--     alloc_events, alloc_bytes          allocation events, bytes allocated
+--     realloc_events, realloc_bytes      reallocations, their new bytes
+--     realloc_old_bytes                  the bytes they released
+--     free_events, freed_bytes           deallocations at this row
+--     released_blocks  its blocks freed or reallocated away (anywhere)
+--     released_bytes   their bytes
+--   figures.before   the id of the row of the blocks allocated before the
+--                    profile, or nil: it produced nothing, so it holds
+--                    nothing (live 0) and only has released blocks and
+--                    bytes
 -- No figure is negative.
---   overrides        per kind ('realloc', 'free'): { { group =, blocks = },
---                    ... } the rows whose blocks the events released (the
---                    rows without any share one table of empty lists:
---                    never modify it); rows.collect(result, { overrides =
---                    false }) leaves them out
--- A row is a memprof.record (its fields by position: a large profile has
--- a row per place); rows.Row is its shape.
---
---   rows.figures(result) -> the figures that folded and pprof need, in
---                           columns: { list = the groups (the rows of
---                           collect(), in its order), and arrays indexed
---                           by group id: allocated_events,
---                           allocated_bytes, live_bytes, live_blocks }
---   (the same numbers as collect() gives, summed in the same order,
---   without a record per row)
-
-local record = require('memprof.record')
+--   figures.overrides  with opts.overrides (and opts.all): per kind
+--                    ('realloc', 'free'), by group id, the rows whose
+--                    blocks the row's events released, in order of first
+--                    appearance: { groups = { group, ... }, blocks = {
+--                    blocks of each } } (nil for a row without any)
 
 local M = {}
 
@@ -54,21 +43,6 @@ local FIELDS = { 'alloc_events', 'alloc_bytes', 'realloc_events',
   'released_blocks', 'released_bytes' }
 M.FIELDS = FIELDS
 
-local ROW_FIELDS = {}
-for i, field in ipairs(FIELDS) do
-  ROW_FIELDS[i] = field
-end
-for _, field in ipairs({ 'group', 'name', 'overrides', 'override_at',
-  'before' }) do
-  ROW_FIELDS[#ROW_FIELDS + 1] = field
-end
-local Row = record.shape(ROW_FIELDS)
-M.Row = Row
--- An entry of a row's overrides.
-local Override = record.shape({ 'group', 'blocks' })
-M.Override = Override
-local BLOCKS = Override.index.blocks
-
 -- The group of a key of the sites or heap passes: a group already, or a
 -- site (rows by line).
 function M.group_of(grouper, key)
@@ -76,114 +50,6 @@ function M.group_of(grouper, key)
     return key
   end
   return grouper:key(key)
-end
-
--- The overrides of the rows that have none.
-local NO_OVERRIDES = { realloc = {}, free = {} }
-
--- A row of zeros (the 13 FIELDS), then group, name, overrides,
--- override_at and before.
-local function new_row(group)
-  return Row.make({ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, group,
-    group.name, NO_OVERRIDES, false, nil })
-end
-assert(#FIELDS == 13 and Row.index.before == 18)
-
-local Collector = {}
-Collector.__index = Collector
-
-function Collector:row(key)
-  local group = M.group_of(self.grouper, key)
-  local row = self.by_group[group.id]
-  if not row then
-    row = new_row(group)
-    self.by_group[group.id] = row
-  end
-  return row
-end
-
-function Collector:add_overrides(row, kind, record)
-  if #record.overrides == 0 then
-    return
-  end
-  if not row.override_at then
-    row.overrides = { realloc = {}, free = {} }
-    row.override_at = { realloc = {}, free = {} }
-  end
-  local at = row.override_at[kind]
-  local list = row.overrides[kind]
-  for _, owner in ipairs(record.overrides) do
-    local group = M.group_of(self.grouper, owner)
-    local entry = at[group]
-    if not entry then
-      entry = Override.make({ group, 0 })
-      at[group] = entry
-      list[#list + 1] = entry
-    end
-    entry[BLOCKS] = entry[BLOCKS] + record.override_count[owner]
-  end
-end
-
-local EVENT_FIELDS = {
-  alloc = { 'alloc_events', 'alloc_bytes' },
-  realloc = { 'realloc_events', 'realloc_bytes', 'realloc_old_bytes' },
-  free = { 'free_events', nil, 'freed_bytes' },
-}
-
-function Collector:add_events(kind, records)
-  local fields = EVENT_FIELDS[kind]
-  for _, record in ipairs(records) do
-    local row = self:row(record.site)
-    row[fields[1]] = row[fields[1]] + record.count
-    if fields[2] then
-      row[fields[2]] = row[fields[2]] + record.plus
-    end
-    if fields[3] then
-      row[fields[3]] = row[fields[3]] + record.minus
-    end
-    if kind ~= 'alloc' and self.overrides then
-      self:add_overrides(row, kind, record)
-    end
-  end
-end
-
-function Collector:add_heap(stats_list)
-  for _, stats in ipairs(stats_list) do
-    local row = self:row(stats.site)
-    if row.group.source == 'before' then
-      row.before = true
-      row.released_bytes = row.released_bytes - stats.holds
-    else
-      row.live_bytes = row.live_bytes + stats.holds
-      row.live_blocks = row.live_blocks + stats.allocs - stats.frees
-    end
-    row.released_blocks = row.released_blocks + stats.frees
-  end
-end
-
--- opts.overrides = false: leave out the overrides (every row has the
--- shared empty lists), for the reports that do not show them.
-function M.collect(result, opts)
-  local self = setmetatable({ grouper = result.grouper, by_group = {},
-    overrides = not (opts and opts.overrides == false) }, Collector)
-  for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
-    self:add_events(kind, result.sites.kinds[kind])
-  end
-  self:add_heap(result.heap.sites)
-  local list = {}
-  for _, group in ipairs(result.grouper.list) do
-    local row = self.by_group[group.id]
-    if row then
-      row.allocated_events = row.alloc_events + row.realloc_events
-      row.allocated_bytes = row.alloc_bytes + row.realloc_bytes
-      if not row.before then
-        row.released_bytes = row.allocated_bytes - row.live_bytes
-      end
-      row.override_at = nil
-      list[#list + 1] = row
-    end
-  end
-  return list
 end
 
 -- An array of zeros by group id, for the ids of `list`.
@@ -195,8 +61,8 @@ local function zeros(list)
   return column
 end
 
--- Sums records[i][from] into column[group id], for the sites pass'
--- records of one kind.
+-- Sums records[i][from] into column[group id], for the records of the
+-- sites pass of one kind or of the heap pass.
 local function sum_into(column, grouper, records, from)
   for _, item in ipairs(records) do
     local id = M.group_of(grouper, item.site).id
@@ -204,7 +70,8 @@ local function sum_into(column, grouper, records, from)
   end
 end
 
-function M.figures(result)
+-- The groups of the sites' and heap's records, in order of their ids.
+local function groups_with_figures(result)
   local grouper = result.grouper
   local seen, list = {}, {}
   local function note(key)
@@ -223,44 +90,138 @@ function M.figures(result)
       list[#list + 1] = group
     end
   end
-  seen = nil
-  local kinds = result.sites.kinds
-  local alloc_events, alloc_bytes = zeros(list), zeros(list)
-  local realloc_events, realloc_bytes = zeros(list), zeros(list)
-  sum_into(alloc_events, grouper, kinds.alloc, 'count')
-  sum_into(alloc_bytes, grouper, kinds.alloc, 'plus')
-  sum_into(realloc_events, grouper, kinds.realloc, 'count')
-  sum_into(realloc_bytes, grouper, kinds.realloc, 'plus')
-  local live_bytes, live_blocks = zeros(list), zeros(list)
-  for _, stats in ipairs(result.heap.sites) do
+  return list
+end
+
+-- The overrides of one kind by group id (see above).
+local function overrides_of(grouper, records)
+  local by_id = {}
+  for _, record in ipairs(records) do
+    if #record.overrides > 0 then
+      local id = M.group_of(grouper, record.site).id
+      local entry = by_id[id]
+      if not entry then
+        entry = { groups = {}, blocks = {}, at = {} }
+        by_id[id] = entry
+      end
+      local groups, blocks, at = entry.groups, entry.blocks, entry.at
+      for _, owner in ipairs(record.overrides) do
+        local group = M.group_of(grouper, owner)
+        local i = at[group]
+        if not i then
+          i = #groups + 1
+          groups[i], blocks[i], at[group] = group, 0, i
+        end
+        blocks[i] = blocks[i] + record.override_count[owner]
+      end
+    end
+  end
+  for _, entry in pairs(by_id) do
+    entry.at = nil
+  end
+  return by_id
+end
+
+-- The heap's figures: live bytes and blocks, and with `all` the
+-- released blocks and the id of the row before the profile.
+local function add_heap(figures, grouper, heap_sites, all)
+  local live_bytes, live_blocks = figures.live_bytes, figures.live_blocks
+  local released_blocks = figures.released_blocks
+  local released_bytes = figures.released_bytes
+  for _, stats in ipairs(heap_sites) do
     local group = M.group_of(grouper, stats.site)
-    if group.source ~= 'before' then
-      local id = group.id
+    local id = group.id
+    if group.source == 'before' then
+      figures.before = id
+      if all then
+        released_bytes[id] = released_bytes[id] - stats.holds
+      end
+    else
       live_bytes[id] = live_bytes[id] + stats.holds
       live_blocks[id] = live_blocks[id] + stats.allocs - stats.frees
     end
+    if all then
+      released_blocks[id] = released_blocks[id] + stats.frees
+    end
   end
-  -- allocated = alloc + realloc, as collect() adds them.
-  for _, group in ipairs(list) do
-    local id = group.id
-    alloc_events[id] = alloc_events[id] + realloc_events[id]
-    alloc_bytes[id] = alloc_bytes[id] + realloc_bytes[id]
-  end
-  return { list = list, allocated_events = alloc_events,
-    allocated_bytes = alloc_bytes, live_bytes = live_bytes,
-    live_blocks = live_blocks }
 end
 
--- The sums of the numeric fields over rows.
-function M.totals(list)
+-- The columns that add others up: allocated = alloc + realloc, and
+-- released bytes = allocated - live (but for the row before the
+-- profile).  Without `all`, the alloc columns become the allocated ones.
+local function add_totals(figures, all)
+  local alloc_events, alloc_bytes = figures.alloc_events, figures.alloc_bytes
+  local realloc_events = figures.realloc_events
+  local realloc_bytes = figures.realloc_bytes
+  local events, bytes = alloc_events, alloc_bytes
+  if all then
+    events, bytes = zeros(figures.list), zeros(figures.list)
+  end
+  for _, group in ipairs(figures.list) do
+    local id = group.id
+    events[id] = alloc_events[id] + realloc_events[id]
+    bytes[id] = alloc_bytes[id] + realloc_bytes[id]
+  end
+  figures.allocated_events, figures.allocated_bytes = events, bytes
+  if not all then
+    figures.alloc_events, figures.alloc_bytes = nil, nil
+    figures.realloc_events, figures.realloc_bytes = nil, nil
+    return
+  end
+  local live, released = figures.live_bytes, figures.released_bytes
+  for _, group in ipairs(figures.list) do
+    local id = group.id
+    if id ~= figures.before then
+      released[id] = bytes[id] - live[id]
+    end
+  end
+end
+
+-- The columns summed from the sites pass, by kind: { column, field of
+-- the record }; with `all` the whole list, else the first four.
+local SITE_SUMS = {
+  { 'alloc_events', 'alloc', 'count' }, { 'alloc_bytes', 'alloc', 'plus' },
+  { 'realloc_events', 'realloc', 'count' },
+  { 'realloc_bytes', 'realloc', 'plus' },
+  { 'realloc_old_bytes', 'realloc', 'minus' },
+  { 'free_events', 'free', 'count' }, { 'freed_bytes', 'free', 'minus' },
+}
+
+function M.figures(result, opts)
+  local all = opts and opts.all
+  local grouper, kinds = result.grouper, result.sites.kinds
+  local list = groups_with_figures(result)
+  local figures = { list = list }
+  for i, sum in ipairs(SITE_SUMS) do
+    if all or i <= 4 then
+      local column = zeros(list)
+      sum_into(column, grouper, kinds[sum[2]], sum[3])
+      figures[sum[1]] = column
+    end
+  end
+  figures.live_bytes, figures.live_blocks = zeros(list), zeros(list)
+  if all then
+    figures.released_blocks, figures.released_bytes = zeros(list),
+      zeros(list)
+  end
+  add_heap(figures, grouper, result.heap.sites, all)
+  add_totals(figures, all)
+  if all and opts.overrides then
+    figures.overrides = { realloc = overrides_of(grouper, kinds.realloc),
+      free = overrides_of(grouper, kinds.free) }
+  end
+  return figures
+end
+
+-- The sums of every field (figures made with opts.all).
+function M.totals(figures)
   local totals = {}
   for _, field in ipairs(FIELDS) do
-    totals[field] = 0
-  end
-  for _, row in ipairs(list) do
-    for _, field in ipairs(FIELDS) do
-      totals[field] = totals[field] + row[field]
+    local column, sum = figures[field], 0
+    for _, group in ipairs(figures.list) do
+      sum = sum + column[group.id]
     end
+    totals[field] = sum
   end
   return totals
 end
