@@ -183,68 +183,57 @@ local function overrides_of(overrides)
   return M.array(list)
 end
 
--- The rows (groups) of the figures whose `kept` figure is above 0 (or,
--- with `or_kept`, that one), sorted by figure `by`.
-local function rows_section(figures, kept, or_kept, by, entry_of)
-  local items, column, other = {}, figures[kept], figures[or_kept]
+-- The sections of rows (rows.figures): the rows kept (a figure of
+-- `kept` above 0), the figure they are sorted by, each entry's figures
+-- ({ key in the entry, column }) and the kind of its overrides.
+local ROW_SECTIONS = {
+  allocations = { kept = { 'alloc_events' }, by = 'alloc_bytes',
+    fields = { { 'events', 'alloc_events' }, { 'bytes', 'alloc_bytes' } } },
+  reallocations = { kept = { 'realloc_events' }, by = 'realloc_bytes',
+    fields = { { 'events', 'realloc_events' },
+      { 'new_bytes', 'realloc_bytes' }, { 'old_bytes', 'realloc_old_bytes' } },
+    overrides = 'realloc' },
+  deallocations = { kept = { 'free_events' }, by = 'freed_bytes',
+    fields = { { 'events', 'free_events' }, { 'bytes', 'freed_bytes' } },
+    overrides = 'free' },
+  heap = { kept = { 'allocated_events', 'released_blocks' },
+    by = 'live_bytes',
+    fields = { { 'live_bytes', 'live_bytes' }, { 'live_blocks', 'live_blocks' },
+      { 'allocs', 'allocated_events' }, { 'reallocs', 'realloc_events' },
+      { 'frees', 'released_blocks' }, { 'freed_bytes', 'released_bytes' } } },
+}
+
+local function kept(figures, columns, id)
+  for _, column in ipairs(columns) do
+    if figures[column][id] > 0 then
+      return true
+    end
+  end
+  return false
+end
+
+local function row_section(figures, name)
+  local spec = ROW_SECTIONS[name]
+  local items = {}
   for _, group in ipairs(figures.list) do
-    local id = group.id
-    if column[id] > 0 or (other and other[id] > 0) then
+    if kept(figures, spec.kept, group.id) then
       items[#items + 1] = group
     end
   end
-  local values = figures[by]
-  return section(sort_items(items, function(group)
-    return values[group.id]
-  end, name_of), entry_of)
-end
-
-local function allocations_section(figures)
-  local events, bytes = figures.alloc_events, figures.alloc_bytes
-  return rows_section(figures, 'alloc_events', nil, 'alloc_bytes',
-    function(group)
-      local id = group.id
-      return { row = id, name = group.name, events = events[id],
-        bytes = bytes[id] }
-    end)
-end
-
-local function reallocations_section(figures)
-  local overrides = figures.overrides.realloc
-  return rows_section(figures, 'realloc_events', nil, 'realloc_bytes',
-    function(group)
-      local id = group.id
-      return { row = id, name = group.name,
-        events = figures.realloc_events[id],
-        new_bytes = figures.realloc_bytes[id],
-        old_bytes = figures.realloc_old_bytes[id],
-        overrides = overrides_of(overrides[id]) }
-    end)
-end
-
-local function deallocations_section(figures)
-  local overrides = figures.overrides.free
-  return rows_section(figures, 'free_events', nil, 'freed_bytes',
-    function(group)
-      local id = group.id
-      return { row = id, name = group.name,
-        events = figures.free_events[id], bytes = figures.freed_bytes[id],
-        overrides = overrides_of(overrides[id]) }
-    end)
-end
-
-local function heap_section(figures)
-  return rows_section(figures, 'allocated_events', 'released_blocks',
-    'live_bytes', function(group)
-      local id = group.id
-      return { row = id, name = group.name,
-        live_bytes = figures.live_bytes[id],
-        live_blocks = figures.live_blocks[id],
-        allocs = figures.allocated_events[id],
-        reallocs = figures.realloc_events[id],
-        frees = figures.released_blocks[id],
-        freed_bytes = figures.released_bytes[id] }
-    end)
+  local values = figures[spec.by]
+  sort_items(items, function(group) return values[group.id] end, name_of)
+  local overrides = spec.overrides and figures.overrides[spec.overrides]
+  return section(items, function(group)
+    local id = group.id
+    local entry = { row = id, name = group.name }
+    for _, field in ipairs(spec.fields) do
+      entry[field[1]] = figures[field[2]][id]
+    end
+    if overrides then
+      entry.overrides = overrides_of(overrides[id])
+    end
+    return entry
+  end)
 end
 
 local function totals_section(figures, result)
@@ -413,10 +402,10 @@ local function build(result, place)
     stacks = place(stacks),
     aliases = aliases_of(stream),
     rows = place(described),
-    allocations = place(allocations_section(figures)),
-    reallocations = place(reallocations_section(figures)),
-    deallocations = place(deallocations_section(figures)),
-    heap = place(heap_section(figures)),
+    allocations = place(row_section(figures, 'allocations')),
+    reallocations = place(row_section(figures, 'reallocations')),
+    deallocations = place(row_section(figures, 'deallocations')),
+    heap = place(row_section(figures, 'heap')),
     totals = totals_section(figures, result),
     live = live_section(result.leaks, stream, place),
     peak = peak_section(result.peak, place),
