@@ -65,6 +65,9 @@ describe('json_text', function()
       '-123456789012345683968,0.1,0.33333333333333,null,null,null]',
       encode({ 0, -5, 2 ^ 53 + 2, 1e20, -123456789012345678901, 0.1, 1 / 3,
         0 / 0, math.huge, -math.huge }))
+    -- Below 1e14, whole numbers are written by table.concat: the same.
+    assert.are.equal('[0,0,99999999999999,-99999999999999,100000000000000,' ..
+      '123456789]', encode({ 0, -0, 1e14 - 1, 1 - 1e14, 1e14, 123456789 }))
     assert.are.equal('[0.333333,2.5]', encode({ 1 / 3, 2.5 },
       { float = '%.6g' }))
     assert.are.equal('9007199254740994', json_text.number(2 ^ 53 + 2))

@@ -107,6 +107,19 @@ function M.number(n, opts)
   return number_text(n, opts and opts.float or '%.14g')
 end
 
+-- Whole numbers below this (in magnitude) go into the parts as numbers:
+-- table.concat writes them as '%.14g' does, exactly, without a string
+-- each (a long document has millions of numbers).
+local CONCAT_EXACT = 1e14
+
+-- A number as a part: itself, or its text.
+local function number_part(n, float)
+  if n == floor(n) and n ~= 0 and n < CONCAT_EXACT and n > -CONCAT_EXACT then
+    return n
+  end
+  return number_text(n, float)
+end
+
 -- The writer ---------------------------------------------------------------
 
 -- How many parts (a key, a value, a bracket) a writer gathers before it
@@ -155,7 +168,7 @@ local function sorted_keys(object)
     set[key] = true
   end
   sort(keys)
-  return { list = keys, set = set, count = n }
+  return { list = keys, set = set, count = n, parts = {} }
 end
 
 -- The sorted keys of an object: those of the last object written when
@@ -187,11 +200,16 @@ function Writer:object(object)
     self:part('{}')
     return
   end
-  local pattern = self.pattern
+  local parts = keys.parts
+  if not parts[1] then
+    for i = 1, n do
+      parts[i] = (i == 1 and '{' or ',') .. string_text(list[i], self.pattern)
+        .. ':'
+    end
+  end
   for i = 1, n do
-    local key = list[i]
-    self:part((i == 1 and '{' or ',') .. string_text(key, pattern) .. ':')
-    self:value(object[key])
+    self:part(parts[i])
+    self:value(object[list[i]])
   end
   self:part('}')
 end
@@ -251,7 +269,7 @@ function Writer:value(value)
   elseif kind == 'string' then
     self:part(string_text(value, self.pattern))
   elseif kind == 'number' then
-    self:part(number_text(value, self.float))
+    self:part(number_part(value, self.float))
   elseif kind == 'boolean' then
     self:part(value and 'true' or 'false')
   else
