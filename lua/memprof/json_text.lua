@@ -43,7 +43,7 @@ local RAW = {}
 local LIST = {}
 local CUSTOM = {}
 
-M.null = setmetatable({}, { __tostring = function() return 'null' end })
+M.null = {}
 
 function M.array(list)
   return setmetatable(list or {}, ARRAY)
@@ -159,16 +159,20 @@ function Writer:finish()
   self:flush()
 end
 
--- The keys of an object, sorted, and their set.
-local function sorted_keys(object)
-  local keys, set, n = {}, {}, 0
+-- The keys of an object, sorted, their set, and the text that comes
+-- before each value ('{"key":' for the first, ',"key":' after).
+local function sorted_keys(object, pattern)
+  local keys, set, parts, n = {}, {}, {}, 0
   for key in pairs(object) do
     n = n + 1
     keys[n] = key
     set[key] = true
   end
   sort(keys)
-  return { list = keys, set = set, count = n, parts = {} }
+  for i = 1, n do
+    parts[i] = (i == 1 and '{' or ',') .. string_text(keys[i], pattern) .. ':'
+  end
+  return { list = keys, set = set, count = n, parts = parts }
 end
 
 -- The sorted keys of an object: those of the last object written when
@@ -188,7 +192,7 @@ function Writer:keys(object)
       return last
     end
   end
-  last = sorted_keys(object)
+  last = sorted_keys(object, self.pattern)
   self.last_keys = last
   return last
 end
@@ -201,12 +205,6 @@ function Writer:object(object)
     return
   end
   local parts = keys.parts
-  if not parts[1] then
-    for i = 1, n do
-      parts[i] = (i == 1 and '{' or ',') .. string_text(list[i], self.pattern)
-        .. ':'
-    end
-  end
   for i = 1, n do
     self:part(parts[i])
     self:value(object[list[i]])

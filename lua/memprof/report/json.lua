@@ -126,13 +126,11 @@ end
 --
 -- The long arrays of the document (an entry per site, stack, row or
 -- slot) are sections: a list of items and the function that makes the
--- entry of an item.  document() makes every entry; write() makes and
--- writes them one by one, so that the whole document is never held at
--- once.
+-- entry of an item (a json_text.list).  document() makes every entry;
+-- write() leaves them to the writer, which makes and writes them one by
+-- one, so that the whole document is never held at once.
 
-local function section(items, entry_of)
-  return { items = items, entry_of = entry_of }
-end
+local section = json_text.list
 
 -- Items sorted by `field` (a field of the items, or a function of an
 -- item), largest first, then by name; the entries of a sorted section
@@ -427,8 +425,8 @@ function M.document(result)
   return build(result, entries_of)
 end
 
-local function written_one_by_one(part)
-  return json_text.list(part.items, part.entry_of)
+local function as_it_is(part)
+  return part
 end
 
 -- The same text as M.encode(M.document(result)), each section's entries
@@ -436,7 +434,7 @@ end
 function M.write(result, out)
   out = out or io.stdout
   local writer = json_text.writer(out)
-  writer:value(build(result, written_one_by_one))
+  writer:value(build(result, as_it_is))
   writer:part('\n')
   writer:finish()
 end
