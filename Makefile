@@ -261,7 +261,7 @@ LUA51_SPECS = spec/reader_spec.lua spec/analysis_spec.lua spec/heap_spec.lua \
   spec/report_chrome_spec.lua spec/diff_spec.lua spec/progress_spec.lua \
   spec/report_html_spec.lua spec/utf8_spec.lua spec/version_spec.lua \
   spec/cumulative_spec.lua spec/trace_stacks_spec.lua spec/record_spec.lua \
-  spec/json_text_spec.lua spec/report_rows_spec.lua
+  spec/json_text_spec.lua spec/report_rows_spec.lua spec/columns_spec.lua
 test-lua51:
 	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(LUA51_SPECS)
 

@@ -63,6 +63,7 @@ build = {
     ["memprof.launch"] = "lua/memprof/launch.lua",
     ["memprof.utf8"] = "lua/memprof/utf8.lua",
     ["memprof.json_text"] = "lua/memprof/json_text.lua",
+    ["memprof.columns"] = "lua/memprof/columns.lua",
     ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {

@@ -366,28 +366,28 @@ describe('peak pass', function()
     assert.are.same({ freed_bytes = 30, freed_blocks = 1 }, peak.before)
   end)
 
-  it('turns its records into the rows in place, and drops its index',
-    function()
+  it('keeps its figures in columns by group id, and drops the columns ' ..
+    'only events need', function()
       local peak_module = require('memprof.peak')
       local pass = peak_module.new(groups.new('line'))
-      local records = {}
-      -- Finished before the peak pass (passes finish in order).
-      local spy = { feed = function() end, finish = function()
-        for i, record in ipairs(pass.records) do
-          records[record] = i
-        end
-      end }
       local result = run(B.peak_payload(), 'line', { views = {},
-        passes = { { name = 'spy', pass = spy },
-          { name = 'mine', pass = pass } } })
-      local rows = result.mine.rows
-      assert.are.same({ '@p.lua:3', '@p.lua:2' }, names(rows))
-      for _, row in ipairs(rows) do
-        assert.is_number(records[row])
-        assert.is_true(peak_module.Row.is(row))
-        assert.are.same({ nil, nil, nil }, { row[4], row[5], row[6] })
-      end
-      assert.are.same({ nil, nil }, { pass.records, pass.by_group })
+        passes = { { name = 'mine', pass = pass } } })
+      local peak = result.mine
+      assert.are.same({ '@p.lua:3', '@p.lua:2' },
+        { peak.groups[1].name, peak.groups[2].name })
+      assert.are.equal(2, #peak.groups)
+      local ids = { peak.groups[1].id, peak.groups[2].id }
+      assert.are.same({ 400, 200 }, { peak.columns.bytes[ids[1]],
+        peak.columns.bytes[ids[2]] })
+      assert.are.same({ 1, 1 }, { peak.columns.blocks[ids[1]],
+        peak.columns.blocks[ids[2]] })
+      -- A row is a record made when it is read.
+      local row = peak:row(peak.groups[1])
+      assert.is_true(peak_module.Row.is(row))
+      assert.are.same({ '@p.lua:3', 400, 1 }, { row.group.name, row.bytes,
+        row.blocks })
+      assert.are.same({ nil, nil, nil }, { pass.since_bytes,
+        pass.since_blocks, pass.since_generation })
     end)
 
   it('gives the VM\'s whole heap at the peak when the stream records the ' ..

@@ -8,17 +8,10 @@
 -- with the stream.
 --
 --   local pass = leaks.new(grouper)     -- a memprof.groups grouper
---   -- analyze.run feeds it, then finish(stream, heap) gives the result:
+--   -- analyze.run feeds it, then finish(stream, heap) gives a
+--   -- memprof.columns set of leaks.Row, its rows sorted by bytes, then
+--   -- count, then name (figures: count, the blocks, and bytes), with:
 --   {
---     rows = {                          -- by bytes, then count, then name
---       { group = <group>, count = <blocks>, bytes = <bytes>,
---         stacks = {                    -- the stacks of those blocks
---           { stack = <stack>, count = <blocks>, bytes = <bytes> }, ...
---         } },                          -- (empty for blocks without
---       ...                             -- stacks, and in stack mode: one
---                                       -- list shared by those rows,
---                                       -- never to be modified)
---     },
 --     count = <blocks live at the end>,
 --     bytes = <their bytes>,
 --     before_profiling = <bytes of blocks allocated before profiling
@@ -27,23 +20,29 @@
 --     collected_at_stop = <true when garbage was collected at stop, so
 --                          that every live block was reachable>,
 --   }
+-- A row's record (set:row(group), set.rows) has `stacks`: the stacks of
+-- its blocks, { { stack = <stack>, count = <blocks>, bytes = <bytes> },
+-- ... } by bytes, then count, then frames (empty for blocks without
+-- stacks, and in stack mode).  leaks.each_stack(set, group, fn) calls
+-- fn(stack, count, bytes) for each, in that order, without records.
 
 local record_shape = require('memprof.record').shape
+local columns = require('memprof.columns')
+local name_less = require('memprof.groups').name_less
 
 local M = {}
 
--- A row and the record of one of its stacks are memprof.records (a
--- large profile has a row per place).
-local Row = record_shape({ 'group', 'count', 'bytes', 'stacks', 'by_stack' })
+-- A row and the record of one of its stacks are memprof.records.
+local Row = record_shape({ 'group', 'count', 'bytes', 'stacks' })
 M.Row = Row
 local StackRecord = record_shape({ 'stack', 'count', 'bytes' })
 M.StackRecord = StackRecord
--- The same positions in both.
-local COUNT, BYTES = Row.index.count, Row.index.bytes
-local STACKS, BY_STACK = Row.index.stacks, Row.index.by_stack
+local COUNT, BYTES = StackRecord.index.count, StackRecord.index.bytes
 
--- A row looks its stacks up in a list while it has this many at most,
--- then in a table by stack.
+-- A row keeps its stacks in columns too (a profile with stacks may have
+-- a stack per row): its one stack and that stack's figures, or, when it
+-- has several, their records in a list (with, while the blocks are
+-- counted, a table by stack once there are more than LISTED_STACKS).
 local LISTED_STACKS = 4
 
 local Leaks = {}
@@ -57,23 +56,6 @@ end
 function Leaks.feed()
 end
 
--- Sorts records by bytes, then count, then `name_of(record)`.
-local function sort_records(records, name_of)
-  table.sort(records, function(a, b)
-    if a[BYTES] ~= b[BYTES] then
-      return a[BYTES] > b[BYTES]
-    end
-    if a[COUNT] ~= b[COUNT] then
-      return a[COUNT] > b[COUNT]
-    end
-    return name_of(a) < name_of(b)
-  end)
-end
-
-local function row_name(row)
-  return row.group.name
-end
-
 local function stack_name(record)
   local names = {}
   for i, frame in ipairs(record.stack.frames) do
@@ -85,13 +67,29 @@ local function stack_name(record)
   return table.concat(names, '\n') .. '\n' .. id
 end
 
--- The record of `stack` in a row, or nil.
-local function find_stack(row, stack)
-  local by_stack = row[BY_STACK]
+-- Sorts stack records by bytes, then count, then frames.
+local function sort_stacks(records)
+  table.sort(records, function(a, b)
+    if a[BYTES] ~= b[BYTES] then
+      return a[BYTES] > b[BYTES]
+    end
+    if a[COUNT] ~= b[COUNT] then
+      return a[COUNT] > b[COUNT]
+    end
+    return stack_name(a) < stack_name(b)
+  end)
+end
+
+-- The stacks of a row that has none: one empty list for all of them,
+-- never modified.
+local NO_STACKS = {}
+
+-- The record of `stack` in a list of records, or nil.
+local function find_stack(list, by_stack, stack)
   if by_stack then
     return by_stack[stack]
   end
-  for _, record in ipairs(row[STACKS]) do
+  for _, record in ipairs(list) do
     if record[1] == stack then
       return record
     end
@@ -99,66 +97,112 @@ local function find_stack(row, stack)
   return nil
 end
 
--- The stacks of a row that has none: one empty list for all of them
--- (a row per place in a profile without stacks), never modified.
-local NO_STACKS = {}
-
-local function add_stack(row, stack)
-  local record = StackRecord.make({ stack, 0, 0 })
-  local stacks = row[STACKS]
-  if stacks == NO_STACKS then
-    stacks = {}
-    row[STACKS] = stacks
+-- Counts a block with a stack in row `id`.
+function Leaks:add_stack(id, stack, size, weight)
+  local one = self.stack
+  if one[id] == nil and self.stack_list[id] == nil then
+    one[id], self.stack_count[id], self.stack_bytes[id] = stack, weight, size
+    return
   end
-  stacks[#stacks + 1] = record
-  local by_stack = row[BY_STACK]
-  if by_stack then
-    by_stack[stack] = record
-  elseif #stacks > LISTED_STACKS then
-    by_stack = {}
-    for _, listed in ipairs(stacks) do
-      by_stack[listed[1]] = listed
+  if one[id] == stack then
+    self.stack_count[id] = self.stack_count[id] + weight
+    self.stack_bytes[id] = self.stack_bytes[id] + size
+    return
+  end
+  local list = self.stack_list[id]
+  if not list then
+    list = { StackRecord.make({ one[id], self.stack_count[id],
+      self.stack_bytes[id] }) }
+    self.stack_list[id] = list
+    one[id], self.stack_count[id], self.stack_bytes[id] = nil, nil, nil
+  end
+  local by_stack = self.by_stack[id]
+  local record = find_stack(list, by_stack, stack)
+  if not record then
+    record = StackRecord.make({ stack, 0, 0 })
+    list[#list + 1] = record
+    if by_stack then
+      by_stack[stack] = record
+    elseif #list > LISTED_STACKS then
+      by_stack = {}
+      for _, listed in ipairs(list) do
+        by_stack[listed[1]] = listed
+      end
+      self.by_stack[id] = by_stack
     end
-    row[BY_STACK] = by_stack
   end
-  return record
+  record[COUNT] = record[COUNT] + weight
+  record[BYTES] = record[BYTES] + size
 end
 
-function Leaks:add_block(row, size, stack, weight)
-  row[COUNT] = row[COUNT] + weight
-  row[BYTES] = row[BYTES] + size
-  if stack and self.grouper.mode ~= 'stack' then
-    local record = find_stack(row, stack) or add_stack(row, stack)
-    record[COUNT] = record[COUNT] + weight
-    record[BYTES] = record[BYTES] + size
+-- The row of `group` as a record, with its stacks.
+local function row_of(set, group)
+  local id = group.id
+  local stacks = set.stack_list[id]
+  if not stacks then
+    local stack = set.stack[id]
+    stacks = stack and { StackRecord.make({ stack, set.stack_count[id],
+      set.stack_bytes[id] }) } or NO_STACKS
+  end
+  return Row.make({ group, set.columns.count[id], set.columns.bytes[id],
+    stacks })
+end
+
+function M.each_stack(set, group, fn)
+  local id = group.id
+  local list = set.stack_list[id]
+  if list then
+    for _, record in ipairs(list) do
+      fn(record[1], record[COUNT], record[BYTES])
+    end
+  elseif set.stack[id] then
+    fn(set.stack[id], set.stack_count[id], set.stack_bytes[id])
   end
 end
 
 function Leaks:finish(stream, heap)
-  local rows, by_group = {}, {}
-  local result = { rows = rows, count = 0, bytes = 0, total = heap.total,
-    collected_at_stop = stream.collected_at_stop or false }
+  local set = columns.new(Row, { 'count', 'bytes' })
+  local counts, bytes = set.columns.count, set.columns.bytes
+  self.stack, self.stack_count, self.stack_bytes = {}, {}, {}
+  self.stack_list, self.by_stack = {}, {}
+  local grouper = self.grouper
+  local with_stacks = grouper.mode ~= 'stack'
+  local count_sum, bytes_sum = 0, 0
   heap:each_live_block(function(_, size, site, stack, _, weight)
-    local group = self.grouper:key(site, stack)
-    local row = by_group[group]
-    if not row then
-      row = Row.make({ group, 0, 0, NO_STACKS, false })
-      by_group[group] = row
-      rows[#rows + 1] = row
+    local group = grouper:key(site, stack)
+    local id = group.id
+    if counts[id] == nil then
+      set:add(group)
     end
-    self:add_block(row, size, stack, weight)
-    result.count = result.count + weight
-    result.bytes = result.bytes + size
+    counts[id] = counts[id] + weight
+    bytes[id] = bytes[id] + size
+    if stack and with_stacks then
+      self:add_stack(id, stack, size, weight)
+    end
+    count_sum = count_sum + weight
+    bytes_sum = bytes_sum + size
   end)
-  for _, row in ipairs(rows) do
-    row[BY_STACK] = nil
-    if #row[STACKS] > 1 then
-      sort_records(row[STACKS], stack_name)
-    end
+  for _, list in pairs(self.stack_list) do
+    sort_stacks(list)
   end
-  sort_records(rows, row_name)
-  result.before_profiling = heap.total - result.bytes
-  return result
+  table.sort(set.groups, function(a, b)
+    local x, y = a.id, b.id
+    if bytes[x] ~= bytes[y] then
+      return bytes[x] > bytes[y]
+    end
+    if counts[x] ~= counts[y] then
+      return counts[x] > counts[y]
+    end
+    return name_less(a, b)
+  end)
+  set.stack, set.stack_count, set.stack_bytes = self.stack,
+    self.stack_count, self.stack_bytes
+  set.stack_list = self.stack_list
+  set.row = row_of
+  set.count, set.bytes, set.total = count_sum, bytes_sum, heap.total
+  set.collected_at_stop = stream.collected_at_stop or false
+  set.before_profiling = heap.total - bytes_sum
+  return set
 end
 
 return M

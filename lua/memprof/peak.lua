@@ -18,17 +18,16 @@
 -- of the peak is its final value minus its change since the peak.
 --
 --   local pass = peak.new(grouper)      -- a memprof.groups grouper
---   -- analyze.run feeds it (after the heap), then finish(stream) gives:
+--   -- analyze.run feeds it (after the heap), then finish(stream) gives
+--   -- a memprof.columns set of peak.Row, whose rows (figures: bytes and
+--   -- blocks live at the peak) are sorted by bytes, then name, groups
+--   -- holding nothing left out, with these fields:
 --   {
 --     bytes = <the peak, net bytes>,
 --     event = <number of the event that reached it, 0 for the start>,
 --     offset = <byte offset of that event in the file, or nil>,
 --     time = <ns: the time mark before that event, or nil>,
 --     time_next = <ns: the next time mark after it, or nil>,
---     rows = {                          -- by bytes, then name
---       { group = <group>, bytes = <bytes live>, blocks = <blocks live> },
---       ...                             -- groups holding nothing left out
---     },
 --     before = {                        -- blocks allocated before the
 --       freed_bytes = <bytes>,          -- profile, freed or reallocated
 --       freed_blocks = <blocks>,        -- away before the peak
@@ -43,36 +42,28 @@
 --   }
 
 local record_shape = require('memprof.record').shape
+local columns = require('memprof.columns')
 local name_less = require('memprof.groups').name_less
 
 local M = {}
 
--- A group's figures (a memprof.record: a large profile has one per
--- place).
-local Record = record_shape({ 'group', 'bytes', 'blocks', 'since_bytes',
-  'since_blocks', 'generation' })
-local BYTES, BLOCKS = Record.index.bytes, Record.index.blocks
-local SINCE_BYTES, SINCE_BLOCKS = Record.index.since_bytes,
-  Record.index.since_blocks
-local GENERATION = Record.index.generation
-local GROUP = Record.index.group
-
--- A row of the result: the first three fields of a record, at the same
--- positions.
+-- A row of the result.
 local Row = record_shape({ 'group', 'bytes', 'blocks' })
 M.Row = Row
--- A record becomes a row in place (as_row): the same positions.
-assert(Row.index.group == GROUP and Row.index.bytes == BYTES and
-  Row.index.blocks == BLOCKS)
 
 local Peak = {}
 Peak.__index = Peak
 
+-- A group's figures are kept in columns by group id (a large profile
+-- has a group per place): the rows' own (bytes and blocks live now), and
+-- the pass's: the change since the latest peak and its generation.
 function M.new(grouper)
+  local set = columns.new(Row)
   return setmetatable({
     grouper = grouper,
-    records = {},     -- in order of first appearance
-    by_group = {},
+    set = set,
+    bytes = set.columns.bytes, blocks = set.columns.blocks,
+    since_bytes = {}, since_blocks = {}, since_generation = {},
     generation = 1,
     events = 0,
     peak = 0, peak_event = 0, peak_offset = nil, peak_time = nil,
@@ -81,27 +72,24 @@ function M.new(grouper)
   }, Peak)
 end
 
-function Peak:record(group)
-  local record = self.by_group[group]
-  if not record then
-    record = Record.make({ group, 0, 0, 0, 0, 0 })
-    self.by_group[group] = record
-    self.records[#self.records + 1] = record
-  end
-  return record
-end
-
 function Peak:change(group, bytes, blocks)
-  local record = self.by_group[group] or self:record(group)
-  record[BYTES] = record[BYTES] + bytes
-  record[BLOCKS] = record[BLOCKS] + blocks
-  if record[GENERATION] == self.generation then
-    record[SINCE_BYTES] = record[SINCE_BYTES] + bytes
-    record[SINCE_BLOCKS] = record[SINCE_BLOCKS] + blocks
+  local id = group.id
+  local live_bytes, live_blocks = self.bytes, self.blocks
+  if live_bytes[id] == nil then
+    self.set:add(group)
+    self.since_generation[id] = 0
+  end
+  live_bytes[id] = live_bytes[id] + bytes
+  live_blocks[id] = live_blocks[id] + blocks
+  local since_bytes, since_blocks = self.since_bytes, self.since_blocks
+  local generation = self.since_generation
+  if generation[id] == self.generation then
+    since_bytes[id] = since_bytes[id] + bytes
+    since_blocks[id] = since_blocks[id] + blocks
   else
-    record[GENERATION] = self.generation
-    record[SINCE_BYTES] = bytes
-    record[SINCE_BLOCKS] = blocks
+    generation[id] = self.generation
+    since_bytes[id] = bytes
+    since_blocks[id] = blocks
   end
 end
 
@@ -150,55 +138,52 @@ local function before_part(row, heap_at_start)
   return before
 end
 
--- A record turned into the row of its figures at the peak, in place: a
--- large profile has a record per place, and a new table per row made
--- the peak report's peak RSS about 30 MB higher on 400,000 places.
--- (The shapes share the positions of group, bytes and blocks.)
-local function as_row(record, bytes, blocks)
-  record[BYTES], record[BLOCKS] = bytes, blocks
-  record[SINCE_BYTES], record[SINCE_BLOCKS], record[GENERATION] = nil, nil,
-    nil
-  return setmetatable(record, Row.meta)
-end
-
 function Peak:finish(stream)
   if self.waiting_for_time and stream.time ~= self.peak_time then
     self.time_next = stream.time
   end
-  -- Only events need the index.
-  self.by_group = nil
+  local set = self.set
+  local bytes, blocks = self.bytes, self.blocks
+  local since_bytes, since_blocks = self.since_bytes, self.since_blocks
+  local generation = self.since_generation
   local total = 0
-  for _, record in ipairs(self.records) do
-    total = total + record[BYTES]
+  for _, group in ipairs(set.groups) do
+    total = total + bytes[group.id]
   end
+  -- Each group's figures at the peak, in place; the rows are the groups
+  -- that held something then.
   local rows, before_row = {}, nil
-  for _, record in ipairs(self.records) do
-    local bytes, blocks = record[BYTES], record[BLOCKS]
-    if record[GENERATION] == self.generation then
-      bytes = bytes - record[SINCE_BYTES]
-      blocks = blocks - record[SINCE_BLOCKS]
+  for _, group in ipairs(set.groups) do
+    local id = group.id
+    if generation[id] == self.generation then
+      bytes[id] = bytes[id] - since_bytes[id]
+      blocks[id] = blocks[id] - since_blocks[id]
     end
-    if record[GROUP].source == 'before' then
-      before_row = { bytes = bytes, blocks = blocks }
-    elseif bytes ~= 0 or blocks ~= 0 then
-      rows[#rows + 1] = as_row(record, bytes, blocks)
+    if group.source == 'before' then
+      before_row = { bytes = bytes[id], blocks = blocks[id] }
+    elseif bytes[id] ~= 0 or blocks[id] ~= 0 then
+      rows[#rows + 1] = group
     end
   end
-  self.records = nil
+  self.since_bytes, self.since_blocks, self.since_generation = nil, nil, nil
   table.sort(rows, function(a, b)
-    local a_bytes, b_bytes = a[BYTES], b[BYTES]
+    local a_bytes, b_bytes = bytes[a.id], bytes[b.id]
     if a_bytes ~= b_bytes then
       return a_bytes > b_bytes
     end
-    return name_less(a[GROUP], b[GROUP])
+    return name_less(a, b)
   end)
+  set.groups = rows
   local start = stream.heap_at_start
-  return { bytes = self.peak, event = self.peak_event,
-    offset = self.peak_offset, time = self.peak_time,
-    time_next = self.time_next, rows = rows, total = total,
-    before = before_part(before_row, start), heap_at_start = start,
-    heap_bytes = start and start + self.peak,
-    estimate = stream.sample_bytes ~= nil }
+  set.bytes, set.event, set.offset = self.peak, self.peak_event,
+    self.peak_offset
+  set.time, set.time_next = self.peak_time, self.time_next
+  set.total = total
+  set.before = before_part(before_row, start)
+  set.heap_at_start = start
+  set.heap_bytes = start and start + self.peak
+  set.estimate = stream.sample_bytes ~= nil
+  return set
 end
 
 return M

@@ -13,24 +13,20 @@
 -- (counts and bytes).  Blocks allocated before profiling are not counted.
 --
 --   local pass = temporary.new(grouper, limit)
---   -- analyze.run feeds it (after the heap), then finish(stream, heap):
+--   -- analyze.run feeds it (after the heap), then finish(stream, heap)
+--   -- gives a memprof.columns set of temporary.Row, its groups in order
+--   -- of first appearance, with two more fields:
 --   {
 --     limit = <limit>,
---     rows = {                           -- in order of first appearance
---       { group = <group>,
---         blocks = <blocks produced>, bytes = <their bytes>,
---         temporary_blocks = ..., temporary_bytes = ...,
---         freed_blocks = ..., freed_bytes = ...,
---         live_blocks = ..., live_bytes = ... },
---       ...
---     },
---     totals = { blocks, bytes, temporary_blocks, ... }  -- the same fields
+--     totals = { blocks, bytes, temporary_blocks, ... }  -- the figures
 --   }
--- Bytes are the size each block was produced with.  A row is a
--- memprof.record (a large profile has a row per place): temporary.Row is
--- its shape.
+-- A row's figures: blocks (produced), bytes (their bytes),
+-- temporary_blocks, temporary_bytes, freed_blocks, freed_bytes,
+-- live_blocks, live_bytes.  Bytes are the size each block was produced
+-- with.  result.rows lists the rows as records (memprof.columns).
 
 local record = require('memprof.record')
+local columns = require('memprof.columns')
 
 local M = {}
 
@@ -41,18 +37,18 @@ local Row = record.shape({ 'blocks', 'bytes', 'temporary_blocks',
   'temporary_bytes', 'freed_blocks', 'freed_bytes', 'live_blocks',
   'live_bytes', 'group' })
 M.Row = Row
-local BLOCKS, BYTES = Row.index.blocks, Row.index.bytes
-local TEMPORARY_BLOCKS, TEMPORARY_BYTES = Row.index.temporary_blocks,
-  Row.index.temporary_bytes
-local FREED_BLOCKS, FREED_BYTES = Row.index.freed_blocks,
-  Row.index.freed_bytes
 
 local Temporary = {}
 Temporary.__index = Temporary
 
 function M.new(grouper, limit)
-  return setmetatable({ grouper = grouper, limit = limit or 1, rows = {},
-    by_group = {} }, Temporary)
+  local set = columns.new(Row)
+  local c = set.columns
+  return setmetatable({ grouper = grouper, limit = limit or 1, set = set,
+    blocks = c.blocks, bytes = c.bytes,
+    temporary_blocks = c.temporary_blocks,
+    temporary_bytes = c.temporary_bytes, freed_blocks = c.freed_blocks,
+    freed_bytes = c.freed_bytes }, Temporary)
 end
 
 local function new_counts(fields)
@@ -62,52 +58,57 @@ local function new_counts(fields)
   return fields
 end
 
-function Temporary:row(group)
-  local row = self.by_group[group]
-  if not row then
-    row = Row.make({ 0, 0, 0, 0, 0, 0, 0, 0, group })
-    self.by_group[group] = row
-    self.rows[#self.rows + 1] = row
+-- The id of a group's row, made if it is new.
+local function row_id(self, group)
+  local id = group.id
+  if self.blocks[id] == nil then
+    self.set:add(group)
   end
-  return row
+  return id
 end
 
 function Temporary:feed(ev, owner, heap)
   local grouper = self.grouper
   local age = heap.released_age
   if owner and age then
-    local row = self:row(grouper:key(owner, heap.released_stack))
+    local id = row_id(self, grouper:key(owner, heap.released_stack))
     if age <= self.limit then
-      row[TEMPORARY_BLOCKS] = row[TEMPORARY_BLOCKS] + ev.oweight
-      row[TEMPORARY_BYTES] = row[TEMPORARY_BYTES] + heap.released_size
+      local blocks, bytes = self.temporary_blocks, self.temporary_bytes
+      blocks[id] = blocks[id] + ev.oweight
+      bytes[id] = bytes[id] + heap.released_size
     else
-      row[FREED_BLOCKS] = row[FREED_BLOCKS] + ev.oweight
-      row[FREED_BYTES] = row[FREED_BYTES] + heap.released_size
+      local blocks, bytes = self.freed_blocks, self.freed_bytes
+      blocks[id] = blocks[id] + ev.oweight
+      bytes[id] = bytes[id] + heap.released_size
     end
   end
   if ev.kind ~= 'free' then
-    local site, stack = ev.site, ev.stack
-    local row = self.by_group[grouper:key(site, stack)] or
-      self:row(grouper:key(site, stack))
-    row[BLOCKS] = row[BLOCKS] + ev.nweight
-    row[BYTES] = row[BYTES] + ev.nsize
+    local id = row_id(self, grouper:key(ev.site, ev.stack))
+    local blocks, bytes = self.blocks, self.bytes
+    blocks[id] = blocks[id] + ev.nweight
+    bytes[id] = bytes[id] + ev.nsize
   end
 end
 
 function Temporary:finish(_, heap)
-  local grouper = self.grouper
+  local grouper, set = self.grouper, self.set
+  local live_blocks, live_bytes = set.columns.live_blocks,
+    set.columns.live_bytes
   heap:each_live_block(function(_, size, site, stack, _, weight)
-    local row = self:row(grouper:key(site, stack))
-    row.live_blocks = row.live_blocks + weight
-    row.live_bytes = row.live_bytes + size
+    local id = row_id(self, grouper:key(site, stack))
+    live_blocks[id] = live_blocks[id] + weight
+    live_bytes[id] = live_bytes[id] + size
   end)
   local totals = new_counts({})
-  for _, row in ipairs(self.rows) do
-    for _, field in ipairs(M.FIELDS) do
-      totals[field] = totals[field] + row[field]
+  for _, field in ipairs(M.FIELDS) do
+    local values, sum = set.columns[field], 0
+    for _, group in ipairs(set.groups) do
+      sum = sum + values[group.id]
     end
+    totals[field] = sum
   end
-  return { limit = self.limit, rows = self.rows, totals = totals }
+  set.limit, set.totals = self.limit, totals
+  return set
 end
 
 return M

@@ -99,8 +99,7 @@ local function peak_event(peak, clock)
     ts = peak.event
   end
   local held_by = {}
-  for i = 1, math.min(#peak.rows, M.PEAK_ROWS) do
-    local row = peak.rows[i]
+  for _, row in ipairs((peak:top({ top = M.PEAK_ROWS }))) do
     held_by[row.group.name] = row.bytes
   end
   -- heap_bytes: the VM's whole heap at the peak, when the stream records

@@ -102,8 +102,9 @@ end
 local function each_value(result, metric, fn)
   if metric == 'peak-bytes' then
     assert(result.peak, 'the peak-bytes metric needs the peak view')
-    for _, row in ipairs(result.peak.rows) do
-      fn(row.group, row.bytes)
+    local bytes = result.peak.columns.bytes
+    for _, group in ipairs(result.peak.groups) do
+      fn(group, bytes[group.id])
     end
     return
   end

@@ -34,6 +34,7 @@ local layout = require('memprof.report.layout')
 local flame = require('memprof.report.flame')
 local record_shape = require('memprof.record').shape
 local heap = require('memprof.heap')
+local leaks_module = require('memprof.leaks')
 local sampling = require('memprof.sampling')
 local timeline = require('memprof.timeline')
 local utf8 = require('memprof.utf8')
@@ -195,25 +196,20 @@ local function allocated_by_row(result)
   return paths
 end
 
--- The blocks of a live-at-end row that no stack record accounts for.
-local function stackless_rest(row)
-  local count, bytes = row.count, row.bytes
-  for _, record in ipairs(row.stacks) do
-    count = count - record.count
-    bytes = bytes - record.bytes
-  end
-  return count, bytes
-end
-
 local function live_from_leaks(leaks)
   local paths = flame.paths()
-  for _, row in ipairs(leaks.rows) do
-    for _, record in ipairs(row.stacks) do
-      flame.append(paths, nil, record.stack, record.bytes, record.count)
-    end
-    local count, bytes = stackless_rest(row)
+  local counts, bytes = leaks.columns.count, leaks.columns.bytes
+  for _, group in ipairs(leaks.groups) do
+    -- The blocks that no stack accounts for go under the row's name.
+    local id = group.id
+    local count, size = counts[id], bytes[id]
+    leaks_module.each_stack(leaks, group, function(stack, stack_count,
+        stack_bytes)
+      flame.append(paths, nil, stack, stack_bytes, stack_count)
+      count, size = count - stack_count, size - stack_bytes
+    end)
     if count > 0 then
-      append_group(paths, row.group, bytes, count)
+      append_group(paths, group, size, count)
     end
   end
   return paths
@@ -570,15 +566,20 @@ local function empty_table(id, caption, text)
     '%s</p><p class="empty">%s</p></div>', id, caption, text)
 end
 
-local function more_label(rest)
-  return format('<th scope="row" class="more">… and %d more %s</th>', #rest,
-    #rest == 1 and 'row' or 'rows')
+local function more_label(count)
+  return format('<th scope="row" class="more">… and %d more %s</th>', count,
+    count == 1 and 'row' or 'rows')
 end
 
--- Sorts table rows by bytes_field, or by count_field when the options
--- say sort = 'count'; then by name.
+-- The field table rows are sorted by: bytes_field, or count_field when
+-- the options say sort = 'count'.
+local function sort_field(settings, bytes_field, count_field)
+  return settings.sort == 'count' and count_field or bytes_field
+end
+
+-- Sorts table rows by sort_field(), then by name.
 local function sort_by(rows, settings, bytes_field, count_field)
-  local field = settings.sort == 'count' and count_field or bytes_field
+  local field = sort_field(settings, bytes_field, count_field)
   return layout.sort_rows(rows, field, function(row)
     return row.group.name
   end)
@@ -612,8 +613,17 @@ end
 -- The body rows of a table of bytes, a count (row[count_field]) and a
 -- share of `total`: the first `top` rows, and in the foot one row summing
 -- the rest.
-local function share_rows(rows, top, count_field, total)
+-- The rows of a table (records, sorted) cut at `top`: the rows shown,
+-- and the rest as { count = rows, [field] = sum, ... } for `fields`.
+local function top_rows(rows, top, fields)
   local shown, rest = layout.split_top(rows, top)
+  local sums = layout.sum(rest, fields)
+  sums.rows = #rest
+  return shown, sums
+end
+
+-- The body and foot of a table of shown rows and the rest (top_rows).
+local function share_rows(shown, rest, count_field, total)
   local body = {}
   for i, row in ipairs(shown) do
     body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
@@ -621,10 +631,9 @@ local function share_rows(rows, top, count_field, total)
       share_cell(row.bytes, total)
   end
   local foot = {}
-  if #rest > 0 then
-    local sums = layout.sum(rest, { 'bytes', count_field })
-    foot[1] = more_label(rest) .. size_cell(sums.bytes) ..
-      number_cell(sums[count_field]) .. share_cell(sums.bytes, total)
+  if rest.rows > 0 then
+    foot[1] = more_label(rest.rows) .. size_cell(rest.bytes) ..
+      number_cell(rest[count_field]) .. share_cell(rest.bytes, total)
   end
   return body, foot
 end
@@ -635,7 +644,8 @@ local function allocated_table(result, settings, sums)
     return empty_table('table-allocated', 'Sites by allocated bytes',
       'Nothing was allocated during the profile.')
   end
-  local body, foot = share_rows(rows, settings.top, 'count', sums.allocated)
+  local shown, rest = top_rows(rows, settings.top, { 'bytes', 'count' })
+  local body, foot = share_rows(shown, rest, 'count', sums.allocated)
   foot[#foot + 1] = '<th scope="row">Total</th>' ..
     size_cell(sums.allocated) .. number_cell(sums.allocations) ..
     share_cell(sums.allocated, sums.allocated)
@@ -675,12 +685,12 @@ local function live_table(result, settings)
     return empty_table('table-live', 'Live at end',
       'The leaks view was not computed.')
   end
-  if #leaks.rows == 0 then
+  if #leaks.groups == 0 then
     return empty_table('table-live', 'Live at end',
       'Every block allocated during the profile was freed.')
   end
-  local rows = sort_by(leaks.rows, settings, 'bytes', 'count')
-  local shown, rest = layout.split_top(rows, settings.top)
+  local shown, rest = leaks:top({ by = sort_field(settings, 'bytes',
+    'count'), top = settings.top, sums = { 'bytes', 'count' } })
   local body = {}
   for i, row in ipairs(shown) do
     body[i] = '<th scope="row">' .. name_html(row.group) ..
@@ -688,10 +698,9 @@ local function live_table(result, settings)
       number_cell(row.count) .. share_cell(row.bytes, leaks.bytes)
   end
   local foot = {}
-  if #rest > 0 then
-    local sums = layout.sum(rest, { 'bytes', 'count' })
-    foot[1] = more_label(rest) .. size_cell(sums.bytes) ..
-      number_cell(sums.count) .. share_cell(sums.bytes, leaks.bytes)
+  if rest.rows > 0 then
+    foot[1] = more_label(rest.rows) .. size_cell(rest.bytes) ..
+      number_cell(rest.count) .. share_cell(rest.bytes, leaks.bytes)
   end
   foot[#foot + 1] = '<th scope="row">Total live at end</th>' ..
     size_cell(leaks.bytes) .. number_cell(leaks.count) ..
@@ -753,13 +762,15 @@ local function peak_table(result, settings)
     return empty_table('table-peak', 'Peak holders',
       'The peak view was not computed.')
   end
-  if #peak.rows == 0 then
+  if #peak.groups == 0 then
     return empty_table('table-peak', escape(peak_caption(result)),
       'Nothing was live at the peak.')
   end
   local total = peak.heap_bytes or peak.bytes
-  local body, foot = share_rows(sort_by(peak.rows, settings, 'bytes',
-    'blocks'), settings.top, 'blocks', total)
+  -- The rows are in order of bytes.
+  local shown, rest = peak:top({ by = settings.sort == 'count' and 'blocks',
+    top = settings.top, sums = { 'bytes', 'blocks' } })
+  local body, foot = share_rows(shown, rest, 'blocks', total)
   foot[#foot + 1] = peak_before_row(peak)
   foot[#foot + 1] = '<th scope="row">Total at the peak</th>' ..
     size_cell(total) .. '<td></td>' .. share_cell(total, total)
@@ -788,28 +799,22 @@ local function temporary_table(result, settings)
       'The temporary view was not computed.')
   end
   local caption = temporary_caption(temporary.limit)
-  local with = {}
-  for _, row in ipairs(temporary.rows) do
-    if row.temporary_blocks > 0 then
-      with[#with + 1] = row
-    end
-  end
-  if #with == 0 then
+  local shown, rest = temporary:top({ keep = 'temporary_blocks',
+    by = sort_field(settings, 'temporary_bytes', 'temporary_blocks'),
+    top = settings.top, sums = { 'bytes', 'temporary_bytes',
+      'temporary_blocks', 'freed_bytes', 'live_bytes' } })
+  if #shown == 0 then
     return empty_table('table-temporary', caption,
       'No block was freed that soon.')
   end
-  local shown, rest = layout.split_top(sort_by(with, settings,
-    'temporary_bytes', 'temporary_blocks'), settings.top)
   local body = {}
   for i, row in ipairs(shown) do
     body[i] = '<th scope="row">' .. name_html(row.group) .. '</th>' ..
       temporary_cells(row)
   end
   local foot = {}
-  if #rest > 0 then
-    foot[1] = more_label(rest) .. temporary_cells(layout.sum(rest,
-      { 'bytes', 'temporary_bytes', 'temporary_blocks', 'freed_bytes',
-        'live_bytes' }))
+  if rest.rows > 0 then
+    foot[1] = more_label(rest.rows) .. temporary_cells(rest)
   end
   foot[#foot + 1] = '<th scope="row">Total (every row)</th>' ..
     temporary_cells(temporary.totals)

@@ -19,6 +19,7 @@
 
 local rows = require('memprof.report.rows')
 local json_text = require('memprof.json_text')
+local leaks_module = require('memprof.leaks')
 
 local M = {}
 
@@ -253,15 +254,16 @@ local function live_section(leaks, stream, place)
   if not leaks then
     return NULL
   end
-  local live_rows = section(leaks.rows, function(row)
+  local counts, bytes = leaks.columns.count, leaks.columns.bytes
+  local live_rows = section(leaks.groups, function(group)
     local stacks = {}
-    for j, record in ipairs(row.stacks) do
-      stacks[j] = { stack = stack_id(stream, record.stack),
-        blocks = record.count,
-        bytes = record.bytes }
-    end
-    return { row = row.group.id, name = row.group.name, blocks = row.count,
-      bytes = row.bytes, stacks = M.array(stacks) }
+    leaks_module.each_stack(leaks, group, function(stack, count, size)
+      stacks[#stacks + 1] = { stack = stack_id(stream, stack),
+        blocks = count, bytes = size }
+    end)
+    local id = group.id
+    return { row = id, name = group.name, blocks = counts[id],
+      bytes = bytes[id], stacks = M.array(stacks) }
   end)
   return { rows = place(live_rows), blocks = leaks.count, bytes = leaks.bytes,
     freed_before_profiling = -leaks.before_profiling, net_bytes = leaks.total,
@@ -272,9 +274,11 @@ local function peak_section(peak, place)
   if not peak then
     return NULL
   end
-  local peak_rows = section(peak.rows, function(row)
-    return { row = row.group.id, name = row.group.name, bytes = row.bytes,
-      blocks = row.blocks }
+  local bytes, blocks = peak.columns.bytes, peak.columns.blocks
+  local peak_rows = section(peak.groups, function(group)
+    local id = group.id
+    return { row = id, name = group.name, bytes = bytes[id],
+      blocks = blocks[id] }
   end)
   local before = peak.before
   return { bytes = peak.bytes, event = peak.event,
@@ -303,12 +307,19 @@ local function temporary_section(temporary, place)
     return NULL
   end
   local items = {}
-  for i, row in ipairs(temporary.rows) do
-    items[i] = row
+  for i, group in ipairs(temporary.groups) do
+    items[i] = group
   end
-  sort_items(items, 'temporary_bytes', name_of_group)
-  local temporary_rows = section(items, function(row)
-    return counts_of(row, { row = row.group.id, name = row.group.name })
+  local figures = temporary.columns
+  local by = figures.temporary_bytes
+  sort_items(items, function(group) return by[group.id] end, name_of)
+  local temporary_rows = section(items, function(group)
+    local id = group.id
+    local entry = { row = id, name = group.name }
+    for _, field in ipairs(TEMPORARY_FIELDS) do
+      entry[field] = figures[field][id]
+    end
+    return entry
   end)
   return { limit = temporary.limit,
     rows = place(temporary_rows),

@@ -33,14 +33,17 @@ M.STACKS_PER_ROW = 3
 -- Width of the bars of HEAP OVER TIME.
 M.BAR_WIDTH = 40
 
-local function group_name(row)
-  return row.group.name
+-- The figure view rows are sorted by: bytes_field or count_field, as
+-- opts.sort says.
+local function sort_field(opts, bytes_field, count_field)
+  return opts.sort == 'count' and count_field or bytes_field
 end
 
--- Sorts view rows by bytes_field or count_field, as opts.sort says.
-local function sort_rows(rows, opts, bytes_field, count_field)
-  local field = opts.sort == 'count' and count_field or bytes_field
-  return layout.sort_rows(rows, field, group_name)
+-- Counts the rows a view leaves out (columns' top()) in opts.left_out.
+local function note_left_out(opts, rest)
+  if opts.left_out then
+    opts.left_out.rows = opts.left_out.rows + rest.rows
+  end
 end
 
 -- LIVE AT END --------------------------------------------------------------
@@ -78,8 +81,9 @@ function M.write_leaks(out, leaks, opts, used)
   out:write('LIVE AT END: blocks allocated during the profile and never ' ..
     'freed, by where they were allocated (for a reallocated block, where ' ..
     'it was last reallocated)\n')
-  local rows = sort_rows(leaks.rows, opts, 'bytes', 'count')
-  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
+  local shown, rest = leaks:top({ by = sort_field(opts, 'bytes', 'count'),
+    top = opts.top, sums = { 'count', 'bytes' } })
+  note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, format(': %s, %s',
       plural(row.count, 'block'), size(row.bytes)))
@@ -87,10 +91,9 @@ function M.write_leaks(out, leaks, opts, used)
     write_stacks(out, row.stacks, opts)
     note_stack_aliases(used, row.stacks)
   end
-  if #rest > 0 then
-    local sums = layout.sum(rest, { 'count', 'bytes' })
-    out:write(format('... and %d more: %s, %s\n', #rest,
-      plural(sums.count, 'block'), size(sums.bytes)))
+  if rest.rows > 0 then
+    out:write(format('... and %d more: %s, %s\n', rest.rows,
+      plural(rest.count, 'block'), size(rest.bytes)))
   end
   out:write(format('TOTAL live at end: %s, %s\n', plural(leaks.count, 'block'),
     size(leaks.bytes)))
@@ -173,16 +176,17 @@ end
 function M.write_peak(out, peak, opts, used, stream)
   local size = layout.sizer(opts)
   out:write(peak_title(peak, stream, size))
-  local rows = sort_rows(peak.rows, opts, 'bytes', 'blocks')
-  local shown, rest = layout.split_top(rows, opts.top, opts.left_out)
+  -- The rows are in order of bytes.
+  local shown, rest = peak:top({ by = opts.sort == 'count' and 'blocks',
+    top = opts.top, sums = { 'bytes', 'blocks' } })
+  note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, peak_row_tail(row, size))
     layout.note_aliases(used, row.group)
   end
-  if #rest > 0 then
-    local sums = layout.sum(rest, { 'bytes', 'blocks' })
-    out:write(format('... and %d more: %s in %s\n', #rest, size(sums.bytes),
-      plural(sums.blocks, 'block')))
+  if rest.rows > 0 then
+    out:write(format('... and %d more: %s in %s\n', rest.rows,
+      size(rest.bytes), plural(rest.blocks, 'block')))
   end
   write_peak_before(out, peak.before, size)
   out:write(peak_total(peak, size))
@@ -207,41 +211,47 @@ local function limit_text(limit)
     plural(limit, 'other allocation'))
 end
 
--- The rows with temporary blocks, and the others.
-local function split_temporary(rows)
-  local with, without = {}, {}
-  for _, row in ipairs(rows) do
-    if row.temporary_blocks > 0 then
-      with[#with + 1] = row
-    else
-      without[#without + 1] = row
+-- The rows without temporary blocks: how many, and their blocks and
+-- bytes.
+local function without_temporary(result)
+  local c = result.columns
+  local temporary_blocks, blocks, bytes = c.temporary_blocks, c.blocks,
+    c.bytes
+  local sums = { count = 0, blocks = 0, bytes = 0 }
+  for _, group in ipairs(result.groups) do
+    local id = group.id
+    if temporary_blocks[id] <= 0 then
+      sums.count = sums.count + 1
+      sums.blocks = sums.blocks + blocks[id]
+      sums.bytes = sums.bytes + bytes[id]
     end
   end
-  return with, without
+  return sums
 end
 
 function M.write_temporary(out, result, opts, used)
   local size = layout.sizer(opts)
   out:write(format('TEMPORARY BLOCKS: %s, by where they were allocated\n',
     limit_text(result.limit)))
-  local with, without = split_temporary(result.rows)
-  sort_rows(with, opts, 'temporary_bytes', 'temporary_blocks')
-  local shown, rest = layout.split_top(with, opts.top, opts.left_out)
+  local shown, rest = result:top({ keep = 'temporary_blocks',
+    by = sort_field(opts, 'temporary_bytes', 'temporary_blocks'),
+    top = opts.top,
+    sums = { 'temporary_blocks', 'temporary_bytes', 'freed_blocks',
+      'freed_bytes', 'live_blocks', 'live_bytes' } })
+  note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, temporary_tail(row, size))
     layout.note_aliases(used, row.group)
   end
-  if #rest > 0 then
-    local sums = layout.sum(rest, { 'temporary_blocks', 'temporary_bytes',
-      'freed_blocks', 'freed_bytes', 'live_blocks', 'live_bytes' })
-    out:write(format('... and %d more', #rest), temporary_tail(sums, size),
-      '\n')
+  if rest.rows > 0 then
+    out:write(format('... and %d more', rest.rows),
+      temporary_tail(rest, size), '\n')
   end
-  if #without > 0 then
-    local sums = layout.sum(without, { 'blocks', 'bytes' })
+  local without = without_temporary(result)
+  if without.count > 0 then
     out:write(format('(%s with no temporary blocks: %s, %s)\n',
-      plural(#without, 'other row'), plural(sums.blocks, 'block'),
-      size(sums.bytes)))
+      plural(without.count, 'other row'), plural(without.blocks, 'block'),
+      size(without.bytes)))
   end
   local totals = result.totals
   out:write(format('TOTAL: %s allocated, %s: %d temporary (%s), %d freed ' ..
