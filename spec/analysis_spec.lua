@@ -16,7 +16,7 @@ end
 -- Heap stats by site name: { name = { holds, allocs, reallocs, frees } }.
 local function heap_by_name(result)
   local by_name = {}
-  for _, stats in ipairs(result.heap.sites) do
+  for _, stats in ipairs(result.heap:stats_list()) do
     local row = by_name[stats.site.name] or { 0, 0, 0, 0 }
     row[1] = row[1] + stats.holds
     row[2] = row[2] + stats.allocs
@@ -460,7 +460,7 @@ describe('the holds invariant', function()
       assert.are.equal(expected.total, from_events)
 
       local sum, negative = 0, 0
-      for _, stats in ipairs(result.heap.sites) do
+      for _, stats in ipairs(result.heap:stats_list()) do
         sum = sum + stats.holds
         if stats.holds < 0 then
           negative = negative + 1

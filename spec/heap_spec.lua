@@ -258,7 +258,7 @@ if KINDS[2] == 'ffi' then
         pass:feed(alloc(0x30, 24, SITE_A))
         pass:feed(free(0x20, 16, SITE_A))
         pass:finish()
-        assert.are.same({ nil, nil, nil }, { pass.by_site,
+        assert.are.same({ nil, nil, nil }, { pass.slot_of_key,
           pass.blocks.site_index, pass.blocks.stack_index })
         local listed = {}
         pass:each_live_block(function(addr, size, site, block_stack)
@@ -359,7 +359,7 @@ if KINDS[2] == 'ffi' then
     local stats = {}
     for i, pass in ipairs(passes) do
       stats[i] = {}
-      for j, record in ipairs(pass.sites) do
+      for j, record in ipairs(pass:stats_list()) do
         stats[i][j] = { record.site.name, record.holds, record.allocs,
           record.reallocs, record.frees }
       end
@@ -417,3 +417,33 @@ for _, kind in ipairs(KINDS) do
     assert.are.equal(3000, pass.slot_count)
   end)
 end
+
+describe('heap figures', function()
+  it('are kept in columns by slot, the sites in order of first ' ..
+    'appearance', function()
+      local pass = heap.new()
+      pass:feed(alloc(0x10, 8, SITE_B))
+      pass:feed(alloc(0x20, 16, SITE_A))
+      pass:feed(realloc(0x10, 8, 0x30, 24, SITE_A))
+      pass:feed(free(0x40, 5, SITE_B)) -- allocated before the profile
+      pass:finish()
+      assert.are.same({ '@a.lua:2', '@a.lua:1',
+        '(blocks allocated before the profile)' }, { pass.keys[1].name,
+        pass.keys[2].name, pass.keys[3].name })
+      assert.are.same({ 0, 40, -5 }, pass.holds)
+      assert.are.same({ 1, 2, 0 }, pass.allocs)
+      assert.are.same({ 0, 1, 0 }, pass.reallocs)
+      assert.are.same({ 1, 0, 1 }, pass.frees)
+      -- The index of slots by site is dropped.
+      assert.is_nil(pass.slot_of_key)
+      local listed = {}
+      for i, stats in ipairs(pass:stats_list()) do
+        listed[i] = { stats.site.name, stats.holds, stats.allocs,
+          stats.reallocs, stats.frees }
+      end
+      assert.are.same({ { '@a.lua:2', 0, 1, 0, 1 },
+        { '@a.lua:1', 40, 2, 1, 0 },
+        { '(blocks allocated before the profile)', -5, 0, 0, 1 } }, listed)
+      assert.are.equal(35, pass.total)
+    end)
+end)

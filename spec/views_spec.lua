@@ -100,7 +100,7 @@ describe('groups', function()
       ['TRACE started at @app.lua:70 (no Lua caller in the stack)'] =
         { 16, 1, 0 },
       [BEFORE] = { -24, 0, 1 },
-    }, by_name(result.heap.sites, { 'holds', 'allocs', 'frees' }))
+    }, by_name(result.heap:stats_list(), { 'holds', 'allocs', 'frees' }))
     assert.are.equal(804, result.heap.total)
   end)
 
@@ -807,7 +807,7 @@ describe('the views reconcile with the stream', function()
         end
         assert.are.equal(#events, count)
         assert.are.equal(expected.net, plus - minus)
-        assert.are.equal(expected.net, sum_of(result.heap.sites, 'holds'))
+        assert.are.equal(expected.net, sum_of(result.heap:stats_list(), 'holds'))
 
         -- Live at the end.
         local leaks = result.leaks

@@ -31,6 +31,7 @@
 -- function of its own (set.row = function(set, group) ... end).
 
 local name_less = require('memprof.groups').name_less
+local ID = require('memprof.groups').ID
 
 local M = {}
 
@@ -106,7 +107,7 @@ end
 -- (groups.name_less: the names of stack groups are not joined).
 local function sort_groups(list, values)
   table.sort(list, function(a, b)
-    local va, vb = values[a.id], values[b.id]
+    local va, vb = values[a[ID]], values[b[ID]]
     if va ~= vb then
       return va > vb
     end

@@ -57,6 +57,11 @@ local FIELDS = { 'id', 'mode', 'name', 'source', 'site', 'frames', 'note',
 local Group = record.shape(FIELDS)
 M.Group = Group
 
+-- Where a group's id is in its record: the views' hot paths read
+-- group[groups.ID] (group.id is a call of the shape's __index, on every
+-- event).
+M.ID = 1
+
 -- The name of a stack's group: its frames' names, innermost first (from
 -- frame `from` on, default 1).
 local function stack_name(frames, from)
@@ -71,6 +76,7 @@ M.stack_name = stack_name
 -- A stack's group: a Group whose name is joined from its frames when
 -- it is first read, then kept.
 local StackGroup = record.shape(FIELDS)
+assert(Group.index.id == M.ID and StackGroup.index.id == M.ID)
 do
   local NAME, FRAMES = StackGroup.index.name, StackGroup.index.frames
   local read = StackGroup.meta.__index

@@ -22,8 +22,14 @@
 --                                   -- grouper; the stats are then per
 --                                   -- group of (site, stack)
 --   local owner = pass:feed(ev)   -- site that produced the released block
---   pass.sites   -- stats in order of first appearance; each has `site`
---                -- (the site, or the group) and `group` (the same table)
+--   pass.keys    -- the sites (or groups) in order of first appearance:
+--                -- key i is in slot i
+--   pass.holds, pass.allocs, pass.reallocs, pass.frees
+--                -- their figures, by slot (a large profile has a site
+--                -- per place: columns, not a record per site)
+--   pass:stats_list()  -- the figures as records (heap.Stats), in the
+--                      -- order of keys: `site` (the site, or the
+--                      -- group), `group` (the same table) and the four
 --   pass.total   -- net bytes of the stream
 --   pass:live_blocks(), pass:each_live_block(fn)
 --   pass:finish()  -- after the last event: frees the address map and
@@ -71,15 +77,13 @@ local record_shape = require('memprof.record').shape
 
 local M = {}
 
--- The stats of a site or group: a memprof.record (a large profile has a
--- record per place, and a table of six named fields took about 230
--- bytes).  `group` is the same value as `site`, kept as a field of its
--- own because the reports read either name.
+-- The stats of a site or group as a record (stats_list()).  `group` is
+-- the same value as `site`, kept as a field of its own because the
+-- reports read either name.
 local Stats = record_shape({ 'site', 'group', 'holds', 'allocs',
   'reallocs', 'frees' })
 M.Stats = Stats
-local HOLDS, ALLOCS, REALLOCS, FREES = Stats.index.holds, Stats.index.allocs,
-  Stats.index.reallocs, Stats.index.frees
+M.FIGURES = { 'holds', 'allocs', 'reallocs', 'frees' }
 
 M.BEFORE_PROFILING = { id = 0, source = 'before',
   name = '(blocks allocated before the profile)' }
@@ -559,8 +563,9 @@ function M.new(opts)
   opts = opts or {}
   local map, map_kind = M.address_map(opts.address_map)
   local self = setmetatable({
-    sites = {},       -- stats records, in order of first appearance
-    by_site = {},     -- site (or group) -> stats record
+    keys = {},        -- sites (or groups), in order of first appearance
+    slot_of_key = {}, -- key -> its slot (its place in keys)
+    holds = {}, allocs = {}, reallocs = {}, frees = {},  -- by slot
     grouper = opts.grouper or false,
     total = 0,
     allocations = 0,
@@ -586,15 +591,28 @@ function M.new(opts)
   return self
 end
 
--- The stats record of a site or group (created empty on first use).
-function Heap:stats(key)
-  local stats = self.by_site[key]
-  if not stats then
-    stats = Stats.make({ key, key, 0, 0, 0, 0 })
-    self.by_site[key] = stats
-    self.sites[#self.sites + 1] = stats
+-- The slot of a site or group seen for the first time, its figures 0.
+-- (Slots, not the keys' ids, index the figures: the sites that allocate
+-- are a part of all, and figures indexed by a sparse id would be kept
+-- in the hash part of each column, one hash look-up per column.)
+function Heap:add_key(key)
+  local keys = self.keys
+  local slot = #keys + 1
+  keys[slot] = key
+  self.slot_of_key[key] = slot
+  self.holds[slot], self.allocs[slot], self.reallocs[slot] = 0, 0, 0
+  self.frees[slot] = 0
+  return slot
+end
+
+-- The figures of every site or group as records, in order of keys.
+function Heap:stats_list()
+  local list = {}
+  for slot, key in ipairs(self.keys) do
+    list[slot] = Stats.make({ key, key, self.holds[slot], self.allocs[slot],
+      self.reallocs[slot], self.frees[slot] })
   end
-  return stats
+  return list
 end
 
 -- Forget the block at addr; returns its site (nil if unknown) and sets
@@ -650,16 +668,17 @@ end
 function Heap:feed(ev)
   local kind = ev.kind
   local owner
-  local grouper, by_site = self.grouper, self.by_site
+  local grouper, slot_of_key = self.grouper, self.slot_of_key
   if kind ~= 'alloc' then
     owner = release(self, ev.oaddr) or BEFORE_PROFILING
     local key = owner
     if grouper then
       key = grouper:key(owner, self.released_stack)
     end
-    local stats = by_site[key] or self:stats(key)
-    stats[HOLDS] = stats[HOLDS] - ev.osize
-    stats[FREES] = stats[FREES] + ev.oweight
+    local slot = slot_of_key[key] or self:add_key(key)
+    local holds, frees = self.holds, self.frees
+    holds[slot] = holds[slot] - ev.osize
+    frees[slot] = frees[slot] + ev.oweight
   end
   if kind ~= 'free' then
     local site, stack, nweight = ev.site, ev.stack, ev.nweight
@@ -668,11 +687,13 @@ function Heap:feed(ev)
     if grouper then
       key = grouper:key(site, stack)
     end
-    local stats = by_site[key] or self:stats(key)
-    stats[HOLDS] = stats[HOLDS] + ev.nsize
-    stats[ALLOCS] = stats[ALLOCS] + nweight
+    local slot = slot_of_key[key] or self:add_key(key)
+    local holds, allocs = self.holds, self.allocs
+    holds[slot] = holds[slot] + ev.nsize
+    allocs[slot] = allocs[slot] + nweight
     if kind == 'realloc' then
-      stats[REALLOCS] = stats[REALLOCS] + nweight
+      local reallocs = self.reallocs
+      reallocs[slot] = reallocs[slot] + nweight
     end
     produce(self, ev.naddr, ev.nsize, site, stack, nweight)
   end
@@ -685,7 +706,7 @@ end
 -- event can be fed after.
 function Heap:finish()
   self.slot_of:free()
-  self.by_site = nil
+  self.slot_of_key = nil
   if self.blocks.finish then
     self.blocks:finish()
   end

@@ -29,6 +29,7 @@
 local record_shape = require('memprof.record').shape
 local columns = require('memprof.columns')
 local name_less = require('memprof.groups').name_less
+local ID = require('memprof.groups').ID
 
 local M = {}
 
@@ -186,7 +187,7 @@ function Leaks:finish(stream, heap)
     sort_stacks(list)
   end
   table.sort(set.groups, function(a, b)
-    local x, y = a.id, b.id
+    local x, y = a[ID], b[ID]
     if bytes[x] ~= bytes[y] then
       return bytes[x] > bytes[y]
     end

@@ -44,6 +44,7 @@
 local record_shape = require('memprof.record').shape
 local columns = require('memprof.columns')
 local name_less = require('memprof.groups').name_less
+local ID = require('memprof.groups').ID
 
 local M = {}
 
@@ -73,7 +74,7 @@ function M.new(grouper)
 end
 
 function Peak:change(group, bytes, blocks)
-  local id = group.id
+  local id = group[ID]
   local live_bytes, live_blocks = self.bytes, self.blocks
   if live_bytes[id] == nil then
     self.set:add(group)
@@ -167,7 +168,7 @@ function Peak:finish(stream)
   end
   self.since_bytes, self.since_blocks, self.since_generation = nil, nil, nil
   table.sort(rows, function(a, b)
-    local a_bytes, b_bytes = bytes[a.id], bytes[b.id]
+    local a_bytes, b_bytes = bytes[a[ID]], bytes[b[ID]]
     if a_bytes ~= b_bytes then
       return a_bytes > b_bytes
     end

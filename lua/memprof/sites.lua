@@ -5,30 +5,40 @@
 --   plus       bytes allocated (nsize)
 --   minus      bytes freed (osize)
 --   overrides  for realloc and free: the sites that had produced the
---              released blocks, in order of first appearance, with
---              override_count[site] = number of blocks (a record without
---              any, every alloc record, shares two empty tables: never
---              modify them)
+--              released blocks, in order of first appearance, with the
+--              number of blocks of each
 --
 --   local pass = sites.new([opts])  -- opts.grouper: a memprof.groups
---                                   -- grouper; records are then per group
---                                   -- opts.overrides = false: no record
---                                   -- has any (for the formats that do
---                                   -- not show them: a deallocating
---                                   -- site such as the collector has an
---                                   -- entry per row whose blocks it freed)
+--                                   -- grouper; figures are then per
+--                                   -- group
+--                                   -- opts.overrides = false: no
+--                                   -- overrides are kept (for the
+--                                   -- formats that do not show them: a
+--                                   -- deallocating site such as the
+--                                   -- collector has an entry per row
+--                                   -- whose blocks it freed)
 --   pass:feed(ev, owner, heap)  -- owner: as returned by heap:feed(ev);
 --                               -- heap: the heap pass (for the stack of
 --                               -- the released block)
---   pass.kinds.alloc          -- list of records, in order of first appearance
---   pass:finish()   -- after the last event: drops the index of records
---                   -- by site (an entry per place and kind), which only
---                   -- events need; no event can be fed after
---
--- A record's `site` is the site (or the group, with a grouper); `group`
--- is the same table.  Overrides are sites (or groups) too.  A record is
--- a memprof.record (a large profile has a record per place): sites.Record
--- is its shape.
+--   pass.of_kind.alloc          -- the figures of each kind:
+--     keys                      -- the sites (or groups), in order of
+--                               -- first appearance: key i is in slot i
+--     count[slot], plus[slot], minus[slot]   -- the figures, by slot
+--                               -- (columns: a large profile has a site
+--                               -- per place)
+--   pass:overrides_at(kind, slot) -> the overrides of a key: a list of
+--                               -- sites (or groups), and a table of
+--                               -- their blocks by site; or nil
+--   pass:finish()   -- after the last event: drops the index of slots by
+--                   -- key, which only events need
+--   pass.kinds.alloc            -- the figures as records (sites.Record),
+--                               -- in the order of keys, made when first
+--                               -- read: `site` (the site, or the group),
+--                               -- `group` (the same table), count, plus,
+--                               -- minus, overrides and override_count
+--                               -- (a record without overrides has two
+--                               -- empty tables shared by all: never
+--                               -- modify them)
 
 local record_shape = require('memprof.record').shape
 
@@ -37,45 +47,75 @@ local M = {}
 local Record = record_shape({ 'site', 'group', 'count', 'plus', 'minus',
   'overrides', 'override_count' })
 M.Record = Record
-local COUNT, PLUS, MINUS = Record.index.count, Record.index.plus,
-  Record.index.minus
-local OVERRIDES, OVERRIDE_COUNT = Record.index.overrides,
-  Record.index.override_count
 
 M.KINDS = { 'alloc', 'realloc', 'free' }
 
 local Sites = {}
 Sites.__index = Sites
 
+-- The overrides of records that have none.
+local NO_OVERRIDES, NO_OVERRIDE_COUNT = {}, {}
+
+-- The records of one kind (pass.kinds[kind]).
+local function records_of(self, kind)
+  local list = {}
+  local figures = self.of_kind[kind]
+  local count, plus, minus = figures.count, figures.plus, figures.minus
+  for slot, key in ipairs(figures.keys) do
+    local overrides = figures.overrides[slot]
+    list[slot] = Record.make({ key, key, count[slot], plus[slot], minus[slot],
+      overrides and overrides[1] or NO_OVERRIDES,
+      overrides and overrides[2] or NO_OVERRIDE_COUNT })
+  end
+  return list
+end
+
 function M.new(opts)
   opts = opts or {}
-  local self = setmetatable({ kinds = {}, by_kind = {},
-    grouper = opts.grouper or false,
-    overrides = opts.overrides ~= false }, Sites)
+  local self = setmetatable({ of_kind = {}, grouper = opts.grouper or false,
+    keep_overrides = opts.overrides ~= false }, Sites)
   for _, kind in ipairs(M.KINDS) do
-    self.kinds[kind] = {}
-    self.by_kind[kind] = {}
+    -- overrides: by slot, { list of owners, blocks by owner }
+    self.of_kind[kind] = { keys = {}, slot_of_key = {}, count = {},
+      plus = {}, minus = {}, overrides = {} }
   end
+  self.kinds = setmetatable({}, { __index = function(kinds, kind)
+    local list = records_of(self, kind)
+    rawset(kinds, kind, list)
+    return list
+  end })
   return self
 end
 
--- The overrides of records that have none (each record gets tables of
--- its own at its first override).
-local NO_OVERRIDES, NO_OVERRIDE_COUNT = {}, {}
-
-function Sites:record(kind, site)
-  local records = self.by_kind[kind]
-  local record = records[site]
-  if not record then
-    record = Record.make({ site, site, 0, 0, 0, NO_OVERRIDES,
-      NO_OVERRIDE_COUNT })
-    records[site] = record
-    local list = self.kinds[kind]
-    list[#list + 1] = record
-  end
-  return record
+-- The slot of a site (or group) seen for the first time in events of
+-- `kind` (figures): its figures are 0.  (Slots, not the keys' ids, index
+-- the figures: each kind has some of the sites, and figures indexed by
+-- a sparse id would be kept in the hash part of each column.)
+local function add(figures, key)
+  local keys = figures.keys
+  local slot = #keys + 1
+  keys[slot] = key
+  figures.slot_of_key[key] = slot
+  figures.count[slot], figures.plus[slot], figures.minus[slot] = 0, 0, 0
+  return slot
 end
 
+function Sites:overrides_at(kind, slot)
+  local overrides = self.of_kind[kind].overrides[slot]
+  if overrides then
+    return overrides[1], overrides[2]
+  end
+  return nil
+end
+
+function Sites:finish()
+  for _, kind in ipairs(M.KINDS) do
+    self.of_kind[kind].slot_of_key = nil
+  end
+end
+
+-- (The overrides are counted here, not in a method of their own: a call
+-- for each release made the text report of a large profile slower.)
 function Sites:feed(ev, owner, heap)
   local kind = ev.kind
   local key = ev.site
@@ -86,30 +126,28 @@ function Sites:feed(ev, owner, heap)
       owner = grouper:key(owner, heap and heap.released_stack)
     end
   end
-  local record = self.by_kind[kind][key] or self:record(kind, key)
-  record[COUNT] = record[COUNT] +
-    (kind == 'free' and ev.oweight or ev.nweight)
-  record[PLUS] = record[PLUS] + ev.nsize
-  record[MINUS] = record[MINUS] + ev.osize
-  if owner and self.overrides then
-    local overrides = record[OVERRIDES]
-    if overrides == NO_OVERRIDES then
-      overrides = {}
-      record[OVERRIDES], record[OVERRIDE_COUNT] = overrides, {}
+  local figures = self.of_kind[kind]
+  local slot = figures.slot_of_key[key] or add(figures, key)
+  local count, plus, minus = figures.count, figures.plus, figures.minus
+  count[slot] = count[slot] + (kind == 'free' and ev.oweight or ev.nweight)
+  plus[slot] = plus[slot] + ev.nsize
+  minus[slot] = minus[slot] + ev.osize
+  if owner and self.keep_overrides then
+    local by_slot = figures.overrides
+    local overrides = by_slot[slot]
+    if not overrides then
+      overrides = { {}, {} }
+      by_slot[slot] = overrides
     end
-    local override_count = record[OVERRIDE_COUNT]
-    local count = override_count[owner]
-    if not count then
-      count = 0
-      overrides[#overrides + 1] = owner
+    local blocks = overrides[2]
+    local blocks_of_owner = blocks[owner]
+    if not blocks_of_owner then
+      blocks_of_owner = 0
+      local list = overrides[1]
+      list[#list + 1] = owner
     end
-    override_count[owner] = count + ev.oweight
+    blocks[owner] = blocks_of_owner + ev.oweight
   end
-end
-
--- Returns nothing: the analysis keeps the pass as its result.
-function Sites:finish()
-  self.by_kind = nil
 end
 
 return M

@@ -28,6 +28,8 @@
 local record = require('memprof.record')
 local columns = require('memprof.columns')
 
+local ID = require('memprof.groups').ID
+
 local M = {}
 
 M.FIELDS = { 'blocks', 'bytes', 'temporary_blocks', 'temporary_bytes',
@@ -60,7 +62,7 @@ end
 
 -- The id of a group's row, made if it is new.
 local function row_id(self, group)
-  local id = group.id
+  local id = group[ID]
   if self.blocks[id] == nil then
     self.set:add(group)
   end

@@ -189,8 +189,10 @@ end
 local function allocated_by_row(result)
   local paths = flame.paths()
   for _, kind in ipairs({ 'alloc', 'realloc' }) do
-    for _, record in ipairs(result.sites.kinds[kind]) do
-      append_group(paths, record.group, record.plus, record.count)
+    local figures = result.sites.of_kind[kind]
+    local plus, count = figures.plus, figures.count
+    for slot, key in ipairs(figures.keys) do
+      append_group(paths, key, plus[slot], count[slot])
     end
   end
   return paths
@@ -217,10 +219,11 @@ end
 
 local function live_from_heap(heap_pass)
   local paths = flame.paths()
-  for _, stats in ipairs(heap_pass.sites) do
-    if stats.holds > 0 and stats.group.source ~= 'before' then
-      append_group(paths, stats.group, stats.holds,
-        stats.allocs - stats.frees)
+  local holds, allocs, frees = heap_pass.holds, heap_pass.allocs,
+    heap_pass.frees
+  for slot, key in ipairs(heap_pass.keys) do
+    if holds[slot] > 0 and key.source ~= 'before' then
+      append_group(paths, key, holds[slot], allocs[slot] - frees[slot])
     end
   end
   return paths
@@ -365,9 +368,10 @@ end
 -- Summary figures ------------------------------------------------------------
 
 local function sum_kind(result, kind, field)
-  local total = 0
-  for _, record in ipairs(result.sites.kinds[kind]) do
-    total = total + record[field]
+  local figures = result.sites.of_kind[kind]
+  local total, values = 0, figures[field]
+  for slot = 1, #figures.keys do
+    total = total + values[slot]
   end
   return total
 end
@@ -595,26 +599,25 @@ local BYTES, COUNT = AllocatedRow.index.bytes, AllocatedRow.index.count
 local function allocated_rows(result, settings)
   local rows, by_name = {}, {}
   for _, kind in ipairs({ 'alloc', 'realloc' }) do
-    for _, record in ipairs(result.sites.kinds[kind]) do
-      local name = record.group.name
+    local figures = result.sites.of_kind[kind]
+    local plus, count = figures.plus, figures.count
+    for slot, key in ipairs(figures.keys) do
+      local name = key.name
       local row = by_name[name]
       if not row then
-        row = AllocatedRow.make({ record.group, 0, 0 })
+        row = AllocatedRow.make({ key, 0, 0 })
         by_name[name] = row
         rows[#rows + 1] = row
       end
-      row[BYTES] = row[BYTES] + record.plus
-      row[COUNT] = row[COUNT] + record.count
+      row[BYTES] = row[BYTES] + plus[slot]
+      row[COUNT] = row[COUNT] + count[slot]
     end
   end
   return sort_by(rows, settings, 'bytes', 'count')
 end
 
--- The body rows of a table of bytes, a count (row[count_field]) and a
--- share of `total`: the first `top` rows, and in the foot one row summing
--- the rest.
 -- The rows of a table (records, sorted) cut at `top`: the rows shown,
--- and the rest as { count = rows, [field] = sum, ... } for `fields`.
+-- and the rest as { rows = how many, [field] = sum, ... } for `fields`.
 local function top_rows(rows, top, fields)
   local shown, rest = layout.split_top(rows, top)
   local sums = layout.sum(rest, fields)
@@ -622,7 +625,9 @@ local function top_rows(rows, top, fields)
   return shown, sums
 end
 
--- The body and foot of a table of shown rows and the rest (top_rows).
+-- The body rows of a table of bytes, a count (row[count_field]) and a
+-- share of `total`: the rows shown, and in the foot one row summing the
+-- rest (top_rows).
 local function share_rows(shown, rest, count_field, total)
   local body = {}
   for i, row in ipairs(shown) do

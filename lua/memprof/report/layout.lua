@@ -55,13 +55,13 @@ function M.place_name(site)
 end
 
 -- The place a row is named after: the site of a group, the innermost
--- frame of a stack, the site of the first record of a row of the text
--- report.
+-- frame of a stack, the place of the first key (site or group) of a row
+-- of the text report.
 local function place_of(row)
   if row.frames then
     return row.frames[1]
   elseif row.first then
-    return place_of(row.first.site)
+    return place_of(row.first)
   end
   return row.site or row
 end

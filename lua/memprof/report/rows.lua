@@ -61,12 +61,12 @@ local function zeros(list)
   return column
 end
 
--- Sums records[i][from] into column[group id], for the records of the
--- sites pass of one kind or of the heap pass.
-local function sum_into(column, grouper, records, from)
-  for _, item in ipairs(records) do
-    local id = M.group_of(grouper, item.site).id
-    column[id] = column[id] + item[from]
+-- Sums values[slot] into column[group id], for the keys (sites or
+-- groups) of the sites pass of one kind, key i in slot i.
+local function sum_into(column, grouper, keys, values)
+  for slot, key in ipairs(keys) do
+    local id = M.group_of(grouper, key).id
+    column[id] = column[id] + values[slot]
   end
 end
 
@@ -78,12 +78,12 @@ local function groups_with_figures(result)
     seen[M.group_of(grouper, key).id] = true
   end
   for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
-    for _, item in ipairs(result.sites.kinds[kind]) do
-      note(item.site)
+    for _, key in ipairs(result.sites.of_kind[kind].keys) do
+      note(key)
     end
   end
-  for _, stats in ipairs(result.heap.sites) do
-    note(stats.site)
+  for _, key in ipairs(result.heap.keys) do
+    note(key)
   end
   for _, group in ipairs(grouper.list) do
     if seen[group.id] then
@@ -94,25 +94,26 @@ local function groups_with_figures(result)
 end
 
 -- The overrides of one kind by group id (see above).
-local function overrides_of(grouper, records)
+local function overrides_of(grouper, sites, kind)
   local by_id = {}
-  for _, record in ipairs(records) do
-    if #record.overrides > 0 then
-      local id = M.group_of(grouper, record.site).id
+  for slot, key in ipairs(sites.of_kind[kind].keys) do
+    local owners, owner_blocks = sites:overrides_at(kind, slot)
+    if owners then
+      local id = M.group_of(grouper, key).id
       local entry = by_id[id]
       if not entry then
         entry = { groups = {}, blocks = {}, at = {} }
         by_id[id] = entry
       end
       local groups, blocks, at = entry.groups, entry.blocks, entry.at
-      for _, owner in ipairs(record.overrides) do
+      for _, owner in ipairs(owners) do
         local group = M.group_of(grouper, owner)
         local i = at[group]
         if not i then
           i = #groups + 1
           groups[i], blocks[i], at[group] = group, 0, i
         end
-        blocks[i] = blocks[i] + record.override_count[owner]
+        blocks[i] = blocks[i] + owner_blocks[owner]
       end
     end
   end
@@ -124,24 +125,25 @@ end
 
 -- The heap's figures: live bytes and blocks, and with `all` the
 -- released blocks and the id of the row before the profile.
-local function add_heap(figures, grouper, heap_sites, all)
+local function add_heap(figures, grouper, heap, all)
   local live_bytes, live_blocks = figures.live_bytes, figures.live_blocks
   local released_blocks = figures.released_blocks
   local released_bytes = figures.released_bytes
-  for _, stats in ipairs(heap_sites) do
-    local group = M.group_of(grouper, stats.site)
+  local holds, allocs, frees = heap.holds, heap.allocs, heap.frees
+  for from, key in ipairs(heap.keys) do
+    local group = M.group_of(grouper, key)
     local id = group.id
     if group.source == 'before' then
       figures.before = id
       if all then
-        released_bytes[id] = released_bytes[id] - stats.holds
+        released_bytes[id] = released_bytes[id] - holds[from]
       end
     else
-      live_bytes[id] = live_bytes[id] + stats.holds
-      live_blocks[id] = live_blocks[id] + stats.allocs - stats.frees
+      live_bytes[id] = live_bytes[id] + holds[from]
+      live_blocks[id] = live_blocks[id] + allocs[from] - frees[from]
     end
     if all then
-      released_blocks[id] = released_blocks[id] + stats.frees
+      released_blocks[id] = released_blocks[id] + frees[from]
     end
   end
 end
@@ -189,13 +191,14 @@ local SITE_SUMS = {
 
 function M.figures(result, opts)
   local all = opts and opts.all
-  local grouper, kinds = result.grouper, result.sites.kinds
+  local grouper, sites = result.grouper, result.sites
   local list = groups_with_figures(result)
   local figures = { list = list }
   for i, sum in ipairs(SITE_SUMS) do
     if all or i <= 4 then
-      local column = zeros(list)
-      sum_into(column, grouper, kinds[sum[2]], sum[3])
+      local column, kind = zeros(list), sum[2]
+      local of_kind = sites.of_kind[kind]
+      sum_into(column, grouper, of_kind.keys, of_kind[sum[3]])
       figures[sum[1]] = column
     end
   end
@@ -204,11 +207,11 @@ function M.figures(result, opts)
     figures.released_blocks, figures.released_bytes = zeros(list),
       zeros(list)
   end
-  add_heap(figures, grouper, result.heap.sites, all)
+  add_heap(figures, grouper, result.heap, all)
   add_totals(figures, all)
   if all and opts.overrides then
-    figures.overrides = { realloc = overrides_of(grouper, kinds.realloc),
-      free = overrides_of(grouper, kinds.free) }
+    figures.overrides = { realloc = overrides_of(grouper, sites, 'realloc'),
+      free = overrides_of(grouper, sites, 'free') }
   end
   return figures
 end

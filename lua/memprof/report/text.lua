@@ -66,12 +66,12 @@ local function site_name(site)
 end
 
 -- The summed fields of the rows of each kind, after name, first,
--- frames and more (below); a row is a memprof.record of the shape.
+-- frames, more and slots (below); a row is a memprof.record of the shape.
 local EVENT_FIELDS = { 'count', 'plus', 'minus' }
 local HEAP_FIELDS = { 'holds', 'allocs', 'reallocs', 'frees' }
 
 local function row_shape(fields)
-  local names = { 'name', 'first', 'frames', 'more' }
+  local names = { 'name', 'first', 'frames', 'more', 'slots' }
   for _, field in ipairs(fields) do
     names[#names + 1] = field
   end
@@ -80,48 +80,58 @@ end
 
 local EventRow, HeapRow = row_shape(EVENT_FIELDS), row_shape(HEAP_FIELDS)
 
--- Groups records by the name of their site: one row per name, with the
--- numeric fields summed.  The rows are kept in columns (an array per
--- field, indexed by row number): a large profile has a row per place,
--- and only the rows shown (top) are made records of the row's shape
--- (row_of).  A row keeps its first record, and a list of the others
--- only when there are any (most names have one site): the sites and
--- overrides of a row are gathered for the rows shown only (details_of).
-local function group_by_name(records, key, fields)
-  local rows = { n = 0, name = {}, first = {}, more = {} }
+-- Groups the keys of a pass (sites, or groups; key i is in slot i) by
+-- name: one row per name, with the figures summed (values[field][slot]).
+-- The rows are kept in columns (an array per field, indexed by row
+-- number): a large profile has a row per place, and only the rows shown
+-- (top) are made records of the row's shape (row_of).  A row keeps the
+-- slot of its first key, and a list of the others' only when there are
+-- any (most names have one site): the sites and overrides of a row are
+-- gathered for the rows shown only (details_of).
+local function group_by_name(keys, values, key, fields)
+  local rows = { n = 0, keys = keys, name = {}, first = {}, more = {} }
   for _, field in ipairs(fields) do
     rows[field] = {}
   end
   local index = {}
-  for _, item in ipairs(records) do
-    local name = key(item.site)
+  for slot, item in ipairs(keys) do
+    local name = key(item)
     local i = index[name]
     if not i then
       i = rows.n + 1
       rows.n = i
       index[name] = i
-      rows.name[i], rows.first[i], rows.more[i] = name, item, false
+      rows.name[i], rows.first[i], rows.more[i] = name, slot, false
       for _, field in ipairs(fields) do
         rows[field][i] = 0
       end
     else
       local more = rows.more[i] or {}
-      more[#more + 1] = item
+      more[#more + 1] = slot
       rows.more[i] = more
     end
     for _, field in ipairs(fields) do
       local column = rows[field]
-      column[i] = column[i] + item[field]
+      column[i] = column[i] + values[field][slot]
     end
   end
   return rows
 end
 
--- Row i of the columns as a record of `shape`.
+-- Row i of the columns as a record of `shape`: `first` is its first key,
+-- `more` the others (or false), `slots` the slots of all.
 local function row_of(rows, i, fields, shape)
-  local first = rows.first[i]
-  local row = shape.make({ rows.name[i], first, first.site.frames,
-    rows.more[i], 0, 0, 0, 0 })
+  local keys = rows.keys
+  local first = keys[rows.first[i]]
+  local slots, more = { rows.first[i] }, false
+  if rows.more[i] then
+    more = {}
+    for k, slot in ipairs(rows.more[i]) do
+      slots[k + 1], more[k] = slot, keys[slot]
+    end
+  end
+  local row = shape.make({ rows.name[i], first, first.frames, more, slots,
+    0, 0, 0, 0 })
   for _, field in ipairs(fields) do
     row[field] = rows[field][i]
   end
@@ -175,8 +185,8 @@ local function split_rows(rows, numbers, fields, shape, opts)
   return shown, rest
 end
 
--- The records of a row, in order.
-local function records_of(row)
+-- The keys of a row, in order.
+local function keys_of(row)
   local list = { row.first }
   for _, more in ipairs(row.more or {}) do
     list[#list + 1] = more
@@ -185,22 +195,23 @@ local function records_of(row)
 end
 
 -- The sites of a row, and the names of the sites whose blocks its
--- events released (a set of name -> site).
-local function details_of(row, key)
-  local sites, overrides = {}, {}
-  for i, item in ipairs(records_of(row)) do
-    sites[i] = item.site
-    for _, owner in ipairs(item.overrides or {}) do
+-- events released (a set of name -> site): overrides_at(slot) gives the
+-- list of those of the key in one slot, or nil.
+local function details_of(row, key, overrides_at)
+  local overrides = {}
+  for _, slot in ipairs(row.slots) do
+    for _, owner in ipairs(overrides_at(slot) or {}) do
       overrides[key(owner)] = owner
     end
   end
-  return sites, overrides
+  return keys_of(row), overrides
 end
 
--- Rows for one event kind, grouped by name and sorted: the rows shown
--- and the rest (split_rows).
-local function event_rows(records, key, sort_field, opts)
-  local rows = group_by_name(records, key, EVENT_FIELDS)
+-- Rows for one event kind of the sites pass, grouped by name and
+-- sorted: the rows shown and the rest (split_rows).
+local function event_rows(sites, kind, key, sort_field, opts)
+  local figures = sites.of_kind[kind]
+  local rows = group_by_name(figures.keys, figures, key, EVENT_FIELDS)
   local column = rows[sort_field]
   local numbers = sorted_numbers(rows, function() return true end,
     function(i) return column[i] end)
@@ -211,12 +222,12 @@ end
 -- the rest, as split_rows), and the row of the blocks allocated before
 -- the profile (or nil), which holds nothing and is kept apart.
 -- sort_count: by live blocks (allocs - frees), not holds.
-local function heap_rows(stats_list, key, sort_count, opts)
-  local rows = group_by_name(stats_list, key, HEAP_FIELDS)
+local function heap_rows(heap, key, sort_count, opts)
+  local rows = group_by_name(heap.keys, heap, key, HEAP_FIELDS)
   local before = nil
   local holds, allocs, frees = rows.holds, rows.allocs, rows.frees
   local numbers = sorted_numbers(rows, function(i)
-    if rows.first[i].site.source == 'before' then
+    if rows.keys[rows.first[i]].source == 'before' then
       before = row_of(rows, i, HEAP_FIELDS, HeapRow)
       return false
     end
@@ -252,15 +263,17 @@ local SECTIONS = {
 }
 
 -- Writes a section of events: the rows shown, then a line summing the
--- rest (event_rows).
-local function write_events(out, shown, rest, title, opts, used_aliases)
+-- rest (event_rows); overrides_at(slot) lists the sites whose blocks the
+-- events of the key in that slot released, or nil.
+local function write_events(out, shown, rest, title, opts, used_aliases,
+    overrides_at)
   local size = layout.sizer(opts)
   local key = opts.key or site_name
   out:write(title, '\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
       size(row.plus), size(row.minus)))
-    local sites, overrides_by_name = details_of(row, key)
+    local sites, overrides_by_name = details_of(row, key, overrides_at)
     local overrides, rest_of_list = layout.split_top(
       sorted_keys(overrides_by_name), opts.top, opts.left_out)
     if #overrides > 0 then
@@ -301,7 +314,7 @@ local function write_heap(out, shown, rest, before, total, opts,
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(' holds %s: %d allocs, %d frees%s',
       size(row.holds), row.allocs, row.frees, realloc_note(row)))
-    note_used_aliases(used_aliases, (details_of(row, site_name)))
+    note_used_aliases(used_aliases, keys_of(row))
   end
   if rest.count > 0 then
     local sums = rest.sums
@@ -360,12 +373,15 @@ function M.write(result, out, opts)
   if not opts.leak_only then
     for _, section in ipairs(SECTIONS) do
       local sort_field = opts.sort == 'bytes' and section.bytes or 'count'
-      local shown, rest = event_rows(result.sites.kinds[section.kind], key,
+      local shown, rest = event_rows(result.sites, section.kind, key,
         sort_field, opts)
-      write_events(out, shown, rest, section.title, opts, used_aliases)
+      write_events(out, shown, rest, section.title, opts, used_aliases,
+        function(slot)
+          return (result.sites:overrides_at(section.kind, slot))
+        end)
     end
   end
-  local shown, rest, before = heap_rows(result.heap.sites, key,
+  local shown, rest, before = heap_rows(result.heap, key,
     opts.sort == 'count', opts)
   write_heap(out, shown, rest, before, result.heap.total, opts,
     used_aliases)
