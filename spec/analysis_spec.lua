@@ -203,6 +203,28 @@ describe('sites pass', function()
       #result.sites.kinds.realloc, #result.sites.kinds.free })
   end)
 
+  it('keeps the figures of each kind in columns by slot, with the ' ..
+    'overrides of each slot', function()
+      local sites = run(crafted()).sites
+      local realloc = sites.of_kind.realloc
+      assert.are.same({ '@test.lua:7' }, { realloc.keys[1].name })
+      assert.are.same({ { 1 }, { 128 }, { 32 } }, { realloc.count,
+        realloc.plus, realloc.minus })
+      local owners, blocks = sites:overrides_at('realloc', 1)
+      assert.are.same({ '@test.lua:6' }, { owners[1].name })
+      assert.are.equal(1, #owners)
+      assert.are.equal(1, blocks[owners[1]])
+      local free = sites.of_kind.free
+      local names = {}
+      for slot, key in ipairs(free.keys) do
+        names[key.name] = { free.count[slot], free.plus[slot],
+          free.minus[slot] }
+      end
+      assert.are.same({ INTERNAL = { 2, 0, 164 }, io_write = { 1, 0, 48 } },
+        names)
+      assert.is_nil(sites:overrides_at('alloc', 1))
+    end)
+
   it('keeps records in order of first appearance', function()
     local records = run(crafted()).sites.kinds.alloc
     local list = {}
@@ -218,8 +240,10 @@ describe('analyze.run', function()
   it('drops the indexes only events need once the stream is read, and ' ..
     'keeps every figure', function()
       local result = run(crafted())
-      assert.is_nil(result.sites.by_kind)
-      assert.is_nil(result.heap.by_site)
+      assert.are.same({ nil, nil, nil, nil }, {
+        result.sites.of_kind.alloc.slot_of_key,
+        result.sites.of_kind.realloc.slot_of_key,
+        result.sites.of_kind.free.slot_of_key, result.heap.slot_of_key })
       assert.are.same({ 4, 1, 2 }, { #result.sites.kinds.alloc,
         #result.sites.kinds.realloc, #result.sites.kinds.free })
       assert.are.same({

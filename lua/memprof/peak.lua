@@ -43,7 +43,6 @@
 
 local record_shape = require('memprof.record').shape
 local columns = require('memprof.columns')
-local name_less = require('memprof.groups').name_less
 local ID = require('memprof.groups').ID
 
 local M = {}
@@ -167,14 +166,7 @@ function Peak:finish(stream)
     end
   end
   self.since_bytes, self.since_blocks, self.since_generation = nil, nil, nil
-  table.sort(rows, function(a, b)
-    local a_bytes, b_bytes = bytes[a[ID]], bytes[b[ID]]
-    if a_bytes ~= b_bytes then
-      return a_bytes > b_bytes
-    end
-    return name_less(a, b)
-  end)
-  set.groups = rows
+  set.groups = columns.sort_groups(rows, bytes)
   local start = stream.heap_at_start
   set.bytes, set.event, set.offset = self.peak, self.peak_event,
     self.peak_offset
