@@ -68,16 +68,27 @@ local function stack_name(record)
   return table.concat(names, '\n') .. '\n' .. id
 end
 
+-- The order of rows and of their stacks: whether a (bytes_a, count_a)
+-- comes before b, the most bytes first, then the most blocks; nil when
+-- both are the same (the caller's names decide).
+local function most_first(bytes_a, bytes_b, count_a, count_b)
+  if bytes_a ~= bytes_b then
+    return bytes_a > bytes_b
+  end
+  if count_a ~= count_b then
+    return count_a > count_b
+  end
+  return nil
+end
+
 -- Sorts stack records by bytes, then count, then frames.
 local function sort_stacks(records)
   table.sort(records, function(a, b)
-    if a[BYTES] ~= b[BYTES] then
-      return a[BYTES] > b[BYTES]
+    local first = most_first(a[BYTES], b[BYTES], a[COUNT], b[COUNT])
+    if first == nil then
+      return stack_name(a) < stack_name(b)
     end
-    if a[COUNT] ~= b[COUNT] then
-      return a[COUNT] > b[COUNT]
-    end
-    return stack_name(a) < stack_name(b)
+    return first
   end)
 end
 
@@ -188,13 +199,11 @@ function Leaks:finish(stream, heap)
   end
   table.sort(set.groups, function(a, b)
     local x, y = a[ID], b[ID]
-    if bytes[x] ~= bytes[y] then
-      return bytes[x] > bytes[y]
+    local first = most_first(bytes[x], bytes[y], counts[x], counts[y])
+    if first == nil then
+      return name_less(a, b)
     end
-    if counts[x] ~= counts[y] then
-      return counts[x] > counts[y]
-    end
-    return name_less(a, b)
+    return first
   end)
   set.stack, set.stack_count, set.stack_bytes = self.stack,
     self.stack_count, self.stack_bytes
