@@ -296,6 +296,25 @@ Formats (--format=NAME; docs/formats.md):
       'on device\n', stderr)
   end)
 
+  -- A report written in pieces larger than the output's buffer: a piece
+  -- that fails leaves nothing for the flush at the end to fail on.
+  it('fails when a report written in large pieces cannot be written',
+    function()
+      local s = B.new():lfunc(0x100, '@app.lua', 1):events()
+      for line = 1, 2000 do
+        s:alloc(B.lua(0x100, line), 0x10 * line, 64)
+      end
+      local path = another_file(s:epilogue():bytes())
+      for _, format in ipairs({ 'json', 'html', 'chrome' }) do
+        local code, stdout, stderr = run(C.command(COMMAND,
+          '--format=' .. format, path) .. ' >/dev/full')
+        -- (chrome's note about the time axis comes first)
+        assert.are.same({ 1, '', 'memprof-report: the standard output: ' ..
+          'No space left on device\n' }, { code, stdout,
+            stderr:match('[^\n]*\n$') })
+      end
+    end)
+
   it('reports parse errors with the offset', function()
     local bad = another_file('xyz\3\0\0\0\128ljm\3\0\0\0\128')
     local code, stdout, stderr = report(bad)

@@ -518,11 +518,33 @@ local function format_entry(name)
   return nil
 end
 
--- Whether every byte written to an output went: its buffer is flushed
--- (and a file closed), and an error (a full disk, a closed pipe) is
--- returned as nil and a message that names the output. (A report that
--- could not be written must not be said to be written.)
-local function output_done(handle, name, close)
+-- An output that keeps the first error of its writes.  A write larger
+-- than the stream's buffer that fails (a full disk, a closed pipe)
+-- leaves nothing in the buffer, so that the flush at the end succeeds:
+-- json and html, written in large pieces, were said to be written to a
+-- full disk.  (A write that returns nothing, as an output of the specs
+-- or of a program that embeds the reporter may, is not an error.)
+local function checked_output(handle)
+  local output = { handle = handle, failure = nil }
+  function output.write(self, ...)
+    if not self.failure then
+      local ok, message = handle:write(...)
+      if ok == nil and message ~= nil then
+        self.failure = message
+      end
+    end
+    return self
+  end
+  return output
+end
+
+-- Whether every byte written to an output (checked_output) went: its
+-- buffer is flushed (and a file closed), and an error of a write, the
+-- flush or the close is returned as nil and a message that names the
+-- output. (A report that could not be written must not be said to be
+-- written.)
+local function output_done(output, name, close)
+  local handle = output.handle
   local ok, message = true, nil
   if handle.flush then
     ok, message = handle:flush()
@@ -530,6 +552,9 @@ local function output_done(handle, name, close)
   if close then
     local closed, close_message = handle:close()
     if ok then ok, message = closed, close_message end
+  end
+  if output.failure then
+    ok, message = nil, output.failure
   end
   if not ok then
     return nil, name .. ': ' .. tostring(message)
@@ -541,8 +566,9 @@ end
 -- --output.
 local function write_outputs(module, opts, out, err, write)
   if not opts.output then
-    write(out, opts)
-    return output_done(out, 'the standard output', false)
+    local output = checked_output(out)
+    write(output, opts)
+    return output_done(output, 'the standard output', false)
   end
   local outputs = module.outputs and module.outputs(opts) or
     { { path = opts.output, opts = opts } }
@@ -551,8 +577,9 @@ local function write_outputs(module, opts, out, err, write)
     if not file then
       return nil, message
     end
-    write(file, output.opts)
-    local done, failed = output_done(file, output.path, true)
+    local checked = checked_output(file)
+    write(checked, output.opts)
+    local done, failed = output_done(checked, output.path, true)
     if not done then
       return nil, failed
     end
