@@ -93,16 +93,54 @@ describe('json_text', function()
     assert.are.equal('[]', encode(json_text.list({}, tostring)))
   end)
 
+  -- Each piece's parts are given to out:write as they are, not joined
+  -- (whole numbers as numbers, a string's quotes apart from its text).
   it('writes in pieces of FLUSH_PARTS parts', function()
-    local pieces = {}
-    local out = { write = function(_, text) pieces[#pieces + 1] = text end }
+    local writes = {}
+    local out = { write = function(_, ...) writes[#writes + 1] = { ... } end }
     local flush_parts = json_text.FLUSH_PARTS
     json_text.FLUSH_PARTS = 4
     local writer = json_text.writer(out)
     json_text.FLUSH_PARTS = flush_parts
     writer:value({ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 })
-    assert.are.same({ '[1,2', ',3,4', ',5,6', ',7,8', ',9,10' }, pieces)
+    assert.are.same({ { '[', 1, ',', 2 }, { ',', 3, ',', 4 },
+      { ',', 5, ',', 6 }, { ',', 7, ',', 8 }, { ',', 9, ',', 10 } }, writes)
+    writer:value('a\nb')
     writer:finish()
-    assert.are.same({ '[1,2', ',3,4', ',5,6', ',7,8', ',9,10', ']' }, pieces)
+    assert.are.same({ ']', '"', 'a\\nb', '"' }, writes[6])
+    assert.are.equal(6, #writes)
+  end)
+
+  it('writes raw text given as a list of chunks one after the other',
+      function()
+    assert.are.equal('{"tree":{"b":1,"c":[]}}', encode({
+      tree = json_text.raw({ '{"b":', 1, ',"c":[', ']}' }) }))
+    assert.are.same({ 12, '0', '100000000000000', '0.5' }, {
+      json_text.number_part(12), json_text.number_part(0),
+      json_text.number_part(1e14), json_text.number_part(0.5) })
+  end)
+
+  it('makes the entries of a list in one reused table per depth',
+      function()
+    local seen = {}
+    local inner = json_text.list(2, function(i, entry)
+      seen[#seen + 1] = entry
+      entry.i = i
+      return entry
+    end)
+    local outer = json_text.list({ 'a', 'b' }, function(name, entry)
+      seen[#seen + 1] = entry
+      assert.is_nil(next(entry))
+      entry.name, entry.inner = name, inner
+      return entry
+    end)
+    assert.are.equal('[{"inner":[{"i":1},{"i":2}],"name":"a"},' ..
+      '{"inner":[{"i":1},{"i":2}],"name":"b"}]', encode(outer))
+    assert.are.equal(6, #seen)
+    assert.are.equal(seen[1], seen[4])
+    assert.are.equal(seen[2], seen[3])
+    assert.are.equal(seen[2], seen[5])
+    assert.are.equal(seen[5], seen[6])
+    assert.are_not.equal(seen[1], seen[2])
   end)
 end)

@@ -22,9 +22,15 @@
 --             infinities as null
 --   boolean, json_text.null (null), nil (null, in an array)
 --   json_text.raw(text)            JSON text made elsewhere, as it is
---   json_text.list(items, entry_of)  an array of entry_of(item) for
---             each item, made and written one at a time (a document's
---             long lists: the document is never held whole)
+--             (a string, or a list of strings one after the other)
+--   json_text.list(items, entry_of)  an array of entry_of(item, entry)
+--             for each item (of a list, or each whole number from 1 to
+--             items), made and written one at a time (a document's
+--             long lists: the document is never held whole); entry is an
+--             empty table that entry_of may fill and return, the same
+--             table for every item of the list (hundreds of thousands of
+--             entries made no garbage of tables, which the collector
+--             would have had to sweep while it went over the analysis)
 --   json_text.custom(write)        write(writer) appends the value's
 --             text itself, through writer:part(text) and writer:value()
 --
@@ -35,8 +41,8 @@ local utf8 = require('memprof.utf8')
 
 local M = {}
 
-local format, floor, concat, sort = string.format, math.floor,
-  table.concat, table.sort
+local format, floor, concat, sort, unpack = string.format, math.floor,
+  table.concat, table.sort, unpack
 
 local ARRAY = {}
 local RAW = {}
@@ -74,12 +80,17 @@ end
 -- and '\'; in a script, '<', '>' and '&' too.
 local PLAIN_PATTERN, SCRIPT_PATTERN = '[%c"\\]', '[%c"\\<>&]'
 
-local function string_text(text, pattern)
+-- A string's text between its quotes.
+local function inner_text(text, pattern)
   text = utf8.clean(text)
   if text:find(pattern) then
     text = text:gsub(pattern, escape)
   end
-  return '"' .. text .. '"'
+  return text
+end
+
+local function string_text(text, pattern)
+  return '"' .. inner_text(text, pattern) .. '"'
 end
 
 function M.string(text, opts)
@@ -120,6 +131,12 @@ local function number_part(n, float)
   return number_text(n, float)
 end
 
+-- A number as a part of text gathered for table.concat (as the writer
+-- gathers it): the number itself, or its text.
+function M.number_part(n, opts)
+  return number_part(n, opts and opts.float or '%.14g')
+end
+
 -- The writer ---------------------------------------------------------------
 
 -- How many parts (a key, a value, a bracket) a writer gathers before it
@@ -132,14 +149,19 @@ Writer.__index = Writer
 function M.writer(out, opts)
   opts = opts or {}
   return setmetatable({ out = out, parts = {}, count = 0,
-    flush_parts = M.FLUSH_PARTS,
+    flush_parts = M.FLUSH_PARTS, depth = 0, entries = {}, last_keys = {},
     pattern = opts.script and SCRIPT_PATTERN or PLAIN_PATTERN,
     float = opts.float or '%.14g' }, Writer)
 end
 
+-- The parts go to out:write as they are, not joined into one string
+-- first: the text of a long document would be its own size in garbage.
 function Writer:flush()
   local parts = self.parts
-  self.out:write(concat(parts, '', 1, self.count))
+  if self.count == 0 then
+    return
+  end
+  self.out:write(unpack(parts, 1, self.count))
   for i = self.count, 1, -1 do
     parts[i] = nil
   end
@@ -151,6 +173,19 @@ function Writer:part(text)
   self.parts[count] = text
   self.count = count
   if count >= self.flush_parts then
+    self:flush()
+  end
+end
+
+-- A string in three parts: its text is not copied between quotes into
+-- a new string (a string per name written, hundreds of thousands).
+function Writer:string(text)
+  local count, parts = self.count, self.parts
+  parts[count + 1] = '"'
+  parts[count + 2] = inner_text(text, self.pattern)
+  parts[count + 3] = '"'
+  self.count = count + 3
+  if count + 3 >= self.flush_parts then
     self:flush()
   end
 end
@@ -175,10 +210,12 @@ local function sorted_keys(object, pattern)
   return { list = keys, set = set, count = n, parts = parts }
 end
 
--- The sorted keys of an object: those of the last object written when
--- it has the same keys (the entries of a list do), without a new list.
+-- The sorted keys of an object: those of the last object written at
+-- the same depth of lists when it has the same keys (the entries of a
+-- list do, and a list's entries alternate with those of the lists in
+-- them), without a new list.
 function Writer:keys(object)
-  local last = self.last_keys
+  local last = self.last_keys[self.depth]
   if last then
     local set, n = last.set, 0
     for key in pairs(object) do
@@ -193,7 +230,7 @@ function Writer:keys(object)
     end
   end
   last = sorted_keys(object, self.pattern)
-  self.last_keys = last
+  self.last_keys[self.depth] = last
   return last
 end
 
@@ -229,16 +266,58 @@ function Writer:array(list)
   self:part(']')
 end
 
+-- Raw text: a string, or a list of strings written one after the other.
+function Writer:raw(text)
+  if type(text) == 'string' then
+    self:part(text)
+    return
+  end
+  for _, chunk in ipairs(text) do
+    self:part(chunk)
+  end
+end
+
+-- Empties a table, keeping its room for the same keys.
+local function empty(entry)
+  for key in pairs(entry) do
+    entry[key] = nil
+  end
+end
+
+-- The number of items of a list and its i-th.
+function M.list_length(list)
+  local items = list.items
+  if type(items) == 'number' then
+    return items
+  end
+  return #items
+end
+
+function M.list_item(list, i)
+  local items = list.items
+  if type(items) == 'number' then
+    return i
+  end
+  return items[i]
+end
+
+-- A list's entries are made in one table per depth of lists in lists,
+-- reused from list to list.
 function Writer:list(list)
   local entry_of = list.entry_of
+  local depth = self.depth + 1
+  local entry = self.entries[depth] or {}
+  self.depth, self.entries[depth] = depth, entry
   self:part('[')
-  for i, item in ipairs(list.items) do
+  for i = 1, M.list_length(list) do
     if i > 1 then
       self:part(',')
     end
-    self:value(entry_of(item))
+    self:value(entry_of(M.list_item(list, i), entry))
+    empty(entry)
   end
   self:part(']')
+  self.depth = depth - 1
 end
 
 function Writer:table(value)
@@ -248,7 +327,7 @@ function Writer:table(value)
   elseif value == M.null then
     self:part('null')
   elseif meta == RAW then
-    self:part(value.text)
+    self:raw(value.text)
   elseif meta == LIST then
     self:list(value)
   elseif meta == CUSTOM then
@@ -265,7 +344,7 @@ function Writer:value(value)
   if kind == 'table' then
     self:table(value)
   elseif kind == 'string' then
-    self:part(string_text(value, self.pattern))
+    self:string(value)
   elseif kind == 'number' then
     self:part(number_part(value, self.float))
   elseif kind == 'boolean' then
@@ -279,8 +358,11 @@ end
 local Collected = {}
 Collected.__index = Collected
 
-function Collected:write(text)
-  self[#self + 1] = text
+function Collected:write(...)
+  local n = #self
+  for i = 1, select('#', ...) do
+    self[n + i] = select(i, ...)
+  end
 end
 
 function M.encode(value, opts)

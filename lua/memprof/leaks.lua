@@ -23,8 +23,10 @@
 -- A row's record (set:row(group), set.rows) has `stacks`: the stacks of
 -- its blocks, { { stack = <stack>, count = <blocks>, bytes = <bytes> },
 -- ... } by bytes, then count, then frames (empty for blocks without
--- stacks, and in stack mode).  leaks.each_stack(set, group, fn) calls
--- fn(stack, count, bytes) for each, in that order, without records.
+-- stacks, and in stack mode).  Without records: leaks.stack_count(set,
+-- group) says how many, leaks.stack_at(set, group, i) gives the i-th
+-- as stack, count, bytes, and leaks.each_stack(set, group, fn) calls
+-- fn(stack, count, bytes) for each, in that order.
 
 local record_shape = require('memprof.record').shape
 local columns = require('memprof.columns')
@@ -160,15 +162,28 @@ local function row_of(set, group)
     stacks })
 end
 
-function M.each_stack(set, group, fn)
+function M.stack_count(set, group)
   local id = group.id
   local list = set.stack_list[id]
   if list then
-    for _, record in ipairs(list) do
-      fn(record[1], record[COUNT], record[BYTES])
-    end
-  elseif set.stack[id] then
-    fn(set.stack[id], set.stack_count[id], set.stack_bytes[id])
+    return #list
+  end
+  return set.stack[id] and 1 or 0
+end
+
+function M.stack_at(set, group, i)
+  local id = group.id
+  local list = set.stack_list[id]
+  if list then
+    local record = list[i]
+    return record[1], record[COUNT], record[BYTES]
+  end
+  return set.stack[id], set.stack_count[id], set.stack_bytes[id]
+end
+
+function M.each_stack(set, group, fn)
+  for i = 1, M.stack_count(set, group) do
+    fn(M.stack_at(set, group, i))
   end
 end
 

@@ -13,9 +13,10 @@
 --   flame.append(paths, site, stack, bytes, count) -- a path of its own
 --   flame.pass() -> an analysis pass whose result is
 --                   { allocated = paths, live = paths }
---   flame.tree(paths, opts) -> JSON text, merged, top
+--   flame.tree(paths, opts) -> JSON text (a list of chunks), merged, top
 --     opts  frame_id(site), name_of(frame number), max_nodes,
---           number(n) -> the JSON text of a number
+--           number(n) -> the JSON text of a number, or the number when
+--           table.concat writes it as JSON
 --
 -- A path is a stack (anything with `frames`, innermost first) or, with
 -- no stack, one frame: its site.  frame_id(site) gives a frame's number
@@ -157,64 +158,124 @@ local function size_limit(tree, max_nodes)
   return limit, merged
 end
 
--- The children of a node, largest first, then by name.
-local function sorted_children(tree, node, name_of)
-  local list, bytes, frame = {}, tree.bytes, tree.frame
+-- The text of a tree is gathered in parts (strings, and numbers that
+-- table.concat writes as JSON) and joined into chunks of CHUNK_PARTS
+-- parts: no string per node, and no node's text copied into its
+-- parent's (a tree of 400,000 nodes made ten times its text in garbage).
+local CHUNK_PARTS = 4096
+
+local function new_text()
+  return { parts = {}, n = 0, chunks = {} }
+end
+
+local function add(text, part)
+  local n = text.n + 1
+  text.parts[n] = part
+  if n == CHUNK_PARTS then
+    text.chunks[#text.chunks + 1] = concat(text.parts, '', 1, n)
+    n = 0
+  end
+  text.n = n
+end
+
+local function chunks_of(text)
+  if text.n > 0 then
+    text.chunks[#text.chunks + 1] = concat(text.parts, '', 1, text.n)
+  end
+  return text.chunks
+end
+
+-- A writer of a tree's nodes: `sorted` lists of children, one per depth
+-- and reused, and one comparison for every sort (largest first, then by
+-- name).
+local function new_walk(tree, limit, name_of, number)
+  local bytes, frame = tree.bytes, tree.frame
+  return { tree = tree, limit = limit, number = number, text = new_text(),
+    sorted = {}, before = function(a, b)
+      if bytes[a] ~= bytes[b] then
+        return bytes[a] > bytes[b]
+      end
+      return name_of(frame[a]) < name_of(frame[b])
+    end }
+end
+
+-- The children of a node, sorted, in the list of that depth.
+local function sorted_children(walk, node, depth)
+  local list = walk.sorted[depth] or {}
+  walk.sorted[depth] = list
+  local tree, n = walk.tree, 0
   local child = tree.first[node]
   while child do
-    list[#list + 1] = child
+    n = n + 1
+    list[n] = child
     child = tree.after[child]
   end
-  table.sort(list, function(a, b)
-    if bytes[a] ~= bytes[b] then
-      return bytes[a] > bytes[b]
-    end
-    return name_of(frame[a]) < name_of(frame[b])
-  end)
-  return list
+  for i = #list, n + 1, -1 do
+    list[i] = nil
+  end
+  table.sort(list, walk.before)
+  return list, n
+end
+
+-- The "other" child of the children from `from` on, which are smaller
+-- than the limit.
+local function add_other(walk, list, from, n)
+  local tree, text, number = walk.tree, walk.text, walk.number
+  local bytes, count = 0, 0
+  for i = from, n do
+    bytes, count = bytes + tree.bytes[list[i]], count + tree.count[list[i]]
+  end
+  add(text, '{"b":')
+  add(text, number(bytes))
+  add(text, ',"n":')
+  add(text, number(count))
+  add(text, ',"o":')
+  add(text, number(n - from + 1))
+  add(text, '}')
 end
 
 -- The JSON text of a node and the nodes below it kept: an object with
--- its keys sorted, as the page's encoder writes one (number(n) writes a
--- number).  Text rather than a table per node: the tree of a large
--- profile keeps hundreds of thousands of nodes (all the leaves of one
--- size when they tie with the limit).  `top`, if given, gets the frame
--- numbers and bytes of the node's children that are kept, in order.
-local function node_text(tree, node, limit, name_of, number, top)
+-- its keys sorted, as the page's encoder writes one (number(n) gives a
+-- number's part).  `top`, if given, gets the frame numbers and bytes of
+-- the node's children that are kept, in order.
+local function add_node(walk, node, depth, top)
+  local tree, text, number = walk.tree, walk.text, walk.number
   local bytes = tree.bytes
-  local children, other = {}, nil
-  for _, child in ipairs(sorted_children(tree, node, name_of)) do
-    if bytes[child] >= limit then
-      children[#children + 1] = node_text(tree, child, limit, name_of,
-        number)
+  add(text, '{"b":')
+  add(text, number(bytes[node]))
+  local list, n = sorted_children(walk, node, depth)
+  if n > 0 then
+    add(text, ',"c":[')
+    for i = 1, n do
+      local child = list[i]
+      if i > 1 then
+        add(text, ',')
+      end
+      if bytes[child] < walk.limit then
+        add_other(walk, list, i, n)
+        break
+      end
+      add_node(walk, child, depth + 1)
       if top then
         top.frames[#top.frames + 1] = tree.frame[child]
         top.sizes[#top.sizes + 1] = bytes[child]
       end
-    else
-      other = other or { o = 0, b = 0, n = 0 }
-      other.o = other.o + 1
-      other.b = other.b + bytes[child]
-      other.n = other.n + tree.count[child]
     end
-  end
-  if other then
-    children[#children + 1] = '{"b":' .. number(other.b) .. ',"n":' ..
-      number(other.n) .. ',"o":' .. number(other.o) .. '}'
-  end
-  local text = '{"b":' .. number(bytes[node])
-  if #children > 0 then
-    text = text .. ',"c":[' .. concat(children, ',') .. ']'
+    add(text, ']')
   end
   local frame = tree.frame[node]
   if frame then
-    text = text .. ',"f":' .. number(frame)
+    add(text, ',"f":')
+    add(text, number(frame))
   end
-  return text .. ',"n":' .. number(tree.count[node]) .. '}'
+  add(text, ',"n":')
+  add(text, number(tree.count[node]))
+  add(text, '}')
 end
 
--- The tree of the paths as JSON text, how many of its nodes were merged,
--- and its top: { bytes = the root's, frames =, sizes = } (node_text).
+-- The tree of the paths as JSON text (a list of chunks, to be written
+-- one after the other), how many of its nodes were merged, and its
+-- top: { bytes = the root's, frames =, sizes = } (add_node).
 function M.tree(paths, opts)
   local tree = new_tree()
   local bytes = paths.bytes
@@ -225,8 +286,9 @@ function M.tree(paths, opts)
   end
   local limit, merged = size_limit(tree, opts.max_nodes)
   local top = { bytes = tree.bytes[1], frames = {}, sizes = {} }
-  return node_text(tree, 1, limit, opts.name_of, opts.number, top), merged,
-    top
+  local walk = new_walk(tree, limit, opts.name_of, opts.number)
+  add_node(walk, 1, 1, top)
+  return chunks_of(walk.text), merged, top
 end
 
 return M

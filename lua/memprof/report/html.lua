@@ -145,10 +145,6 @@ local JSON = { script = true, float = '%.6g' }
 
 local array = json_text.array
 
-local function json_number(number)
-  return json_text.number(number, JSON)
-end
-
 local function json_string(text)
   return json_text.string(text, JSON)
 end
@@ -310,7 +306,9 @@ local function flame_tree(paths, frames)
     name_of = function(id)
       return frames.names[id + 1]
     end,
-    max_nodes = M.MAX_FRAMES, number = json_number })
+    max_nodes = M.MAX_FRAMES, number = function(n)
+      return json_text.number_part(n, JSON)
+    end })
   return json_text.raw(text), merged, top
 end
 
