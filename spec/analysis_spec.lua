@@ -241,9 +241,9 @@ describe('analyze.run', function()
     'keeps every figure', function()
       local result = run(crafted())
       assert.are.same({ nil, nil, nil, nil }, {
-        result.sites.of_kind.alloc.slot_of_key,
-        result.sites.of_kind.realloc.slot_of_key,
-        result.sites.of_kind.free.slot_of_key, result.heap.slot_of_key })
+        result.sites.of_kind.alloc.slot_of_id,
+        result.sites.of_kind.realloc.slot_of_id,
+        result.sites.of_kind.free.slot_of_id, result.heap.slot_of_id })
       assert.are.same({ 4, 1, 2 }, { #result.sites.kinds.alloc,
         #result.sites.kinds.realloc, #result.sites.kinds.free })
       assert.are.same({

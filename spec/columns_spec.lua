@@ -4,6 +4,7 @@
 local columns = require('memprof.columns')
 local record = require('memprof.record')
 local groups = require('memprof.groups')
+local Site = require('memprof.reader').Site
 
 local Row = record.shape({ 'group', 'count', 'bytes' })
 
@@ -12,7 +13,7 @@ local function four_groups()
   local grouper = groups.new('line')
   local list = {}
   for i, name in ipairs({ 'a', 'b', 'c', 'd' }) do
-    list[i] = grouper:key({ id = i, source = 'lua', name = name })
+    list[i] = grouper:key(Site.make({ i, 'lua', name }))
   end
   return list
 end

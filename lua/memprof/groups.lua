@@ -2,7 +2,9 @@
 --
 --   local groups = require('memprof.groups')
 --   local grouper = groups.new('caller')
---   local group = grouper:key(site, stack)   -- stack may be nil
+--   local group = grouper:key(site, stack)   -- stack may be nil; site
+--                             -- is a memprof.reader site (found by its
+--                             -- id, which a site keeps first: site[1])
 --
 -- Modes (groups.MODES):
 --   line      the place of the event: '@f.lua:12', 'string.rep',
@@ -43,7 +45,10 @@
 --            name without any shares one empty list: never modify it)
 --
 -- A group is a memprof.record (a large profile has a group per place):
--- groups.Group is its shape.
+-- groups.Group is its shape.  A group named after one site, with no
+-- note and no alias (most groups), is a smaller record of its id and
+-- site only, whose other fields are read from the site: 88 bytes where
+-- a Group takes 136.  Either keeps its id first (group[groups.ID]).
 --
 -- Modes 'caller' and 'stack' need streams with stacks
 -- (groups.needs_stacks(mode)).
@@ -89,6 +94,42 @@ do
     return read(self, field)
   end
 end
+
+-- The aliases of every group whose name uses none: one list for all, as
+-- most names use none and a large profile has hundreds of thousands of
+-- groups.
+local NO_ALIASES = {}
+
+-- The metatable of the groups of one site (id, site) in one mode.  (Its
+-- __index is a vararg function for the reason given in memprof.record:
+-- LuaJIT never starts a trace there.)
+local SiteGroup = {}
+-- luacheck: push no unused args
+function SiteGroup.meta(mode)
+  return {
+    __index = function(self, field, ...)
+      if field == 'id' then
+        return rawget(self, 1)
+      end
+      local site = rawget(self, 2)
+      if field == 'site' then
+        return site
+      elseif field == 'name' or field == 'source' then
+        return site[field]
+      elseif field == 'mode' then
+        return mode
+      elseif field == 'aliases' then
+        return NO_ALIASES
+      end
+      return nil
+    end,
+    __newindex = function(self, field, ...)
+      error(string.format("a group's field '%s' cannot be changed",
+        tostring(field)), 2)
+    end,
+  }
+end
+-- luacheck: pop
 
 M.MODES = { 'line', 'function', 'caller', 'stack' }
 
@@ -177,20 +218,17 @@ function M.new(mode)
     uses_stacks = M.needs_stacks(mode),
     list = {},        -- every group, by id
     by_name = {},     -- name -> group
-    by_site = {},     -- site -> group (events without a stack)
+    by_site_id = {},  -- a site's id -> its group (events without a
+                      -- stack): the ids are dense, so mostly an array
     by_stack = {},    -- stack -> group (stack mode)
                       -- stack -> site -> group (caller mode)
     by_frames = {},   -- the ids of a stack's frame names -> group
     name_ids = {},    -- a frame's name -> its number (stack mode)
     names = 0,        -- how many names have a number
     ids = {},         -- frames_key's list, reused (no garbage per stack)
+    site_group_meta = SiteGroup.meta(mode),
   }, Grouper)
 end
-
--- The aliases of every group whose name uses none: one list for all, as
--- most names use none and a large profile has hundreds of thousands of
--- groups.
-local NO_ALIASES = {}
 
 -- The aliases used by a list of sites (or function tables).
 local function aliases_of(sites)
@@ -227,6 +265,15 @@ function Grouper:site_group(site, note)
   local name = site.name
   if note then
     name = name .. NOTE_SUFFIX[note]
+  elseif not site.alias then
+    local group = self.by_name[name]
+    if not group then
+      local id = #self.list + 1
+      group = setmetatable({ id, site }, self.site_group_meta)
+      self.list[id] = group
+      self.by_name[name] = group
+    end
+    return group
   end
   return self:intern(name, site, nil, note, aliases_of({ site }))
 end
@@ -324,10 +371,11 @@ end
 -- none), computed once per site and stack.
 function Grouper:key(site, stack)
   if not stack or not self.uses_stacks then
-    local group = self.by_site[site]
+    local id = site[1]
+    local group = self.by_site_id[id]
     if not group then
       group = self:site_only_group(site)
-      self.by_site[site] = group
+      self.by_site_id[id] = group
     end
     return group
   end

@@ -85,8 +85,8 @@ local Stats = record_shape({ 'site', 'group', 'holds', 'allocs',
 M.Stats = Stats
 M.FIGURES = { 'holds', 'allocs', 'reallocs', 'frees' }
 
-M.BEFORE_PROFILING = { id = 0, source = 'before',
-  name = '(blocks allocated before the profile)' }
+M.BEFORE_PROFILING = require('memprof.reader').Site.make({ 0, 'before',
+  '(blocks allocated before the profile)' })
 
 local BEFORE_PROFILING = M.BEFORE_PROFILING
 
@@ -564,7 +564,7 @@ function M.new(opts)
   local map, map_kind = M.address_map(opts.address_map)
   local self = setmetatable({
     keys = {},        -- sites (or groups), in order of first appearance
-    slot_of_key = {}, -- key -> its slot (its place in keys)
+    slot_of_id = {},  -- a key's id -> its slot (its place in keys)
     holds = {}, allocs = {}, reallocs = {}, frees = {},  -- by slot
     grouper = opts.grouper or false,
     total = 0,
@@ -594,12 +594,15 @@ end
 -- The slot of a site or group seen for the first time, its figures 0.
 -- (Slots, not the keys' ids, index the figures: the sites that allocate
 -- are a part of all, and figures indexed by a sparse id would be kept
--- in the hash part of each column, one hash look-up per column.)
+-- in the hash part of each column, one hash look-up per column.)  The
+-- index of slots is by the keys' ids, which sites and groups keep first
+-- (key[1]): dense, so mostly an array of 8 bytes a key, where an index
+-- by the keys themselves is a hash table of 24 to 48.
 function Heap:add_key(key)
   local keys = self.keys
   local slot = #keys + 1
   keys[slot] = key
-  self.slot_of_key[key] = slot
+  self.slot_of_id[key[1]] = slot
   self.holds[slot], self.allocs[slot], self.reallocs[slot] = 0, 0, 0
   self.frees[slot] = 0
   return slot
@@ -668,14 +671,14 @@ end
 function Heap:feed(ev)
   local kind = ev.kind
   local owner
-  local grouper, slot_of_key = self.grouper, self.slot_of_key
+  local grouper, slot_of_id = self.grouper, self.slot_of_id
   if kind ~= 'alloc' then
     owner = release(self, ev.oaddr) or BEFORE_PROFILING
     local key = owner
     if grouper then
       key = grouper:key(owner, self.released_stack)
     end
-    local slot = slot_of_key[key] or self:add_key(key)
+    local slot = slot_of_id[key[1]] or self:add_key(key)
     local holds, frees = self.holds, self.frees
     holds[slot] = holds[slot] - ev.osize
     frees[slot] = frees[slot] + ev.oweight
@@ -687,7 +690,7 @@ function Heap:feed(ev)
     if grouper then
       key = grouper:key(site, stack)
     end
-    local slot = slot_of_key[key] or self:add_key(key)
+    local slot = slot_of_id[key[1]] or self:add_key(key)
     local holds, allocs = self.holds, self.allocs
     holds[slot] = holds[slot] + ev.nsize
     allocs[slot] = allocs[slot] + nweight
@@ -706,7 +709,7 @@ end
 -- event can be fed after.
 function Heap:finish()
   self.slot_of:free()
-  self.slot_of_key = nil
+  self.slot_of_id = nil
   if self.blocks.finish then
     self.blocks:finish()
   end

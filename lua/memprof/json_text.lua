@@ -25,8 +25,10 @@
 --             (a string, or a list of strings one after the other)
 --   json_text.list(items, entry_of)  an array of entry_of(item, entry)
 --             for each item (of a list, or each whole number from 1 to
---             items), made and written one at a time (a document's
---             long lists: the document is never held whole); entry is an
+--             items; or items is a function that gives either when the
+--             list is written), made and written one at a time (a
+--             document's long lists: the document is never held whole,
+--             nor each list's items before it is written); entry is an
 --             empty table that entry_of may fill and return, the same
 --             table for every item of the list (hundreds of thousands of
 --             entries made no garbage of tables, which the collector
@@ -284,21 +286,18 @@ local function empty(entry)
   end
 end
 
--- The number of items of a list and its i-th.
-function M.list_length(list)
+-- The items of a list as it is written, and their number: a list, or
+-- a count n (the items are the numbers 1 to n), or a function that
+-- gives either (so that a long list is made only while it is written).
+function M.items(list)
   local items = list.items
-  if type(items) == 'number' then
-    return items
+  if type(items) == 'function' then
+    items = items()
   end
-  return #items
-end
-
-function M.list_item(list, i)
-  local items = list.items
   if type(items) == 'number' then
-    return i
+    return false, items
   end
-  return items[i]
+  return items, #items
 end
 
 -- A list's entries are made in one table per depth of lists in lists,
@@ -309,11 +308,12 @@ function Writer:list(list)
   local entry = self.entries[depth] or {}
   self.depth, self.entries[depth] = depth, entry
   self:part('[')
-  for i = 1, M.list_length(list) do
+  local items, count = M.items(list)
+  for i = 1, count do
     if i > 1 then
       self:part(',')
     end
-    self:value(entry_of(M.list_item(list, i), entry))
+    self:value(entry_of(items and items[i] or i, entry))
     empty(entry)
   end
   self:part(']')

@@ -76,7 +76,7 @@ function M.new(opts)
     keep_overrides = opts.overrides ~= false }, Sites)
   for _, kind in ipairs(M.KINDS) do
     -- overrides: by slot, { list of owners, blocks by owner }
-    self.of_kind[kind] = { keys = {}, slot_of_key = {}, count = {},
+    self.of_kind[kind] = { keys = {}, slot_of_id = {}, count = {},
       plus = {}, minus = {}, overrides = {} }
   end
   self.kinds = setmetatable({}, { __index = function(kinds, kind)
@@ -90,12 +90,13 @@ end
 -- The slot of a site (or group) seen for the first time in events of
 -- `kind` (figures): its figures are 0.  (Slots, not the keys' ids, index
 -- the figures: each kind has some of the sites, and figures indexed by
--- a sparse id would be kept in the hash part of each column.)
+-- a sparse id would be kept in the hash part of each column.)  The
+-- index of slots is by the keys' ids (key[1], as in memprof.heap).
 local function add(figures, key)
   local keys = figures.keys
   local slot = #keys + 1
   keys[slot] = key
-  figures.slot_of_key[key] = slot
+  figures.slot_of_id[key[1]] = slot
   figures.count[slot], figures.plus[slot], figures.minus[slot] = 0, 0, 0
   return slot
 end
@@ -110,7 +111,7 @@ end
 
 function Sites:finish()
   for _, kind in ipairs(M.KINDS) do
-    self.of_kind[kind].slot_of_key = nil
+    self.of_kind[kind].slot_of_id = nil
   end
 end
 
@@ -127,7 +128,7 @@ function Sites:feed(ev, owner, heap)
     end
   end
   local figures = self.of_kind[kind]
-  local slot = figures.slot_of_key[key] or add(figures, key)
+  local slot = figures.slot_of_id[key[1]] or add(figures, key)
   local count, plus, minus = figures.count, figures.plus, figures.minus
   count[slot] = count[slot] + (kind == 'free' and ev.oweight or ev.nweight)
   plus[slot] = plus[slot] + ev.nsize

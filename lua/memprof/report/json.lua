@@ -225,8 +225,8 @@ local function kept(figures, columns, id)
   return false
 end
 
-local function row_section(figures, name, place)
-  local spec = ROW_SECTIONS[name]
+-- The groups of a row section, sorted.
+local function row_items(figures, spec)
   local items = {}
   for _, group in ipairs(figures.list) do
     if kept(figures, spec.kept, group.id) then
@@ -234,9 +234,18 @@ local function row_section(figures, name, place)
     end
   end
   local values = figures[spec.by]
-  sort_items(items, function(group) return values[group.id] end, name_of)
+  return sort_items(items, function(group) return values[group.id] end,
+    name_of)
+end
+
+-- (The items of each section are listed as it is written: not every
+-- section's list of 400,000 groups at once.)
+local function row_section(figures, name, place)
+  local spec = ROW_SECTIONS[name]
   local overrides = spec.overrides and figures.overrides[spec.overrides]
-  return section(items, function(group, entry)
+  return section(function()
+    return row_items(figures, spec)
+  end, function(group, entry)
     local id = group.id
     entry.row, entry.name = id, group.name
     for _, field in ipairs(spec.fields) do
@@ -331,14 +340,16 @@ local function temporary_section(temporary, place)
   if not temporary then
     return NULL
   end
-  local items = {}
-  for i, group in ipairs(temporary.groups) do
-    items[i] = group
-  end
   local figures = temporary.columns
   local by = figures.temporary_bytes
-  sort_items(items, function(group) return by[group.id] end, name_of)
-  local temporary_rows = section(items, function(group, entry)
+  local temporary_rows = section(function()
+    local items = {}
+    for i, group in ipairs(temporary.groups) do
+      items[i] = group
+    end
+    return sort_items(items, function(group) return by[group.id] end,
+      name_of)
+  end, function(group, entry)
     local id = group.id
     entry.row, entry.name = id, group.name
     for _, field in ipairs(TEMPORARY_FIELDS) do
@@ -377,12 +388,13 @@ local function cumulative_section(cumulative, place)
   if not cumulative then
     return NULL
   end
-  local items = {}
-  for i, row in ipairs(cumulative.rows) do
-    items[i] = row
-  end
-  sort_items(items, 'bytes', name_of_group)
-  local cumulative_rows = section(items, function(row, entry)
+  local cumulative_rows = section(function()
+    local items = {}
+    for i, row in ipairs(cumulative.rows) do
+      items[i] = row
+    end
+    return sort_items(items, 'bytes', name_of_group)
+  end, function(row, entry)
     entry.row, entry.name = row.group.id, row.group.name
     for _, field in ipairs(CUMULATIVE_FIELDS) do
       entry[field] = row[field]
@@ -426,7 +438,9 @@ local function build(result, place)
   local sites = section(stream.sites, site_entry)
   local stack_site_ids, row_site_ids = site_ids_of(place),
     site_ids_of(place)
-  local stacks = section(all_stacks(stream), function(stack, entry)
+  local stacks = section(function()
+    return all_stacks(stream)
+  end, function(stack, entry)
     return stack_entry(stream, stack, entry, stack_site_ids)
   end)
   local described = section(result.grouper.list, function(group, entry)
@@ -456,8 +470,9 @@ end
 
 local function entries_of(part)
   local list = {}
-  for i = 1, json_text.list_length(part) do
-    list[i] = part.entry_of(json_text.list_item(part, i), {})
+  local items, count = json_text.items(part)
+  for i = 1, count do
+    list[i] = part.entry_of(items and items[i] or i, {})
   end
   return M.array(list)
 end

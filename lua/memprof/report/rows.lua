@@ -52,9 +52,23 @@ function M.group_of(grouper, key)
   return grouper:key(key)
 end
 
--- An array of zeros by group id, for the ids of `list`.
+-- A table with room for `size` array items (LuaJIT's table.new): an
+-- array filled one item at a time doubles its room as it grows, a
+-- quarter of it left empty on average (a column of 400,000 rows took
+-- 4 MB instead of 3.2).  Plain Lua 5.1 has no such function.
+local has_table_new, table_new = pcall(require, 'table.new')
+local function new_array(size)
+  if has_table_new then
+    return table_new(size, 0)
+  end
+  return {}
+end
+M.new_array = new_array
+
+-- An array of zeros by group id, for the ids of `list` (in order).
 local function zeros(list)
-  local column = {}
+  local last = list[#list]
+  local column = new_array(last and last.id or 0)
   for _, group in ipairs(list) do
     column[group.id] = 0
   end
