@@ -31,6 +31,8 @@ describe('protobuf encoder', function()
       'protobuf: expected a whole number between 0 and 2^53')
   end)
 
+  -- Each field goes out in its parts (key, length, bytes), none of them
+  -- joined to another first.
   it('streams the fields of a top-level message as they are added',
     function()
       local emitted = {}
@@ -39,8 +41,8 @@ describe('protobuf encoder', function()
       end)
       message:bytes(2, 'testing'):message(3, pb.message():varint(1, 150))
         :packed(4, { 3, 270, 86942 }):optional(5, 0):optional(6, 1)
-      assert.are.same({ '120774657374696e67', '1a03089601',
-        '2206038e029ea705', '3001' }, emitted)
+      assert.are.same({ '12', '07', '74657374696e67', '1a', '03', '089601',
+        '22', '06', '038e029ea705', '30', '01' }, emitted)
       assert.has_error(function() message:encode() end,
         'protobuf: a streamed message has no encoding to return')
     end)

@@ -10,7 +10,8 @@
 --   message:packed(4, { 1, 2, 3 })     -- packed repeated varints
 --   local encoded = message:encode()
 --   local streamed = pb.stream(emit)   -- a message whose fields go to
---                                      -- emit(bytes) as they are added
+--                                      -- emit(bytes) as they are added,
+--                                      -- in parts (key, length, bytes)
 --                                      -- (no encode(): a top-level
 --                                      -- message, never embedded)
 --
@@ -21,27 +22,46 @@
 local M = {}
 
 local char, concat, floor = string.char, table.concat, math.floor
+local unpack = unpack
 
 local WIRE_VARINT, WIRE_BYTES = 0, 2
+
+-- The bytes of a varint of more than one byte, gathered here (one list
+-- for every call: a profile has millions of varints, and a list each
+-- was most of the export's garbage).
+local varint_bytes = {}
 
 -- The ULEB128 bytes of a whole number in [0, 2^53].
 function M.varint(n)
   assert(type(n) == 'number' and n >= 0 and n == floor(n) and n <= 2 ^ 53,
     'protobuf: expected a whole number between 0 and 2^53')
-  local out = {}
+  if n < 128 then
+    return char(n)
+  end
+  local count = 0
   repeat
     local low = n % 128
     n = (n - low) / 128
     if n > 0 then
       low = low + 128
     end
-    out[#out + 1] = char(low)
+    count = count + 1
+    varint_bytes[count] = low
   until n == 0
-  return concat(out)
+  return char(unpack(varint_bytes, 1, count))
 end
 
+-- The key of a field, made once for each field and wire type.
+local keys = {}
+
 local function key(field, wire)
-  return M.varint(field * 8 + wire)
+  local at = field * 8 + wire
+  local bytes = keys[at]
+  if not bytes then
+    bytes = M.varint(at)
+    keys[at] = bytes
+  end
+  return bytes
 end
 
 local Message = {}
@@ -51,13 +71,16 @@ function M.message()
   return setmetatable({ parts = {} }, Message)
 end
 
+-- A field is added in parts (key, length, bytes), not joined first:
+-- the parts are joined once, by encode(), or written one by one.
 function Message:add(bytes)
   self.parts[#self.parts + 1] = bytes
   return self
 end
 
 function Message:varint(field, n)
-  return self:add(key(field, WIRE_VARINT) .. M.varint(n))
+  self:add(key(field, WIRE_VARINT))
+  return self:add(M.varint(n))
 end
 
 -- A varint field left out when zero (the default value of proto3).
@@ -69,19 +92,24 @@ function Message:optional(field, n)
 end
 
 function Message:bytes(field, bytes)
-  return self:add(key(field, WIRE_BYTES) .. M.varint(#bytes) .. bytes)
+  self:add(key(field, WIRE_BYTES))
+  self:add(M.varint(#bytes))
+  return self:add(bytes)
 end
 
 function Message:message(field, message)
   return self:bytes(field, message:encode())
 end
 
+-- (One list of the varints for every call, as above.)
+local packed_parts = {}
+
 function Message:packed(field, numbers)
-  local parts = {}
-  for i, n in ipairs(numbers) do
-    parts[i] = M.varint(n)
+  local count = #numbers
+  for i = 1, count do
+    packed_parts[i] = M.varint(numbers[i])
   end
-  return self:bytes(field, concat(parts))
+  return self:bytes(field, concat(packed_parts, '', 1, count))
 end
 
 function Message:encode()

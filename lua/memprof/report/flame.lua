@@ -39,8 +39,14 @@ local concat = table.concat
 
 -- Paths -----------------------------------------------------------------------
 
+-- A path is found (add) by its stack's id (the stacks the reader makes
+-- for compiled code have none: by the stack itself), or without a
+-- stack by its site's id (which a site keeps first): arrays mostly,
+-- where an index by the stacks and sites themselves is a hash table
+-- three times their size.
 function M.paths()
-  return { n = 0, stack = {}, site = {}, bytes = {}, count = {}, index = {} }
+  return { n = 0, stack = {}, site = {}, bytes = {}, count = {},
+    by_stack = {}, by_site = {} }
 end
 
 function M.append(paths, site, stack, bytes, count)
@@ -52,11 +58,16 @@ function M.append(paths, site, stack, bytes, count)
 end
 
 function M.add(paths, site, stack, bytes, count)
-  local key = stack or site
-  local i = paths.index[key]
+  local index, key
+  if stack then
+    index, key = paths.by_stack, stack.id or stack
+  else
+    index, key = paths.by_site, site[1]
+  end
+  local i = index[key]
   if not i then
     i = M.append(paths, site, stack, 0, 0)
-    paths.index[key] = i
+    index[key] = i
   end
   paths.bytes[i] = paths.bytes[i] + bytes
   paths.count[i] = paths.count[i] + count
@@ -85,7 +96,9 @@ function Pass:finish(_, heap)
     M.add(live, site, stack, size, weight)
   end)
   -- The paths' index is needed no more.
-  self.allocated.index, live.index = nil, nil
+  for _, paths in ipairs({ self.allocated, live }) do
+    paths.by_stack, paths.by_site = nil, nil
+  end
   return { allocated = self.allocated, live = live }
 end
 

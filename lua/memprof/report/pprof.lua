@@ -100,13 +100,16 @@ function Builder:function_of(site)
   return id
 end
 
+-- (Locations are found by their site's id, which a site of the stream
+-- keeps first: an array, where an index by the sites themselves is a
+-- hash table three times its size.)
 function Builder:location_of(site)
-  local id = self.location_id[site]
+  local id = self.location_id[site[1]]
   if id then
     return id
   end
   id = #self.locations + 1
-  self.location_id[site] = id
+  self.location_id[site[1]] = id
   local line = pb.message():varint(LINE.function_id, self:function_of(site))
   if site.source == 'lua' then
     line:optional(LINE.line, site.line or 0)
