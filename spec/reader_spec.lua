@@ -355,8 +355,22 @@ for _, mode in ipairs(MODES) do
       assert.are.same({ 'string.rep', '@helper.lua:4', '@main.lua:20' },
         frame_names(stacks[2]))
       assert.are.same({ 'string.rep', '@main.lua:30' }, frame_names(stacks[3]))
+      -- A stack is its frames, with its id at index 0 and no other key
+      -- (id and frames are read through its metatable).
       for id, stack in ipairs(stacks) do
         assert.are.equal(id, stack.id)
+        assert.are.equal(stack, stack.frames)
+        local keys = {}
+        for key in pairs(stack) do
+          keys[#keys + 1] = key
+        end
+        table.sort(keys)
+        local expected = {}
+        for i = 0, #stack do
+          expected[i + 1] = i
+        end
+        assert.are.same(expected, keys)
+        assert.are.equal(id, stack[0])
       end
       local list = {}
       for i, ev in ipairs(events) do

@@ -88,8 +88,10 @@
 -- site, ... } }, innermost frame first; its frames are the same interned
 -- sites as the events' (a frame equal to an event's location is the
 -- same table as ev.site).  The frames are the stack's own array part
--- (stack.frames == stack): a large profile has hundreds of thousands of
--- stacks, and a table of frames apart took about 70 bytes more each.
+-- (stack.frames == stack) and its id is kept at index 0 (stack[0]),
+-- both read through a metatable: a large profile has hundreds of
+-- thousands of stacks, and a table of frames apart took about 70 bytes
+-- more each, two keys in a hash part 48.
 -- An event in a trace has no stack in the stream; in a stream with
 -- stacks the reader gives it one made of its site and the callers of
 -- the function where the trace starts, as the other events' stacks show
@@ -891,6 +893,22 @@ function common:read_frame()
     'function or 0x0c for a C function), found 0x%02x', kind))
 end
 
+-- A stack keeps its frames in its array part and its id at index 0,
+-- with no hash part: its `id` and `frames` (the stack itself) are read
+-- through this metatable (a hash part of two keys took 48 bytes a
+-- stack).  (A vararg __index, as in memprof.record: LuaJIT never starts
+-- a trace there.)
+-- luacheck: push no unused args
+local STACK_META = { __index = function(stack, field, ...)
+  if field == 'frames' then
+    return stack
+  elseif field == 'id' then
+    return rawget(stack, 0)
+  end
+  return nil
+end }
+-- luacheck: pop
+
 -- A stack definition (0x14): id, number of frames, frames.  The stack is
 -- added only once it is complete.
 function common:read_stack_body()
@@ -907,11 +925,12 @@ function common:read_stack_body()
     self:fail(count_at, format('expected the number of frames of a stack ' ..
       '(1 to %d), found %d', MAX_FRAMES, count))
   end
-  local stack = {}
+  local stack = record.array(count)
   for i = 1, count do
     stack[i] = self:read_frame()
   end
-  stack.id, stack.frames = id, stack
+  stack[0] = id
+  setmetatable(stack, STACK_META)
   stacks[id] = stack
   self.has_stacks = true
   self.inferred:defined(stack)

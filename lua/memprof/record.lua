@@ -23,6 +23,20 @@
 
 local M = {}
 
+-- A table with room for `size` items in its array part, and no hash
+-- part (LuaJIT's table.new): a table filled one item at a time doubles
+-- its room as it grows, a quarter of it left empty on average (a column
+-- of 400,000 numbers took 4 MB instead of 3.2), and room made at once
+-- is in the same block as the table.  Plain Lua 5.1 has no such
+-- function: an empty table.
+local has_table_new, table_new = pcall(require, 'table.new')
+function M.array(size)
+  if has_table_new then
+    return table_new(size, 0)
+  end
+  return {}
+end
+
 local function field_error(name)
   error(string.format("no field '%s' in this record", tostring(name)), 2)
 end

@@ -35,6 +35,8 @@
 --                    appearance: { groups = { group, ... }, blocks = {
 --                    blocks of each } } (nil for a row without any)
 
+local record_array = require('memprof.record').array
+
 local M = {}
 
 local FIELDS = { 'alloc_events', 'alloc_bytes', 'realloc_events',
@@ -52,23 +54,11 @@ function M.group_of(grouper, key)
   return grouper:key(key)
 end
 
--- A table with room for `size` array items (LuaJIT's table.new): an
--- array filled one item at a time doubles its room as it grows, a
--- quarter of it left empty on average (a column of 400,000 rows took
--- 4 MB instead of 3.2).  Plain Lua 5.1 has no such function.
-local has_table_new, table_new = pcall(require, 'table.new')
-local function new_array(size)
-  if has_table_new then
-    return table_new(size, 0)
-  end
-  return {}
-end
-M.new_array = new_array
-
--- An array of zeros by group id, for the ids of `list` (in order).
+-- An array of zeros by group id, for the ids of `list` (in order),
+-- with room for them made at once (memprof.record.array).
 local function zeros(list)
   local last = list[#list]
-  local column = new_array(last and last.id or 0)
+  local column = record_array(last and last.id or 0)
   for _, group in ipairs(list) do
     column[group.id] = 0
   end
