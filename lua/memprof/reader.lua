@@ -769,14 +769,20 @@ function common:trace_site(traceno)
   return sym.site
 end
 
--- The stack of an event in a trace (see memprof.trace_stacks).
-function common:trace_stack(traceno)
+-- The stack of an event in a trace (see memprof.trace_stacks).  A local
+-- function, not a method: the fast path calls it for every event in a
+-- trace of a stream with stacks, and a method is found through two
+-- metatables (the decoder's methods, then these).
+local stack_for = trace_stacks.stack_for
+
+local function trace_stack(self, traceno)
   local sym = self.traces[traceno]
   if not sym.func then
     return nil
   end
-  return self.inferred:stack_for(sym, self.context)
+  return stack_for(self.inferred, sym, self.context)
 end
+common.trace_stack = trace_stack
 
 -- Ends of the event stream ---------------------------------------------
 
@@ -1226,7 +1232,7 @@ local function make_methods(make_view, byte_at, bit)
     else
       site = self.trace_sites[loc] or self:trace_site(loc)
       if self.has_stacks then
-        stack = self:trace_stack(loc)
+        stack = trace_stack(self, loc)
       end
     end
     local ev = self.event
