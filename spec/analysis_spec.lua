@@ -250,8 +250,12 @@ describe('analyze.run', function()
         ['@test.lua:7'] = { 1, 128, 32, overrides = { ['@test.lua:6'] = 1 } },
       }, sites_by_name(result, 'realloc'))
       if result.heap.map_kind == 'ffi' then
-        assert.are.same({ nil, nil, 5 }, { result.heap.blocks.site_index,
+        -- By line, the blocks number their sites by the heap's slots:
+        -- their list is the heap's keys (5 sites and the blocks
+        -- allocated before the profile).
+        assert.are.same({ nil, nil, 6 }, { result.heap.blocks.site_index,
           result.heap.blocks.stack_index, #result.heap.blocks.site_list })
+        assert.are.equal(result.heap.keys, result.heap.blocks.site_list)
       end
     end)
 

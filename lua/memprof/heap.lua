@@ -410,10 +410,14 @@ end
 
 -- The facts of the live blocks, by slot --------------------------------------
 --
--- Both kinds have set(slot, addr, size, site, stack, weight, born);
--- take(slot) -> site, stack (or nil), born, size, weight, and the slot is
--- free; each(slot_count, fn) calls fn(addr, size, site, stack, born,
--- weight) for each slot in use, in slot order.
+-- Both kinds have set(slot, addr, size, site, stack, weight, born,
+-- key_slot); take(slot) -> site, stack (or nil), born, size, weight,
+-- key_slot (or nil), and the slot is free; each(slot_count, fn) calls
+-- fn(addr, size, site, stack, born, weight) for each slot in use, in slot
+-- order.  key_slot is the heap's slot of the block's site when the heap
+-- groups by line (nil otherwise): the FFI records keep it as the site's
+-- number, and give it back, which saves the heap two look-ups of the
+-- site in hash tables per block; the plain arrays ignore it.
 
 -- Plain Lua: one array per fact.
 local PlainBlocks = {}
@@ -431,6 +435,7 @@ local function new_plain_blocks()
 end
 
 function PlainBlocks:set(slot, addr, size, site, stack, weight, born)
+  -- (key_slot, the last argument, is not kept: see above.)
   self.addr_at[slot] = addr
   self.site_at[slot] = site
   self.size_at[slot] = size
@@ -462,7 +467,9 @@ end
 -- in the VM's heap, as the Lua arrays are, and freed by the collector
 -- with the pass, without a finalizer), so that releasing a block reads
 -- one record instead of six Lua arrays; the site and stack are numbers
--- into lists of the sites and stacks seen (intern).
+-- into lists of the sites and stacks seen (intern).  By line, the sites'
+-- list is the heap's keys (new_ffi_blocks(keys)): the heap gives each
+-- block its site's slot, and no index of the sites is needed.
 local new_ffi_blocks
 if ok_ffi then
   pcall(ffi.cdef, [[
@@ -481,9 +488,10 @@ if ok_ffi then
     return block_array(count)
   end
 
-  function new_ffi_blocks()
+  function new_ffi_blocks(site_list)
     return setmetatable({ records = allocate_blocks(MIN_BLOCKS),
-      capacity = MIN_BLOCKS, site_list = { [0] = false }, site_index = {},
+      capacity = MIN_BLOCKS, site_list = site_list or { [0] = false },
+      site_index = {}, by_key = site_list ~= nil,
       stack_list = { [0] = false }, stack_index = {} }, FfiBlocks)
   end
 
@@ -510,14 +518,15 @@ if ok_ffi then
     return i
   end
 
-  function FfiBlocks:set(slot, addr, size, site, stack, weight, born)
+  function FfiBlocks:set(slot, addr, size, site, stack, weight, born,
+      key_slot)
     if slot >= self.capacity then
       self:grow(slot)
     end
     local record = self.records[slot]
     record.addr, record.size, record.born, record.weight = addr, size, born,
       weight
-    record.site = self.site_index[site] or
+    record.site = key_slot or self.site_index[site] or
       intern(self.site_list, self.site_index, site)
     if stack then
       record.stack = self.stack_index[stack] or
@@ -532,7 +541,7 @@ if ok_ffi then
     local site = record.site
     record.site = 0
     return self.site_list[site], self.stack_list[record.stack] or nil,
-      record.born, record.size, record.weight
+      record.born, record.size, record.weight, self.by_key and site or nil
   end
 
   -- After the last event: the indexes are needed only to number the
@@ -580,11 +589,23 @@ function M.new(opts)
     slot_of = map,    -- address map: address -> slot
     map_kind = map_kind,
     -- slot -> the block's facts: FFI records with the FFI map
-    blocks = map_kind == 'ffi' and new_ffi_blocks() or new_plain_blocks(),
+    blocks = false,
     free_slots = {},  -- slots to reuse
     free_count = 0,
     slot_count = 0,
   }, Heap)
+  if map_kind ~= 'ffi' then
+    self.blocks = new_plain_blocks()
+  elseif self.grouper then
+    self.blocks = new_ffi_blocks()
+  else
+    self.blocks = new_ffi_blocks(self.keys)
+  end
+  -- The methods of the map and blocks that each event calls, as fields
+  -- of the pass: a call through a metatable checks the object's own
+  -- keys, its metatable and __index, for each event.
+  self.map_put, self.map_remove = map.put, map.remove
+  self.blocks_set, self.blocks_take = self.blocks.set, self.blocks.take
   self.released_stack, self.released_born = nil, nil
   self.released_age, self.released_size = nil, nil
   self.released_weight = nil
@@ -618,18 +639,20 @@ function Heap:stats_list()
   return list
 end
 
--- Forget the block at addr; returns its site (nil if unknown) and sets
--- the released_* fields.  Called before the current event, if it is a
--- realloc, is counted in allocations.
+-- Forget the block at addr; returns its site (nil if unknown) and its
+-- site's slot if the blocks keep it, and sets the released_* fields.
+-- Called before the current event, if it is a realloc, is counted in
+-- allocations.
 local function release(self, addr)
-  local slot = self.slot_of:remove(addr)
+  local slot = self.map_remove(self.slot_of, addr)
   if not slot then
     self.released_stack, self.released_born = nil, nil
     self.released_age, self.released_size = nil, nil
     self.released_weight = nil
     return nil
   end
-  local site, stack, born, size, weight = self.blocks:take(slot)
+  local site, stack, born, size, weight, key_slot =
+    self.blocks_take(self.blocks, slot)
   self.released_stack = stack
   self.released_born = born
   self.released_age = self.allocations - born
@@ -638,13 +661,13 @@ local function release(self, addr)
   local count = self.free_count + 1
   self.free_count = count
   self.free_slots[count] = slot
-  return site
+  return site, key_slot
 end
 
 -- A new block at addr, in the last freed slot or a new one.  (An address
 -- already live keeps its slot: the stream lost the free of its previous
 -- block.)
-local function produce(self, addr, size, site, stack, weight)
+local function produce(self, addr, size, site, stack, weight, key_slot)
   local count = self.free_count
   local new
   if count > 0 then
@@ -652,7 +675,7 @@ local function produce(self, addr, size, site, stack, weight)
   else
     new = self.slot_count + 1
   end
-  local slot = self.slot_of:put(addr, new)
+  local slot = self.map_put(self.slot_of, addr, new)
   if slot == new then
     if count > 0 then
       self.free_count = count - 1
@@ -660,7 +683,8 @@ local function produce(self, addr, size, site, stack, weight)
       self.slot_count = new
     end
   end
-  self.blocks:set(slot, addr, size, site, stack, weight, self.allocations)
+  self.blocks_set(self.blocks, slot, addr, size, site, stack, weight,
+    self.allocations, key_slot)
 end
 
 -- Account one event.  For realloc and free, returns the site that had
@@ -673,12 +697,18 @@ function Heap:feed(ev)
   local owner
   local grouper, slot_of_id = self.grouper, self.slot_of_id
   if kind ~= 'alloc' then
-    owner = release(self, ev.oaddr) or BEFORE_PROFILING
-    local key = owner
-    if grouper then
-      key = grouper:key(owner, self.released_stack)
+    local slot
+    owner, slot = release(self, ev.oaddr)
+    if not owner then
+      owner = BEFORE_PROFILING
     end
-    local slot = slot_of_id[key[1]] or self:add_key(key)
+    if not slot then
+      local key = owner
+      if grouper then
+        key = grouper:key(owner, self.released_stack)
+      end
+      slot = slot_of_id[key[1]] or self:add_key(key)
+    end
     local holds, frees = self.holds, self.frees
     holds[slot] = holds[slot] - ev.osize
     frees[slot] = frees[slot] + ev.oweight
@@ -698,7 +728,8 @@ function Heap:feed(ev)
       local reallocs = self.reallocs
       reallocs[slot] = reallocs[slot] + nweight
     end
-    produce(self, ev.naddr, ev.nsize, site, stack, nweight)
+    produce(self, ev.naddr, ev.nsize, site, stack, nweight,
+      not grouper and slot or nil)
   end
   self.total = self.total + ev.nsize - ev.osize
   return owner

@@ -153,8 +153,11 @@ local NOTE_HEAP_AT_START, NOTE_COLLECTED_AT_STOP = 1, 2
 local INTERNAL_KINDS = { 'garbage collector', 'JIT compiler', 'trace exit',
   'interpreter' }
 local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3
-local KIND_NAMES = { [KIND_ALLOC] = 'alloc', [KIND_FREE] = 'free',
-  [KIND_REALLOC] = 'realloc' }
+-- The names by kind (KIND_ALLOC, KIND_FREE, KIND_REALLOC: 1 to 3), by
+-- position, so that they are in the array part: the fast path looks one
+-- up for each event, and { [KIND_ALLOC] = ... } put them in the hash
+-- part (6% of the reader's instructions).
+local KIND_NAMES = { 'alloc', 'free', 'realloc' }
 local EPILOGUE = 0x80
 -- The sampling record of the extended format, and its one scheme.
 local SAMPLING_RECORD, SAMPLING_POISSON_BYTES = 0x5c, 1
@@ -768,14 +771,20 @@ function common:trace_site(traceno)
   return sym.site
 end
 
--- The stack of an event in a trace (see memprof.trace_stacks).
-function common:trace_stack(traceno)
+-- The stack of an event in a trace (see memprof.trace_stacks).  A local
+-- function, not a method: the fast path calls it for every event in a
+-- trace of a stream with stacks, and a method is found through two
+-- metatables (the decoder's methods, then these).
+local stack_for = trace_stacks.stack_for
+
+local function trace_stack(self, traceno)
   local sym = self.traces[traceno]
   if not sym.func then
     return nil
   end
-  return self.inferred:stack_for(sym, self.context)
+  return stack_for(self.inferred, sym, self.context)
 end
+common.trace_stack = trace_stack
 
 -- Ends of the event stream ---------------------------------------------
 
@@ -1061,7 +1070,48 @@ end
 
 -- The decoder, instantiated once per way of fetching bytes --------------
 
-local function make_methods(make_view, byte_at)
+-- The fast ULEB128 decoder of make_methods with LuaJIT's bit operations:
+-- the low 28 bits and the next ones are put together as 32-bit
+-- integers, and only those two are made into a double (the sum is
+-- rounded once, as in uleb_arith).  A byte then costs an integer shift
+-- and or, not a conversion, a multiplication and an addition of doubles
+-- and a check for overflow.
+local function uleb_bits(bit, byte_at, uleb_loop)
+  local bor, bxor, lshift = bit.bor, bit.bxor, bit.lshift
+  local HIGH = 0x10000000
+  return function(b, i, last)
+    if i + 7 > last then
+      return uleb_loop(b, i, last)
+    end
+    local c = byte_at(b, i)
+    if c < 0x80 then return c, i + 1 end
+    local v = bxor(c, 0x80)
+    c = byte_at(b, i + 1)
+    if c < 0x80 then return bor(v, lshift(c, 7)), i + 2 end
+    v = bor(v, lshift(bxor(c, 0x80), 7))
+    c = byte_at(b, i + 2)
+    if c < 0x80 then return bor(v, lshift(c, 14)), i + 3 end
+    v = bor(v, lshift(bxor(c, 0x80), 14))
+    c = byte_at(b, i + 3)
+    if c < 0x80 then return bor(v, lshift(c, 21)), i + 4 end
+    v = bor(v, lshift(bxor(c, 0x80), 21))
+    c = byte_at(b, i + 4)
+    if c < 0x80 then return v + c * HIGH, i + 5 end
+    local h = bxor(c, 0x80)
+    c = byte_at(b, i + 5)
+    if c < 0x80 then return v + bor(h, lshift(c, 7)) * HIGH, i + 6 end
+    h = bor(h, lshift(bxor(c, 0x80), 7))
+    c = byte_at(b, i + 6)
+    if c < 0x80 then return v + bor(h, lshift(c, 14)) * HIGH, i + 7 end
+    h = bor(h, lshift(bxor(c, 0x80), 14))
+    c = byte_at(b, i + 7)
+    if c < 0x80 then return v + bor(h, lshift(c, 21)) * HIGH, i + 8 end
+    return uleb_loop(b, i, last)
+  end
+end
+
+-- bit: LuaJIT's bit library, for the FFI decoder (see uleb_bits), or nil.
+local function make_methods(make_view, byte_at, bit)
   -- ULEB128 decoder with a loop: near the end of the data and for numbers
   -- longer than 8 bytes.  Returns 0, OVERRUN when the number runs past
   -- `last` or is longer than 10 bytes.
@@ -1086,7 +1136,7 @@ local function make_methods(make_view, byte_at)
 
   -- Fast ULEB128 decoder: unrolled for up to 8 bytes (addresses take 7),
   -- because LuaJIT compiles straight code much better than short loops.
-  local function uleb(b, i, last)
+  local function uleb_arith(b, i, last)
     if i + 7 > last then
       return uleb_loop(b, i, last)
     end
@@ -1115,6 +1165,9 @@ local function make_methods(make_view, byte_at)
     if c < 0x80 then return v + c * 0x2000000000000, i + 8 end
     return uleb_loop(b, i, last)
   end
+
+  -- (Assigned once, so that LuaJIT knows it for good in the callers.)
+  local uleb = bit and uleb_bits(bit, byte_at, uleb_loop) or uleb_arith
 
   local methods = setmetatable({ make_view = make_view }, { __index = common })
 
@@ -1198,7 +1251,7 @@ local function make_methods(make_view, byte_at)
     else
       site = self.trace_sites[loc] or self:trace_site(loc)
       if self.has_stacks then
-        stack = self:trace_stack(loc)
+        stack = trace_stack(self, loc)
       end
     end
     local ev = self.event
@@ -1247,7 +1300,7 @@ if jit then
       return ffi.cast(byte_pointer, buf) - 1
     end, function(pointer, i)
       return pointer[i]
-    end)
+    end, require('bit'))
     local methods = ffi_meta.__index
 
     function methods:byte_at(i)

@@ -79,6 +79,10 @@ function M.new(opts)
     self.of_kind[kind] = { keys = {}, slot_of_id = {}, count = {},
       plus = {}, minus = {}, overrides = {} }
   end
+  -- The same tables under names of their own, for feed(): a constant
+  -- key is found without hashing the kind.
+  self.allocs, self.reallocs, self.frees = self.of_kind.alloc,
+    self.of_kind.realloc, self.of_kind.free
   self.kinds = setmetatable({}, { __index = function(kinds, kind)
     local list = records_of(self, kind)
     rawset(kinds, kind, list)
@@ -127,10 +131,17 @@ function Sites:feed(ev, owner, heap)
       owner = grouper:key(owner, heap and heap.released_stack)
     end
   end
-  local figures = self.of_kind[kind]
+  local figures, weight
+  if kind == 'alloc' then
+    figures, weight = self.allocs, ev.nweight
+  elseif kind == 'free' then
+    figures, weight = self.frees, ev.oweight
+  else
+    figures, weight = self.reallocs, ev.nweight
+  end
   local slot = figures.slot_of_id[key[1]] or add(figures, key)
   local count, plus, minus = figures.count, figures.plus, figures.minus
-  count[slot] = count[slot] + (kind == 'free' and ev.oweight or ev.nweight)
+  count[slot] = count[slot] + weight
   plus[slot] = plus[slot] + ev.nsize
   minus[slot] = minus[slot] + ev.osize
   if owner and self.keep_overrides then

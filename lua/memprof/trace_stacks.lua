@@ -17,7 +17,8 @@
 --   local trace_stacks = require('memprof.trace_stacks')
 --   local inferred = trace_stacks.new()
 --   inferred:defined(stack)         -- every stack definition, in order
---   inferred:stack_for(trace, context) -> a stack, or nil
+--   inferred:stack_for(trace, context) -> a stack, or nil (also
+--     trace_stacks.stack_for(inferred, trace, context))
 --     trace    { site = the trace's site, func = the function table of
 --              its start (memprof.reader's site.func) }, one table per
 --              trace symbol instance; it keeps its last answer in the
@@ -157,5 +158,10 @@ function TraceStacks:stack_for(trace, context)
   trace.generation = self.generation
   return stack
 end
+
+-- The method as a function, stack_for(inferred, trace, context), for a
+-- caller that calls it for each event (a call through the metatable
+-- looks the method up each time).
+M.stack_for = TraceStacks.stack_for
 
 return M
