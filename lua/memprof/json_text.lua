@@ -35,6 +35,9 @@
 --             would have had to sweep while it went over the analysis)
 --   json_text.custom(write)        write(writer) appends the value's
 --             text itself, through writer:part(text) and writer:value()
+--   json_text.number_part(n [, opts])  a number as the writer gathers it
+--             for table.concat: the number itself when concat writes it
+--             exactly, or its text
 --
 -- opts.script = true also escapes '<', '>' and '&' (text inside an HTML
 -- <script> element).

@@ -15,8 +15,8 @@
 --                   { allocated = paths, live = paths }
 --   flame.tree(paths, opts) -> JSON text (a list of chunks), merged, top
 --     opts  frame_id(site), name_of(frame number), max_nodes,
---           number(n) -> the JSON text of a number, or the number when
---           table.concat writes it as JSON
+--           json: the options of the memprof.json_text writer that
+--           writes the text (how numbers are written)
 --
 -- A path is a stack (anything with `frames`, innermost first) or, with
 -- no stack, one frame: its site.  frame_id(site) gives a frame's number
@@ -32,6 +32,8 @@
 -- Paths of no bytes are left out.  top: { bytes = the root's, frames =,
 -- sizes = } the frame numbers and bytes of the root's children that are
 -- not merged.
+
+local json_text = require('memprof.json_text')
 
 local M = {}
 
@@ -171,39 +173,24 @@ local function size_limit(tree, max_nodes)
   return limit, merged
 end
 
--- The text of a tree is gathered in parts (strings, and numbers that
--- table.concat writes as JSON) and joined into chunks of CHUNK_PARTS
--- parts: no string per node, and no node's text copied into its
+-- The text of a tree is written by a memprof.json_text writer (opts:
+-- its options, numbers as it writes them) into chunks, each its parts
+-- joined: no string per node, and no node's text copied into its
 -- parent's (a tree of 400,000 nodes made ten times its text in garbage).
-local CHUNK_PARTS = 4096
-
-local function new_text()
-  return { parts = {}, n = 0, chunks = {} }
-end
-
-local function add(text, part)
-  local n = text.n + 1
-  text.parts[n] = part
-  if n == CHUNK_PARTS then
-    text.chunks[#text.chunks + 1] = concat(text.parts, '', 1, n)
-    n = 0
-  end
-  text.n = n
-end
-
-local function chunks_of(text)
-  if text.n > 0 then
-    text.chunks[#text.chunks + 1] = concat(text.parts, '', 1, text.n)
-  end
-  return text.chunks
+local function new_text(opts)
+  local chunks = {}
+  local out = { write = function(_, ...)
+    chunks[#chunks + 1] = concat({ ... })
+  end }
+  return json_text.writer(out, opts), chunks
 end
 
 -- A writer of a tree's nodes: `sorted` lists of children, one per depth
 -- and reused, and one comparison for every sort (largest first, then by
 -- name).
-local function new_walk(tree, limit, name_of, number)
+local function new_walk(tree, limit, name_of, text)
   local bytes, frame = tree.bytes, tree.frame
-  return { tree = tree, limit = limit, number = number, text = new_text(),
+  return { tree = tree, limit = limit, text = text,
     sorted = {}, before = function(a, b)
       if bytes[a] ~= bytes[b] then
         return bytes[a] > bytes[b]
@@ -233,36 +220,35 @@ end
 -- The "other" child of the children from `from` on, which are smaller
 -- than the limit.
 local function add_other(walk, list, from, n)
-  local tree, text, number = walk.tree, walk.text, walk.number
+  local tree, text = walk.tree, walk.text
   local bytes, count = 0, 0
   for i = from, n do
     bytes, count = bytes + tree.bytes[list[i]], count + tree.count[list[i]]
   end
-  add(text, '{"b":')
-  add(text, number(bytes))
-  add(text, ',"n":')
-  add(text, number(count))
-  add(text, ',"o":')
-  add(text, number(n - from + 1))
-  add(text, '}')
+  text:part('{"b":')
+  text:value(bytes)
+  text:part(',"n":')
+  text:value(count)
+  text:part(',"o":')
+  text:value(n - from + 1)
+  text:part('}')
 end
 
 -- The JSON text of a node and the nodes below it kept: an object with
--- its keys sorted, as the page's encoder writes one (number(n) gives a
--- number's part).  `top`, if given, gets the frame numbers and bytes of
+-- its keys sorted, as the page's encoder writes one.  `top`, if given, gets the frame numbers and bytes of
 -- the node's children that are kept, in order.
 local function add_node(walk, node, depth, top)
-  local tree, text, number = walk.tree, walk.text, walk.number
+  local tree, text = walk.tree, walk.text
   local bytes = tree.bytes
-  add(text, '{"b":')
-  add(text, number(bytes[node]))
+  text:part('{"b":')
+  text:value(bytes[node])
   local list, n = sorted_children(walk, node, depth)
   if n > 0 then
-    add(text, ',"c":[')
+    text:part(',"c":[')
     for i = 1, n do
       local child = list[i]
       if i > 1 then
-        add(text, ',')
+        text:part(',')
       end
       if bytes[child] < walk.limit then
         add_other(walk, list, i, n)
@@ -274,16 +260,16 @@ local function add_node(walk, node, depth, top)
         top.sizes[#top.sizes + 1] = bytes[child]
       end
     end
-    add(text, ']')
+    text:part(']')
   end
   local frame = tree.frame[node]
   if frame then
-    add(text, ',"f":')
-    add(text, number(frame))
+    text:part(',"f":')
+    text:value(frame)
   end
-  add(text, ',"n":')
-  add(text, number(tree.count[node]))
-  add(text, '}')
+  text:part(',"n":')
+  text:value(tree.count[node])
+  text:part('}')
 end
 
 -- The tree of the paths as JSON text (a list of chunks, to be written
@@ -299,9 +285,10 @@ function M.tree(paths, opts)
   end
   local limit, merged = size_limit(tree, opts.max_nodes)
   local top = { bytes = tree.bytes[1], frames = {}, sizes = {} }
-  local walk = new_walk(tree, limit, opts.name_of, opts.number)
-  add_node(walk, 1, 1, top)
-  return chunks_of(walk.text), merged, top
+  local text, chunks = new_text(opts.json)
+  add_node(new_walk(tree, limit, opts.name_of, text), 1, 1, top)
+  text:finish()
+  return chunks, merged, top
 end
 
 return M

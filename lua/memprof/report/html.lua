@@ -306,9 +306,7 @@ local function flame_tree(paths, frames)
     name_of = function(id)
       return frames.names[id + 1]
     end,
-    max_nodes = M.MAX_FRAMES, number = function(n)
-      return json_text.number_part(n, JSON)
-    end })
+    max_nodes = M.MAX_FRAMES, json = JSON })
   return json_text.raw(text), merged, top
 end
 

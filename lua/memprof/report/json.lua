@@ -141,7 +141,6 @@ end
 -- write() leaves them to the writer, which makes and writes them one by
 -- one, so that the whole document is never held at once.
 
-
 -- Items sorted by `field` (a field of the items, or a function of an
 -- item), largest first, then by name; the entries of a sorted section
 -- have these values, so their order is that of the items.
