@@ -75,6 +75,24 @@ describe('heap pass', function()
       }, list)
     end)
 
+  it('forgets the live blocks after the passes when asked', function()
+    -- The passes' finish still sees them: the cumulative view counts
+    -- the live blocks of each function.
+    local result = run(crafted(), { live_blocks = false, group = 'function' })
+    local live = 0
+    for _, row in ipairs(result.cumulative.rows) do
+      live = live + row.live_blocks
+    end
+    assert.are.equal(4, live)
+    assert.is_false(result.heap.blocks)
+    local ok, err = pcall(result.heap.live_blocks, result.heap)
+    assert.is_false(ok)
+    assert.truthy(err:find('the heap pass has forgotten its live blocks ' ..
+      '(memprof.analyze option live_blocks = false)', 1, true))
+    assert.are.equal(4, #run(crafted(), { group = 'function' }).heap
+      :live_blocks())
+  end)
+
   it('charges blocks released but never allocated to a pseudo-site',
     function()
       local s = B.new():events()

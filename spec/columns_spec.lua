@@ -96,6 +96,39 @@ describe('memprof.columns', function()
     assert.are.same({ 'b', 'a', 'c', 'd' }, names(list))
   end)
 
+  it('finds the first groups in that order without sorting the list',
+    function()
+      local g = four_groups()
+      local values = { [1] = 3, [2] = 9, [3] = 3, [4] = 1 }
+      local list = { g[4], g[3], g[2], g[1] }
+      assert.are.same({ 'b', 'a' }, names(columns.first_groups(list, values,
+        2)))
+      assert.are.same({ 'b', 'a', 'c' }, names(columns.first_groups(list,
+        values, 3)))
+      assert.are.same({ 'b', 'a', 'c', 'd' }, names(columns.first_groups(
+        list, values, 10)))
+      assert.are.same({}, columns.first_groups(list, values, 0))
+      -- The list keeps its order.
+      assert.are.same({ 'd', 'c', 'b', 'a' }, names(list))
+    end)
+
+  it('finds the same first groups as a sort, on many groups', function()
+    local grouper = groups.new('line')
+    local list, values = {}, {}
+    local value = 7
+    for i = 1, 500 do
+      list[i] = grouper:key(Site.make({ i, 'lua', 'site ' .. i }))
+      value = (value * 37 + 11) % 101
+      values[list[i].id] = value
+    end
+    local first = columns.first_groups(list, values, 40)
+    local sorted = columns.sort_groups({ unpack(list) }, values)
+    assert.are.equal(40, #first)
+    for i = 1, 40 do
+      assert.are.equal(sorted[i], first[i])
+    end
+  end)
+
   it('takes a row function of the set\'s own', function()
     local set, g = filled()
     set.row = function(self, group)

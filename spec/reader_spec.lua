@@ -602,6 +602,66 @@ local CUT_EVENTS = {
     { 'the start line of a trace', 1000 } }) },
 }
 
+describe('reader indexes', function()
+  -- Every kind of site, an alias and a stack.
+  local function symbols_stream()
+    local s = B.new():lfunc(0x100, '@f.lua', 12):lfunc(0x300, 'x = 1\ny', 4)
+      :cfunc(0x400, 'lib_f'):trace(1, 0x100, 13)
+      :events({ version = B.EXTENDED })
+    s:stack(1, { B.lua(0x100, 13) })
+    for i, loc in ipairs({ B.lua(0x100, 13, 1), B.lua(0x300, 5), B.c(0x408),
+        B.trace(1), B.internal() }) do
+      s:alloc(loc, i * 16, 8)
+    end
+    return s
+  end
+
+  local INDEXES = { 'lfuncs', 'cfuncs', 'traces', 'c_sites', 'trace_sites',
+    'unknown_c', 'alias_of', 'internal_kind_sites', 'trace_starts',
+    'inferred' }
+
+  local function kept(stream)
+    local list = {}
+    for _, field in ipairs(INDEXES) do
+      if stream[field] ~= nil then
+        list[#list + 1] = field
+      end
+    end
+    return list
+  end
+
+  it('are forgotten once the stream is done, the sites and stacks kept',
+    function()
+      local stream = reader.from_string(symbols_stream():epilogue():bytes())
+      assert.truthy(stream:next())
+      assert.are.equal(10, #kept(stream))
+      assert.are.equal(4, #collect(stream))
+      assert.is_true(stream.done)
+      assert.are.same({}, kept(stream))
+      local sites = {}
+      for i, site in ipairs(stream.sites) do
+        sites[i] = site.name
+      end
+      assert.are.same({ '@f.lua:13', 'function_alias_1:5', 'lib_f+0x8',
+        'TRACE started at @f.lua:13', 'INTERNAL' }, sites)
+      assert.are.equal('@f.lua:13', stream.stacks[1].frames[1].name)
+      assert.are.same({ { name = 'function_alias_1', chunkname = 'x = 1\ny' } },
+        stream.aliases)
+    end)
+
+  it('are forgotten when a cut stream stops, and when it is closed',
+    function()
+      local cut = reader.from_string(symbols_stream():bytes())
+      assert.are.equal(5, #collect(cut))
+      assert.truthy(cut.warning)
+      assert.are.same({}, kept(cut))
+      local closed = reader.from_string(symbols_stream():bytes())
+      closed:close()
+      assert.are.same({}, kept(closed))
+      assert.is_nil(closed:next())
+    end)
+end)
+
 describe('reader truncation', function()
   local prefix_builder = B.new():lfunc(ADDR, '@x.lua', 1):events()
     :alloc(B.internal(), 1, 8):alloc(B.lua(ADDR, 2), 2, 8)

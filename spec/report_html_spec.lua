@@ -300,28 +300,69 @@ describe('html report', function()
       html.MAX_FRAMES = max
       assert(ok, text)
       local data = data_of(text)
-      -- The 5th largest of the 16 nodes is 300B: the nodes of 300B and
-      -- more stay; the 4 smaller children of the root (@app.lua:50, 60
-      -- and 5 and the trace: 160B in 4 allocations) become one box, and
-      -- the callees of the first two go with them.
+      -- 5 of the 16 nodes stay: the 4 larger than 300B (the root and
+      -- @app.lua:20 with its callees), and of the nodes of 300B the
+      -- first written (@app.lua:10, before @app.lua:30 by name).  The
+      -- rest of the root's children (@app.lua:30, 50, 60 and 5 and the
+      -- trace: 460B in 5 allocations) become one box, and so does the
+      -- callee of @app.lua:10.
       local fmt = 'string.format'
       assert.are.same({
         [''] = { 1160, 10 },
         ['@app.lua:10'] = { 300, 3 },
-        ['@app.lua:10;@log.lua:5'] = { 300, 3 },
-        ['@app.lua:10;@log.lua:5;' .. fmt] = { 300, 3 },
+        ['@app.lua:10;other (1)'] = { 300, 3 },
         ['@app.lua:20'] = { 400, 2 },
         ['@app.lua:20;@log.lua:5'] = { 400, 2 },
         ['@app.lua:20;@log.lua:5;' .. fmt] = { 400, 2 },
-        ['@app.lua:30'] = { 300, 1 },
-        ['@app.lua:30;@log.lua:5'] = { 300, 1 },
-        ['@app.lua:30;@log.lua:5;' .. fmt] = { 300, 1 },
-        ['other (4)'] = { 160, 4 },
+        ['other (5)'] = { 460, 5 },
       }, paths(data, 'allocated'))
       -- It comes last, after the frames it is smaller than.
-      assert.are.equal(4, data.graphs.allocated.root.c[4].o)
-      assert.are.equal('The 6 smallest frames are merged into "other" ' ..
+      assert.are.equal(5, data.graphs.allocated.root.c[3].o)
+      assert.are.equal('The 11 smallest frames are merged into "other" ' ..
         'boxes, to keep the page light.', data.graphs.allocated.note)
+      -- The page's frames table has the frames shown, numbered as they
+      -- are written: the allocated graph's, then the live graph's new
+      -- ones (a node's "f" comes after its children, keys being sorted).
+      local names = {}
+      for i, frame in ipairs(data.frames) do
+        names[i] = frame.name
+      end
+      assert.are.same({ fmt, '@log.lua:5', '@app.lua:20', '@app.lua:10' },
+        { names[1], names[2], names[3], names[4] })
+      assert.are.equal(1, data.graphs.allocated.root.c[1].c[1].f)
+    end)
+
+  it('keeps at most MAX_FRAMES frames when many places are of one size',
+    function()
+      -- Nine lines of @a.lua allocate 16B each: 10 nodes of a graph of
+      -- at most 4.  The root and the first three lines by name stay; the
+      -- six others are one box, and their frames are not in the page.
+      local s = B.new():lfunc(0x100, '@a.lua', 1):events()
+      for line = 1, 9 do
+        s:alloc(B.lua(0x100, line), 0x100 + line * 16, 16)
+      end
+      s:epilogue()
+      local max = html.MAX_FRAMES
+      html.MAX_FRAMES = 4
+      local ok, text = pcall(page, s)
+      html.MAX_FRAMES = max
+      assert(ok, text)
+      local data = data_of(text)
+      assert.are.same({
+        [''] = { 144, 9 },
+        ['@a.lua:1'] = { 16, 1 },
+        ['@a.lua:2'] = { 16, 1 },
+        ['@a.lua:3'] = { 16, 1 },
+        ['other (6)'] = { 96, 6 },
+      }, paths(data, 'allocated'))
+      assert.are.equal('The 6 smallest frames are merged into "other" ' ..
+        'boxes, to keep the page light.', data.graphs.allocated.note:match(
+        'The %d+ smallest frames.*$'))
+      local names = {}
+      for i, frame in ipairs(data.frames) do
+        names[i] = frame.name
+      end
+      assert.are.same({ '@a.lua:1', '@a.lua:2', '@a.lua:3' }, names)
     end)
 
   it('draws one frame per site, with a note, when there are no stacks',

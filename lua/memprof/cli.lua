@@ -484,6 +484,8 @@ local function read_profile(path, opts, err, analysis)
     error(stream, 0)
   end
   local options = analysis(stream)
+  -- No report lists the live blocks once the passes have finished.
+  options.live_blocks = false
   if stream.version ~= reader.EXTENDED_VERSION then
     local missing = missing_data(stream, opts)
     if missing then

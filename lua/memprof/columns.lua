@@ -25,6 +25,9 @@
 --   columns.sort_groups(list, values)  -- a list of groups by
 --                                   -- values[group.id], largest first,
 --                                   -- then by name
+--   columns.first_groups(list, values, count)  -- its first `count`
+--                                   -- groups in that order (a new list;
+--                                   -- `list` is not sorted)
 --   set:top(opts) -> shown, rest    -- see below
 --
 -- A set whose rows have fields that are not columns gives row() a
@@ -103,19 +106,48 @@ function Set:row(group)
   return self.shape.make(values)
 end
 
--- Sorts a list of groups by values[id], largest first, then by name
--- (groups.name_less: the names of stack groups are not joined).
+-- Whether group a comes before group b: by values[id], largest first,
+-- then by name (groups.name_less: the names of stack groups are not
+-- joined).
+local function before(values, a, b)
+  local va, vb = values[a[ID]], values[b[ID]]
+  if va ~= vb then
+    return va > vb
+  end
+  return name_less(a, b)
+end
+
+-- Sorts a list of groups by values[id], largest first, then by name.
 local function sort_groups(list, values)
   table.sort(list, function(a, b)
-    local va, vb = values[a[ID]], values[b[ID]]
-    if va ~= vb then
-      return va > vb
-    end
-    return name_less(a, b)
+    return before(values, a, b)
   end)
   return list
 end
 M.sort_groups = sort_groups
+
+-- The first `count` groups of `list` in the order of sort_groups, as a
+-- new list, without sorting the whole list (a report shows its first
+-- rows of a list that may have a row per place): each group is compared
+-- with the last of those found so far, and most go no further.
+function M.first_groups(list, values, count)
+  local first, n = {}, 0
+  if count < 1 then
+    return first
+  end
+  for _, group in ipairs(list) do
+    if n < count or before(values, group, first[n]) then
+      local i = n < count and n + 1 or n
+      while i > 1 and before(values, group, first[i - 1]) do
+        first[i] = first[i - 1]
+        i = i - 1
+      end
+      first[i] = group
+      n = n < count and n + 1 or n
+    end
+  end
+  return first
+end
 
 -- The rows a report prints.  opts:
 --   by       the figure the rows are sorted by, largest first, then by

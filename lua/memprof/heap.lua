@@ -32,6 +32,7 @@
 --                      -- group), `group` (the same table) and the four
 --   pass.total   -- net bytes of the stream
 --   pass:live_blocks(), pass:each_live_block(fn)
+--   pass:forget_blocks()  -- then the two above raise an error
 --   pass:finish()  -- after the last event: frees the address map and
 --                  -- the indexes only events need (a large profile has
 --                  -- an entry per place in each), so that the formats
@@ -746,10 +747,21 @@ function Heap:finish()
   end
 end
 
+-- Forgets the live blocks (memprof.analyze does it, with the option
+-- live_blocks = false, once every pass has finished): their facts take
+-- a record each, and the reports need none.
+function Heap:forget_blocks()
+  self.blocks, self.free_slots = false, false
+end
+
 -- Calls fn(addr, size, site, stack, born, weight) for every block still
 -- live, in no particular order (stack is nil when the event had none;
 -- weight is how many blocks it stands for, 1 unless sampled).
 function Heap:each_live_block(fn)
+  if not self.blocks then
+    error('the heap pass has forgotten its live blocks (memprof.analyze ' ..
+      'option live_blocks = false)', 2)
+  end
   self.blocks:each(self.slot_count, fn)
 end
 

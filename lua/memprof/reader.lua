@@ -793,9 +793,25 @@ common.trace_stack = trace_stack
 function common:release()
 end
 
-function common:stop(warning)
+-- The indexes only events need, by which the reader finds the sites and
+-- stacks of an event: forgotten once the stream is done, so that the
+-- reports reuse their memory (with a site per place, 30 to 40 MB for
+-- 400,000 places).  The sites, stacks, aliases and inferred stacks stay.
+local READING_INDEXES = { 'lfuncs', 'cfuncs', 'traces', 'c_sorted', 'c_sites',
+  'trace_sites', 'unknown_c', 'alias_of', 'internal_kind_sites',
+  'trace_starts', 'inferred' }
+
+-- The end of reading: at the epilogue, at a cut, or closed.
+function common:finish_reading()
   self.done = true
   self:release()
+  for _, field in ipairs(READING_INDEXES) do
+    self[field] = nil
+  end
+end
+
+function common:stop(warning)
+  self:finish_reading()
   self.warning = warning
   self.bytes_read = self:file_size_so_far()
   return nil
@@ -834,8 +850,7 @@ function common:stop_at_epilogue(pos)
     self:fill(1)
   end
   if extra == 0 then
-    self.done = true
-    self:release()
+    self:finish_reading()
     self.bytes_read = at + 1
     return nil
   end
@@ -1057,8 +1072,7 @@ end
 -- Stop reading and release the file (done automatically at its end).
 function common:close()
   self.close_source()
-  self.done = true
-  self:release()
+  self:finish_reading()
 end
 
 -- Iterate over the events: for ev in stream:each() do ... end
