@@ -268,8 +268,8 @@ end
 -- table lists only the frames the graphs show, numbered as they are
 -- written (shown_number): a graph shows at most M.MAX_FRAMES.
 local function new_frame_table()
-  return { names = {}, sources = {}, id_of = {}, count = 0,
-    shown = { number_of = {}, ids = {}, count = 0 } }
+  return { names = {}, sources = {}, id_of = {},
+    shown = { number_of = {}, ids = {} } }
 end
 
 -- Once the graphs are made: the names and sources of the frames shown,
@@ -290,7 +290,7 @@ local function frames_json(frames)
   return json_text.custom(function(writer)
     writer:part('[')
     local names, sources = frames.names, frames.sources
-    for i = 1, frames.shown.count do
+    for i = 1, #names do
       writer:part((i > 1 and ',{"name":' or '{"name":') ..
         json_string(names[i]) .. ',"source":' .. json_string(sources[i]) ..
         '}')
@@ -299,14 +299,23 @@ local function frames_json(frames)
   end)
 end
 
+-- The number of `key` in a list numbered from 0 (its place in `list`,
+-- less one), found in `index`; a new key is appended.  Returns the
+-- number, and whether the key is new.
+local function intern(index, list, key)
+  local number = index[key]
+  if number then
+    return number, false
+  end
+  number = #list
+  list[number + 1] = key
+  index[key] = number
+  return number, true
+end
+
 local function frame_id(frames, site)
-  local name = clean_text(site.name)
-  local id = frames.id_of[name]
-  if not id then
-    id = frames.count
-    frames.count = id + 1
-    frames.id_of[name] = id
-    frames.names[id + 1] = name
+  local id, new = intern(frames.id_of, frames.names, clean_text(site.name))
+  if new then
     frames.sources[id + 1] = site.source or 'lua'
   end
   return id
@@ -315,15 +324,7 @@ end
 -- The number of frame `id` in the page's frames table, given when a
 -- graph first shows it.
 local function shown_number(frames, id)
-  local shown = frames.shown
-  local number = shown.number_of[id]
-  if not number then
-    number = shown.count
-    shown.count = number + 1
-    shown.number_of[id] = number
-    shown.ids[number + 1] = id
-  end
-  return number
+  return (intern(frames.shown.number_of, frames.shown.ids, id))
 end
 
 -- The tree of the paths (memprof.report.flame) as JSON text (written as
