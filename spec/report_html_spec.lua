@@ -66,6 +66,16 @@ end
 
 local count = require('helpers.command').count
 
+-- The page of a stream with html.MAX_FRAMES set to `max` while it is made.
+local function page_of_frames(builder, max)
+  local saved = html.MAX_FRAMES
+  html.MAX_FRAMES = max
+  local ok, text = pcall(page, builder)
+  html.MAX_FRAMES = saved
+  assert(ok, text)
+  return text
+end
+
 -- A stream with stacks and time marks: @m.lua:2 calls a builder at
 -- @m.lua:9 that allocates through string.rep; the peak (700B) is at 3 ms.
 local function stacks_and_time()
@@ -294,12 +304,7 @@ describe('html report', function()
 
   it('merges the smallest frames of a very large graph into one box',
     function()
-      local max = html.MAX_FRAMES
-      html.MAX_FRAMES = 5
-      local ok, text = pcall(page, B.three_callers())
-      html.MAX_FRAMES = max
-      assert(ok, text)
-      local data = data_of(text)
+      local data = data_of(page_of_frames(B.three_callers(), 5))
       -- 5 of the 16 nodes stay: the 4 larger than 300B (the root and
       -- @app.lua:20 with its callees), and of the nodes of 300B the
       -- first written (@app.lua:10, before @app.lua:30 by name).  The
@@ -342,12 +347,7 @@ describe('html report', function()
         s:alloc(B.lua(0x100, line), 0x100 + line * 16, 16)
       end
       s:epilogue()
-      local max = html.MAX_FRAMES
-      html.MAX_FRAMES = 4
-      local ok, text = pcall(page, s)
-      html.MAX_FRAMES = max
-      assert(ok, text)
-      local data = data_of(text)
+      local data = data_of(page_of_frames(s, 4))
       assert.are.same({
         [''] = { 144, 9 },
         ['@a.lua:1'] = { 16, 1 },
