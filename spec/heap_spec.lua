@@ -469,6 +469,13 @@ for _, kind in ipairs(KINDS) do
 end
 
 describe('heap pass after finish()', function()
+  it('has its methods as fields, without a metatable', function()
+    local pass = heap.new()
+    assert.are.same({ nil, 'function', 'function', 'function', 'function' },
+      { getmetatable(pass), type(pass.feed), type(pass.finish),
+        type(pass.stats_list), type(pass.each_live_block) })
+  end)
+
   it('counts its total and allocations as it goes, and refuses events ' ..
     'after finish()', function()
       local pass = heap.new()

@@ -655,8 +655,11 @@ if ok_ffi then
   end
 end
 
+-- The pass's methods, set as fields of each pass (M.new): the pass has
+-- no metatable, so that storing nil into released_* (as for most
+-- releases of a profile without stacks) costs LuaJIT's code no look-up
+-- of __newindex in it.
 local Heap = {}
-Heap.__index = Heap
 
 -- The heap's own counts, which each event reads and changes: under
 -- LuaJIT a record in FFI memory, reached through a pointer that the
@@ -690,7 +693,7 @@ function M.new(opts)
   opts = opts or {}
   local map, map_kind = M.address_map(opts.address_map)
   local counts, counts_record = new_counts()
-  local self = setmetatable({
+  local self = {
     keys = {},        -- sites (or groups), in order of first appearance
     slot_of_id = {},  -- a key's id -> its slot (its place in keys)
     holds = {}, allocs = {}, reallocs = {}, frees = {},  -- by slot
@@ -714,13 +717,16 @@ function M.new(opts)
     counts_record = counts_record or false,
     slot_count = 0,   -- slots used (set by finish())
     feed = false,
-  }, Heap)
+  }
   if map_kind ~= 'ffi' then
     self.blocks = new_plain_blocks()
   elseif self.grouper then
     self.blocks = new_ffi_blocks()
   else
     self.blocks = new_ffi_blocks(self.keys)
+  end
+  for name, method in pairs(Heap) do
+    self[name] = method
   end
   self.feed = make_feed(self)
   self.released_stack, self.released_born = nil, nil
