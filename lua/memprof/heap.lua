@@ -611,6 +611,9 @@ if ok_ffi then
     end
   end
 
+  -- (take holds `at` without the blocks, whose record keeps its memory:
+  -- it is reached only through the blocks, or through the heap that has
+  -- them, until finish() drops it.)
   local function taker(self, at)
     local site_list, stack_list, by_key = self.site_list, self.stack_list,
       self.by_key
