@@ -252,6 +252,15 @@ describe('sites pass', function()
     assert.are.same({ '@test.lua:5', '@test.lua:6',
       'TRACE started at @test.lua:5', 'io_write' }, list)
   end)
+
+  it('refuses events after finish()', function()
+    local result = run(crafted())
+    local ev = { kind = 'alloc', site = result.heap.keys[1], naddr = 0x10,
+      nsize = 8, oaddr = 0, osize = 0, nweight = 1, oweight = 1 }
+    local ok, err = pcall(result.sites.feed, result.sites, ev)
+    assert.are.same({ false, 'memprof.sites: an event fed after finish()' },
+      { ok, err:match('memprof%.sites: .*$') })
+  end)
 end)
 
 describe('analyze.run', function()

@@ -86,7 +86,7 @@ for _, kind in ipairs(KINDS) do
         end
         if kind == 'ffi' then
           -- 1024 buckets at first, doubled whenever more than half full.
-          assert.are.equal(14, map.bits)
+          assert.are.equal(14, map.state.bits)
         end
         local wrong, listed, sum = 0, 0, 0
         for i = 1, 5000 do
@@ -190,7 +190,7 @@ if KINDS[2] == 'ffi' then
         for i, addr in ipairs(addrs) do
           map:put(addr, i)
         end
-        assert.are.equal(10, map.bits)
+        assert.are.equal(10, map.state.bits)
         local removed = 0
         for i = 1, 100, 2 do
           if map:remove(addrs[i]) == i then
@@ -208,8 +208,8 @@ if KINDS[2] == 'ffi' then
         end
         -- Every bucket after the run is empty again.
         local used = 0
-        for i = 0, map.mask do
-          if map.buckets[i].slot ~= 0 then
+        for i = 0, map.state.mask do
+          if map.state.buckets[i].slot ~= 0 then
             used = used + 1
           end
         end
@@ -244,9 +244,9 @@ if KINDS[2] == 'ffi' then
     it('frees its memory when the heap pass finishes', function()
       local pass = heap.new()
       pass:feed(alloc(0x10, 8, SITE_A))
-      assert.is_truthy(pass.slot_of.buckets)
+      assert.is_true(pass.slot_of.state.buckets ~= nil)
       pass:finish()
-      assert.is_false(pass.slot_of.buckets)
+      assert.is_true(pass.slot_of.state.buckets == nil)
       assert.are.same({ { 0x10, 8, '@a.lua:1', 1 } }, blocks_of(pass))
     end)
 
@@ -448,5 +448,47 @@ describe('heap figures', function()
         { '@a.lua:1', 40, 2, 1, 0 },
         { '(blocks allocated before the profile)', -5, 0, 0, 1 } }, listed)
       assert.are.equal(35, pass.total)
+    end)
+end)
+
+-- The heap's feed puts and removes addresses through the map's state
+-- (for the FFI map, a pointer to its C record).
+for _, kind in ipairs(KINDS) do
+  it('puts and removes addresses through its state with the ' .. kind ..
+    ' map', function()
+      local map = heap.address_map(kind)
+      local state = map.state
+      assert.are.same({ 1, 1, 2 }, { map.state_put(state, 0x10, 1),
+        map.state_put(state, 0x10, 5), map.state_put(state, 0x20, 2) })
+      assert.are.same({ 1, 2 }, { map.state_remove(state, 0x10),
+        map:get(0x20) })
+      assert.is_nil(map.state_remove(state, 0x10))
+      assert.are.same({ 1, nil }, { map:count(), map:get(0x10) })
+      map:free()
+    end)
+end
+
+describe('heap pass after finish()', function()
+  it('has its methods as fields, without a metatable', function()
+    local pass = heap.new()
+    assert.are.same({ nil, 'function', 'function', 'function', 'function' },
+      { getmetatable(pass), type(pass.feed), type(pass.finish),
+        type(pass.stats_list), type(pass.each_live_block) })
+  end)
+
+  it('counts its total and allocations as it goes, and refuses events ' ..
+    'after finish()', function()
+      local pass = heap.new()
+      pass:feed(alloc(0x10, 8, SITE_A))
+      pass:feed(alloc(0x20, 16, SITE_B))
+      assert.are.same({ 24, 2 }, { pass.total, pass.allocations })
+      pass:feed(free(0x10, 8, SITE_B))
+      assert.are.same({ 16, 2 }, { pass.total, pass.allocations })
+      pass:finish()
+      local ok, err = pcall(pass.feed, pass, alloc(0x30, 8, SITE_A))
+      assert.are.same({ false, 'memprof.heap: an event fed after finish()' },
+        { ok, err:match('memprof%.heap: .*$') })
+      -- (Two slots used; the freed one is kept for the next block.)
+      assert.are.same({ 2, 16 }, { pass.slot_count, pass.total })
     end)
 end)

@@ -72,7 +72,12 @@
 -- addr if it is in the map, else addr gets `slot` (returned);
 -- remove(addr) -> its slot (taken out of the map) or nil; count() (live
 -- addresses); each(fn) (fn(addr, slot) for each, in no particular
--- order); and free() (the C memory; the map is not used after).
+-- order); and free() (the C memory; the map is not used after).  The
+-- heap's feed calls put and remove as map.state_put(map.state, addr,
+-- slot) and map.state_remove(map.state, addr): for the FFI map, state is
+-- a pointer to a C record of the map's buckets, size and count (bits,
+-- mask, live, limit), which LuaJIT's code for an event reads as a
+-- constant; for the plain map, state is the map.
 
 local record_shape = require('memprof.record').shape
 
@@ -101,8 +106,10 @@ PlainMap.__index = PlainMap
 local MIN_DEAD_TO_DROP = 65536
 
 local function new_plain_map()
-  return setmetatable({ slot_of = {}, live = 0, dead = 0, rebuilds = 0 },
-    PlainMap)
+  local map = setmetatable({ slot_of = {}, live = 0, dead = 0,
+    rebuilds = 0 }, PlainMap)
+  map.state = map
+  return map
 end
 
 function PlainMap:get(addr)
@@ -172,6 +179,8 @@ function PlainMap:free()
   self.slot_of, self.live, self.dead = {}, 0, 0
 end
 
+PlainMap.state_put, PlainMap.state_remove = PlainMap.put, PlainMap.remove
+
 -- The FFI address map ------------------------------------------------------
 
 local new_ffi_map
@@ -193,6 +202,7 @@ if ok_ffi then
   ]])
   local bit = require('bit')
   local band, bxor, rshift, tobit = bit.band, bit.bxor, bit.rshift, bit.tobit
+  local arshift = bit.arshift
   local floor = math.floor
   local C = ffi.C
   local bucket_pointer = ffi.typeof('memprof_heap_bucket *')
@@ -221,9 +231,27 @@ if ok_ffi then
   local FfiMap = {}
   FfiMap.__index = FfiMap
 
-  -- An array of 2^bits empty buckets, taken with malloc (with a
-  -- finalizer, for a map dropped before its end), or raises.
-  local function allocate(bits)
+  -- The map's figures: its buckets and the numbers that go with them.
+  -- The functions below take a pointer to it (M.new keeps one as an
+  -- upvalue of the heap's feed): LuaJIT makes a pointer held that way a
+  -- constant, and reads each field with one load, where a field of a
+  -- Lua table costs a look-up of its key and a check of its type.
+  pcall(ffi.cdef, [[
+    typedef struct { memprof_heap_bucket *buckets;
+      int32_t bits, mask, live, limit; } memprof_heap_map;
+  ]])
+  local map_record = ffi.typeof('memprof_heap_map[1]')
+  local map_pointer = ffi.typeof('memprof_heap_map *')
+
+  -- The buckets are taken with malloc and freed by free(), or by the
+  -- finalizer (C's free itself: no Lua code runs in the collector) of
+  -- the map's `owner`, for a map dropped before its end.  grow(), which
+  -- has the pointer only, finds the map here.  (Weak values: a map
+  -- dropped takes its entry away.)
+  local map_of = setmetatable({}, { __mode = 'v' })
+
+  -- An array of 2^bits empty buckets for map (its owner), or raises.
+  local function allocate(map, bits)
     local size = 2 ^ bits
     local buckets = C.malloc(size * 16)
     if buckets == nil then
@@ -231,48 +259,71 @@ if ok_ffi then
         size), 0)
     end
     ffi.fill(buckets, size * 16)
-    return ffi.gc(ffi.cast(bucket_pointer, buckets), C.free)
+    map.owner = ffi.gc(ffi.cast(bucket_pointer, buckets), C.free)
+    return map.owner
   end
 
-  local function release(buckets)
-    C.free(ffi.gc(buckets, nil))
+  -- Frees the buckets map.owner has (before new ones, or for good).
+  local function release(map)
+    local owner = map.owner
+    if owner then
+      map.owner = false
+      map.state.buckets = nil
+      C.free(ffi.gc(owner, nil))
+    end
   end
 
   function new_ffi_map()
-    return setmetatable({ buckets = allocate(MIN_BITS), bits = MIN_BITS,
-      mask = 2 ^ MIN_BITS - 1, live = 0,
-      limit = 2 ^ (MIN_BITS - 1) }, FfiMap)
+    local record = map_record()
+    local m = ffi.cast(map_pointer, record)
+    -- (record keeps the memory of the pointer `state` alive.)
+    local map = setmetatable({ record = record, state = m, owner = false },
+      FfiMap)
+    map_of[m] = map
+    m.buckets, m.bits = allocate(map, MIN_BITS), MIN_BITS
+    m.mask, m.live, m.limit = 2 ^ MIN_BITS - 1, 0, 2 ^ (MIN_BITS - 1)
+    return map
   end
+
+  -- (The functions of events read the buckets as m.buckets[i], never
+  -- keeping m.buckets in a local: a pointer read from a record is a new
+  -- cdata object once it is kept, which LuaJIT's code makes only when it
+  -- leaves the trace with it, at every switch from a trace to another.)
+
+  -- The runs of buckets are walked by functions that call themselves
+  -- (in tail position: no stack grows), not by loops.  LuaJIT compiles a
+  -- loop that runs often as a trace of its own, and its code for an
+  -- event that comes to the loop then jumps to that trace and, after
+  -- it, goes on in the interpreter: the rest of the event and the passes
+  -- after the heap.  A function whose own trace returns (most runs are
+  -- short: the map is at most half full) is compiled into the callers'
+  -- code instead.
 
   -- The bucket of addr when it is not at its home (i): the run after
   -- it is searched.  Returns the bucket, or nil and the first empty one.
-  -- (Kept out of the callers, which look at the home bucket without a
-  -- loop: a loop in them would stop LuaJIT from compiling them.)
-  local function search(b, mask, addr, i)
-    while true do
-      i = band(i + 1, mask)
-      if b[i].slot == 0 then
-        return nil, i
-      end
-      if b[i].addr == addr then
-        return i
-      end
+  local function search(m, addr, i)
+    i = band(i + 1, m.mask)
+    if m.buckets[i].slot == 0 then
+      return nil, i
     end
+    if m.buckets[i].addr == addr then
+      return i
+    end
+    return search(m, addr, i)
   end
 
-  function FfiMap:get(addr)
-    local b = self.buckets
-    local i = home_of(addr, self.bits, self.mask)
-    local slot = b[i].slot
+  local function get(m, addr)
+    local i = home_of(addr, m.bits, m.mask)
+    local slot = m.buckets[i].slot
     if slot == 0 then
       return nil
     end
-    if b[i].addr ~= addr then
-      i = search(b, self.mask, addr, i)
+    if m.buckets[i].addr ~= addr then
+      i = search(m, addr, i)
       if not i then
         return nil
       end
-      slot = b[i].slot
+      slot = m.buckets[i].slot
     end
     return slot
   end
@@ -287,10 +338,11 @@ if ok_ffi then
   end
 
   -- Twice as many buckets, with every entry placed again.
-  function FfiMap:grow()
-    local old, old_size = self.buckets, self.mask + 1
-    local bits = self.bits + 1
-    local b = allocate(bits)
+  local function grow(m)
+    local map = map_of[m]
+    local old, old_size, old_owner = m.buckets, m.mask + 1, map.owner
+    local bits = m.bits + 1
+    local b = allocate(map, bits)
     local mask = 2 ^ bits - 1
     for i = 0, old_size - 1 do
       local slot = old[i].slot
@@ -298,92 +350,107 @@ if ok_ffi then
         place(b, mask, bits, old[i].addr, slot)
       end
     end
-    release(old)
-    self.buckets, self.bits = b, bits
-    self.mask, self.limit = mask, 2 ^ (bits - 1)
+    C.free(ffi.gc(old_owner, nil))
+    m.buckets, m.bits = b, bits
+    m.mask, m.limit = mask, 2 ^ (bits - 1)
   end
 
   -- The slot of addr if it is in the map; else addr gets `slot`, which
   -- is returned.
-  function FfiMap:put(addr, slot)
-    local b = self.buckets
-    local i = home_of(addr, self.bits, self.mask)
-    local found = b[i].slot
+  local function put(m, addr, slot)
+    local i = home_of(addr, m.bits, m.mask)
+    local found = m.buckets[i].slot
     if found ~= 0 then
-      if b[i].addr == addr then
+      if m.buckets[i].addr == addr then
         return found
       end
-      local at, empty = search(b, self.mask, addr, i)
+      local at, empty = search(m, addr, i)
       if at then
-        return b[at].slot
+        return m.buckets[at].slot
       end
       i = empty
     end
-    local live = self.live + 1
-    self.live = live
-    if live > self.limit then
-      self:grow()
-      place(self.buckets, self.mask, self.bits, addr, slot)
+    local live = m.live + 1
+    m.live = live
+    if live > m.limit then
+      grow(m)
+      place(m.buckets, m.mask, m.bits, addr, slot)
     else
-      b[i].addr, b[i].slot = addr, slot
+      m.buckets[i].addr, m.buckets[i].slot = addr, slot
     end
     return slot
   end
 
   -- Empties bucket `hole`, then moves back each entry of the run after
-  -- it whose home is not between the emptied bucket and the entry, so
-  -- that every entry stays reachable from its home without tombstones.
-  local function shift_back(b, mask, bits, hole)
-    local i = band(hole + 1, mask)
-    while b[i].slot ~= 0 do
-      -- Distances from the entry's home to the hole and to the entry.
-      local home = home_of(b[i].addr, bits, mask)
-      if band(hole - home, mask) < band(i - home, mask) then
-        b[hole].addr, b[hole].slot = b[i].addr, b[i].slot
-        hole = i
-      end
-      i = band(i + 1, mask)
+  -- it (from bucket i) whose home is not between the emptied bucket and
+  -- the entry, so that every entry stays reachable from its home without
+  -- tombstones.  (A function calling itself: see search.)  Whether the
+  -- entry moves is not a branch: an entry that stays is copied onto
+  -- itself.  Each branch of the code for an event makes LuaJIT compile
+  -- the rest of the event once more, for the events that take it.
+  local function shift_back(m, hole, i)
+    if m.buckets[i].slot == 0 then
+      m.buckets[hole].slot = 0
+      return
     end
-    b[hole].slot = 0
+    local mask = m.mask
+    -- Distances from the entry's home to the hole and to the entry:
+    -- `moves` is -1 if the first is the shorter, else 0.
+    local home = home_of(m.buckets[i].addr, m.bits, mask)
+    local moves = arshift(band(hole - home, mask) - band(i - home, mask), 31)
+    local to = i + band(hole - i, moves)
+    m.buckets[to].addr = m.buckets[i].addr
+    m.buckets[to].slot = m.buckets[i].slot
+    return shift_back(m, hole + band(i - hole, moves), band(i + 1, mask))
   end
 
   -- Takes addr out of the map; returns its slot, or nil.
-  function FfiMap:remove(addr)
-    local b, mask = self.buckets, self.mask
-    local i = home_of(addr, self.bits, mask)
-    local slot = b[i].slot
+  local function remove(m, addr)
+    local mask = m.mask
+    local i = home_of(addr, m.bits, mask)
+    local slot = m.buckets[i].slot
     if slot == 0 then
       return nil
     end
-    if b[i].addr ~= addr then
-      i = search(b, mask, addr, i)
+    if m.buckets[i].addr ~= addr then
+      i = search(m, addr, i)
       if not i then
         return nil
       end
-      slot = b[i].slot
+      slot = m.buckets[i].slot
     end
-    self.live = self.live - 1
-    local after = band(i + 1, mask)
-    if b[after].slot == 0 then
-      b[i].slot = 0
-    else
-      shift_back(b, mask, self.bits, i)
-    end
+    m.live = m.live - 1
+    shift_back(m, i, band(i + 1, mask))
     return slot
+  end
+
+  FfiMap.state_put, FfiMap.state_remove = put, remove
+
+  function FfiMap:get(addr)
+    return get(self.state, addr)
+  end
+
+  function FfiMap:put(addr, slot)
+    return put(self.state, addr, slot)
+  end
+
+  function FfiMap:remove(addr)
+    return remove(self.state, addr)
   end
 
   -- The bucket where the search for addr starts.
   function FfiMap:home(addr)
-    return home_of(addr, self.bits, self.mask)
+    return home_of(addr, self.state.bits, self.state.mask)
   end
 
   function FfiMap:count()
-    return self.live
+    return self.state.live
   end
 
   function FfiMap:each(fn)
-    local b = self.buckets
-    for i = 0, self.mask do
+    local m = self.state
+    local b = m.buckets
+    for i = 0, m.mask do
       if b[i].slot ~= 0 then
         fn(b[i].addr, b[i].slot)
       end
@@ -392,10 +459,7 @@ if ok_ffi then
 
   -- Frees the C memory now; the map must not be used after.
   function FfiMap:free()
-    if self.buckets then
-      release(self.buckets)
-      self.buckets = false
-    end
+    release(self)
   end
 end
 
@@ -477,7 +541,15 @@ if ok_ffi then
     typedef struct { double addr, size, born, weight; int32_t site, stack; }
       memprof_heap_block;
   ]])
+  -- Where the records are, for set and take: a pointer to this is a
+  -- constant in their compiled code (see memprof_heap_map).
+  pcall(ffi.cdef, [[
+    typedef struct { memprof_heap_block *records; int32_t capacity; }
+      memprof_heap_blocks;
+  ]])
   local block_array = ffi.typeof('memprof_heap_block[?]')
+  local blocks_record = ffi.typeof('memprof_heap_blocks[1]')
+  local blocks_pointer = ffi.typeof('memprof_heap_blocks *')
   local BLOCK_SIZE = ffi.sizeof('memprof_heap_block')
   local MIN_BLOCKS = 1024
 
@@ -489,15 +561,9 @@ if ok_ffi then
     return block_array(count)
   end
 
-  function new_ffi_blocks(site_list)
-    return setmetatable({ records = allocate_blocks(MIN_BLOCKS),
-      capacity = MIN_BLOCKS, site_list = site_list or { [0] = false },
-      site_index = {}, by_key = site_list ~= nil,
-      stack_list = { [0] = false }, stack_index = {} }, FfiBlocks)
-  end
-
   -- Room for slots up to `slot` (records are indexed by slot from 0).
-  function FfiBlocks:grow(slot)
+  -- self.records keeps the array alive; `at` points into it.
+  local function grow(self, at, slot)
     local capacity = self.capacity
     while capacity <= slot do
       capacity = capacity * 2
@@ -505,6 +571,7 @@ if ok_ffi then
     local records = allocate_blocks(capacity)
     ffi.copy(records, self.records, self.capacity * BLOCK_SIZE)
     self.records, self.capacity = records, capacity
+    at.records, at.capacity = records, capacity
   end
 
   -- The number of a site or stack in a record, from 1, given at its
@@ -519,36 +586,64 @@ if ok_ffi then
     return i
   end
 
-  function FfiBlocks:set(slot, addr, size, site, stack, weight, born,
-      key_slot)
-    if slot >= self.capacity then
-      self:grow(slot)
-    end
-    local record = self.records[slot]
-    record.addr, record.size, record.born, record.weight = addr, size, born,
-      weight
-    record.site = key_slot or self.site_index[site] or
-      intern(self.site_list, self.site_index, site)
-    if stack then
-      record.stack = self.stack_index[stack] or
-        intern(self.stack_list, self.stack_index, stack)
-    else
-      record.stack = 0
+  -- set and take are closures of each blocks' own, whose lists and
+  -- indexes are upvalues (no look-up of a field of the blocks for each
+  -- event); finish() drops them with the indexes.
+  local function setter(self, at)
+    local site_list, site_index = self.site_list, self.site_index
+    local stack_list, stack_index = self.stack_list, self.stack_index
+    return function(_, slot, addr, size, site, stack, weight, born,
+        key_slot)
+      if slot >= at.capacity then
+        grow(self, at, slot)
+      end
+      -- (at.records[slot] each time, not kept in a local: see
+      -- memprof_heap_map's functions.)
+      at.records[slot].addr, at.records[slot].size = addr, size
+      at.records[slot].born, at.records[slot].weight = born, weight
+      at.records[slot].site = key_slot or site_index[site] or
+        intern(site_list, site_index, site)
+      if stack then
+        at.records[slot].stack = stack_index[stack] or
+          intern(stack_list, stack_index, stack)
+      else
+        at.records[slot].stack = 0
+      end
     end
   end
 
-  function FfiBlocks:take(slot)
-    local record = self.records[slot]
-    local site = record.site
-    record.site = 0
-    return self.site_list[site], self.stack_list[record.stack] or nil,
-      record.born, record.size, record.weight, self.by_key and site or nil
+  -- (take holds `at` without the blocks, whose record keeps its memory:
+  -- it is reached only through the blocks, or through the heap that has
+  -- them, until finish() drops it.)
+  local function taker(self, at)
+    local site_list, stack_list, by_key = self.site_list, self.stack_list,
+      self.by_key
+    return function(_, slot)
+      local site = at.records[slot].site
+      at.records[slot].site = 0
+      return site_list[site], stack_list[at.records[slot].stack] or nil,
+        at.records[slot].born, at.records[slot].size,
+        at.records[slot].weight, by_key and site or nil
+    end
+  end
+
+  function new_ffi_blocks(site_list)
+    local self = setmetatable({ records = allocate_blocks(MIN_BLOCKS),
+      capacity = MIN_BLOCKS, site_list = site_list or { [0] = false },
+      site_index = {}, by_key = site_list ~= nil,
+      stack_list = { [0] = false }, stack_index = {},
+      record = blocks_record() }, FfiBlocks)
+    local at = ffi.cast(blocks_pointer, self.record)
+    at.records, at.capacity = self.records, self.capacity
+    self.set, self.take = setter(self, at), taker(self, at)
+    return self
   end
 
   -- After the last event: the indexes are needed only to number the
   -- sites and stacks of new blocks.
   function FfiBlocks:finish()
     self.site_index, self.stack_index = nil, nil
+    self.set, self.take = nil, nil
   end
 
   function FfiBlocks:each(slot_count, fn)
@@ -564,15 +659,45 @@ if ok_ffi then
   end
 end
 
+-- The pass's methods, set as fields of each pass (M.new): the pass has
+-- no metatable, so that storing nil into released_* (as for most
+-- releases of a profile without stacks) costs LuaJIT's code no look-up
+-- of __newindex in it.
 local Heap = {}
-Heap.__index = Heap
+
+-- The heap's own counts, which each event reads and changes: under
+-- LuaJIT a record in FFI memory, reached through a pointer that the
+-- compiled feed holds as a constant (one load a field, no check of its
+-- type); in plain Lua a table.  pass.total and pass.allocations are
+-- copies, written with each event for the passes after the heap.
+local new_counts
+if ok_ffi then
+  pcall(ffi.cdef, [[
+    typedef struct { double total, allocations; int32_t free_count,
+      slot_count; } memprof_heap_counts;
+  ]])
+  local counts_record = ffi.typeof('memprof_heap_counts[1]')
+  local counts_pointer = ffi.typeof('memprof_heap_counts *')
+  -- Returns the pointer and the record that keeps its memory.
+  function new_counts()
+    local record = counts_record()
+    return ffi.cast(counts_pointer, record), record
+  end
+else
+  function new_counts()
+    return { total = 0, allocations = 0, free_count = 0, slot_count = 0 }
+  end
+end
+
+local make_feed
 
 -- opts.address_map: the kind of address map ('ffi' or 'plain'; the
 -- best one available by default).
 function M.new(opts)
   opts = opts or {}
   local map, map_kind = M.address_map(opts.address_map)
-  local self = setmetatable({
+  local counts, counts_record = new_counts()
+  local self = {
     keys = {},        -- sites (or groups), in order of first appearance
     slot_of_id = {},  -- a key's id -> its slot (its place in keys)
     holds = {}, allocs = {}, reallocs = {}, frees = {},  -- by slot
@@ -592,9 +717,11 @@ function M.new(opts)
     -- slot -> the block's facts: FFI records with the FFI map
     blocks = false,
     free_slots = {},  -- slots to reuse
-    free_count = 0,
-    slot_count = 0,
-  }, Heap)
+    counts = counts,  -- see new_counts
+    counts_record = counts_record or false,
+    slot_count = 0,   -- slots used (set by finish())
+    feed = false,
+  }
   if map_kind ~= 'ffi' then
     self.blocks = new_plain_blocks()
   elseif self.grouper then
@@ -602,32 +729,14 @@ function M.new(opts)
   else
     self.blocks = new_ffi_blocks(self.keys)
   end
-  -- The methods of the map and blocks that each event calls, as fields
-  -- of the pass: a call through a metatable checks the object's own
-  -- keys, its metatable and __index, for each event.
-  self.map_put, self.map_remove = map.put, map.remove
-  self.blocks_set, self.blocks_take = self.blocks.set, self.blocks.take
+  for name, method in pairs(Heap) do
+    self[name] = method
+  end
+  self.feed = make_feed(self)
   self.released_stack, self.released_born = nil, nil
   self.released_age, self.released_size = nil, nil
   self.released_weight = nil
   return self
-end
-
--- The slot of a site or group seen for the first time, its figures 0.
--- (Slots, not the keys' ids, index the figures: the sites that allocate
--- are a part of all, and figures indexed by a sparse id would be kept
--- in the hash part of each column, one hash look-up per column.)  The
--- index of slots is by the keys' ids, which sites and groups keep first
--- (key[1]): dense, so mostly an array of 8 bytes a key, where an index
--- by the keys themselves is a hash table of 24 to 48.
-function Heap:add_key(key)
-  local keys = self.keys
-  local slot = #keys + 1
-  keys[slot] = key
-  self.slot_of_id[key[1]] = slot
-  self.holds[slot], self.allocs[slot], self.reallocs[slot] = 0, 0, 0
-  self.frees[slot] = 0
-  return slot
 end
 
 -- The figures of every site or group as records, in order of keys.
@@ -640,100 +749,137 @@ function Heap:stats_list()
   return list
 end
 
--- Forget the block at addr; returns its site (nil if unknown) and its
--- site's slot if the blocks keep it, and sets the released_* fields.
--- Called before the current event, if it is a realloc, is counted in
--- allocations.
-local function release(self, addr)
-  local slot = self.map_remove(self.slot_of, addr)
-  if not slot then
-    self.released_stack, self.released_born = nil, nil
-    self.released_age, self.released_size = nil, nil
-    self.released_weight = nil
-    return nil
-  end
-  local site, stack, born, size, weight, key_slot =
-    self.blocks_take(self.blocks, slot)
-  self.released_stack = stack
-  self.released_born = born
-  self.released_age = self.allocations - born
-  self.released_size = size
-  self.released_weight = weight
-  local count = self.free_count + 1
-  self.free_count = count
-  self.free_slots[count] = slot
-  return site, key_slot
-end
+-- pass:feed(ev): account one event.  For realloc and free, returns the
+-- site that had produced the released block (BEFORE_PROFILING if
+-- unknown).  A closure of each pass's own, made by M.new: the tables,
+-- the map's and blocks' functions and the counts are its upvalues, so
+-- that LuaJIT's code for an event looks up no field of the pass (when
+-- events take different branches, as allocations and frees do, it runs
+-- the start of its compiled loop again for each, every look-up
+-- included).  The helpers are local functions of it for the same reason.
+function make_feed(self)
+  local keys, slot_of_id = self.keys, self.slot_of_id
+  local holds, allocs = self.holds, self.allocs
+  local reallocs, frees = self.reallocs, self.frees
+  local grouper, counts, free_slots = self.grouper, self.counts,
+    self.free_slots
+  local map = self.slot_of
+  local map_state, map_put, map_remove = map.state, map.state_put,
+    map.state_remove
+  local blocks = self.blocks
+  local blocks_set, blocks_take = blocks.set, blocks.take
 
--- A new block at addr, in the last freed slot or a new one.  (An address
--- already live keeps its slot: the stream lost the free of its previous
--- block.)
-local function produce(self, addr, size, site, stack, weight, key_slot)
-  local count = self.free_count
-  local new
-  if count > 0 then
-    new = self.free_slots[count]
-  else
-    new = self.slot_count + 1
+  -- The slot of a site or group seen for the first time, its figures 0.
+  -- (Slots, not the keys' ids, index the figures: the sites that
+  -- allocate are a part of all, and figures indexed by a sparse id would
+  -- be kept in the hash part of each column, one hash look-up per
+  -- column.)  The index of slots is by the keys' ids, which sites and
+  -- groups keep first (key[1]): dense, so mostly an array of 8 bytes a
+  -- key, where an index by the keys themselves is a hash table of 24 to
+  -- 48.
+  local function add_key(key)
+    local slot = #keys + 1
+    keys[slot] = key
+    slot_of_id[key[1]] = slot
+    holds[slot], allocs[slot], reallocs[slot], frees[slot] = 0, 0, 0, 0
+    return slot
   end
-  local slot = self.map_put(self.slot_of, addr, new)
-  if slot == new then
-    if count > 0 then
-      self.free_count = count - 1
-    else
-      self.slot_count = new
-    end
-  end
-  self.blocks_set(self.blocks, slot, addr, size, site, stack, weight,
-    self.allocations, key_slot)
-end
 
--- Account one event.  For realloc and free, returns the site that had
--- produced the released block (BEFORE_PROFILING if unknown).  (Written
--- as one function with local helpers, not as methods that call each
--- other: every lookup of a method or field is repeated for each event
--- when the events take different branches, as allocations and frees do.)
-function Heap:feed(ev)
-  local kind = ev.kind
-  local owner
-  local grouper, slot_of_id = self.grouper, self.slot_of_id
-  if kind ~= 'alloc' then
-    local slot
-    owner, slot = release(self, ev.oaddr)
-    if not owner then
-      owner = BEFORE_PROFILING
-    end
+  -- Forget the block at addr; returns its site (nil if unknown) and its
+  -- site's slot if the blocks keep it, and sets the released_* fields.
+  -- Called before the current event, if it is a realloc, is counted in
+  -- allocations.
+  local function release(addr)
+    local slot = map_remove(map_state, addr)
     if not slot then
-      local key = owner
-      if grouper then
-        key = grouper:key(owner, self.released_stack)
+      self.released_stack, self.released_born = nil, nil
+      self.released_age, self.released_size = nil, nil
+      self.released_weight = nil
+      return nil
+    end
+    local site, stack, born, size, weight, key_slot =
+      blocks_take(blocks, slot)
+    self.released_stack = stack
+    self.released_born = born
+    self.released_age = counts.allocations - born
+    self.released_size = size
+    self.released_weight = weight
+    local count = counts.free_count + 1
+    counts.free_count = count
+    free_slots[count] = slot
+    return site, key_slot
+  end
+
+  -- A new block at addr, in the last freed slot or a new one.  (An
+  -- address already live keeps its slot: the stream lost the free of its
+  -- previous block.)
+  local function produce(addr, size, site, stack, weight, born, key_slot)
+    local count = counts.free_count
+    local new
+    if count > 0 then
+      new = free_slots[count]
+    else
+      new = counts.slot_count + 1
+    end
+    local slot = map_put(map_state, addr, new)
+    if slot == new then
+      if count > 0 then
+        counts.free_count = count - 1
+      else
+        counts.slot_count = new
       end
-      slot = slot_of_id[key[1]] or self:add_key(key)
     end
-    local holds, frees = self.holds, self.frees
-    holds[slot] = holds[slot] - ev.osize
-    frees[slot] = frees[slot] + ev.oweight
+    blocks_set(blocks, slot, addr, size, site, stack, weight, born,
+      key_slot)
   end
-  if kind ~= 'free' then
-    local site, stack, nweight = ev.site, ev.stack, ev.nweight
-    self.allocations = self.allocations + 1
-    local key = site
-    if grouper then
-      key = grouper:key(site, stack)
+
+  return function(_, ev)
+    local kind = ev.kind
+    local owner
+    if kind ~= 'alloc' then
+      local slot
+      owner, slot = release(ev.oaddr)
+      if not owner then
+        owner = BEFORE_PROFILING
+      end
+      if not slot then
+        local key = owner
+        if grouper then
+          key = grouper:key(owner, self.released_stack)
+        end
+        slot = slot_of_id[key[1]] or add_key(key)
+      end
+      holds[slot] = holds[slot] - ev.osize
+      frees[slot] = frees[slot] + ev.oweight
     end
-    local slot = slot_of_id[key[1]] or self:add_key(key)
-    local holds, allocs = self.holds, self.allocs
-    holds[slot] = holds[slot] + ev.nsize
-    allocs[slot] = allocs[slot] + nweight
-    if kind == 'realloc' then
-      local reallocs = self.reallocs
-      reallocs[slot] = reallocs[slot] + nweight
+    if kind ~= 'free' then
+      local site, stack, nweight = ev.site, ev.stack, ev.nweight
+      local born = counts.allocations + 1
+      counts.allocations = born
+      self.allocations = born
+      local key = site
+      if grouper then
+        key = grouper:key(site, stack)
+      end
+      local slot = slot_of_id[key[1]] or add_key(key)
+      holds[slot] = holds[slot] + ev.nsize
+      allocs[slot] = allocs[slot] + nweight
+      if kind == 'realloc' then
+        reallocs[slot] = reallocs[slot] + nweight
+      end
+      produce(ev.naddr, ev.nsize, site, stack, nweight, born,
+        not grouper and slot or nil)
     end
-    produce(self, ev.naddr, ev.nsize, site, stack, nweight,
-      not grouper and slot or nil)
+    local total = counts.total + ev.nsize - ev.osize
+    counts.total = total
+    self.total = total
+    return owner
   end
-  self.total = self.total + ev.nsize - ev.osize
-  return owner
+end
+
+-- Feeding after finish() is an error (the map is freed).
+local function finished()
+  error('memprof.heap: an event fed after finish()', 2)
 end
 
 -- Frees the address map once the stream is done (the analysis calls it
@@ -742,6 +888,9 @@ end
 function Heap:finish()
   self.slot_of:free()
   self.slot_of_id = nil
+  self.slot_count = self.counts.slot_count
+  -- (The feed holds the indexes and the map.)
+  self.feed = finished
   if self.blocks.finish then
     self.blocks:finish()
   end
@@ -762,7 +911,7 @@ function Heap:each_live_block(fn)
     error('the heap pass has forgotten its live blocks (memprof.analyze ' ..
       'option live_blocks = false)', 2)
   end
-  self.blocks:each(self.slot_count, fn)
+  self.blocks:each(self.counts.slot_count, fn)
 end
 
 -- The blocks still live at the end, sorted by address:

@@ -53,6 +53,8 @@ M.KINDS = { 'alloc', 'realloc', 'free' }
 local Sites = {}
 Sites.__index = Sites
 
+local make_feed
+
 -- The overrides of records that have none.
 local NO_OVERRIDES, NO_OVERRIDE_COUNT = {}, {}
 
@@ -83,6 +85,7 @@ function M.new(opts)
   -- key is found without hashing the kind.
   self.allocs, self.reallocs, self.frees = self.of_kind.alloc,
     self.of_kind.realloc, self.of_kind.free
+  self.feed = make_feed(self)
   self.kinds = setmetatable({}, { __index = function(kinds, kind)
     local list = records_of(self, kind)
     rawset(kinds, kind, list)
@@ -113,38 +116,30 @@ function Sites:overrides_at(kind, slot)
   return nil
 end
 
+-- Feeding after finish() is an error (the indexes are gone).
+local function finished()
+  error('memprof.sites: an event fed after finish()', 2)
+end
+
 function Sites:finish()
   for _, kind in ipairs(M.KINDS) do
     self.of_kind[kind].slot_of_id = nil
   end
+  -- (The feed holds the indexes.)
+  self.feed = finished
 end
 
--- (The overrides are counted here, not in a method of their own: a call
--- for each release made the text report of a large profile slower.)
-function Sites:feed(ev, owner, heap)
-  local kind = ev.kind
-  local key = ev.site
-  local grouper = self.grouper
-  if grouper then
-    key = grouper:key(key, ev.stack)
-    if owner then
-      owner = grouper:key(owner, heap and heap.released_stack)
-    end
-  end
-  local figures, weight
-  if kind == 'alloc' then
-    figures, weight = self.allocs, ev.nweight
-  elseif kind == 'free' then
-    figures, weight = self.frees, ev.oweight
-  else
-    figures, weight = self.reallocs, ev.nweight
-  end
-  local slot = figures.slot_of_id[key[1]] or add(figures, key)
+-- The figures of one event in the columns of its kind (slot: its key's
+-- slot there), and its released block's owner in the overrides when
+-- they are kept (owner not nil).  (The overrides are counted here, not
+-- in a function of their own: a call for each release made the text
+-- report of a large profile slower.)
+local function account(figures, slot, weight, ev, owner)
   local count, plus, minus = figures.count, figures.plus, figures.minus
   count[slot] = count[slot] + weight
   plus[slot] = plus[slot] + ev.nsize
   minus[slot] = minus[slot] + ev.osize
-  if owner and self.keep_overrides then
+  if owner then
     local by_slot = figures.overrides
     local overrides = by_slot[slot]
     if not overrides then
@@ -159,6 +154,41 @@ function Sites:feed(ev, owner, heap)
       list[#list + 1] = owner
     end
     blocks[owner] = blocks_of_owner + ev.oweight
+  end
+end
+
+-- pass:feed(ev, owner, heap): a closure of each pass's own, made by
+-- M.new, whose grouper, kinds' figures and indexes are its upvalues:
+-- LuaJIT's code for an event then looks up no field of the pass, and
+-- the grouper and keep_overrides, known for good, cost no test.
+function make_feed(self)
+  local grouper, keep_overrides = self.grouper, self.keep_overrides
+  local allocs, reallocs, frees = self.allocs, self.reallocs, self.frees
+  local alloc_slots, realloc_slots = allocs.slot_of_id, reallocs.slot_of_id
+  local free_slots = frees.slot_of_id
+  return function(_, ev, owner, heap)
+    local kind = ev.kind
+    local key = ev.site
+    if grouper then
+      key = grouper:key(key, ev.stack)
+      if owner then
+        owner = grouper:key(owner, heap and heap.released_stack)
+      end
+    end
+    if not keep_overrides then
+      owner = nil
+    end
+    local id = key[1]
+    if kind == 'alloc' then
+      account(allocs, alloc_slots[id] or add(allocs, key), ev.nweight, ev,
+        owner)
+    elseif kind == 'free' then
+      account(frees, free_slots[id] or add(frees, key), ev.oweight, ev,
+        owner)
+    else
+      account(reallocs, realloc_slots[id] or add(reallocs, key), ev.nweight,
+        ev, owner)
+    end
   end
 end
 
