@@ -156,7 +156,9 @@ end
 --   top      how many rows are shown (nil: all)
 --   sums     the figures summed over the rows not shown
 -- Returns the rows shown, as records, and the rest: { rows = rows not
--- shown, [figure] = sum, ... }.  self.groups keeps its order.
+-- shown, [figure] = sum, ... }.  self.groups keeps its order.  (With
+-- `top`, the rows shown are found without sorting every row:
+-- first_groups.)
 function Set:top(opts)
   local columns = self.columns
   local kept = self.groups
@@ -168,25 +170,30 @@ function Set:top(opts)
         kept[#kept + 1] = group
       end
     end
+  end
+  local first = kept
+  if opts.by and opts.top then
+    first = M.first_groups(kept, columns[opts.by], opts.top)
   elseif opts.by then
-    kept = {}
-    for i, group in ipairs(self.groups) do
-      kept[i] = group
+    first = {}
+    for i, group in ipairs(kept) do
+      first[i] = group
     end
+    sort_groups(first, columns[opts.by])
   end
-  if opts.by then
-    sort_groups(kept, columns[opts.by])
-  end
-  local shown_count = math.min(#kept, opts.top or #kept)
-  local shown = {}
+  local shown_count = math.min(#first, opts.top or #first)
+  local shown, is_shown = {}, {}
   for i = 1, shown_count do
-    shown[i] = self:row(kept[i])
+    shown[i] = self:row(first[i])
+    is_shown[first[i]] = true
   end
   local rest = { rows = #kept - shown_count }
   for _, field in ipairs(opts.sums or {}) do
     local values, sum = columns[field], 0
-    for i = shown_count + 1, #kept do
-      sum = sum + values[kept[i].id]
+    for _, group in ipairs(kept) do
+      if not is_shown[group] then
+        sum = sum + values[group.id]
+      end
     end
     rest[field] = sum
   end

@@ -620,57 +620,32 @@ end
 -- The tables -----------------------------------------------------------------
 
 -- Allocated bytes and allocations per row (alloc and realloc together),
--- in columns by group id (a profile may have a row per place: a record
--- and an index entry per row took 60 MB for 400,000 places); the rows
--- shown are made records of AllocatedRow.
+-- in columns by group id (memprof.columns: a profile may have a row per
+-- place, and a record and an index entry per row took 60 MB for 400,000
+-- places).  Returns the rows shown (records, at most settings.top,
+-- sorted by sort_field, then by name) and the rest: { rows = how many,
+-- bytes =, count = their sums }.
 local AllocatedRow = record_shape({ 'group', 'bytes', 'count' })
 
-local function allocated_columns(result)
+local function allocated_rows(result, settings)
   local grouper = result.grouper
-  local list, bytes, count = {}, {}, {}
+  local set = columns.new(AllocatedRow)
+  local bytes, count = set.columns.bytes, set.columns.count
   for _, kind in ipairs({ 'alloc', 'realloc' }) do
     local figures = result.sites.of_kind[kind]
     local plus, events = figures.plus, figures.count
     for slot, key in ipairs(figures.keys) do
       local group = report_rows.group_of(grouper, key)
       local id = group.id
-      if not bytes[id] then
-        list[#list + 1] = group
-        bytes[id], count[id] = 0, 0
+      if not set:has(group) then
+        set:add(group)
       end
       bytes[id] = bytes[id] + plus[slot]
       count[id] = count[id] + events[slot]
     end
   end
-  return { list = list, bytes = bytes, count = count }
-end
-
--- The rows shown (at most settings.top, sorted by sort_field, then by
--- name) and the rest: { rows = how many, bytes =, count = their sums }.
-local function allocated_rows(result, settings)
-  local figures = allocated_columns(result)
-  local list = figures.list
-  local values = figures[sort_field(settings, 'bytes', 'count')]
-  local first
-  if settings.top then
-    first = columns.first_groups(list, values, settings.top)
-  else
-    first = columns.sort_groups(list, values)
-  end
-  local shown, is_shown = {}, {}
-  for i, group in ipairs(first) do
-    shown[i] = AllocatedRow.make({ group, figures.bytes[group.id],
-      figures.count[group.id] })
-    is_shown[group] = true
-  end
-  local rest = { rows = #list - #first, bytes = 0, count = 0 }
-  for _, group in ipairs(list) do
-    if not is_shown[group] then
-      rest.bytes = rest.bytes + figures.bytes[group.id]
-      rest.count = rest.count + figures.count[group.id]
-    end
-  end
-  return shown, rest
+  return set:top({ by = sort_field(settings, 'bytes', 'count'),
+    top = settings.top, sums = { 'bytes', 'count' } })
 end
 
 -- The body rows of a table of bytes, a count (row[count_field]) and a
