@@ -93,6 +93,31 @@ describe('heap pass', function()
       :live_blocks())
   end)
 
+  it('keeps no facts of each block when only the sites pass needs them',
+    function()
+      local function figures(result)
+        local list = {}
+        for i, stats in ipairs(result.heap:stats_list()) do
+          list[i] = { stats.site.name, stats.holds, stats.allocs,
+            stats.reallocs, stats.frees }
+        end
+        return list
+      end
+      local bare = run(crafted(), { live_blocks = false })
+      local full = run(crafted())
+      assert.are.same({ false, true }, { bare.heap.keeps_blocks,
+        full.heap.keeps_blocks })
+      assert.are.same(figures(full), figures(bare))
+      assert.are.equal(6, #figures(bare))
+      -- Any other pass, a view or rows by group need them.
+      for _, opts in ipairs({ { views = { leaks = true } },
+        { group = 'function' }, { passes = { { name = 'mine',
+          pass = { feed = function() end } } } } }) do
+        opts.live_blocks = false
+        assert.is_true(run(crafted(), opts).heap.keeps_blocks)
+      end
+    end)
+
   it('charges blocks released but never allocated to a pseudo-site',
     function()
       local s = B.new():events()

@@ -371,6 +371,94 @@ if KINDS[2] == 'ffi' then
   end)
 end
 
+-- Without the blocks' facts (blocks = false), the map holds each live
+-- address's site: the figures and owners are those of a full pass.
+for _, kind in ipairs(KINDS) do
+  describe('heap pass without the blocks\' facts, with the ' .. kind ..
+    ' map', function()
+    it('gives the owners and figures of a full pass over 50,000 events',
+      function()
+        local full = heap.new({ address_map = kind })
+        local bare = heap.new({ address_map = kind, blocks = false })
+        local random = sequence(11)
+        local live, sizes, owners = {}, {}, { 0, 0, 0 }
+        local sites = { SITE_A, SITE_B }
+        for _ = 1, 50000 do
+          local addr = random(3000) * 16 + 2 ^ 40
+          local ev
+          -- (The low bits of the sequence repeat: its halves are drawn
+          -- from ranges of 1000.)
+          if not live[addr] or random(1000) < 250 then
+            -- (An address live already: the stream lost its free.)
+            ev = alloc(addr, random(100) + 1,
+              sites[random(1000) < 500 and 1 or 2])
+          elseif random(1000) < 500 then
+            ev = free(addr, sizes[addr], SITE_B)
+          else
+            ev = realloc(addr, sizes[addr],
+              addr + (random(1000) < 500 and 2 ^ 20 or 0), random(100) + 1,
+              SITE_A)
+          end
+          if random(1000) < 20 then
+            -- A block allocated before the profile.
+            ev = free(2 ^ 30 + random(1000), 7, SITE_A)
+          end
+          live[ev.oaddr], live[ev.naddr] = nil, true
+          sizes[ev.naddr] = ev.nsize
+          local owner = full:feed(ev)
+          assert.are.equal(owner, bare:feed(ev))
+          local i = owner == SITE_A and 1 or owner == SITE_B and 2 or
+            owner == heap.BEFORE_PROFILING and 3
+          if i then
+            owners[i] = owners[i] + 1
+          end
+          assert.is_nil(bare.released_size)
+          assert.are.same({ full.total, full.allocations },
+            { bare.total, bare.allocations })
+        end
+        full:finish()
+        bare:finish()
+        -- Every kind of owner was met (the counts of this sequence).
+        assert.are.same({ 10474, 10247, 1114 }, owners)
+        local stats = {}
+        for i, pass in ipairs({ full, bare }) do
+          stats[i] = {}
+          for j, record in ipairs(pass:stats_list()) do
+            stats[i][j] = { record.site.name, record.holds, record.allocs,
+              record.reallocs, record.frees }
+          end
+        end
+        assert.are.same(stats[1], stats[2])
+        assert.are.equal(3, #stats[2])
+        local ok, err = pcall(bare.live_blocks, bare)
+        assert.is_false(ok)
+        assert.truthy(err:find('the heap pass has forgotten its live ' ..
+          'blocks', 1, true))
+      end)
+
+    it('charges a block whose free was lost to its last site', function()
+      local pass = heap.new({ address_map = kind, blocks = false })
+      pass:feed(alloc(0x30, 8, SITE_A))
+      pass:feed(alloc(0x30, 12, SITE_B))
+      assert.are.equal(SITE_B, pass:feed(free(0x30, 12, SITE_A)))
+      assert.are.equal(heap.BEFORE_PROFILING,
+        pass:feed(free(0x30, 12, SITE_A)))
+      pass:finish()
+      assert.are.same({ 8, 0, -12 }, pass.holds)
+      assert.are.same({ 1, 1, 0 }, pass.allocs)
+      assert.are.same({ 0, 1, 1 }, pass.frees)
+    end)
+  end)
+end
+
+it('refuses blocks = false with a grouper', function()
+  local grouper = require('memprof.groups').new('function')
+  local ok, err = pcall(heap.new, { grouper = grouper, blocks = false })
+  assert.is_false(ok)
+  assert.truthy(err:find('memprof.heap: blocks = false needs the rows by ' ..
+    'line', 1, true))
+end)
+
 -- The live blocks' facts, kept by slot (in C memory with the FFI map, in
 -- Lua arrays with the plain one).
 for _, kind in ipairs(KINDS) do

@@ -29,7 +29,10 @@
 --   live_blocks  false: once every pass has finished, the heap pass
 --             forgets its live blocks (result.heap:each_live_block()
 --             then raises an error): the reports need none, and a large
---             profile has a record per live block
+--             profile has a record per live block.  When, besides, the
+--             rows are by line and no pass but the sites' runs, the heap
+--             keeps no facts of each block at all (memprof.heap's option
+--             blocks = false), which makes each event cheaper
 --
 -- A pass has feed(ev, owner, heap), called for every event in order (ev
 -- is the reader's reused table: copy what you keep; owner is the site
@@ -95,6 +98,23 @@ local function make_passes(grouper, by_group, opts)
   return entries
 end
 
+-- Whether the heap must keep the facts of each live block: for the
+-- live blocks asked for (opts.live_blocks), and for the passes that read
+-- the released block's (heap.released_*), that is every pass but the
+-- sites', which needs them only by group.  Without them each event costs
+-- less (heap option blocks = false).
+local function needs_blocks(by_group, entries, opts)
+  if opts.live_blocks ~= false or by_group then
+    return true
+  end
+  for _, entry in ipairs(entries) do
+    if entry.name ~= 'sites' then
+      return true
+    end
+  end
+  return false
+end
+
 -- One function that feeds passes[first..] in turn.  Calls chained this
 -- way, rather than a loop over the passes inside the loop over the
 -- events, let LuaJIT compile the whole loop over the events.  Each
@@ -148,8 +168,9 @@ function M.run(stream, opts)
   local grouper = groups.new(opts.group or 'line')
   -- The heap and sites passes group by line with the sites themselves.
   local by_group = grouper.mode ~= 'line' and grouper or nil
-  local heap_pass = heap.new({ grouper = by_group })
   local entries = make_passes(grouper, by_group, opts)
+  local heap_pass = heap.new({ grouper = by_group,
+    blocks = needs_blocks(by_group, entries, opts) })
   local passes = {}
   for i, entry in ipairs(entries) do
     passes[i] = entry.pass

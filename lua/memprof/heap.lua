@@ -31,6 +31,7 @@
 --                      -- order of keys: `site` (the site, or the
 --                      -- group), `group` (the same table) and the four
 --   pass.total   -- net bytes of the stream
+--   pass.keeps_blocks  -- false with opts.blocks = false (see M.new)
 --   pass:live_blocks(), pass:each_live_block(fn)
 --   pass:forget_blocks()  -- then the two above raise an error
 --   pass:finish()  -- after the last event: frees the address map and
@@ -194,10 +195,12 @@ if ok_ffi then
     void *malloc(size_t size);
     void free(void *ptr);
   ]])
-  -- A bucket: an address and its slot (0: empty), in one 16-byte record
-  -- so that a lookup touches one cache line.
+  -- A bucket: an address, its slot (0: empty) and its home (home_of,
+  -- below: kept so that a removal, which moves entries back, computes the
+  -- home of none), in one 16-byte record so that a lookup touches one
+  -- cache line.
   pcall(ffi.cdef, [[
-    typedef struct { double addr; uint32_t slot; uint32_t unused; }
+    typedef struct { double addr; uint32_t slot; uint32_t home; }
       memprof_heap_bucket;
   ]])
   local bit = require('bit')
@@ -330,11 +333,12 @@ if ok_ffi then
 
   -- Puts addr (not in the map) into the first empty bucket of its run.
   local function place(b, mask, bits, addr, slot)
-    local i = home_of(addr, bits, mask)
+    local home = home_of(addr, bits, mask)
+    local i = home
     while b[i].slot ~= 0 do
       i = band(i + 1, mask)
     end
-    b[i].addr, b[i].slot = addr, slot
+    b[i].addr, b[i].slot, b[i].home = addr, slot, home
   end
 
   -- Twice as many buckets, with every entry placed again.
@@ -358,7 +362,8 @@ if ok_ffi then
   -- The slot of addr if it is in the map; else addr gets `slot`, which
   -- is returned.
   local function put(m, addr, slot)
-    local i = home_of(addr, m.bits, m.mask)
+    local home = home_of(addr, m.bits, m.mask)
+    local i = home
     local found = m.buckets[i].slot
     if found ~= 0 then
       if m.buckets[i].addr == addr then
@@ -377,6 +382,7 @@ if ok_ffi then
       place(m.buckets, m.mask, m.bits, addr, slot)
     else
       m.buckets[i].addr, m.buckets[i].slot = addr, slot
+      m.buckets[i].home = home
     end
     return slot
   end
@@ -396,11 +402,12 @@ if ok_ffi then
     local mask = m.mask
     -- Distances from the entry's home to the hole and to the entry:
     -- `moves` is -1 if the first is the shorter, else 0.
-    local home = home_of(m.buckets[i].addr, m.bits, mask)
+    local home = m.buckets[i].home
     local moves = arshift(band(hole - home, mask) - band(i - home, mask), 31)
     local to = i + band(hole - i, moves)
     m.buckets[to].addr = m.buckets[i].addr
     m.buckets[to].slot = m.buckets[i].slot
+    m.buckets[to].home = home
     return shift_back(m, hole + band(i - hole, moves), band(i + 1, mask))
   end
 
@@ -692,9 +699,15 @@ end
 local make_feed
 
 -- opts.address_map: the kind of address map ('ffi' or 'plain'; the
--- best one available by default).
+-- best one available by default).  opts.blocks = false: the pass keeps
+-- no facts of each live block, only its site (by line only: not with a
+-- grouper), so that the released_* fields stay nil and the live blocks
+-- cannot be listed; the figures are the same.  It makes each event
+-- cheaper, for the analyses that need neither (memprof.analyze).
 function M.new(opts)
   opts = opts or {}
+  assert(opts.blocks ~= false or not opts.grouper,
+    'memprof.heap: blocks = false needs the rows by line')
   local map, map_kind = M.address_map(opts.address_map)
   local counts, counts_record = new_counts()
   local self = {
@@ -722,7 +735,10 @@ function M.new(opts)
     slot_count = 0,   -- slots used (set by finish())
     feed = false,
   }
-  if map_kind ~= 'ffi' then
+  self.keeps_blocks = opts.blocks ~= false
+  if not self.keeps_blocks then
+    self.free_slots = false
+  elseif map_kind ~= 'ffi' then
     self.blocks = new_plain_blocks()
   elseif self.grouper then
     self.blocks = new_ffi_blocks()
@@ -767,7 +783,8 @@ function make_feed(self)
   local map_state, map_put, map_remove = map.state, map.state_put,
     map.state_remove
   local blocks = self.blocks
-  local blocks_set, blocks_take = blocks.set, blocks.take
+  local blocks_set, blocks_take = blocks and blocks.set, blocks and
+    blocks.take
 
   -- The slot of a site or group seen for the first time, its figures 0.
   -- (Slots, not the keys' ids, index the figures: the sites that
@@ -833,6 +850,63 @@ function make_feed(self)
       key_slot)
   end
 
+  -- The figures of the key in `slot` for the release of the event's old
+  -- block, and for the block it produces (born: its number).
+  local function count_release(slot, ev)
+    holds[slot] = holds[slot] - ev.osize
+    frees[slot] = frees[slot] + ev.oweight
+  end
+
+  local function count_produce(slot, kind, ev)
+    local born = counts.allocations + 1
+    counts.allocations = born
+    self.allocations = born
+    holds[slot] = holds[slot] + ev.nsize
+    allocs[slot] = allocs[slot] + ev.nweight
+    if kind == 'realloc' then
+      reallocs[slot] = reallocs[slot] + ev.nweight
+    end
+    return born
+  end
+
+  local function count_total(ev)
+    local total = counts.total + ev.nsize - ev.osize
+    counts.total = total
+    self.total = total
+  end
+
+  if not blocks then
+    -- Without the blocks' facts (opts.blocks = false, by line), the map
+    -- gives each live address the slot of its site.
+    return function(_, ev)
+      local kind = ev.kind
+      local owner
+      if kind ~= 'alloc' then
+        local slot = map_remove(map_state, ev.oaddr)
+        if slot then
+          owner = keys[slot]
+        else
+          owner = BEFORE_PROFILING
+          slot = slot_of_id[owner[1]] or add_key(owner)
+        end
+        count_release(slot, ev)
+      end
+      if kind ~= 'free' then
+        local site = ev.site
+        local slot = slot_of_id[site[1]] or add_key(site)
+        count_produce(slot, kind, ev)
+        local addr = ev.naddr
+        if map_put(map_state, addr, slot) ~= slot then
+          -- (The stream lost the free of the block that had addr.)
+          map_remove(map_state, addr)
+          map_put(map_state, addr, slot)
+        end
+      end
+      count_total(ev)
+      return owner
+    end
+  end
+
   return function(_, ev)
     local kind = ev.kind
     local owner
@@ -849,30 +923,20 @@ function make_feed(self)
         end
         slot = slot_of_id[key[1]] or add_key(key)
       end
-      holds[slot] = holds[slot] - ev.osize
-      frees[slot] = frees[slot] + ev.oweight
+      count_release(slot, ev)
     end
     if kind ~= 'free' then
-      local site, stack, nweight = ev.site, ev.stack, ev.nweight
-      local born = counts.allocations + 1
-      counts.allocations = born
-      self.allocations = born
+      local site, stack = ev.site, ev.stack
       local key = site
       if grouper then
         key = grouper:key(site, stack)
       end
       local slot = slot_of_id[key[1]] or add_key(key)
-      holds[slot] = holds[slot] + ev.nsize
-      allocs[slot] = allocs[slot] + nweight
-      if kind == 'realloc' then
-        reallocs[slot] = reallocs[slot] + nweight
-      end
-      produce(ev.naddr, ev.nsize, site, stack, nweight, born,
+      local born = count_produce(slot, kind, ev)
+      produce(ev.naddr, ev.nsize, site, stack, ev.nweight, born,
         not grouper and slot or nil)
     end
-    local total = counts.total + ev.nsize - ev.osize
-    counts.total = total
-    self.total = total
+    count_total(ev)
     return owner
   end
 end
@@ -891,7 +955,7 @@ function Heap:finish()
   self.slot_count = self.counts.slot_count
   -- (The feed holds the indexes and the map.)
   self.feed = finished
-  if self.blocks.finish then
+  if self.blocks and self.blocks.finish then
     self.blocks:finish()
   end
 end
