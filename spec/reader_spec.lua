@@ -106,6 +106,50 @@ for _, mode in ipairs(MODES) do
       assert.are.same({}, stream.stacks)
     end)
 
+    -- stream.events and stream.bytes_read are brought up to date when
+    -- next() reads a chunk (near the end of the buffer) and at the end.
+    it('counts the events and bytes read when closed in the middle',
+      function()
+        local s = B.new():events()
+        local offsets = {}
+        for i = 1, 40 do
+          offsets[i] = s:size()
+          s:alloc(B.internal(), ADDR + 64 * i, 64)
+        end
+        s:epilogue()
+        local stream = open(s:bytes())
+        for _ = 1, 3 do
+          assert.truthy(stream:next())
+        end
+        stream:close()
+        assert.are.equal(3, stream.events)
+        assert.are.equal(offsets[4], stream.bytes_read)
+        assert.is_nil(stream:next())
+        assert.are.equal(3, stream.events)
+      end)
+
+    it('counts the events of a stream whose end is cut', function()
+      local s = B.new():events()
+      for i = 1, 40 do
+        s:alloc(B.internal(), ADDR + 64 * i, 64)
+      end
+      local stream = open(s:bytes())
+      assert.are.equal(40, #collect(stream))
+      assert.are.equal(40, stream.events)
+      assert.are.equal(#s:bytes(), stream.bytes_read)
+      assert.is_nil(stream:next())
+      assert.are.equal(40, stream.events)
+    end)
+
+    it('has a next() of its own', function()
+      local bytes = B.new():events():epilogue():bytes()
+      local a, b = open(bytes), open(bytes)
+      assert.are.equal('function', type(a.next))
+      assert.are_not.equal(a.next, b.next)
+      assert.is_nil(a.next(a))
+      assert.are.equal(0, a.events)
+    end)
+
     it('names events in a trace whose number the VM did not store', function()
       local s = B.new():events()
       s:alloc(B.trace(0), ADDR, 48)
@@ -660,6 +704,34 @@ describe('reader indexes', function()
       assert.are.same({}, kept(closed))
       assert.is_nil(closed:next())
     end)
+end)
+
+describe('reader counts', function()
+  -- A stream read in one chunk: the counts of the events before the
+  -- last 72 bytes (MAX_EVENT) stay at those of the headers until the end.
+  it('lag behind the events during reading, exact at the end', function()
+    local s = B.new():events()
+    local first = s:size()
+    for i = 1, 40 do
+      s:alloc(B.internal(), ADDR + 64 * i, 64)
+    end
+    s:epilogue()
+    local modes = { { plain = true } }
+    if jit then
+      modes[2] = {}
+    end
+    for _, opts in ipairs(modes) do
+      local stream = reader.from_string(s:bytes(), 'out.bin', opts)
+      for _ = 1, 3 do
+        assert.truthy(stream:next())
+      end
+      assert.are.equal(0, stream.events)
+      assert.are.equal(first, stream.bytes_read)
+      assert.are.equal(40, 3 + #collect(stream))
+      assert.are.equal(40, stream.events)
+      assert.are.equal(#s:bytes(), stream.bytes_read)
+    end
+  end)
 end)
 
 describe('reader truncation', function()

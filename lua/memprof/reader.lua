@@ -108,7 +108,10 @@
 -- decoder ('ffi' or 'plain'), sample_bytes (nil, or for a sampled
 -- profile the mean bytes between samples: see memprof.sampling).
 -- has_stacks and has_time become true as the records are read: they are
--- final once next() has returned nil.
+-- final once next() has returned nil.  bytes_read and events are brought
+-- up to date when next() reads a chunk of the file, after each record
+-- and at the end (next() returning nil, or close()): during reading
+-- they lag behind the events delivered, by at most a chunk.
 -- The notes of the extended format: heap_at_start (the VM's heap in
 -- bytes when the profile started, read with the headers; nil without
 -- the note, and in version 3), collected_at_stop (true once the note
@@ -268,29 +271,51 @@ end
 
 local common = {}
 
+-- What next() reads and changes for every event, kept out of the
+-- stream's table (see make_next): the buffer position of the next byte
+-- (pos), of the last byte buffered (last), the file offset of the
+-- buffer's start less one (base), the events delivered so far (events,
+-- copied to stream.events by count_read), the version of the event
+-- stream (0 before it is read), the id of the stack of the last event
+-- that had one (context, 0 before any), and the buffer (view, set by
+-- the decoder).  A table here; under LuaJIT a C record.  Returns the
+-- cursor and what keeps its memory.
+function common.new_cursor()
+  return { pos = 1, last = 0, base = 0, events = 0, version = 0,
+    context = 0 }, false
+end
+
 -- Byte offset in the file of buffer position pos.
 function common:offset_of(pos)
-  return self.base + pos - 1
+  return self.cursor.base + pos - 1
 end
 
 function common:file_size_so_far()
-  return self.base + self.last
+  return self.cursor.base + self.cursor.last
 end
 
 -- Make sure at least `need` unread bytes are buffered, unless the file
 -- ends first.
 function common:fill(need)
-  while self.last - self.pos + 1 < need and not self.eof do
+  while self.cursor.last - self.cursor.pos + 1 < need and not self.eof do
     local chunk = self.read_chunk()
     if chunk == nil or chunk == '' then
       self.eof = true
     else
-      self.base = self.base + self.pos - 1
-      self.buf = sub(self.buf, self.pos) .. chunk
-      self.pos, self.last = 1, #self.buf
-      self.view = self.make_view(self.buf)
+      self.cursor.base = self.cursor.base + self.cursor.pos - 1
+      self.buf = sub(self.buf, self.cursor.pos) .. chunk
+      self.cursor.pos, self.cursor.last = 1, #self.buf
+      self.cursor.view = self.make_view(self.buf)
     end
   end
+end
+
+-- stream.events and stream.bytes_read, from the cursor, where next()
+-- counts them (see new_cursor).
+function common:count_read()
+  local cursor = self.cursor
+  self.events = cursor.events
+  self.bytes_read = cursor.base + cursor.pos - 1
 end
 
 function common:fail(offset, message)
@@ -308,9 +333,9 @@ function common:truncated(what, offset)
 end
 
 function common:need(count, what, offset)
-  if self.last - self.pos + 1 < count then
+  if self.cursor.last - self.cursor.pos + 1 < count then
     self:fill(count)
-    if self.last - self.pos + 1 < count then
+    if self.cursor.last - self.cursor.pos + 1 < count then
       self:truncated(what, offset)
     end
   end
@@ -328,20 +353,20 @@ function common:bytes(i, j)
 end
 
 function common:read_byte(what)
-  self:need(1, what, self:offset_of(self.pos))
-  local value = self:byte_at(self.pos)
-  self.pos = self.pos + 1
+  self:need(1, what, self:offset_of(self.cursor.pos))
+  local value = self:byte_at(self.cursor.pos)
+  self.cursor.pos = self.cursor.pos + 1
   return value
 end
 
 -- Checked ULEB128 decoder for the slow paths (headers and symbols).
 function common:read_uleb(what)
-  local start = self:offset_of(self.pos)
+  local start = self:offset_of(self.cursor.pos)
   local value, scale = 0, 1
   while true do
     self:need(1, what, start)
-    local c = self:byte_at(self.pos)
-    self.pos = self.pos + 1
+    local c = self:byte_at(self.cursor.pos)
+    self.cursor.pos = self.cursor.pos + 1
     if c < 128 then
       return value + c * scale
     end
@@ -356,18 +381,18 @@ end
 
 function common:read_string(what)
   local length = self:read_uleb('the length of ' .. what)
-  self:need(length, what, self:offset_of(self.pos))
-  local value = self:bytes(self.pos, self.pos + length - 1)
-  self.pos = self.pos + length
+  self:need(length, what, self:offset_of(self.cursor.pos))
+  local value = self:bytes(self.cursor.pos, self.cursor.pos + length - 1)
+  self.cursor.pos = self.cursor.pos + length
   return value
 end
 
 function common:expect_magic(magic, what)
-  local start = self:offset_of(self.pos)
+  local start = self:offset_of(self.cursor.pos)
   self:fill(#magic)
-  local found = self:bytes(self.pos, self.pos + #magic - 1)
+  local found = self:bytes(self.cursor.pos, self.cursor.pos + #magic - 1)
   if found == magic then
-    self.pos = self.pos + #magic
+    self.cursor.pos = self.cursor.pos + #magic
     return
   end
   local shown
@@ -382,7 +407,7 @@ function common:expect_magic(magic, what)
 end
 
 function common:expect_version(what, versions)
-  local start = self:offset_of(self.pos)
+  local start = self:offset_of(self.cursor.pos)
   local version = self:read_byte(what .. ' version')
   for _, supported in ipairs(versions) do
     if version == supported then
@@ -394,8 +419,9 @@ function common:expect_version(what, versions)
 end
 
 function common:skip_reserved(what)
-  self:need(3, 'the reserved bytes of ' .. what, self:offset_of(self.pos))
-  self.pos = self.pos + 3
+  self:need(3, 'the reserved bytes of ' .. what,
+    self:offset_of(self.cursor.pos))
+  self.cursor.pos = self.cursor.pos + 3
 end
 
 -- Symbols -------------------------------------------------------------
@@ -509,7 +535,7 @@ end
 
 function common:read_symbol_table()
   while true do
-    local start = self:offset_of(self.pos)
+    local start = self:offset_of(self.cursor.pos)
     local header = self:read_byte('a symbol header (or 0x80 to end the table)')
     if header >= 0x80 then
       return
@@ -531,15 +557,15 @@ end
 -- The sampling record (right after the event stream header of a sampled
 -- profile): the scheme, then the mean bytes between samples.
 function common:read_sampling()
-  self.pos = self.pos + 1
-  local scheme_at = self:offset_of(self.pos)
+  self.cursor.pos = self.cursor.pos + 1
+  local scheme_at = self:offset_of(self.cursor.pos)
   local scheme = self:read_byte('the sampling scheme')
   if scheme ~= SAMPLING_POISSON_BYTES then
     self:fail(scheme_at, format('expected sampling scheme %d (a Poisson ' ..
       'process over allocated bytes), found %d', SAMPLING_POISSON_BYTES,
       scheme))
   end
-  local mean_at = self:offset_of(self.pos)
+  local mean_at = self:offset_of(self.cursor.pos)
   local mean = self:read_uleb('the mean bytes between samples')
   if mean < 1 then
     self:fail(mean_at, 'expected the mean bytes between samples ' ..
@@ -555,18 +581,21 @@ function common:read_headers()
   self:read_symbol_table()
   self:expect_magic('ljm', 'the event stream magic')
   self.version = self:expect_version('event stream', SUPPORTED_VERSIONS)
+  self.cursor.version = self.version
   if self.version == EXTENDED_VERSION then
     self.header_kind = HEADER_KIND_EXTENDED
   end
   self:skip_reserved('the event stream header')
   if self.version == EXTENDED_VERSION then
     self:fill(1)
-    if self.pos <= self.last and self:byte_at(self.pos) == SAMPLING_RECORD then
+    local cursor = self.cursor
+    if cursor.pos <= cursor.last and
+        self:byte_at(cursor.pos) == SAMPLING_RECORD then
       self:read_sampling()
     end
   end
   self.in_events = true
-  self.bytes_read = self:offset_of(self.pos)
+  self.bytes_read = self:offset_of(self.cursor.pos)
   self:read_heap_at_start()
 end
 
@@ -577,8 +606,9 @@ function common:read_heap_at_start()
     return
   end
   self:fill(1)
-  if self.pos <= self.last and self:byte_at(self.pos) == 0x1c then
-    self:record(0x1c, self.pos)
+  local cursor = self.cursor
+  if cursor.pos <= cursor.last and self:byte_at(cursor.pos) == 0x1c then
+    self:record(0x1c, cursor.pos)
   end
 end
 
@@ -782,7 +812,8 @@ local function trace_stack(self, traceno)
   if not sym.func then
     return nil
   end
-  return stack_for(self.inferred, sym, self.context)
+  -- (stacks[0], before any event with a stack, is nil.)
+  return stack_for(self.inferred, sym, self.stacks[self.cursor.context])
 end
 common.trace_stack = trace_stack
 
@@ -804,6 +835,10 @@ local READING_INDEXES = { 'lfuncs', 'cfuncs', 'traces', 'c_sorted', 'c_sites',
 -- The end of reading: at the epilogue, at a cut, or closed.
 function common:finish_reading()
   self.done = true
+  self:count_read()
+  -- Nothing left to read: next() then takes its slow path, where it
+  -- checks `done` (the fast path does not).
+  self.cursor.pos = self.cursor.last + 1
   self:release()
   for _, field in ipairs(READING_INDEXES) do
     self[field] = nil
@@ -829,24 +864,24 @@ end
 function common:stop_in_event(what)
   return self:stop(format('%s: the stream ends at byte %d in the middle ' ..
     'of an event (expected %s); %s', self.name, self:file_size_so_far(),
-    what, covered(self.events, ' before it')))
+    what, covered(self.cursor.events, ' before it')))
 end
 
 function common:stop_without_epilogue()
   return self:stop(format('%s: the stream has no epilogue (the profile ' ..
     'was not stopped cleanly); %s', self.name,
-    self.events == 0 and 'it holds no events' or
-    'the report covers all ' .. plural(self.events, 'event')))
+    self.cursor.events == 0 and 'it holds no events' or
+    'the report covers all ' .. plural(self.cursor.events, 'event')))
 end
 
 function common:stop_at_epilogue(pos)
   local at = self:offset_of(pos)
-  self.pos = pos + 1
+  self.cursor.pos = pos + 1
   self:fill(1)
   local extra = 0
-  while self.last >= self.pos do
-    extra = extra + self.last - self.pos + 1
-    self.pos = self.last + 1
+  while self.cursor.last >= self.cursor.pos do
+    extra = extra + self.cursor.last - self.cursor.pos + 1
+    self.cursor.pos = self.cursor.last + 1
     self:fill(1)
   end
   if extra == 0 then
@@ -902,7 +937,7 @@ end
 
 -- One frame of a stack definition: the interned site it names.
 function common:read_frame()
-  local start = self:offset_of(self.pos)
+  local start = self:offset_of(self.cursor.pos)
   local kind = self:read_byte('the kind of a stack frame')
   if kind == FRAME_LUA then
     local addr = self:read_uleb('the address of the Lua function of a frame')
@@ -937,13 +972,13 @@ end }
 -- added only once it is complete.
 function common:read_stack_body()
   local stacks = self.stacks
-  local id_at = self:offset_of(self.pos)
+  local id_at = self:offset_of(self.cursor.pos)
   local id = self:read_uleb('a stack id')
   if id ~= #stacks + 1 then
     self:fail(id_at, format('expected stack id %d (stack ids are dense ' ..
       'from 1 and each is defined once), found %d', #stacks + 1, id))
   end
-  local count_at = self:offset_of(self.pos)
+  local count_at = self:offset_of(self.cursor.pos)
   local count = self:read_uleb('the number of frames of a stack')
   if count < 1 or count > MAX_FRAMES then
     self:fail(count_at, format('expected the number of frames of a stack ' ..
@@ -970,11 +1005,11 @@ end
 -- A note (0x1c): its kind, then a number.  The heap at start comes
 -- first, right after the headers; the collection at stop once, last.
 function common:read_note_body(pos)
-  local kind_at = self:offset_of(self.pos)
+  local kind_at = self:offset_of(self.cursor.pos)
   local kind = self:read_uleb('the kind of a note')
   if kind == NOTE_HEAP_AT_START then
     local heap = self:read_uleb('the heap at start of a note')
-    if self.heap_at_start or self.events > 0 or self.has_time or
+    if self.heap_at_start or self.cursor.events > 0 or self.has_time or
         self.has_stacks then
       self:fail(self:offset_of(pos), 'expected the note of the heap at ' ..
         'start only once, first after the event stream header')
@@ -996,7 +1031,7 @@ end
 
 function common:read_record_body(header, pos)
   local source = HEADER_SOURCE[header]
-  self.pos = pos + 1
+  self.cursor.pos = pos + 1
   if source == SOURCE_LUA then
     self:read_lfunc_body()
   elseif source == SOURCE_C then
@@ -1021,7 +1056,7 @@ end
 function common:record(header, pos)
   local ok, err = pcall(self.read_record_body, self, header, pos)
   if ok then
-    self.bytes_read = self:offset_of(self.pos)
+    self:count_read()
     return true
   end
   if err ~= TRUNCATED then
@@ -1045,7 +1080,7 @@ function common:diagnose_event(header, pos)
   for _, what in ipairs(EVENT_FIELDS[self.header_kind[header]]) do
     fields[#fields + 1] = what
   end
-  self.pos = pos + 1
+  self.cursor.pos = pos + 1
   local ok, err = pcall(function()
     for _, what in ipairs(fields) do
       self:read_uleb(what)
@@ -1124,8 +1159,12 @@ local function uleb_bits(bit, byte_at, uleb_loop)
   end
 end
 
--- bit: LuaJIT's bit library, for the FFI decoder (see uleb_bits), or nil.
-local function make_methods(make_view, byte_at, bit)
+-- byte_at(b, i) is the byte at buffer position i of b = bytes_of(cursor):
+-- for the FFI decoder the cursor itself (a pointer kept in a local
+-- would be made a new cdata object at each exit from compiled code), for
+-- the plain one the buffered string.  bit: LuaJIT's bit library, for the
+-- FFI decoder (see uleb_bits), or nil.
+local function make_methods(make_view, byte_at, bit, bytes_of)
   -- ULEB128 decoder with a loop: near the end of the data and for numbers
   -- longer than 8 bytes.  Returns 0, OVERRUN when the number runs past
   -- `last` or is longer than 10 bytes.
@@ -1185,105 +1224,115 @@ local function make_methods(make_view, byte_at, bit)
 
   local methods = setmetatable({ make_view = make_view }, { __index = common })
 
+  -- The stream's next(), a closure made for each stream (new_stream)
+  -- over its cursor: under LuaJIT a pointer to a C record, which the
+  -- compiled code holds as a constant, so that the position is read and
+  -- written with one load or store and no check of its type.
   -- No loop here: LuaJIT then compiles the caller's loop around it.
   -- Headers other than allocation events go to common:other_header(),
   -- which calls next() again after a symbol event.
-  function methods:next()
-    if self.done then
-      return nil
-    end
-    local pos, last = self.pos, self.last
-    if last - pos < MAX_EVENT and not self.eof then
-      self:fill(MAX_EVENT)
-      pos, last = self.pos, self.last
-    end
-    if pos > last then
-      return self:stop_without_epilogue()
-    end
-    local b = self.view
-    local header = byte_at(b, pos)
-    -- (HEADER_KIND_EXTENDED has the headers of both versions; the
-    -- extended ones are checked against the version off the fast path.)
-    local kind = HEADER_KIND_EXTENDED[header]
-    if not kind or kind == KIND_SYMBOL then
-      return self:other_header(header, pos)
-    end
-    local source = HEADER_SOURCE[header]
-    local p = pos + 1
-    local loc, line = 0, 0
-    if source == SOURCE_LUA then
-      loc, p = uleb(b, p, last)
-      line, p = uleb(b, p, last)
-    elseif source ~= SOURCE_INTERNAL then
-      loc, p = uleb(b, p, last)
-    end
-    local stack_id, stack_at = 0, 0
-    if header >= STACK_BIT then
-      if self.version ~= EXTENDED_VERSION then
+  function methods.make_next(cursor, stacks, ev)
+    return function(self)
+      local pos, last = cursor.pos, cursor.last
+      -- (Near the end of the buffer only: a stream done has none left.)
+      if last - pos < MAX_EVENT then
+        if self.done then
+          return nil
+        end
+        if not self.eof then
+          -- (The counts are brought up to date once a chunk.)
+          self:count_read()
+          self:fill(MAX_EVENT)
+          pos, last = cursor.pos, cursor.last
+        end
+        if pos > last then
+          return self:stop_without_epilogue()
+        end
+      end
+      local b = bytes_of(cursor)
+      local header = byte_at(b, pos)
+      -- (HEADER_KIND_EXTENDED has the headers of both versions; the
+      -- extended ones are checked against the version off the fast path.)
+      local kind = HEADER_KIND_EXTENDED[header]
+      if not kind or kind == KIND_SYMBOL then
         return self:other_header(header, pos)
       end
-      stack_at = p
-      stack_id, p = uleb(b, p, last)
-    end
-    local oaddr, osize, naddr, nsize = 0, 0, 0, 0
-    if kind == KIND_ALLOC then
-      naddr, p = uleb(b, p, last)
-      nsize, p = uleb(b, p, last)
-    elseif kind == KIND_FREE then
-      oaddr, p = uleb(b, p, last)
-      osize, p = uleb(b, p, last)
-    else
-      oaddr, p = uleb(b, p, last)
-      osize, p = uleb(b, p, last)
-      naddr, p = uleb(b, p, last)
-      nsize, p = uleb(b, p, last)
-    end
-    if p == OVERRUN then
-      return self:diagnose_event(header, pos)
-    end
-    local stack = nil
-    if stack_at ~= 0 and source ~= SOURCE_INTERNAL then
-      stack = self.stacks[stack_id]
-      if not stack then
-        return self:undefined_stack(stack_id, stack_at)
+      local source = HEADER_SOURCE[header]
+      local p = pos + 1
+      local loc, line = 0, 0
+      if source == SOURCE_LUA then
+        loc, p = uleb(b, p, last)
+        line, p = uleb(b, p, last)
+      elseif source ~= SOURCE_INTERNAL then
+        loc, p = uleb(b, p, last)
       end
-      self.context = stack
-    end
-    local site
-    if source == SOURCE_INTERNAL then
-      if stack_at == 0 then
-        site = self.internal_site or self:internal()
+      local stack_id, stack_at = 0, 0
+      if header >= STACK_BIT then
+        if cursor.version ~= EXTENDED_VERSION then
+          return self:other_header(header, pos)
+        end
+        stack_at = p
+        stack_id, p = uleb(b, p, last)
+      end
+      local oaddr, osize, naddr, nsize = 0, 0, 0, 0
+      if kind == KIND_ALLOC then
+        naddr, p = uleb(b, p, last)
+        nsize, p = uleb(b, p, last)
+      elseif kind == KIND_FREE then
+        oaddr, p = uleb(b, p, last)
+        osize, p = uleb(b, p, last)
       else
-        site = self.internal_kind_sites[stack_id] or
-          self:internal_kind_site(stack_id, stack_at)
+        oaddr, p = uleb(b, p, last)
+        osize, p = uleb(b, p, last)
+        naddr, p = uleb(b, p, last)
+        nsize, p = uleb(b, p, last)
       end
-    elseif source == SOURCE_LUA then
-      local sym = self.lfuncs[loc]
-      site = sym and sym.sites[line] or self:lua_site(loc, line)
-    elseif source == SOURCE_C then
-      site = self.c_sites[loc] or self:c_site(loc)
-    else
-      site = self.trace_sites[loc] or self:trace_site(loc)
-      if self.has_stacks then
-        stack = trace_stack(self, loc)
+      if p == OVERRUN then
+        return self:diagnose_event(header, pos)
       end
+      local stack = nil
+      if stack_at ~= 0 and source ~= SOURCE_INTERNAL then
+        stack = stacks[stack_id]
+        if not stack then
+          return self:undefined_stack(stack_id, stack_at)
+        end
+        cursor.context = stack_id
+      end
+      local site
+      if source == SOURCE_INTERNAL then
+        if stack_at == 0 then
+          site = self.internal_site or self:internal()
+        else
+          site = self.internal_kind_sites[stack_id] or
+            self:internal_kind_site(stack_id, stack_at)
+        end
+      elseif source == SOURCE_LUA then
+        local sym = self.lfuncs[loc]
+        site = sym and sym.sites[line] or self:lua_site(loc, line)
+      elseif source == SOURCE_C then
+        site = self.c_sites[loc] or self:c_site(loc)
+      else
+        site = self.trace_sites[loc] or self:trace_site(loc)
+        if self.has_stacks then
+          stack = trace_stack(self, loc)
+        end
+      end
+      ev.kind = KIND_NAMES[kind]
+      ev.site = site
+      ev.oaddr, ev.osize, ev.naddr, ev.nsize = oaddr, osize, naddr, nsize
+      ev.offset = cursor.base + pos - 1
+      ev.stack = stack
+      cursor.pos = p
+      cursor.events = cursor.events + 1
+      return ev
     end
-    local ev = self.event
-    ev.kind = KIND_NAMES[kind]
-    ev.site = site
-    ev.oaddr, ev.osize, ev.naddr, ev.nsize = oaddr, osize, naddr, nsize
-    ev.offset = self.base + pos - 1
-    ev.stack = stack
-    self.pos = p
-    self.bytes_read = self.base + p - 1
-    self.events = self.events + 1
-    return ev
   end
 
   return { __index = methods }
 end
 
-local plain_meta = make_methods(function(buf) return buf end, byte)
+local plain_meta = make_methods(function(buf) return buf end, byte,
+  nil, function(cursor) return cursor.view end)
 
 -- The FFI decoder reads the file into one buffer of C memory, reused
 -- for every chunk (the unread bytes moved to its start), and reads
@@ -1312,23 +1361,41 @@ if jit then
     -- string.byte.
     ffi_meta = make_methods(function(buf)
       return ffi.cast(byte_pointer, buf) - 1
-    end, function(pointer, i)
-      return pointer[i]
-    end, require('bit'))
+    end, function(cursor, i)
+      return cursor.view[i]
+    end, require('bit'), function(cursor) return cursor end)
     local methods = ffi_meta.__index
 
+    ffi.cdef([[
+      typedef struct { double pos, last, base, events, version, context;
+        uint8_t *view; } memprof_reader_cursor;
+    ]])
+    local cursor_record = ffi.typeof('memprof_reader_cursor[1]')
+    local cursor_pointer = ffi.typeof('memprof_reader_cursor *')
+
+    -- The cursor (see common.new_cursor) in a C record, reached through
+    -- a pointer: LuaJIT makes a pointer that is an upvalue of next() a
+    -- constant (a record would not be: it holds more than 16 bytes).
+    function methods.new_cursor()
+      local memory = cursor_record()
+      local cursor = ffi.cast(cursor_pointer, memory)
+      cursor.pos, cursor.last, cursor.base, cursor.events = 1, 0, 0, 0
+      cursor.version, cursor.context = 0, 0
+      return cursor, memory
+    end
+
     function methods:byte_at(i)
-      return self.view[i]
+      return self.cursor.view[i]
     end
 
     function methods:bytes(i, j)
-      if j > self.last then
-        j = self.last
+      if j > self.cursor.last then
+        j = self.cursor.last
       end
       if j < i then
         return ''
       end
-      return ffi.string(self.view + i, j - i + 1)
+      return ffi.string(self.cursor.view + i, j - i + 1)
     end
 
     -- Room for `size` bytes, keeping the buffered ones.  The buffer is
@@ -1348,11 +1415,11 @@ if jit then
       buf = ffi.gc(ffi.cast(byte_pointer, buf), ffi.C.free)
       local old = self.cbuf
       if old then
-        ffi.copy(buf, old, self.last)
+        ffi.copy(buf, old, self.cursor.last)
         ffi.C.free(ffi.gc(old, nil))
       end
       self.cbuf, self.capacity = buf, capacity
-      self.view = buf - 1
+      self.cursor.view = buf - 1
     end
 
     -- The buffer is freed as soon as the stream is done, not by the
@@ -1362,7 +1429,8 @@ if jit then
     function methods:release()
       local buf = self.cbuf
       if buf then
-        self.cbuf, self.view, self.capacity = false, false, 0
+        self.cbuf, self.capacity = false, 0
+        self.cursor.view = nil
         ffi.C.free(ffi.gc(buf, nil))
       end
     end
@@ -1372,30 +1440,30 @@ if jit then
     -- at the end.
     function methods:append()
       local chunk_size = self.chunk_size
-      self:reserve(self.last + chunk_size)
+      self:reserve(self.cursor.last + chunk_size)
       if self.read_into then
-        local count = self.read_into(self.cbuf + self.last, chunk_size)
-        self.last = self.last + count
+        local count = self.read_into(self.cbuf + self.cursor.last, chunk_size)
+        self.cursor.last = self.cursor.last + count
         return count > 0
       end
       local chunk = self.read_chunk()
       if chunk == nil or chunk == '' then
         return false
       end
-      self:reserve(self.last + #chunk)
-      ffi.copy(self.cbuf + self.last, chunk, #chunk)
-      self.last = self.last + #chunk
+      self:reserve(self.cursor.last + #chunk)
+      ffi.copy(self.cbuf + self.cursor.last, chunk, #chunk)
+      self.cursor.last = self.cursor.last + #chunk
       return true
     end
 
     function methods:fill(need)
-      while self.last - self.pos + 1 < need and not self.eof do
-        local keep = self.last - self.pos + 1
-        if self.pos > 1 and keep > 0 then
-          ffi.C.memmove(self.cbuf, self.cbuf + self.pos - 1, keep)
+      while self.cursor.last - self.cursor.pos + 1 < need and not self.eof do
+        local keep = self.cursor.last - self.cursor.pos + 1
+        if self.cursor.pos > 1 and keep > 0 then
+          ffi.C.memmove(self.cbuf, self.cbuf + self.cursor.pos - 1, keep)
         end
-        self.base = self.base + self.pos - 1
-        self.pos, self.last = 1, keep
+        self.cursor.base = self.cursor.base + self.cursor.pos - 1
+        self.cursor.pos, self.cursor.last = 1, keep
         if not self:append() then
           self.eof = true
         end
@@ -1463,7 +1531,6 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     sites = {},
     stacks = {},
     inferred = trace_stacks.new(),
-    context = nil,
     has_stacks = false,
     has_time = false,
     time = nil,
@@ -1477,7 +1544,8 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     read_into = read_into or false,
     chunk_size = opts.chunk_size or CHUNK_SIZE,
     close_source = close_source,
-    buf = '', pos = 1, last = 0, base = 0, eof = false, done = false,
+    buf = '', eof = false, done = false,
+    cursor = false, cursor_record = false, next = false,
     in_events = false,
     header_kind = HEADER_KIND_V3,
     -- stack and time are created as false, then set to nil below, so
@@ -1493,9 +1561,11 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     split_traces = opts.split_traces or false,
   }, meta)
   self.inferred_stacks = self.inferred.list
+  self.cursor, self.cursor_record = self.new_cursor()
+  self.next = self.make_next(self.cursor, self.stacks, self.event)
   self.event.stack, self.event.time = nil, nil
   if meta == plain_meta then
-    self.view = self.make_view(self.buf)
+    self.cursor.view = self.make_view(self.buf)
   else
     self.capacity = 0
     self:reserve(self.chunk_size + MAX_EVENT)
