@@ -382,7 +382,7 @@ for _, kind in ipairs(KINDS) do
         local bare = heap.new({ address_map = kind, blocks = false })
         local random = sequence(11)
         local live, sizes, owners = {}, {}, { 0, 0, 0 }
-        local sites = { SITE_A, SITE_B }
+        local sites, produced = { SITE_A, SITE_B }, 0
         for _ = 1, 50000 do
           local addr = random(3000) * 16 + 2 ^ 40
           local ev
@@ -405,6 +405,9 @@ for _, kind in ipairs(KINDS) do
           end
           live[ev.oaddr], live[ev.naddr] = nil, true
           sizes[ev.naddr] = ev.nsize
+          if ev.kind ~= 'free' then
+            produced = produced + 1
+          end
           local owner = full:feed(ev)
           assert.are.equal(owner, bare:feed(ev))
           local i = owner == SITE_A and 1 or owner == SITE_B and 2 or
@@ -413,11 +416,15 @@ for _, kind in ipairs(KINDS) do
             owners[i] = owners[i] + 1
           end
           assert.is_nil(bare.released_size)
-          assert.are.same({ full.total, full.allocations },
-            { bare.total, bare.allocations })
         end
+        -- (Without the blocks, the total and allocations are copied to
+        -- the pass at finish.)
+        assert.are.same({ 0, 0 }, { bare.total, bare.allocations })
         full:finish()
         bare:finish()
+        assert.are.same({ full.total, full.allocations },
+          { bare.total, bare.allocations })
+        assert.are.equal(produced, bare.allocations)
         -- Every kind of owner was met (the counts of this sequence).
         assert.are.same({ 10474, 10247, 1114 }, owners)
         local stats = {}

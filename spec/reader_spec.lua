@@ -219,6 +219,23 @@ for _, mode in ipairs(MODES) do
         assert.are.equal('@old.lua:3', events[1].site.name)
       end)
 
+    it('gives events of one place in a row its site, and a new site once ' ..
+      'the place is redefined between two', function()
+        local s = B.new():lfunc(0x100, '@old.lua', 1):lfunc(0x200, '@b.lua', 1)
+          :trace(1, 0x200, 10):events()
+        s:alloc(B.lua(0x100, 3), 1, 8):alloc(B.lua(0x100, 3), 2, 8)
+        s:define_lfunc(0x100, '@new.lua', 1):alloc(B.lua(0x100, 3), 3, 8)
+        s:alloc(B.trace(1), 4, 8):alloc(B.trace(1), 5, 8)
+        s:define_trace(1, 0x100, 20):alloc(B.trace(1), 6, 8)
+        s:epilogue()
+        local events = collect(open(s:bytes(), { split_traces = true }))
+        assert.are.same({ '@old.lua:3', '@old.lua:3', '@new.lua:3',
+          'TRACE [1] started at @b.lua:10', 'TRACE [1] started at @b.lua:10',
+          'TRACE [1] started at @new.lua:20' }, names(events))
+        assert.are.equal(events[1].site, events[2].site)
+        assert.are.equal(events[4].site, events[5].site)
+      end)
+
     it('renumbers traces: a new trace symbol replaces the old one', function()
       local s = B.new():lfunc(0x100, '@a.lua', 1):lfunc(0x200, '@b.lua', 1)
         :trace(1, 0x100, 10):events()

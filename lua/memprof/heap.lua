@@ -676,7 +676,8 @@ local Heap = {}
 -- LuaJIT a record in FFI memory, reached through a pointer that the
 -- compiled feed holds as a constant (one load a field, no check of its
 -- type); in plain Lua a table.  pass.total and pass.allocations are
--- copies, written with each event for the passes after the heap.
+-- copies, written with each event for the passes after the heap (with
+-- opts.blocks = false, at finish only).
 local new_counts
 if ok_ffi then
   pcall(ffi.cdef, [[
@@ -860,7 +861,6 @@ function make_feed(self)
   local function count_produce(slot, kind, ev)
     local born = counts.allocations + 1
     counts.allocations = born
-    self.allocations = born
     holds[slot] = holds[slot] + ev.nsize
     allocs[slot] = allocs[slot] + ev.nweight
     if kind == 'realloc' then
@@ -870,14 +870,13 @@ function make_feed(self)
   end
 
   local function count_total(ev)
-    local total = counts.total + ev.nsize - ev.osize
-    counts.total = total
-    self.total = total
+    counts.total = counts.total + ev.nsize - ev.osize
   end
 
   if not blocks then
     -- Without the blocks' facts (opts.blocks = false, by line), the map
-    -- gives each live address the slot of its site.
+    -- gives each live address the slot of its site.  (No pass after the
+    -- heap reads its total and allocations: they are copied at finish.)
     return function(_, ev)
       local kind = ev.kind
       local owner
@@ -933,10 +932,12 @@ function make_feed(self)
       end
       local slot = slot_of_id[key[1]] or add_key(key)
       local born = count_produce(slot, kind, ev)
+      self.allocations = born
       produce(ev.naddr, ev.nsize, site, stack, ev.nweight, born,
         not grouper and slot or nil)
     end
     count_total(ev)
+    self.total = counts.total
     return owner
   end
 end
@@ -950,6 +951,7 @@ end
 -- after the last event); the live blocks can still be listed, but no
 -- event can be fed after.
 function Heap:finish()
+  self.total, self.allocations = self.counts.total, self.counts.allocations
   self.slot_of:free()
   self.slot_of_id = nil
   self.slot_count = self.counts.slot_count
