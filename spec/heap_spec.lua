@@ -49,6 +49,17 @@ local function blocks_of(pass)
   return list
 end
 
+-- The figures of each site of a heap pass, as
+-- { { site name, holds, allocs, reallocs, frees }, ... }.
+local function stats_of(pass)
+  local list = {}
+  for i, record in ipairs(pass:stats_list()) do
+    list[i] = { record.site.name, record.holds, record.allocs,
+      record.reallocs, record.frees }
+  end
+  return list
+end
+
 it('uses the FFI map under LuaJIT and the Lua table under plain Lua',
   function()
     local _, kind = heap.address_map()
@@ -359,15 +370,7 @@ if KINDS[2] == 'ffi' then
     local plain, ffi_blocks = blocks_of(passes[1]), blocks_of(passes[2])
     assert.are.same(plain, ffi_blocks)
     assert.are.same({ count, bytes }, { #ffi_blocks, passes[2].total })
-    local stats = {}
-    for i, pass in ipairs(passes) do
-      stats[i] = {}
-      for j, record in ipairs(pass:stats_list()) do
-        stats[i][j] = { record.site.name, record.holds, record.allocs,
-          record.reallocs, record.frees }
-      end
-    end
-    assert.are.same(stats[1], stats[2])
+    assert.are.same(stats_of(passes[1]), stats_of(passes[2]))
   end)
 end
 
@@ -427,16 +430,9 @@ for _, kind in ipairs(KINDS) do
         assert.are.equal(produced, bare.allocations)
         -- Every kind of owner was met (the counts of this sequence).
         assert.are.same({ 10474, 10247, 1114 }, owners)
-        local stats = {}
-        for i, pass in ipairs({ full, bare }) do
-          stats[i] = {}
-          for j, record in ipairs(pass:stats_list()) do
-            stats[i][j] = { record.site.name, record.holds, record.allocs,
-              record.reallocs, record.frees }
-          end
-        end
-        assert.are.same(stats[1], stats[2])
-        assert.are.equal(3, #stats[2])
+        local stats = stats_of(bare)
+        assert.are.same(stats_of(full), stats)
+        assert.are.equal(3, #stats)
         local ok, err = pcall(bare.live_blocks, bare)
         assert.is_false(ok)
         assert.truthy(err:find('the heap pass has forgotten its live ' ..

@@ -913,7 +913,6 @@ end
 -- A header that is not an allocation event: a record of kind 0 (read it,
 -- then go on to the next event), the epilogue, or an error.
 function common:other_header(header, pos)
-  self.last_site.loc, self.last_site.trace = -1, -1
   if self.header_kind[header] == KIND_SYMBOL then
     if self:record(header, pos) then
       return self:next()
@@ -1232,7 +1231,7 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
   -- No loop here: LuaJIT then compiles the caller's loop around it.
   -- Headers other than allocation events go to common:other_header(),
   -- which calls next() again after a symbol event.
-  function methods.make_next(cursor, stacks, ev, memo)
+  function methods.make_next(cursor, stacks, ev)
     return function(self)
       local pos, last = cursor.pos, cursor.last
       -- (Near the end of the buffer only: a stream done has none left.)
@@ -1308,24 +1307,12 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
             self:internal_kind_site(stack_id, stack_at)
         end
       elseif source == SOURCE_LUA then
-        -- (Most events come from the place of the event before: see
-        -- last_site.)
-        if loc == memo.loc and line == memo.line then
-          site = memo.site
-        else
-          local sym = self.lfuncs[loc]
-          site = sym and sym.sites[line] or self:lua_site(loc, line)
-          memo.loc, memo.line, memo.site = loc, line, site
-        end
+        local sym = self.lfuncs[loc]
+        site = sym and sym.sites[line] or self:lua_site(loc, line)
       elseif source == SOURCE_C then
         site = self.c_sites[loc] or self:c_site(loc)
       else
-        if loc == memo.trace then
-          site = memo.trace_site
-        else
-          site = self.trace_sites[loc] or self:trace_site(loc)
-          memo.trace, memo.trace_site = loc, site
-        end
+        site = self.trace_sites[loc] or self:trace_site(loc)
         if self.has_stacks then
           stack = trace_stack(self, loc)
         end
@@ -1572,19 +1559,10 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     c_sites = {}, trace_sites = {}, unknown_c = {}, alias_of = {},
     internal_site = nil, internal_kind_sites = {}, trace_starts = {},
     split_traces = opts.split_traces or false,
-    -- The site of the last event from a Lua function, by its address and
-    -- line, and of the last from a trace, by its number: three in four
-    -- such events have the place of the one before, and comparing
-    -- numbers costs less than look-ups in hash tables.  Forgotten (-1)
-    -- at every record that is not an event: a symbol can give an address
-    -- to another function, or a number to another trace.
-    last_site = { loc = -1, line = -1, site = false, trace = -1,
-      trace_site = false },
   }, meta)
   self.inferred_stacks = self.inferred.list
   self.cursor, self.cursor_record = self.new_cursor()
-  self.next = self.make_next(self.cursor, self.stacks, self.event,
-    self.last_site)
+  self.next = self.make_next(self.cursor, self.stacks, self.event)
   self.event.stack, self.event.time = nil, nil
   if meta == plain_meta then
     self.cursor.view = self.make_view(self.buf)
