@@ -385,7 +385,7 @@ for _, kind in ipairs(KINDS) do
         local bare = heap.new({ address_map = kind, blocks = false })
         local random = sequence(11)
         local live, sizes, owners = {}, {}, { 0, 0, 0 }
-        local sites, produced = { SITE_A, SITE_B }, 0
+        local sites, produced, unlike, released = { SITE_A, SITE_B }, 0, 0, 0
         for _ = 1, 50000 do
           local addr = random(3000) * 16 + 2 ^ 40
           local ev
@@ -411,15 +411,22 @@ for _, kind in ipairs(KINDS) do
           if ev.kind ~= 'free' then
             produced = produced + 1
           end
+          -- (Counted here and asserted once: an assertion per event
+          -- made 200,000 of luassert's tables of garbage.)
           local owner = full:feed(ev)
-          assert.are.equal(owner, bare:feed(ev))
+          if bare:feed(ev) ~= owner then
+            unlike = unlike + 1
+          end
+          if bare.released_size ~= nil then
+            released = released + 1
+          end
           local i = owner == SITE_A and 1 or owner == SITE_B and 2 or
             owner == heap.BEFORE_PROFILING and 3
           if i then
             owners[i] = owners[i] + 1
           end
-          assert.is_nil(bare.released_size)
         end
+        assert.are.same({ 0, 0 }, { unlike, released })
         -- (Without the blocks, the total and allocations are copied to
         -- the pass at finish.)
         assert.are.same({ 0, 0 }, { bare.total, bare.allocations })
