@@ -107,7 +107,8 @@ with call stacks (memprof.start(path, {stack_depth = N})), --timeline
 one recorded with time marks (memprof.start(path, {timestamps = true})).
 With --diff, print which rows grew or shrank from BEFORE to AFTER.
 The text report and --diff show the first 30 rows of each section
-(--top=N for N, --all for every row).
+(--top=N for N, --all for every row).  The report goes to stdout, or
+to the file of --output (--output=- is stdout too).
 
 Options:
   --format=NAME          the output format (see below)
@@ -550,6 +551,28 @@ describe('memprof-report --format', function()
     assert.are.equal('', stdout)
     assert.are.equal('memprof-report: wrote ' .. dir .. '/r.txt\n', stderr)
     assert.are.equal(default, read_file(dir .. '/r.txt'))
+  end)
+
+  it('takes --output=- as stdout, and makes no file named -', function()
+    local path = file_of(B.three_callers())
+    local cases = {
+      { '--leaks', '--group=caller' },
+      { '--format=json', '--group=function' },
+      { '--format=folded', '--metric=alloc-count' },
+      { '--format=folded' },
+      { '--diff', path },
+    }
+    for _, args in ipairs(cases) do
+      args[#args + 1] = path
+      local plain = { report(unpack(args)) }
+      table.insert(args, 1, '--output=-')
+      local dashed = { report(unpack(args)) }
+      assert.are.same(plain, dashed)
+      assert.are.equal(0, dashed[1])
+      assert.are.equal('', dashed[3])
+      assert.truthy(#dashed[2] > 0)
+    end
+    assert.is_nil(io.open('-'))
   end)
 
   it('writes JSON with the grouping and limit asked for', function()

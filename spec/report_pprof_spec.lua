@@ -265,6 +265,36 @@ describe('memprof-report --format=pprof', function()
     assert.are.equal('memprof-report: --format=pprof writes binary data: ' ..
       'redirect the output or use --output=FILE\r\n', stdout)
   end)
+
+  it('takes --output=- as stdout: piped, the same bytes as the file; ' ..
+      'to a terminal, refused', function()
+    local dir = C.temp_dir()
+    local path, gz = dir .. '/p.bin', dir .. '/p.pb.gz'
+    C.write_file(path, B.crafted():bytes())
+    local note = 'memprof-report: note: the profile has no call stacks: ' ..
+      'each sample is one frame, the place of the events (record with ' ..
+      'memprof.start(path, {stack_depth = N}) for stacks)\n'
+    local code, _, stderr = C.run(C.command(REPORT, '--format=pprof',
+      '--output=' .. gz, path))
+    assert.are.same({ 0, note .. 'memprof-report: wrote ' .. gz .. '\n' },
+      { code, stderr })
+    local piped
+    code, piped, stderr = C.run(C.command(REPORT, '--format=pprof',
+      '--output=-', path))
+    assert.are.same({ 0, note }, { code, stderr })
+    local file = C.read_file(gz)
+    assert.are.equal(#file, #piped)
+    assert.are.equal(file, piped)
+    assert.is_nil(io.open('-'))
+    local terminal
+    code, terminal = C.run('script -q -e -c ' .. C.quote(C.command(REPORT,
+      '--format=pprof', '--output=-', path)) .. ' /dev/null')
+    assert.are.same({ 1, 'memprof-report: --format=pprof writes binary ' ..
+      'data: redirect the output or use --output=FILE\r\n' },
+      { code, terminal })
+    assert.is_nil(io.open('-'))
+    C.remove_tree(dir)
+  end)
 end)
 
 describe('pprof report of a sampled profile', function()

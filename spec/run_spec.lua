@@ -271,6 +271,10 @@ And the options of memprof-report (memprof-report --help).
       { { 'run', '--format=pprof', 'app.lua' }, 'memprof run: ' ..
         '--format=pprof writes binary data: give --output=FILE (see ' ..
         'memprof run --help)\n' },
+      { { 'run', '--output=-', 'app.lua' }, 'memprof run: --output=- ' ..
+        "would mix the report into the script's output: leave --output " ..
+        'out (the report goes to stderr) or give a file (see memprof run ' ..
+        '--help)\n' },
       { { 'run', '--temporary', '5', 'app.lua' }, "memprof run: option " ..
         "'--temporary' takes its value after '=': write --temporary=5 " ..
         '(see memprof run --help)\n' },

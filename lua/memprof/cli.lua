@@ -62,6 +62,9 @@ M.PROGRAM = PROGRAM
 -- Rows per section of the text report and --diff without --top or --all.
 M.DEFAULT_TOP = 30
 
+-- --output's name for the standard output.
+M.STDOUT_NAME = '-'
+
 local format = string.format
 
 -- check(value) for whole numbers of at least `least`.
@@ -203,7 +206,8 @@ local function usage()
     'With --diff, print which rows grew or shrank from BEFORE to AFTER.',
     'The text report and --diff show the first ' .. M.DEFAULT_TOP ..
       ' rows of each section',
-    '(--top=N for N, --all for every row).',
+    '(--top=N for N, --all for every row).  The report goes to stdout, or',
+    'to the file of --output (--output=- is stdout too).',
     '',
     'Options:',
   }
@@ -564,10 +568,17 @@ local function output_done(output, name, close)
   return true
 end
 
+-- Whether the report goes to the standard output: without --output, or
+-- with --output=- (the usual name of the standard output, which would
+-- otherwise make a file named '-').
+local function to_stdout(opts)
+  return not opts.output or opts.output == M.STDOUT_NAME
+end
+
 -- Calls write(out, opts) for each output: stdout, or the files of
 -- --output.
 local function write_outputs(module, opts, out, err, write)
-  if not opts.output then
+  if to_stdout(opts) then
     local output = checked_output(out)
     write(output, opts)
     return output_done(output, 'the standard output', false)
@@ -642,7 +653,7 @@ local function report(path, opts, out, err)
   if problem then
     return nil, problem
   end
-  if module.BINARY and not opts.output and out == io.stdout and
+  if module.BINARY and to_stdout(opts) and out == io.stdout and
       progress.is_terminal(1) then
     return nil, format('--format=%s writes binary data: redirect the ' ..
       'output or use --output=FILE', name)

@@ -366,8 +366,13 @@ local function run(opts, words, out, err, how)
   return report_code
 end
 
--- A binary format cannot go to stderr: it needs --output.
-local function binary_problem(opts)
+-- A binary format cannot go to stderr: it needs --output.  And the
+-- report never goes to stdout, which is the script's (--output=-).
+local function output_problem(opts)
+  if opts.output == cli.STDOUT_NAME then
+    return '--output=- would mix the report into the script\'s output: ' ..
+      'leave --output out (the report goes to stderr) or give a file'
+  end
   local name = opts.format
   if name and not opts.output and require('memprof.report.' .. name).BINARY
       then
@@ -391,7 +396,7 @@ local function run_main(args, out, err, how)
     return 1
   end
   local problem = cli.conflict(report_options(opts)) or
-    binary_problem(opts)
+    output_problem(opts)
   if not problem and opts.seed and not opts.sample_bytes then
     problem = '--seed needs --sample-bytes'
   end
