@@ -118,6 +118,51 @@ describe('heap pass', function()
       end
     end)
 
+  it('hands the events of the default analysis to the heap and sites ' ..
+    'passes as values, with the same figures', function()
+      -- A stream whose next() and next_values() are counted.
+      local function counted(builder)
+        local stream = reader.from_string(builder:bytes(), 'out.bin')
+        local calls = { next = 0, next_values = 0 }
+        local proxy = setmetatable({}, { __index = stream })
+        for _, name in ipairs({ 'next', 'next_values' }) do
+          proxy[name] = function(self)
+            calls[name] = calls[name] + 1
+            return stream[name](self)
+          end
+        end
+        return proxy, calls
+      end
+      local stream, calls = counted(crafted())
+      local valued = analyze.run(stream, { live_blocks = false })
+      -- (next() twice: after each of the stream's two symbol events the
+      -- reader reads on with it, and gives its event as values.)
+      assert.are.same({ next = 2, next_values = 11 }, calls)
+      local full = run(crafted())
+      assert.are.same(heap_by_name(full), heap_by_name(valued))
+      assert.are.equal(full.heap.total, valued.heap.total)
+      assert.are.equal(full.heap.allocations, valued.heap.allocations)
+      for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
+        assert.are.same(sites_by_name(full, kind),
+          sites_by_name(valued, kind))
+      end
+      assert.are.same({ 10, 10 }, { valued.stream.events,
+        full.stream.events })
+      -- A sampled stream's events are scaled, from the event table.
+      stream, calls = counted(B.sampled())
+      analyze.run(stream, { live_blocks = false })
+      assert.are.same({ next = 5, next_values = 0 }, calls)
+      -- So are those of an analysis with another pass or a grouping.
+      for _, opts in ipairs({ { views = { peak = true } },
+          { group = 'function' } }) do
+        stream, calls = counted(crafted())
+        opts.live_blocks = false
+        analyze.run(stream, opts)
+        -- (10 events and the end, and after the 2 symbol events.)
+        assert.are.same({ next = 13, next_values = 0 }, calls)
+      end
+    end)
+
   it('charges blocks released but never allocated to a pseudo-site',
     function()
       local s = B.new():events()
@@ -285,6 +330,18 @@ describe('sites pass', function()
     local ok, err = pcall(result.sites.feed, result.sites, ev)
     assert.are.same({ false, 'memprof.sites: an event fed after finish()' },
       { ok, err:match('memprof%.sites: .*$') })
+    ok, err = pcall(result.sites.feed_values, 'alloc', ev.site, nil, 0, 8,
+      1, 1)
+    assert.are.same({ false, 'memprof.sites: an event fed after finish()' },
+      { ok, err:match('memprof%.sites: .*$') })
+  end)
+
+  it('takes events as values by line only', function()
+    local by_line = require('memprof.sites').new()
+    local grouped = require('memprof.sites').new({
+      grouper = require('memprof.groups').new('function') })
+    assert.are.same({ 'function', false }, { type(by_line.feed_values),
+      grouped.feed_values })
   end)
 end)
 
@@ -335,6 +392,42 @@ describe('analyze.run', function()
       assert.is_table(result.sites)
       assert.is_table(result.heap)
       assert.are.equal('out.bin', result.stream.name)
+    end)
+
+  it('reads a stream that returns a table of its own for each event as ' ..
+    'one that reuses its table', function()
+      local reused = run(crafted())
+      local stream = reader.from_string(crafted():bytes(), 'out.bin')
+      local tables = {}
+      local copying = setmetatable({ next = function()
+        local ev = stream:next()
+        if not ev then
+          return nil
+        end
+        local copy = {}
+        for key, value in pairs(ev) do
+          copy[key] = value
+        end
+        tables[copy] = true
+        return copy
+      end }, { __index = stream })
+      local copied = analyze.run(copying)
+      local count = 0
+      for _ in pairs(tables) do
+        count = count + 1
+      end
+      assert.are.equal(10, count)
+      assert.are.same(heap_by_name(reused), heap_by_name(copied))
+      assert.are.equal(reused.heap.total, copied.heap.total)
+      for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
+        assert.are.same(sites_by_name(reused, kind),
+          sites_by_name(copied, kind))
+      end
+      assert.are.same({
+        INTERNAL = { 2, 0, 164, overrides = { ['@test.lua:5'] = 1,
+          [BEFORE] = 1 } },
+        io_write = { 1, 0, 48, overrides = { io_write = 1 } },
+      }, sites_by_name(copied, 'free'))
     end)
 
   it('feeds two extra passes after the sites pass, in their order, ' ..

@@ -383,6 +383,9 @@ for _, kind in ipairs(KINDS) do
       function()
         local full = heap.new({ address_map = kind })
         local bare = heap.new({ address_map = kind, blocks = false })
+        -- (A third pass takes the events as values: feed_values.)
+        local valued = heap.new({ address_map = kind, blocks = false })
+        assert.is_false(full.feed_values)
         local random = sequence(11)
         local live, sizes, owners = {}, {}, { 0, 0, 0 }
         local sites, produced, unlike, released = { SITE_A, SITE_B }, 0, 0, 0
@@ -417,6 +420,10 @@ for _, kind in ipairs(KINDS) do
           if bare:feed(ev) ~= owner then
             unlike = unlike + 1
           end
+          if valued.feed_values(ev.kind, ev.site, ev.oaddr, ev.osize,
+              ev.naddr, ev.nsize, 1, 1) ~= owner then
+            unlike = unlike + 1
+          end
           if bare.released_size ~= nil then
             released = released + 1
           end
@@ -432,8 +439,16 @@ for _, kind in ipairs(KINDS) do
         assert.are.same({ 0, 0 }, { bare.total, bare.allocations })
         full:finish()
         bare:finish()
+        valued:finish()
         assert.are.same({ full.total, full.allocations },
           { bare.total, bare.allocations })
+        assert.are.same({ full.total, full.allocations },
+          { valued.total, valued.allocations })
+        assert.are.same(stats_of(full), stats_of(valued))
+        local fed, message = pcall(valued.feed_values, 'alloc', SITE_A, 0, 0,
+          16, 8, 1, 1)
+        assert.are.same({ false, 'memprof.heap: an event fed after ' ..
+          'finish()' }, { fed, message })
         assert.are.equal(produced, bare.allocations)
         -- Every kind of owner was met (the counts of this sequence).
         assert.are.same({ 1065, 996, 117 }, owners)

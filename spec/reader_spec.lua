@@ -128,6 +128,55 @@ for _, mode in ipairs(MODES) do
         assert.are.equal(3, stream.events)
       end)
 
+    it('gives every event as values with next_values, as next() gives ' ..
+      'it in its table', function()
+        -- A symbol event in the middle, stacks, a time mark, a cut end.
+        local s = B.new():lfunc(0x100, '@v.lua', 1):cfunc(0x5000, 'malloc')
+          :trace(3, 0x100, 4):events({ version = B.EXTENDED })
+        s:stack(1, { B.lua(0x100, 5), B.c(0x5000) })
+        s:alloc(B.internal(), ADDR, 64)
+        s:alloc(B.lua(0x100, 5, 1), ADDR + 64, 300)
+        s:define_lfunc(0x200, '@w.lua', 7)
+        s:time(5000)
+        s:realloc(B.c(0x5000, 1), ADDR, 64, ADDR + 4096, 128)
+        s:free(B.trace(3), ADDR + 64, 300)
+        s:alloc(B.lua(0x200, 8), ADDR + 8192, 200000)
+        local cut = s:bytes():sub(1, s:size() - 2)
+        local whole = s:epilogue():bytes()
+        local fields = { 'kind', 'site', 'oaddr', 'osize', 'naddr', 'nsize',
+          'stack', 'offset' }
+        for _, bytes in ipairs({ whole, cut }) do
+          local by_table, by_values = open(bytes), open(bytes)
+          local tables, values = {}, {}
+          for ev in by_table:each() do
+            local row = {}
+            for i, field in ipairs(fields) do
+              row[i] = ev[field]
+            end
+            tables[#tables + 1] = row
+          end
+          while true do
+            local row = { by_values:next_values() }
+            if row[1] == nil then
+              break
+            end
+            values[#values + 1] = row
+          end
+          assert.are.equal(bytes == whole and 5 or 4, #values)
+          assert.are.same(tables, values)
+          if bytes == whole then
+            assert.are.equal('@w.lua:8', values[5][2].name)
+            assert.is_nil(by_values.warning)
+          else
+            assert.truthy(by_values.warning:find('in the middle of an event'))
+          end
+          assert.are.same({ by_table.events, by_table.bytes_read,
+            by_table.warning }, { by_values.events, by_values.bytes_read,
+            by_values.warning })
+          assert.is_nil(by_values:next_values())
+        end
+      end)
+
     it('counts the events of a stream whose end is cut', function()
       local s = B.new():events()
       for i = 1, 40 do

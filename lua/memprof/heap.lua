@@ -22,6 +22,9 @@
 --                                   -- grouper; the stats are then per
 --                                   -- group of (site, stack)
 --   local owner = pass:feed(ev)   -- site that produced the released block
+--   pass.feed_values(kind, site, oaddr, osize, naddr, nsize, oweight,
+--     nweight) -> owner   -- the same, the event as values (no self):
+--                         -- with opts.blocks = false only (else false)
 --   pass.keys    -- the sites (or groups) in order of first appearance:
 --                -- key i is in slot i
 --   pass.holds, pass.allocs, pass.reallocs, pass.frees
@@ -735,6 +738,7 @@ function M.new(opts)
     counts_record = counts_record or false,
     slot_count = 0,   -- slots used (set by finish())
     feed = false,
+    feed_values = false,  -- with opts.blocks = false (see make_feed)
   }
   self.keeps_blocks = opts.blocks ~= false
   if not self.keeps_blocks then
@@ -852,57 +856,64 @@ function make_feed(self)
   end
 
   -- The figures of the key in `slot` for the release of the event's old
-  -- block, and for the block it produces (born: its number).
-  local function count_release(slot, ev)
-    holds[slot] = holds[slot] - ev.osize
-    frees[slot] = frees[slot] + ev.oweight
+  -- block (osize bytes, `weight` blocks), and for the block it produces
+  -- (born: its number).
+  local function count_release(slot, osize, weight)
+    holds[slot] = holds[slot] - osize
+    frees[slot] = frees[slot] + weight
   end
 
-  local function count_produce(slot, kind, ev)
+  local function count_produce(slot, kind, nsize, weight)
     local born = counts.allocations + 1
     counts.allocations = born
-    holds[slot] = holds[slot] + ev.nsize
-    allocs[slot] = allocs[slot] + ev.nweight
+    holds[slot] = holds[slot] + nsize
+    allocs[slot] = allocs[slot] + weight
     if kind == 'realloc' then
-      reallocs[slot] = reallocs[slot] + ev.nweight
+      reallocs[slot] = reallocs[slot] + weight
     end
     return born
   end
 
-  local function count_total(ev)
-    counts.total = counts.total + ev.nsize - ev.osize
+  local function count_total(nsize, osize)
+    counts.total = counts.total + nsize - osize
   end
 
   if not blocks then
     -- Without the blocks' facts (opts.blocks = false, by line), the map
     -- gives each live address the slot of its site.  (No pass after the
     -- heap reads its total and allocations: they are copied at finish.)
-    return function(_, ev)
-      local kind = ev.kind
+    -- The event comes as values: pass.feed_values(kind, site, oaddr,
+    -- osize, naddr, nsize, oweight, nweight) -> owner, for a loop that
+    -- reads them without the reader's event table (memprof.analyze).
+    local function feed_values(kind, site, oaddr, osize, naddr, nsize,
+        oweight, nweight)
       local owner
       if kind ~= 'alloc' then
-        local slot = map_remove(map_state, ev.oaddr)
+        local slot = map_remove(map_state, oaddr)
         if slot then
           owner = keys[slot]
         else
           owner = BEFORE_PROFILING
           slot = slot_of_id[owner[1]] or add_key(owner)
         end
-        count_release(slot, ev)
+        count_release(slot, osize, oweight)
       end
       if kind ~= 'free' then
-        local site = ev.site
         local slot = slot_of_id[site[1]] or add_key(site)
-        count_produce(slot, kind, ev)
-        local addr = ev.naddr
-        if map_put(map_state, addr, slot) ~= slot then
-          -- (The stream lost the free of the block that had addr.)
-          map_remove(map_state, addr)
-          map_put(map_state, addr, slot)
+        count_produce(slot, kind, nsize, nweight)
+        if map_put(map_state, naddr, slot) ~= slot then
+          -- (The stream lost the free of the block that had naddr.)
+          map_remove(map_state, naddr)
+          map_put(map_state, naddr, slot)
         end
       end
-      count_total(ev)
+      count_total(nsize, osize)
       return owner
+    end
+    self.feed_values = feed_values
+    return function(_, ev)
+      return feed_values(ev.kind, ev.site, ev.oaddr, ev.osize, ev.naddr,
+        ev.nsize, ev.oweight, ev.nweight)
     end
   end
 
@@ -922,7 +933,7 @@ function make_feed(self)
         end
         slot = slot_of_id[key[1]] or add_key(key)
       end
-      count_release(slot, ev)
+      count_release(slot, ev.osize, ev.oweight)
     end
     if kind ~= 'free' then
       local site, stack = ev.site, ev.stack
@@ -931,12 +942,12 @@ function make_feed(self)
         key = grouper:key(site, stack)
       end
       local slot = slot_of_id[key[1]] or add_key(key)
-      local born = count_produce(slot, kind, ev)
+      local born = count_produce(slot, kind, ev.nsize, ev.nweight)
       self.allocations = born
       produce(ev.naddr, ev.nsize, site, stack, ev.nweight, born,
         not grouper and slot or nil)
     end
-    count_total(ev)
+    count_total(ev.nsize, ev.osize)
     self.total = counts.total
     return owner
   end
@@ -957,6 +968,9 @@ function Heap:finish()
   self.slot_count = self.counts.slot_count
   -- (The feed holds the indexes and the map.)
   self.feed = finished
+  if self.feed_values then
+    self.feed_values = finished
+  end
   if self.blocks and self.blocks.finish then
     self.blocks:finish()
   end

@@ -17,6 +17,11 @@
 --                                           -- opts.split_traces (below)
 --   reader.from_string(bytes [, name [, opts]])
 --   stream:next()   -> the next allocation event, or nil at the end
+--   stream:next_values() -> the same event as values: kind, site, oaddr,
+--                      osize, naddr, nsize, stack, offset (the fields
+--                      below), or nil at the end (for a loop that
+--                      needs no table, as memprof.analyze's: a stream is
+--                      read with one or the other)
 --   stream:each()   -> iterator over the events
 --   stream:close()  -> stop early and release the file
 --
@@ -1224,14 +1229,25 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
 
   local methods = setmetatable({ make_view = make_view }, { __index = common })
 
-  -- The stream's next(), a closure made for each stream (new_stream)
-  -- over its cursor: under LuaJIT a pointer to a C record, which the
-  -- compiled code holds as a constant, so that the position is read and
-  -- written with one load or store and no check of its type.
-  -- No loop here: LuaJIT then compiles the caller's loop around it.
-  -- Headers other than allocation events go to common:other_header(),
-  -- which calls next() again after a symbol event.
-  function methods.make_next(cursor, stacks, ev)
+  -- The values of an event table (ev, as next() returns it), or nil.
+  local function values_of(ev)
+    if not ev then
+      return nil
+    end
+    return ev.kind, ev.site, ev.oaddr, ev.osize, ev.naddr, ev.nsize,
+      ev.stack, ev.offset
+  end
+
+  -- The stream's next_values(), a closure made for each stream
+  -- (new_stream) over its cursor: under LuaJIT a pointer to a C record,
+  -- which the compiled code holds as a constant, so that the position is
+  -- read and written with one load or store and no check of its type.
+  -- Returns the next event's kind (its name), site, oaddr, osize, naddr,
+  -- nsize, stack and offset, or nil at the end.  No loop here: LuaJIT
+  -- then compiles the caller's loop around it.  Headers other than
+  -- allocation events go to common:other_header(), which calls next()
+  -- again after a symbol event.
+  function methods.make_next_values(cursor, stacks)
     return function(self)
       local pos, last = cursor.pos, cursor.last
       -- (Near the end of the buffer only: a stream done has none left.)
@@ -1246,7 +1262,7 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
           pos, last = cursor.pos, cursor.last
         end
         if pos > last then
-          return self:stop_without_epilogue()
+          return values_of(self:stop_without_epilogue())
         end
       end
       local b = bytes_of(cursor)
@@ -1255,7 +1271,7 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
       -- extended ones are checked against the version off the fast path.)
       local kind = HEADER_KIND_EXTENDED[header]
       if not kind or kind == KIND_SYMBOL then
-        return self:other_header(header, pos)
+        return values_of(self:other_header(header, pos))
       end
       local source = HEADER_SOURCE[header]
       local p = pos + 1
@@ -1269,7 +1285,7 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
       local stack_id, stack_at = 0, 0
       if header >= STACK_BIT then
         if cursor.version ~= EXTENDED_VERSION then
-          return self:other_header(header, pos)
+          return values_of(self:other_header(header, pos))
         end
         stack_at = p
         stack_id, p = uleb(b, p, last)
@@ -1288,13 +1304,13 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
         nsize, p = uleb(b, p, last)
       end
       if p == OVERRUN then
-        return self:diagnose_event(header, pos)
+        return values_of(self:diagnose_event(header, pos))
       end
       local stack = nil
       if stack_at ~= 0 and source ~= SOURCE_INTERNAL then
         stack = stacks[stack_id]
         if not stack then
-          return self:undefined_stack(stack_id, stack_at)
+          return values_of(self:undefined_stack(stack_id, stack_at))
         end
         cursor.context = stack_id
       end
@@ -1317,16 +1333,31 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
           stack = trace_stack(self, loc)
         end
       end
-      ev.kind = KIND_NAMES[kind]
-      ev.site = site
-      ev.oaddr, ev.osize, ev.naddr, ev.nsize = oaddr, osize, naddr, nsize
-      ev.offset = cursor.base + pos - 1
-      ev.stack = stack
       cursor.pos = p
       cursor.events = cursor.events + 1
+      return KIND_NAMES[kind], site, oaddr, osize, naddr, nsize, stack,
+        cursor.base + pos - 1
+    end
+  end
+
+  -- The stream's next(): the next event in the stream's reused table
+  -- (ev), or nil at the end.
+  function methods.make_next(next_values, ev)
+    return function(self)
+      local kind, site, oaddr, osize, naddr, nsize, stack, offset =
+        next_values(self)
+      if not kind then
+        return nil
+      end
+      ev.kind = kind
+      ev.site = site
+      ev.oaddr, ev.osize, ev.naddr, ev.nsize = oaddr, osize, naddr, nsize
+      ev.offset = offset
+      ev.stack = stack
       return ev
     end
   end
+
 
   return { __index = methods }
 end
@@ -1546,6 +1577,7 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     close_source = close_source,
     buf = '', eof = false, done = false,
     cursor = false, cursor_record = false, next = false,
+    next_values = false,
     in_events = false,
     header_kind = HEADER_KIND_V3,
     -- stack and time are created as false, then set to nil below, so
@@ -1562,7 +1594,8 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
   }, meta)
   self.inferred_stacks = self.inferred.list
   self.cursor, self.cursor_record = self.new_cursor()
-  self.next = self.make_next(self.cursor, self.stacks, self.event)
+  self.next_values = self.make_next_values(self.cursor, self.stacks)
+  self.next = self.make_next(self.next_values, self.event)
   self.event.stack, self.event.time = nil, nil
   if meta == plain_meta then
     self.cursor.view = self.make_view(self.buf)

@@ -20,6 +20,10 @@
 --   pass:feed(ev, owner, heap)  -- owner: as returned by heap:feed(ev);
 --                               -- heap: the heap pass (for the stack of
 --                               -- the released block)
+--   pass.feed_values(kind, site, owner, osize, nsize, oweight, nweight)
+--                               -- the same, the event as values (no
+--                               -- self): without a grouper only (else
+--                               -- false)
 --   pass.of_kind.alloc          -- the figures of each kind:
 --     keys                      -- the sites (or groups), in order of
 --                               -- first appearance: key i is in slot i
@@ -75,7 +79,7 @@ end
 function M.new(opts)
   opts = opts or {}
   local self = setmetatable({ of_kind = {}, grouper = opts.grouper or false,
-    keep_overrides = opts.overrides ~= false }, Sites)
+    keep_overrides = opts.overrides ~= false, feed_values = false }, Sites)
   for _, kind in ipairs(M.KINDS) do
     -- overrides: by slot, { list of owners, blocks by owner }
     self.of_kind[kind] = { keys = {}, slot_of_id = {}, count = {},
@@ -121,74 +125,106 @@ local function finished()
   error('memprof.sites: an event fed after finish()', 2)
 end
 
+-- The blocks of each owner, counted by the owner's id while events are
+-- fed (see account), keyed by the owner itself once they are done.
+local function key_by_owner(by_slot)
+  for _, overrides in pairs(by_slot) do
+    local blocks_by_id, by_owner = overrides[2], {}
+    for _, owner in ipairs(overrides[1]) do
+      by_owner[owner] = blocks_by_id[owner[1]]
+    end
+    overrides[2] = by_owner
+  end
+end
+
 function Sites:finish()
   for _, kind in ipairs(M.KINDS) do
     self.of_kind[kind].slot_of_id = nil
+    key_by_owner(self.of_kind[kind].overrides)
   end
   -- (The feed holds the indexes.)
   self.feed = finished
-end
-
--- The figures of one event in the columns of its kind (slot: its key's
--- slot there), and its released block's owner in the overrides when
--- they are kept (owner not nil).  (The overrides are counted here, not
--- in a function of their own: a call for each release made the text
--- report of a large profile slower.)
-local function account(figures, slot, weight, ev, owner)
-  local count, plus, minus = figures.count, figures.plus, figures.minus
-  count[slot] = count[slot] + weight
-  plus[slot] = plus[slot] + ev.nsize
-  minus[slot] = minus[slot] + ev.osize
-  if owner then
-    local by_slot = figures.overrides
-    local overrides = by_slot[slot]
-    if not overrides then
-      overrides = { {}, {} }
-      by_slot[slot] = overrides
-    end
-    local blocks = overrides[2]
-    local blocks_of_owner = blocks[owner]
-    if not blocks_of_owner then
-      blocks_of_owner = 0
-      local list = overrides[1]
-      list[#list + 1] = owner
-    end
-    blocks[owner] = blocks_of_owner + ev.oweight
+  if self.feed_values then
+    self.feed_values = finished
   end
 end
 
+-- The released block's owner in the overrides of the key in `slot` (by
+-- slot: { list of owners, blocks by owner }), for `weight` blocks.  An
+-- owner's blocks are counted by its id, as the heap's slots are
+-- (key[1]): the ids of sites are dense, so a deallocating site's counts
+-- are mostly an array, where a table keyed by the owners themselves is
+-- a hash table searched for each release.  finish() keys them by owner.
+local function count_owner(by_slot, slot, owner, weight)
+  local overrides = by_slot[slot]
+  if not overrides then
+    overrides = { {}, {} }
+    by_slot[slot] = overrides
+  end
+  local blocks, id = overrides[2], owner[1]
+  local blocks_of_owner = blocks[id]
+  if not blocks_of_owner then
+    blocks_of_owner = 0
+    local list = overrides[1]
+    list[#list + 1] = owner
+  end
+  blocks[id] = blocks_of_owner + weight
+end
+
 -- pass:feed(ev, owner, heap): a closure of each pass's own, made by
--- M.new, whose grouper, kinds' figures and indexes are its upvalues:
+-- M.new, whose grouper, kinds' columns and indexes are its upvalues:
 -- LuaJIT's code for an event then looks up no field of the pass, and
--- the grouper and keep_overrides, known for good, cost no test.
+-- the grouper and keep_overrides, known for good, cost no test.  Each
+-- kind adds to the columns it changes only (an allocation frees no
+-- bytes, a free allocates none), and only a release has an owner.
 function make_feed(self)
   local grouper, keep_overrides = self.grouper, self.keep_overrides
   local allocs, reallocs, frees = self.allocs, self.reallocs, self.frees
   local alloc_slots, realloc_slots = allocs.slot_of_id, reallocs.slot_of_id
   local free_slots = frees.slot_of_id
+  local alloc_count, alloc_plus = allocs.count, allocs.plus
+  local free_count, free_minus = frees.count, frees.minus
+  local realloc_count, realloc_plus = reallocs.count, reallocs.plus
+  local realloc_minus = reallocs.minus
+  local free_overrides = frees.overrides
+  local realloc_overrides = reallocs.overrides
+  -- The event as values, its key (site or group) and owner known.
+  local function account(kind, key, owner, osize, nsize, oweight, nweight)
+    local id = key[1]
+    if kind == 'alloc' then
+      local slot = alloc_slots[id] or add(allocs, key)
+      alloc_count[slot] = alloc_count[slot] + nweight
+      alloc_plus[slot] = alloc_plus[slot] + nsize
+    elseif kind == 'free' then
+      local slot = free_slots[id] or add(frees, key)
+      free_count[slot] = free_count[slot] + oweight
+      free_minus[slot] = free_minus[slot] + osize
+      if owner and keep_overrides then
+        count_owner(free_overrides, slot, owner, oweight)
+      end
+    else
+      local slot = realloc_slots[id] or add(reallocs, key)
+      realloc_count[slot] = realloc_count[slot] + nweight
+      realloc_plus[slot] = realloc_plus[slot] + nsize
+      realloc_minus[slot] = realloc_minus[slot] + osize
+      if owner and keep_overrides then
+        count_owner(realloc_overrides, slot, owner, oweight)
+      end
+    end
+  end
+  if not grouper then
+    self.feed_values = account
+  end
   return function(_, ev, owner, heap)
-    local kind = ev.kind
     local key = ev.site
     if grouper then
       key = grouper:key(key, ev.stack)
-      if owner then
+      if owner and keep_overrides then
         owner = grouper:key(owner, heap and heap.released_stack)
       end
     end
-    if not keep_overrides then
-      owner = nil
-    end
-    local id = key[1]
-    if kind == 'alloc' then
-      account(allocs, alloc_slots[id] or add(allocs, key), ev.nweight, ev,
-        owner)
-    elseif kind == 'free' then
-      account(frees, free_slots[id] or add(frees, key), ev.oweight, ev,
-        owner)
-    else
-      account(reallocs, realloc_slots[id] or add(reallocs, key), ev.nweight,
-        ev, owner)
-    end
+    return account(ev.kind, key, owner, ev.osize, ev.nsize, ev.oweight,
+      ev.nweight)
   end
 end
 
