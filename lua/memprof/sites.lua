@@ -188,6 +188,18 @@ function make_feed(self)
   local realloc_minus = reallocs.minus
   local free_overrides = frees.overrides
   local realloc_overrides = reallocs.overrides
+  -- A release (free or realloc) in the count, minus and overrides of
+  -- its kind: `weight` events, the old block's osize bytes and oweight
+  -- blocks.
+  local function count_release(count, minus, overrides, slot, weight, osize,
+      owner, oweight)
+    count[slot] = count[slot] + weight
+    minus[slot] = minus[slot] + osize
+    if owner and keep_overrides then
+      count_owner(overrides, slot, owner, oweight)
+    end
+  end
+
   -- The event as values, its key (site or group) and owner known.
   local function account(kind, key, owner, osize, nsize, oweight, nweight)
     local id = key[1]
@@ -196,20 +208,13 @@ function make_feed(self)
       alloc_count[slot] = alloc_count[slot] + nweight
       alloc_plus[slot] = alloc_plus[slot] + nsize
     elseif kind == 'free' then
-      local slot = free_slots[id] or add(frees, key)
-      free_count[slot] = free_count[slot] + oweight
-      free_minus[slot] = free_minus[slot] + osize
-      if owner and keep_overrides then
-        count_owner(free_overrides, slot, owner, oweight)
-      end
+      count_release(free_count, free_minus, free_overrides,
+        free_slots[id] or add(frees, key), oweight, osize, owner, oweight)
     else
       local slot = realloc_slots[id] or add(reallocs, key)
-      realloc_count[slot] = realloc_count[slot] + nweight
       realloc_plus[slot] = realloc_plus[slot] + nsize
-      realloc_minus[slot] = realloc_minus[slot] + osize
-      if owner and keep_overrides then
-        count_owner(realloc_overrides, slot, owner, oweight)
-      end
+      count_release(realloc_count, realloc_minus, realloc_overrides, slot,
+        nweight, osize, owner, oweight)
     end
   end
   if not grouper then
