@@ -1358,7 +1358,6 @@ local function make_methods(make_view, byte_at, bit, bytes_of)
     end
   end
 
-
   return { __index = methods }
 end
 
