@@ -307,3 +307,9 @@ demo: all
 	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;;' \
 	  $(LUAJIT) bench/demo.lua build/demo.bin
 	bin/memprof-report --human-readable build/demo.bin
+
+# The module with fault injection (src/fault.h), for spec/faults_spec.lua.
+FAULTS = build/faults
+faults-module:
+	$(MAKE) --no-print-directory BUILD=$(FAULTS) \
+	  CFLAGS='$(CFLAGS) -DMEMPROF_FAULTS' $(FAULTS)/memprof.so

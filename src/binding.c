@@ -228,6 +228,10 @@ static const struct {
                               "misc.memprof is running",
                               EBUSY},
     [LIFE_CLOSING] = {"the VM is being closed", EINVAL},
+    [LIFE_FORKED] = {"profiler is not running in this process: it was "
+                     "started before fork(), and a path without %p is not "
+                     "followed into a child",
+                     EINVAL},
 };
 
 static int push_status(lua_State *L, enum life_status st)
@@ -454,11 +458,13 @@ static int l_stats(lua_State *L)
   struct sentinel *s = get_sentinel(L);
   struct profile_stats st;
   uint64_t sample_bytes = 0, written = 0;
+  enum life_status status = LIFE_NOT_RUNNING;
   unsigned source;
   int sampled;
-  if (s == NULL ||
-      !lifecycle_stats(L, &s->profiles, &st, &sample_bytes, &written))
-    return push_status(L, LIFE_NOT_RUNNING);
+  if (s != NULL)
+    status = lifecycle_stats(L, &s->profiles, &st, &sample_bytes, &written);
+  if (status != LIFE_OK)
+    return push_status(L, status);
   sampled = sample_bytes != 0;
   lua_newtable(L);
   set_number(L, "net", push_stat_totals(L, &st, sampled, 0));

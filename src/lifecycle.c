@@ -453,6 +453,34 @@ static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
   return err;
 }
 
+/* Whether the running profile was started in the parent of this process
+** and does not go on here (its path has no %p): nothing is recorded in
+** this process, so it does not run here. */
+static int left_in_parent(const struct vm_profiles *vm)
+{
+  const struct profiler *p = vm->active != NULL ? &vm->active->p : NULL;
+  return p != NULL && p->fork_generation != profiler_fork_generation &&
+         p->path_template == NULL;
+}
+
+/* What a call finds when no profile runs here: LIFE_FORKED (and the
+** parent's profile ends in this process), LIFE_DETACHED once, or
+** LIFE_NOT_RUNNING. */
+static enum life_status not_running(lua_State *L, struct vm_profiles *vm)
+{
+  char *path = NULL;
+  if (left_in_parent(vm)) {
+    stop_link(L, vm, vm->active, &path);
+    free(path);
+    return LIFE_FORKED;
+  }
+  if (vm->detached) {
+    vm->detached = 0;
+    return LIFE_DETACHED;
+  }
+  return LIFE_NOT_RUNNING;
+}
+
 /* ---- The built-in misc.memprof of Tarantool's fork ---------------------- */
 
 /*
@@ -585,6 +613,8 @@ enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm)
   if (vm->closing)
     return LIFE_CLOSING;
   notice_detachment(L, vm);
+  if (left_in_parent(vm))
+    not_running(L, vm); /* A start in the child replaces it. */
   if (vm->active != NULL)
     return LIFE_RUNNING;
   if (vm->has_builtin) {
@@ -668,13 +698,8 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
   struct chain_link *l;
   char *path = NULL;
   notice_detachment(L, vm);
-  if (vm->active == NULL) {
-    if (vm->detached) {
-      vm->detached = 0;
-      return LIFE_DETACHED;
-    }
-    return LIFE_NOT_RUNNING;
-  }
+  if (vm->active == NULL || left_in_parent(vm))
+    return not_running(L, vm);
   l = collect_at_stop(L, vm, vm->active, collector);
   if (l == NULL)
     return LIFE_NOT_RUNNING;
@@ -688,19 +713,20 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
   return ended->max_bytes != 0 ? LIFE_MAX_BYTES : LIFE_FILE_ERROR;
 }
 
-int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
-                    struct profile_stats *out, uint64_t *sample_bytes,
-                    uint64_t *written)
+enum life_status lifecycle_stats(lua_State *L, struct vm_profiles *vm,
+                                 struct profile_stats *out,
+                                 uint64_t *sample_bytes, uint64_t *written)
 {
   struct profiler *p;
   notice_detachment(L, vm);
-  if (vm->active == NULL)
-    return 0;
+  if (vm->active == NULL || left_in_parent(vm))
+    return not_running(L, vm);
   p = &vm->active->p;
   *out = p->stats;
   *sample_bytes = p->sampler.mean;
-  *written = writer_total(&p->out);
-  return 1;
+  /* A capped stream keeps its bytes up to the cut (then the epilogue). */
+  *written = p->capped ? p->cut_at : writer_total(&p->out);
+  return LIFE_OK;
 }
 
 enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
@@ -708,11 +734,10 @@ enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
                                     size_t len, int *err)
 {
   notice_detachment(L, vm);
-  if (vm->active == NULL) {
-    if (vm->detached)
-      return LIFE_DETACHED;
-    return LIFE_NOT_RUNNING;
-  }
+  if (vm->active == NULL && vm->detached)
+    return LIFE_DETACHED;
+  if (vm->active == NULL || left_in_parent(vm))
+    return not_running(L, vm);
   *err = snapshot_write(&vm->active->p, path, (enum snapshot_format)format, msg,
                         len);
   return *err == 0 ? LIFE_OK : LIFE_SNAPSHOT_FAILED;
@@ -721,7 +746,7 @@ enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)
 {
   notice_detachment(L, vm);
-  return vm->active != NULL;
+  return vm->active != NULL && !left_in_parent(vm);
 }
 
 void lifecycle_close(lua_State *L, struct vm_profiles *vm)

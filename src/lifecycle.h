@@ -63,6 +63,8 @@ enum life_status {
   LIFE_BUILTIN,         /* The VM's built-in misc.memprof is running. */
   LIFE_BUILTIN_UNKNOWN, /* Whether it is running cannot be told. */
   LIFE_CLOSING,         /* The VM is being closed. */
+  LIFE_FORKED,          /* No profile runs in this process: it was started
+                           before fork() and its path has no %p. */
   LIFE_FILE_ERROR,      /* An errno about the profile's file. */
   LIFE_MAX_BYTES,       /* The profile stopped at its size cap. */
   LIFE_SNAPSHOT_FAILED, /* A snapshot could not be written: see its message. */
@@ -113,11 +115,11 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
 struct profile_stats;
 
 /* The running profile's totals (memprof.stats) into *out, with its
-** sampling rate (0: none) and bytes written. Returns 0 if no profile
-** runs. */
-int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
-                    struct profile_stats *out, uint64_t *sample_bytes,
-                    uint64_t *written);
+** sampling rate (0: none) and bytes written. LIFE_OK, LIFE_NOT_RUNNING,
+** LIFE_DETACHED or LIFE_FORKED. */
+enum life_status lifecycle_stats(lua_State *L, struct vm_profiles *vm,
+                                 struct profile_stats *out,
+                                 uint64_t *sample_bytes, uint64_t *written);
 
 /* Writes a snapshot of the running profile to `path` in `format` (an
 ** enum snapshot_format) without stopping it. LIFE_OK, LIFE_NOT_RUNNING,
