@@ -272,7 +272,7 @@ static int l_start(lua_State *L)
     return push_failure(L, msg, ENOTSUP);
   }
   if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK) {
-    char *file = life_file_name(path);
+    char *file = lifecycle_file_name(path);
     int n = push_file_failure(L, file != NULL ? file : path, err);
     free(file);
     return n;
@@ -512,7 +512,7 @@ static int l_info(lua_State *L)
   int ok = vm_learn_layout(L, &lay, error, sizeof(error));
   vm_learn_status(&st);
   lua_newtable(L);
-  life_push_library(L, "jit");
+  lifecycle_push_library(L, "jit");
   if (lua_istable(L, -1))
     lua_getfield(L, -1, "version");
   else
@@ -578,7 +578,7 @@ static int sentinel_gc(lua_State *L)
 static int has_builtin_memprof(lua_State *L)
 {
   int found = 0, top = lua_gettop(L);
-  life_push_library(L, "_G");
+  lifecycle_push_library(L, "_G");
   if (lua_istable(L, -1))
     lua_getfield(L, -1, "misc");
   if (lua_istable(L, -1)) {
@@ -649,7 +649,7 @@ static void anchor_messages(lua_State *L)
 ** not triggered. */
 static void install_misc(lua_State *L)
 {
-  life_push_library(L, "_G");
+  lifecycle_push_library(L, "_G");
   if (!lua_istable(L, -1)) {
     lua_pop(L, 1);
     return;

@@ -769,17 +769,11 @@ void profiler_note_collected(struct profiler *p, uint64_t heap)
 
 int profiler_write_prologue(struct profiler *p)
 {
-  static const uint8_t symtab[] = {'l', 'j', 's', SYMTAB_VERSION,
-                                   0,   0,   0,   SYMTAB_FINAL};
-  uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
-  if (p->extended)
-    events[3] = EVENTS_VERSION_EXTENDED;
   uint64_t heap = 0;
   if (p->max_bytes != 0)
     writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX -
                                    (p->collect_at_stop ? NOTE_MAX : 0));
-  writer_bytes(&p->out, symtab, sizeof(symtab));
-  writer_bytes(&p->out, events, sizeof(events));
+  writer_prologue(&p->out, p->extended);
   /* The sampling record, then the heap when the profile starts (nothing
   ** allocates through the VM from here until the hook is installed). */
   if (p->sampler.mean != 0 && writer_reserve(&p->out, 2 + ULEB128_MAX)) {
@@ -799,14 +793,13 @@ int profiler_write_prologue(struct profiler *p)
 
 int profiler_finish(struct profiler *p)
 {
-  static const uint8_t epilogue[] = {EVENTS_EPILOGUE};
   int err;
   if (p->state == PROFILER_RECORDING && p->timestamps)
     mark_time(p, 1);
-  if (p->state == PROFILER_RECORDING && writer_reserve(&p->out, 1))
-    writer_put_byte(&p->out, EVENTS_EPILOGUE);
+  if (p->state == PROFILER_RECORDING)
+    writer_epilogue(&p->out);
   if (p->capped)
-    err = writer_close_at(&p->out, p->cut_at, epilogue, sizeof(epilogue));
+    err = writer_close_at(&p->out, p->cut_at);
   else
     err = writer_close(&p->out);
   p->state = PROFILER_HALTED;

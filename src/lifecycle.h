@@ -77,7 +77,7 @@ void lifecycle_init_process(void);
 /* Pushes a loaded library's table (registry._LOADED[name]), or nil. The
 ** module never looks at globals: hosts replace them (OpenResty's ngx_lua
 ** guards writes to them and replaces coroutine.*). */
-void life_push_library(lua_State *L, const char *name);
+void lifecycle_push_library(lua_State *L, const char *name);
 
 /* Whether a profile may start in L's VM now. Allocates nothing through
 ** the VM (see lifecycle.c). */
@@ -86,14 +86,14 @@ enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm);
 /* The file name of a profile path in this process: "%p" is replaced by the
 ** process id and "%%" by "%"; any other "%" is kept. malloc'd; NULL when
 ** memory is short. */
-char *life_file_name(const char *path);
+char *lifecycle_file_name(const char *path);
 
 /* Whether a profile to `path` goes on in a child after fork() (into the
 ** child's own file): whether the path names the process ("%p"). */
-int life_path_follows_fork(const char *path);
+int lifecycle_path_follows_fork(const char *path);
 
 /* Starts a profile to `path` (after lifecycle_may_start said LIFE_OK and
-** with a verified layout). The file is life_file_name(path).
+** with a verified layout). The file is lifecycle_file_name(path).
 ** LIFE_OK, or LIFE_FILE_ERROR with *err. */
 enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct vm_layout *lay,
