@@ -311,8 +311,10 @@ clean:
 	  build/stripped build/debuglink build/buildid build/faults \
 	  build/sanitized build/fixed_seed.so build/demo.bin
 
-# Profiles a small program and prints its report.
+# Profiles a small program that leaks (with its call stacks, the JIT off
+# so that every allocation is charged to its line) and prints what it
+# leaves live.
 demo: $(MODULE)
 	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;;' \
-	  $(LUAJIT) bench/demo.lua build/demo.bin
-	bin/memprof-report --human-readable build/demo.bin
+	  $(LUAJIT) -joff bench/demo.lua build/demo.bin
+	bin/memprof-report --leaks --human-readable build/demo.bin
