@@ -54,9 +54,9 @@ put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr,
 ** Encodes an allocation event up to its new block: header, location (for
 ** an internal event of the extended format, its kind, from the VM state:
 ** `rt` and `g`; `ext` is the extended format), stack id, then the old block
-*(realloc, free). The bytes go
-** past the writer's position without advancing it: the event is committed
-** by end_event() once the real allocator has succeeded. Returns where the
+** (realloc, free). The bytes go past the writer's position without
+** advancing it: the event is committed once the real allocator has
+** succeeded (put_new_block, then writer_commit). Returns where the
 ** new block goes, or NULL if the writer has failed. `reserved`: the caller
 ** has checked that the buffer has room and the writer has not failed.
 */
