@@ -1,6 +1,5 @@
 -- A small program to profile: a cache that keeps some of what it builds.
--- `make demo` profiles it (with call stacks, collecting garbage at stop)
--- and prints what it leaves live.
+-- `make demo` profiles it with stacks and prints what it leaves live.
 local memprof = require('memprof')
 
 local function render(user)
