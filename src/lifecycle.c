@@ -266,6 +266,16 @@ static int fresh_tables(struct profiler *p)
   return 0;
 }
 
+/* Writes the stream's prologue into the file before the profile records
+** (the writer thread writes it, and this waits): a process that dies at
+** once leaves a profile with no event, never an empty file. A write
+** error shows at stop. */
+static void write_prologue_now(struct profiler *p)
+{
+  profiler_write_prologue(p);
+  writer_sync(&p->out);
+}
+
 /*
 ** In a child after fork(), a profile whose path names the process starts
 ** again into the child's own file: a new stream (headers, symbols described
@@ -299,7 +309,7 @@ static int follow_into_child(struct profiler *p)
   p->clock_countdown = 0;
   p->last_mark = 0;
   p->fork_generation = profiler_fork_generation;
-  profiler_write_prologue(p); /* Buffered: errors show at stop. */
+  write_prologue_now(p);
   return 0;
 }
 
@@ -517,7 +527,7 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
     free_link(l);
     return LIFE_FILE_ERROR;
   }
-  profiler_write_prologue(p); /* Buffered: errors show at stop. */
+  write_prologue_now(p);
   p->fork_generation = profiler_fork_generation;
   p->state = PROFILER_RECORDING;
   /* A parked hook of ours that is the VM's allocator gives its place to
