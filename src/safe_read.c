@@ -30,10 +30,10 @@ static int pipe_read(uintptr_t addr, void *dst, size_t n)
   return ok;
 }
 
-/* The process id safe_read reads from, 0 until known: asking getpid()
-** each time doubled the system calls of a start (thousands of reads). A
-** child after fork() forgets it (safe_read_forget_pid, from the fork
-** handler), before any of its code can read. */
+/* The process id safe_read reads from, 0 until known: a start makes
+** thousands of reads, and one getpid() each would be as many system calls
+** again. A child after fork() forgets it (safe_read_forget_pid, from the
+** fork handler), before any of its code can read. */
 static pid_t own_pid;
 
 void safe_read_forget_pid(void)
