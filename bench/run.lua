@@ -28,7 +28,7 @@
 --   BENCH_REPORTER=off              without the reporter section
 --   BENCH_REPORTER=only             the reporter section alone
 local memprof = require('memprof')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 local callgrind = require('callgrind')
 local reporter = require('reporter')
 local programs = require('programs')

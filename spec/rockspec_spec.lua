@@ -29,7 +29,7 @@ describe('the rockspec', function()
       if name ~= 'memprof' then modules[#modules + 1] = file end
     end
     table.sort(modules)
-    local want = listed('lua/memprof/*.lua lua/memprof/report/*.lua')
+    local want = listed('lua/memprof/*.lua lua/memprof/*/*.lua')
     assert.same(want, modules)
   end)
 

@@ -2,7 +2,7 @@
 -- Event Format's JSON object form), for chrome://tracing, Perfetto's UI
 -- (ui.perfetto.dev) and speedscope.
 --
---   chrome.write(result, out, opts)   -- result of memprof.analyze.run()
+--   chrome.write(result, out, opts)   -- result of memprof.analysis.analyze.run()
 --   chrome.document(result) -> the trace as Lua tables
 --   chrome.analysis(opts, stream, reader) -> the analysis it needs
 --
@@ -20,7 +20,7 @@
 -- "otherData" says which clock was used, and so does the process name.
 
 local json = require('memprof.report.json')
-local timeline = require('memprof.timeline')
+local timeline = require('memprof.analysis.timeline')
 
 local M = {}
 

@@ -17,7 +17,7 @@
 --     opts  frame_id(site), name_of(frame number), max_nodes,
 --           number_of(frame number): the number written for a frame
 --           (default: its own),
---           json: the options of the memprof.json_text writer that
+--           json: the options of the memprof.encode.json_text writer that
 --           writes the text (how numbers are written)
 --
 -- A path is a stack (anything with `frames`, innermost first) or, with
@@ -36,7 +36,7 @@
 -- bytes are left out.  top: { bytes = the root's, frames =, sizes = } the
 -- frame numbers and bytes of the root's children that are not merged.
 
-local json_text = require('memprof.json_text')
+local json_text = require('memprof.encode.json_text')
 
 local M = {}
 
@@ -179,7 +179,7 @@ local function size_limit(tree, max_nodes)
   return limit, max_nodes - larger
 end
 
--- The text of a tree is written by a memprof.json_text writer (opts:
+-- The text of a tree is written by a memprof.encode.json_text writer (opts:
 -- its options, numbers as it writes them) into chunks, each its parts
 -- joined: no string per node, and no node's text copied into its
 -- parent's (a tree of 400,000 nodes made ten times its text in garbage).

@@ -1,7 +1,7 @@
 -- memprof.report.html: the report as one self-contained HTML page.
 --
 --   html.write(result, out, opts)
---     result  from memprof.analyze.run(), ideally with every view
+--     result  from memprof.analysis.analyze.run(), ideally with every view
 --             ({ leaks = true, peak = true, temporary = true,
 --             timeline = true }) and the passes of html.passes()
 --     out     a file handle (default io.stdout)
@@ -32,15 +32,15 @@
 
 local layout = require('memprof.report.layout')
 local report_rows = require('memprof.report.rows')
-local columns = require('memprof.columns')
+local columns = require('memprof.analysis.columns')
 local flame = require('memprof.report.flame')
 local record_shape = require('memprof.record').shape
-local heap = require('memprof.heap')
-local leaks_module = require('memprof.leaks')
-local sampling = require('memprof.sampling')
-local timeline = require('memprof.timeline')
-local utf8 = require('memprof.utf8')
-local json_text = require('memprof.json_text')
+local heap = require('memprof.analysis.heap')
+local leaks_module = require('memprof.analysis.leaks')
+local sampling = require('memprof.analysis.sampling')
+local timeline = require('memprof.analysis.timeline')
+local utf8 = require('memprof.encode.utf8')
+local json_text = require('memprof.encode.json_text')
 
 local M = {}
 
@@ -142,7 +142,7 @@ end
 -- JSON -----------------------------------------------------------------------
 
 -- The page's data is JSON inside a <script> element ('<', '>' and '&'
--- escaped), its fractions with 6 digits (memprof.json_text).
+-- escaped), its fractions with 6 digits (memprof.encode.json_text).
 local JSON = { script = true, float = '%.6g' }
 
 local array = json_text.array
@@ -620,7 +620,7 @@ end
 -- The tables -----------------------------------------------------------------
 
 -- Allocated bytes and allocations per row (alloc and realloc together),
--- in columns by group id (memprof.columns: a profile may have a row per
+-- in columns by group id (memprof.analysis.columns: a profile may have a row per
 -- place, and a record and an index entry per row took 60 MB for 400,000
 -- places).  Returns the rows shown (records, at most settings.top,
 -- sorted by sort_field, then by name) and the rest: { rows = how many,

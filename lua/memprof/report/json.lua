@@ -1,7 +1,7 @@
 -- memprof.report.json: every view of an analysis as one JSON document
--- (the schema is docs/json.md), written by memprof.json_text.
+-- (the schema is docs/json.md), written by memprof.encode.json_text.
 --
---   json.write(result, out, opts)     -- result of memprof.analyze.run
+--   json.write(result, out, opts)     -- result of memprof.analysis.analyze.run
 --   json.document(result) -> the document as Lua tables
 --   json.encode(value) -> JSON text (also used by the chrome format)
 --   json.array(list) -> list, marked to be encoded as an array even
@@ -15,11 +15,11 @@
 -- The text is the same for the same profile on every run: the keys of
 -- each object are in sorted order.  Every string is valid UTF-8 (each
 -- byte that is not part of a valid sequence becomes U+FFFD), and every
--- whole number is written exactly, however large (memprof.json_text).
+-- whole number is written exactly, however large (memprof.encode.json_text).
 
 local rows = require('memprof.report.rows')
-local json_text = require('memprof.json_text')
-local leaks_module = require('memprof.leaks')
+local json_text = require('memprof.encode.json_text')
+local leaks_module = require('memprof.analysis.leaks')
 
 local M = {}
 

@@ -2,7 +2,7 @@
 -- rows, sorting, --top, the grouping heading, the sampling line and the
 -- ALIASES section.
 
-local sampling = require('memprof.sampling')
+local sampling = require('memprof.analysis.sampling')
 
 local M = {}
 

@@ -4,7 +4,7 @@
 -- per row took 400 bytes a place, a column takes 8).
 --
 --   local rows = require('memprof.report.rows')
---   local figures = rows.figures(result [, opts])  -- memprof.analyze.run
+--   local figures = rows.figures(result [, opts])  -- memprof.analysis.analyze.run
 --
 -- The sites and heap passes keep one record per site when the rows are
 -- lines (two sites with one name, a function loaded twice, are one
