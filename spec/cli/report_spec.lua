@@ -355,6 +355,18 @@ Formats (--format=NAME; docs/formats.md):
       #bytes - 2), stderr)
   end)
 
+  -- What a process killed in its first second leaves.
+  it('reports an empty file as a profile with no events, and says why',
+    function()
+      local empty = another_file('')
+      local code, stdout, stderr = report(empty)
+      assert.are.same({ 0, 'ALLOCATIONS\n\nREALLOCATIONS\n\n' ..
+        'DEALLOCATIONS\n\nHEAP SUMMARY:\nTOTAL holds 0B (net bytes of the ' ..
+        'stream)\n\n', 'memprof-report: warning: ' .. empty .. ': the file ' ..
+        'is empty: the process wrote no profile (it ended, or was killed, ' ..
+        'before its first write); no events\n' }, { code, stdout, stderr })
+    end)
+
   it('reads a file whose name starts with a dash after --', function()
     local dir = os.tmpname()
     os.remove(dir)

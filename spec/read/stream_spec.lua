@@ -883,9 +883,18 @@ describe('reader errors', function()
       open_error(B.new():raw('\3'):bytes()))
   end)
 
+  -- A process killed in its first second leaves a file of 0 bytes.
+  it('reads an empty file as a profile with no events, and says why',
+    function()
+      local stream = reader.from_string('', 'out.bin')
+      assert.is_nil(stream:next())
+      assert.are.same({ 0, 0, nil, 'out.bin: the file is empty: the ' ..
+        'process wrote no profile (it ended, or was killed, before its ' ..
+        'first write); no events' },
+        { stream.events, stream.bytes_read, stream.version, stream.warning })
+    end)
+
   it('rejects files shorter than the two headers', function()
-    assert.are.equal("out.bin: byte 0: expected the symbol table magic " ..
-      "'ljs', found the end of the file", open_error(''))
     assert.are.equal("out.bin: byte 0: expected the symbol table magic " ..
       "'ljs', found 'lj' and then the end of the file", open_error('lj'))
     assert.are.equal('out.bin: byte 3: expected symbol table version, ' ..
@@ -947,12 +956,41 @@ describe('reader errors', function()
       'function, found a number longer than 10 bytes', open_error(s:bytes()))
   end)
 
+  it('rejects 10-byte numbers above 2^64 - 1, naming their offset',
+    function()
+      -- 2^64 and 2^65: a tenth byte of 2 and 4.
+      for _, last in ipairs({ '\2', '\4' }) do
+        for _, mode in ipairs(MODES) do
+          local s = B.new():events():raw('\5' .. ('\128'):rep(9) .. last ..
+            '\1'):epilogue()
+          local stream = reader.from_string(s:bytes(), 'out.bin', mode.opts)
+          local ok, err = pcall(stream.next, stream)
+          assert.are.same({ false, 'out.bin: byte 16: expected the address ' ..
+            'of an allocated block, found a number above 2^64 - 1' },
+            { ok, err })
+        end
+        local s = B.new():raw('\1' .. ('\255'):rep(9) .. last .. '\0')
+        assert.are.equal('out.bin: byte 8: expected the address of a C ' ..
+          'function, found a number above 2^64 - 1', open_error(s:bytes()))
+      end
+      -- A time mark of 2^65, in the extended format.
+      local s = B.new():events({ version = 100 })
+      local at = s:size() + 1
+      s:raw('\24' .. ('\128'):rep(9) .. '\4'):epilogue()
+      local stream = reader.from_string(s:bytes(), 'out.bin')
+      local ok, err = pcall(stream.next, stream)
+      assert.are.same({ false, ('out.bin: byte %d: expected the time of a ' ..
+        'time mark, found a number above 2^64 - 1'):format(at) }, { ok, err })
+    end)
+
   it('accepts a 10-byte number', function()
-    local s = B.new():events():raw('\5' .. ('\128'):rep(9) .. '\0\1\8')
-      :epilogue()
+    local s = B.new():events():raw('\5' .. ('\255'):rep(9) .. '\1\8')
+      :raw('\5' .. ('\128'):rep(9) .. '\0\1\8'):epilogue()
     local events = collect(reader.from_string(s:bytes()))
-    assert.are.equal(0, events[1].naddr)
-    assert.are.equal(1, events[1].nsize)
+    -- 2^64 - 1, as near as a Lua number is.
+    assert.are.same({ 2 ^ 64, 8 }, { events[1].naddr, events[1].nsize })
+    assert.are.equal(0, events[2].naddr)
+    assert.are.equal(1, events[2].nsize)
   end)
 end)
 

@@ -64,9 +64,6 @@ local M = {}
 -- The views, in the order their passes run and reports print them.
 M.VIEWS = { 'leaks', 'peak', 'temporary', 'timeline' }
 
--- What each view needs from the stream beyond the version 3 format.
-M.VIEW_NEEDS = { timeline = 'time' }
-
 local function view_pass(name, grouper, opts)
   if name == 'leaks' then
     return leaks.new(grouper)

@@ -93,7 +93,6 @@ local M = {}
 local Stats = record_shape({ 'site', 'group', 'holds', 'allocs',
   'reallocs', 'frees' })
 M.Stats = Stats
-M.FIGURES = { 'holds', 'allocs', 'reallocs', 'frees' }
 
 M.BEFORE_PROFILING = require('memprof.read.stream').Site.make({ 0, 'before',
   '(blocks allocated before the profile)' })

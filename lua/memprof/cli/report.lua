@@ -5,12 +5,8 @@
 --     out   where the report goes (default io.stdout)
 --     err   where errors and warnings go (default io.stderr)
 --
--- Options are described by the OPTIONS table: a flag sets
--- opts[key] = true; an option with a value (value = 'NAME') accepts
--- "--name=VALUE" and "--name VALUE" and stores the string (after
--- `check`, if any); an option with an optional value (optional = true)
--- accepts "--name" (storing `default`) and "--name=VALUE" only.  More
--- options are added by adding entries:
+-- Options are described by the OPTIONS table (memprof.cli.options
+-- parses them); more options are added by adding entries:
 --   { name = 'color', value = 'C', key = 'color', help = '...',
 --     check = function(v) return v, '' end }
 --
@@ -36,10 +32,6 @@
 -- rows they leave out in opts.left_out.rows, and a last line says how
 -- many and how to see them.
 --
--- Common mistakes get a hint: an option with an optional value given
--- its value after a space (--temporary 5), an unknown option close to a
--- known one (--leak, -leaks).
---
 -- While a profile larger than a read chunk is read, and stderr is a
 -- terminal, a line on stderr says how far the reading has got
 -- (memprof.cli.progress).
@@ -53,6 +45,7 @@ local sampling = require('memprof.analysis.sampling')
 local diff_report = require('memprof.report.diff')
 local folded = require('memprof.report.folded')
 local version = require('memprof.version')
+local option_parser = require('memprof.cli.options')
 
 local M = {}
 
@@ -66,37 +59,10 @@ M.DEFAULT_TOP = 30
 M.STDOUT_NAME = '-'
 
 local format = string.format
-
--- check(value) for whole numbers of at least `least`.
-local function whole_number(least)
-  return function(value)
-    local number = tonumber(value)
-    if not number or number ~= math.floor(number) or number < least then
-      return nil, format('expected a whole number of at least %d, ' ..
-        'found %s', least, value)
-    end
-    return number
-  end
-end
-M.whole_number = whole_number
-
--- check(value) for one word of a list.
-local function one_of(words)
-  return function(value)
-    for _, word in ipairs(words) do
-      if value == word then
-        return value
-      end
-    end
-    return nil, format('expected %s, found %s',
-      table.concat(words, ', '), value)
-  end
-end
+local whole_number, one_of = option_parser.whole_number, option_parser.one_of
 
 -- The formats, in the order --help lists them.  `takes`: the keys of
 -- the options that apply to the format.
-local VIEW_KEYS = { 'leaks', 'peak', 'temporary', 'timeline' }
-
 local function keys(list, more)
   local set = {}
   for _, key in ipairs(list) do
@@ -110,7 +76,7 @@ end
 
 M.FORMATS = {
   { name = 'text', help = 'the report, or the views asked for (default)',
-    takes = keys(VIEW_KEYS, { 'group', 'top', 'all', 'sort', 'leak_only',
+    takes = keys(analyze.VIEWS, { 'group', 'top', 'all', 'sort', 'leak_only',
       'human_readable', 'output', 'split_traces' }) },
   { name = 'json', help = 'every view as JSON (docs/json.md)',
     takes = keys({ 'group', 'temporary', 'output', 'split_traces' }) },
@@ -174,24 +140,6 @@ M.OPTIONS = {
 -- The view options, in the order the report prints them.
 M.VIEWS = analyze.VIEWS
 
-local function option_lines(options)
-  local lines = {}
-  for _, option in ipairs(options) do
-    local spelling = '--' .. option.name
-    if option.optional then
-      spelling = spelling .. '[=' .. option.value .. ']'
-    elseif option.value then
-      spelling = spelling .. '=' .. option.value
-    end
-    if option.short then
-      spelling = '-' .. option.short .. ', ' .. spelling
-    end
-    lines[#lines + 1] = format('  %-22s %s', spelling, option.help)
-  end
-  return lines
-end
-M.option_lines = option_lines
-
 local function usage()
   local lines = {
     'Usage: ' .. PROGRAM .. ' [OPTIONS] FILE',
@@ -211,7 +159,7 @@ local function usage()
     '',
     'Options:',
   }
-  for _, line in ipairs(option_lines(M.OPTIONS)) do
+  for _, line in ipairs(option_parser.lines(M.OPTIONS)) do
     lines[#lines + 1] = line
   end
   lines[#lines + 1] = ''
@@ -222,181 +170,10 @@ local function usage()
   return table.concat(lines, '\n') .. '\n'
 end
 
--- Parsing ------------------------------------------------------------------
-
--- The number of single-letter edits that turn a into b.
-local function edit_distance(a, b)
-  local previous = {}
-  for j = 0, #b do
-    previous[j] = j
-  end
-  for i = 1, #a do
-    local current = { [0] = i }
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      current[j] = math.min(previous[j] + 1, current[j - 1] + 1,
-        previous[j - 1] + cost)
-    end
-    previous = current
-  end
-  return previous[#b]
-end
-
--- '--a', '--a or --b', '--a, --b or --c'.
-local function either(words)
-  if #words == 1 then
-    return words[1]
-  end
-  return table.concat(words, ', ', 1, #words - 1) .. ' or ' .. words[#words]
-end
-
--- The options whose names pass test(name), at most three.
-local function options_where(options, test)
-  local found = {}
-  for _, option in ipairs(options) do
-    if #found < 3 and test(option.name) then
-      found[#found + 1] = '--' .. option.name
-    end
-  end
-  return found
-end
-
--- The options a mistyped name may have meant: those it begins (or is),
--- else those within two edits of it (one for names of four letters or
--- fewer).
-local function similar_options(options, name)
-  if #name < 2 then
-    return {}
-  end
-  local found = options_where(options, function(known)
-    return known:sub(1, #name) == name
-  end)
-  if #found > 0 then
-    return found
-  end
-  local most = #name <= 4 and 1 or 2
-  return options_where(options, function(known)
-    return edit_distance(name, known) <= most
-  end)
-end
-
-local function unknown_option(options, word)
-  local name = word:match('^%-%-?([^=]+)')
-  local similar = name and similar_options(options, name) or {}
-  if #similar == 0 then
-    return format("unknown option '%s'", word)
-  end
-  return format("unknown option '%s'; did you mean %s?", word,
-    either(similar))
-end
-
--- For an option whose value is optional, given without one: if the
--- next word is a value it takes (--temporary 5), a message saying how
--- to write it; else nil.
-local function spaced_value(option, spelled, next_word)
-  if not next_word or next_word:match('^%-') or not option.check or
-      option.check(next_word) == nil then
-    return nil
-  end
-  return format("option '%s' takes its value after '=': write %s=%s",
-    spelled, spelled, next_word)
-end
-
-local function find_option(options, name, short)
-  for _, option in ipairs(options) do
-    if (name and option.name == name) or (short and option.short == short) then
-      return option
-    end
-  end
-  return nil
-end
-
--- The value of an option that takes one: from "--name=VALUE" or the next
--- word.  Returns the value (checked) and the index of the last word
--- used, or nil and a message.
-local function option_value(option, spelled, value, args, i)
-  if value == nil then
-    i = i + 1
-    value = args[i]
-    if value == nil then
-      return nil, format("option '%s' needs a value (%s)", spelled,
-        option.value)
-    end
-  end
-  if option.check then
-    -- check(value) returns the value to store, or nil and a message.
-    local checked, message = option.check(value)
-    if checked == nil then
-      return nil, format("option '%s': %s", spelled, message)
-    end
-    value = checked
-  end
-  return value, i
-end
-
--- Reads the option at args[i] into opts.  Returns the index of the last
--- word used, or nil and a message.
-local function read_option(options, opts, args, i)
-  local word = args[i]
-  local name, value = word:match('^%-%-([^=]+)=(.*)$')
-  name = name or word:match('^%-%-(.+)$')
-  local short = not name and word:match('^%-(%w)$')
-  local option = (name or short) and find_option(options, name, short)
-  if not option then
-    return nil, unknown_option(options, word)
-  end
-  local spelled = name and '--' .. name or '-' .. short
-  if option.optional and value == nil then
-    local message = spaced_value(option, spelled, args[i + 1])
-    if message then
-      return nil, message
-    end
-    opts[option.key] = option.default
-  elseif option.value then
-    local stored, last = option_value(option, spelled, value, args, i)
-    if stored == nil then
-      return nil, last
-    end
-    opts[option.key] = stored
-    return last
-  elseif value ~= nil then
-    return nil, format("option '%s' takes no value", spelled)
-  else
-    opts[option.key] = true
-  end
-  return i
-end
-
--- Parse args into opts and a list of the other words (file names).
--- Returns nil and a message on a bad command line.  how (optional):
---   options  the option table (default cli.OPTIONS)
---   stop     stop at the first word that is not an option: it and the
---            words after it are the list
+-- Parse args with memprof-report's options (how.options: others; see
+-- memprof.cli.options).
 function M.parse(args, how)
-  how = how or {}
-  local options = how.options or M.OPTIONS
-  local opts, words = {}, {}
-  local i = 1
-  while i <= #args do
-    local word = args[i]
-    if word == '--' or (how.stop and not word:match('^%-.')) then
-      for j = word == '--' and i + 1 or i, #args do
-        words[#words + 1] = args[j]
-      end
-      break
-    end
-    if word:match('^%-.') then
-      local last, message = read_option(options, opts, args, i)
-      if not last then
-        return nil, message
-      end
-      i = last
-    else
-      words[#words + 1] = word
-    end
-    i = i + 1
-  end
-  return opts, words
+  return option_parser.parse(how and how.options or M.OPTIONS, args, how)
 end
 
 -- What to analyse ------------------------------------------------------------

@@ -36,64 +36,35 @@
 local cli = require('memprof.cli.report')
 local version = require('memprof.version')
 local launch = require('memprof.cli.launch')
+local option_parser = require('memprof.cli.options')
 
 local M = {}
 
 local PROGRAM = 'memprof'
 local format = string.format
+local whole_number = option_parser.whole_number
 
 -- memprof.start's sample_bytes = true: Go's heap profile rate
 -- (docs/sampling.md).
 M.DEFAULT_SAMPLE_BYTES = 524288
 
--- A whole number from `min` to 2^53, or nil and a message.
-local function whole_number(value, min, message)
-  local number = tonumber(value)
-  if not number or number ~= math.floor(number) or number < min or
-      number > 2 ^ 53 then
-    return nil, message .. value
-  end
-  return number
-end
-
 M.RUN_OPTIONS = {
   { name = 'profile', short = 'o', value = 'PROFILE', key = 'profile',
     help = 'write the profile there (default memprof-SCRIPT.bin)' },
   { name = 'stack-depth', value = 'N', key = 'stack_depth',
-    check = function(value)
-      local number = tonumber(value)
-      if not number or number ~= math.floor(number) or number < 1 or
-          number > 64 then
-        return nil, 'expected a whole number from 1 to 64, found ' .. value
-      end
-      return number
-    end,
+    check = whole_number(1, 64),
     help = 'record call stacks of at most N frames (1 to 64)' },
   { name = 'timestamps', key = 'timestamps',
     help = 'record time marks (for --timeline and the chrome format)' },
   { name = 'max-bytes', value = 'N', key = 'max_bytes',
-    check = function(value)
-      local number = tonumber(value)
-      if not number or number ~= math.floor(number) or number < 64 or
-          number > 2 ^ 53 then
-        return nil, 'expected a whole number of bytes from 64 to 2^53, ' ..
-          'found ' .. value
-      end
-      return number
-    end,
+    check = whole_number(64, 2 ^ 53, 'bytes'),
     help = 'stop recording when the profile reaches N bytes' },
   { name = 'sample-bytes', value = 'N', key = 'sample_bytes',
     optional = true, default = M.DEFAULT_SAMPLE_BYTES,
-    check = function(value)
-      return whole_number(value, 1, 'expected a whole number of bytes ' ..
-        'from 1 to 2^53, found ')
-    end,
+    check = whole_number(1, 2 ^ 53, 'bytes'),
     help = 'sample: one allocation per N bytes on average (524288)' },
   { name = 'seed', value = 'S', key = 'seed',
-    check = function(value)
-      return whole_number(value, 0, 'expected a whole number from 0 to ' ..
-        '2^53, found ')
-    end,
+    check = whole_number(0, 2 ^ 53),
     help = 'seed the sampling (a run samples the same allocations)' },
   { name = 'lua', value = 'CMD', key = 'lua',
     help = 'run the script with CMD (luajit, tarantool, ...)' },
@@ -134,7 +105,7 @@ local function usage()
     '',
     'Options of run:',
   }
-  for _, line in ipairs(cli.option_lines(M.RUN_OPTIONS)) do
+  for _, line in ipairs(option_parser.lines(M.RUN_OPTIONS)) do
     lines[#lines + 1] = line
   end
   lines[#lines + 1] = ''
@@ -382,7 +353,7 @@ local function output_problem(opts)
 end
 
 local function run_main(args, out, err, how)
-  local opts, words = cli.parse(args, { options = run_options(), stop = true })
+  local opts, words = option_parser.parse(run_options(), args, { stop = true })
   if not opts then
     err:write(PROGRAM, ' run: ', words, ' (see memprof run --help)\n')
     return 1

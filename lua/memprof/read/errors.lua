@@ -5,18 +5,19 @@
 -- stop_* methods); diagnose_event finds which field of an event the
 -- fast decoder could not read.  These are methods of a stream
 -- (memprof.read.stream mixes them in), with the helpers the messages
--- share: errors.plural, errors.list_with_or, errors.quote_bytes, and
--- errors.TRUNCATED, raised and caught when the file ends inside a
+-- share: errors.quote_bytes, and errors.TRUNCATED, raised and caught when the file ends inside a
 -- record.
 
 local format_spec = require('memprof.read.format')
+local words = require('memprof.words')
 
 local M = {}
 
 local methods = {}
 M.methods = methods
 
-local byte, format, concat = string.byte, string.format, table.concat
+local byte, format = string.byte, string.format
+local plural = words.plural
 
 local EXTENDED_VERSION = format_spec.EXTENDED_VERSION
 local SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE =
@@ -71,24 +72,6 @@ local EVENT_FIELDS = {
 -- Raised (and caught) when the file ends inside an event.
 local TRUNCATED = setmetatable({}, {
   __tostring = function() return 'truncated symbol event' end })
-
-local function plural(count, word)
-  if count == 1 then
-    return '1 ' .. word
-  end
-  return count .. ' ' .. word .. 's'
-end
-
-local function list_with_or(items)
-  if #items == 1 then
-    return tostring(items[1])
-  end
-  local head = {}
-  for i = 1, #items - 1 do
-    head[i] = tostring(items[i])
-  end
-  return concat(head, ', ') .. ' or ' .. tostring(items[#items])
-end
 
 -- Show bytes read from the file, escaping anything not printable.
 local function quote_bytes(s)
@@ -210,8 +193,6 @@ function methods:bad_record(header, pos)
 end
 
 M.TRUNCATED = TRUNCATED
-M.plural = plural
-M.list_with_or = list_with_or
 M.quote_bytes = quote_bytes
 
 return M

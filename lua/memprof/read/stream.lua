@@ -131,6 +131,7 @@
 local buffer = require('memprof.read.buffer')
 local names = require('memprof.read.names')
 local errors = require('memprof.read.errors')
+local words = require('memprof.words')
 local trace_stacks = require('memprof.read.trace_stacks')
 local record = require('memprof.record')
 
@@ -187,7 +188,7 @@ for _, part in ipairs({ buffer, names, errors }) do
   end
 end
 
-local plural, list_with_or = errors.plural, errors.list_with_or
+local plural, list_with_or = words.plural, words.either
 local quote_bytes, TRUNCATED = errors.quote_bytes, errors.TRUNCATED
 
 function common:read_byte(what)
@@ -206,6 +207,10 @@ function common:read_uleb(what)
     local c = self:byte_at(self.cursor.pos)
     self.cursor.pos = self.cursor.pos + 1
     if c < 128 then
+      if scale == MAX_SCALE and c > 1 then
+        self:fail(start, 'expected ' .. what ..
+          ', found a number above 2^64 - 1')
+      end
       return value + c * scale
     end
     value = value + (c - 128) * scale
@@ -326,6 +331,15 @@ function common:read_sampling()
 end
 
 function common:read_headers()
+  self:fill(1)
+  if self.cursor.last == 0 then
+    -- What a process leaves when it ends before its first write.
+    self.in_events = true
+    self:stop(format('%s: the file is empty: the process wrote no profile ' ..
+      '(it ended, or was killed, before its first write); no events',
+      self.name))
+    return
+  end
   self:expect_magic('ljs', 'the symbol table magic')
   self.symtab_version = self:expect_version('symbol table', SYMTAB_VERSIONS)
   self:skip_reserved('the symbol table header')

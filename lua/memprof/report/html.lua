@@ -73,21 +73,15 @@ local function escape(text)
   return (clean_text(text):gsub('[&<>"\']', HTML_ESCAPES))
 end
 
-local SIZE_UNITS = { 'B', 'KiB', 'MiB', 'GiB', 'TiB' }
-
--- 1536 -> '1.50 KiB': three significant digits.
+-- 1536 -> '1.50 KiB': three significant digits (up to TiB).
 local function human_size(bytes)
-  local unit, scaled = 1, bytes
-  while math.abs(scaled) >= 1024 and unit < #SIZE_UNITS do
-    scaled = scaled / 1024
-    unit = unit + 1
-  end
-  if unit == 1 then
+  local scaled, unit = layout.scale_size(bytes, 5)
+  if unit == 'B' then
     return format('%d B', bytes)
   end
   local magnitude = math.abs(scaled)
   local decimals = magnitude < 10 and 2 or magnitude < 100 and 1 or 0
-  return format('%.' .. decimals .. 'f %s', scaled, SIZE_UNITS[unit])
+  return format('%.' .. decimals .. 'f %s', scaled, unit)
 end
 
 -- 1234567 -> '1,234,567'.
@@ -454,18 +448,14 @@ end
 -- Ticks of a byte axis from low to high: { value, label } with round
 -- values in the unit of the largest.
 local function byte_ticks(low, high)
-  local unit, name = 1, 1
-  local largest = math.max(math.abs(low), math.abs(high))
-  while largest / unit >= 1024 and name < #SIZE_UNITS do
-    unit = unit * 1024
-    name = name + 1
-  end
+  local _, name, unit = layout.scale_size(math.max(math.abs(low),
+    math.abs(high)), 5)
   local step = nice_step((high - low) / unit / 4) * unit
   local ticks = {}
   local value = floor(low / step) * step
   repeat
     local label = value == 0 and '0' or
-      format('%g %s', value / unit, SIZE_UNITS[name])
+      format('%g %s', value / unit, name)
     ticks[#ticks + 1] = { value = value, label = label }
     value = value + step
   until ticks[#ticks].value >= high - step * 1e-9 and #ticks >= 2
