@@ -762,7 +762,7 @@ describe('heap at the start and collection at stop', function()
     end
     local result = analysis(path)
     local live = 0
-    result.heap:each_live_block(function(_, size)
+    result.blocks:each_live_block(function(_, size)
       if size == string_block(777) then live = live + 1 end
     end)
     return live, result, after, c_events

@@ -62,7 +62,7 @@ describe('heap pass', function()
 
   it('lists the live blocks with the site that gave them their size',
     function()
-      local blocks = run(crafted()).heap:live_blocks()
+      local blocks = run(crafted()).blocks:live_blocks()
       local list = {}
       for i, block in ipairs(blocks) do
         list[i] = { block.addr, block.size, block.site.name }
@@ -84,17 +84,16 @@ describe('heap pass', function()
       live = live + row.live_blocks
     end
     assert.are.equal(4, live)
-    assert.is_false(result.heap.blocks)
-    local ok, err = pcall(result.heap.live_blocks, result.heap)
+    local ok, err = pcall(result.blocks.live_blocks, result.blocks)
     assert.is_false(ok)
-    assert.truthy(err:find('the heap pass has forgotten its live blocks ' ..
+    assert.truthy(err:find('the live blocks are not kept ' ..
       '(memprof.analysis.analyze option live_blocks = false)', 1, true))
-    assert.are.equal(4, #run(crafted(), { group = 'function' }).heap
+    assert.are.equal(4, #run(crafted(), { group = 'function' }).blocks
       :live_blocks())
   end)
 
-  it('keeps no facts of each block when only the sites pass needs them',
-    function()
+  it('keeps no facts of each block when only the heap and sites passes ' ..
+    'need them, with the same figures', function()
       local function figures(result)
         local list = {}
         for i, stats in ipairs(result.heap:stats_list()) do
@@ -103,25 +102,41 @@ describe('heap pass', function()
         end
         return list
       end
+      -- The facts the passes are handed, by pass.
+      local function facts_seen(opts)
+        local seen = {}
+        opts.passes = opts.passes or {}
+        opts.passes[#opts.passes + 1] = { name = 'spy', pass = {
+          feed = function(_, _, _, _, _, _, _, _, _, facts)
+            seen[#seen + 1] = type(facts)
+          end } }
+        return seen
+      end
       local bare = run(crafted(), { live_blocks = false })
       local full = run(crafted())
-      assert.are.same({ false, true }, { bare.heap.keeps_blocks,
-        full.heap.keeps_blocks })
+      assert.are.same({ false, true }, { bare.blocks.keeps_facts,
+        full.blocks.keeps_facts })
       assert.are.same(figures(full), figures(bare))
       assert.are.equal(6, #figures(bare))
+      for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
+        assert.are.same(sites_by_name(full, kind), sites_by_name(bare, kind))
+      end
+      assert.are.same({ full.heap.total, 172 }, { bare.heap.total,
+        full.heap.total })
       -- Any other pass, a view or rows by group need them.
       for _, opts in ipairs({ { views = { leaks = true } },
-        { group = 'function' }, { passes = { { name = 'mine',
-          pass = { feed = function() end } } } } }) do
+          { group = 'function' }, {} }) do
         opts.live_blocks = false
-        assert.is_true(run(crafted(), opts).heap.keeps_blocks)
+        local seen = facts_seen(opts)
+        run(crafted(), opts)
+        assert.are.same({ 10, 'table' }, { #seen, seen[1] })
       end
     end)
 
-  it('hands the events of the default analysis to the heap and sites ' ..
-    'passes as values, with the same figures', function()
+  it('reads the events as values, and a stream that has only next()',
+    function()
       -- A stream whose next() and next_values() are counted.
-      local function counted(builder)
+      local function counted(builder, values)
         local stream = reader.from_string(builder:bytes(), 'out.bin')
         local calls = { next = 0, next_values = 0 }
         local proxy = setmetatable({}, { __index = stream })
@@ -131,9 +146,12 @@ describe('heap pass', function()
             return stream[name](self)
           end
         end
+        if not values then
+          proxy.next_values = false
+        end
         return proxy, calls
       end
-      local stream, calls = counted(crafted())
+      local stream, calls = counted(crafted(), true)
       local valued = analyze.run(stream, { live_blocks = false })
       -- (next() twice: after each of the stream's two symbol events the
       -- reader reads on with it, and gives its event as values.)
@@ -141,26 +159,23 @@ describe('heap pass', function()
       local full = run(crafted())
       assert.are.same(heap_by_name(full), heap_by_name(valued))
       assert.are.equal(full.heap.total, valued.heap.total)
-      assert.are.equal(full.heap.allocations, valued.heap.allocations)
       for _, kind in ipairs({ 'alloc', 'realloc', 'free' }) do
         assert.are.same(sites_by_name(full, kind),
           sites_by_name(valued, kind))
       end
-      assert.are.same({ 10, 10 }, { valued.stream.events,
-        full.stream.events })
-      -- A sampled stream's events are scaled, from the event table.
-      stream, calls = counted(B.sampled())
-      analyze.run(stream, { live_blocks = false })
-      assert.are.same({ next = 5, next_values = 0 }, calls)
-      -- So are those of an analysis with another pass or a grouping.
+      -- Every analysis reads values: a sampled one, a view, a grouping.
       for _, opts in ipairs({ { views = { peak = true } },
-          { group = 'function' } }) do
-        stream, calls = counted(crafted())
-        opts.live_blocks = false
+          { group = 'function' }, {} }) do
+        stream, calls = counted(opts.views and B.sampled() or crafted(), true)
         analyze.run(stream, opts)
-        -- (10 events and the end, and after the 2 symbol events.)
-        assert.are.same({ next = 13, next_values = 0 }, calls)
+        assert.are.equal(0, calls.next - (opts.views and 0 or 2))
       end
+      -- A stream with next() only is read through it (10 events and the
+      -- end, and after the 2 symbol events).
+      stream, calls = counted(crafted(), false)
+      local nexted = analyze.run(stream)
+      assert.are.same({ next = 13, next_values = 0 }, calls)
+      assert.are.same(heap_by_name(full), heap_by_name(nexted))
     end)
 
   it('charges blocks released but never allocated to a pseudo-site',
@@ -187,7 +202,7 @@ describe('heap pass', function()
       ['@a.lua:2'] = { 0, 1, 1, 1 },
       ['@a.lua:3'] = { 80, 2, 2, 1 },
     }, heap_by_name(result))
-    local blocks = result.heap:live_blocks()
+    local blocks = result.blocks:live_blocks()
     assert.are.equal(1, #blocks)
     assert.are.same({ 0xa0, 80, '@a.lua:3' }, { blocks[1].addr,
       blocks[1].size, blocks[1].site.name })
@@ -195,13 +210,15 @@ describe('heap pass', function()
 end)
 
 describe('heap pass, block facts', function()
-  it('tells the passes after it about the released block', function()
+  it('hands the passes a release record of the released block', function()
     local seen = {}
-    local pass = { feed = function(_, ev, owner, h)
-      seen[#seen + 1] = { ev.kind, owner and owner.name or '-',
-        h.released_stack and h.released_stack.id or 0,
-        h.released_born or 0, h.released_age or -1, h.released_size or 0,
-        h.allocations }
+    local pass = { feed = function(_, kind, _, _, _, _, _, _, owner_id,
+        facts)
+      seen[#seen + 1] = { kind, owner_id or -1,
+        owner_id and facts.owner.name or '-',
+        owner_id and facts.owner_stack and facts.owner_stack.id or 0,
+        owner_id and facts.age or -1, owner_id and facts.size or 0,
+        facts.total, facts.offset > 0 }
     end }
     local s = B.new():lfunc(0x100, '@a.lua', 1):events({ version = B.EXTENDED })
     s:stack(1, { B.lua(0x100, 2), B.lua(0x100, 9) })
@@ -212,14 +229,18 @@ describe('heap pass, block facts', function()
     s:free(B.internal(), 0x30, 24)
     s:free(B.internal(), 0x40, 4)
     s:epilogue()
-    run(s, { passes = { { name = 'log', pass = pass } } })
+    local result = run(s, { passes = { { name = 'log', pass = pass } } })
+    local ids = {}
+    for _, stats in ipairs(result.heap:stats_list()) do
+      ids[stats.site.name] = stats.site[1]
+    end
     assert.are.same({
-      { 'alloc', '-', 0, 0, -1, 0, 1 },
-      { 'alloc', '-', 0, 0, -1, 0, 2 },
-      { 'realloc', '@a.lua:2', 1, 1, 1, 8, 3 },
-      { 'free', '@a.lua:3', 0, 2, 1, 16, 3 },
-      { 'free', '@a.lua:4', 0, 3, 0, 24, 3 },
-      { 'free', BEFORE, 0, 0, -1, 0, 3 },
+      { 'alloc', -1, '-', 0, -1, 0, 8, true },
+      { 'alloc', -1, '-', 0, -1, 0, 24, true },
+      { 'realloc', ids['@a.lua:2'], '@a.lua:2', 1, 1, 8, 40, true },
+      { 'free', ids['@a.lua:3'], '@a.lua:3', 0, 1, 16, 24, true },
+      { 'free', ids['@a.lua:4'], '@a.lua:4', 0, 0, 24, 0, true },
+      { 'free', 0, BEFORE, 0, -1, 0, -4, true },
     }, seen)
   end)
 
@@ -229,7 +250,7 @@ describe('heap pass, block facts', function()
     s:alloc(B.lua(0x100, 2, 1), 0x10, 8)
     s:alloc(B.lua(0x100, 3), 0x20, 16)
     s:epilogue()
-    local blocks = run(s).heap:live_blocks()
+    local blocks = run(s).blocks:live_blocks()
     assert.are.same({ { 0x10, 8, '@a.lua:2', 1, 1 }, { 0x20, 16, '@a.lua:3',
       0, 2 } }, { { blocks[1].addr, blocks[1].size, blocks[1].site.name,
         blocks[1].stack.id, blocks[1].born }, { blocks[2].addr, blocks[2].size,
@@ -249,13 +270,13 @@ describe('heap pass, block facts', function()
       s:epilogue()
       local result = run(s)
       local list = {}
-      for i, block in ipairs(result.heap:live_blocks()) do
+      for i, block in ipairs(result.blocks:live_blocks()) do
         list[i] = { block.addr, block.size, block.site.name }
       end
       assert.are.same({ { 0x10, 5, '@a.lua:1' }, { 0x1010, 7, '@a.lua:3' } },
         list)
       assert.are.equal(12, result.heap.total)
-      assert.are.equal(2, result.heap.slot_count)
+      assert.are.equal(2, result.blocks.slot_count)
     end)
 end)
 
@@ -325,23 +346,28 @@ describe('sites pass', function()
 
   it('refuses events after finish()', function()
     local result = run(crafted())
-    local ev = { kind = 'alloc', site = result.heap.keys[1], naddr = 0x10,
-      nsize = 8, oaddr = 0, osize = 0, nweight = 1, oweight = 1 }
-    local ok, err = pcall(result.sites.feed, result.sites, ev)
-    assert.are.same({ false, 'memprof.analysis.sites: an event fed after finish()' },
-      { ok, err:match('memprof%.analysis%.sites: .*$') })
-    ok, err = pcall(result.sites.feed_values, 'alloc', ev.site, nil, 0, 8,
-      1, 1)
+    local ok, err = pcall(result.sites.feed, result.sites, 'alloc',
+      result.heap.keys[1], nil, 0, 8, 1, 1)
     assert.are.same({ false, 'memprof.analysis.sites: an event fed after finish()' },
       { ok, err:match('memprof%.analysis%.sites: .*$') })
   end)
 
-  it('takes events as values by line only', function()
-    local by_line = require('memprof.analysis.sites').new()
-    local grouped = require('memprof.analysis.sites').new({
-      grouper = require('memprof.analysis.groups').new('function') })
-    assert.are.same({ 'function', false }, { type(by_line.feed_values),
-      grouped.feed_values })
+  it('is fed alone, without a tracker or another pass', function()
+    local sites = require('memprof.analysis.sites')
+    local pass = sites.new()
+    local a, b = { 1, name = 'a' }, { 2, name = 'b' }
+    pass:feed('alloc', a, nil, 0, 8, 1, 1)
+    pass:feed('realloc', b, nil, 8, 16, 1, 1, 1)
+    pass:feed('free', b, nil, 16, 0, 1, 1, 2)
+    pass:feed('free', b, nil, 4, 0, 1, 1, 0)
+    pass:finish()
+    local owners, blocks = pass:overrides_at('free', 1)
+    assert.are.same({ { 'b', BEFORE }, 1, 1 }, { { owners[1].name,
+      owners[2].name }, blocks[owners[1]], blocks[owners[2]] })
+    owners = pass:overrides_at('realloc', 1)
+    assert.are.same({ 'a' }, { owners[1].name })
+    assert.are.same({ { 1 }, { 16 }, { 8 } }, { pass.of_kind.realloc.count,
+      pass.of_kind.realloc.plus, pass.of_kind.realloc.minus })
   end)
 end)
 
@@ -349,32 +375,25 @@ describe('analyze.run', function()
   it('drops the indexes only events need once the stream is read, and ' ..
     'keeps every figure', function()
       local result = run(crafted())
-      assert.are.same({ nil, nil, nil, nil }, {
+      assert.are.same({ nil, nil, nil, nil, nil }, {
         result.sites.of_kind.alloc.slot_of_id,
         result.sites.of_kind.realloc.slot_of_id,
-        result.sites.of_kind.free.slot_of_id, result.heap.slot_of_id })
+        result.sites.of_kind.free.slot_of_id, result.heap.slot_of_id,
+        result.blocks.stack_index })
       assert.are.same({ 4, 1, 2 }, { #result.sites.kinds.alloc,
         #result.sites.kinds.realloc, #result.sites.kinds.free })
       assert.are.same({
         ['@test.lua:7'] = { 1, 128, 32, overrides = { ['@test.lua:6'] = 1 } },
       }, sites_by_name(result, 'realloc'))
-      if result.heap.map_kind == 'ffi' then
-        -- By line, the blocks number their sites by the heap's slots:
-        -- their list is the heap's keys (5 sites and the blocks
-        -- allocated before the profile).
-        assert.are.same({ nil, nil, 6 }, { result.heap.blocks.site_index,
-          result.heap.blocks.stack_index, #result.heap.blocks.site_list })
-        assert.are.equal(result.heap.keys, result.heap.blocks.site_list)
-      end
     end)
 
   it('feeds extra passes every event with the owner of released blocks',
     function()
       local seen = {}
       local pass = {
-        feed = function(_, ev, owner)
-          seen[#seen + 1] = ev.kind .. ' ' .. ev.site.name .. ' ' ..
-            (owner and owner.name or '-')
+        feed = function(_, kind, site, _, _, _, _, _, owner_id, facts)
+          seen[#seen + 1] = kind .. ' ' .. site.name .. ' ' ..
+            (owner_id and facts.owner.name or '-')
         end,
         finish = function(_, stream)
           return { events = stream.events }
@@ -410,7 +429,7 @@ describe('analyze.run', function()
         end
         tables[copy] = true
         return copy
-      end }, { __index = stream })
+      end, next_values = false }, { __index = stream })
       local copied = analyze.run(copying)
       local count = 0
       for _ in pairs(tables) do
@@ -434,18 +453,18 @@ describe('analyze.run', function()
     'every event', function()
     local order = {}
     local function logger(name)
-      return { feed = function(_, ev, owner, heap_pass)
-        order[#order + 1] = name .. ' ' .. ev.kind .. ' ' ..
-          (owner and owner.name or '-') .. ' ' ..
-          tostring(heap_pass.allocations)
+      return { feed = function(_, kind, _, _, _, _, _, _, owner_id, facts)
+        order[#order + 1] = name .. ' ' .. kind .. ' ' ..
+          (owner_id and facts.owner.name or '-') .. ' ' ..
+          tostring(facts.total)
       end }
     end
     local result = run(crafted(), { passes = {
       { name = 'first', pass = logger('first') },
       { name = 'second', pass = logger('second') } } })
-    assert.are.same({ 20, 'first alloc - 1', 'second alloc - 1',
-      'first realloc @test.lua:6 5', 'second realloc @test.lua:6 5',
-      'first free io_write 7', 'second free io_write 7' },
+    assert.are.same({ 20, 'first alloc - 64', 'second alloc - 64',
+      'first realloc @test.lua:6 320', 'second realloc @test.lua:6 320',
+      'first free io_write 172', 'second free io_write 172' },
       { #order, order[1], order[2], order[9], order[10], order[19],
         order[20] })
     assert.are.same({ 7, 10 }, { result.sites.kinds.alloc[1].count +
@@ -666,7 +685,7 @@ describe('the holds invariant', function()
       end
 
       local live = {}
-      for i, block in ipairs(result.heap:live_blocks()) do
+      for i, block in ipairs(result.blocks:live_blocks()) do
         live[i] = { block.addr, block.size, block.site.name }
       end
       assert.are.same(expected.live, live)

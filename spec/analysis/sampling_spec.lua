@@ -170,7 +170,7 @@ for i = 1, 2 ^ 19 do strings[i] = 'made before the profile ' .. i end
       end
     end
     local live = 0
-    result.heap:each_live_block(function(_, size) live = live + size end)
+    result.blocks:each_live_block(function(_, size) live = live + size end)
     return allocated, live, result.stream
   end
 

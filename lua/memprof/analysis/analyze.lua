@@ -1,8 +1,10 @@
 -- memprof.analysis.analyze: read a stream once and feed every analysis pass.
 --
 --   local result = analyze.run(stream [, opts])
---   result.heap      -- memprof.analysis.heap pass (always run, first)
---   result.sites     -- memprof.analysis.sites pass
+--   result.heap      -- memprof.analysis.heap pass (always run)
+--   result.sites     -- memprof.analysis.sites pass (always run)
+--   result.blocks    -- the block tracker (memprof.analysis.blocks): the
+--                    -- blocks live at the end
 --   result.stream    -- the stream (name, warning, events, aliases, ...;
 --                    -- sample_bytes for a sampled profile, whose figures
 --                    -- are all estimates: memprof.analysis.sampling)
@@ -26,31 +28,42 @@
 --             record per stack)
 --   overrides false: the sites pass keeps no overrides (memprof.analysis.sites),
 --             for a format that does not show them
---   live_blocks  false: once every pass has finished, the heap pass
---             forgets its live blocks (result.heap:each_live_block()
+--   live_blocks  false: once every pass has finished, the tracker
+--             forgets the live blocks (result.blocks:each_live_block()
 --             then raises an error): the reports need none, and a large
 --             profile has a record per live block.  When, besides, the
---             rows are by line and no pass but the sites' runs, the heap
---             keeps no facts of each block at all (memprof.analysis.heap's option
---             blocks = false), which makes each event cheaper
+--             rows are by line and no pass but the heap's and the sites'
+--             runs, the tracker keeps no facts of each block at all
+--             (memprof.analysis.blocks' option facts = false), which
+--             makes each event cheaper
 --
--- A pass has feed(ev, owner, heap), called for every event in order (ev
--- is the reader's reused table: copy what you keep; owner is the site
--- that produced the block a realloc or free releases; heap is the heap
--- pass, which has already seen the event and tells about the released
--- block), and optionally finish(stream, heap), whose result (if not nil)
--- replaces the pass in result[name].
+-- Every pass takes the events through one call, in order:
 --
--- The heap pass without the blocks' facts and the sites pass by line
--- also take an event as values, feed_values(...) (see each): when they
--- are the only passes and the events are not scaled, the loop hands
--- them the values of stream:next_values() and no event table is filled.
+--   pass:feed(kind, site, stack, osize, nsize, oweight, nweight, owner_id,
+--     facts)
+--
+-- kind, site, stack, osize and nsize are the reader's
+-- (stream:next_values()); oweight and nweight how many blocks the old
+-- and the new block stand for (1 unless the profile is sampled: then
+-- the sizes are estimates too, memprof.analysis.sampling); owner_id
+-- (nil for an alloc) is the id of the site that produced the block a
+-- realloc or free releases (0: the block is not known), and facts the
+-- rest of what the block tracker knows (memprof.analysis.blocks: the
+-- released block's owner, stack, age, size and weight, the net bytes,
+-- the time and the offset of the event), or nil when no pass but the
+-- heap's and the sites' runs, by line.  (Few
+-- arguments: each one more is a value LuaJIT's code for an event keeps
+-- live through every pass.)  Then
+-- optionally pass:finish(stream, tracker) (the tracker lists the blocks
+-- live at the end), whose result (if not nil) replaces the pass in
+-- result[name].  No pass reads another's fields.
 --
 -- The views need nothing more than the passes' results to be printed or
--- exported: no pass keeps a reference to the reader's event table.
+-- exported: no pass keeps a reference to the reader's values.
 
 local groups = require('memprof.analysis.groups')
 local heap = require('memprof.analysis.heap')
+local blocks = require('memprof.analysis.blocks')
 local sites = require('memprof.analysis.sites')
 local leaks = require('memprof.analysis.leaks')
 local peak = require('memprof.analysis.peak')
@@ -76,11 +89,12 @@ local function view_pass(name, grouper, opts)
 end
 
 function M.default_passes(grouper, overrides)
-  return { { name = 'sites', pass = sites.new({ grouper = grouper,
-    overrides = overrides }) } }
+  return { { name = 'heap', pass = heap.new({ grouper = grouper }) },
+    { name = 'sites', pass = sites.new({ grouper = grouper,
+      overrides = overrides }) } }
 end
 
--- The passes for opts, after the heap.
+-- The passes for opts.
 local function make_passes(grouper, by_group, opts)
   local entries = M.default_passes(by_group, opts.overrides)
   local views = opts.views or {}
@@ -100,113 +114,99 @@ local function make_passes(grouper, by_group, opts)
   return entries
 end
 
--- Whether the heap must keep the facts of each live block: for the
--- live blocks asked for (opts.live_blocks), and for the passes that read
--- the released block's (heap.released_*), that is every pass but the
--- sites', which needs them only by group.  Without them each event costs
--- less (heap option blocks = false).
-local function needs_blocks(by_group, entries, opts)
+-- Whether the tracker must keep the facts of each live block: for the
+-- live blocks asked for (opts.live_blocks), and for every pass but the
+-- heap's and the sites', which need only the owner of a released block
+-- when the rows are by line.  Without them each event costs less.
+local function needs_facts(by_group, entries, opts)
   if opts.live_blocks ~= false or by_group then
     return true
   end
   for _, entry in ipairs(entries) do
-    if entry.name ~= 'sites' then
+    if entry.name ~= 'heap' and entry.name ~= 'sites' then
       return true
     end
   end
   return false
 end
 
--- One function that feeds passes[first..] in turn.  Calls chained this
--- way, rather than a loop over the passes inside the loop over the
--- events, let LuaJIT compile the whole loop over the events.  Each
--- pass's feed is looked up once, here, not for every event.
+-- One function that feeds passes[first..] in turn, two at a time.
+-- Calls chained this way, rather than a loop over the passes inside the
+-- loop over the events, let LuaJIT compile the whole loop over the
+-- events; each pass's feed is looked up once, here, and two passes a
+-- function keep the frames few (LuaJIT's code restores each frame of a
+-- call when an event leaves its path).
 local function chain(passes, first)
-  local pass = passes[first]
+  local pass, second = passes[first], passes[first + 1]
   if not pass then
     return nil
   end
   local feed = pass.feed
-  local rest = chain(passes, first + 1)
-  if not rest then
-    return function(ev, owner, heap_pass)
-      return feed(pass, ev, owner, heap_pass)
+  if not second then
+    return function(kind, site, stack, osize, nsize, oweight, nweight,
+        owner_id, facts)
+      return feed(pass, kind, site, stack, osize, nsize, oweight, nweight,
+        owner_id, facts)
     end
   end
-  return function(ev, owner, heap_pass)
-    feed(pass, ev, owner, heap_pass)
-    return rest(ev, owner, heap_pass)
+  local feed_second = second.feed
+  local rest = chain(passes, first + 2)
+  if not rest then
+    return function(kind, site, stack, osize, nsize, oweight, nweight,
+        owner_id, facts)
+      feed(pass, kind, site, stack, osize, nsize, oweight, nweight,
+        owner_id, facts)
+      return feed_second(second, kind, site, stack, osize, nsize, oweight,
+        nweight, owner_id, facts)
+    end
+  end
+  return function(kind, site, stack, osize, nsize, oweight, nweight,
+      owner_id, facts)
+    feed(pass, kind, site, stack, osize, nsize, oweight, nweight, owner_id,
+      facts)
+    feed_second(second, kind, site, stack, osize, nsize, oweight, nweight,
+      owner_id, facts)
+    return rest(kind, site, stack, osize, nsize, oweight, nweight, owner_id,
+      facts)
   end
 end
 
-local function nothing() end
+-- next_values for a stream that has only next() (a table per event).
+local function values_of_next(stream)
+  local next_event = stream.next
+  return function()
+    local ev = next_event(stream)
+    if not ev then
+      return nil
+    end
+    stream.time = ev.time
+    return ev.kind, ev.site, ev.oaddr, ev.osize, ev.naddr, ev.nsize,
+      ev.stack, ev.offset
+  end
+end
 
--- The loop of the default analysis (the heap without the blocks' facts
--- and the sites pass alone, rows by line, no sampling): each event is
--- handed from the reader to the two passes as values.  Written into the
--- reader's event table and read back, they cost a store and a load
--- each, and LuaJIT's code for an event that leaves the loop's own path
--- (most do: allocations and frees, sources, lengths of numbers take
--- paths of their own) reads them again, with a check of each key and
--- type: the text report of a 535 MB profile took 3.04 s of CPU time
--- instead of 2.34 s.
-local function feed_values(stream, heap_values, sites_values)
-  local next_values = stream.next_values
+-- The loop over the events: the reader hands each as values to the
+-- tracker, then to the passes; a sampled profile's events are scaled
+-- into estimates first.  (The functions are held in locals: when events
+-- take different branches, LuaJIT runs the start of its compiled loop
+-- again for each, lookups included.)
+local function feed_all(stream, tracker, feed)
+  local next_values = stream.next_values or values_of_next(stream)
+  local track = tracker.track
+  local scale = sampling.scaler(stream)
   while true do
-    local kind, site, oaddr, osize, naddr, nsize = next_values(stream)
+    local kind, site, oaddr, osize, naddr, nsize, stack, offset =
+      next_values(stream)
     if not kind then
       return
     end
-    sites_values(kind, site, heap_values(kind, site, oaddr, osize, naddr,
-      nsize, 1, 1), osize, nsize, 1, 1)
-  end
-end
-
--- Whether the passes can be fed values (feed_values): only the sites
--- pass after a heap that has the functions, and a stream with
--- next_values whose events are not scaled.
-local function takes_values(stream, heap_pass, passes, scale)
-  return not scale and stream.next_values and heap_pass.feed_values and
-    #passes == 1 and passes[1].feed_values and true or false
-end
-
--- A sampled profile's events are scaled into estimates first
--- (memprof.analysis.sampling), so that every pass and format shows estimates.
--- The loops call functions held in locals: when events take different
--- branches (allocations, frees), LuaJIT runs the start of its compiled
--- loop again for each, lookups of methods included.
---
--- The reader returns one table for every event, so `ev` is changed in
--- the loop only for a stream that does not: LuaJIT's code for an event
--- that leaves the loop's own path then stores nothing into its slot
--- before it goes back to the loop's start, which reads it.  A table
--- stored there is written in two parts (the pointer, then its type), so
--- reading it whole cannot take it from the stores on their way to the
--- cache and waits for them: perf's samples fell on that read, and the
--- text report of a 535 MB profile took 13% longer with it (when it read
--- event tables).
-local function feed_all(stream, heap_pass, passes)
-  local scale = sampling.scaler(stream)
-  if takes_values(stream, heap_pass, passes, scale) then
-    return feed_values(stream, heap_pass.feed_values, passes[1].feed_values)
-  end
-  scale = scale or nothing
-  local feed = chain(passes, 1) or nothing
-  local next_event, feed_heap = stream.next, heap_pass.feed
-  local ev = next_event(stream)
-  if not ev then
-    return
-  end
-  while true do
-    scale(ev)
-    feed(ev, feed_heap(heap_pass, ev), heap_pass)
-    local got = next_event(stream)
-    if got ~= ev then
-      if not got then
-        return
-      end
-      ev = got
+    local oweight, nweight = 1, 1
+    if scale then
+      osize, nsize, oweight, nweight = scale(oaddr, osize, naddr, nsize)
     end
+    local owner_id, facts = track(kind, site, stack, oaddr, osize, naddr,
+      nsize, nweight, offset)
+    feed(kind, site, stack, osize, nsize, oweight, nweight, owner_id, facts)
   end
 end
 
@@ -216,31 +216,29 @@ function M.run(stream, opts)
   -- The heap and sites passes group by line with the sites themselves.
   local by_group = grouper.mode ~= 'line' and grouper or nil
   local entries = make_passes(grouper, by_group, opts)
-  local heap_pass = heap.new({ grouper = by_group,
-    blocks = needs_blocks(by_group, entries, opts) })
+  local tracker = blocks.new({ facts = needs_facts(by_group, entries,
+    opts), sites = stream.sites, stream = stream })
   local passes = {}
   for i, entry in ipairs(entries) do
     passes[i] = entry.pass
   end
-  feed_all(stream, heap_pass, passes)
-  heap_pass:finish()
-  -- The indexes only events needed (the reader's, the heap's map) are
+  feed_all(stream, tracker, chain(passes, 1))
+  tracker:finish()
+  -- The indexes only events needed (the reader's, the tracker's) are
   -- garbage now: a full cycle frees them before the passes' finish make
-  -- their results (with a site per place, the analysis' peak is then
-  -- 30 to 40 MB lower for 400,000 places; the cycle takes a fraction of
-  -- the time the stream took).
+  -- their results.
   collectgarbage('collect')
-  local result = { stream = stream, heap = heap_pass, grouper = grouper }
+  local result = { stream = stream, blocks = tracker, grouper = grouper }
   for _, entry in ipairs(entries) do
     local finished = entry.pass.finish and
-      entry.pass:finish(stream, heap_pass)
+      entry.pass:finish(stream, tracker)
     if finished == nil then
       finished = entry.pass
     end
     result[entry.name] = finished
   end
   if opts.live_blocks == false then
-    heap_pass:forget_blocks()
+    tracker:forget()
   end
   grouper:finish()
   return result

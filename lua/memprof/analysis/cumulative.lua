@@ -4,7 +4,7 @@
 -- the rows are grouped by function or by stack.
 --
 --   local pass = cumulative.new(grouper)   -- mode 'function' or 'stack'
---   -- analyze.run feeds it, then finish(stream, heap) gives:
+--   -- analyze.run feeds it, then finish(stream, tracker) gives:
 --   { mode = 'function' | 'stack',
 --     rows = { { group = <row>, events =, bytes =, live_blocks =,
 --                live_bytes =, self_events =, self_bytes = }, ... } }
@@ -84,11 +84,11 @@ function Cumulative:record(site, stack)
   return i
 end
 
-function Cumulative:feed(ev)
-  if ev.kind ~= 'free' then
-    local i = self:record(ev.site, ev.stack)
-    self.events[i] = self.events[i] + ev.nweight
-    self.bytes[i] = self.bytes[i] + ev.nsize
+function Cumulative:feed(kind, site, stack, _, nsize, _, nweight)
+  if kind ~= 'free' then
+    local i = self:record(site, stack)
+    self.events[i] = self.events[i] + nweight
+    self.bytes[i] = self.bytes[i] + nsize
   end
 end
 
@@ -214,8 +214,8 @@ function Cumulative:stack_rows()
   return rows
 end
 
-function Cumulative:finish(_, heap)
-  heap:each_live_block(function(_, size, site, stack, _, weight)
+function Cumulative:finish(_, tracker)
+  tracker:each_live_block(function(_, size, site, stack, _, weight)
     local i = self:record(site, stack)
     self.live_blocks[i] = self.live_blocks[i] + weight
     self.live_bytes[i] = self.live_bytes[i] + size

@@ -8,7 +8,7 @@
 -- with the stream.
 --
 --   local pass = leaks.new(grouper)     -- a memprof.analysis.groups grouper
---   -- analyze.run feeds it, then finish(stream, heap) gives a
+--   -- analyze.run feeds it, then finish(stream, tracker) gives a
 --   -- memprof.analysis.columns set of leaks.Row, its rows sorted by bytes, then
 --   -- count, then name (figures: count, the blocks, and bytes), with:
 --   {
@@ -55,7 +55,7 @@ function M.new(grouper)
   return setmetatable({ grouper = grouper }, Leaks)
 end
 
--- Nothing to do per event: the heap pass keeps the live blocks.
+-- Nothing to do per event: the block tracker keeps the live blocks.
 function Leaks.feed()
 end
 
@@ -187,7 +187,7 @@ function M.each_stack(set, group, fn)
   end
 end
 
-function Leaks:finish(stream, heap)
+function Leaks:finish(stream, tracker)
   local set = columns.new(Row, { 'count', 'bytes' })
   local counts, bytes = set.columns.count, set.columns.bytes
   self.stack, self.stack_count, self.stack_bytes = {}, {}, {}
@@ -195,7 +195,7 @@ function Leaks:finish(stream, heap)
   local grouper = self.grouper
   local with_stacks = grouper.mode ~= 'stack'
   local count_sum, bytes_sum = 0, 0
-  heap:each_live_block(function(_, size, site, stack, _, weight)
+  tracker:each_live_block(function(_, size, site, stack, _, weight)
     local group = grouper:key(site, stack)
     local id = group.id
     if counts[id] == nil then
@@ -224,9 +224,9 @@ function Leaks:finish(stream, heap)
     self.stack_count, self.stack_bytes
   set.stack_list = self.stack_list
   set.row = row_of
-  set.count, set.bytes, set.total = count_sum, bytes_sum, heap.total
+  set.count, set.bytes, set.total = count_sum, bytes_sum, tracker.total
   set.collected_at_stop = stream.collected_at_stop or false
-  set.before_profiling = heap.total - bytes_sum
+  set.before_profiling = tracker.total - bytes_sum
   return set
 end
 

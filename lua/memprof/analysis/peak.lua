@@ -100,29 +100,30 @@ function Peak:note_time(time)
   end
 end
 
-function Peak:new_peak(ev, bytes)
+function Peak:new_peak(bytes, time, offset)
   self.peak = bytes
   self.peak_event = self.events
-  self.peak_offset = ev.offset
-  self.peak_time = ev.time
+  self.peak_offset = offset
+  self.peak_time = time
   self.time_next = nil
   self.waiting_for_time = true
   self.generation = self.generation + 1
 end
 
-function Peak:feed(ev, owner, heap)
+function Peak:feed(kind, site, stack, osize, nsize, oweight, nweight,
+    owner_id, facts)
   self.events = self.events + 1
   local grouper = self.grouper
-  if owner then
-    self:change(grouper:key(owner, heap.released_stack), -ev.osize,
-      -ev.oweight)
+  if owner_id then
+    self:change(grouper:key(facts.owner, facts.owner_stack), -osize,
+      -oweight)
   end
-  if ev.kind ~= 'free' then
-    self:change(grouper:key(ev.site, ev.stack), ev.nsize, ev.nweight)
+  if kind ~= 'free' then
+    self:change(grouper:key(site, stack), nsize, nweight)
   end
-  self:note_time(ev.time)
-  if heap.total > self.peak then
-    self:new_peak(ev, heap.total)
+  self:note_time(facts.time)
+  if facts.total > self.peak then
+    self:new_peak(facts.total, facts.time, facts.offset)
   end
 end
 

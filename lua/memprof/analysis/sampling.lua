@@ -17,12 +17,10 @@
 --   sampling.weight(size, mean)        -> w (a float, at least 1)
 --   sampling.block_weight(addr, size, mean) -> the block's whole weight
 --   sampling.scaler(stream)  -> nil for a profile that is not sampled, or
---                               scale(ev), which turns the reader's event
---                               into estimates in place: nsize and osize
---                               become size * weight, and nweight and
---                               oweight the weights of the new and old
---                               blocks (1 in every event of a profile that
---                               is not sampled)
+--                               scale(oaddr, osize, naddr, nsize) ->
+--                               osize, nsize, oweight, nweight: the sizes
+--                               as estimates (size * weight) and the
+--                               weights of the old and new blocks
 --   sampling.note(mean)      -> the line the reports print
 
 local M = {}
@@ -68,17 +66,17 @@ function M.scaler(stream)
     return nil
   end
   local block_weight = M.block_weight
-  return function(ev)
-    local nsize, osize = ev.nsize, ev.osize
-    ev.nweight, ev.oweight = 1, 1
+  return function(oaddr, osize, naddr, nsize)
+    local oweight, nweight = 1, 1
     if nsize ~= 0 then
-      local w = block_weight(ev.naddr, nsize, mean)
-      ev.nweight, ev.nsize = w, nsize * w
+      nweight = block_weight(naddr, nsize, mean)
+      nsize = nsize * nweight
     end
     if osize ~= 0 then
-      local w = block_weight(ev.oaddr, osize, mean)
-      ev.oweight, ev.osize = w, osize * w
+      oweight = block_weight(oaddr, osize, mean)
+      osize = osize * oweight
     end
+    return osize, nsize, oweight, nweight
   end
 end
 

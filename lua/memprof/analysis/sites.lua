@@ -17,13 +17,10 @@
 --                                   -- deallocating site such as the
 --                                   -- collector has an entry per row
 --                                   -- whose blocks it freed)
---   pass:feed(ev, owner, heap)  -- owner: as returned by heap:feed(ev);
---                               -- heap: the heap pass (for the stack of
---                               -- the released block)
---   pass.feed_values(kind, site, owner, osize, nsize, oweight, nweight)
---                               -- the same, the event as values (no
---                               -- self): without a grouper only (else
---                               -- false)
+--   pass:feed(kind, site, stack, osize, nsize, oweight, nweight, owner_id,
+--     facts)
+--                               -- the protocol of every pass (see
+--                               -- memprof.analysis.analyze)
 --   pass.of_kind.alloc          -- the figures of each kind:
 --     keys                      -- the sites (or groups), in order of
 --                               -- first appearance: key i is in slot i
@@ -45,6 +42,7 @@
 --                               -- modify them)
 
 local record_shape = require('memprof.record').shape
+local BEFORE_PROFILING = require('memprof.analysis.blocks').BEFORE_PROFILING
 
 local M = {}
 
@@ -79,7 +77,7 @@ end
 function M.new(opts)
   opts = opts or {}
   local self = setmetatable({ of_kind = {}, grouper = opts.grouper or false,
-    keep_overrides = opts.overrides ~= false, feed_values = false }, Sites)
+    keep_overrides = opts.overrides ~= false }, Sites)
   for _, kind in ipairs(M.KINDS) do
     -- overrides: by slot, { list of owners, blocks by owner }
     self.of_kind[kind] = { keys = {}, slot_of_id = {}, count = {},
@@ -126,11 +124,18 @@ local function finished()
 end
 
 -- The blocks of each owner, counted by the owner's id while events are
--- fed (see account), keyed by the owner itself once they are done.
-local function key_by_owner(by_slot)
+-- fed (see count_owner), keyed by the owner itself once they are done.
+-- By line, the owners are listed by id while events are fed: each is a
+-- site that produced a block, so a key of allocs or reallocs, or the
+-- blocks of before the profile (id 0).
+local function key_by_owner(by_slot, site_of_id)
   for _, overrides in pairs(by_slot) do
-    local blocks_by_id, by_owner = overrides[2], {}
-    for _, owner in ipairs(overrides[1]) do
+    local list, blocks_by_id, by_owner = overrides[1], overrides[2], {}
+    for i, owner in ipairs(list) do
+      if type(owner) == 'number' then
+        owner = site_of_id[owner]
+        list[i] = owner
+      end
       by_owner[owner] = blocks_by_id[owner[1]]
     end
     overrides[2] = by_owner
@@ -138,45 +143,49 @@ local function key_by_owner(by_slot)
 end
 
 function Sites:finish()
+  local site_of_id = { [0] = BEFORE_PROFILING }
+  for _, kind in ipairs({ 'alloc', 'realloc' }) do
+    for _, key in ipairs(self.of_kind[kind].keys) do
+      site_of_id[key[1]] = key
+    end
+  end
   for _, kind in ipairs(M.KINDS) do
     self.of_kind[kind].slot_of_id = nil
-    key_by_owner(self.of_kind[kind].overrides)
+    key_by_owner(self.of_kind[kind].overrides, site_of_id)
   end
   -- (The feed holds the indexes.)
   self.feed = finished
-  if self.feed_values then
-    self.feed_values = finished
-  end
 end
 
--- The released block's owner in the overrides of the key in `slot` (by
--- slot: { list of owners, blocks by owner }), for `weight` blocks.  An
--- owner's blocks are counted by its id, as the heap's slots are
--- (key[1]): the ids of sites are dense, so a deallocating site's counts
--- are mostly an array, where a table keyed by the owners themselves is
--- a hash table searched for each release.  finish() keys them by owner.
-local function count_owner(by_slot, slot, owner, weight)
+-- The released block's owner (its id, and the owner itself or, by line,
+-- nil) in the overrides of the key in `slot` (by slot: { list of
+-- owners, blocks by owner }), for `weight` blocks.  An owner's blocks
+-- are counted by its id, as the heap's slots are (key[1]): the ids of
+-- sites are dense, so a deallocating site's counts are mostly an array,
+-- where a table keyed by the owners themselves is a hash table searched
+-- for each release.  finish() keys them by owner.
+local function count_owner(by_slot, slot, id, owner, weight)
   local overrides = by_slot[slot]
   if not overrides then
     overrides = { {}, {} }
     by_slot[slot] = overrides
   end
-  local blocks, id = overrides[2], owner[1]
+  local blocks = overrides[2]
   local blocks_of_owner = blocks[id]
   if not blocks_of_owner then
     blocks_of_owner = 0
     local list = overrides[1]
-    list[#list + 1] = owner
+    list[#list + 1] = owner or id
   end
   blocks[id] = blocks_of_owner + weight
 end
 
--- pass:feed(ev, owner, heap): a closure of each pass's own, made by
--- M.new, whose grouper, kinds' columns and indexes are its upvalues:
--- LuaJIT's code for an event then looks up no field of the pass, and
--- the grouper and keep_overrides, known for good, cost no test.  Each
--- kind adds to the columns it changes only (an allocation frees no
--- bytes, a free allocates none), and only a release has an owner.
+-- pass:feed(...): a closure of each pass's own, made by M.new, whose
+-- grouper, kinds' columns and indexes are its upvalues: LuaJIT's code
+-- for an event then looks up no field of the pass, and the grouper and
+-- keep_overrides, known for good, cost no test.  Each kind adds to the
+-- columns it changes only (an allocation frees no bytes, a free
+-- allocates none), and only a release has an owner.
 function make_feed(self)
   local grouper, keep_overrides = self.grouper, self.keep_overrides
   local allocs, reallocs, frees = self.allocs, self.reallocs, self.frees
@@ -188,48 +197,44 @@ function make_feed(self)
   local realloc_minus = reallocs.minus
   local free_overrides = frees.overrides
   local realloc_overrides = reallocs.overrides
-  -- A release (free or realloc) in the count, minus and overrides of
-  -- its kind: `weight` events, the old block's osize bytes and oweight
-  -- blocks.
-  local function count_release(count, minus, overrides, slot, weight, osize,
-      owner, oweight)
-    count[slot] = count[slot] + weight
-    minus[slot] = minus[slot] + osize
-    if owner and keep_overrides then
-      count_owner(overrides, slot, owner, oweight)
+
+  -- The released block's owner in the overrides of the key in `slot`.
+  local function count_release(overrides, slot, owner_id, facts, weight)
+    if grouper then
+      local owner = grouper:key(facts.owner, facts.owner_stack)
+      return count_owner(overrides, slot, owner[1], owner, weight)
     end
+    return count_owner(overrides, slot, owner_id, nil, weight)
   end
 
-  -- The event as values, its key (site or group) and owner known.
-  local function account(kind, key, owner, osize, nsize, oweight, nweight)
+  return function(_, kind, site, stack, osize, nsize, oweight, nweight,
+      owner_id, facts)
+    local key = site
+    if grouper then
+      key = grouper:key(site, stack)
+    end
     local id = key[1]
     if kind == 'alloc' then
       local slot = alloc_slots[id] or add(allocs, key)
       alloc_count[slot] = alloc_count[slot] + nweight
       alloc_plus[slot] = alloc_plus[slot] + nsize
     elseif kind == 'free' then
-      count_release(free_count, free_minus, free_overrides,
-        free_slots[id] or add(frees, key), oweight, osize, owner, oweight)
+      local slot = free_slots[id] or add(frees, key)
+      free_count[slot] = free_count[slot] + oweight
+      free_minus[slot] = free_minus[slot] + osize
+      if keep_overrides then
+        count_release(free_overrides, slot, owner_id, facts, oweight)
+      end
     else
       local slot = realloc_slots[id] or add(reallocs, key)
       realloc_plus[slot] = realloc_plus[slot] + nsize
-      count_release(realloc_count, realloc_minus, realloc_overrides, slot,
-        nweight, osize, owner, oweight)
-    end
-  end
-  if not grouper then
-    self.feed_values = account
-  end
-  return function(_, ev, owner, heap)
-    local key = ev.site
-    if grouper then
-      key = grouper:key(key, ev.stack)
-      if owner and keep_overrides then
-        owner = grouper:key(owner, heap and heap.released_stack)
+      realloc_count[slot] = realloc_count[slot] + nweight
+      realloc_minus[slot] = realloc_minus[slot] + osize
+      if keep_overrides then
+        count_release(realloc_overrides, slot, owner_id, facts,
+          oweight)
       end
     end
-    return account(ev.kind, key, owner, ev.osize, ev.nsize, ev.oweight,
-      ev.nweight)
   end
 end
 

@@ -13,7 +13,7 @@
 -- (counts and bytes).  Blocks allocated before profiling are not counted.
 --
 --   local pass = temporary.new(grouper, limit)
---   -- analyze.run feeds it (after the heap), then finish(stream, heap)
+--   -- analyze.run feeds it, then finish(stream, tracker)
 --   -- gives a memprof.analysis.columns set of temporary.Row, its groups in order
 --   -- of first appearance, with two more fields:
 --   {
@@ -69,34 +69,35 @@ local function row_id(self, group)
   return id
 end
 
-function Temporary:feed(ev, owner, heap)
+function Temporary:feed(kind, site, stack, _, nsize, oweight, nweight,
+    owner_id, facts)
   local grouper = self.grouper
-  local age = heap.released_age
-  if owner and age then
-    local id = row_id(self, grouper:key(owner, heap.released_stack))
+  local age = owner_id and facts.age
+  if age then
+    local id = row_id(self, grouper:key(facts.owner, facts.owner_stack))
     if age <= self.limit then
       local blocks, bytes = self.temporary_blocks, self.temporary_bytes
-      blocks[id] = blocks[id] + ev.oweight
-      bytes[id] = bytes[id] + heap.released_size
+      blocks[id] = blocks[id] + oweight
+      bytes[id] = bytes[id] + facts.size
     else
       local blocks, bytes = self.freed_blocks, self.freed_bytes
-      blocks[id] = blocks[id] + ev.oweight
-      bytes[id] = bytes[id] + heap.released_size
+      blocks[id] = blocks[id] + oweight
+      bytes[id] = bytes[id] + facts.size
     end
   end
-  if ev.kind ~= 'free' then
-    local id = row_id(self, grouper:key(ev.site, ev.stack))
+  if kind ~= 'free' then
+    local id = row_id(self, grouper:key(site, stack))
     local blocks, bytes = self.blocks, self.bytes
-    blocks[id] = blocks[id] + ev.nweight
-    bytes[id] = bytes[id] + ev.nsize
+    blocks[id] = blocks[id] + nweight
+    bytes[id] = bytes[id] + nsize
   end
 end
 
-function Temporary:finish(_, heap)
+function Temporary:finish(_, tracker)
   local grouper, set = self.grouper, self.set
   local live_blocks, live_bytes = set.columns.live_blocks,
     set.columns.live_bytes
-  heap:each_live_block(function(_, size, site, stack, _, weight)
+  tracker:each_live_block(function(_, size, site, stack, _, weight)
     local id = row_id(self, grouper:key(site, stack))
     live_blocks[id] = live_blocks[id] + weight
     live_bytes[id] = live_bytes[id] + size

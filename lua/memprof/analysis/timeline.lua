@@ -78,9 +78,9 @@ function Timeline:slot_of(time)
   return slot
 end
 
-function Timeline:feed(ev, _, heap)
+function Timeline:feed(kind, _, _, _, _, oweight, nweight, _, facts)
   -- The time of the event: its time mark, or its number in microseconds.
-  local time = ev.time or 0
+  local time = facts.time or 0
   if self.by_event then
     self.count = self.count + 1
     time = self.count * 1000
@@ -94,9 +94,9 @@ function Timeline:feed(ev, _, heap)
       self.last_time = time
     end
   end
-  local size = heap.total
+  local size = facts.total
   local count = self.events[slot]
-  local weight = ev.kind == 'free' and ev.oweight or ev.nweight
+  local weight = kind == 'free' and oweight or nweight
   if count then
     self.events[slot] = count + weight
     if size > self.high[slot] then

@@ -89,15 +89,15 @@ function M.pass()
   return setmetatable({ allocated = M.paths() }, Pass)
 end
 
-function Pass:feed(ev)
-  if ev.kind ~= 'free' then
-    M.add(self.allocated, ev.site, ev.stack, ev.nsize, ev.nweight)
+function Pass:feed(kind, site, stack, _, nsize, _, nweight)
+  if kind ~= 'free' then
+    M.add(self.allocated, site, stack, nsize, nweight)
   end
 end
 
-function Pass:finish(_, heap)
+function Pass:finish(_, tracker)
   local live = M.paths()
-  heap:each_live_block(function(_, size, site, stack, _, weight)
+  tracker:each_live_block(function(_, size, site, stack, _, weight)
     M.add(live, site, stack, size, weight)
   end)
   -- The paths' index is needed no more.
