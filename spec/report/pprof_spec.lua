@@ -58,23 +58,19 @@ end)
 
 describe('gzip writer', function()
   it('computes CRC-32', function()
-    for _, opts in ipairs({ {}, { plain = true } }) do
-      assert.are.equal(0xCBF43926, gzip.crc32('123456789', opts))
-      assert.are.equal(0, gzip.crc32('', opts))
-      assert.are.equal(0x414FA339, gzip.crc32('The quick brown fox jumps ' ..
-        'over the lazy dog', opts))
-    end
+    assert.are.equal(0xCBF43926, gzip.crc32('123456789'))
+    assert.are.equal(0, gzip.crc32(''))
+    assert.are.equal(0x414FA339, gzip.crc32('The quick brown fox jumps ' ..
+      'over the lazy dog'))
   end)
 
   it('computes CRC-32 piece by piece', function()
-    for _, opts in ipairs({ {}, { plain = true } }) do
-      local crc = gzip.crc32('1234', opts)
-      assert.are.equal(0xCBF43926, gzip.crc32('56789', opts, crc))
-      assert.are.equal(crc, gzip.crc32('', opts, crc))
-      crc = gzip.crc32('The quick brown fox ', opts)
-      crc = gzip.crc32('jumps over ', opts, crc)
-      assert.are.equal(0x414FA339, gzip.crc32('the lazy dog', opts, crc))
-    end
+    local crc = gzip.crc32('1234')
+    assert.are.equal(0xCBF43926, gzip.crc32('56789', crc))
+    assert.are.equal(crc, gzip.crc32('', crc))
+    crc = gzip.crc32('The quick brown fox ')
+    crc = gzip.crc32('jumps over ', crc)
+    assert.are.equal(0x414FA339, gzip.crc32('the lazy dog', crc))
   end)
 
   it('streams the bytes wrap() makes of the pieces joined', function()
@@ -89,7 +85,7 @@ describe('gzip writer', function()
       { string.rep('d', block), 'e' },
       { string.rep('f', 3), string.rep('g', 2 * block + 7), 'h' },
     }
-    for _, opts in ipairs({ {}, { plain = true } }) do
+    do
       for _, pieces in ipairs(cases) do
         local written = {}
         local out = { write = function(_, ...)
@@ -97,13 +93,13 @@ describe('gzip writer', function()
             written[#written + 1] = bytes
           end
         end }
-        local writer = gzip.writer(out, opts)
+        local writer = gzip.writer(out)
         for _, piece in ipairs(pieces) do
           writer:write(piece)
         end
         writer:close()
         local joined = table.concat(pieces)
-        assert.is_true(table.concat(written) == gzip.wrap(joined, opts))
+        assert.is_true(table.concat(written) == gzip.wrap(joined))
         -- Blocks of 65535 bytes each, but the last (5 bytes of header).
         local blocks = math.max(1, math.ceil(#joined / block))
         assert.are.equal(10 + #joined + 5 * blocks + 8,

@@ -148,7 +148,8 @@ local function search(m, addr, i)
   return search(m, addr, i)
 end
 
-local function get(m, addr)
+-- The bucket of addr and its slot, or nil.
+local function find(m, addr)
   local i = home_of(addr, m.bits, m.mask)
   local slot = m.buckets[i].slot
   if slot == 0 then
@@ -161,6 +162,11 @@ local function get(m, addr)
     end
     slot = m.buckets[i].slot
   end
+  return i, slot
+end
+
+local function get(m, addr)
+  local _, slot = find(m, addr)
   return slot
 end
 
@@ -246,21 +252,12 @@ end
 
 -- Takes addr out of the map; returns its slot, or nil.
 local function remove(m, addr)
-  local mask = m.mask
-  local i = home_of(addr, m.bits, mask)
-  local slot = m.buckets[i].slot
-  if slot == 0 then
+  local i, slot = find(m, addr)
+  if not i then
     return nil
   end
-  if m.buckets[i].addr ~= addr then
-    i = search(m, addr, i)
-    if not i then
-      return nil
-    end
-    slot = m.buckets[i].slot
-  end
   m.live = m.live - 1
-  shift_back(m, i, band(i + 1, mask))
+  shift_back(m, i, band(i + 1, m.mask))
   return slot
 end
 

@@ -22,9 +22,9 @@
 -- (site, stack) whose row has the same name, so a group can be used as a
 -- table key and results need no merging.  (A stack's group is interned
 -- by the names of its frames, and its name is joined the first time it
--- is read: on a real program's profile, the names of every stack took a
--- third of the reporter's memory, and the flame graph formats, which
--- name frames themselves, never read them.)  A group's fields:
+-- is read: the names of every stack are a large part of a report's
+-- memory, and the flame graph formats, which name frames themselves,
+-- never read them.)  A group's fields:
 --   id       dense from 1, in order of first appearance
 --   mode     the grouper's mode
 --   name     the one-line name of the row, unique within the grouper; for

@@ -134,7 +134,7 @@ local function slots_per_row(slots, max_rows)
 end
 
 -- The slots with events, in order.
-local function occupied_slots(result)
+function M.occupied_slots(result)
   local slots = {}
   for slot in pairs(result.events) do
     slots[#slots + 1] = slot
@@ -171,7 +171,7 @@ function M.rows(result, max_rows)
   local slots = floor(result.duration / resolution) + 1
   local per_row = slots_per_row(slots, max_rows or M.MAX_ROWS)
   local width = per_row * resolution
-  local occupied = occupied_slots(result)
+  local occupied = M.occupied_slots(result)
   local rows, carry, peak_row, next = {}, 0, nil, 1
   for index = 1, math.ceil(slots / per_row) do
     local first = (index - 1) * per_row + 1

@@ -9,7 +9,8 @@
 -- is a one-letter spelling (-h); `help` its line in --help.
 --
 --   options.parse(list, args [, how]) -> opts, words | nil, message
---   options.lines(list)                -> the lines of --help
+--   options.lines(list [, lines])      -> the lines of --help (added to
+--                                        lines)
 --   options.whole_number(least [, most [, unit]]), options.one_of(words)
 --                                      -> check functions
 --
@@ -55,9 +56,10 @@ function M.one_of(words)
   end
 end
 
--- The lines of --help that list `options`.
-function M.lines(options)
-  local lines = {}
+-- The lines of --help that list `options`, added to `lines` (a new
+-- list by default), which is returned.
+function M.lines(options, lines)
+  lines = lines or {}
   for _, option in ipairs(options) do
     local spelling = '--' .. option.name
     if option.optional then

@@ -15,7 +15,7 @@
 -- 1 MiB), which is read in one go.
 --
 -- progress.is_terminal(fd) says whether a file descriptor (2: stderr) is
--- a terminal: isatty() through the FFI on LuaJIT, `test -t` elsewhere.
+-- a terminal (isatty() through the FFI).
 -- progress.for_stderr(err, path) is the meter memprof-report uses: a
 -- real one when err is io.stderr and stderr is a terminal, else one
 -- that does nothing.
@@ -30,34 +30,12 @@ M.PROGRAM = 'memprof-report'
 
 local format = string.format
 
-local function ffi_isatty()
-  local ok, ffi = pcall(require, 'ffi')
-  if not ok then
-    return nil
-  end
-  -- (Declaring it again fails harmlessly when it is declared already.)
-  pcall(ffi.cdef, 'int isatty(int fd);')
-  local found, isatty = pcall(function() return ffi.C.isatty end)
-  if not found then
-    return nil
-  end
-  return function(fd)
-    return isatty(fd) == 1
-  end
-end
-
-local function shell_isatty(fd)
-  -- os.execute returns the status (Lua 5.1) or true/nil (Lua 5.2 style).
-  local status = os.execute(format('test -t %d', fd))
-  return status == 0 or status == true
-end
-
+-- isatty() through the FFI.  (Declaring it again fails harmlessly when
+-- it is declared already.)
 function M.is_terminal(fd)
-  local isatty = ffi_isatty()
-  if isatty then
-    return isatty(fd)
-  end
-  return shell_isatty(fd)
+  local ffi = require('ffi')
+  pcall(ffi.cdef, 'int isatty(int fd);')
+  return ffi.C.isatty(fd) == 1
 end
 
 local function file_size(path)

@@ -159,9 +159,7 @@ local function usage()
     '',
     'Options:',
   }
-  for _, line in ipairs(option_parser.lines(M.OPTIONS)) do
-    lines[#lines + 1] = line
-  end
+  option_parser.lines(M.OPTIONS, lines)
   lines[#lines + 1] = ''
   lines[#lines + 1] = 'Formats (--format=NAME; docs/formats.md):'
   for _, entry in ipairs(M.FORMATS) do
@@ -378,31 +376,13 @@ local function write_outputs(module, opts, out, err, write)
   return true
 end
 
--- The collector's pause and step multiplier while a report is written
--- (Lua's defaults are 200 and 200: a new cycle starts once the heap has
--- doubled, and the collector works twice as fast as the program
--- allocates).  The analysis is live data; writing makes short-lived
--- strings and tables per entry.  A heap let double over the analysis
--- would hold twice its size (on 400,000 places, --format=json: 2.2 GB
--- of RSS instead of 1.4 GB); and at the default speed, a cycle over the
--- analysis lets the program allocate half the analysis' size in
--- garbage before it ends.  At 500 the garbage waits a fifth of it (on
--- 400,000 places: --format=json 1,133 MB of RSS instead of 1,287 MB,
--- --format=html 847 MB instead of 1,067 MB; about a fifth more CPU
--- time while writing).  At 1000, a tenth: once the formats made little
--- garbage (json, html and pprof write their entries from reused tables
--- and parts), that cost little time: on 400,000 places with stacks,
--- --format=html 571 MB of RSS instead of 600, --format=pprof 494 instead
--- of 518, json 496 instead of 499 (pprof without stacks: 15 s of CPU
--- time instead of 11).
---
--- A new pause only takes effect when a cycle ends: the analysis' last
--- cycle has set the next one to start at twice the heap it left, and
--- the writing would fill that room with garbage first.  A full
--- collection before writing frees the analysis' garbage and starts
--- the writing's cycles from the live data (on luacheck's stack profile,
--- --format=pprof: 362 MB of RSS instead of 553 MB, for a third of a
--- second).
+-- The collector's pause and step multiplier while a report is written.
+-- The analysis is live data and writing makes short-lived strings and
+-- tables per entry: at Lua's defaults (200, 200) the heap would double
+-- over the analysis before a cycle starts, and a cycle would let half
+-- the analysis' size in garbage pile up before it ends.  A new pause
+-- takes effect only when a cycle ends, hence a full collection first,
+-- which also frees the analysis' garbage.
 local WRITING_GC_PAUSE = 100
 local WRITING_GC_STEPMUL = 1000
 
@@ -489,9 +469,7 @@ local function report_diff(paths, opts, out, err)
     -- it would wait for a cycle that the next analysis starts.  LuaJIT's
     -- compiled traces hold the tables they were specialised on (the
     -- stream's, the passes'), which keeps the whole analysis alive: they
-    -- are thrown away first (400,000 places: 268 MB still live when the
-    -- next file was read, and 706 MB of RSS at the end, instead of 54 MB
-    -- and 462 MB).
+    -- are thrown away first.
     result = nil
     local compiler = rawget(_G, 'jit')
     if compiler and compiler.flush then
@@ -585,16 +563,13 @@ M.conflict = conflict
 
 -- LuaJIT's limits for the reporter's process.  The loop over the events
 -- has many branches (kinds of events, sources, lengths of numbers), each
--- a side trace: on profiles of real programs the default limits (512 KB
--- of machine code, 1000 traces) are soon reached, and LuaJIT then throws
--- all its traces away and compiles them again, over and over (69 times
--- for the text report of a 231 MB profile of luacheck: 19 s of system
--- time, in mprotect, and 12 s of user time, against 1.5 s and 6.5 s
--- with these).  Machine code is taken as it is needed.
+-- a side trace: on profiles of real programs the default limits are
+-- soon reached, and LuaJIT then throws all its traces away and compiles
+-- them again, over and over.  Machine code is taken as it is needed.
 M.JIT_LIMITS = { 'maxmcode=65536', 'maxtrace=20000', 'maxside=1000' }
 
 -- Raises LuaJIT's limits (M.JIT_LIMITS); returns the list set, or nil
--- without a JIT compiler (plain Lua).
+-- when the JIT compiler is off.
 function M.raise_jit_limits()
   local compiler = rawget(_G, 'jit')
   if not (compiler and compiler.opt and compiler.opt.start) then

@@ -105,9 +105,7 @@ local function usage()
     '',
     'Options of run:',
   }
-  for _, line in ipairs(option_parser.lines(M.RUN_OPTIONS)) do
-    lines[#lines + 1] = line
-  end
+  option_parser.lines(M.RUN_OPTIONS, lines)
   lines[#lines + 1] = ''
   lines[#lines + 1] = 'And the options of memprof-report (memprof-report --help).'
   return table.concat(lines, '\n') .. '\n'

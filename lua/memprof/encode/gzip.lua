@@ -1,12 +1,11 @@
--- memprof.encode.gzip: gzip files without compression, and CRC-32.  Plain Lua
--- 5.1 and LuaJIT.
+-- memprof.encode.gzip: gzip files without compression, and CRC-32.
 --
 --   local gzip = require('memprof.encode.gzip')
 --   local file_bytes = gzip.wrap(data)   -- a valid .gz holding `data`
---   gzip.crc32(data [, opts [, crc]])    -- 0 .. 2^32-1; with crc, the
+--   gzip.crc32(data [, crc])             -- 0 .. 2^32-1; with crc, the
 --                                        -- CRC-32 of what crc was of,
 --                                        -- followed by data
---   local w = gzip.writer(out [, opts])  -- the same file, written to
+--   local w = gzip.writer(out)           -- the same file, written to
 --   w:write(piece) ... w:close()         -- out (a file handle) as its
 --                                        -- content comes, in pieces
 --
@@ -53,91 +52,13 @@ local function crc32_with_bit(bit)
   end
 end
 
--- CRC-32 in plain Lua: the register is kept as four bytes, and bytes are
--- combined through a table of the XOR of every pair of bytes.
+local crc32
 
-local function xor_table()
-  local nibble = {}
-  for a = 0, 15 do
-    for b = 0, 15 do
-      local x, bit_value, ra, rb = 0, 1, a, b
-      for _ = 1, 4 do
-        if ra % 2 ~= rb % 2 then
-          x = x + bit_value
-        end
-        ra, rb, bit_value = floor(ra / 2), floor(rb / 2), bit_value * 2
-      end
-      nibble[a * 16 + b] = x
-    end
-  end
-  local xor = {}
-  for a = 0, 255 do
-    local a_high, a_low = floor(a / 16), a % 16
-    for b = 0, 255 do
-      xor[a * 256 + b] = nibble[a_high * 16 + floor(b / 16)] * 16 +
-        nibble[a_low * 16 + b % 16]
-    end
-  end
-  return xor
-end
-
-local function crc32_plain()
-  local xor = xor_table()
-  -- The entry of each byte value, as four bytes, least significant first.
-  local t0, t1, t2, t3 = {}, {}, {}, {}
-  local p0, p1, p2, p3 = 0x20, 0x83, 0xB8, 0xED     -- POLYNOMIAL's bytes
-  for n = 0, 255 do
-    local c0, c1, c2, c3 = n, 0, 0, 0
-    for _ = 1, 8 do
-      local odd = c0 % 2 == 1
-      -- Shift the four bytes right by one bit.
-      c0 = floor(c0 / 2) + (c1 % 2) * 128
-      c1 = floor(c1 / 2) + (c2 % 2) * 128
-      c2 = floor(c2 / 2) + (c3 % 2) * 128
-      c3 = floor(c3 / 2)
-      if odd then
-        c0, c1 = xor[c0 * 256 + p0], xor[c1 * 256 + p1]
-        c2, c3 = xor[c2 * 256 + p2], xor[c3 * 256 + p3]
-      end
-    end
-    t0[n], t1[n], t2[n], t3[n] = c0, c1, c2, c3
-  end
-  return function(data, previous)
-    -- The state is the complement of the previous CRC, byte by byte.
-    local p0 = previous % 256
-    local p1 = floor(previous / 256) % 256
-    local p2 = floor(previous / 65536) % 256
-    local p3 = floor(previous / 16777216) % 256
-    local c0, c1, c2, c3 = 255 - p0, 255 - p1, 255 - p2, 255 - p3
-    for i = 1, #data do
-      local index = xor[c0 * 256 + byte(data, i)]
-      c0 = xor[c1 * 256 + t0[index]]
-      c1 = xor[c2 * 256 + t1[index]]
-      c2 = xor[c3 * 256 + t2[index]]
-      c3 = t3[index]
-    end
-    return (255 - c0) + (255 - c1) * 256 + (255 - c2) * 65536 +
-      (255 - c3) * 16777216
-  end
-end
-
-local crc32, plain_crc32
-
--- The CRC-32 of a string (as gzip and zlib compute it), 0 .. 2^32-1.
--- opts.plain: use the plain Lua version even when `bit` is there.
--- The CRC-32 of data; with `previous` (the CRC-32 of some bytes), that
--- of those bytes followed by data, so that a CRC can be computed piece
--- by piece.
-function M.crc32(data, opts, previous)
-  if opts and opts.plain then
-    plain_crc32 = plain_crc32 or crc32_plain()
-    return plain_crc32(data, previous or 0)
-  end
-  if not crc32 then
-    local ok, bit = pcall(require, 'bit')
-    crc32 = ok and type(bit) == 'table' and crc32_with_bit(bit) or
-      crc32_plain()
-  end
+-- The CRC-32 of a string (as gzip and zlib compute it), 0 .. 2^32-1;
+-- with `previous` (the CRC-32 of some bytes), that of those bytes
+-- followed by data, so that a CRC can be computed piece by piece.
+function M.crc32(data, previous)
+  crc32 = crc32 or crc32_with_bit(require('bit'))
   return crc32(data, previous or 0)
 end
 
@@ -182,8 +103,8 @@ end
 local HEADER = '\31\139\8\0\0\0\0\0\0\255'
 
 -- A gzip file whose content is `data`.
-function M.wrap(data, opts)
-  return HEADER .. stored_blocks(data) .. le32(M.crc32(data, opts)) ..
+function M.wrap(data)
+  return HEADER .. stored_blocks(data) .. le32(M.crc32(data)) ..
     le32(#data % 2 ^ 32)
 end
 
@@ -195,9 +116,9 @@ end
 local Writer = {}
 Writer.__index = Writer
 
-function M.writer(out, opts)
+function M.writer(out)
   out:write(HEADER)
-  return setmetatable({ out = out, opts = opts, crc = 0, size = 0,
+  return setmetatable({ out = out, crc = 0, size = 0,
     waiting = {}, waiting_bytes = 0 }, Writer)
 end
 
@@ -213,7 +134,7 @@ function Writer:blocks_of(data)
 end
 
 function Writer:write(piece)
-  self.crc = M.crc32(piece, self.opts, self.crc)
+  self.crc = M.crc32(piece, self.crc)
   self.size = self.size + #piece
   local waiting = self.waiting
   waiting[#waiting + 1] = piece

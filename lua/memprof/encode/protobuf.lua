@@ -1,6 +1,6 @@
 -- memprof.encode.protobuf: a small Protocol Buffers encoder (what the pprof
 -- export needs: varints, length-delimited fields, packed repeated
--- varints).  Plain Lua 5.1 and LuaJIT.
+-- varints).
 --
 --   local pb = require('memprof.encode.protobuf')
 --   local message = pb.message()

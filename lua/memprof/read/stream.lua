@@ -11,7 +11,7 @@
 --   for ev in stream:each() do ... end      -- or: local ev = stream:next()
 --   if stream.warning then ... end
 --
---   reader.open(path [, opts])              -- opts.chunk_size, opts.plain,
+--   reader.open(path [, opts])              -- opts.chunk_size,
 --                                           -- opts.on_read(bytes read
 --                                           -- so far), after each chunk,
 --                                           -- opts.split_traces (below)
@@ -30,7 +30,9 @@
 -- 'NAME: byte N: expected ..., found ...'.  A stream cut in the middle of
 -- an event or lacking its epilogue is not an error: next() returns nil
 -- and stream.warning says what happened; every complete event before the
--- cut is delivered.
+-- cut is delivered.  An empty file (what a process leaves when it ends
+-- before its first write) is read as a stream with no events, with a
+-- warning that says so.
 --
 -- The event stream is version 3 (Tarantool's format) or 100 (the
 -- extended format: call stacks and time marks, see docs/format.md).
@@ -95,8 +97,8 @@
 -- same table as ev.site).  The frames are the stack's own array part
 -- (stack.frames == stack) and its id is kept at index 0 (stack[0]),
 -- both read through a metatable: a large profile has hundreds of
--- thousands of stacks, and a table of frames apart took about 70 bytes
--- more each, two keys in a hash part 48.
+-- thousands of stacks, and a table of frames apart, or a hash part,
+-- would double the size of each.
 -- An event in a trace has no stack in the stream; in a stream with
 -- stacks the reader gives it one made of its site and the callers of
 -- the function where the trace starts, as the other events' stacks show
@@ -110,8 +112,8 @@
 -- (a stack was defined), has_time (a time mark was read), time (the last
 -- time mark, or nil), aliases (the aliases given to multi-line chunk
 -- names, as { name = ..., chunkname = ... }, in order of first use),
--- decoder ('ffi' or 'plain'), sample_bytes (nil, or for a sampled
--- profile the mean bytes between samples: see memprof.analysis.sampling).
+-- sample_bytes (nil, or for a sampled profile the mean bytes between
+-- samples: see memprof.analysis.sampling).
 -- has_stacks and has_time become true as the records are read: they are
 -- final once next() has returned nil.  bytes_read and events are brought
 -- up to date when next() reads a chunk of the file, after each record
@@ -123,10 +125,9 @@
 -- that garbage was collected at stop is read) and heap_after_collection
 -- (the heap's size in bytes after that collection, or nil).
 --
--- The decoder below is written once and instantiated for two ways of
--- fetching a byte: string.byte (plain Lua 5.1) and an FFI pointer into
--- the current chunk (LuaJIT).  Numbers are kept as Lua numbers: exact up
--- to 2^53, which covers x86_64 addresses and any real size.
+-- The reader runs on LuaJIT: it reads bytes through an FFI pointer into
+-- its buffer (memprof.read.buffer).  Numbers are kept as Lua numbers:
+-- exact up to 2^53, which covers x86_64 addresses and any real size.
 
 local buffer = require('memprof.read.buffer')
 local names = require('memprof.read.names')
@@ -399,8 +400,7 @@ common.trace_stack = trace_stack
 
 -- The indexes only events need, by which the reader finds the sites and
 -- stacks of an event: forgotten once the stream is done, so that the
--- reports reuse their memory (with a site per place, 30 to 40 MB for
--- 400,000 places).  The sites, stacks, aliases and inferred stacks stay.
+-- reports reuse their memory.  The sites, stacks, aliases and inferred stacks stay.
 local READING_INDEXES = { 'lfuncs', 'cfuncs', 'traces', 'c_sorted', 'c_sites',
   'trace_sites', 'unknown_c', 'alias_of', 'internal_kind_sites',
   'trace_starts', 'inferred' }
@@ -478,8 +478,8 @@ end
 
 -- A stack keeps its frames in its array part and its id at index 0,
 -- with no hash part: its `id` and `frames` (the stack itself) are read
--- through this metatable (a hash part of two keys took 48 bytes a
--- stack).  (A vararg __index, as in memprof.record: LuaJIT never starts
+-- through this metatable (no hash part: a large profile has hundreds
+-- of thousands of stacks).  (A vararg __index, as in memprof.record: LuaJIT never starts
 -- a trace there.)
 -- luacheck: push no unused args
 local STACK_META = { __index = function(stack, field, ...)

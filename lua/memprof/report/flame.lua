@@ -160,8 +160,8 @@ end
 -- nodes of the limit's size (a profile of many places of one size has
 -- hundreds of thousands), the first met are kept, in the order the tree
 -- is written (add_node), so a node of that size is kept only after its
--- parent.  (Keeping every node of the limit's size wrote all of such a
--- tree: 400,000 frames and 10 MB of text for a graph of 30,000.)
+-- parent.  (Keeping every node of the limit's size could keep all of
+-- such a tree.)
 local function size_limit(tree, max_nodes)
   if tree.n <= max_nodes then
     return 0, tree.n

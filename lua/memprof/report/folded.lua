@@ -36,13 +36,7 @@ local M = {}
 M.METRICS = { 'alloc-bytes', 'alloc-count', 'live-bytes', 'peak-bytes' }
 M.DEFAULT_METRIC = 'alloc-bytes'
 
--- The frames of a row, innermost first.
-local function frames_of(group)
-  if group.frames then
-    return group.frames
-  end
-  return { group.site or group }
-end
+local frames_of = rows.frames_of
 
 local function clean_name(name)
   return (name:gsub(';', ','):gsub('[\r\n]', ' '))

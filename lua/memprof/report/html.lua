@@ -610,9 +610,8 @@ end
 -- The tables -----------------------------------------------------------------
 
 -- Allocated bytes and allocations per row (alloc and realloc together),
--- in columns by group id (memprof.analysis.columns: a profile may have a row per
--- place, and a record and an index entry per row took 60 MB for 400,000
--- places).  Returns the rows shown (records, at most settings.top,
+-- in columns by group id (memprof.analysis.columns: a profile may have a
+-- row per place).  Returns the rows shown (records, at most settings.top,
 -- sorted by sort_field, then by name) and the rest: { rows = how many,
 -- bytes =, count = their sums }.
 local AllocatedRow = record_shape({ 'group', 'bytes', 'count' })

@@ -119,12 +119,7 @@ function Builder:location_of(site)
   return id
 end
 
-local function frames_of(group)
-  if group.frames then
-    return group.frames
-  end
-  return { group.site or group }
-end
+local frames_of = rows.frames_of
 
 local function positive(n)
   return n > 0 and n or 0
