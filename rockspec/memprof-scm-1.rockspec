@@ -32,7 +32,6 @@ build = {
     },
     ["memprof.read.stream"] = "lua/memprof/read/stream.lua",
     ["memprof.read.buffer"] = "lua/memprof/read/buffer.lua",
-    ["memprof.read.format"] = "lua/memprof/read/format.lua",
     ["memprof.read.names"] = "lua/memprof/read/names.lua",
     ["memprof.read.errors"] = "lua/memprof/read/errors.lua",
     ["memprof.analysis.sites"] = "lua/memprof/analysis/sites.lua",

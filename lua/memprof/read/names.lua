@@ -13,7 +13,6 @@
 -- listed in memprof.read.stream.
 
 local record = require('memprof.record')
-local format_spec = require('memprof.read.format')
 
 local M = {}
 
@@ -23,8 +22,12 @@ M.methods = methods
 local format = string.format
 local next_key = next
 
-local INTERNAL_KINDS = format_spec.INTERNAL_KINDS
-local BUILTIN_FIRSTLINE = format_spec.BUILTIN_FIRSTLINE
+-- What the VM was doing during an internal event of the extended format.
+local INTERNAL_KINDS = { 'garbage collector', 'JIT compiler', 'trace exit',
+  'interpreter' }
+-- The first line of LuaJIT's built-ins written in Lua (~0 as 32 bits; a
+-- writer that widens it as a signed number gives 2^64 - 1).
+local BUILTIN_FIRSTLINE = 2 ^ 32 - 1
 
 local function hex(n)
   return format('0x%x', n)

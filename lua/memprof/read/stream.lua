@@ -150,33 +150,91 @@ local MAX_SCALE = 2 ^ 63
 -- What the fast number decoder returns as position when it fails.
 local OVERRUN = math.huge
 
-local F = require('memprof.read.format')
-local SYMTAB_VERSIONS = F.SYMTAB_VERSIONS
-local SUPPORTED_VERSIONS = F.SUPPORTED_VERSIONS
-local EXTENDED_VERSION = F.EXTENDED_VERSION
-local SOURCE_INTERNAL = F.SOURCE_INTERNAL
-local SOURCE_LUA = F.SOURCE_LUA
-local SOURCE_C = F.SOURCE_C
-local SOURCE_TRACE = F.SOURCE_TRACE
-local SOURCE_STACK = F.SOURCE_STACK
-local SOURCE_TIME = F.SOURCE_TIME
-local SOURCE_NOTE = F.SOURCE_NOTE
-local NOTE_HEAP_AT_START = F.NOTE_HEAP_AT_START
-local NOTE_COLLECTED_AT_STOP = F.NOTE_COLLECTED_AT_STOP
-local KIND_SYMBOL = F.KIND_SYMBOL
-local KIND_ALLOC = F.KIND_ALLOC
-local KIND_FREE = F.KIND_FREE
-local KIND_NAMES = F.KIND_NAMES
-local EPILOGUE = F.EPILOGUE
-local SAMPLING_RECORD = F.SAMPLING_RECORD
-local SAMPLING_POISSON_BYTES = F.SAMPLING_POISSON_BYTES
-local STACK_BIT = F.STACK_BIT
-local MAX_FRAMES = F.MAX_FRAMES
-local FRAME_LUA = F.FRAME_LUA
-local FRAME_C = F.FRAME_C
-local HEADER_SOURCE = F.HEADER_SOURCE
-local HEADER_KIND_V3 = F.HEADER_KIND_V3
-local HEADER_KIND_EXTENDED = F.HEADER_KIND_EXTENDED
+-- Versions of the format this reader understands: the symbol table's,
+-- and the event stream's (3, Tarantool's; 100, the extended format).
+local SYMTAB_VERSIONS = { 3 }
+local SUPPORTED_VERSIONS = { 3, 100 }
+local EXTENDED_VERSION = 100
+
+local SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE = 1, 2, 3, 4
+-- Sources of the extended records of kind 0.
+local SOURCE_STACK, SOURCE_TIME, SOURCE_NOTE = 5, 6, 7
+local NOTE_HEAP_AT_START, NOTE_COLLECTED_AT_STOP = 1, 2
+local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3
+-- The names by kind (KIND_ALLOC, KIND_FREE, KIND_REALLOC: 1 to 3), by
+-- position, so that they are in the array part: the fast path looks one
+-- up for each event, and { [KIND_ALLOC] = ... } put them in the hash
+-- part (6% of the reader's instructions).
+local KIND_NAMES = { 'alloc', 'free', 'realloc' }
+local EPILOGUE = 0x80
+-- The sampling record of the extended format, and its one scheme.
+local SAMPLING_RECORD, SAMPLING_POISSON_BYTES = 0x5c, 1
+-- In an allocation event header of the extended format: a stack id
+-- follows the location (for an internal event: the kind of the event).
+local STACK_BIT = 0x20
+local MAX_FRAMES = 64
+local FRAME_LUA, FRAME_C = 0x08, 0x0c
+
+-- Kind and source of every usable header.  HEADER_SOURCE covers the
+-- headers of both versions, and so does HEADER_KIND_EXTENDED, which the
+-- fast path uses for both (it sends the extended headers found in a
+-- version 3 stream to other_header()); the stream's own table,
+-- self.header_kind, is what says whether a header is valid.
+local HEADER_SOURCE = {}
+local HEADER_KIND_V3, HEADER_KIND_EXTENDED = {}, {}
+for header = 0x04, 0x13 do
+  HEADER_KIND_V3[header] = header % 4
+  HEADER_KIND_EXTENDED[header] = header % 4
+  HEADER_SOURCE[header] = (header - header % 4) / 4
+end
+for _, header in ipairs({ 0x14, 0x18, 0x1c }) do
+  HEADER_KIND_EXTENDED[header] = KIND_SYMBOL
+  HEADER_SOURCE[header] = header / 4
+end
+-- Allocation events from Lua and C functions may carry a stack, internal
+-- events a kind.
+for _, source in ipairs({ SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C }) do
+  for kind = KIND_ALLOC, KIND_REALLOC do
+    local header = STACK_BIT + source * 4 + kind
+    HEADER_KIND_EXTENDED[header] = kind
+    HEADER_SOURCE[header] = source
+  end
+end
+
+-- The valid headers, as error messages list them.
+local EXTENDED_HEADERS = '0x05-0x14, 0x18, 0x1c, 0x25-0x27, 0x29-0x2b, ' ..
+  '0x2d-0x2f or 0x80'
+local VALID_HEADERS = {
+  [3] = '0x00-0x13 or 0x80',
+  [EXTENDED_VERSION] = EXTENDED_HEADERS,
+}
+local VALID_WITH_SOURCE = {
+  [3] = '0x05-0x13 or 0x80',
+  [EXTENDED_VERSION] = EXTENDED_HEADERS,
+}
+local VALID_RECORDS = {
+  [3] = 'a symbol event header (0x08, 0x0c or 0x10)',
+  [EXTENDED_VERSION] = 'a symbol, stack, time or note record header ' ..
+    '(0x08, 0x0c, 0x10, 0x14, 0x18 or 0x1c)',
+}
+
+-- What each field of an allocation event is, for error messages.
+local LOCATION_FIELDS = {
+  [SOURCE_INTERNAL] = {},
+  [SOURCE_LUA] = { 'the address of a Lua function', 'a line number' },
+  [SOURCE_C] = { 'the address of a C function' },
+  [SOURCE_TRACE] = { 'a trace number' },
+}
+local EVENT_FIELDS = {
+  [KIND_ALLOC] = { 'the address of an allocated block',
+    'the size of an allocated block' },
+  [KIND_FREE] = { 'the address of a freed block',
+    'the size of a freed block' },
+  [KIND_REALLOC] = { 'the old address of a reallocated block',
+    'the old size of a reallocated block',
+    'the new address of a reallocated block',
+    'the new size of a reallocated block' },
+}
 
 -- Common methods of every stream -------------------------------------
 
@@ -444,6 +502,23 @@ function common:stop_at_epilogue(pos)
     'byte %d; they were ignored', self.name, plural(extra, 'byte'), at))
 end
 
+-- Why an invalid header of the extended format is invalid, if there is
+-- more to say than that it is.
+local function extended_header_note(header)
+  if header == SAMPLING_RECORD then
+    return ', a sampling record, which is valid only right after the ' ..
+      'event stream header, before the note of the heap at start'
+  elseif header % 0x80 >= 0x40 then
+    return ', a reserved header (bit 6 set) that this reader cannot skip'
+  end
+  local kind, source = header % 4, (header % STACK_BIT - header % 4) / 4
+  if header >= STACK_BIT and header < 0x80 and kind ~= KIND_SYMBOL and
+      source == SOURCE_TRACE then
+    return ': trace events carry no stack'
+  end
+  return ''
+end
+
 -- A header that is not an allocation event: a record of kind 0 (read it,
 -- then go on to the next event), the epilogue, or an error.
 function common:other_header(header, pos)
@@ -456,7 +531,17 @@ function common:other_header(header, pos)
   if header == EPILOGUE then
     return self:stop_at_epilogue(pos)
   end
-  self:bad_header(header, pos)
+  local note = ''
+  if self.version == EXTENDED_VERSION then
+    note = extended_header_note(header)
+  end
+  if header <= 0x03 then
+    self:fail(self:offset_of(pos), format('expected an event header with ' ..
+      'a source (%s), found 0x%02x%s', VALID_WITH_SOURCE[self.version],
+      header, note))
+  end
+  self:fail(self:offset_of(pos), format('expected an event header ' ..
+    '(%s), found 0x%02x%s', VALID_HEADERS[self.version], header, note))
 end
 
 -- One frame of a stack definition: the interned site it names.
@@ -569,7 +654,8 @@ function common:read_record_body(header, pos)
   elseif source == SOURCE_NOTE then
     self:read_note_body(pos)
   else
-    self:bad_record(header, pos)
+    self:fail(self:offset_of(pos), format('expected %s, found 0x%02x',
+      VALID_RECORDS[self.version], header))
   end
 end
 
@@ -587,6 +673,36 @@ function common:record(header, pos)
   end
   self:stop_in_event(self.truncated_what)
   return false
+end
+
+-- The fast decoder could not decode the event at pos: find out why, with
+-- the checked decoder, field by field.
+function common:diagnose_event(header, pos)
+  local fields = {}
+  for _, what in ipairs(LOCATION_FIELDS[HEADER_SOURCE[header]]) do
+    fields[#fields + 1] = what
+  end
+  if header >= STACK_BIT then
+    fields[#fields + 1] = HEADER_SOURCE[header] == SOURCE_INTERNAL and
+      'the kind of an internal event' or 'a stack id'
+  end
+  for _, what in ipairs(EVENT_FIELDS[self.header_kind[header]]) do
+    fields[#fields + 1] = what
+  end
+  self.cursor.pos = pos + 1
+  local ok, err = pcall(function()
+    for _, what in ipairs(fields) do
+      self:read_uleb(what)
+    end
+  end)
+  if ok then
+    error(format('%s: byte %d: internal error: the event decodes with the ' ..
+      'checked decoder but not the fast one', self.name, self:offset_of(pos)), 0)
+  end
+  if err ~= TRUNCATED then
+    error(err, 0)
+  end
+  return self:stop_in_event(self.truncated_what)
 end
 
 -- Stop reading and release the file (done automatically at its end).
