@@ -33,7 +33,7 @@
 --   BENCH_TRACE_LINES=off           without the trace lines section
 --   BENCH_TRACE_LINES=only          the trace lines section alone
 local memprof = require('memprof')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 local callgrind = require('callgrind')
 local reporter = require('reporter')
 local programs = require('programs')

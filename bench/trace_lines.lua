@@ -24,7 +24,7 @@
 --
 --   BENCH_TRACE_LINES=off           without this section
 --   BENCH_TRACE_LINES=only          this section alone
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 local toolkit = require('toolkit')
 local shell_quote, read_all, median = toolkit.shell_quote, toolkit.read_all,
   toolkit.median

@@ -3,7 +3,7 @@
 local h = require('helpers.profile')
 local C = require('helpers.command')
 local memprof = require('memprof')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 
 local EINVAL, ENOENT, ENOSPC, ENOTDIR = 22, 2, 28, 20
 

@@ -476,8 +476,8 @@ return keep
       pending('compiled code has no trace number on arm64')
       return
     end
-    local reader = require('memprof.reader')
-    local analyze = require('memprof.analyze')
+    local reader = require('memprof.read.stream')
+    local analyze = require('memprof.analysis.analyze')
     local text = require('memprof.report.text')
     local payload = h.chunk([[
 local function fill(t, n)
@@ -686,8 +686,8 @@ end)
 -- a collection of garbage at stop. The collector is stopped, so that only
 -- the program's own calls free anything.
 describe('heap at the start and collection at stop', function()
-  local analyze = require('memprof.analyze')
-  local reader = require('memprof.reader')
+  local analyze = require('memprof.analysis.analyze')
+  local reader = require('memprof.read.stream')
   local views = require('memprof.report.views')
 
   setup(function()
@@ -762,7 +762,7 @@ describe('heap at the start and collection at stop', function()
     end
     local result = analysis(path)
     local live = 0
-    result.heap:each_live_block(function(_, size)
+    result.blocks:each_live_block(function(_, size)
       if size == string_block(777) then live = live + 1 end
     end)
     return live, result, after, c_events

@@ -29,7 +29,8 @@ describe('the rockspec', function()
       if name ~= 'memprof' then modules[#modules + 1] = file end
     end
     table.sort(modules)
-    local want = listed('lua/memprof/*.lua lua/memprof/report/*.lua')
+    local want = listed('lua/memprof/*.lua lua/memprof/*/*.lua ' ..
+      'lua/memprof/*/*/*.lua')
     assert.same(want, modules)
   end)
 
@@ -42,7 +43,7 @@ describe('the rockspec', function()
       installed[#installed + 1] = 'lua/' .. dir .. file:match('[^/]*$')
     end
     table.sort(installed)
-    assert.same(listed('lua/memprof/report/html/*'), installed)
+    assert.same(listed('lua/memprof/report/html/page.*'), installed)
     assert.same({ 'lua/memprof/report/html/page.css',
       'lua/memprof/report/html/page.js' }, installed)
   end)

@@ -3,7 +3,7 @@
 local C = require('helpers.command')
 local h = require('helpers.profile')
 local memprof = require('memprof')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 
 local EINVAL = 22
 

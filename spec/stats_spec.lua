@@ -2,7 +2,7 @@
 -- the counters of src/hook.c), against the stream they describe.
 local h = require('helpers.profile')
 local memprof = require('memprof')
-local sampling = require('memprof.sampling')
+local sampling = require('memprof.analysis.sampling')
 
 local SOURCES = { 'internal', 'lua', 'c', 'trace' }
 

@@ -1,7 +1,7 @@
 -- Lazy symbols: each place is described once, right before its first
 -- event, and described again when the VM reuses its address.
 local h = require('helpers.profile')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 
 -- The whole file as a string.
 local function contents(path)

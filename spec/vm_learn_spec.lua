@@ -21,7 +21,7 @@ end
 -- the heap grew by between just before start and just after stop.
 local PROGRAM = [[
 local memprof = require('memprof')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 require('table.new')
 local OPTIONS = OPTIONS_HERE
 local JIT = JIT_HERE
@@ -174,7 +174,7 @@ describe('the built-ins', function()
     local path = h.tmpname()
     local out = child(string.format([[
 local memprof = require('memprof')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 local names = {}
 for round = 1, 2 do
   assert(memprof.start(%q))

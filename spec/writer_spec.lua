@@ -41,7 +41,7 @@ end)
 -- about a second, and stays so when it is killed with SIGKILL.
 describe('the file of a running profile', function()
   local h = require('helpers.profile')
-  local reader = require('memprof.reader')
+  local reader = require('memprof.read.stream')
 
   local CHILD = [[
 package.cpath = %q

@@ -13,7 +13,7 @@
 -- A place is 'FILE:LINE' for a line of a Lua function, else the name of
 -- its function ('string.rep', 'INTERNAL (garbage collector)').
 
-local gzip = require('memprof.gzip')
+local gzip = require('memprof.encode.gzip')
 
 local M = {}
 

@@ -1,7 +1,7 @@
 -- Test helpers: profile a function in this VM, or a script in a fresh
 -- interpreter, and read the resulting stream back as plain tables.
 local command = require('helpers.command')
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 
 local M = {}
 

@@ -191,7 +191,7 @@ end
 -- analysis and report specs (their expected figures come from it).
 -- A sampled profile: one sample per 100 bytes.  A block of 10000 bytes
 -- stands for itself (weight 1), one of 1 byte for 100.5 blocks: 101 at
--- address 2 and 100 at address 1 (memprof.sampling).  Line 3 allocates
+-- address 2 and 100 at address 1 (memprof.analysis.sampling).  Line 3 allocates
 -- 10000 + 101 bytes (102 blocks), line 4 100 bytes (100 blocks); line 5
 -- frees the block of address 2 (101 bytes, 101 blocks).
 function B.sampled()

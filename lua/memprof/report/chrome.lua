@@ -2,7 +2,7 @@
 -- Event Format's JSON object form), for chrome://tracing, Perfetto's UI
 -- (ui.perfetto.dev) and speedscope.
 --
---   chrome.write(result, out, opts)   -- result of memprof.analyze.run()
+--   chrome.write(result, out, opts)   -- result of memprof.analysis.analyze.run()
 --   chrome.document(result) -> the trace as Lua tables
 --   chrome.analysis(opts, stream, reader) -> the analysis it needs
 --
@@ -20,7 +20,7 @@
 -- "otherData" says which clock was used, and so does the process name.
 
 local json = require('memprof.report.json')
-local timeline = require('memprof.timeline')
+local timeline = require('memprof.analysis.timeline')
 
 local M = {}
 
@@ -55,15 +55,6 @@ local function counter(ts, bytes)
     args = { bytes = bytes } }
 end
 
-local function sorted_slots(line)
-  local slots = {}
-  for slot in pairs(line.events) do
-    slots[#slots + 1] = slot
-  end
-  table.sort(slots)
-  return slots
-end
-
 -- The counter events of a timeline result (times in ns).
 local function counter_events(line)
   local events, ts = {}, nil
@@ -71,7 +62,7 @@ local function counter_events(line)
     ts = at_ns / 1000
     events[#events + 1] = counter(ts, bytes)
   end
-  local slots = sorted_slots(line)
+  local slots = timeline.occupied_slots(line)
   local resolution = line.resolution
   if #slots == 0 or slots[1] > 1 then
     add(0, 0)

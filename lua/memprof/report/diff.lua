@@ -1,7 +1,7 @@
 -- memprof.report.diff: the text of memprof-report --diff.
 --
 --   diff_report.write(changes, out, opts)
---     changes  from memprof.diff.compare()
+--     changes  from memprof.analysis.diff.compare()
 --     opts     before, after: the names of the two files
 --              group: the grouping of the rows (for the heading)
 --              sort: 'bytes' (default) or 'count', as compared

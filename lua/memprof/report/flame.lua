@@ -17,7 +17,7 @@
 --     opts  frame_id(site), name_of(frame number), max_nodes,
 --           number_of(frame number): the number written for a frame
 --           (default: its own),
---           json: the options of the memprof.json_text writer that
+--           json: the options of the memprof.encode.json_text writer that
 --           writes the text (how numbers are written)
 --
 -- A path is a stack (anything with `frames`, innermost first) or, with
@@ -36,7 +36,7 @@
 -- bytes are left out.  top: { bytes = the root's, frames =, sizes = } the
 -- frame numbers and bytes of the root's children that are not merged.
 
-local json_text = require('memprof.json_text')
+local json_text = require('memprof.encode.json_text')
 
 local M = {}
 
@@ -89,15 +89,15 @@ function M.pass()
   return setmetatable({ allocated = M.paths() }, Pass)
 end
 
-function Pass:feed(ev)
-  if ev.kind ~= 'free' then
-    M.add(self.allocated, ev.site, ev.stack, ev.nsize, ev.nweight)
+function Pass:feed(kind, site, stack, _, nsize, _, nweight)
+  if kind ~= 'free' then
+    M.add(self.allocated, site, stack, nsize, nweight)
   end
 end
 
-function Pass:finish(_, heap)
+function Pass:finish(_, tracker)
   local live = M.paths()
-  heap:each_live_block(function(_, size, site, stack, _, weight)
+  tracker:each_live_block(function(_, size, site, stack, _, weight)
     M.add(live, site, stack, size, weight)
   end)
   -- The paths' index is needed no more.
@@ -160,8 +160,8 @@ end
 -- nodes of the limit's size (a profile of many places of one size has
 -- hundreds of thousands), the first met are kept, in the order the tree
 -- is written (add_node), so a node of that size is kept only after its
--- parent.  (Keeping every node of the limit's size wrote all of such a
--- tree: 400,000 frames and 10 MB of text for a graph of 30,000.)
+-- parent.  (Keeping every node of the limit's size could keep all of
+-- such a tree.)
 local function size_limit(tree, max_nodes)
   if tree.n <= max_nodes then
     return 0, tree.n
@@ -179,7 +179,7 @@ local function size_limit(tree, max_nodes)
   return limit, max_nodes - larger
 end
 
--- The text of a tree is written by a memprof.json_text writer (opts:
+-- The text of a tree is written by a memprof.encode.json_text writer (opts:
 -- its options, numbers as it writes them) into chunks, each its parts
 -- joined: no string per node, and no node's text copied into its
 -- parent's (a tree of 400,000 nodes made ten times its text in garbage).

@@ -7,7 +7,7 @@
 -- then a space and the stack's value for one metric.
 --
 --   folded.write(result, out, opts)
---     result  from memprof.analyze.run() with group 'stack' (or 'line'
+--     result  from memprof.analysis.analyze.run() with group 'stack' (or 'line'
 --             for a stream without stacks) and the peak view
 --     opts    metric: 'alloc-bytes' (default) | 'alloc-count' |
 --               'live-bytes' | 'peak-bytes'
@@ -19,7 +19,7 @@
 -- allocation events, bytes live at the end, bytes live at the peak.
 -- An event in a trace has the stack the reader gives it (the trace,
 -- below the callers of the function where it starts: see
--- memprof.trace_stacks).  An event without a stack (the VM itself, a
+-- memprof.read.trace_stacks).  An event without a stack (the VM itself, a
 -- trace whose function no stack passes through, or a whole stream
 -- recorded without stacks) is one frame, its place.  Stacks with a
 -- value of 0 or less are left out: the pseudo-row of blocks allocated
@@ -36,13 +36,7 @@ local M = {}
 M.METRICS = { 'alloc-bytes', 'alloc-count', 'live-bytes', 'peak-bytes' }
 M.DEFAULT_METRIC = 'alloc-bytes'
 
--- The frames of a row, innermost first.
-local function frames_of(group)
-  if group.frames then
-    return group.frames
-  end
-  return { group.site or group }
-end
+local frames_of = rows.frames_of
 
 local function clean_name(name)
   return (name:gsub(';', ','):gsub('[\r\n]', ' '))
@@ -164,7 +158,7 @@ function M.lines(result, opts)
   return lines
 end
 
--- The analysis it needs (see memprof.cli): rows by stack when the
+-- The analysis it needs (see memprof.cli.report): rows by stack when the
 -- stream can have stacks, and the peak; no overrides (not shown).
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION

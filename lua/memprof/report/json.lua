@@ -1,7 +1,7 @@
 -- memprof.report.json: every view of an analysis as one JSON document
--- (the schema is docs/json.md), written by memprof.json_text.
+-- (the schema is docs/json.md), written by memprof.encode.json_text.
 --
---   json.write(result, out, opts)     -- result of memprof.analyze.run
+--   json.write(result, out, opts)     -- result of memprof.analysis.analyze.run
 --   json.document(result) -> the document as Lua tables
 --   json.encode(value) -> JSON text (also used by the chrome format)
 --   json.array(list) -> list, marked to be encoded as an array even
@@ -15,11 +15,12 @@
 -- The text is the same for the same profile on every run: the keys of
 -- each object are in sorted order.  Every string is valid UTF-8 (each
 -- byte that is not part of a valid sequence becomes U+FFFD), and every
--- whole number is written exactly, however large (memprof.json_text).
+-- whole number is written exactly, however large (memprof.encode.json_text).
 
 local rows = require('memprof.report.rows')
-local json_text = require('memprof.json_text')
-local leaks_module = require('memprof.leaks')
+local layout = require('memprof.report.layout')
+local json_text = require('memprof.encode.json_text')
+local leaks_module = require('memprof.analysis.leaks')
 
 local M = {}
 
@@ -144,20 +145,7 @@ end
 -- Items sorted by `field` (a field of the items, or a function of an
 -- item), largest first, then by name; the entries of a sorted section
 -- have these values, so their order is that of the items.
-local function sort_items(items, field, name_of)
-  local value = field
-  if type(field) ~= 'function' then
-    value = function(item) return item[field] end
-  end
-  table.sort(items, function(a, b)
-    local va, vb = value(a), value(b)
-    if va ~= vb then
-      return va > vb
-    end
-    return name_of(a) < name_of(b)
-  end)
-  return items
-end
+local sort_items = layout.sort_rows
 
 local function name_of_group(row)
   return row.group.name
@@ -172,8 +160,7 @@ local NO_OVERRIDES = M.array({})
 
 -- The overrides of a row (rows.figures), the most blocks first: a
 -- section in its own right (a row where the collector frees every
--- place's blocks has an override per place: 400,000 entries at once
--- took 69 MB).
+-- place's blocks has an override per place).
 local function overrides_of(overrides, place)
   if not overrides then
     return NO_OVERRIDES

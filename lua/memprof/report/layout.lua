@@ -2,28 +2,35 @@
 -- rows, sorting, --top, the grouping heading, the sampling line and the
 -- ALIASES section.
 
-local sampling = require('memprof.sampling')
+local sampling = require('memprof.analysis.sampling')
 
 local M = {}
 
 local format, floor, abs = string.format, math.floor, math.abs
 
-local UNITS = { 'B', 'KiB', 'MiB', 'GiB' }
+local UNITS = { 'B', 'KiB', 'MiB', 'GiB', 'TiB' }
 
--- 1536 -> '1536B', or '1.50KiB' in human-readable form.
+-- bytes in the largest of the first `most` UNITS that it reaches: the
+-- number, the unit's name ('B' for less than 1024) and its bytes.
+function M.scale_size(bytes, most)
+  local unit, scaled = 1, bytes
+  while abs(scaled) >= 1024 and unit < most do
+    scaled = scaled / 1024
+    unit = unit + 1
+  end
+  return scaled, UNITS[unit], 1024 ^ (unit - 1)
+end
+
+-- 1536 -> '1536B', or '1.50KiB' in human-readable form (up to GiB).
 function M.format_size(bytes, human_readable)
   if not human_readable then
     return format('%dB', bytes)
   end
-  local unit, scaled = 1, bytes
-  while abs(scaled) >= 1024 and unit < #UNITS do
-    scaled = scaled / 1024
-    unit = unit + 1
-  end
+  local scaled, unit = M.scale_size(bytes, 4)
   if scaled == floor(scaled) then
-    return format('%d%s', scaled, UNITS[unit])
+    return format('%d%s', scaled, unit)
   end
-  return format('%.2f%s', scaled, UNITS[unit])
+  return format('%.2f%s', scaled, unit)
 end
 
 -- A size formatter for the options of a report.
@@ -33,12 +40,7 @@ function M.sizer(opts)
   end
 end
 
-function M.plural(count, word)
-  if count == 1 or count == -1 then
-    return format('%d %s', count, word)
-  end
-  return format('%d %ss', count, word)
-end
+M.plural = require('memprof.words').plural
 
 -- Nanoseconds as milliseconds, with three decimals: '12.345 ms'.
 function M.format_ms(ns)

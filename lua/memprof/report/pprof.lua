@@ -1,7 +1,7 @@
 -- memprof.report.pprof: the profile in pprof's format (profile.proto,
 -- gzip-compressed), for `go tool pprof` and the tools that read it.
 --
---   pprof.write(result, out, opts)   -- result of memprof.analyze.run(),
+--   pprof.write(result, out, opts)   -- result of memprof.analysis.analyze.run(),
 --                                    -- grouped by 'stack' (or 'line' for
 --                                    -- a stream without stacks)
 --   pprof.encode(result) -> the profile.proto message (not compressed)
@@ -19,11 +19,11 @@
 -- the Lua function (named as in --group=function: 'function at
 -- @log.lua:3', with the file name and first line), the C function, the
 -- traces' start or INTERNAL.  Nothing is compressed: the gzip file
--- holds stored deflate blocks (memprof.gzip).
+-- holds stored deflate blocks (memprof.encode.gzip).
 
-local pb = require('memprof.protobuf')
-local sampling = require('memprof.sampling')
-local gzip = require('memprof.gzip')
+local pb = require('memprof.encode.protobuf')
+local sampling = require('memprof.analysis.sampling')
+local gzip = require('memprof.encode.gzip')
 local rows = require('memprof.report.rows')
 
 local M = {}
@@ -119,12 +119,7 @@ function Builder:location_of(site)
   return id
 end
 
-local function frames_of(group)
-  if group.frames then
-    return group.frames
-  end
-  return { group.site or group }
-end
+local frames_of = rows.frames_of
 
 local function positive(n)
   return n > 0 and n or 0
@@ -205,7 +200,7 @@ end
 -- gzip data: memprof-report does not write it to a terminal.
 M.BINARY = true
 
--- The analysis it needs (see memprof.cli): rows by stack when the
+-- The analysis it needs (see memprof.cli.report): rows by stack when the
 -- stream can have stacks; no overrides (not shown).
 function M.analysis(_, stream, reader)
   local extended = stream.version == reader.EXTENDED_VERSION

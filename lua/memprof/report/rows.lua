@@ -1,10 +1,10 @@
 -- memprof.report.rows: the figures of each row of an analysis, with the
 -- sites and heap passes merged into the rows of the analysis' grouping,
--- in columns by group id (a large profile has a row per place: a record
--- per row took 400 bytes a place, a column takes 8).
+-- in columns by group id (a large profile has a row per place: a column
+-- takes 8 bytes a row, a record per row many times that).
 --
 --   local rows = require('memprof.report.rows')
---   local figures = rows.figures(result [, opts])  -- memprof.analyze.run
+--   local figures = rows.figures(result [, opts])  -- memprof.analysis.analyze.run
 --
 -- The sites and heap passes keep one record per site when the rows are
 -- lines (two sites with one name, a function loaded twice, are one
@@ -242,6 +242,15 @@ function M.stack_notes(result, unit)
   return { 'the profile has no call stacks: each ' .. unit .. ' is one ' ..
     'frame, the place of the events (record with memprof.start(path, ' ..
     '{stack_depth = N}) for stacks)' }
+end
+
+-- The frames of a row's group, innermost first: a stack's, or the one
+-- place a group of another mode is named after.
+function M.frames_of(group)
+  if group.frames then
+    return group.frames
+  end
+  return { group.site or group }
 end
 
 return M

@@ -2,7 +2,7 @@
 -- Tarantool's memprof report).
 --
 --   text.write(result, out, opts)
---     result  from memprof.analyze.run()
+--     result  from memprof.analysis.analyze.run()
 --     out     a file handle (default io.stdout)
 --     opts    views: a set of views ({ leaks = true, ... }); when it
 --               has any, the text of those views is written instead
@@ -47,7 +47,7 @@
 -- CUMULATIVE (rows grouped by function or by stack, with the analysis'
 -- result.cumulative): every row with its callees' events, by bytes
 -- allocated (events with --sort=count), the blocks of those still live,
--- and its own events (memprof.cumulative says what counts).
+-- and its own events (memprof.analysis.cumulative says what counts).
 --
 -- ALIASES: the multi-line chunk names used by the rows above.
 

@@ -2,7 +2,7 @@
 -- the peak, temporary blocks and the heap over time.
 --
 --   views.write(result, out, opts)
---     result  from memprof.analyze.run() with the views asked for
+--     result  from memprof.analysis.analyze.run() with the views asked for
 --     out     a file handle (default io.stdout)
 --     opts    views: the set of views to print ({ leaks = true, ... }),
 --               printed in the order of analyze.VIEWS
@@ -19,9 +19,9 @@
 -- docs/views.md shows each with a sample.
 
 local layout = require('memprof.report.layout')
-local analyze = require('memprof.analyze')
-local timeline = require('memprof.timeline')
-local heap = require('memprof.heap')
+local analyze = require('memprof.analysis.analyze')
+local timeline = require('memprof.analysis.timeline')
+local heap = require('memprof.analysis.heap')
 
 local M = {}
 

@@ -1,0 +1,142 @@
+-- Specs for memprof.analysis.columns: a view's figures in one array per figure,
+-- indexed by group id.  Runs under LuaJIT and plain Lua 5.1.
+
+local columns = require('memprof.analysis.columns')
+local record = require('memprof.record')
+local groups = require('memprof.analysis.groups')
+local Site = require('memprof.read.stream').Site
+
+local Row = record.shape({ 'group', 'count', 'bytes' })
+
+-- Groups named by the sites a, b, c, d (ids 1 to 4).
+local function four_groups()
+  local grouper = groups.new('line')
+  local list = {}
+  for i, name in ipairs({ 'a', 'b', 'c', 'd' }) do
+    list[i] = grouper:key(Site.make({ i, 'lua', name }))
+  end
+  return list
+end
+
+-- A set of the four groups in the order b, a, d, c, with these figures.
+local function filled()
+  local g = four_groups()
+  local set = columns.new(Row)
+  local figures = { { g[2], 5, 50 }, { g[1], 7, 50 }, { g[4], 0, 0 },
+    { g[3], 2, 80 } }
+  for _, item in ipairs(figures) do
+    local id = set:add(item[1])
+    set.columns.count[id] = item[2]
+    set.columns.bytes[id] = item[3]
+  end
+  return set, g
+end
+
+local function names(list)
+  local out = {}
+  for i, item in ipairs(list) do
+    out[i] = (item.group or item).name
+  end
+  return out
+end
+
+describe('memprof.analysis.columns', function()
+  it('keeps a column per figure, indexed by group id, each new row at 0',
+    function()
+      local g = four_groups()
+      local set = columns.new(Row)
+      assert.are.same({ 'count', 'bytes' }, set.figures)
+      assert.is_false(set:has(g[3]))
+      assert.are.equal(3, set:add(g[3]))
+      assert.is_true(set:has(g[3]))
+      assert.are.same({ count = { [3] = 0 }, bytes = { [3] = 0 } },
+        set.columns)
+      -- Only the figures asked for get columns.
+      assert.are.same({ 'bytes' }, columns.new(Row, { 'bytes' }).figures)
+    end)
+
+  it('makes a row as a record when it is read, and every row on reading ' ..
+    'rows', function()
+      local set, g = filled()
+      local row = set:row(g[3])
+      assert.is_true(Row.is(row))
+      assert.are.same({ 'c', 2, 80 }, { row.group.name, row.count, row.bytes })
+      assert.is_nil(rawget(set, 'rows'))
+      assert.are.same({ 'b', 'a', 'd', 'c' }, names(set.rows))
+      assert.are.same({ 5, 7, 0, 2 }, { set.rows[1].count, set.rows[2].count,
+        set.rows[3].count, set.rows[4].count })
+      -- Made once.
+      assert.are.equal(set.rows, rawget(set, 'rows'))
+    end)
+
+  it('gives the top rows sorted by a figure, then by name, and sums the ' ..
+    'rest', function()
+      local set = filled()
+      local shown, rest = set:top({ by = 'bytes', top = 2,
+        sums = { 'count', 'bytes' } })
+      assert.are.same({ 'c', 'a' }, names(shown))
+      assert.are.same({ rows = 2, count = 5, bytes = 50 }, rest)
+      -- Kept rows only, sorted by count; the set keeps its order.
+      shown, rest = set:top({ by = 'count', keep = 'bytes',
+        sums = { 'bytes' } })
+      assert.are.same({ 'a', 'b', 'c' }, names(shown))
+      assert.are.same({ rows = 0, bytes = 0 }, rest)
+      assert.are.same({ 'b', 'a', 'd', 'c' }, names(set.groups))
+      -- Without `by`, the set's order.
+      shown, rest = set:top({ top = 1, sums = { 'count' } })
+      assert.are.same({ 'b' }, names(shown))
+      assert.are.same({ rows = 3, count = 9 }, rest)
+    end)
+
+  it('sorts groups by values, then by name', function()
+    local g = four_groups()
+    local values = { [1] = 3, [2] = 9, [3] = 3, [4] = 1 }
+    local list = { g[4], g[3], g[2], g[1] }
+    assert.are.equal(list, columns.sort_groups(list, values))
+    assert.are.same({ 'b', 'a', 'c', 'd' }, names(list))
+  end)
+
+  it('finds the first groups in that order without sorting the list',
+    function()
+      local g = four_groups()
+      local values = { [1] = 3, [2] = 9, [3] = 3, [4] = 1 }
+      local list = { g[4], g[3], g[2], g[1] }
+      assert.are.same({ 'b', 'a' }, names(columns.first_groups(list, values,
+        2)))
+      assert.are.same({ 'b', 'a', 'c' }, names(columns.first_groups(list,
+        values, 3)))
+      assert.are.same({ 'b', 'a', 'c', 'd' }, names(columns.first_groups(
+        list, values, 10)))
+      assert.are.same({}, columns.first_groups(list, values, 0))
+      -- The list keeps its order.
+      assert.are.same({ 'd', 'c', 'b', 'a' }, names(list))
+    end)
+
+  it('finds the same first groups as a sort, on many groups', function()
+    local grouper = groups.new('line')
+    local list, values = {}, {}
+    local value = 7
+    for i = 1, 500 do
+      list[i] = grouper:key(Site.make({ i, 'lua', 'site ' .. i }))
+      value = (value * 37 + 11) % 101
+      values[list[i].id] = value
+    end
+    local first = columns.first_groups(list, values, 40)
+    local sorted = columns.sort_groups({ unpack(list) }, values)
+    assert.are.equal(40, #first)
+    for i = 1, 40 do
+      assert.are.equal(sorted[i], first[i])
+    end
+  end)
+
+  it('takes a row function of the set\'s own', function()
+    local set, g = filled()
+    set.row = function(self, group)
+      return { name = group.name, double = 2 * self.columns.count[group.id] }
+    end
+    local shown = set:top({ by = 'count', top = 1 })
+    assert.are.same({ { name = 'a', double = 14 } }, shown)
+    assert.are.same({ name = 'c', double = 4 }, set.rows[4])
+    assert.are.equal(g[3].id, 3)
+  end)
+end)

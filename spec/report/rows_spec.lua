@@ -1,0 +1,104 @@
+-- Specs for memprof.report.rows: the figures of each row, in columns by
+-- group id.  Runs under LuaJIT and plain Lua 5.1.
+
+local reader = require('memprof.read.stream')
+local analyze = require('memprof.analysis.analyze')
+local rows = require('memprof.report.rows')
+local B = require('helpers.stream_builder')
+
+-- Line 2 allocates three blocks of 8 bytes; line 3 reallocates one of
+-- them to 16 bytes, and a block from before the profile (4 bytes) to 12;
+-- line 4 frees the 16 bytes, another block of line 2 and a block from
+-- before the profile (5 bytes).
+local function stream()
+  local s = B.new():lfunc(0x100, '@r.lua', 1):events()
+  s:alloc(B.lua(0x100, 2), 0x10, 8)
+  s:alloc(B.lua(0x100, 2), 0x20, 8)
+  s:alloc(B.lua(0x100, 2), 0x30, 8)
+  s:realloc(B.lua(0x100, 3), 0x10, 8, 0x40, 16)
+  s:free(B.lua(0x100, 4), 0x40, 16)
+  s:free(B.lua(0x100, 4), 0x20, 8)
+  s:free(B.lua(0x100, 4), 0x999, 5)
+  s:realloc(B.lua(0x100, 3), 0x888, 4, 0x50, 12)
+  s:epilogue()
+  return analyze.run(reader.from_string(s:bytes(), 'out.bin'))
+end
+
+local BEFORE = '(blocks allocated before the profile)'
+
+-- The figures of each row, by name: the columns named in `fields`.
+local function by_name(figures, fields)
+  local map = {}
+  for _, group in ipairs(figures.list) do
+    local values = {}
+    for i, field in ipairs(fields) do
+      values[i] = figures[field][group.id]
+    end
+    map[group.name] = values
+  end
+  return map
+end
+
+describe('rows.figures', function()
+  it('gives every figure of each row, with opts.all', function()
+    local result = stream()
+    local figures = rows.figures(result, { all = true })
+    local names = {}
+    for i, group in ipairs(figures.list) do
+      names[i] = group.name
+      assert.are.equal(result.grouper.list[group.id], group)
+    end
+    assert.are.same({ '@r.lua:2', '@r.lua:3', '@r.lua:4', BEFORE }, names)
+    assert.are.same({
+      ['@r.lua:2'] = { 3, 24, 0, 0, 0, 0, 0, 3, 24, 8, 1, 2, 16 },
+      ['@r.lua:3'] = { 0, 0, 2, 28, 12, 0, 0, 2, 28, 12, 1, 1, 16 },
+      ['@r.lua:4'] = { 0, 0, 0, 0, 0, 3, 29, 0, 0, 0, 0, 0, 0 },
+      [BEFORE] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 9 },
+    }, by_name(figures, rows.FIELDS))
+    assert.are.equal(figures.list[4].id, figures.before)
+    assert.is_nil(figures.overrides)
+    assert.are.same({ alloc_events = 3, alloc_bytes = 24, realloc_events = 2,
+      realloc_bytes = 28, realloc_old_bytes = 12, free_events = 3,
+      freed_bytes = 29, allocated_events = 5, allocated_bytes = 52,
+      live_bytes = 20, live_blocks = 2, released_blocks = 5,
+      released_bytes = 41 }, rows.totals(figures))
+  end)
+
+  it('gives the rows whose blocks each row released, with overrides',
+    function()
+    local figures = rows.figures(stream(), { all = true, overrides = true })
+    local function named(entry)
+      local list = {}
+      for i, group in ipairs(entry.groups) do
+        list[i] = { group.name, entry.blocks[i] }
+      end
+      return list
+    end
+    local id = {}
+    for _, group in ipairs(figures.list) do
+      id[group.name] = group.id
+    end
+    assert.are.same({ { '@r.lua:2', 1 }, { BEFORE, 1 } },
+      named(figures.overrides.realloc[id['@r.lua:3']]))
+    assert.are.same({ { '@r.lua:3', 1 }, { '@r.lua:2', 1 }, { BEFORE, 1 } },
+      named(figures.overrides.free[id['@r.lua:4']]))
+    assert.is_nil(figures.overrides.free[id['@r.lua:2']])
+    assert.is_nil(figures.overrides.realloc[id['@r.lua:4']])
+  end)
+
+  it('gives the four columns of the flame graph formats by default',
+    function()
+    local figures = rows.figures(stream())
+    assert.are.same({
+      ['@r.lua:2'] = { 3, 24, 8, 1 },
+      ['@r.lua:3'] = { 2, 28, 12, 1 },
+      ['@r.lua:4'] = { 0, 0, 0, 0 },
+      [BEFORE] = { 0, 0, 0, 0 },
+    }, by_name(figures, { 'allocated_events', 'allocated_bytes',
+      'live_bytes', 'live_blocks' }))
+    for _, field in ipairs({ 'alloc_events', 'realloc_bytes', 'free_events',
+        'released_bytes', 'overrides' }) do
+      assert.is_nil(figures[field], field)
+    end
+  end)
+end)
