@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "heapwalk.h"
 #include "pprof.h"
 #include "profiler.h"
 #include "stream_format.h"
@@ -244,4 +245,38 @@ int snapshot_write(struct profiler *p, const char *path,
     free(tmp);
   }
   return err;
+}
+
+/* Closes fd and renames the temporary file tmp (if any) to path once the
+** snapshot is complete; removes it otherwise. */
+static int finish_target(int fd, char *tmp, const char *path, int err,
+                         char *msg, size_t len)
+{
+  if (close(fd) != 0 && err == 0)
+    err = file_error(msg, len, path, errno);
+  if (tmp != NULL) {
+    if (err == 0 && rename(tmp, path) != 0)
+      err = file_error(msg, len, path, errno);
+    if (err != 0)
+      unlink(tmp);
+    free(tmp);
+  }
+  return err;
+}
+
+int snapshot_write_heap(lua_State *L, const char *path,
+                        const struct heap_profile_note *note, char *msg,
+                        size_t len)
+{
+  struct heap_layout h;
+  char why[400];
+  char *tmp;
+  int fd, err = 0;
+  if ((fd = open_target(path, &tmp)) < 0)
+    return file_error(msg, len, path, errno);
+  if (!heap_layout_learn(L, &h, why, sizeof(why)))
+    err = fail(msg, len, ENOTSUP, why, NULL);
+  else if ((err = heapwalk_write(L, &h, fd, note, why, sizeof(why))) != 0)
+    snprintf(msg, len, "%s: heap snapshot: %s", path, why);
+  return finish_target(fd, tmp, path, err, msg, len);
 }
