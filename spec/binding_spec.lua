@@ -631,7 +631,8 @@ describe('memory of the module itself', function()
   -- Our sources: a valgrind record that mentions one of them is ours.
   local OURS = { 'binding%.c:', 'lifecycle%.c:', 'hook%.c:', 'symbols%.c:',
     'vm_layout%.c:', 'vm_learn%.c:', 'vm_discover%.c:', 'stacks%.c:',
-    'cnames%.c:', 'writer%.c:', 'vm_inspect%.h:', 'memprof%.so' }
+    'cnames%.c:', 'writer%.c:', 'vm_inspect%.h:', 'heapwalk%.c:',
+    'heap_layout%.[ch]:', 'snapshot%.c:', 'memprof%.so' }
 
   -- Under the sanitizers' run (make test-sanitizers) children preload
   -- libasan, which valgrind cannot run.

@@ -53,7 +53,18 @@ struct heap_layout {
   uint16_t L_env, L_size;
   /* global_State: the main thread. */
   uint16_t g_mainth;
+  /* A string's block: its header and characters with a NUL, or (newer
+  ** builds) the characters rounded up to 4 bytes past a NUL. Measured. */
+  uint8_t str_pad4;
 };
+
+/* The size of the block of a string of len characters. */
+static inline uint64_t heap_str_size(const struct heap_layout *h, uint32_t len)
+{
+  if (h->str_pad4)
+    return h->base.str_size + (((uint64_t)len + 4) & ~(uint64_t)3);
+  return h->base.str_size + (uint64_t)len + 1;
+}
 
 /* Type tags of a TValue (the itype, LJ_Txxx) that hold a GC object: from
 ** ~LJ_TSTR down to ~LJ_TUDATA. The object's type byte is ~tag. */

@@ -209,7 +209,7 @@ static void write_string(struct walk *w, uintptr_t s)
   const struct vm_layout *lay = &w->h->base;
   uint32_t len = heap_u32(s + lay->str_len);
   uint32_t keep = len < HEAP_STRING_KEEP ? len : HEAP_STRING_KEEP;
-  object_header(w, s, GCT_STR, (uint64_t)lay->str_size + len + 1);
+  object_header(w, s, GCT_STR, heap_str_size(w->h, len));
   out_uleb(w->out, len);
   out_uleb(w->out, keep);
   out_bytes(w->out, (const void *)(s + lay->str_size), keep);

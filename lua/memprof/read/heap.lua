@@ -45,8 +45,8 @@ local function fail(self, offset, message)
   error(format('%s: byte %d: %s', self.name, offset, message), 0)
 end
 
--- Makes at least n bytes available from self.pos, or fails: the file ends
--- where `what` was expected.
+-- Makes at least n bytes available from self.pos, or fails naming the
+-- byte where the file ends and the `what` that was expected there.
 local function need(self, n, what)
   local have = #self.buf - self.pos + 1
   if have >= n then
@@ -56,7 +56,7 @@ local function need(self, n, what)
   while have < n do
     local chunk = self.file:read(CHUNK)
     if chunk == nil then
-      fail(self, self.base + self.pos - 1,
+      fail(self, self.base + self.pos - 1 + have,
         format('the file is truncated: expected %s', what))
     end
     parts[#parts + 1] = chunk
