@@ -27,11 +27,16 @@
 -- Then the reporter's speed and peak memory (bench/reporter.lua):
 --   BENCH_REPORTER=off              without the reporter section
 --   BENCH_REPORTER=only             the reporter section alone
+--
+-- Then the heap walk of a heap snapshot (bench/heap_walk.lua):
+--   BENCH_HEAP=off                  without the heap section
+--   BENCH_HEAP=only                 the heap section alone
 local memprof = require('memprof')
 local reader = require('memprof.reader')
 local callgrind = require('callgrind')
 local reporter = require('reporter')
 local programs = require('programs')
+local heap_walk = require('heap_walk')
 local toolkit = require('toolkit')
 local median = toolkit.median
 local file_size = toolkit.file_size
@@ -45,6 +50,7 @@ local CALLGRIND_SCALE = tonumber(os.getenv('BENCH_CALLGRIND_SCALE')) or 0.1
 local CALLGRIND_SEED = tonumber(os.getenv('BENCH_CALLGRIND_SEED')) or 1
 local REPORTER = os.getenv('BENCH_REPORTER') or 'on'
 local PROGRAMS = os.getenv('BENCH_PROGRAMS') or 'on'
+local HEAP = os.getenv('BENCH_HEAP') or 'on'
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
@@ -256,7 +262,7 @@ local function main(args)
   local names = #args > 0 and args or WORKLOADS
   local lua = arg and arg[-1] or 'luajit'
   local only = REPORTER == 'only' or CALLGRIND == 'only' or
-    PROGRAMS == 'only'
+    PROGRAMS == 'only' or HEAP == 'only'
   if not only or CALLGRIND == 'only' then
     if CALLGRIND ~= 'only' then timings(names) end
     if CALLGRIND ~= 'off' then instructions(names) end
@@ -266,6 +272,9 @@ local function main(args)
   end
   if REPORTER ~= 'off' and (not only or REPORTER == 'only') then
     reporter.run(lua)
+  end
+  if HEAP ~= 'off' and (not only or HEAP == 'only') then
+    heap_walk.run(lua)
   end
 end
 
