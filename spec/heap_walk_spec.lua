@@ -326,6 +326,18 @@ describe('heap snapshot refusals', function()
     assert.equal(2, err)
   end)
 
+  it("never replaces the running profile's own file", function()
+    local path = h.tmpname()
+    assert.is_true(memprof.start(path))
+    local result = { memprof.snapshot(path, { format = 'heap' }) }
+    assert.is_true(memprof.stop())
+    local events = h.read(path)
+    os.remove(path)
+    assert.same({ nil, "a snapshot cannot replace the running profile's " ..
+      'own file: ' .. path, 22 }, result)
+    assert.is_true(#events > 0)
+  end)
+
   it('refuses bad options before opening the file', function()
     local path = h.tmpname('.heap')
     local cases = {
