@@ -22,7 +22,8 @@ build = {
   modules = {
     memprof = {
       sources = {
-        "src/binding.c", "src/cnames.c", "src/hook.c", "src/lifecycle.c",
+        "src/binding.c", "src/cnames.c", "src/heap_layout.c",
+        "src/heapwalk.c", "src/hook.c", "src/lifecycle.c",
         "src/live.c", "src/places.c", "src/pprof.c", "src/sample.c",
         "src/snapshot.c", "src/stacks.c", "src/symbols.c",
         "src/vm_discover.c", "src/vm_layout.c", "src/vm_learn.c",
