@@ -118,6 +118,15 @@ return function(x) history[#history + 1] = { x } end, history
     history = nil
     local an, s = analyse()
     assert.matches('<local record><upvalue history>$', an.path(at))
+    -- The upvalue object and the table share a pattern: one group, whose
+    -- bytes are the upvalue's (which retains the table).
+    local uv = an.idom[at]
+    for _, g in ipairs(an.groups) do
+      if g.pattern == an.pattern[at] then
+        assert.same({ upvalue = 1, table = 1 }, g.types)
+        assert.equal(an.retained[uv], g.retained)
+      end
+    end
     local items = 0
     for _, r in ipairs(s.refs) do
       if r.from == at and r.kind == 'index' then

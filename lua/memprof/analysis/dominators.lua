@@ -20,7 +20,7 @@ local format = string.format
 
 local M = {}
 
--- Tables whose entries are more than this many are shown as `[*]` in
+-- Tables of more than this many entries of one type are shown as `[*]` in
 -- patterns: the entries of a cache are one group.
 M.MANY = 16
 
@@ -207,15 +207,27 @@ local function step(s, r, many, under_loaded)
   return '<' .. kind .. '>'
 end
 
--- The number of table entries of each node (to tell caches).
-local function entries(g, refs)
+-- Whether each node is a collection whose entries are one group: more than
+-- M.MANY entries, nine in ten of them objects of one type other than
+-- functions (a cache of strings, a list of records; not a module's or the
+-- globals' table, whose entries are names of their own).
+local function collections(s, g)
+  local refs, list = s.refs, s.list
   local out = {}
   for v = 1, g.n do
-    local k = 0
+    local n, types = 0, {}
     for e = g.first[v], g.first[v + 1] - 1 do
-      if ENTRY[refs[g.edge[e]].kind] then k = k + 1 end
+      if ENTRY[refs[g.edge[e]].kind] then
+        local t = list[g.succ[e] - 1].type
+        n = n + 1
+        types[t] = (types[t] or 0) + 1
+      end
     end
-    out[v] = k
+    local most = 0
+    for t, k in pairs(types) do
+      if t ~= 'function' and k > most then most = k end
+    end
+    out[v] = n > M.MANY and most * 10 >= n * 9
   end
   return out
 end
@@ -262,7 +274,7 @@ end
 -- paths are made on demand.
 local function paths(s, g)
   local refs = s.refs
-  local many = entries(g, refs)
+  local many = collections(s, g)
   local names, queue = starts(s, g)
   local parent, via, pattern = {}, {}, {}
   for _, v in ipairs(queue) do parent[v], pattern[v] = 0, names[v] end
@@ -276,7 +288,7 @@ local function paths(s, g)
       if parent[w] == nil then
         local r = refs[g.edge[e]]
         parent[w], via[w] = v, g.edge[e]
-        pattern[w] = pattern[v] .. step(s, r, many[v] > M.MANY, under_loaded)
+        pattern[w] = pattern[v] .. step(s, r, many[v], under_loaded)
         queue[#queue + 1] = w
       end
     end
@@ -298,9 +310,17 @@ end
 
 -- ---- The analysis --------------------------------------------------------
 
--- Groups of objects by pattern: count, retained bytes (the objects of a
--- group are siblings, whose retained sizes do not overlap; one group may
--- hold another), their types; largest first.
+-- Whether a dominator of v (up to the first of another pattern) is of
+-- pattern p.
+local function in_group(idom, pattern, v, p)
+  local d = idom[v]
+  return d ~= 1 and pattern[d] == p
+end
+
+-- Groups of objects by pattern: count, retained bytes, their types;
+-- largest first. A member dominated by another member (a closure's upvalue
+-- object and its value share a pattern) adds no retained bytes of its own:
+-- its holder's count them. One group may hold another.
 local function groups(s, order, idom, retained, pattern)
   local by, list = {}, {}
   for k = 1, #order - 1 do
@@ -315,7 +335,9 @@ local function groups(s, order, idom, retained, pattern)
       end
       local t = s.list[v - 1].type
       grp.objects = grp.objects + 1
-      grp.retained = grp.retained + retained[v]
+      if not in_group(idom, pattern, v, p) then
+        grp.retained = grp.retained + retained[v]
+      end
       grp.types[t] = (grp.types[t] or 0) + 1
     end
   end
