@@ -307,8 +307,9 @@ end
 -- Opens a snapshot and reads its header (r.header).  `file` may be an open
 -- file handle (then `name` names it in messages).
 function M.open(path, file)
-  local f, err = file, nil
+  local f = file
   if f == nil then
+    local err
     f, err = io.open(path, 'rb')
     if f == nil then
       error(err, 0)
