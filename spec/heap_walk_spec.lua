@@ -311,9 +311,30 @@ return t, s
     assert.is_true(s.epilogue.c_bytes < 200000 + 100 * #s.list)
   end)
 
-  it('collects first with collect = true', function()
-    local s = snapshot({ format = 'heap', collect = true })
+  it('is in misc.memprof too, where the module installed it', function()
+    if tostring(misc.memprof.start):match('^function: builtin#') then
+      return -- The host's own misc.memprof (Tarantool) is kept.
+    end
+    local path = h.tmpname('.heap')
+    assert.is_true(misc.memprof.snapshot(path, { format = 'heap' }))
+    local s = heap.load(path)
+    os.remove(path)
     assert.is_true(#s.list > 0)
+  end)
+
+  it('collects first with collect = true', function()
+    local weak = setmetatable({}, { __mode = 'v' })
+    collectgarbage('stop')
+    local function fill(w) w[1] = { 'garbage' } end
+    fill(weak)
+    local before = snapshot()
+    local after = snapshot({ format = 'heap', collect = true })
+    collectgarbage('restart')
+    local dead = refs(before, addr(weak), 'index')
+    assert.equal(1, #dead)
+    assert.is_true(dead[1].weak)
+    assert.is_nil(before.objects[dead[1].to])
+    assert.same({}, refs(after, addr(weak), 'index'))
   end)
 end)
 
