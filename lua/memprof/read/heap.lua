@@ -9,6 +9,7 @@
 --   local heap = require('memprof.read.heap')
 --   local r = heap.open(path)        -- reads the header: r.header
 --   for rec in r:records() do ... end -- rec.record: 'object' or 'ref'
+--   r:next_values()                   -- the next record as values
 --   r.epilogue                        -- {objects, refs, c_bytes} at the end
 --   heap.load(path)                   -- everything, indexed by address
 
@@ -151,108 +152,66 @@ local function read_header(self)
   return header
 end
 
--- The extra fields of an object record, by type.
-local function object_fields(self, obj, at)
-  local t = obj.type
+-- The values after an object's size, by type (see next_values).
+local function object_values(self, t)
   if t == 'table' then
-    obj.asize = uleb(self, "a table's array size")
-    obj.nodes = uleb(self, "a table's hash size")
+    local asize = uleb(self, "a table's array size")
+    local nodes = uleb(self, "a table's hash size")
     local weak = u8(self, "a table's weak mode")
     if weak > 3 then
       fail(self, offset(self) - 1, format('expected a weak mode from 0 to 3, ' ..
         'got %d', weak))
     end
-    obj.weak_keys = weak % 2 == 1
-    obj.weak_values = weak >= 2
+    return asize, nodes, weak
   elseif t == 'string' then
-    obj.len = uleb(self, "a string's length")
+    local len = uleb(self, "a string's length")
     local kept = uleb(self, "a string's kept length")
-    if kept > obj.len then
-      fail(self, offset(self), format('a string of %d bytes keeps %d',
-        obj.len, kept))
+    if kept > len then
+      fail(self, offset(self), format('a string of %d bytes keeps %d', len,
+        kept))
     end
-    obj.text = bytes(self, kept, "a string's text")
-    obj.truncated = kept < obj.len
+    return len, bytes(self, kept, "a string's text"), kept < len
   elseif t == 'function' then
-    obj.ffid = u8(self, "a function's id")
-    obj.nupvalues = uleb(self, "a function's upvalue count")
-    if obj.ffid ~= 0 then
-      obj.cfunc = uleb(self, "a C function's address")
+    local ffid = u8(self, "a function's id")
+    local nupvalues = uleb(self, "a function's upvalue count")
+    if ffid ~= 0 then
+      return ffid, nupvalues, uleb(self, "a C function's address")
     end
+    return ffid, nupvalues
   elseif t == 'proto' then
-    obj.firstline = uleb(self, "a prototype's first line")
-    obj.numline = uleb(self, "a prototype's line count")
+    return uleb(self, "a prototype's first line"),
+      uleb(self, "a prototype's line count")
   elseif t == 'thread' then
-    obj.stack_slots = uleb(self, "a thread's stack size")
-    obj.used_slots = uleb(self, "a thread's used slots")
+    return uleb(self, "a thread's stack size"),
+      uleb(self, "a thread's used slots")
   elseif t == 'userdata' then
-    obj.len = uleb(self, "a userdata's length")
-  elseif t == nil then
-    fail(self, at, 'an object of an unknown type')
+    return uleb(self, "a userdata's length")
   end
 end
 
-local function read_object(self, at)
-  local obj = { record = 'object', offset = at }
-  obj.addr = uleb(self, "an object's address")
-  local tat = offset(self)
-  local tb = u8(self, "an object's type")
-  obj.type = TYPES[tb]
-  if obj.type == nil then
-    fail(self, tat, format('expected an object type, got %d', tb))
-  end
-  obj.size = uleb(self, "an object's size")
-  object_fields(self, obj, tat)
-  return obj
-end
-
--- The name of a reference, by kind.
+-- The values after a reference's kind: its name, by kind.
 local NAMES = {
-  root = function(self, r) r.name = text(self, "a root's name") end,
-  field = function(self, r) r.key = uleb(self, "a field's key string") end,
-  index = function(self, r) r.index = unzigzag(uleb(self, 'an index')) end,
-  by_key = function(self, r) r.key = uleb(self, 'a key object') end,
-  by_number = function(self, r)
-    r.number = double(bytes(self, 8, 'a number key'))
+  root = function(self) return text(self, "a root's name") end,
+  field = function(self) return uleb(self, "a field's key string") end,
+  index = function(self) return unzigzag(uleb(self, 'an index')) end,
+  by_key = function(self) return uleb(self, 'a key object') end,
+  by_number = function(self)
+    return double(bytes(self, 8, 'a number key'))
   end,
-  by_bool = function(self, r) r.bool = u8(self, 'a boolean key') == 1 end,
-  by_lightud = function(self, r)
-    r.pointer = uleb(self, 'a light userdata key')
+  by_bool = function(self) return u8(self, 'a boolean key') == 1 end,
+  by_lightud = function(self) return uleb(self, 'a light userdata key') end,
+  upvalue = function(self)
+    return uleb(self, "an upvalue's index"), text(self, "an upvalue's name")
   end,
-  upvalue = function(self, r)
-    r.index = uleb(self, "an upvalue's index")
-    r.name = text(self, "an upvalue's name")
+  constant = function(self) return uleb(self, "a constant's index") end,
+  stack = function(self)
+    return uleb(self, 'a stack slot'), uleb(self, "a slot's frame level"),
+      text(self, "a slot's local name")
   end,
-  constant = function(self, r) r.index = uleb(self, "a constant's index") end,
-  stack = function(self, r)
-    r.slot = uleb(self, 'a stack slot')
-    r.level = uleb(self, "a slot's frame level")
-    r.name = text(self, "a slot's local name")
-  end,
-  frame_function = function(self, r)
-    r.slot = uleb(self, 'a stack slot')
-    r.level = uleb(self, "a frame's level")
+  frame_function = function(self)
+    return uleb(self, 'a stack slot'), uleb(self, "a frame's level")
   end,
 }
-
-local function read_ref(self, at)
-  local r = { record = 'ref', offset = at }
-  r.from = uleb(self, "a reference's source")
-  r.to = uleb(self, "a reference's target")
-  local kat = offset(self)
-  local k = u8(self, "a reference's kind")
-  r.weak = k >= WEAK
-  r.kind = KINDS[k % WEAK]
-  if r.kind == nil then
-    fail(self, kat, format('expected a reference kind from 1 to %d, got %d',
-      #KINDS, k % WEAK))
-  end
-  local name = NAMES[r.kind]
-  if name then
-    name(self, r)
-  end
-  return r
-end
 
 local function read_end(self)
   local e = {}
@@ -270,8 +229,18 @@ local function read_end(self)
   return e
 end
 
--- The next record, or nil after the epilogue.
-function Reader:next()
+-- The next record as values, without a table, or nil after the epilogue:
+--   'object', addr, type, size, a, b, c, offset
+--     table: asize, nodes, weak (bit 0: keys, bit 1: values);
+--     string: len, text, truncated; function: ffid, nupvalues, cfunc (C);
+--     proto: firstline, numline; thread: stack_slots, used_slots;
+--     userdata: len
+--   'ref', from, to, kind, weak, a, b, c, offset
+--     root: name; field: key (the key string's address); index: index;
+--     by_key: key; by_number: number; by_bool: bool; by_lightud: pointer;
+--     upvalue: index, name; constant: index; stack: slot, level, name;
+--     frame_function: slot, level
+function Reader:next_values()
   if self.epilogue then
     return nil
   end
@@ -279,16 +248,87 @@ function Reader:next()
   local tag = u8(self, 'a record or the epilogue')
   if tag == RECORD_OBJECT then
     self.objects = self.objects + 1
-    return read_object(self, at)
+    local addr = uleb(self, "an object's address")
+    local tat = offset(self)
+    local tb = u8(self, "an object's type")
+    local t = TYPES[tb]
+    if t == nil then
+      fail(self, tat, format('expected an object type, got %d', tb))
+    end
+    local size = uleb(self, "an object's size")
+    local a, b, c = object_values(self, t)
+    return 'object', addr, t, size, a, b, c, at
   elseif tag == RECORD_REF then
     self.refs = self.refs + 1
-    return read_ref(self, at)
+    local from = uleb(self, "a reference's source")
+    local to = uleb(self, "a reference's target")
+    local kat = offset(self)
+    local k = u8(self, "a reference's kind")
+    local kind = KINDS[k % WEAK]
+    if kind == nil then
+      fail(self, kat, format('expected a reference kind from 1 to %d, got %d',
+        #KINDS, k % WEAK))
+    end
+    local name = NAMES[kind]
+    local a, b, c
+    if name then
+      a, b, c = name(self)
+    end
+    return 'ref', from, to, kind, k >= WEAK, a, b, c, at
   elseif tag == RECORD_END then
     self.epilogue = read_end(self)
     return nil
   end
   fail(self, at, format('expected a record (1: object, 2: reference, ' ..
     '127: end), got %d', tag))
+end
+
+-- Fields of each type's or kind's values a, b, c in a record's table.
+local OBJECT_FIELDS = {
+  table = { 'asize', 'nodes', 'weak' },
+  string = { 'len', 'text', 'truncated' },
+  ['function'] = { 'ffid', 'nupvalues', 'cfunc' },
+  proto = { 'firstline', 'numline' },
+  thread = { 'stack_slots', 'used_slots' },
+  userdata = { 'len' },
+}
+local REF_FIELDS = {
+  root = { 'name' }, field = { 'key' }, index = { 'index' },
+  by_key = { 'key' }, by_number = { 'number' }, by_bool = { 'bool' },
+  by_lightud = { 'pointer' }, upvalue = { 'index', 'name' },
+  constant = { 'index' }, stack = { 'slot', 'level', 'name' },
+  frame_function = { 'slot', 'level' },
+}
+local NONE = {}
+
+-- The next record as a table of its own, or nil after the epilogue:
+-- { record = 'object', addr, type, size, offset, and the fields of its
+-- type (a table's weak mode as weak_keys and weak_values) } or
+-- { record = 'ref', from, to, kind, weak, offset, and its name's fields }.
+function Reader:next()
+  local rec, x, y, z, a, b, c, d, e = self:next_values()
+  if rec == 'object' then
+    local obj = { record = rec, addr = x, type = y, size = z, offset = d }
+    local fields = OBJECT_FIELDS[y] or NONE
+    if fields[1] then obj[fields[1]] = a end
+    if fields[2] then obj[fields[2]] = b end
+    if fields[3] then obj[fields[3]] = c end
+    if y == 'table' then
+      obj.weak_keys = c % 2 == 1
+      obj.weak_values = c >= 2
+      obj.weak = nil
+    end
+    return obj
+  elseif rec == 'ref' then
+    local r = { record = rec, from = x, to = y, kind = z, weak = a,
+      offset = e }
+    local fields = REF_FIELDS[z] or NONE
+    if fields[1] then r[fields[1]] = b end
+    if fields[2] then r[fields[2]] = c end
+    if fields[3] then r[fields[3]] = d end
+    return r
+  end
+  return nil
 end
 
 function Reader:records()
