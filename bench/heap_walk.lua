@@ -4,7 +4,9 @@
 -- memprof.snapshot(path, {format = 'heap'}); prints the medians of wall
 -- and CPU time, the C memory the walk held per object (from the file's
 -- epilogue), the file's size, and the time the reader and the dominator
--- analysis take over it. Targets: at most 1 s and 100 bytes of C memory
+-- analysis (streamed from the file) take over it, the Lua memory its
+-- result holds and the process's peak RSS (the heap of 1,000,000 objects
+-- included). Targets: at most 1 s and 100 bytes of C memory
 -- per object for the walk.
 --
 --   BENCH_HEAP=off                without this section
@@ -48,17 +50,26 @@ table.sort(cpus)
 local f = assert(io.open(path, 'rb'))
 local bytes = f:seek('end')
 f:close()
+keep = nil
+collectgarbage()
 local c = os.clock()
-local s = heap.load(path)
+local r = heap.open(path)
+while r:next_values() do end
 local read = os.clock() - c
+r:close()
+collectgarbage()
+local base = collectgarbage('count')
 c = os.clock()
-dom.analyse(s)
+local result = dom.analyse_file(path)
 local analysis = os.clock() - c
+collectgarbage()
+local lua_mb = (collectgarbage('count') - base) / 1024
+assert(result.groups[1])
 os.remove(path)
-print(string.format('%d %d %.4f %.4f %d %d %.2f %.2f', s.epilogue.objects,
-  s.epilogue.refs, walls[math.floor((rounds + 1) / 2)],
+print(string.format('%d %d %.4f %.4f %d %d %.2f %.2f %.0f', r.epilogue.objects,
+  r.epilogue.refs, walls[math.floor((rounds + 1) / 2)],
   cpus[math.floor((rounds + 1) / 2)],
-  s.epilogue.c_bytes, bytes, read, analysis))
+  r.epilogue.c_bytes, bytes, read, analysis, lua_mb))
 ]]
 
 function M.run(lua)
@@ -69,15 +80,16 @@ function M.run(lua)
   local f = assert(io.open(script, 'w'))
   f:write(CHILD)
   f:close()
-  local pipe = assert(io.popen('timeout 600 ' .. lua .. ' ' ..
-    shell_quote(script) .. ' ' .. records .. ' ' .. rounds .. ' ' ..
-    shell_quote(path) .. ' 2>&1'))
+  local pipe = assert(io.popen('timeout 600 /usr/bin/time -f "rss %M" ' ..
+    lua .. ' ' .. shell_quote(script) .. ' ' .. records .. ' ' .. rounds ..
+    ' ' .. shell_quote(path) .. ' 2>&1'))
   local out = pipe:read('*a')
   pipe:close()
   os.remove(script)
   os.remove(path)
-  local objects, refs, wall, cpu, c_bytes, bytes, read, analysis =
-    out:match('^(%d+) (%d+) ([%d.]+) ([%d.]+) (%d+) (%d+) ([%d.]+) ([%d.]+)')
+  local objects, refs, wall, cpu, c_bytes, bytes, read, analysis, lua_mb =
+    out:match('^(%d+) (%d+) ([%d.]+) ([%d.]+) (%d+) (%d+) ([%d.]+) ([%d.]+) ' ..
+      '(%d+)')
   print('\nHeap snapshot of ' .. (objects or '?') .. ' objects')
   if not objects then
     print('  failed: ' .. out)
@@ -93,8 +105,10 @@ function M.run(lua)
     per_object <= TARGET_BYTES_PER_OBJECT and 'ok' or 'OVER'))
   print(string.format('  file: %.1f MB, %s references', tonumber(bytes) / 1e6,
     refs))
-  print(string.format('  read back (memprof.read.heap.load): %s s CPU; ' ..
-    'dominators and paths: %s s CPU', read, analysis))
+  print(string.format('  read back (next_values): %s s CPU; dominators, ' ..
+    'retained sizes and patterns (analyse_file): %s s CPU; the analysis ' ..
+    'holds %s MB of Lua memory; the process at most %.0f MB', read, analysis,
+    lua_mb, (tonumber(out:match('rss (%d+)')) or 0) / 1024))
 end
 
 return M

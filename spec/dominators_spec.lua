@@ -135,6 +135,36 @@ return function(x) history[#history + 1] = { x } end, tostring(history)
       size(s, addr(record)) + size(s, at) + items)
   end)
 
+  it('gives the same analysis from the file as from the loaded snapshot',
+    function()
+    local path = h.tmpname('.heap')
+    assert(memprof.snapshot(path, OPTIONS))
+    local streamed = dom.analyse_file(path)
+    local loaded = dom.analyse(heap.load(path))
+    os.remove(path)
+    assert.same(loaded.retained, streamed.retained)
+    assert.same(loaded.idom, streamed.idom)
+    assert.same(loaded.pattern, streamed.pattern)
+    assert.same(loaded.groups, streamed.groups)
+    assert.equal(loaded.path(addr(debug.getregistry())),
+      streamed.path(addr(debug.getregistry())))
+  end)
+
+  it('names the byte of a cut file', function()
+    local path = h.tmpname('.heap')
+    assert(memprof.snapshot(path, OPTIONS))
+    local f = assert(io.open(path, 'rb'))
+    local bytes = f:read('*a')
+    f:close()
+    f = assert(io.open(path, 'wb'))
+    f:write(bytes:sub(1, 100))
+    f:close()
+    local ok, err = pcall(dom.analyse_file, path)
+    os.remove(path)
+    assert.is_false(ok)
+    assert.matches(': byte 100: the file is truncated: expected ', err)
+  end)
+
   it('groups the entries of a module-level cache under one pattern', function()
     local cache = {}
     package.loaded.catalog = { rendered_cache = cache }

@@ -9,7 +9,6 @@ if not nginx.available() or os.getenv('MEMPROF_TEST_NGINX') == nil then
   return
 end
 
-local heap = require('memprof.read.heap')
 local dom = require('memprof.analysis.dominators')
 
 local PAGES = 300
@@ -55,8 +54,7 @@ ngx.say(tostring(ok), ' ', tostring(err))
     finally(function() s:stop() end)
     expect(s, '/render', 'ok')
     expect(s, '/snapshot', 'true nil')
-    local snapshot = heap.load(s:path('worker.heap'))
-    local a = dom.analyse(snapshot)
+    local a = dom.analyse_file(s:path('worker.heap'))
     local cache = 'package.loaded["catalog"].rendered_cache[*]'
     local rank, group
     for i, g in ipairs(a.groups) do

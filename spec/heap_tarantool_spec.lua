@@ -9,7 +9,6 @@ if not console.available() or os.getenv('MEMPROF_TEST_CONSOLE') == nil then
   return
 end
 
-local heap = require('memprof.read.heap')
 local dom = require('memprof.analysis.dominators')
 
 local EVENTS = 400
@@ -37,7 +36,7 @@ describe("a heap snapshot from Tarantool's console", function()
         "{ format = 'heap', collect = true })", path),
     })
     assert.same({ '---\n- true\n...\n' }, answers)
-    local a = dom.analyse(heap.load(path))
+    local a = dom.analyse_file(path)
     local pattern = '_G.record<upvalue history>[*]'
     local rank, group
     for i, g in ipairs(a.groups) do

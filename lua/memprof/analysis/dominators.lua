@@ -7,14 +7,17 @@
 -- references are not edges (they hold nothing).  Immediate dominators are
 -- computed by the iterative algorithm of Cooper, Harvey and Kennedy ("A
 -- Simple, Fast Dominance Algorithm") over a reverse postorder: a few passes
--- over the nodes and their predecessors on the graphs of programs.  Every
--- array is indexed by node number, so memory is proportional to objects
--- and references.
+-- over the nodes and their predecessors on the graphs of programs.  The
+-- graph is kept in arrays indexed by node and by reference (no table per
+-- object), so memory is proportional to objects and references.
 --
 --   local dom = require('memprof.analysis.dominators')
+--   local a = dom.analyse_file(path)   -- streams the file
 --   local a = dom.analyse(require('memprof.read.heap').load(path))
 --   a.retained[addr], a.idom[addr], a.pattern[addr], a.path(addr),
 --   a.groups (largest first)
+
+local heap = require('memprof.read.heap')
 
 local format = string.format
 
@@ -24,25 +27,61 @@ local M = {}
 -- patterns: the entries of a cache are one group.
 M.MANY = 16
 
+-- Texts of strings longer than this are not kept (a field's name longer
+-- than it is shown by its start).
+local KEEP_TEXT = 64
+
 local ENTRY = { field = true, index = true, by_key = true, by_number = true,
   by_bool = true, by_lightud = true }
 
--- The graph in compressed rows: node 1 is the virtual root, node i + 1 the
--- i-th object of s.list; succ[first[v] .. first[v + 1] - 1] are v's
--- successors, edge[] the references they come from.
-local function build(s)
-  local list, refs = s.list, s.refs
-  local n = #list + 1
-  local node, count = {}, {}
-  for i = 1, #list do node[list[i].addr] = i + 1 end
+-- ---- The graph ----------------------------------------------------------
+
+-- A graph being read: node 1 is the virtual root, node i + 1 the i-th
+-- object. Per node: address, type, size, and for short strings the text;
+-- per reference: source node, target address, kind, weakness and name.
+local function new_graph()
+  return { n = 1, node = {}, addr = {}, type = {}, size = {}, text = {},
+    text_of = {}, nrefs = 0, rfrom = {}, rto = {}, rkind = {}, rname = {},
+    rweak = {} }
+end
+
+local function add_object(g, addr, t, size, text)
+  local v = g.n + 1
+  g.n = v
+  g.node[addr], g.addr[v], g.type[v], g.size[v] = v, addr, t, size
+  if text and #text <= KEEP_TEXT then
+    g.text_of[addr] = text
+  end
+end
+
+-- A reference's name, one value: what a path shows of it.
+local function add_ref(g, from, to, kind, weak, a, b, c)
+  local j = g.nrefs + 1
+  g.nrefs = j
+  g.rfrom[j], g.rto[j], g.rkind[j] = from, to, kind
+  g.rweak[j] = weak or nil
+  local name = a
+  if kind == 'upvalue' then
+    name = b ~= '' and b or a
+  elseif kind == 'stack' then
+    name = c ~= '' and c or a
+  elseif kind == 'frame_function' then
+    name = b
+  end
+  g.rname[j] = name
+end
+
+-- The edges in compressed rows: succ[first[v] .. first[v + 1] - 1] are v's
+-- successors and edge[] the references they come from.
+local function finish_graph(g)
+  local n, node, rfrom, rto = g.n, g.node, g.rfrom, g.rto
+  local count, from_of, to_of = {}, {}, {}
   for v = 1, n + 1 do count[v] = 0 end
-  local from_of, to_of = {}, {}
-  for ri = 1, #refs do
-    local r = refs[ri]
-    local from = r.from == 0 and 1 or node[r.from]
-    local to = node[r.to]
-    if not r.weak and from and to then
-      from_of[ri], to_of[ri] = from, to
+  for j = 1, g.nrefs do
+    local from = rfrom[j] == 0 and 1 or node[rfrom[j]]
+    local to = node[rto[j]]
+    if not g.rweak[j] and from and to then
+      from_of[j], to_of[j] = from, to
       count[from] = count[from] + 1
     end
   end
@@ -54,16 +93,19 @@ local function build(s)
   end
   first[n + 1] = at
   local succ, edge = {}, {}
-  for ri = 1, #refs do
-    local from = from_of[ri]
+  for j = 1, g.nrefs do
+    local from = from_of[j]
     if from then
       local k = fill[from]
-      succ[k], edge[k] = to_of[ri], ri
+      succ[k], edge[k] = to_of[j], j
       fill[from] = k + 1
     end
   end
-  return { n = n, node = node, first = first, succ = succ, edge = edge }
+  g.first, g.succ, g.edge = first, succ, edge
+  return g
 end
+
+-- ---- Dominators ---------------------------------------------------------
 
 -- Postorder numbers of the nodes reachable from the root (an explicit
 -- stack: the graph can be deep), and the nodes by number.
@@ -160,49 +202,49 @@ end
 -- ---- Paths ---------------------------------------------------------------
 
 local function quote(text)
-  return format('%q', text):gsub('\\\n', '\\n')
+  return (format('%q', text):gsub('\\\n', '\\n'))
 end
 
 local function is_name(text)
   return text:match('^[%a_][%w_]*$') ~= nil
 end
 
--- The step of a path along reference r (to a table entry, its key; to
+-- The step of a path along reference j (to a table entry, its key; to
 -- anything else, what the reference is).
-local function step(s, r, many, under_loaded)
-  local kind = r.kind
+local function step(g, j, many, under_loaded)
+  local kind, name = g.rkind[j], g.rname[j]
   if many and ENTRY[kind] then
     return '[*]'
   elseif kind == 'field' then
-    local key = s.objects[r.key]
-    local text = key and key.text or '?'
+    local text = g.text_of[name]
+    if text == nil then return '[<long string>]' end
     if is_name(text) and not under_loaded then return '.' .. text end
     return '[' .. quote(text) .. ']'
   elseif kind == 'index' then
-    return format('[%d]', r.index)
+    return format('[%d]', name)
   elseif kind == 'by_number' then
-    return format('[%.17g]', r.number)
+    return format('[%.17g]', name)
   elseif kind == 'by_bool' then
-    return format('[%s]', tostring(r.bool))
+    return format('[%s]', tostring(name))
   elseif kind == 'by_lightud' then
-    return format('[<light userdata 0x%x>]', r.pointer)
+    return format('[<light userdata 0x%x>]', name)
   elseif kind == 'by_key' then
-    local key = s.objects[r.key]
-    return format('[<%s 0x%x>]', key and key.type or 'object', r.key)
+    local v = g.node[name]
+    return format('[<%s 0x%x>]', v and g.type[v] or 'object', name)
   elseif kind == 'key' then
     return '<key>'
   elseif kind == 'upvalue' then
-    return r.name ~= '' and format('<upvalue %s>', r.name)
-      or format('<upvalue %d>', r.index)
+    return type(name) == 'string' and format('<upvalue %s>', name)
+      or format('<upvalue %d>', name)
   elseif kind == 'upvalue_value' then
     return ''
   elseif kind == 'stack' then
-    return r.name ~= '' and format('<local %s>', r.name)
-      or format('<stack slot %d>', r.slot)
+    return type(name) == 'string' and format('<local %s>', name)
+      or format('<stack slot %d>', name)
   elseif kind == 'frame_function' then
-    return format('<function of frame %d>', r.level)
+    return format('<function of frame %d>', name)
   elseif kind == 'constant' then
-    return format('<constant %d>', r.index)
+    return format('<constant %d>', name)
   end
   return '<' .. kind .. '>'
 end
@@ -211,14 +253,13 @@ end
 -- M.MANY entries, nine in ten of them objects of one type other than
 -- functions (a cache of strings, a list of records; not a module's or the
 -- globals' table, whose entries are names of their own).
-local function collections(s, g)
-  local refs, list = s.refs, s.list
+local function collections(g)
   local out = {}
   for v = 1, g.n do
     local n, types = 0, {}
     for e = g.first[v], g.first[v + 1] - 1 do
-      if ENTRY[refs[g.edge[e]].kind] then
-        local t = list[g.succ[e] - 1].type
+      if ENTRY[g.rkind[g.edge[e]]] then
+        local t = g.type[g.succ[e]]
         n = n + 1
         types[t] = (types[t] or 0) + 1
       end
@@ -232,9 +273,23 @@ local function collections(s, g)
   return out
 end
 
+-- The references from the object at addr of a kind (and a key's text).
+local function refs_from(g, addr, kind, key)
+  local v = addr == 0 and 1 or g.node[addr]
+  local out = {}
+  if v == nil then return out end
+  for e = g.first[v], g.first[v + 1] - 1 do
+    local j = g.edge[e]
+    if g.rkind[j] == kind and (key == nil or g.text_of[g.rname[j]] == key) then
+      out[#out + 1] = j
+    end
+  end
+  return out
+end
+
 -- The names that start paths: the loaded modules by their names, then the
 -- roots. registry._LOADED is `package.loaded` and its _G is `_G`.
-local function starts(s, g)
+local function starts(g)
   local names, queue = {}, {}
   local function add(v, name)
     if v and not names[v] then
@@ -242,40 +297,32 @@ local function starts(s, g)
       queue[#queue + 1] = v
     end
   end
-  local registry, loaded
-  for _, r in ipairs(s.refs) do
-    if r.from == 0 and r.kind == 'root' and r.name == 'registry' then
-      registry = r.to
+  local registry = refs_from(g, 0, 'root')
+  local loaded
+  for _, j in ipairs(registry) do
+    if g.rname[j] == 'registry' then
+      loaded = refs_from(g, g.rto[j], 'field', '_LOADED')[1]
     end
   end
-  for _, r in ipairs(s.refs) do
-    if r.from == registry and r.kind == 'field' and
-        s.objects[r.key].text == '_LOADED' then
-      loaded = r.to
-    end
-  end
-  add(g.node[loaded], 'package.loaded')
-  for _, r in ipairs(s.refs) do
-    if loaded and r.from == loaded and r.kind == 'field' and not r.weak then
-      local name = s.objects[r.key].text
-      add(g.node[r.to], name == '_G' and '_G' or
+  if loaded then
+    local at = g.rto[loaded]
+    add(g.node[at], 'package.loaded')
+    for _, j in ipairs(refs_from(g, at, 'field')) do
+      local name = g.text_of[g.rname[j]] or '?'
+      add(g.node[g.rto[j]], name == '_G' and '_G' or
         'package.loaded[' .. quote(name) .. ']')
     end
   end
-  for _, r in ipairs(s.refs) do
-    if r.from == 0 then add(g.node[r.to], r.name) end
-  end
+  for _, j in ipairs(registry) do add(g.node[g.rto[j]], g.rname[j]) end
   return names, queue
 end
 
 -- Shortest paths from the starts (breadth first): each node's parent on
--- its path and the reference from it, and its pattern (entries of a table
--- of many shown as `[*]`). Patterns repeat, and Lua keeps one copy of each;
--- paths are made on demand.
-local function paths(s, g)
-  local refs = s.refs
-  local many = collections(s, g)
-  local names, queue = starts(s, g)
+-- its path and the reference from it, and its pattern. Patterns repeat,
+-- and Lua keeps one copy of each; paths are made on demand.
+local function paths(g)
+  local many = collections(g)
+  local names, queue = starts(g)
   local parent, via, pattern = {}, {}, {}
   for _, v in ipairs(queue) do parent[v], pattern[v] = 0, names[v] end
   local head = 1
@@ -286,9 +333,9 @@ local function paths(s, g)
     for e = g.first[v], g.first[v + 1] - 1 do
       local w = g.succ[e]
       if parent[w] == nil then
-        local r = refs[g.edge[e]]
-        parent[w], via[w] = v, g.edge[e]
-        pattern[w] = pattern[v] .. step(s, r, many[v], under_loaded)
+        local j = g.edge[e]
+        parent[w], via[w] = v, j
+        pattern[w] = pattern[v] .. step(g, j, many[v], under_loaded)
         queue[#queue + 1] = w
       end
     end
@@ -296,7 +343,7 @@ local function paths(s, g)
   local function path(v)
     local steps = {}
     while parent[v] ~= 0 do
-      steps[#steps + 1] = step(s, refs[via[v]], false,
+      steps[#steps + 1] = step(g, via[v], false,
         names[parent[v]] == 'package.loaded')
       v = parent[v]
     end
@@ -310,8 +357,7 @@ end
 
 -- ---- The analysis --------------------------------------------------------
 
--- Whether a dominator of v (up to the first of another pattern) is of
--- pattern p.
+-- Whether v's immediate dominator is of pattern p.
 local function in_group(idom, pattern, v, p)
   local d = idom[v]
   return d ~= 1 and pattern[d] == p
@@ -321,7 +367,7 @@ end
 -- largest first. A member dominated by another member (a closure's upvalue
 -- object and its value share a pattern) adds no retained bytes of its own:
 -- its holder's count them. One group may hold another.
-local function groups(s, order, idom, retained, pattern)
+local function groups(g, order, idom, retained, pattern)
   local by, list = {}, {}
   for k = 1, #order - 1 do
     local v = order[k]
@@ -333,7 +379,7 @@ local function groups(s, order, idom, retained, pattern)
         by[p] = grp
         list[#list + 1] = grp
       end
-      local t = s.list[v - 1].type
+      local t = g.type[v]
       grp.objects = grp.objects + 1
       if not in_group(idom, pattern, v, p) then
         grp.retained = grp.retained + retained[v]
@@ -348,29 +394,24 @@ local function groups(s, order, idom, retained, pattern)
   return list
 end
 
--- The analysis of a loaded snapshot (memprof.read.heap.load): by address,
--- each reachable object's immediate dominator (0: the root), retained
--- size, path and pattern; and the groups.
-function M.analyse(s)
-  local g = build(s)
+local function analyse_graph(g)
+  finish_graph(g)
   local post, order = postorder(g)
   local idom = dominators(g, post, order)
-  local list = s.list
-  local retained = {}
-  for v = 2, g.n do retained[v] = post[v] and list[v - 1].size or 0 end
-  retained[1] = 0
+  local retained = { [1] = 0 }
+  for v = 2, g.n do retained[v] = post[v] and g.size[v] or 0 end
   for k = 1, #order - 1 do
     local v = order[k]
     local d = idom[v]
     retained[d] = retained[d] + retained[v]
   end
-  local path, pattern, parent = paths(s, g)
+  local path, pattern, parent = paths(g)
   local out = { idom = {}, retained = {}, pattern = {}, total = retained[1] }
   for v = 2, g.n do
     if post[v] then
-      local addr = list[v - 1].addr
+      local addr = g.addr[v]
       local d = idom[v]
-      out.idom[addr] = d == 1 and 0 or list[d - 1].addr
+      out.idom[addr] = d == 1 and 0 or g.addr[d]
       out.retained[addr] = retained[v]
       out.pattern[addr] = pattern[v]
     end
@@ -380,8 +421,62 @@ function M.analyse(s)
     local v = g.node[addr]
     return v and parent[v] and path(v) or nil
   end
-  out.groups = groups(s, order, idom, retained, pattern)
+  out.groups = groups(g, order, idom, retained, pattern)
   return out
+end
+
+-- The analysis of the snapshot file at `path`, read as a stream: by
+-- address, each reachable object's immediate dominator (0: the root),
+-- retained size and pattern; its path (a.path(addr)); the groups.
+function M.analyse_file(path)
+  local g = new_graph()
+  local r = heap.open(path)
+  local ok, err = pcall(function()
+    while true do
+      local rec, x, y, z, a, b, c, d = r:next_values()
+      if rec == 'object' then
+        add_object(g, x, y, z, y == 'string' and b or nil)
+      elseif rec == 'ref' then
+        add_ref(g, x, y, z, a, b, c, d)
+      else
+        break
+      end
+    end
+  end)
+  r:close()
+  if not ok then error(err, 0) end
+  return analyse_graph(g)
+end
+
+-- The same for a loaded snapshot (memprof.read.heap.load).
+function M.analyse(s)
+  local g = new_graph()
+  for _, o in ipairs(s.list) do
+    add_object(g, o.addr, o.type, o.size, o.text)
+  end
+  for _, r in ipairs(s.refs) do
+    local a, b, c = r.name, nil, nil
+    local kind = r.kind
+    if kind == 'field' or kind == 'by_key' then
+      a = r.key
+    elseif kind == 'index' or kind == 'constant' then
+      a = r.index
+    elseif kind == 'by_number' then
+      a = r.number
+    elseif kind == 'by_bool' then
+      a = r.bool
+    elseif kind == 'by_lightud' then
+      a = r.pointer
+    elseif kind == 'upvalue' then
+      a, b = r.index, r.name
+    elseif kind == 'stack' then
+      a, b, c = r.slot, r.level, r.name
+    elseif kind == 'frame_function' then
+      a, b = r.slot, r.level
+    end
+    add_ref(g, r.from, r.to, kind, r.weak, a, b, c)
+  end
+  return analyse_graph(g)
 end
 
 return M
