@@ -296,6 +296,58 @@ return t, s
     assert.is_nil(plain.header.profile)
   end)
 
+  it('follows userdata, C closures and frames of vararg functions', function()
+    local proxy = newproxy(true)
+    getmetatable(proxy).__index = { 'proxied' }
+    -- tostring names a built-in by its number: a table finds it.
+    local holder = { wrapped = coroutine.wrap(function() coroutine.yield() end) }
+    holder.wrapped()
+    local varargs = coroutine.create(function(...)
+      local inner = { ... }
+      coroutine.yield(inner)
+    end)
+    local _, inner = coroutine.resume(varargs, { 'first' }, { 'second' })
+    local s = snapshot()
+    -- tostring shows a userdata's payload, which follows its header.
+    local ud
+    for _, o in ipairs(s.list) do
+      if o.type == 'userdata' and o.addr + o.size - o.len == addr(proxy) then
+        ud = o
+      end
+    end
+    assert.equal(0, ud.len)
+    local mt = refs(s, ud.addr, 'metatable')
+    assert.equal(addr(getmetatable(proxy)), mt[1].to)
+    assert.equal(1, #refs(s, ud.addr, 'env'))
+    -- coroutine.wrap's function is a C closure holding its thread.
+    local fn = s.objects[field(s, addr(holder), 'wrapped')]
+    assert.is_true(fn.ffid > 0)
+    local up = refs(s, fn.addr, 'upvalue')
+    assert.equal(1, #up)
+    assert.equal('thread', s.objects[up[1].to].type)
+    assert.equal('', up[1].name)
+    -- A vararg function's frame: its local, and its varargs.
+    assert.equal(addr(inner), refs(s, addr(varargs), 'stack', 'inner')[1].to)
+    assert.equal(2, #refs(s, addr(varargs), 'stack', '(vararg)'))
+  end)
+
+  it('walks functions without debug info', function()
+    local stripped = loadstring(string.dump(function()
+      local hidden = { 'no name' }
+      coroutine.yield(hidden)
+    end, true))
+    local co = coroutine.create(stripped)
+    local _, hidden = coroutine.resume(co)
+    local s = snapshot()
+    local slots = refs(s, addr(co), 'stack')
+    local found
+    for _, r in ipairs(slots) do
+      if r.to == addr(hidden) then found = r end
+    end
+    assert.equal('', found.name)
+    assert.is_true(found.level >= 1)
+  end)
+
   it('writes every reference between objects it wrote', function()
     local s = snapshot()
     assert.equal(#s.list, s.epilogue.objects)
@@ -312,6 +364,7 @@ return t, s
   end)
 
   it('is in misc.memprof too, where the module installed it', function()
+    local misc = _G.misc
     if tostring(misc.memprof.start):match('^function: builtin#') then
       return -- The host's own misc.memprof (Tarantool) is kept.
     end
