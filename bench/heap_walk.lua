@@ -35,7 +35,8 @@ local function wall()
 end
 local keep = {}
 for i = 1, records do
-  keep[i] = { name = 'record ' .. i, tags = { i }, get = function() return i end }
+  keep[i] = { name = 'record ' .. i, tags = { i },
+    get = function() return i end }
 end
 collectgarbage()
 collectgarbage()

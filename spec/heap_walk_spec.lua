@@ -300,7 +300,9 @@ return t, s
     local proxy = newproxy(true)
     getmetatable(proxy).__index = { 'proxied' }
     -- tostring names a built-in by its number: a table finds it.
-    local holder = { wrapped = coroutine.wrap(function() coroutine.yield() end) }
+    local holder = {
+      wrapped = coroutine.wrap(function() coroutine.yield() end),
+    }
     holder.wrapped()
     local varargs = coroutine.create(function(...)
       local inner = { ... }

@@ -3,12 +3,12 @@
 **
 ** Objects are found depth first from the roots: a set of the addresses
 ** seen and a stack of those not yet written, both malloc'd and growing
-** with the objects (at most about 40 bytes per object). An object's record
-** is written when it is taken from the stack, followed by its references.
-** A string has no references: it is written when first seen, so that the
-** name of every table field (a key string) precedes the field in the file.
-** A weak reference is written but never followed: what only weak tables
-** hold is not in the file.
+** with the objects (at most 56 bytes per object, while the set doubles).
+** An object's record is written when it is taken from the stack, followed
+** by its references. A string has no references: it is written when first
+** seen, so that the name of every table field (a key string) precedes the
+** field in the file. A weak reference is written but never followed: what
+** only weak tables hold is not in the file.
 */
 #include "heapwalk.h"
 

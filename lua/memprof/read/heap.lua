@@ -159,8 +159,8 @@ local function object_values(self, t)
     local nodes = uleb(self, "a table's hash size")
     local weak = u8(self, "a table's weak mode")
     if weak > 3 then
-      fail(self, offset(self) - 1, format('expected a weak mode from 0 to 3, ' ..
-        'got %d', weak))
+      fail(self, offset(self) - 1,
+        format('expected a weak mode from 0 to 3, got %d', weak))
     end
     return asize, nodes, weak
   elseif t == 'string' then
@@ -223,8 +223,9 @@ local function read_end(self)
     fail(self, at, 'expected the end magic "end"')
   end
   if e.objects ~= self.objects or e.refs ~= self.refs then
-    fail(self, at, format('the epilogue counts %d objects and %d references, ' ..
-      'the file has %d and %d', e.objects, e.refs, self.objects, self.refs))
+    fail(self, at, format('the epilogue counts %d objects and %d ' ..
+      'references, the file has %d and %d', e.objects, e.refs, self.objects,
+      self.refs))
   end
   return e
 end
