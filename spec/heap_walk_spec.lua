@@ -256,6 +256,35 @@ return t, s
     assert.equal(200, #o.text)
   end)
 
+  it('sizes functions, upvalues, threads and userdata as the allocator saw ' ..
+    'them', function()
+    local chunk = h.chunk([[
+local t = {}
+local f = function() end
+local g = function() return t end
+local co = coroutine.create(f)
+local u = newproxy(false)
+return f, g, co, u
+]], '@sized2.lua')
+    local f, g, co, u
+    local events = h.profile(function() f, g, co, u = chunk() end)
+    local s = snapshot()
+    local function net(line)
+      return h.net(h.at(events, '@sized2.lua:' .. line))
+    end
+    assert.equal(net(2), s.objects[addr(f)].size)
+    local uv = refs(s, addr(g), 'upvalue')[1].to
+    assert.equal(net(3), s.objects[addr(g)].size + s.objects[uv].size)
+    assert.equal(net(4), s.objects[addr(co)].size)
+    local ud
+    for _, o in ipairs(s.list) do
+      if o.type == 'userdata' and o.addr + o.size - o.len == addr(u) then
+        ud = o
+      end
+    end
+    assert.equal(net(5), ud.size)
+  end)
+
   it('allocates nothing in the VM and runs no metamethod', function()
     local path = h.tmpname('.heap')
     local options = { format = 'heap' }
