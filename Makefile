@@ -208,7 +208,7 @@ test-host: all
 # can load there, so the default cpath is left out.
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
-  spec/vm_layout_spec.lua
+  spec/vm_layout_spec.lua spec/heap_walk_spec.lua spec/dominators_spec.lua
 ARM64_TIMEOUT ?= 1800
 
 arm64-module:
