@@ -5,6 +5,7 @@ local h = require('helpers.profile')
 local memprof = require('memprof')
 local heap = require('memprof.read.heap')
 local join = require('memprof.analysis.heap_join')
+local dom = require('memprof.analysis.dominators')
 
 local function addr(v)
   return tonumber(tostring(v):match('0x(%x+)'), 16)
@@ -50,6 +51,38 @@ keep.later = {}
     assert.equal('@joined.lua:4', helped.stack[2].name)
     assert.is_nil(places[addr(older)])
     assert.is_nil(s.objects[addr(keep.later)])
+  end)
+
+  it("names each place's main holders", function()
+    local program = h.chunk([[
+local cache = ...
+for i = 1, 40 do cache[i] = { i } end
+]], '@held.lua')
+    local cache = {}
+    local profile = h.tmpname()
+    local snap = h.tmpname('.heap')
+    assert(memprof.start(profile))
+    program(cache)
+    assert(memprof.snapshot(snap, { format = 'heap' }))
+    assert(memprof.stop())
+    local s = heap.load(snap)
+    local rows = join.by_place(s, join.places(s, profile), dom.analyse(s))
+    os.remove(snap)
+    os.remove(profile)
+    local row
+    for _, r in ipairs(rows) do
+      if r.place == '@held.lua:2' then row = r end
+    end
+    assert.equal(40, row.objects)
+    assert.equal(1, #row.holders)
+    assert.matches('<local cache>%[%*%]$', row.holders[1].pattern)
+    assert.equal(40, row.holders[1].objects)
+    assert.equal(row.bytes, row.holders[1].bytes)
+    local before
+    for _, r in ipairs(rows) do
+      if r.place == join.BEFORE then before = r end
+    end
+    assert.is_true(before.objects > 0)
   end)
 
   it('refuses a snapshot taken without a profile', function()

@@ -13,6 +13,8 @@
 --   local join = require('memprof.analysis.heap_join')
 --   local places = join.places(snapshot, 'profile.bin')  -- raises without
 --   places[addr]  -> { site = <reader site>, stack = <reader stack> } | nil
+--   join.by_place(snapshot, places, analysis)
+--                 -> rows by allocating place, each with its main holders
 local reader = require('memprof.reader')
 
 local M = {}
@@ -47,6 +49,53 @@ function M.places(snapshot, profile_path)
     out[obj.addr] = live[obj.addr]
   end
   return out
+end
+
+-- The name of the rows of objects older than the profile.
+M.BEFORE = 'allocated before the profile'
+
+local function sorted(list, key)
+  table.sort(list, function(a, b)
+    if a[key] ~= b[key] then return a[key] > b[key] end
+    return (a.place or a.pattern) < (b.place or b.pattern)
+  end)
+  return list
+end
+
+-- The objects of a snapshot by the place that allocated them (the site's
+-- name, or M.BEFORE), each place with its objects, bytes and holders: the
+-- path patterns of its objects (memprof.analysis.dominators), each with
+-- its objects and bytes; the most bytes first.
+function M.by_place(snapshot, places, analysis)
+  local rows, by = {}, {}
+  for _, obj in ipairs(snapshot.list) do
+    local pattern = analysis.pattern[obj.addr]
+    if pattern then
+      local at = places[obj.addr]
+      local name = at and at.site.name or M.BEFORE
+      local row = by[name]
+      if not row then
+        row = { place = name, objects = 0, bytes = 0, holders = {}, by = {} }
+        by[name] = row
+        rows[#rows + 1] = row
+      end
+      row.objects = row.objects + 1
+      row.bytes = row.bytes + obj.size
+      local holder = row.by[pattern]
+      if not holder then
+        holder = { pattern = pattern, objects = 0, bytes = 0 }
+        row.by[pattern] = holder
+        row.holders[#row.holders + 1] = holder
+      end
+      holder.objects = holder.objects + 1
+      holder.bytes = holder.bytes + obj.size
+    end
+  end
+  for _, row in ipairs(rows) do
+    row.by = nil
+    sorted(row.holders, 'bytes')
+  end
+  return sorted(rows, 'bytes')
 end
 
 return M
