@@ -406,6 +406,25 @@ return f, g, co, u
     assert.is_true(#s.list > 0)
   end)
 
+  it('counts the JIT traces it does not walk', function()
+    if not (jit and jit.status()) then return end
+    jit.on()
+    local loop = h.chunk('local t = {} for i = 1, 1000 do t[i % 7] = i end',
+      '@hot.lua')
+    loop()
+    loop()
+    local hot = snapshot()
+    jit.flush()
+    jit.off()
+    local none = snapshot()
+    if not memprof.info().traces then -- the trace array is not verified
+      assert.same({}, { hot.header.traces, none.header.traces })
+      return
+    end
+    assert.is_true(hot.header.traces >= 1)
+    assert.equal(0, none.header.traces)
+  end)
+
   it('collects first with collect = true', function()
     local weak = setmetatable({}, { __mode = 'v' })
     collectgarbage('stop')
@@ -466,7 +485,13 @@ end)
 describe('the heap snapshot reader', function()
   local good
 
+  teardown(function()
+    jit.on()
+  end)
+
   setup(function()
+    jit.off()
+    jit.flush() -- no trace: the header's count is one byte
     local path = h.tmpname('.heap')
     assert(memprof.snapshot(path, { format = 'heap' }))
     local f = assert(io.open(path, 'rb'))
@@ -503,14 +528,15 @@ describe('the heap snapshot reader', function()
       'got "ljm"', read_error('ljm' .. good:sub(4)))
     assert.equal('byte 3: expected version 1, got 9',
       read_error('ljh\9' .. good:sub(5)))
-    local body = good:sub(1, 6) -- magic, version, flags, profile note 0
-    assert.equal('byte 6: expected a record (1: object, 2: reference, ' ..
+    -- Magic, version, flags, profile note 0, traces.
+    local body = good:sub(1, 7)
+    assert.equal('byte 7: expected a record (1: object, 2: reference, ' ..
       '127: end), got 9', read_error(body .. '\9'))
-    assert.equal('byte 9: expected a reference kind from 1 to 17, got 99',
+    assert.equal('byte 10: expected a reference kind from 1 to 17, got 99',
       read_error(body .. '\2\0\0\99'))
-    assert.equal('byte 8: expected an object type, got 3',
+    assert.equal('byte 9: expected an object type, got 3',
       read_error(body .. '\1\8\3\0'))
-    assert.equal('byte 10: the epilogue counts 1 objects and 0 references, ' ..
+    assert.equal('byte 11: the epilogue counts 1 objects and 0 references, ' ..
       'the file has 0 and 0', read_error(body .. '\127\1\0\0end'))
   end)
 end)

@@ -694,7 +694,29 @@ static void roots(struct walk *w, lua_State *L)
 
 /* ---- The file ---------------------------------------------------------- */
 
-static void header(struct walk *w, const struct heap_profile_note *note)
+/* The JIT traces alive in L's VM, plus one (0: unknown, the trace array
+** was not verified). The walk does not visit them: what only a trace's
+** constants hold is not in the snapshot, and the file says how many. */
+static uint64_t traces(const struct heap_layout *h, lua_State *L)
+{
+  const struct vm_layout *lay = &h->base;
+  uintptr_t g = heap_ref(h, (uintptr_t)L + lay->L_glref);
+  uint32_t size, i;
+  uint64_t n = 0;
+  if (!lay->trace_ok || !vm_u32(1, g + lay->g_sizetrace, &size))
+    return 0;
+  for (i = 1; i < size; i++) {
+    uintptr_t T = vm_trace_object(lay, 1, g, i);
+    uint16_t no;
+    if (T != 0 && vm_is_gc(lay, 1, T, GCT_TRACE) &&
+        vm_u16(1, T + lay->tr_traceno, &no) && no == i)
+      n++;
+  }
+  return n + 1;
+}
+
+static void header(struct walk *w, lua_State *L,
+                   const struct heap_profile_note *note)
 {
   out_bytes(w->out, HEAP_MAGIC, 3);
   out_byte(w->out, HEAP_VERSION);
@@ -702,6 +724,7 @@ static void header(struct walk *w, const struct heap_profile_note *note)
   out_uleb(w->out, note != NULL && note->running);
   if (note != NULL && note->running)
     out_uleb(w->out, note->written);
+  out_uleb(w->out, traces(w->h, L));
 }
 
 static void epilogue(struct walk *w)
@@ -736,7 +759,7 @@ int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
     w.out->err = 0;
     w.out->n = 0;
     w.peak = memory(&w);
-    header(&w, note);
+    header(&w, L, note);
     roots(&w, L);
     while (w.err == 0 && w.todo_n > 0 && w.out->err == 0) {
       w.cur = w.todo[--w.todo_n];

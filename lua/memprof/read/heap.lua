@@ -149,6 +149,9 @@ local function read_header(self)
   if running == 1 then
     header.profile = { written = uleb(self, "the profile's bytes written") }
   end
+  -- JIT traces alive, which the walk does not visit (nil: not known).
+  local traces = uleb(self, 'the count of JIT traces')
+  header.traces = traces > 0 and traces - 1 or nil
   return header
 end
 
