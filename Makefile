@@ -47,11 +47,18 @@ NAMES_FIXTURES = build/static_host build/static_host_stripped \
   build/buildid/test_cmodule.so build/buildid/test_cmodule.debug
 
 .PHONY: test-valgrind test-sanitizers
-.PHONY: all test test-luajit test-luajit2 test-tarantool test-lua51 \
-  test-hosts test-host test-arm64 arm64-module bench demo install uninstall clean format check-format
+.PHONY: all fixtures faults-module hosts test test-suites test-luajit \
+  test-luajit2 test-tarantool test-lua51 test-hosts test-host test-arm64 \
+  arm64-module bench demo install uninstall clean format check-format
 
-all: $(MODULE) $(BUILD)/test_cmodule.so build/alloc_wrapper.so \
-  build/threads_host build/leb128_check $(LUAJIT2_HOST) $(NAMES_FIXTURES)
+# The module alone; the specs' fixtures are built by the test targets.
+all: $(MODULE)
+
+# What the specs build on: C modules and hosts of their own, stripped
+# copies, the module with fault injection (src/fault.h).
+fixtures: $(MODULE) $(BUILD)/test_cmodule.so build/alloc_wrapper.so \
+  build/threads_host build/leb128_check $(LUAJIT2_HOST) $(NAMES_FIXTURES) \
+  faults-module
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -115,69 +122,70 @@ build/buildid/test_cmodule.debug: build/test_cmodule.so
 	@mkdir -p $(dir $@)
 	objcopy --only-keep-debug $< $@
 
+# The module with fault injection (src/fault.h), for spec/faults_spec.lua.
+faults-module:
+	$(MAKE) --no-print-directory BUILD=build/faults \
+	  CFLAGS='$(CFLAGS) -DMEMPROF_FAULTS' build/faults/memprof.so
+
 # Another allocator hook, for the specs of the allocator chain.
 build/alloc_wrapper.so: spec/support/alloc_wrapper.c
 	@mkdir -p build
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $<
 
-# The spec suite on every build that is here (.ci/install-deps installs
-# them all): Debian's LuaJIT, OpenResty's luajit2, Tarantool; then the
-# analysis specs under plain Lua 5.1; then the LuaJIT builds of
-# .ci/build-hosts (below), the arm64 one under qemu.
+# The spec suite on every build that is here (.ci/install-deps --tests
+# installs them all): Debian's LuaJIT, OpenResty's luajit2, Tarantool;
+# then the analysis specs under plain Lua 5.1; then the LuaJIT builds of
+# .ci/hosts (below), the arm64 one under qemu.
 LUAJIT2 = build/luajit2/usr/bin/luajit
 TARANTOOL ?= tarantool
 
-# More LuaJIT builds, built from source by .ci/build-hosts into HOSTS_DIR
-# (.ci/install-deps runs it): HOSTS_DIR/NAME/luajit is each one's
-# interpreter, HOSTS_DIR/NAME/lua its jit.* modules. Their default paths
-# cover /usr/local only, so Debian's Lua directories (busted, cjson) come
-# after ours.
+# More LuaJIT builds, listed in .ci/hosts and built from source by
+# .ci/build-hosts into HOSTS_DIR (make hosts): HOSTS_DIR/NAME/luajit is
+# each one's interpreter, HOSTS_DIR/NAME/lua its jit.* modules. Their
+# default paths cover /usr/local only, so Debian's Lua directories (busted,
+# cjson) come after ours.
 HOSTS_DIR ?= build/hosts
-HOST_NAMES = upstream-2017-nongc64 upstream-2017-gc64 \
-  upstream-2026-gc64 upstream-2026-nongc64 \
-  tarantool-2.11-nongc64 tarantool-2.11-gc64 \
-  tarantool-master-nongc64 tarantool-master-gc64 \
-  openresty-trixie openresty-sid
+HOST_NAMES = $(shell .ci/host-list names)
 HOSTS = $(foreach h,$(HOST_NAMES),$(if $(wildcard $(HOSTS_DIR)/$(h)/luajit),$(h)))
 HOST_TIMEOUT ?= 900
 DEBIAN_LUA_PATH = /usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua
 DEBIAN_LUA_CPATH = /usr/lib/x86_64-linux-gnu/lua/5.1/?.so
 HOST_DIR = $(abspath $(HOSTS_DIR)/$(HOST))
-# The known build whose offsets each host's must match (vm_candidates.h;
-# memprof.info().build, checked by spec/vm_layout_spec.lua).
-KNOWN_upstream-2017-nongc64 = upstream LuaJIT v2.1.0-beta3 (2017)
-KNOWN_upstream-2017-gc64 = upstream LuaJIT v2.1.0-beta3 (2017)
-KNOWN_upstream-2026-gc64 = upstream LuaJIT v2.1 (2026-08)
-KNOWN_upstream-2026-nongc64 = upstream LuaJIT v2.1 (2026-08)
-KNOWN_tarantool-2.11-nongc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
-KNOWN_tarantool-2.11-gc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
-KNOWN_tarantool-master-nongc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
-KNOWN_tarantool-master-gc64 = Tarantool's LuaJIT 2.11 / master (2024-10)
-KNOWN_openresty-trixie = OpenResty luajit2 2.1-20250117 / 2.1-20251030
-KNOWN_openresty-sid = OpenResty luajit2 2.1-20250117 / 2.1-20251030
-KNOWN_upstream-2026-arm64 = upstream LuaJIT v2.1 (2026-08)
-ARM64_DIR = $(abspath $(HOSTS_DIR)/upstream-2026-arm64)
+# The known build whose offsets a host's must match (.ci/hosts).
+known_build = $(shell .ci/host-list known $(1))
+ARM64_HOST = $(shell .ci/host-list arm64)
+ARM64_DIR = $(abspath $(HOSTS_DIR)/$(ARM64_HOST))
 ARM64_LUA = $(ARM64_DIR)/luajit
 
 SPEC_CPATH = ./build/?.so;;
 SPEC_PATH = ./lua/?.lua;./spec/?.lua;;
 SPEC_ENV = LUA_CPATH='$(SPEC_CPATH)' LUA_PATH='$(SPEC_PATH)'
-test: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
+
+# Every suite, after building the hosts that can be built here (a host
+# that fails to build is left out, and said so).
+test: fixtures hosts
+	$(MAKE) --no-print-directory test-suites
+
+test-suites: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
   $(if $(shell command -v $(TARANTOOL)),test-tarantool) test-lua51 \
   $(if $(HOSTS),test-hosts) $(if $(wildcard $(ARM64_LUA)),test-arm64)
 
-test-luajit: all
+hosts:
+	.ci/build-hosts $(HOSTS_DIR) || \
+	  echo "make hosts: some hosts did not build (see above)" >&2
+
+test-luajit: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) \
 	  MEMPROF_TEST_BUILD='Debian bookworm luajit 2.1.0~beta3+git20220320' \
 	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_CONSOLE=1 MEMPROF_TEST_INSTALL=1 $(LUAJIT) $(BUSTED) spec
 
-test-luajit2: all
+test-luajit2: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) \
 	  MEMPROF_TEST_BUILD='OpenResty luajit2 2.1-20230119' \
 	  $(LUAJIT2) $(BUSTED) spec
 
 # An uncaught error in tarantool can hang it: hence the time limit.
-test-tarantool: all
+test-tarantool: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(TARANTOOL) \
 	  MEMPROF_TEST_BUILD='Tarantool 2.6.0' timeout 900 \
 	  $(TARANTOOL) $(BUSTED) spec
@@ -185,19 +193,19 @@ test-tarantool: all
 # `make test-host HOST=NAME` runs the spec suite under one host,
 # `make test-hosts` under each that is built (all of them, even after a
 # failure). Each run has a time limit, as a broken VM can hang.
-test-hosts: all
-	@test -n "$(HOSTS)" || { echo "no hosts in $(HOSTS_DIR): run .ci/build-hosts"; exit 1; }
+test-hosts: fixtures
+	@test -n "$(HOSTS)" || { echo "no hosts in $(HOSTS_DIR): run make hosts"; exit 1; }
 	@rc=0; for h in $(HOSTS); do \
 	  echo "== host $$h"; \
 	  $(MAKE) --no-print-directory test-host HOST=$$h || rc=1; \
 	done; exit $$rc
 
-test-host: all
+test-host: fixtures
 	@test -n "$(HOST)" -a -x "$(HOST_DIR)/luajit" || \
-	  { echo "no host '$(HOST)' in $(HOSTS_DIR) (HOST=NAME; see .ci/build-hosts)"; exit 1; }
+	  { echo "no host '$(HOST)' in $(HOSTS_DIR) (HOST=NAME of .ci/hosts; make hosts)"; exit 1; }
 	LUA_CPATH='$(SPEC_CPATH)$(DEBIAN_LUA_CPATH)' \
 	  LUA_PATH='$(SPEC_PATH)$(HOST_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
-	  MEMPROF_TEST_BUILD="$(KNOWN_$(HOST))" \
+	  MEMPROF_TEST_BUILD="$(call known_build,$(HOST))" \
 	  MEMPROF_TEST_LUA=$(HOST_DIR)/luajit timeout $(HOST_TIMEOUT) \
 	  $(HOST_DIR)/luajit $(BUSTED) spec
 
@@ -213,7 +221,7 @@ ARM64_TIMEOUT ?= 1800
 
 arm64-module:
 	@test -x "$(ARM64_LUA)" || \
-	  { echo "no arm64 host in $(HOSTS_DIR): run .ci/build-hosts"; exit 1; }
+	  { echo "no arm64 host in $(HOSTS_DIR): run make hosts"; exit 1; }
 	$(MAKE) --no-print-directory BUILD=$(ARM64_DIR) CC=$(ARM64_CC) \
 	  LUA_INCDIR=$(ARM64_DIR)/tree/src \
 	  $(ARM64_DIR)/memprof.so $(ARM64_DIR)/test_cmodule.so
@@ -221,7 +229,7 @@ arm64-module:
 test-arm64: arm64-module
 	LUA_CPATH='$(ARM64_DIR)/?.so;$(ARM64_DIR)/deps/usr/lib/aarch64-linux-gnu/lua/5.1/?.so' \
 	  LUA_PATH='$(SPEC_PATH)$(ARM64_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
-	  MEMPROF_TEST_BUILD="$(KNOWN_upstream-2026-arm64)" \
+	  MEMPROF_TEST_BUILD="$(call known_build,$(ARM64_HOST))" \
 	  MEMPROF_TEST_LUA=$(ARM64_LUA) timeout $(ARM64_TIMEOUT) \
 	  $(ARM64_LUA) $(BUSTED) $(ARM64_SPECS)
 
@@ -237,7 +245,7 @@ VALGRIND_LOG = build/valgrind-specs.log
 SANITIZED = build/sanitized
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
-test-valgrind: all
+test-valgrind: fixtures
 	rm -f $(VALGRIND_LOG)
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_VALGRIND=1 \
 	  timeout 2400 valgrind --tool=memcheck --trace-children=no --fair-sched=yes \
@@ -248,7 +256,7 @@ test-sanitizers:
 	$(MAKE) --no-print-directory BUILD=$(SANITIZED) \
 	  CFLAGS='-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined' \
 	  $(SANITIZED)/memprof.so $(SANITIZED)/test_cmodule.so
-	$(MAKE) --no-print-directory all
+	$(MAKE) --no-print-directory fixtures
 	LUA_CPATH='./$(SANITIZED)/?.so;$(SPEC_CPATH)' LUA_PATH='$(SPEC_PATH)' \
 	  LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 MEMPROF_TEST_SANITIZERS=1 \
@@ -268,7 +276,7 @@ test-lua51:
 
 # bench/callgrind.lua preloads build/fixed_seed.so into its runs.
 # BENCH_REPORTER=only: the reporter's section alone (bench/reporter.lua).
-bench: all build/fixed_seed.so
+bench: fixtures build/fixed_seed.so
 	LUA_CPATH='./build/?.so;;' \
 	  LUA_PATH='./lua/?.lua;./bench/?.lua;./spec/?.lua;;' \
 	  $(LUAJIT) bench/run.lua
@@ -296,15 +304,18 @@ check-format:
 	clang-format --dry-run --Werror $(SRCS) $(HDRS) spec/support/*.c \
 	  bench/support/*.c
 
-# Keeps build/luajit2 (unpacked by .ci/install-deps).
+# Keeps build/luajit2, build/nginx and build/node_modules (unpacked by
+# .ci/install-deps --tests) and build/hosts (make hosts).
 clean:
 	rm -rf build/obj build/*.so build/threads_host build/threads_host_luajit2 \
 	  build/leb128_check build/static_host build/static_host_stripped \
-	  build/stripped build/debuglink build/buildid \
-	  build/demo.bin
+	  build/stripped build/debuglink build/buildid build/faults \
+	  build/sanitized build/fixed_seed.so build/demo.bin
 
-# Profiles a small program and prints its report.
-demo: all
+# Profiles a small program that leaks (with its call stacks, the JIT off
+# so that every allocation is charged to its line) and prints what it
+# leaves live.
+demo: $(MODULE)
 	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;;' \
-	  $(LUAJIT) bench/demo.lua build/demo.bin
-	bin/memprof-report --human-readable build/demo.bin
+	  $(LUAJIT) -joff bench/demo.lua build/demo.bin
+	bin/memprof-report --leaks --human-readable build/demo.bin

@@ -1,5 +1,5 @@
 -- A small program to profile: a cache that keeps some of what it builds.
--- `make demo` profiles it and prints the report.
+-- `make demo` profiles it with stacks and prints what it leaves live.
 local memprof = require('memprof')
 
 local function render(user)
@@ -24,7 +24,7 @@ local function handle(request)
 end
 
 local out = arg and arg[1] or 'demo.bin'
-assert(memprof.start(out))
+assert(memprof.start(out, { stack_depth = 8, collect_at_stop = true }))
 local bytes = 0
 for request = 1, 2000 do bytes = bytes + handle(request) end
 assert(memprof.stop())

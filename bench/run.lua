@@ -28,6 +28,11 @@
 --   BENCH_REPORTER=off              without the reporter section
 --   BENCH_REPORTER=only             the reporter section alone
 --
+-- Then lines for compiled code: agreement with the JIT off and the cost
+-- of each mode of trace_lines (bench/trace_lines.lua):
+--   BENCH_TRACE_LINES=off           without the trace lines section
+--   BENCH_TRACE_LINES=only          the trace lines section alone
+--
 -- Then the heap walk of a heap snapshot (bench/heap_walk.lua):
 --   BENCH_HEAP=off                  without the heap section
 --   BENCH_HEAP=only                 the heap section alone
@@ -36,6 +41,7 @@ local reader = require('memprof.reader')
 local callgrind = require('callgrind')
 local reporter = require('reporter')
 local programs = require('programs')
+local trace_lines = require('trace_lines')
 local heap_walk = require('heap_walk')
 local toolkit = require('toolkit')
 local median = toolkit.median
@@ -50,6 +56,7 @@ local CALLGRIND_SCALE = tonumber(os.getenv('BENCH_CALLGRIND_SCALE')) or 0.1
 local CALLGRIND_SEED = tonumber(os.getenv('BENCH_CALLGRIND_SEED')) or 1
 local REPORTER = os.getenv('BENCH_REPORTER') or 'on'
 local PROGRAMS = os.getenv('BENCH_PROGRAMS') or 'on'
+local TRACE_LINES = os.getenv('BENCH_TRACE_LINES') or 'on'
 local HEAP = os.getenv('BENCH_HEAP') or 'on'
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
@@ -262,7 +269,7 @@ local function main(args)
   local names = #args > 0 and args or WORKLOADS
   local lua = arg and arg[-1] or 'luajit'
   local only = REPORTER == 'only' or CALLGRIND == 'only' or
-    PROGRAMS == 'only' or HEAP == 'only'
+    PROGRAMS == 'only' or TRACE_LINES == 'only' or HEAP == 'only'
   if not only or CALLGRIND == 'only' then
     if CALLGRIND ~= 'only' then timings(names) end
     if CALLGRIND ~= 'off' then instructions(names) end
@@ -272,6 +279,9 @@ local function main(args)
   end
   if REPORTER ~= 'off' and (not only or REPORTER == 'only') then
     reporter.run(lua)
+  end
+  if TRACE_LINES ~= 'off' and (not only or TRACE_LINES == 'only') then
+    trace_lines.run(lua)
   end
   if HEAP ~= 'off' and (not only or HEAP == 'only') then
     heap_walk.run(lua)

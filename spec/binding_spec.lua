@@ -360,6 +360,73 @@ assert(memprof.stop())
   end
 end)
 
+describe('fork() with a path that does not name the process', function()
+  local FORKED = 'nil\tprofiler is not running in this process: it was ' ..
+    'started before fork(), and a path without %p is not followed into a ' ..
+    'child\t' .. EINVAL
+
+  -- Starts a profile into `path`, forks, and runs `child` (Lua code) in the
+  -- child, which then exits; the parent waits, then says whether it still
+  -- runs and stops. Returns the output and exit code.
+  local function forked(path, child)
+    return h.run_script(script(string.format([[
+local ffi = require('ffi')
+ffi.cdef('int fork(void); int waitpid(int, int *, int);')
+local memprof = require('memprof')
+assert(memprof.start(%q))
+local pid = ffi.C.fork()
+if pid == 0 then
+  %s
+  os.exit(0)
+end
+local status = ffi.new('int[1]') ffi.C.waitpid(pid, status, 0)
+print('parent running', memprof.is_running())
+print('parent stop', memprof.stop())
+]], path, child)))
+  end
+
+  it('tells the child that no profile runs there', function()
+    local path = h.tmpname()
+    local out, code = forked(path, string.format([[
+  local kept = {}
+  for i = 1, 100 do kept[i] = {} end
+  print('child running', memprof.is_running())
+  print('child stats', memprof.stats())
+  print('child stop', memprof.stop())
+  print('child stop again', memprof.stop())
+  print('child start', memprof.start(%q))
+  print('child running', memprof.is_running())
+  print('child stop', memprof.stop())]], path .. '.child'))
+    assert.equal(0, code, out)
+    assert.equal(table.concat({
+      'child running\tfalse',
+      'child stats\t' .. FORKED,
+      -- stats() ended it in the child: stop finds nothing more.
+      'child stop\tnil\tprofiler is not running\t' .. EINVAL,
+      'child stop again\tnil\tprofiler is not running\t' .. EINVAL,
+      'child start\ttrue',
+      'child running\ttrue',
+      'child stop\ttrue',
+      'parent running\ttrue',
+      'parent stop\ttrue',
+    }, '\n') .. '\n', out)
+    read_clean(path)
+    read_clean(path .. '.child')
+    os.remove(path)
+    os.remove(path .. '.child')
+  end)
+
+  it('says so at stop in the child', function()
+    local path = h.tmpname()
+    local out, code = forked(path, "print('child stop', memprof.stop())")
+    assert.equal(0, code, out)
+    assert.equal('child stop\t' .. FORKED ..
+      '\nparent running\ttrue\nparent stop\ttrue\n', out)
+    read_clean(path)
+    os.remove(path)
+  end)
+end)
+
 describe('fork() with a path that names the process (%p)', function()
   -- After the two header lines of script(), the child makes 1000 tables at
   -- line 13 (1002 allocations there: the table that keeps them and its
@@ -629,10 +696,7 @@ end)
 
 describe('memory of the module itself', function()
   -- Our sources: a valgrind record that mentions one of them is ours.
-  local OURS = { 'binding%.c:', 'lifecycle%.c:', 'hook%.c:', 'symbols%.c:',
-    'vm_layout%.c:', 'vm_learn%.c:', 'vm_discover%.c:', 'stacks%.c:',
-    'cnames%.c:', 'writer%.c:', 'vm_inspect%.h:', 'heapwalk%.c:',
-    'heap_layout%.[ch]:', 'snapshot%.c:', 'memprof%.so' }
+  local OURS = require('helpers.sources').patterns(C.ROOT)
 
   -- Under the sanitizers' run (make test-sanitizers) children preload
   -- libasan, which valgrind cannot run.

@@ -16,7 +16,7 @@ describe('exports of a bench workload', function()
   setup(function()
     assert(C.have('go'), 'these specs need go (Debian package golang-go)')
     assert(consumers.have_speedscope(), 'these specs need node and ' ..
-      'speedscope (see .ci/install-deps)')
+      'speedscope (see .ci/install-deps --tests)')
     assert(consumers.have_chromium(), 'these specs need chromium')
     dir = C.temp_dir()
     path = dir .. '/mixed.bin'

@@ -169,8 +169,27 @@ return t
     os.remove(path)
     assert.is_true(d0 > 0)
     assert.are.equal((d1 - d0) + 100, d2 - d1)
-    -- (The event that passed the cap is cut off at stop.)
-    assert.is_true(last.bytes_written >= size)
+    -- The stream up to the cut, then the epilogue at stop.
+    assert.are.equal(size - 1, last.bytes_written)
+    assert.is_true(size <= 64)
+  end)
+
+  it('counts no event past the size cap', function()
+    local path = h.tmpname()
+    collectgarbage('stop')
+    assert.is_true(memprof.start(path, { max_bytes = 64, stack_depth = 8 }))
+    local t = {}
+    for i = 1, 5000 do t[i] = {} end
+    local stats = memprof.stats()
+    memprof.stop()
+    collectgarbage('restart')
+    local size = #assert(io.open(path, 'rb')):read('*a')
+    local totals = stream_totals(h.read(path))
+    os.remove(path)
+    for _, source in ipairs(SOURCES) do
+      assert.are.same(totals[source], stats.sources[source])
+    end
+    assert.are.equal(size - 1, stats.bytes_written)
     assert.is_true(size <= 64)
   end)
 

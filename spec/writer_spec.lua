@@ -108,3 +108,74 @@ while true do end
     end)
   end
 end)
+
+-- A process that dies right after start leaves a profile with no event,
+-- never an empty file: start returns once the prologue is in the file.
+describe('the file of a profile that dies at once', function()
+  local h = require('helpers.profile')
+  local C = require('helpers.command')
+
+  -- The script kills itself (SIGKILL) or ends with _exit() right after
+  -- start; with %p, a forked child ends with _exit() right away.
+  local function run(template, options, ending, forked)
+    local out, code = h.run_script(string.format([[
+package.cpath = %q
+package.path = %q
+local ffi = require('ffi')
+ffi.cdef('int getpid(void); int kill(int, int); void _exit(int); ' ..
+  'int fork(void); int waitpid(int, int *, int);')
+local memprof = require('memprof')
+assert(memprof.start(%q, %s))
+if %s then
+  local pid = ffi.C.fork()
+  if pid == 0 then ffi.C._exit(0) end
+  print('parent', ffi.C.getpid(), 'child', pid)
+  local status = ffi.new('int[1]') ffi.C.waitpid(pid, status, 0)
+  assert(memprof.stop())
+  os.exit(0)
+end
+%s
+]], package.cpath, package.path, template, options, tostring(forked),
+      ending))
+    return out, code
+  end
+
+  -- The file is a whole prologue and nothing after it that counts.
+  local function assert_empty_profile(path)
+    local bytes = C.read_file(path)
+    assert.is_truthy(bytes and #bytes >= 15, path)
+    assert.equal('ljs', bytes:sub(1, 3))
+    local events, stream = h.read(path)
+    assert.equal(0, #events)
+    assert.matches('the stream has no epilogue', stream.warning, 1, true)
+  end
+
+  for _, case in ipairs({
+    { 'killed', 'ffi.C.kill(ffi.C.getpid(), 9)', 137 },
+    { 'ended by _exit', 'ffi.C._exit(3)', 3 },
+  }) do
+    for _, options in ipairs({ 'nil', '{ stack_depth = 4, timestamps = true }',
+      '{ sample_bytes = 4096 }' }) do
+      it('holds the prologue when ' .. case[1] .. ', options ' .. options,
+        function()
+        local path = h.tmpname()
+        local _, code = run(path, options, case[2], false)
+        assert.equal(case[3], code)
+        assert_empty_profile(path)
+        os.remove(path)
+      end)
+    end
+  end
+
+  it('holds the prologue of a %p child ended by _exit', function()
+    local template = h.tmpname('-%p.bin')
+    local out, code = run(template, 'nil', '', true)
+    assert.equal(0, code, out)
+    local parent, child = out:match('parent\t(%d+)\tchild\t(%d+)')
+    assert(child, out)
+    local child_path = template:gsub('%%p', child)
+    assert_empty_profile(child_path)
+    os.remove(child_path)
+    os.remove((template:gsub('%%p', parent)))
+  end)
+end)

@@ -229,6 +229,10 @@ static const struct {
                               "misc.memprof is running",
                               EBUSY},
     [LIFE_CLOSING] = {"the VM is being closed", EINVAL},
+    [LIFE_FORKED] = {"profiler is not running in this process: it was "
+                     "started before fork(), and a path without %p is not "
+                     "followed into a child",
+                     EINVAL},
 };
 
 static int push_status(lua_State *L, enum life_status st)
@@ -269,7 +273,7 @@ static int l_start(lua_State *L)
     return push_failure(L, msg, ENOTSUP);
   }
   if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK) {
-    char *file = life_file_name(path);
+    char *file = lifecycle_file_name(path);
     int n = push_file_failure(L, file != NULL ? file : path, err);
     free(file);
     return n;
@@ -386,8 +390,8 @@ static int heap_snapshot(lua_State *L, struct sentinel *s, const char *path,
   if (collect)
     lua_gc(L, LUA_GCCOLLECT, 0);
   if (s != NULL)
-    note.running =
-        lifecycle_stats(L, &s->profiles, &stats, &sample_bytes, &note.written);
+    note.running = lifecycle_stats(L, &s->profiles, &stats, &sample_bytes,
+                                   &note.written) == LIFE_OK;
   if ((err = snapshot_write_heap(L, path, &note, msg, sizeof(msg))) != 0)
     return push_failure(L, msg, err);
   lua_pushboolean(L, 1);
@@ -507,11 +511,13 @@ static int l_stats(lua_State *L)
   struct sentinel *s = get_sentinel(L);
   struct profile_stats st;
   uint64_t sample_bytes = 0, written = 0;
+  enum life_status status = LIFE_NOT_RUNNING;
   unsigned source;
   int sampled;
-  if (s == NULL ||
-      !lifecycle_stats(L, &s->profiles, &st, &sample_bytes, &written))
-    return push_status(L, LIFE_NOT_RUNNING);
+  if (s != NULL)
+    status = lifecycle_stats(L, &s->profiles, &st, &sample_bytes, &written);
+  if (status != LIFE_OK)
+    return push_status(L, status);
   sampled = sample_bytes != 0;
   lua_newtable(L);
   set_number(L, "net", push_stat_totals(L, &st, sampled, 0));
@@ -559,7 +565,7 @@ static int l_info(lua_State *L)
   int ok = vm_learn_layout(L, &lay, error, sizeof(error));
   vm_learn_status(&st);
   lua_newtable(L);
-  life_push_library(L, "jit");
+  lifecycle_push_library(L, "jit");
   if (lua_istable(L, -1))
     lua_getfield(L, -1, "version");
   else
@@ -625,7 +631,7 @@ static int sentinel_gc(lua_State *L)
 static int has_builtin_memprof(lua_State *L)
 {
   int found = 0, top = lua_gettop(L);
-  life_push_library(L, "_G");
+  lifecycle_push_library(L, "_G");
   if (lua_istable(L, -1))
     lua_getfield(L, -1, "misc");
   if (lua_istable(L, -1)) {
@@ -696,7 +702,7 @@ static void anchor_messages(lua_State *L)
 ** not triggered. */
 static void install_misc(lua_State *L)
 {
-  life_push_library(L, "_G");
+  lifecycle_push_library(L, "_G");
   if (!lua_istable(L, -1)) {
     lua_pop(L, 1);
     return;

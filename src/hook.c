@@ -54,9 +54,9 @@ put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr,
 ** Encodes an allocation event up to its new block: header, location (for
 ** an internal event of the extended format, its kind, from the VM state:
 ** `rt` and `g`; `ext` is the extended format), stack id, then the old block
-*(realloc, free). The bytes go
-** past the writer's position without advancing it: the event is committed
-** by end_event() once the real allocator has succeeded. Returns where the
+** (realloc, free). The bytes go past the writer's position without
+** advancing it: the event is committed once the real allocator has
+** succeeded (put_new_block, then writer_commit). Returns where the
 ** new block goes, or NULL if the writer has failed. `reserved`: the caller
 ** has checked that the buffer has room and the writer has not failed.
 */
@@ -98,15 +98,16 @@ begin_event(struct writer *w, struct location_cache *lc,
   return p;
 }
 
-/* Adds the new block (alloc, realloc) and commits the event. */
-static inline __attribute__((always_inline)) void
-end_event(struct writer *w, uint8_t *p, uintptr_t nptr, size_t nsize, int pdep)
+/* Adds the new block (alloc, realloc) to an event begun at `p`; returns
+** its end, for writer_commit. */
+static inline __attribute__((always_inline)) uint8_t *
+put_new_block(uint8_t *p, uintptr_t nptr, size_t nsize, int pdep)
 {
   if (nsize != 0) {
     p = uleb128_put_with(p, nptr, pdep);
     p = uleb128_put_with(p, nsize, pdep);
   }
-  writer_commit(w, p);
+  return p;
 }
 
 /* Monotonic nanoseconds. */
@@ -339,9 +340,14 @@ record_before(struct profiler *p, const struct vm_layout *lay,
   else
     event = begin_event(&p->out, &p->last_location, &site, &p->layout, p->g,
                         stack, (uintptr_t)ptr, osize, nsize, pdep, ext, fast);
-  if (!fast && (err != 0 || event == NULL))
+  if (!fast && (err != 0 || event == NULL)) {
+    /* The records it needs are not all in the stream: it is not
+    ** committed, and counts as dropped. */
     halt(p, err != 0 ? err : writer_failed(&p->out));
-  else if (as == NULL)
+    p->stats.dropped++;
+    return NULL;
+  }
+  if (as == NULL)
     count_event(p,
                 (nsize == 0    ? EVENT_FREE
                  : ptr == NULL ? EVENT_ALLOC
@@ -349,6 +355,44 @@ record_before(struct profiler *p, const struct vm_layout *lay,
                     site.source,
                 osize, nsize);
   return event;
+}
+
+/* The size cap is reached: the stream ends at byte `at`, before the
+** records of the event that would pass it, and recording stops. Only the
+** full path can pass it (the writer's limit keeps the fast path below). */
+static void cut_stream(struct profiler *p, uint64_t at)
+{
+  p->capped = 1;
+  p->cut_at = at;
+  halt(p, EFBIG);
+}
+
+/* Whether an event that ends at `end` (not yet committed) keeps the
+** stream within the size cap. */
+static inline int within_cap(const struct profiler *p, const uint8_t *end)
+{
+  return p->out.budget == 0 ||
+         writer_total(&p->out) + (uint64_t)(end - p->out.pos) <= p->out.budget;
+}
+
+/* An event counted by record_before that would pass the cap: it is not in
+** the stream, so it counts as dropped, not as recorded (its header is the
+** first byte past the writer's position). */
+static void uncap_event(struct profiler *p, uint64_t at, size_t osize,
+                        size_t nsize)
+{
+  uncount_event(p, osize, nsize);
+  p->stats.dropped++;
+  cut_stream(p, at);
+}
+
+/* The records written for an event that was not committed (symbols, a
+** stack) went past the budget on their own: the stream ends before them. */
+static void check_cap(struct profiler *p, uint64_t at)
+{
+  if (p->out.budget != 0 && p->state == PROFILER_RECORDING &&
+      writer_total(&p->out) > p->out.budget)
+    cut_stream(p, at);
 }
 
 /* A free (of a block, not NULL) cannot fail: its event is committed before
@@ -359,12 +403,15 @@ record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
             int pdep, int ext, int fast, void *ptr, size_t osize,
             void *(*full)(struct profiler *, void *, size_t))
 {
+  uint64_t at = fast ? 0 : writer_total(&p->out);
   uint8_t *event =
       record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, 0, NULL);
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize);
-  if (event != NULL)
+  if (event != NULL && (fast || within_cap(p, event)))
     writer_commit(&p->out, event);
+  else if (event != NULL)
+    uncap_event(p, at, osize, 0);
   return p->orig_alloc(p->orig_ud, ptr, osize, 0);
 }
 
@@ -376,7 +423,8 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
              int pdep, int ext, int fast, void *ptr, size_t osize, size_t nsize,
              void *(*full)(struct profiler *, void *, size_t, size_t))
 {
-  uint8_t *event;
+  uint64_t at = fast ? 0 : writer_total(&p->out);
+  uint8_t *event, *end;
   void *nptr;
   if (nsize == 0)
     __builtin_unreachable(); /* The hooks send frees to record_free. */
@@ -385,24 +433,18 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
-  if (event != NULL && nptr != NULL)
-    end_event(&p->out, event, (uintptr_t)nptr, nsize, pdep);
-  else if (event != NULL)
+  if (event == NULL)
+    return nptr;
+  if (nptr == NULL) {
     uncount_event(p, osize, nsize); /* Failed: not recorded. */
-  return nptr;
-}
-
-/* The records of the last event (from byte `at`) went past the budget:
-** the stream ends before them, and recording stops. Only the full path can
-** pass it (the writer's limit keeps the fast path below it). */
-static void check_cap(struct profiler *p, uint64_t at)
-{
-  if (p->out.budget != 0 && p->state == PROFILER_RECORDING &&
-      writer_total(&p->out) > p->out.budget) {
-    p->capped = 1;
-    p->cut_at = at;
-    halt(p, EFBIG);
+    return nptr;
   }
+  end = put_new_block(event, (uintptr_t)nptr, nsize, pdep);
+  if (fast || within_cap(p, end))
+    writer_commit(&p->out, end);
+  else
+    uncap_event(p, at, osize, nsize);
+  return nptr;
 }
 
 /* Recording is off (halted, or this is a forked child where the profile
@@ -492,8 +534,14 @@ record_sampled(struct profiler *p, const struct vm_layout *lay,
       p->live_full = 1;
   }
   if (event != NULL && p->state == PROFILER_RECORDING) {
-    count_sampled(p, &as);
-    end_event(&p->out, event, (uintptr_t)nptr, as.nsize, pdep);
+    uint8_t *end = put_new_block(event, (uintptr_t)nptr, as.nsize, pdep);
+    if (within_cap(p, end)) {
+      count_sampled(p, &as);
+      writer_commit(&p->out, end);
+    } else {
+      p->stats.dropped++;
+      cut_stream(p, at);
+    }
   }
   check_cap(p, at);
   return nptr;
@@ -721,17 +769,11 @@ void profiler_note_collected(struct profiler *p, uint64_t heap)
 
 int profiler_write_prologue(struct profiler *p)
 {
-  static const uint8_t symtab[] = {'l', 'j', 's', SYMTAB_VERSION,
-                                   0,   0,   0,   SYMTAB_FINAL};
-  uint8_t events[] = {'l', 'j', 'm', EVENTS_VERSION, 0, 0, 0};
-  if (p->extended)
-    events[3] = EVENTS_VERSION_EXTENDED;
   uint64_t heap = 0;
   if (p->max_bytes != 0)
     writer_set_budget(&p->out, p->max_bytes - FINAL_RECORDS_MAX -
                                    (p->collect_at_stop ? NOTE_MAX : 0));
-  writer_bytes(&p->out, symtab, sizeof(symtab));
-  writer_bytes(&p->out, events, sizeof(events));
+  writer_prologue(&p->out, p->extended);
   /* The sampling record, then the heap when the profile starts (nothing
   ** allocates through the VM from here until the hook is installed). */
   if (p->sampler.mean != 0 && writer_reserve(&p->out, 2 + ULEB128_MAX)) {
@@ -751,14 +793,13 @@ int profiler_write_prologue(struct profiler *p)
 
 int profiler_finish(struct profiler *p)
 {
-  static const uint8_t epilogue[] = {EVENTS_EPILOGUE};
   int err;
   if (p->state == PROFILER_RECORDING && p->timestamps)
     mark_time(p, 1);
-  if (p->state == PROFILER_RECORDING && writer_reserve(&p->out, 1))
-    writer_put_byte(&p->out, EVENTS_EPILOGUE);
+  if (p->state == PROFILER_RECORDING)
+    writer_epilogue(&p->out);
   if (p->capped)
-    err = writer_close_at(&p->out, p->cut_at, epilogue, sizeof(epilogue));
+    err = writer_close_at(&p->out, p->cut_at);
   else
     err = writer_close(&p->out);
   p->state = PROFILER_HALTED;

@@ -41,12 +41,11 @@
 **    The hook is parked, not freed: whoever held it might install it again.
 **
 **  - No profile starts while the built-in misc.memprof runs (see
-**    builtin_state below for how that is told).
+**    builtin_memprof.c for why, and how that is told).
 */
 #define _GNU_SOURCE
 #include "lifecycle.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -55,6 +54,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "builtin_memprof.h"
 #include "lauxlib.h"
 #include "profiler.h"
 #include "snapshot.h"
@@ -74,9 +74,6 @@ struct chain_link {
 static pthread_mutex_t running_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct profiler *running_list;
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
-
-/* Held while the built-in's allocator is learned (see below). */
-static pthread_mutex_t builtin_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void list_add(struct profiler *p)
 {
@@ -115,14 +112,14 @@ static void finish_all_at_exit(void)
 static void before_fork(void)
 {
   vm_learn_lock();
-  pthread_mutex_lock(&builtin_lock);
+  builtin_memprof_lock();
   pthread_mutex_lock(&running_lock);
 }
 
 static void after_fork_parent(void)
 {
   pthread_mutex_unlock(&running_lock);
-  pthread_mutex_unlock(&builtin_lock);
+  builtin_memprof_unlock();
   vm_learn_unlock();
 }
 
@@ -133,7 +130,7 @@ static void after_fork_child(void)
   struct profiler *p;
   unsigned parent = profiler_fork_generation++;
   safe_read_forget_pid();
-  pthread_mutex_unlock(&builtin_lock);
+  builtin_memprof_unlock();
   vm_learn_unlock();
   /* The child has one thread, this one: no hook runs until we return.
   ** A profile that does not go on in the child stops recording here, so
@@ -163,7 +160,7 @@ void lifecycle_init_process(void)
 
 /* ---- Loaded libraries ---------------------------------------------- */
 
-void life_push_library(lua_State *L, const char *name)
+void lifecycle_push_library(lua_State *L, const char *name)
 {
   lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
   if (lua_istable(L, -1))
@@ -198,7 +195,7 @@ static size_t expand_path(const char *path, const char *digits, char *out)
   return n;
 }
 
-char *life_file_name(const char *path)
+char *lifecycle_file_name(const char *path)
 {
   char digits[24];
   char *out;
@@ -212,7 +209,7 @@ char *life_file_name(const char *path)
   return out;
 }
 
-int life_path_follows_fork(const char *path)
+int lifecycle_path_follows_fork(const char *path)
 {
   /* The file name depends on the process id exactly when it has one. */
   return expand_path(path, "", NULL) != expand_path(path, "0", NULL);
@@ -269,6 +266,16 @@ static int fresh_tables(struct profiler *p)
   return 0;
 }
 
+/* Writes the stream's prologue into the file before the profile records
+** (the writer thread writes it, and this waits): a process that dies at
+** once leaves a profile with no event, never an empty file. A write
+** error shows at stop. */
+static void write_prologue_now(struct profiler *p)
+{
+  profiler_write_prologue(p);
+  writer_sync(&p->out);
+}
+
 /*
 ** In a child after fork(), a profile whose path names the process starts
 ** again into the child's own file: a new stream (headers, symbols described
@@ -279,7 +286,7 @@ static int fresh_tables(struct profiler *p)
 */
 static int follow_into_child(struct profiler *p)
 {
-  char *path = life_file_name(p->path_template);
+  char *path = lifecycle_file_name(p->path_template);
   int err;
   writer_abandon(&p->out);
   symbols_free(&p->syms);
@@ -302,7 +309,7 @@ static int follow_into_child(struct profiler *p)
   p->clock_countdown = 0;
   p->last_mark = 0;
   p->fork_generation = profiler_fork_generation;
-  profiler_write_prologue(p); /* Buffered: errors show at stop. */
+  write_prologue_now(p);
   return 0;
 }
 
@@ -341,8 +348,8 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
     sampler_init(&p->sampler, opts->sample_bytes,
                  opts->has_seed ? opts->seed : sampler_default_seed());
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
-  if ((p->path = life_file_name(path)) == NULL ||
-      (life_path_follows_fork(path) &&
+  if ((p->path = lifecycle_file_name(path)) == NULL ||
+      (lifecycle_path_follows_fork(path) &&
        (p->path_template = strdup(path)) == NULL) ||
       fresh_tables(p) != 0)
     goto no_memory;
@@ -453,129 +460,32 @@ static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
   return err;
 }
 
-/* ---- The built-in misc.memprof of Tarantool's fork ---------------------- */
-
-/*
-** No profile starts while the built-in runs, because its hook would then be
-** below ours, and that order cannot work:
-**  - for each allocation made in a C function, the built-in writes the
-**    symbol tables of every loaded object again (some 120 KB), and reads
-**    them through blocks it allocates from the VM's allocator, that is,
-**    through our hook, which is in the middle of the event that called the
-**    built-in: re-entered, it loses track of its write buffer (the process
-**    crashed);
-**  - its stop puts back the allocator it found, which drops our hook;
-**  - memprof.start itself allocates from a C function, so every start
-**    would add megabytes to the built-in's file.
-** The other order is fine: the built-in's hook calls ours before it records
-** anything, and its stop puts ours back.
-**
-** How it is told. The built-in's hook is a static function of the VM, and
-** the VM has other allocators of its own (its default one; Tarantool wraps
-** that in another, with the same ud, as the built-in does), so neither its
-** address nor its behaviour can be recognised by looking. It is learned
-** instead: the built-in is started on a throw-away VM (luaL_newstate and
-** luaL_openlibs, as exported by the host), writing to /dev/null, that VM's
-** allocator is read, and the built-in is stopped again. That start is
-** refused with "profiler is running already" while the built-in runs
-** anywhere in the process (its state is process-wide): then no profile
-** starts either, and the next start asks again. Once learned, the built-in
-** runs in a VM exactly when that function is the VM's allocator. A fork
-** built without it answers "profiler misuse": it never runs then. Any
-** other failure (no /dev/null, say) leaves the question open, and starts
-** are refused.
-**
-** Nothing here allocates through the profiled VM: a refused start must not
-** cost the built-in's file another copy of the symbol tables.
-*/
-
-enum builtin_state { BUILTIN_NOT_RUNNING, BUILTIN_RUNNING, BUILTIN_UNKNOWN };
-
-static int builtin_learned;    /* builtin_hook is known (NULL: none). */
-static lua_Alloc builtin_hook; /* The built-in's allocator. */
-
-struct probe {
-  void (*openlibs)(lua_State *);
-  lua_Alloc hook;
-  enum builtin_state state; /* RUNNING: busy; UNKNOWN: not learned. */
-};
-
-/* In the throw-away VM (protected): misc.memprof.start('/dev/null'), the
-** VM's allocator, misc.memprof.stop(). lua_close stops the built-in too,
-** should anything here fail between the two. */
-static int probe_in(lua_State *T)
+/* Whether the running profile was started in the parent of this process
+** and does not go on here (its path has no %p): nothing is recorded in
+** this process, so it does not run here. */
+static int left_in_parent(const struct vm_profiles *vm)
 {
-  struct probe *pr = lua_touserdata(T, 1);
-  lua_Alloc before = lua_getallocf(T, NULL);
-  pr->openlibs(T);
-  lua_getglobal(T, "misc");
-  if (!lua_istable(T, -1))
-    return 0;
-  lua_getfield(T, -1, "memprof");
-  if (!lua_istable(T, -1))
-    return 0;
-  lua_getfield(T, -1, "start");
-  lua_pushliteral(T, "/dev/null");
-  lua_call(T, 1, 2);
-  if (lua_toboolean(T, -2)) {
-    lua_Alloc hook = lua_getallocf(T, NULL);
-    if (hook != before) {
-      pr->hook = hook;
-      pr->state = BUILTIN_NOT_RUNNING;
-    }
-    lua_getfield(T, -3, "stop");
-    lua_call(T, 0, 0);
-  } else if (lua_isstring(T, -1)) {
-    const char *msg = lua_tostring(T, -1);
-    if (strcmp(msg, "profiler is running already") == 0)
-      pr->state = BUILTIN_RUNNING;
-    else if (strcmp(msg, "profiler misuse") == 0)
-      pr->state = BUILTIN_NOT_RUNNING; /* Built without it: pr->hook NULL. */
-  }
-  return 0;
+  const struct profiler *p = vm->active != NULL ? &vm->active->p : NULL;
+  return p != NULL && p->fork_generation != profiler_fork_generation &&
+         p->path_template == NULL;
 }
 
-/* The built-in's allocator (NULL if it has none), learned once per
-** process; BUILTIN_RUNNING if it could not be learned because the built-in
-** is running. */
-static enum builtin_state learn_builtin_hook(lua_Alloc *hook)
+/* What a call finds when no profile runs here: LIFE_FORKED (and the
+** parent's profile ends in this process), LIFE_DETACHED once, or
+** LIFE_NOT_RUNNING. */
+static enum life_status not_running(lua_State *L, struct vm_profiles *vm)
 {
-  struct probe pr;
-  lua_State *(*newstate)(void);
-  lua_State *T;
-  pthread_mutex_lock(&builtin_lock);
-  if (builtin_learned) {
-    *hook = builtin_hook;
-    pthread_mutex_unlock(&builtin_lock);
-    return BUILTIN_NOT_RUNNING;
+  char *path = NULL;
+  if (left_in_parent(vm)) {
+    stop_link(L, vm, vm->active, &path);
+    free(path);
+    return LIFE_FORKED;
   }
-  memset(&pr, 0, sizeof(pr));
-  pr.state = BUILTIN_UNKNOWN;
-  *(void **)&newstate = dlsym(RTLD_DEFAULT, "luaL_newstate");
-  *(void **)&pr.openlibs = dlsym(RTLD_DEFAULT, "luaL_openlibs");
-  if (newstate != NULL && pr.openlibs != NULL && (T = newstate()) != NULL) {
-    lua_cpcall(T, probe_in, &pr);
-    lua_close(T);
+  if (vm->detached) {
+    vm->detached = 0;
+    return LIFE_DETACHED;
   }
-  if (pr.state == BUILTIN_NOT_RUNNING) {
-    builtin_hook = *hook = pr.hook;
-    builtin_learned = 1;
-  }
-  pthread_mutex_unlock(&builtin_lock);
-  return pr.state;
-}
-
-/* Whether the built-in runs in L's VM (its hook is the VM's allocator). */
-static enum builtin_state builtin_state(lua_State *L)
-{
-  lua_Alloc top = lua_getallocf(L, NULL), hook = NULL;
-  enum builtin_state state;
-  if (profiler_is_hook(top))
-    return BUILTIN_NOT_RUNNING; /* Ours is on top: nothing is above it. */
-  state = learn_builtin_hook(&hook);
-  if (state != BUILTIN_NOT_RUNNING)
-    return state;
-  return hook != NULL && top == hook ? BUILTIN_RUNNING : BUILTIN_NOT_RUNNING;
+  return LIFE_NOT_RUNNING;
 }
 
 /* ---- The API ------------------------------------------------------------ */
@@ -585,10 +495,13 @@ enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm)
   if (vm->closing)
     return LIFE_CLOSING;
   notice_detachment(L, vm);
+  if (left_in_parent(vm))
+    not_running(L, vm); /* A start in the child replaces it. */
   if (vm->active != NULL)
     return LIFE_RUNNING;
-  if (vm->has_builtin) {
-    switch (builtin_state(L)) {
+  /* When ours is the VM's allocator, nothing is above it. */
+  if (vm->has_builtin && !profiler_is_hook(lua_getallocf(L, NULL))) {
+    switch (builtin_memprof_state(L)) {
     case BUILTIN_RUNNING:
       return LIFE_BUILTIN;
     case BUILTIN_UNKNOWN:
@@ -614,7 +527,7 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
     free_link(l);
     return LIFE_FILE_ERROR;
   }
-  profiler_write_prologue(p); /* Buffered: errors show at stop. */
+  write_prologue_now(p);
   p->fork_generation = profiler_fork_generation;
   p->state = PROFILER_RECORDING;
   /* A parked hook of ours that is the VM's allocator gives its place to
@@ -668,13 +581,8 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
   struct chain_link *l;
   char *path = NULL;
   notice_detachment(L, vm);
-  if (vm->active == NULL) {
-    if (vm->detached) {
-      vm->detached = 0;
-      return LIFE_DETACHED;
-    }
-    return LIFE_NOT_RUNNING;
-  }
+  if (vm->active == NULL || left_in_parent(vm))
+    return not_running(L, vm);
   l = collect_at_stop(L, vm, vm->active, collector);
   if (l == NULL)
     return LIFE_NOT_RUNNING;
@@ -688,19 +596,20 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
   return ended->max_bytes != 0 ? LIFE_MAX_BYTES : LIFE_FILE_ERROR;
 }
 
-int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
-                    struct profile_stats *out, uint64_t *sample_bytes,
-                    uint64_t *written)
+enum life_status lifecycle_stats(lua_State *L, struct vm_profiles *vm,
+                                 struct profile_stats *out,
+                                 uint64_t *sample_bytes, uint64_t *written)
 {
   struct profiler *p;
   notice_detachment(L, vm);
-  if (vm->active == NULL)
-    return 0;
+  if (vm->active == NULL || left_in_parent(vm))
+    return not_running(L, vm);
   p = &vm->active->p;
   *out = p->stats;
   *sample_bytes = p->sampler.mean;
-  *written = writer_total(&p->out);
-  return 1;
+  /* A capped stream keeps its bytes up to the cut (then the epilogue). */
+  *written = p->capped ? p->cut_at : writer_total(&p->out);
+  return LIFE_OK;
 }
 
 enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
@@ -708,11 +617,10 @@ enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
                                     size_t len, int *err)
 {
   notice_detachment(L, vm);
-  if (vm->active == NULL) {
-    if (vm->detached)
-      return LIFE_DETACHED;
-    return LIFE_NOT_RUNNING;
-  }
+  if (vm->active == NULL && vm->detached)
+    return LIFE_DETACHED;
+  if (vm->active == NULL || left_in_parent(vm))
+    return not_running(L, vm);
   *err = snapshot_write(&vm->active->p, path, (enum snapshot_format)format, msg,
                         len);
   return *err == 0 ? LIFE_OK : LIFE_SNAPSHOT_FAILED;
@@ -721,7 +629,7 @@ enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)
 {
   notice_detachment(L, vm);
-  return vm->active != NULL;
+  return vm->active != NULL && !left_in_parent(vm);
 }
 
 void lifecycle_close(lua_State *L, struct vm_profiles *vm)

@@ -63,6 +63,8 @@ enum life_status {
   LIFE_BUILTIN,         /* The VM's built-in misc.memprof is running. */
   LIFE_BUILTIN_UNKNOWN, /* Whether it is running cannot be told. */
   LIFE_CLOSING,         /* The VM is being closed. */
+  LIFE_FORKED,          /* No profile runs in this process: it was started
+                           before fork() and its path has no %p. */
   LIFE_FILE_ERROR,      /* An errno about the profile's file. */
   LIFE_MAX_BYTES,       /* The profile stopped at its size cap. */
   LIFE_SNAPSHOT_FAILED, /* A snapshot could not be written: see its message. */
@@ -75,7 +77,7 @@ void lifecycle_init_process(void);
 /* Pushes a loaded library's table (registry._LOADED[name]), or nil. The
 ** module never looks at globals: hosts replace them (OpenResty's ngx_lua
 ** guards writes to them and replaces coroutine.*). */
-void life_push_library(lua_State *L, const char *name);
+void lifecycle_push_library(lua_State *L, const char *name);
 
 /* Whether a profile may start in L's VM now. Allocates nothing through
 ** the VM (see lifecycle.c). */
@@ -84,14 +86,14 @@ enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm);
 /* The file name of a profile path in this process: "%p" is replaced by the
 ** process id and "%%" by "%"; any other "%" is kept. malloc'd; NULL when
 ** memory is short. */
-char *life_file_name(const char *path);
+char *lifecycle_file_name(const char *path);
 
 /* Whether a profile to `path` goes on in a child after fork() (into the
 ** child's own file): whether the path names the process ("%p"). */
-int life_path_follows_fork(const char *path);
+int lifecycle_path_follows_fork(const char *path);
 
 /* Starts a profile to `path` (after lifecycle_may_start said LIFE_OK and
-** with a verified layout). The file is life_file_name(path).
+** with a verified layout). The file is lifecycle_file_name(path).
 ** LIFE_OK, or LIFE_FILE_ERROR with *err. */
 enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct vm_layout *lay,
@@ -113,11 +115,11 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
 struct profile_stats;
 
 /* The running profile's totals (memprof.stats) into *out, with its
-** sampling rate (0: none) and bytes written. Returns 0 if no profile
-** runs. */
-int lifecycle_stats(lua_State *L, struct vm_profiles *vm,
-                    struct profile_stats *out, uint64_t *sample_bytes,
-                    uint64_t *written);
+** sampling rate (0: none) and bytes written. LIFE_OK, LIFE_NOT_RUNNING,
+** LIFE_DETACHED or LIFE_FORKED. */
+enum life_status lifecycle_stats(lua_State *L, struct vm_profiles *vm,
+                                 struct profile_stats *out,
+                                 uint64_t *sample_bytes, uint64_t *written);
 
 /* Writes a snapshot of the running profile to `path` in `format` (an
 ** enum snapshot_format) without stopping it. LIFE_OK, LIFE_NOT_RUNNING,

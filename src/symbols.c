@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "stream_format.h"
 
 #define INITIAL_SLOTS 1024
@@ -166,6 +167,8 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
     return 0;
   writer_put_uleb128(w, (uint64_t)(uint32_t)firstline);
   s->last_proto = pt;
+  if (fault_in_source(name, len))
+    return ENOMEM;
   return remember(s, pt, 0);
 }
 

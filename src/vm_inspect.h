@@ -16,18 +16,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "safe_read.h"
 #include "stream_format.h"
 #include "vm_layout.h"
 
 /* Everything here is inlined into its caller, so that a constant `safe`
 ** flag and a constant layout fold away. */
 #define VM_INLINE static inline __attribute__((always_inline))
-
-/* Reads n bytes at addr without faulting. Returns 1 on success. */
-int safe_read(uintptr_t addr, void *dst, size_t n);
-
-/* After fork(), in the child: safe_read's process id is the child's. */
-void safe_read_forget_pid(void);
 
 /* Where the VM was when the allocator was called. */
 struct vm_site {

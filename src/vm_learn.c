@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lifecycle.h" /* life_push_library */
+#include "lifecycle.h" /* lifecycle_push_library */
 #include "vm_inspect.h"
 
 static pthread_mutex_t learn_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -110,7 +110,7 @@ static void name_package_array(lua_State *L, const struct vm_layout *lay,
 {
   char name[64];
   int i, top = lua_gettop(L);
-  life_push_library(L, "package");
+  lifecycle_push_library(L, "package");
   if (lua_istable(L, -1)) {
     lua_getfield(L, -1, field);
     for (i = 1; lua_istable(L, -1) && i <= 8; i++) {
@@ -133,7 +133,7 @@ static void name_made_builtin(lua_State *L, const struct vm_layout *lay,
 {
   int top = lua_gettop(L) - nargs;
   uint8_t ffid;
-  life_push_library(L, lib);
+  lifecycle_push_library(L, lib);
   if (lua_istable(L, -1))
     lua_getfield(L, -1, fn);
   else

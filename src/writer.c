@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "stream_format.h"
+
 #if WRITER_HAS_PDEP
 #include <cpuid.h>
 #endif
@@ -427,9 +429,27 @@ int writer_close(struct writer *w)
   return release(w, saved);
 }
 
-int writer_close_at(struct writer *w, uint64_t at, const uint8_t *tail,
-                    size_t n)
+void writer_prologue(struct writer *w, int extended)
 {
+  uint8_t head[] = {0, 0, 0, SYMTAB_VERSION, 0, 0, 0, SYMTAB_FINAL,
+                    0, 0, 0, EVENTS_VERSION, 0, 0, 0};
+  memcpy(head, SYMTAB_MAGIC, 3);
+  memcpy(head + 8, EVENTS_MAGIC, 3);
+  if (extended)
+    head[11] = EVENTS_VERSION_EXTENDED;
+  writer_bytes(w, head, sizeof(head));
+}
+
+void writer_epilogue(struct writer *w)
+{
+  if (writer_reserve(w, 1))
+    writer_put_byte(w, EVENTS_EPILOGUE);
+}
+
+int writer_close_at(struct writer *w, uint64_t at)
+{
+  static const uint8_t tail[] = {EVENTS_EPILOGUE};
+  const size_t n = sizeof(tail);
   int saved = errno;
   drain(w);
   if (writer_failed(w) == 0 && w->fd >= 0) {

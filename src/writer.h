@@ -94,11 +94,18 @@ int writer_close(struct writer *w);
 ** writer_total after each record and cuts the stream). */
 void writer_set_budget(struct writer *w, uint64_t budget);
 
-/* As writer_close, but the stream ends at byte `at`, followed by `tail`:
-** the file is cut there (or, where it cannot be, as on a pipe, the tail
-** follows what was written). */
-int writer_close_at(struct writer *w, uint64_t at, const uint8_t *tail,
-                    size_t n);
+/* The stream's prologue: an empty symbol table section (the symbols follow
+** as events), then the header of the event section, of Tarantool's format
+** or, with `extended`, of the extended one (stream_format.h). */
+void writer_prologue(struct writer *w, int extended);
+
+/* The epilogue that ends the event section. */
+void writer_epilogue(struct writer *w);
+
+/* As writer_close, but the stream ends at byte `at`, followed by the
+** epilogue: the file is cut there (or, where it cannot be, as on a pipe,
+** the epilogue follows what was written). */
+int writer_close_at(struct writer *w, uint64_t at);
 
 /* Releases the buffers and closes the descriptor without writing anything.
 ** Used in a forked child, where the thread does not exist and the file

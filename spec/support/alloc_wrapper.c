@@ -16,11 +16,20 @@
 static lua_Alloc orig_alloc;
 static void *orig_ud;
 static double calls;
+static size_t fail_size;
 
 static void *wrapper(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   calls++;
+  if (fail_size != 0 && nsize >= fail_size)
+    return NULL;
   return orig_alloc(ud, ptr, osize, nsize);
+}
+
+static int fail_from(lua_State *L)
+{
+  fail_size = (size_t)luaL_checknumber(L, 1);
+  return 0;
 }
 
 static int install(lua_State *L)
@@ -54,5 +63,7 @@ __attribute__((visibility("default"))) int luaopen_alloc_wrapper(lua_State *L)
   lua_setfield(L, -2, "restore");
   lua_pushcfunction(L, count);
   lua_setfield(L, -2, "calls");
+  lua_pushcfunction(L, fail_from);
+  lua_setfield(L, -2, "fail_from");
   return 1;
 }

@@ -4,10 +4,9 @@
 -- string's end, for one) are counted, not failed on.
 local path = assert(arg[1], 'usage: valgrind_ours.lua LOG')
 
-local OURS = { 'memprof%.so', 'src/[%w_]+%.[ch]:', '%(binding%.c:',
-  '%(lifecycle%.c:', '%(hook%.c:', '%(symbols%.c:', '%(stacks%.c:',
-  '%(cnames%.c:',
-  '%(vm_[%w_]+%.[ch]:', '%(writer%.[ch]:' }
+-- Run from the tree's root.
+package.path = './spec/?.lua;' .. package.path
+local OURS = require('helpers.sources').patterns('.')
 
 local function is_ours(record)
   for _, pattern in ipairs(OURS) do

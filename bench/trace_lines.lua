@@ -1,0 +1,220 @@
+-- Lines for compiled code (make bench, the trace lines section): how well
+-- a profile made with the JIT compiler on agrees with one made with it
+-- off, and what each mode of `trace_lines` costs the program.
+--
+-- Each program runs in a process of its own, profiled from a chunk given
+-- to -e before it (the profile is completed when the VM closes), once
+-- with -joff and once with the JIT on in each mode. Agreement is
+-- 1 - the total variation distance between the two distributions of
+-- allocated bytes (allocations and reallocations, new sizes): by place
+-- (the line, or for an event left to its trace, the trace's start), and
+-- with stack_depth = 16 by stack (the names of the frames). The VM's own
+-- events (INTERNAL) are left out of both: the compiler's exist only with
+-- the JIT on.
+--
+--   escaping  bench/programs/escaping.lua: every allocation escapes, so
+--             no trace sinks one (targets: 0.95 for 'exact', 0.90 for a
+--             full profile's default, 0.85 by stack)
+--   luacheck  luacheck (Debian's lua-check) over its own sources
+--             (target 0.85 by line for the default; skipped without it)
+--
+-- Then the cost to the program: CPU time of each program unprofiled and
+-- profiled in each mode, JIT on, the median of BENCH_TRACE_ROUNDS runs
+-- (default 5).
+--
+--   BENCH_TRACE_LINES=off           without this section
+--   BENCH_TRACE_LINES=only          this section alone
+local reader = require('memprof.reader')
+local toolkit = require('toolkit')
+local shell_quote, read_all, median = toolkit.shell_quote, toolkit.read_all,
+  toolkit.median
+
+local M = {}
+
+local ROUNDS = tonumber(os.getenv('BENCH_TRACE_ROUNDS')) or 5
+local STACK_DEPTH = 16
+
+-- The modes compared with the JIT off: the options given to start.
+local MODES = {
+  { name = 'default', options = 'nil', line_target = 0.90 },
+  { name = 'exact', options = "{ trace_lines = 'exact' }", line_target = 0.95 },
+  { name = 'resume', options = "{ trace_lines = 'resume' }" },
+  { name = 'start', options = '{ trace_lines = false }' },
+}
+
+local function programs()
+  local luacheck = io.open('/usr/bin/luacheck') ~= nil and
+    io.open('/usr/share/lua/5.1/luacheck/init.lua') ~= nil
+  return {
+    { name = 'escaping', words = 'bench/programs/escaping.lua', usable = true,
+      stack_target = 0.85 },
+    { name = 'luacheck', usable = luacheck,
+      words = '/usr/bin/luacheck --no-cache -q /usr/share/lua/5.1/luacheck',
+      missing = 'luacheck (Debian\'s lua-check) is not installed',
+      line_targets = { default = 0.85 } },
+  }
+end
+
+-- The chunk that starts the profiler before the program, with the mode's
+-- options and, for stacks, stack_depth added.
+local function starter(options, depth)
+  if depth then
+    options = options == 'nil' and '{}' or options
+    options = string.format('(function(o) o.stack_depth = %d return o end)(%s)',
+      depth, options)
+  end
+  return "local memprof = require('memprof') " ..
+    "assert(memprof.start(os.getenv('MEMPROF_BENCH_PROFILE'), " .. options ..
+    '))'
+end
+
+-- Runs the program once; returns CPU seconds, or nil and what it printed.
+local function run(lua, flags, program, profile, options, depth)
+  local times, output = os.tmpname(), os.tmpname()
+  local words = program.words
+  if options then
+    words = '-e ' .. shell_quote(starter(options, depth)) .. ' ' .. words
+  end
+  os.remove(profile)
+  os.execute(string.format('MEMPROF_BENCH_PROFILE=%s /usr/bin/time ' ..
+    '-f "%%U %%S" -o %s timeout 600 %s %s %s > /dev/null 2>%s',
+    shell_quote(profile), shell_quote(times), lua, flags, words,
+    shell_quote(output)))
+  local user, system = read_all(times):match('([%d.]+) ([%d.]+)%s*$')
+  local said = read_all(output)
+  os.remove(times)
+  os.remove(output)
+  if not user or said:find('(command line)', 1, true) then
+    return nil, said
+  end
+  return tonumber(user) + tonumber(system)
+end
+
+local function stack_key(ev)
+  local frames, names = ev.stack, {}
+  if not frames then return ev.site.name end
+  for i = 1, #frames do names[i] = frames[i].name end
+  return table.concat(names, ' <- ')
+end
+
+-- Allocated bytes of a profile by place (or stack), without INTERNAL.
+local function distribution(path, by_stack)
+  local stream = reader.open(path)
+  local bytes, total = {}, 0
+  for ev in stream:each() do
+    if ev.kind ~= 'free' and ev.site.source ~= 'internal' then
+      local key = by_stack and stack_key(ev) or ev.site.name
+      bytes[key] = (bytes[key] or 0) + ev.nsize
+      total = total + ev.nsize
+    end
+  end
+  stream:close()
+  return bytes, total
+end
+
+-- 1 - total variation distance of two distributions.
+local function agreement(a, atotal, b, btotal)
+  if atotal == 0 or btotal == 0 then return 0 end
+  local sum = 0
+  for key, n in pairs(a) do
+    local m = b[key]
+    if m then sum = sum + math.min(n / atotal, m / btotal) end
+  end
+  return sum
+end
+
+-- Agreement of one mode with the JIT off, by line and by stack.
+local function compare(lua, program, mode, off, off_stacks, profile)
+  local cpu, err = run(lua, '', program, profile, mode.options)
+  if not cpu then return nil, err end
+  local by_line = agreement(off.bytes, off.total, distribution(profile))
+  local by_stack
+  if off_stacks then
+    cpu, err = run(lua, '', program, profile, mode.options, STACK_DEPTH)
+    if not cpu then return nil, err end
+    by_stack = agreement(off_stacks.bytes, off_stacks.total,
+      distribution(profile, true))
+  end
+  os.remove(profile)
+  return by_line, by_stack
+end
+
+local function verdict(value, target)
+  if not target or not value then return '' end
+  return string.format(' (target %.2f: %s)', target,
+    value >= target and 'met' or 'MISSED')
+end
+
+local function agreements(lua, program, profile)
+  assert(run(lua, '-joff', program, profile, 'nil'))
+  local off = {}
+  off.bytes, off.total = distribution(profile)
+  local off_stacks
+  if program.stack_target then
+    assert(run(lua, '-joff', program, profile, 'nil', STACK_DEPTH))
+    off_stacks = {}
+    off_stacks.bytes, off_stacks.total = distribution(profile, true)
+  end
+  for _, mode in ipairs(MODES) do
+    local by_line, by_stack = compare(lua, program, mode, off, off_stacks,
+      profile)
+    if not by_line then
+      print(string.format('%-9s %-8s not run: %s', program.name, mode.name,
+        ((by_stack or ''):match('[^\n]*'))))
+    else
+      local target = program.line_targets and program.line_targets[mode.name]
+        or (not program.line_targets and mode.line_target)
+      local line = string.format('%-9s %-8s by line %.3f%s', program.name,
+        mode.name, by_line, verdict(by_line, target))
+      if by_stack then
+        local stack_target = mode.name == 'default' and program.stack_target
+        line = line .. string.format(', by stack %.3f%s', by_stack,
+          verdict(by_stack, stack_target))
+      end
+      print(line)
+    end
+  end
+end
+
+-- CPU time of the program unprofiled and in each mode (JIT on).
+local function costs(lua, program, profile)
+  local cpu = { off = {} }
+  for _, mode in ipairs(MODES) do cpu[mode.name] = {} end
+  for round = 1, ROUNDS do
+    cpu.off[round] = run(lua, '', program, profile, nil)
+    for _, mode in ipairs(MODES) do
+      cpu[mode.name][round] = run(lua, '', program, profile, mode.options) or
+        0 / 0
+    end
+  end
+  os.remove(profile)
+  local off = median(cpu.off)
+  local parts = { string.format('%-9s unprofiled %.2f s CPU', program.name,
+    off) }
+  for _, mode in ipairs(MODES) do
+    parts[#parts + 1] = string.format('%s %.3fx', mode.name,
+      median(cpu[mode.name]) / off)
+  end
+  print(table.concat(parts, ', '))
+end
+
+function M.run(lua)
+  print('\ntrace lines: agreement with the JIT off (1 - total variation ' ..
+    'distance of allocated bytes, INTERNAL left out):')
+  local profile = os.tmpname()
+  local usable = {}
+  for _, program in ipairs(programs()) do
+    if program.usable then
+      agreements(lua, program, profile)
+      usable[#usable + 1] = program
+    else
+      print(program.name .. ': skipped, ' .. program.missing)
+    end
+  end
+  print(string.format('trace lines: CPU time with the JIT on, the median ' ..
+    'of %d runs, profiled over unprofiled:', ROUNDS))
+  for _, program in ipairs(usable) do costs(lua, program, profile) end
+  os.remove(profile)
+end
+
+return M

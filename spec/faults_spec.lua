@@ -1,0 +1,85 @@
+-- Failed allocations in the middle of an event, with the module built for
+-- fault injection (src/fault.h: build/faults/memprof.so, which make test
+-- builds): the symbol table fails to keep the prototypes of the chunk
+-- named by MEMPROF_FAULT_SOURCE. The event that needed it is not recorded,
+-- the profile halts, and memprof.stats() counts exactly what the file
+-- holds, also when the real allocation of that event fails too (the
+-- allocator below ours, spec/support/alloc_wrapper.c, fails it).
+local h = require('helpers.profile')
+local C = require('helpers.command')
+
+local FAULTS = C.ROOT .. '/build/faults/?.so'
+local KINDS = { 'allocs', 'frees', 'reallocs' }
+
+-- Runs the profiled script in a child; `fail` makes the allocator below
+-- ours fail the concatenation of faulty.lua's line 2. Prints the totals of
+-- stats() taken right after, then stop()'s results.
+local function run(path, options, fail)
+  return h.run_script(string.format([[
+package.cpath = %q .. ';' .. package.cpath
+package.path = %q
+local W = require('alloc_wrapper')
+local memprof = require('memprof')
+jit.off()
+W.install()
+local big = string.rep('x', 2 ^ 20)
+local chunk = assert(loadstring('local big = ...\nlocal s = big .. big\nreturn #s',
+  '@faulty.lua'))
+collectgarbage()
+collectgarbage('stop')
+assert(memprof.start(%q, %s))
+W.fail_from(%d)
+local ok, result = pcall(chunk, big)
+W.fail_from(0)
+local st = memprof.stats()
+print('call', ok, result)
+print('stats', st.allocs, st.frees, st.reallocs, st.dropped)
+print('running', memprof.is_running())
+print('stop', memprof.stop())
+]], FAULTS, package.path, path, options, fail and 2 ^ 20 or 0),
+    'MEMPROF_FAULT_SOURCE=@faulty.lua')
+end
+
+-- The events of the file by kind.
+local function file_totals(path)
+  local events = h.read(path)
+  local n = { allocs = 0, frees = 0, reallocs = 0, faulty = 0 }
+  for _, ev in ipairs(events) do
+    n[ev.kind .. 's'] = n[ev.kind .. 's'] + 1
+    if ev.name and ev.name:find('^@faulty.lua') then
+      n.faulty = n.faulty + 1
+    end
+  end
+  return n
+end
+
+describe('a symbol that cannot be kept in the middle of an event', function()
+  for _, case in ipairs({
+    { 'and the allocation succeeds', false, 'call\ttrue\t2097152' },
+    { 'and the allocation fails too', true, 'call\tfalse\tnot enough memory' },
+  }) do
+    for _, options in ipairs({ 'nil', '{ stack_depth = 8 }',
+      '{ sample_bytes = 1 }' }) do
+      it('halts without the event, ' .. case[1] .. ', options ' .. options,
+        function()
+        local path = h.tmpname()
+        local out, code = run(path, options, case[2])
+        assert.equal(0, code, out)
+        assert.matches(case[3] .. '\n', out, 1, true)
+        -- The halt's reason, at stop.
+        assert.matches('stop\tnil\t' .. path .. ': Cannot allocate memory\t12',
+          out, 1, true)
+        local stats = { out:match('stats\t(%d+)\t(%d+)\t(%d+)\t(%d+)') }
+        assert.equal(4, #stats, out)
+        local file = file_totals(path)
+        os.remove(path)
+        assert.equal(0, file.faulty)
+        for i, kind in ipairs(KINDS) do
+          assert.equal(file[kind], tonumber(stats[i]), kind)
+        end
+        -- The call that halted it and every one after it.
+        assert.is_true(tonumber(stats[4]) >= 1)
+      end)
+    end
+  end
+end)

@@ -1,0 +1,31 @@
+/*
+** Fault injection, compiled in only for the specs (-DMEMPROF_FAULTS: the
+** module in build/faults/). With MEMPROF_FAULT_SOURCE set to a chunk name,
+** the symbol table fails to keep the prototypes of that chunk, as when its
+** growth fails, after their symbol is written: the path of a failed
+** allocation in the middle of an event, which nothing else reaches.
+*/
+#ifndef MEMPROF_FAULT_H
+#define MEMPROF_FAULT_H
+
+#include <stddef.h>
+
+#ifdef MEMPROF_FAULTS
+#include <stdlib.h>
+#include <string.h>
+
+static inline int fault_in_source(const char *name, size_t len)
+{
+  const char *chunk = getenv("MEMPROF_FAULT_SOURCE");
+  return chunk != NULL && strlen(chunk) == len && memcmp(chunk, name, len) == 0;
+}
+#else
+static inline int fault_in_source(const char *name, size_t len)
+{
+  (void)name;
+  (void)len;
+  return 0;
+}
+#endif
+
+#endif
