@@ -32,12 +32,17 @@
 -- of each mode of trace_lines (bench/trace_lines.lua):
 --   BENCH_TRACE_LINES=off           without the trace lines section
 --   BENCH_TRACE_LINES=only          the trace lines section alone
+--
+-- Then the heap walk of a heap snapshot (bench/heap_walk.lua):
+--   BENCH_HEAP=off                  without the heap section
+--   BENCH_HEAP=only                 the heap section alone
 local memprof = require('memprof')
 local reader = require('memprof.read.stream')
 local callgrind = require('callgrind')
 local reporter = require('reporter')
 local programs = require('programs')
 local trace_lines = require('trace_lines')
+local heap_walk = require('heap_walk')
 local toolkit = require('toolkit')
 local median = toolkit.median
 local file_size = toolkit.file_size
@@ -52,6 +57,7 @@ local CALLGRIND_SEED = tonumber(os.getenv('BENCH_CALLGRIND_SEED')) or 1
 local REPORTER = os.getenv('BENCH_REPORTER') or 'on'
 local PROGRAMS = os.getenv('BENCH_PROGRAMS') or 'on'
 local TRACE_LINES = os.getenv('BENCH_TRACE_LINES') or 'on'
+local HEAP = os.getenv('BENCH_HEAP') or 'on'
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
@@ -263,7 +269,7 @@ local function main(args)
   local names = #args > 0 and args or WORKLOADS
   local lua = arg and arg[-1] or 'luajit'
   local only = REPORTER == 'only' or CALLGRIND == 'only' or
-    PROGRAMS == 'only' or TRACE_LINES == 'only'
+    PROGRAMS == 'only' or TRACE_LINES == 'only' or HEAP == 'only'
   if not only or CALLGRIND == 'only' then
     if CALLGRIND ~= 'only' then timings(names) end
     if CALLGRIND ~= 'off' then instructions(names) end
@@ -276,6 +282,9 @@ local function main(args)
   end
   if TRACE_LINES ~= 'off' and (not only or TRACE_LINES == 'only') then
     trace_lines.run(lua)
+  end
+  if HEAP ~= 'off' and (not only or HEAP == 'only') then
+    heap_walk.run(lua)
   end
 end
 

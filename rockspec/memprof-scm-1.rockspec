@@ -23,10 +23,11 @@ build = {
     memprof = {
       sources = {
         "src/binding.c", "src/builtin_memprof.c", "src/cnames.c",
-        "src/hook.c", "src/lifecycle.c", "src/live.c", "src/places.c",
-        "src/pprof.c", "src/safe_read.c", "src/sample.c", "src/snapshot.c",
-        "src/stacks.c", "src/symbols.c", "src/vm_discover.c",
-        "src/vm_layout.c", "src/vm_learn.c", "src/writer.c",
+        "src/heap_layout.c", "src/heapwalk.c", "src/hook.c",
+        "src/lifecycle.c", "src/live.c", "src/places.c", "src/pprof.c",
+        "src/safe_read.c", "src/sample.c", "src/snapshot.c", "src/stacks.c",
+        "src/symbols.c", "src/vm_discover.c", "src/vm_layout.c",
+        "src/vm_learn.c", "src/writer.c",
       },
       libraries = { "dl", "pthread", "m" },
     },

@@ -109,10 +109,12 @@ describe('memprof.snapshot', function()
       assert.is_true(memprof.stop())
       remove(path)
       assert.are.same({ nil,
-        "option 'format' must be 'pprof' or 'memprof', got 'xml'", 22 },
+        "option 'format' must be 'pprof', 'memprof' or 'heap', got 'xml'",
+        22 },
         bad_format)
       assert.are.same({ nil,
-        "option 'format' must be 'pprof' or 'memprof', got number", 22 },
+        "option 'format' must be 'pprof', 'memprof' or 'heap', got number",
+        22 },
         bad_type)
       assert.are.same({ nil, "unknown option 'formats'", 22 }, bad_name)
       assert.are.same({ nil, 'options must be a table, got string', 22 },

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "heapwalk.h"
 #include "lifecycle.h"
 #include "lua.h"
 #include "profiler.h" /* struct profile_stats */
@@ -307,6 +308,14 @@ static int l_stop(lua_State *L)
   return 1;
 }
 
+/* What snapshot's options ask for. */
+struct snapshot_options {
+  int format;  /* An enum snapshot_format. */
+  int collect; /* A full collection before a heap snapshot. */
+};
+
+#define SNAPSHOT_FORMATS "'pprof', 'memprof' or 'heap'"
+
 /* snapshot's option 'format'. Returns 1, or 0 with a message. */
 static int read_snapshot_format(lua_State *L, int *format, char *msg,
                                 size_t len)
@@ -318,12 +327,14 @@ static int read_snapshot_format(lua_State *L, int *format, char *msg,
     *format = SNAPSHOT_PPROF;
   else if (name != NULL && strcmp(name, "memprof") == 0)
     *format = SNAPSHOT_MEMPROF;
+  else if (name != NULL && strcmp(name, "heap") == 0)
+    *format = SNAPSHOT_HEAP;
   else if (name != NULL) {
-    snprintf(msg, len, "option 'format' must be 'pprof' or 'memprof', got '%s'",
+    snprintf(msg, len, "option 'format' must be " SNAPSHOT_FORMATS ", got '%s'",
              name);
     return 0;
   } else {
-    snprintf(msg, len, "option 'format' must be 'pprof' or 'memprof', got %s",
+    snprintf(msg, len, "option 'format' must be " SNAPSHOT_FORMATS ", got %s",
              luaL_typename(L, -1));
     return 0;
   }
@@ -333,19 +344,58 @@ static int read_snapshot_format(lua_State *L, int *format, char *msg,
 static int read_snapshot_option(lua_State *L, const char *name, void *ctx,
                                 char *msg, size_t len)
 {
+  struct snapshot_options *o = ctx;
   if (strcmp(name, "format") == 0)
-    return read_snapshot_format(L, ctx, msg, len);
+    return read_snapshot_format(L, &o->format, msg, len);
+  if (strcmp(name, "collect") == 0) {
+    if (lua_type(L, -1) != LUA_TBOOLEAN) {
+      snprintf(msg, len, "option 'collect' must be a boolean, got %s",
+               luaL_typename(L, -1));
+      return 0;
+    }
+    o->collect = lua_toboolean(L, -1);
+    return 1;
+  }
   snprintf(msg, len, "unknown option '%s'", name);
   return 0;
 }
 
 /* Reads snapshot's options table (nil: none). Returns 1, or 0 with a
 ** message. */
-static int read_snapshot_options(lua_State *L, int idx, int *format, char *msg,
+static int read_snapshot_options(lua_State *L, int idx,
+                                 struct snapshot_options *o, char *msg,
                                  size_t len)
 {
-  *format = SNAPSHOT_PPROF;
-  return read_option_table(L, idx, read_snapshot_option, format, msg, len);
+  o->format = SNAPSHOT_PPROF;
+  o->collect = 0;
+  if (!read_option_table(L, idx, read_snapshot_option, o, msg, len))
+    return 0;
+  if (o->collect && o->format != SNAPSHOT_HEAP) {
+    snprintf(msg, len, "option 'collect' is for format 'heap' only");
+    return 0;
+  }
+  return 1;
+}
+
+/* A heap snapshot: the live object graph, with or without a profile; a
+** running profile is noted with the bytes it has written so far. */
+static int heap_snapshot(lua_State *L, struct sentinel *s, const char *path,
+                         int collect)
+{
+  struct heap_profile_note note = {0, 0};
+  struct profile_stats stats;
+  uint64_t sample_bytes;
+  char msg[600];
+  int err;
+  if (collect)
+    lua_gc(L, LUA_GCCOLLECT, 0);
+  if (s != NULL)
+    note.running = lifecycle_stats(L, &s->profiles, &stats, &sample_bytes,
+                                   &note.written) == LIFE_OK;
+  if ((err = snapshot_write_heap(L, path, &note, msg, sizeof(msg))) != 0)
+    return push_failure(L, msg, err);
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 /* memprof.snapshot(path [, options]) -> true | nil, message, errno. On
@@ -356,21 +406,24 @@ static int l_snapshot(lua_State *L)
   size_t len;
   const char *path = luaL_checklstring(L, 1, &len);
   struct sentinel *s = get_sentinel(L);
+  struct snapshot_options opts;
   enum life_status st;
   char msg[600];
-  int format, err = 0;
+  int err = 0;
   if (strlen(path) != len) {
     snprintf(msg, sizeof(msg),
              "the snapshot's path has a NUL byte (at byte %u of %u)",
              (unsigned)strlen(path), (unsigned)len);
     return push_failure(L, msg, EINVAL);
   }
-  if (!read_snapshot_options(L, 2, &format, msg, sizeof(msg)))
+  if (!read_snapshot_options(L, 2, &opts, msg, sizeof(msg)))
     return push_failure(L, msg, EINVAL);
+  if (opts.format == SNAPSHOT_HEAP)
+    return heap_snapshot(L, s, path, opts.collect);
   if (s == NULL)
     return push_status(L, LIFE_NOT_RUNNING);
-  st =
-      lifecycle_snapshot(L, &s->profiles, path, format, msg, sizeof(msg), &err);
+  st = lifecycle_snapshot(L, &s->profiles, path, opts.format, msg, sizeof(msg),
+                          &err);
   if (st == LIFE_SNAPSHOT_FAILED)
     return push_failure(L, msg, err);
   if (st != LIFE_OK)

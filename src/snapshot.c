@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "snapshot.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "heapwalk.h"
 #include "pprof.h"
 #include "profiler.h"
 #include "stream_format.h"
@@ -244,4 +246,65 @@ int snapshot_write(struct profiler *p, const char *path,
     free(tmp);
   }
   return err;
+}
+
+/* Closes fd and renames the temporary file tmp (if any) to path once the
+** snapshot is complete; removes it otherwise. */
+static int finish_target(int fd, char *tmp, const char *path, int err,
+                         char *msg, size_t len)
+{
+  if (close(fd) != 0 && err == 0)
+    err = file_error(msg, len, path, errno);
+  if (tmp != NULL) {
+    if (err == 0 && rename(tmp, path) != 0)
+      err = file_error(msg, len, path, errno);
+    if (err != 0)
+      unlink(tmp);
+    free(tmp);
+  }
+  return err;
+}
+
+/* Whether this process has the file at path open for writing: the running
+** profile's own file, which a snapshot must not replace, is one (the
+** profile's writer is not reachable from here, its descriptor is). */
+static int open_for_writing_here(const char *path)
+{
+  struct stat target, st;
+  struct dirent *e;
+  DIR *dir;
+  int found = 0;
+  if (stat(path, &target) != 0 || (dir = opendir("/proc/self/fd")) == NULL)
+    return 0;
+  while (!found && (e = readdir(dir)) != NULL) {
+    int fd = atoi(e->d_name), mode;
+    if (e->d_name[0] == '.' || fd == dirfd(dir) || fstat(fd, &st) != 0)
+      continue;
+    mode = fcntl(fd, F_GETFL);
+    found = st.st_dev == target.st_dev && st.st_ino == target.st_ino &&
+            mode >= 0 && (mode & O_ACCMODE) != O_RDONLY;
+  }
+  closedir(dir);
+  return found;
+}
+
+int snapshot_write_heap(lua_State *L, const char *path,
+                        const struct heap_profile_note *note, char *msg,
+                        size_t len)
+{
+  struct heap_layout h;
+  char why[400];
+  char *tmp;
+  int fd, err = 0;
+  if (note->running && open_for_writing_here(path))
+    return fail(msg, len, EINVAL,
+                "a snapshot cannot replace the running profile's own file",
+                path);
+  if ((fd = open_target(path, &tmp)) < 0)
+    return file_error(msg, len, path, errno);
+  if (!heap_layout_learn(L, &h, why, sizeof(why)))
+    err = fail(msg, len, ENOTSUP, why, NULL);
+  else if ((err = heapwalk_write(L, &h, fd, note, why, sizeof(why))) != 0)
+    snprintf(msg, len, "%s: heap snapshot: %s", path, why);
+  return finish_target(fd, tmp, path, err, msg, len);
 }

@@ -1,0 +1,115 @@
+-- The heap walk's cost (make bench): in a process of its own, a heap of
+-- about 1,000,000 objects (records of a table, a unique string, an array
+-- and a closure with its upvalue), snapshotted ROUNDS times with
+-- memprof.snapshot(path, {format = 'heap'}); prints the medians of wall
+-- and CPU time, the C memory the walk held per object (from the file's
+-- epilogue), the file's size, and the time the reader and the dominator
+-- analysis (streamed from the file) take over it, the Lua memory its
+-- result holds and the process's peak RSS (the heap of 1,000,000 objects
+-- included). Targets: at most 1 s and 100 bytes of C memory
+-- per object for the walk.
+--
+--   BENCH_HEAP=off                without this section
+--   BENCH_HEAP=only               this section alone
+--   BENCH_HEAP_RECORDS            records (default 200,000: 5 objects each)
+local toolkit = require('toolkit')
+local shell_quote = toolkit.shell_quote
+
+local M = {}
+
+local TARGET_SECONDS = 1
+local TARGET_BYTES_PER_OBJECT = 100
+
+local CHILD = [[
+local memprof = require('memprof')
+local heap = require('memprof.read.heap')
+local dom = require('memprof.analysis.dominators')
+local records, rounds, path = tonumber(arg[1]), tonumber(arg[2]), arg[3]
+local ffi = require('ffi')
+ffi.cdef('struct heap_bench_ts { long s; long ns; };' ..
+  'int clock_gettime(int, struct heap_bench_ts *);')
+local ts = ffi.new('struct heap_bench_ts')
+local function wall()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.s) + tonumber(ts.ns) * 1e-9
+end
+local keep = {}
+for i = 1, records do
+  keep[i] = { name = 'record ' .. i, tags = { i },
+    get = function() return i end }
+end
+collectgarbage()
+collectgarbage()
+local walls, cpus = {}, {}
+for r = 1, rounds do
+  local w, c = wall(), os.clock()
+  assert(memprof.snapshot(path, { format = 'heap' }))
+  walls[r], cpus[r] = wall() - w, os.clock() - c
+end
+table.sort(walls)
+table.sort(cpus)
+local f = assert(io.open(path, 'rb'))
+local bytes = f:seek('end')
+f:close()
+keep = nil
+collectgarbage()
+local c = os.clock()
+local r = heap.open(path)
+while r:next_values() do end
+local read = os.clock() - c
+r:close()
+collectgarbage()
+local base = collectgarbage('count')
+c = os.clock()
+local result = dom.analyse_file(path)
+local analysis = os.clock() - c
+collectgarbage()
+local lua_mb = (collectgarbage('count') - base) / 1024
+assert(result.groups[1])
+os.remove(path)
+print(string.format('%d %d %.4f %.4f %d %d %.2f %.2f %.0f', r.epilogue.objects,
+  r.epilogue.refs, walls[math.floor((rounds + 1) / 2)],
+  cpus[math.floor((rounds + 1) / 2)],
+  r.epilogue.c_bytes, bytes, read, analysis, lua_mb))
+]]
+
+function M.run(lua)
+  local records = tonumber(os.getenv('BENCH_HEAP_RECORDS')) or 200000
+  local rounds = 5
+  local script = os.tmpname()
+  local path = os.tmpname()
+  local f = assert(io.open(script, 'w'))
+  f:write(CHILD)
+  f:close()
+  local pipe = assert(io.popen('timeout 600 /usr/bin/time -f "rss %M" ' ..
+    lua .. ' ' .. shell_quote(script) .. ' ' .. records .. ' ' .. rounds ..
+    ' ' .. shell_quote(path) .. ' 2>&1'))
+  local out = pipe:read('*a')
+  pipe:close()
+  os.remove(script)
+  os.remove(path)
+  local objects, refs, wall, cpu, c_bytes, bytes, read, analysis, lua_mb =
+    out:match('^(%d+) (%d+) ([%d.]+) ([%d.]+) (%d+) (%d+) ([%d.]+) ([%d.]+) ' ..
+      '(%d+)')
+  print('\nHeap snapshot of ' .. (objects or '?') .. ' objects')
+  if not objects then
+    print('  failed: ' .. out)
+    return
+  end
+  objects, wall, cpu = tonumber(objects), tonumber(wall), tonumber(cpu)
+  local per_object = tonumber(c_bytes) / objects
+  print(string.format('  walk: %.3f s wall, %.3f s CPU (median of %d; ' ..
+    'target %d s): %s', wall, cpu, rounds, TARGET_SECONDS,
+    wall <= TARGET_SECONDS and 'ok' or 'OVER'))
+  print(string.format('  C memory: %d bytes, %.1f per object (target %d): %s',
+    tonumber(c_bytes), per_object, TARGET_BYTES_PER_OBJECT,
+    per_object <= TARGET_BYTES_PER_OBJECT and 'ok' or 'OVER'))
+  print(string.format('  file: %.1f MB, %s references', tonumber(bytes) / 1e6,
+    refs))
+  print(string.format('  read back (next_values): %s s CPU; dominators, ' ..
+    'retained sizes and patterns (analyse_file): %s s CPU; the analysis ' ..
+    'holds %s MB of Lua memory; the process at most %.0f MB', read, analysis,
+    lua_mb, (tonumber(out:match('rss (%d+)')) or 0) / 1024))
+end
+
+return M

@@ -1,0 +1,756 @@
+/*
+** The heap walk's layout (see heap_layout.h): its candidates, and their
+** verification in a throw-away VM whose allocator counts what each public
+** API call allocates.
+*/
+#define _GNU_SOURCE
+#include "heap_layout.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lauxlib.h"
+#include "vm_inspect.h"
+#include "vm_learn.h"
+
+/* The candidates of a mode (lj_obj.h's structures; the base layout gives
+** the rest). L_size is measured, g_mainth searched. */
+static void candidates(struct heap_layout *h)
+{
+  int r = h->base.ref_size;
+  if (h->base.gc64) {
+    h->tab_colo = 11, h->tab_array = 16, h->tab_mt = 32, h->tab_node = 40;
+    h->tab_asize = 48, h->tab_hmask = 52, h->tab_size = 64;
+    h->fn_env = 16, h->fn_nupvalues = 11, h->fnl_uv = 40, h->fnc_up = 48;
+    h->uv_v = 32, h->uv_size = 48;
+    h->pt_k = 32, h->pt_sizekgc = 48, h->pt_sizekn = 52, h->pt_sizept = 56;
+    h->pt_sizeuv = 60;
+    h->ud_env = 16, h->ud_len = 24, h->ud_mt = 32, h->ud_size = 48;
+  } else {
+    h->tab_colo = 7, h->tab_array = 8, h->tab_mt = 16, h->tab_node = 20;
+    h->tab_asize = 24, h->tab_hmask = 28, h->tab_size = 32;
+    h->fn_env = 8, h->fn_nupvalues = 7, h->fnl_uv = 20, h->fnc_up = 32;
+    h->uv_v = 16, h->uv_size = 24;
+    h->pt_k = 16, h->pt_sizekgc = 24, h->pt_sizekn = 28, h->pt_sizept = 32;
+    h->pt_sizeuv = 36;
+    h->ud_env = 8, h->ud_len = 12, h->ud_mt = 16, h->ud_size = 24;
+  }
+  h->node_size = 24, h->node_val = 0, h->node_key = 8;
+  h->pt_uvinfo = (uint8_t)(h->base.pt_lineinfo + r);
+  h->pt_varinfo = (uint8_t)(h->base.pt_lineinfo + 2 * r);
+  h->L_env = (uint16_t)(h->base.L_cframe - r);
+}
+
+/* ---- The counting allocator ------------------------------------------- */
+
+#define CALIB_EVENTS 4096
+
+struct event {
+  uintptr_t got; /* What the allocator returned. */
+  uintptr_t ptr; /* The block it was given (0: a new one). */
+  size_t osize, nsize;
+};
+
+struct hcalib {
+  lua_Alloc orig;
+  void *orig_ud;
+  int on, n;
+  struct event ev[CALIB_EVENTS];
+  struct heap_layout h;
+  char *err;
+  size_t errlen;
+  int ok;
+};
+
+static void *count_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+  struct hcalib *c = ud;
+  void *got = c->orig(c->orig_ud, ptr, osize, nsize);
+  if (c->on && c->n < CALIB_EVENTS) {
+    struct event *e = &c->ev[c->n++];
+    e->got = (uintptr_t)got;
+    e->ptr = (uintptr_t)ptr;
+    e->osize = ptr != NULL ? osize : 0;
+    e->nsize = nsize;
+  }
+  return got;
+}
+
+static void start(struct hcalib *c)
+{
+  c->n = 0;
+  c->on = 1;
+}
+
+/* The size of the new block at p seen since start(), or 0. */
+static size_t block(const struct hcalib *c, uintptr_t p)
+{
+  int i;
+  for (i = c->n - 1; i >= 0; i--) /* The last: a block may be reused. */
+    if (c->ev[i].ptr == 0 && c->ev[i].got == p)
+      return c->ev[i].nsize;
+  return 0;
+}
+
+/* The net bytes allocated since start(). */
+static long net(const struct hcalib *c)
+{
+  long sum = 0;
+  int i;
+  for (i = 0; i < c->n; i++)
+    sum += (long)c->ev[i].nsize - (long)c->ev[i].osize;
+  return sum;
+}
+
+static int fail(struct hcalib *c, const char *check, const char *fmt, ...)
+{
+  char detail[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof(detail), fmt, ap);
+  va_end(ap);
+  snprintf(c->err, c->errlen, "check 'heap %s' failed: %s", check, detail);
+  return 0;
+}
+
+/* The slot below L's top. */
+static uintptr_t top_slot(const struct heap_layout *h, lua_State *L)
+{
+  uintptr_t top;
+  memcpy(&top, (const char *)L + h->base.L_top, sizeof(top));
+  return top - TVALUE_SIZE;
+}
+
+static uint64_t bits(double d)
+{
+  uint64_t v;
+  memcpy(&v, &d, sizeof(v));
+  return v;
+}
+
+static uint64_t raw(uintptr_t at)
+{
+  uint64_t v;
+  memcpy(&v, (const void *)at, sizeof(v));
+  return v;
+}
+
+/* ---- Checks ------------------------------------------------------------ */
+
+static int check_tvalue(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t obj;
+  uint8_t gct;
+  lua_newtable(T);
+  if (!heap_tv_gc(h, top_slot(h, T), &obj, &gct) ||
+      obj != (uintptr_t)lua_topointer(T, -1) || gct != GCT_TAB)
+    return fail(c, "TValue", "a table on the stack does not read as one");
+  lua_pop(T, 1);
+  lua_pushnumber(T, 2.5);
+  if (heap_tv_gc(h, top_slot(h, T), &obj, &gct) ||
+      raw(top_slot(h, T)) != bits(2.5))
+    return fail(c, "TValue", "the number 2.5 does not read as its bits");
+  lua_pop(T, 1);
+  return 1;
+}
+
+/* Total size of a table, as the walk computes it. */
+static size_t table_size(const struct heap_layout *h, uintptr_t t)
+{
+  int8_t colo = (int8_t)heap_u8(t + h->tab_colo);
+  uint32_t asize = heap_u32(t + h->tab_asize);
+  uint32_t hmask = heap_u32(t + h->tab_hmask);
+  size_t size = h->tab_size + (size_t)(colo & 0x7f) * TVALUE_SIZE;
+  if (colo <= 0)
+    size += (size_t)asize * TVALUE_SIZE;
+  if (hmask != 0)
+    size += ((size_t)hmask + 1) * h->node_size;
+  return size;
+}
+
+static int check_small_table(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t t;
+  start(c);
+  lua_createtable(T, 3, 0);
+  c->on = 0;
+  t = (uintptr_t)lua_topointer(T, -1);
+  if (block(c, t) != (size_t)h->tab_size + 4 * TVALUE_SIZE)
+    return fail(c, "table size",
+                "lua_createtable(L, 3, 0) allocated %zu bytes, not %u + 4 "
+                "slots",
+                block(c, t), h->tab_size);
+  if (heap_u8(t + h->base.gct) != GCT_TAB || heap_u8(t + h->tab_colo) != 4 ||
+      heap_u32(t + h->tab_asize) != 4 || heap_u32(t + h->tab_hmask) != 0 ||
+      heap_ref(h, t + h->tab_array) != t + h->tab_size ||
+      heap_ref(h, t + h->tab_mt) != 0)
+    return fail(c, "table fields",
+                "a table of 3 colocated slots does not read type, colo, "
+                "asize, hmask, array and metatable");
+  lua_pushnumber(T, 7.25);
+  lua_rawseti(T, -2, 2);
+  if (raw(t + h->tab_size + 2 * TVALUE_SIZE) != bits(7.25))
+    return fail(c, "table array", "t[2] = 7.25 is not in the array part");
+  lua_pop(T, 1);
+  return 1;
+}
+
+/* The node of t whose key is the TValue with bits `key`, or 0. */
+static uintptr_t node_with_key(const struct heap_layout *h, uintptr_t t,
+                               uint64_t key)
+{
+  uintptr_t node = heap_ref(h, t + h->tab_node);
+  uint32_t i, hmask = heap_u32(t + h->tab_hmask);
+  for (i = 0; i <= hmask; i++) {
+    uintptr_t n = node + (uintptr_t)i * h->node_size;
+    if (raw(n + h->node_key) == key)
+      return n;
+  }
+  return 0;
+}
+
+/* Whether the GCstr at s holds the n bytes at text. */
+static int str_is(const struct heap_layout *h, uintptr_t s, const char *text,
+                  size_t n)
+{
+  return heap_u8(s + h->base.gct) == GCT_STR &&
+         heap_u32(s + h->base.str_len) == n &&
+         memcmp((const void *)(s + h->base.str_size), text, n) == 0;
+}
+
+static int check_hash_table(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t t, node, n, key;
+  uint32_t i;
+  int found = 0;
+  uint8_t gct;
+  start(c);
+  lua_createtable(T, 40, 5);
+  c->on = 0;
+  t = (uintptr_t)lua_topointer(T, -1);
+  node = heap_ref(h, t + h->tab_node);
+  if (heap_u32(t + h->tab_asize) != 41 || heap_u32(t + h->tab_hmask) != 7 ||
+      heap_u8(t + h->tab_colo) != 0 || block(c, t) != h->tab_size ||
+      block(c, node) != 8u * h->node_size ||
+      block(c, heap_ref(h, t + h->tab_array)) != 41 * TVALUE_SIZE ||
+      net(c) != (long)table_size(h, t))
+    return fail(c, "table parts",
+                "lua_createtable(L, 40, 5) does not read 41 array slots and "
+                "8 nodes of %u bytes (allocated %ld bytes)",
+                h->node_size, net(c));
+  lua_pushnumber(T, 2.5);
+  lua_pushnumber(T, 42.5);
+  lua_rawset(T, -3);
+  n = node_with_key(h, t, bits(2.5));
+  if (n == 0 || raw(n + h->node_val) != bits(42.5))
+    return fail(c, "node", "t[2.5] = 42.5 is in no node");
+  lua_pushboolean(T, 1);
+  lua_setfield(T, -2, "heapkey");
+  for (i = 0; i <= 7; i++) {
+    n = node + (uintptr_t)i * h->node_size;
+    if (heap_tv_gc(h, n + h->node_key, &key, &gct) && gct == GCT_STR &&
+        str_is(h, key, "heapkey", 7) && (raw(n + h->node_val) >> 47) != 0)
+      found++;
+  }
+  if (found != 1)
+    return fail(c, "node", "t.heapkey = true is in %d nodes", found);
+  lua_newtable(T);
+  lua_setmetatable(T, -2);
+  lua_getmetatable(T, -1);
+  if (heap_ref(h, t + h->tab_mt) != (uintptr_t)lua_topointer(T, -1))
+    return fail(c, "table metatable", "the metatable is not at +%u", h->tab_mt);
+  lua_pop(T, 2);
+  return 1;
+}
+
+/* A colocated array that grew: its first slots stay in the table's block. */
+static int check_moved_array(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t t;
+  int8_t colo;
+  int i;
+  start(c);
+  lua_createtable(T, 2, 0);
+  for (i = 1; i <= 40; i++) {
+    lua_pushnumber(T, i);
+    lua_rawseti(T, -2, i);
+  }
+  c->on = 0;
+  t = (uintptr_t)lua_topointer(T, -1);
+  colo = (int8_t)heap_u8(t + h->tab_colo);
+  if (colo >= 0 || (colo & 0x7f) != 3 || net(c) != (long)table_size(h, t))
+    return fail(c, "table grown",
+                "a colocated table grown to 40 slots reads %ld bytes, "
+                "allocated %ld",
+                (long)table_size(h, t), net(c));
+  lua_pop(T, 1);
+  return 1;
+}
+
+/* A new string of n characters: its size as the allocator saw it. */
+static size_t string_block(struct hcalib *c, lua_State *T, size_t n)
+{
+  const struct heap_layout *h = &c->h;
+  char text[64];
+  uintptr_t s;
+  uint8_t gct;
+  size_t size;
+  memset(text, 'h', n);
+  snprintf(text, sizeof(text), "%u heap calibration", (unsigned)n);
+  text[strlen(text)] = 'h';
+  start(c);
+  lua_pushlstring(T, text, n);
+  c->on = 0;
+  if (!heap_tv_gc(h, top_slot(h, T), &s, &gct) || gct != GCT_STR ||
+      !str_is(h, s, text, n))
+    size = 0;
+  else
+    size = block(c, s);
+  lua_pop(T, 1);
+  return size;
+}
+
+/* Strings of 37 and 40 characters tell the two ways of sizing them. */
+static int check_string(struct hcalib *c, lua_State *T)
+{
+  size_t a = string_block(c, T, 37), b = string_block(c, T, 40);
+  c->h.str_pad4 = a == (size_t)c->h.base.str_size + 40;
+  if (a != heap_str_size(&c->h, 37) || b != heap_str_size(&c->h, 40))
+    return fail(c, "string size",
+                "new strings of 37 and 40 bytes allocated %zu and %zu bytes, "
+                "with a header of %u",
+                a, b, c->h.base.str_size);
+  return 1;
+}
+
+static int a_c_function(lua_State *L)
+{
+  (void)L;
+  return 0;
+}
+
+static int check_c_closure(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t fn;
+  lua_pushnumber(T, 1.25);
+  lua_pushnumber(T, 2.5);
+  start(c);
+  lua_pushcclosure(T, a_c_function, 2);
+  c->on = 0;
+  fn = (uintptr_t)lua_topointer(T, -1);
+  if (block(c, fn) != (size_t)h->fnc_up + 2 * TVALUE_SIZE ||
+      heap_u8(fn + h->fn_nupvalues) != 2 ||
+      (uintptr_t)lua_upvalueid(T, -1, 2) != fn + h->fnc_up + TVALUE_SIZE ||
+      raw(fn + h->fnc_up) != bits(1.25))
+    return fail(c, "C closure",
+                "a C closure of 2 upvalues does not read its size (%zu), "
+                "count or upvalues",
+                block(c, fn));
+  lua_getfenv(T, -1);
+  if (heap_ref(h, fn + h->fn_env) != (uintptr_t)lua_topointer(T, -1))
+    return fail(c, "function env", "a C function's env is not at +%u",
+                h->fn_env);
+  lua_pop(T, 2);
+  return 1;
+}
+
+static const char probe_chunk[] = "local first, second = {}, {}\n"
+                                  "return function(x)\n"
+                                  "  local alpha, beta = x, first\n"
+                                  "  local gamma = second\n"
+                                  "  coroutine.yield(alpha)\n"
+                                  "  return alpha, beta, gamma, 'kconst', 3.5\n"
+                                  "end\n";
+
+/* The constant string `text` and number `num` are among pt's constants. */
+static int has_constants(const struct heap_layout *h, uintptr_t pt,
+                         const char *text, double num)
+{
+  uintptr_t k = heap_ref(h, pt + h->pt_k);
+  uint32_t i, nkgc = heap_u32(pt + h->pt_sizekgc);
+  uint32_t nkn = heap_u32(pt + h->pt_sizekn);
+  int str = 0, n = 0;
+  for (i = 0; i < nkgc && i < 64; i++) {
+    uintptr_t o = heap_ref(h, k - (uintptr_t)(i + 1) * h->base.ref_size);
+    str |= str_is(h, o, text, strlen(text));
+  }
+  for (i = 0; i < nkn && i < 64; i++)
+    n |= raw(k + (uintptr_t)i * TVALUE_SIZE) == bits(num);
+  return str && n;
+}
+
+static int check_lua_closure(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t fn, pt, uv, val;
+  const char *name;
+  uint8_t gct;
+  start(c);
+  if (luaL_loadstring(T, probe_chunk) != 0)
+    return fail(c, "Lua closure", "the probe chunk does not load");
+  c->on = 0;
+  pt = vm_func_proto(&h->base, 1, (uintptr_t)lua_topointer(T, -1));
+  if (pt == 0 || block(c, pt) != heap_u32(pt + h->pt_sizept))
+    return fail(c, "prototype size",
+                "sizept at +%u reads %u, not the block's size %zu",
+                h->pt_sizept, pt ? heap_u32(pt + h->pt_sizept) : 0,
+                pt ? block(c, pt) : 0);
+  start(c);
+  lua_call(T, 0, 1);
+  c->on = 0;
+  fn = (uintptr_t)lua_topointer(T, -1);
+  pt = vm_func_proto(&h->base, 1, fn);
+  uv = heap_ref(h, fn + h->fnl_uv);
+  if (pt == 0 || block(c, fn) != (size_t)h->fnl_uv + 2u * h->base.ref_size ||
+      heap_u8(fn + h->fn_nupvalues) != 2 || heap_u8(pt + h->pt_sizeuv) != 2 ||
+      (uintptr_t)lua_upvalueid(T, -1, 1) != uv ||
+      heap_u8(uv + h->base.gct) != GCT_UPVAL || block(c, uv) != h->uv_size)
+    return fail(c, "Lua closure",
+                "a closure of 2 upvalues does not read its size (%zu), "
+                "count or upvalue objects",
+                block(c, fn));
+  name = lua_getupvalue(T, -1, 1);
+  if (name == NULL || !heap_tv_gc(h, heap_ref(h, uv + h->uv_v), &val, &gct) ||
+      val != (uintptr_t)lua_topointer(T, -1) ||
+      strcmp(name, (const char *)heap_ref(h, pt + h->pt_uvinfo)) != 0)
+    return fail(c, "upvalue", "upvalue 1 (%s) does not read its value or name",
+                name != NULL ? name : "?");
+  lua_pop(T, 1);
+  lua_getfenv(T, -1);
+  if (heap_ref(h, fn + h->fn_env) != (uintptr_t)lua_topointer(T, -1))
+    return fail(c, "function env", "a Lua function's env is not at +%u",
+                h->fn_env);
+  lua_pop(T, 1);
+  if (!has_constants(h, pt, "kconst", 3.5))
+    return fail(c, "constants",
+                "'kconst' and 3.5 are not among the "
+                "prototype's constants");
+  return 1;
+}
+
+/* The locals of the probe closure suspended in a coroutine: their names as
+** lua_getlocal gives them, and as heap_local_name reads them. */
+static int check_locals(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  const struct vm_layout *lay = &h->base;
+  lua_State *co;
+  lua_Debug ar;
+  struct vm_thread th;
+  uintptr_t frame, below, pc, fn, pt, co_ptr;
+  intptr_t link;
+  uint32_t size;
+  int varg, slot;
+  start(c);
+  co = lua_newthread(T);
+  c->on = 0;
+  co_ptr = (uintptr_t)lua_topointer(T, -1);
+  memcpy(&size, (const char *)co + lay->L_stacksize, sizeof(size));
+  if (block(c, co_ptr) == 0 || block(c, co_ptr) > 1024 ||
+      net(c) != (long)(block(c, co_ptr) + (size_t)size * TVALUE_SIZE))
+    return fail(c, "thread size",
+                "a new thread allocated %ld bytes with a stack of %u slots",
+                net(c), size);
+  c->h.L_size = (uint16_t)block(c, co_ptr);
+  if (heap_ref(h, co_ptr + h->L_env) !=
+      (uintptr_t)lua_topointer(T, LUA_GLOBALSINDEX))
+    return fail(c, "thread env", "a thread's env is not at +%u", h->L_env);
+  lua_pushvalue(T, -2);
+  lua_xmove(T, co, 1);
+  lua_newtable(co);
+  if (lua_resume(co, 1) != LUA_YIELD || !lua_getstack(co, 1, &ar))
+    return fail(c, "locals", "the probe closure did not yield");
+  th.L = co_ptr;
+  th.stack = heap_ref(h, co_ptr + lay->L_stack);
+  memcpy(&th.base, (const char *)co + lay->L_base, sizeof(th.base));
+  th.limit = th.stack + (uintptr_t)size * TVALUE_SIZE;
+  frame = th.base - TVALUE_SIZE;
+  if (!vm_frame_link(lay, 1, frame, &link) ||
+      (pc = vm_caller_pc(lay, 1, frame, link)) == 0 ||
+      (below = vm_frame_below(lay, 1, &th, frame, link, &varg)) == 0 ||
+      (fn = vm_frame_func(lay, 1, below)) != (uintptr_t)lua_topointer(T, -2) ||
+      (pt = vm_func_proto(lay, 1, fn)) == 0)
+    return fail(c, "locals",
+                "the frames of a suspended coroutine do not "
+                "lead to the yielding closure");
+  for (slot = 0; slot < 4; slot++) {
+    char mine[64];
+    const char *name = lua_getlocal(co, &ar, slot + 1);
+    if (name == NULL)
+      return fail(c, "locals", "lua_getlocal has no local %d", slot + 1);
+    lua_pop(co, 1);
+    if (!heap_local_name(h, pt, (uint32_t)((pc - pt - lay->pt_size) / 4 - 1),
+                         (uint32_t)slot, mine, sizeof(mine)) ||
+        strcmp(mine, name) != 0)
+      return fail(c, "locals", "local %d reads '%s', not '%s'", slot + 1, mine,
+                  name);
+  }
+  lua_newtable(T);
+  lua_pushvalue(T, -1);
+  lua_setfenv(T, -3);
+  if (heap_ref(h, co_ptr + h->L_env) != (uintptr_t)lua_topointer(T, -1))
+    return fail(c, "thread env", "a thread's new env is not at +%u", h->L_env);
+  lua_pop(T, 3);
+  return 1;
+}
+
+static int check_userdata(struct hcalib *c, lua_State *T)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t ud;
+  start(c);
+  ud = (uintptr_t)lua_newuserdata(T, 13) - h->ud_size;
+  c->on = 0;
+  if (block(c, ud) != (size_t)h->ud_size + 13 ||
+      heap_u8(ud + h->base.gct) != GCT_UDATA || heap_u32(ud + h->ud_len) != 13)
+    return fail(c, "userdata", "a userdata of 13 bytes allocated %zu",
+                block(c, ud));
+  lua_newtable(T);
+  lua_setmetatable(T, -2);
+  lua_getmetatable(T, -1);
+  lua_getfenv(T, -2);
+  if (heap_ref(h, ud + h->ud_mt) != (uintptr_t)lua_topointer(T, -2) ||
+      heap_ref(h, ud + h->ud_env) != (uintptr_t)lua_topointer(T, -1))
+    return fail(c, "userdata", "its metatable or env is not at +%u, +%u",
+                h->ud_mt, h->ud_env);
+  lua_pop(T, 3);
+  return 1;
+}
+
+/* ---- The main thread in global_State --------------------------------- */
+
+#define G_WINDOW 1024
+
+struct mainth_search {
+  const struct heap_layout *h;
+  uintptr_t g, main;
+  uint8_t hit[G_WINDOW];
+};
+
+/* Marks the offsets of g that hold the main thread now. */
+static void mainth_mark(struct mainth_search *s, int pass)
+{
+  unsigned o;
+  for (o = 0; o + s->h->base.ref_size <= G_WINDOW; o += s->h->base.ref_size)
+    if (s->hit[o] == pass && heap_ref(s->h, s->g + o) == s->main)
+      s->hit[o] = (uint8_t)(pass + 1);
+}
+
+static int mainth_in_thread(lua_State *L)
+{
+  mainth_mark(lua_touserdata(L, lua_upvalueindex(1)), 1);
+  return 0;
+}
+
+static int find_mainth(struct hcalib *c, lua_State *T)
+{
+  struct mainth_search *s = calloc(1, sizeof(*s));
+  lua_State *co;
+  unsigned o, found = 0, n = 0;
+  if (s == NULL)
+    return fail(c, "main thread", "out of memory");
+  s->h = &c->h;
+  s->main = (uintptr_t)T;
+  s->g = heap_ref(&c->h, (uintptr_t)T + c->h.base.L_glref);
+  mainth_mark(s, 0);
+  co = lua_newthread(T);
+  lua_pushlightuserdata(co, s);
+  lua_pushcclosure(co, mainth_in_thread, 1);
+  if (lua_resume(co, 0) != 0) {
+    free(s);
+    return fail(c, "main thread", "a coroutine did not run");
+  }
+  lua_pop(T, 1);
+  for (o = 0; o < G_WINDOW; o++)
+    if (s->hit[o] == 2)
+      found = o, n++;
+  free(s);
+  if (n != 1)
+    return fail(c, "main thread",
+                "%u offsets of global_State hold the main thread both in it "
+                "and in a coroutine, not one",
+                n);
+  c->h.g_mainth = (uint16_t)found;
+  return 1;
+}
+
+/* ---- Learning --------------------------------------------------------- */
+
+static int calibrate_in(lua_State *T)
+{
+  struct hcalib *c = lua_touserdata(T, 1);
+  void (*openlibs)(lua_State *);
+  *(void **)&openlibs = dlsym(RTLD_DEFAULT, "luaL_openlibs");
+  if (openlibs != NULL)
+    openlibs(T);
+  lua_gc(T, LUA_GCSTOP, 0);
+  c->orig = lua_getallocf(T, &c->orig_ud);
+  lua_setallocf(T, count_alloc, c);
+  c->ok = check_tvalue(c, T) && check_small_table(c, T) &&
+          check_hash_table(c, T) && check_moved_array(c, T) &&
+          check_string(c, T) && check_c_closure(c, T) &&
+          check_lua_closure(c, T) && check_locals(c, T) &&
+          check_userdata(c, T) && find_mainth(c, T);
+  c->on = 0;
+  lua_setallocf(T, c->orig, c->orig_ud);
+  return 0;
+}
+
+static int calibrate(const struct vm_layout *base, struct heap_layout *out,
+                     char *err, size_t errlen)
+{
+  lua_State *(*newstate)(void);
+  struct hcalib *c;
+  lua_State *T;
+  int ok;
+  *(void **)&newstate = dlsym(RTLD_DEFAULT, "luaL_newstate");
+  if (newstate == NULL || (T = newstate()) == NULL) {
+    snprintf(err, errlen,
+             "check 'heap separate VM' failed: no VM of this build can be "
+             "made to verify the heap layout in (luaL_newstate)");
+    return 0;
+  }
+  if ((c = calloc(1, sizeof(*c))) == NULL) {
+    lua_close(T);
+    snprintf(err, errlen, "check 'memory' failed: out of memory");
+    return 0;
+  }
+  c->h.base = *base;
+  candidates(&c->h);
+  c->err = err;
+  c->errlen = errlen;
+  if (lua_cpcall(T, calibrate_in, c) != 0) {
+    snprintf(err, errlen,
+             "check 'heap separate VM' failed: calibrating in it raised %s",
+             lua_isstring(T, -1) ? lua_tostring(T, -1) : "an error");
+    c->ok = 0;
+  }
+  lua_close(T);
+  ok = c->ok;
+  if (ok)
+    *out = c->h;
+  free(c);
+  return ok;
+}
+
+static pthread_mutex_t learn_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  int done, attempts;
+  struct heap_layout h;
+  char error[300];
+} learned;
+
+#define LEARN_ATTEMPTS 3
+
+/* What a verified layout must find in L's own VM. */
+static int check_vm(lua_State *L, const struct heap_layout *h, char *err,
+                    size_t errlen)
+{
+  uintptr_t g = heap_ref(h, (uintptr_t)L + h->base.L_glref);
+  uintptr_t main = heap_ref(h, g + h->g_mainth);
+  uintptr_t reg = (uintptr_t)lua_topointer(L, LUA_REGISTRYINDEX);
+  if (!vm_is_gc(&h->base, 1, main, GCT_THREAD) ||
+      heap_ref(h, main + h->base.L_glref) != g) {
+    snprintf(err, errlen,
+             "check 'heap main thread' failed: g+%u is not a thread of "
+             "this VM",
+             h->g_mainth);
+    return 0;
+  }
+  if (!vm_is_gc(&h->base, 1, reg, GCT_TAB) ||
+      heap_ref(h, (uintptr_t)L + h->L_env) !=
+          (uintptr_t)lua_topointer(L, LUA_GLOBALSINDEX)) {
+    snprintf(err, errlen,
+             "check 'heap registry' failed: the registry is not a table or "
+             "the thread's env is not its globals");
+    return 0;
+  }
+  return 1;
+}
+
+int heap_layout_learn(lua_State *L, struct heap_layout *out, char *err,
+                      size_t errlen)
+{
+  struct vm_layout base;
+  int ok;
+  if (!vm_learn_layout(L, &base, err, errlen))
+    return 0;
+  pthread_mutex_lock(&learn_lock);
+  if (!learned.done && learned.attempts < LEARN_ATTEMPTS) {
+    learned.attempts++;
+    learned.done =
+        calibrate(&base, &learned.h, learned.error, sizeof(learned.error));
+  }
+  ok = learned.done;
+  if (ok)
+    *out = learned.h;
+  else
+    snprintf(err, errlen, "%s", learned.error);
+  pthread_mutex_unlock(&learn_lock);
+  if (ok)
+    out->base = base;
+  return ok && check_vm(L, out, err, errlen);
+}
+
+/* ---- Debug info -------------------------------------------------------- */
+
+/* Reads a ULEB128 number at *p (varinfo's numbers are 32-bit). */
+static uint32_t read_uleb(const uint8_t **p)
+{
+  uint32_t v = 0;
+  int shift = 0;
+  uint8_t b;
+  do {
+    b = *(*p)++;
+    if (shift < 32)
+      v |= (uint32_t)(b & 0x7f) << shift;
+    shift += 7;
+  } while (b & 0x80);
+  return v;
+}
+
+/* The names the parser gives its hidden loop variables (VARNAME_* of
+** lj_debug.h, numbered from 1; 0 ends the list). */
+static const char *const hidden_names[] = {
+    NULL,           "(for index)",     "(for limit)",
+    "(for step)",   "(for generator)", "(for state)",
+    "(for control)"};
+#define HIDDEN_NAMES 7
+
+int heap_local_name(const struct heap_layout *h, uintptr_t pt, uint32_t pos,
+                    uint32_t slot, char *out, size_t len)
+{
+  const uint8_t *p = (const uint8_t *)heap_ref(h, pt + h->pt_varinfo);
+  uint32_t last = 0;
+  if (p == NULL)
+    return 0;
+  for (;;) {
+    const uint8_t *name = p;
+    uint32_t vn = *p, startpc, endpc;
+    if (vn < HIDDEN_NAMES) {
+      if (vn == 0)
+        return 0;
+      p++;
+    } else {
+      p += strlen((const char *)p) + 1;
+    }
+    last = startpc = last + read_uleb(&p);
+    if (startpc > pos)
+      return 0;
+    endpc = startpc + read_uleb(&p);
+    if (pos < endpc && slot-- == 0) {
+      snprintf(out, len, "%s",
+               vn < HIDDEN_NAMES ? hidden_names[vn] : (const char *)name);
+      return 1;
+    }
+  }
+}
