@@ -497,6 +497,44 @@ static void push_offsets(lua_State *L, const struct vm_layout *lay)
   lua_setfield(L, -2, "offsets");
 }
 
+/* info().trace_lines: what compiled-code attribution this build supports
+** ('resume', and 'exact' with J->prof_mode), and why not. */
+static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
+{
+  lua_newtable(L);
+  lua_pushboolean(L, tl->ok);
+  lua_setfield(L, -2, "resume");
+  lua_pushboolean(L, tl->ok && tl->prof_ok);
+  lua_setfield(L, -2, "exact");
+  if (!tl->ok) {
+    lua_pushstring(L, tl->why);
+    lua_setfield(L, -2, "why");
+  } else if (!tl->prof_ok) {
+    lua_pushstring(L, tl->prof_why);
+    lua_setfield(L, -2, "why");
+  }
+  if (tl->ok) {
+    lua_newtable(L);
+    set_int(L, "mcode", tl->tr_mcode);
+    set_int(L, "szmcode", tl->tr_szmcode);
+    set_int(L, "spadjust", tl->tr_spadjust);
+    set_int(L, "nsnap", tl->tr_nsnap);
+    set_int(L, "snap", tl->tr_snap);
+    set_int(L, "snapmap", tl->tr_snapmap);
+    set_int(L, "nsnapmap", tl->tr_nsnapmap);
+    set_int(L, "ir", tl->tr_ir);
+    set_int(L, "nk", tl->tr_nk);
+    set_int(L, "snap_size", tl->snap_size);
+    set_int(L, "snap_mapofs", tl->snap_mapofs);
+    set_int(L, "snap_mcofs", tl->snap_mcofs);
+    set_int(L, "snap_nent", tl->snap_nent);
+    set_int(L, "bc_funcf", tl->bc_funcf);
+    set_int(L, "g_prof_mode", tl->prof_ok ? tl->g_prof_mode : -1);
+    lua_setfield(L, -2, "offsets");
+  }
+  lua_setfield(L, -2, "trace_lines");
+}
+
 /* memprof.info() -> what was detected, for bug reports. */
 static int l_info(lua_State *L)
 {
@@ -553,6 +591,7 @@ static int l_info(lua_State *L)
   lua_setfield(L, -2, "numbering");
   lua_setfield(L, -2, "vmstate");
   push_offsets(L, &lay);
+  push_trace_lines(L, &lay.tl);
   return 1;
 }
 
