@@ -100,6 +100,27 @@ static int read_sample_bytes(lua_State *L, struct profile_options *o, char *msg,
   return read_integer(L, "sample_bytes", 1, &o->sample_bytes, msg, len);
 }
 
+/* trace_lines: 'resume', 'exact' or false. */
+static int read_trace_lines(lua_State *L, struct profile_options *o, char *msg,
+                            size_t len)
+{
+  const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+  if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1))
+    o->trace_lines = TRACE_LINES_START;
+  else if (v != NULL && strcmp(v, "resume") == 0)
+    o->trace_lines = TRACE_LINES_RESUME;
+  else if (v != NULL && strcmp(v, "exact") == 0)
+    o->trace_lines = TRACE_LINES_EXACT;
+  else {
+    snprintf(msg, len,
+             "option 'trace_lines' must be 'resume', 'exact' or false, got "
+             "%s",
+             v != NULL ? v : luaL_typename(L, -1));
+    return 0;
+  }
+  return 1;
+}
+
 /* One option's value, into the profile_options at ctx. Returns 1, or 0
 ** with a message. */
 static int read_option(lua_State *L, const char *name, void *ctx, char *msg,
@@ -148,6 +169,8 @@ static int read_option(lua_State *L, const char *name, void *ctx, char *msg,
     o->snapshots = lua_toboolean(L, -1);
     return 1;
   }
+  if (strcmp(name, "trace_lines") == 0)
+    return read_trace_lines(L, o, msg, len);
   if (strcmp(name, "max_bytes") == 0)
     return read_integer(L, name, MIN_MAX_BYTES, &o->max_bytes, msg, len);
   if (strcmp(name, "sample_bytes") == 0)

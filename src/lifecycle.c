@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "lauxlib.h"
+#include "luajit.h"
 #include "profiler.h"
 #include "snapshot.h"
 #include "vm_inspect.h"
@@ -244,6 +245,7 @@ static int open_stream(struct profiler *p)
 ** of it (it only forwards). */
 static void free_profile_data(struct profiler *p)
 {
+  trace_lines_free(&p->tlines);
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
   live_free(&p->live);
@@ -261,6 +263,7 @@ static int fresh_tables(struct profiler *p)
       (p->stack_depth > 0 && stacks_init(&p->stacks) != 0) ||
       (p->keeps_model && live_init(&p->live) != 0) ||
       (p->keeps_model && places_init(&p->model) != 0) ||
+      trace_lines_init(&p->tlines, p->trace_lines != TRACE_LINES_START) != 0 ||
       vm_learn_name_builtins(&p->syms) != 0)
     return ENOMEM;
   if (p->keeps_model && p->stack_depth > 0)
@@ -282,6 +285,7 @@ static int follow_into_child(struct profiler *p)
   char *path = life_file_name(p->path_template);
   int err;
   writer_abandon(&p->out);
+  trace_lines_free(&p->tlines);
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
   live_free(&p->live);    /* The parent's sampled blocks are not the child's. */
@@ -312,6 +316,65 @@ static void free_link(struct chain_link *l)
   free(l);
 }
 
+/* A full profile's default (docs/builds.md: the cost of each mode). */
+#define TRACE_LINES_FULL TRACE_LINES_EXACT
+
+/*
+** How events of compiled code are attributed: as asked, else 'exact' for a
+** full profile (its cost to the program is in docs/builds.md) and 'resume'
+** for a sampled one, which changes nothing in the compiled code; each
+** limited to what the build supports (memprof.info().trace_lines).
+*/
+static int trace_lines_mode(const struct vm_layout *lay,
+                            const struct profile_options *opts)
+{
+  int mode = opts->trace_lines;
+  if (mode == TRACE_LINES_DEFAULT)
+    mode = opts->sample_bytes > 0 ? TRACE_LINES_RESUME : TRACE_LINES_FULL;
+  if (mode == TRACE_LINES_EXACT && !lay->tl.prof_ok)
+    mode = TRACE_LINES_RESUME;
+  if (mode != TRACE_LINES_START && !lay->tl.ok)
+    mode = TRACE_LINES_START;
+  return mode;
+}
+
+typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
+
+/* Throws away every trace, so that the next ones are compiled with the
+** current J->prof_mode. */
+static void flush_traces(lua_State *L)
+{
+  setmode_fn set;
+  *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
+  if (set != NULL)
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+}
+
+/* 'exact': per-line snapshots, as LuaJIT's line profiler asks for them,
+** unless the program runs that profiler (its mode is left alone). */
+static void set_prof_mode(lua_State *L, struct profiler *p)
+{
+  int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
+  if (p->trace_lines != TRACE_LINES_EXACT || *mode != 0)
+    return;
+  *mode = 'l';
+  p->prof_mode_set = 1;
+  flush_traces(L);
+}
+
+/* At stop: the VM's own mode again, if it is still ours. */
+static void restore_prof_mode(lua_State *L, struct profiler *p)
+{
+  int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
+  if (!p->prof_mode_set)
+    return;
+  p->prof_mode_set = 0;
+  if (*mode == 'l') {
+    *mode = 0;
+    flush_traces(L);
+  }
+}
+
 static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
                                    const struct profile_options *opts,
                                    const char *path, int *err)
@@ -337,6 +400,7 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   if (!p->extended)
     memset(p->layout.internal_kind, INTERNAL_UNKNOWN,
            sizeof(p->layout.internal_kind));
+  p->trace_lines = trace_lines_mode(lay, opts);
   if (opts->sample_bytes > 0)
     sampler_init(&p->sampler, opts->sample_bytes,
                  opts->has_seed ? opts->seed : sampler_default_seed());
@@ -425,6 +489,7 @@ static void notice_detachment(lua_State *L, struct vm_profiles *vm)
     return;
   vm->active = NULL;
   vm->detached = 1;
+  restore_prof_mode(L, &l->p);
   end_profile(&l->p);
   park(vm, l);
 }
@@ -436,6 +501,7 @@ static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
 {
   int err;
   vm->active = NULL;
+  restore_prof_mode(L, &l->p);
   if (at_top(L, &l->p)) {
     /* First: nothing more hits p. */
     lua_setallocf(L, l->p.orig_alloc, l->p.orig_ud);
@@ -616,6 +682,7 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
   }
   profiler_write_prologue(p); /* Buffered: errors show at stop. */
   p->fork_generation = profiler_fork_generation;
+  set_prof_mode(L, p); /* Before the hook: the flush is no event. */
   p->state = PROFILER_RECORDING;
   /* A parked hook of ours that is the VM's allocator gives its place to
   ** this one. No allocation happens from here to the last step. */

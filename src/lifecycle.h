@@ -24,7 +24,17 @@ struct profile_options {
   uint64_t sample_bytes; /* 0: record every event. */
   uint64_t seed;         /* Of the sampler, if has_seed. */
   int has_seed;
-  int snapshots; /* Keep the model of pprof snapshots in full mode too. */
+  int snapshots;   /* Keep the model of pprof snapshots in full mode too. */
+  int trace_lines; /* TRACE_LINES_*: events of compiled code by line. */
+};
+
+/* The start option trace_lines: how events made by compiled code are
+** attributed (trace_lines.h). */
+enum {
+  TRACE_LINES_DEFAULT = 0, /* Not given: see lifecycle.c. */
+  TRACE_LINES_START,       /* false: the trace's start. */
+  TRACE_LINES_RESUME,      /* 'resume': the snapshot's place. */
+  TRACE_LINES_EXACT,       /* 'exact': per-line snapshots (J->prof_mode). */
 };
 
 /* How a stopped profile ended, for stop's message. */

@@ -46,9 +46,10 @@ const struct tl_place *trace_lines_place(struct trace_lines *t,
                                          const struct vm_layout *lay,
                                          uintptr_t g, uint32_t traceno,
                                          int exitno, uintptr_t low,
-                                         unsigned frees)
+                                         uintptr_t described, unsigned frees)
 {
-  uintptr_t T = vm_trace_object(lay, 0, g, traceno), key, snap = 0, ret, mcode;
+  uintptr_t T = vm_trace_object(lay, 0, g, traceno), key, snap = 0, ret = 0,
+            mcode = 0;
   struct tl_cache_slot *s;
   uint16_t no, nsnap;
   int sn;
@@ -64,7 +65,9 @@ const struct tl_place *trace_lines_place(struct trace_lines *t,
     key = exit_key(T, exitno);
   }
   s = &t->slot[slot_of(key)];
-  if (s->key == key && s->T == T && s->frees == frees)
+  if (described != T)
+    s = &t->scratch; /* Not followed: resolved, not kept. */
+  else if (s->key == key && s->T == T && s->frees == frees)
     return &s->place;
   if (exitno < 0) {
     sn = tl_snapshot_at(lay, 0, T, (uint32_t)(ret - 1 - mcode), &snap);

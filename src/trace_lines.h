@@ -267,9 +267,10 @@ struct tl_cache_slot {
 };
 
 struct trace_lines {
-  int on;                      /* Events of traces are resolved. */
-  struct tl_cache_slot *slot;  /* TL_CACHE_SLOTS, malloc'd. */
-  uint64_t resolved, fallback; /* Events (memprof.stats). */
+  int on;                       /* Events of traces are resolved. */
+  struct tl_cache_slot *slot;   /* TL_CACHE_SLOTS, malloc'd. */
+  struct tl_cache_slot scratch; /* For a trace not described yet. */
+  uint64_t resolved, fallback;  /* Events (memprof.stats). */
 };
 
 /* Returns 0 or ENOMEM. */
@@ -279,14 +280,17 @@ void trace_lines_free(struct trace_lines *t);
 /*
 ** The place of an event made while trace `traceno` runs (`exitno` < 0) or
 ** while the VM leaves it through exit `exitno`, or NULL (the event stays at
-** the trace's start). `low` is an address in the hook's frame; `frees`
-** counts the trace objects freed so far (a cached place is valid only while
-** it is unchanged). Runs in the hook: plain reads, each range-checked.
+** the trace's start). `low` is an address in the hook's frame. Places are
+** cached only for a trace the stream has described (`described`: the trace
+** object the symbols name by traceno), whose freeing the symbols see:
+** `frees` counts the described traces freed so far, and a cached place
+** holds while it is unchanged. Runs in the hook: plain reads, each
+** range-checked.
 */
 const struct tl_place *trace_lines_place(struct trace_lines *t,
                                          const struct vm_layout *lay,
                                          uintptr_t g, uint32_t traceno,
                                          int exitno, uintptr_t low,
-                                         unsigned frees);
+                                         uintptr_t described, unsigned frees);
 
 #endif

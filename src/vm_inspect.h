@@ -36,6 +36,9 @@ struct vm_site {
   uint32_t line;    /* SOURCE_LUA: current line. */
   uint32_t traceno; /* SOURCE_TRACE: trace number. */
   uintptr_t addr;   /* SOURCE_LUA: GCproto; SOURCE_C: function address. */
+  uint8_t exit;     /* SOURCE_TRACE: made while the VM leaves the trace. */
+  uint8_t compiled; /* SOURCE_LUA: made by trace `traceno` (resolved by
+                       trace_lines.h). */
 };
 
 #define TVALUE_SIZE 8
@@ -734,6 +737,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   int32_t st;
   site->ffid = 0;
   site->traceno = 0;
+  site->exit = site->compiled = 0;
   site->source = SOURCE_INTERNAL;
   if (!vm_i32(safe, g + rt->g_vmstate, &st))
     return;
@@ -758,6 +762,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
         parent < 65536) {
       site->source = SOURCE_TRACE;
       site->traceno = parent;
+      site->exit = 1;
     }
     break;
   }

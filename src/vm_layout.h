@@ -48,6 +48,8 @@ struct vm_trace_layout {
   int prof_ok;   /* J->prof_mode was found (the 'exact' mode). */
   char prof_why[96];
   uint16_t g_prof_mode; /* J->prof_mode (int), from g. */
+  int exit_ok;          /* J->exitno is verified: exits are resolved. */
+  uint16_t g_exitno;    /* J->exitno (u32), from g. */
   uint8_t tr_mcode, tr_szmcode, tr_spadjust, tr_nsnap, tr_snap, tr_snapmap;
   uint8_t tr_nsnapmap, tr_ir, tr_nk;
   uint8_t snap_size, snap_mapofs, snap_mcofs, snap_nent;
