@@ -529,6 +529,8 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
   lua_setfield(L, -2, "resume");
   lua_pushboolean(L, tl->ok && tl->prof_ok);
   lua_setfield(L, -2, "exact");
+  lua_pushboolean(L, tl->ok && tl->exit_ok);
+  lua_setfield(L, -2, "exits");
   if (!tl->ok) {
     lua_pushstring(L, tl->why);
     lua_setfield(L, -2, "why");

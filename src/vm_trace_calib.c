@@ -80,6 +80,7 @@ struct tlc_sample {
 struct tlc_result {
   uint32_t traceno;
   int ok;
+  int exit; /* Made by an exit (J->parent, J->exitno). */
   struct tl_place place;
 };
 
@@ -173,6 +174,33 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
   r->ok = sn >= 0 && tl_snapshot_place(lay, 1, T, snap, sn, &r->place);
 }
 
+/* An exit restoring a sunk object: the place of snapshot J->exitno of
+** trace J->parent. J->exitno follows J->parent in every known build; the
+** place the check expects proves it. */
+static void resolve_exit(struct tlc *t)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  struct tlc_result *r;
+  uintptr_t T, snap;
+  uint32_t parent, exitno;
+  uint16_t nsnap;
+  if (!lay->exit_ok || t->nresults >= TLC_RESULTS)
+    return;
+  r = &t->results[t->nresults++];
+  memset(r, 0, sizeof(*r));
+  r->exit = 1;
+  if (!vm_u32(1, t->c->g + lay->g_parent, &parent) ||
+      !vm_u32(1, t->c->g + lay->g_parent + 4, &exitno))
+    return;
+  r->traceno = parent;
+  T = vm_trace_object(lay, 1, t->c->g, parent);
+  if (!vm_is_gc(lay, 1, T, GCT_TRACE) ||
+      !vm_u16(1, T + lay->tl.tr_nsnap, &nsnap) || exitno >= nsnap ||
+      !vm_ptr(1, T + lay->tl.tr_snap, &snap))
+    return;
+  r->ok = tl_snapshot_place(lay, 1, T, snap, (int)exitno, &r->place);
+}
+
 static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   struct tlc *t = ud;
@@ -183,6 +211,10 @@ static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
       resolve_now(t, (uint32_t)st, low);
     else
       take_stack(t, (uint32_t)st, low);
+  } else if (nsize != 0 && t->check && st < 0 &&
+             (uint32_t)~st < VM_STATE_SLOTS &&
+             t->c->lay.state_class[~st] == STATE_EXIT) {
+    resolve_exit(t);
   }
   return t->orig(t->orig_ud, ptr, osize, nsize);
 }
@@ -782,6 +814,54 @@ static int check_known(lua_State *L, struct tlc *t)
   return 1;
 }
 
+/* A loop on one line whose trace sinks its tables and exits every 40
+** rounds, which makes the sunk table: the exit's place is that line. */
+static const char exit_chunk[] =
+    "local keep = {} "
+    "for i = 1, 400 do local t = {i, i} "
+    "if i % 40 == 0 then keep[#keep + 1] = t end end "
+    "return keep";
+
+/* Exits: every object an exit makes resolves to the loop's line, in the
+** loop's function. Sinking may be off (no exit makes anything): then
+** exits stay at the trace's start. */
+static void check_exits(lua_State *L, struct tlc *t)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  const struct vm_layout *lay = &t->c->lay;
+  int top = lua_gettop(L), i, seen, status, attempt;
+  uintptr_t pt;
+  for (attempt = 0; attempt < 3 && !tl->exit_ok; attempt++) {
+    t->check = 1;
+    t->nresults = t->dropped = seen = 0;
+    if (luaL_loadbuffer(L, exit_chunk, sizeof(exit_chunk) - 1,
+                        "=memprof.calibration.exits") != 0) {
+      lua_settop(L, top);
+      return;
+    }
+    pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
+    t->orig = lua_getallocf(L, &t->orig_ud);
+    lua_setallocf(L, tlc_alloc, t);
+    status = lua_pcall(L, 0, 1, 0);
+    lua_setallocf(L, t->orig, t->orig_ud);
+    lua_settop(L, top);
+    if (status != 0)
+      return;
+    for (i = 0; i < t->nresults; i++) {
+      const struct tlc_result *r = &t->results[i];
+      if (!r->exit)
+        continue;
+      if (!r->ok || r->place.pt != pt || r->place.line != 1)
+        return;
+      seen++;
+    }
+    if (seen > 0) {
+      tl->exit_ok = 1;
+      tl->g_exitno = (uint16_t)(lay->g_parent + 4);
+    }
+  }
+}
+
 /* ---- J->prof_mode ------------------------------------------------------- */
 
 typedef void (*prof_cb)(void *data, lua_State *L, int samples, int vmstate);
@@ -944,6 +1024,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   tl->ok = 1;
   if (!find_trace_fields(t) || !find_header_op(L, t, ju) || !check_known(L, t))
     goto done;
+  check_exits(L, t);
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);
