@@ -6,6 +6,10 @@
 local memprof = require('memprof')
 local reader = require('memprof.reader')
 local h = require('helpers.profile')
+local C = require('helpers.command')
+
+local LUA = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
+local MEMPROF = os.getenv('PWD') .. '/bin/memprof'
 
 local info = memprof.info()
 local tl = info.trace_lines
@@ -351,5 +355,35 @@ end
     local off_b = profile(b, nil, false)
     assert.equal(off_a.bytes[line_of(a, 'a')], r.bytes[line_of(a, 'a')])
     assert.equal(off_b.bytes[line_of(b, 'b')], r.bytes[line_of(b, 'b')])
+  end)
+
+  it('is chosen with memprof run --trace-lines', function()
+    local dir = C.temp_dir()
+    C.write_file(dir .. '/loop.lua', [[
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+for i = 1, 3000 do
+  keep[i % 64 + 1] = {i, i}
+end
+]])
+    local function report(mode)
+      -- (The report goes to stderr, the script's output to stdout.)
+      local code, _, err = C.run('cd ' .. C.quote(dir) ..
+        ' && timeout 120 ' ..
+        C.command(LUA, MEMPROF, 'run', '--trace-lines=' .. mode, 'loop.lua'))
+      assert.equal(0, code, err)
+      return err
+    end
+    local exact, start = report('exact'), report('start')
+    local code, _, err = C.run('cd ' .. C.quote(dir) .. ' && timeout 120 ' ..
+      C.command(LUA, MEMPROF, 'run', '--trace-lines=line', 'loop.lua'))
+    C.remove_tree(dir)
+    assert.truthy(exact:find('\n@loop.lua:4: 3000 events\t+', 1, true), exact)
+    assert.is_nil(exact:find('TRACE started', 1, true))
+    assert.truthy(start:find('\nTRACE started at @loop.lua:3 ', 1, true),
+      start)
+    assert.equal(1, code)
+    assert.truthy(err:find("option '--trace-lines': expected exact, resume " ..
+      'or start, found line', 1, true), err)
   end)
 end)

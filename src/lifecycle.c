@@ -340,14 +340,23 @@ static int trace_lines_mode(const struct vm_layout *lay,
 
 typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
 
-/* Throws away every trace, so that the next ones are compiled with the
-** current J->prof_mode. */
-static void flush_traces(lua_State *L)
+static int flush_in(lua_State *L)
 {
   setmode_fn set;
   *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
   if (set != NULL)
     set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+  return 0;
+}
+
+/* Throws away every trace, so that the next ones are compiled with the
+** current J->prof_mode. LuaJIT refuses it in a finalizer (a stop at
+** lua_close) with an error, caught here: the traces then stay, and their
+** profiler checks only cost a test each. */
+static void flush_traces(lua_State *L)
+{
+  if (lua_cpcall(L, flush_in, NULL) != 0)
+    lua_pop(L, 1);
 }
 
 /* 'exact': per-line snapshots, as LuaJIT's line profiler asks for them,
@@ -362,8 +371,11 @@ static void set_prof_mode(lua_State *L, struct profiler *p)
   flush_traces(L);
 }
 
-/* At stop: the VM's own mode again, if it is still ours. */
-static void restore_prof_mode(lua_State *L, struct profiler *p)
+/* At stop, once the profile is complete (the flush is no event of it):
+** the VM's own mode again, if it is still ours. A VM being closed gets
+** its mode back, and no flush: its traces go with it. */
+static void restore_prof_mode(lua_State *L, struct vm_profiles *vm,
+                              struct profiler *p)
 {
   int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
   if (!p->prof_mode_set)
@@ -371,7 +383,8 @@ static void restore_prof_mode(lua_State *L, struct profiler *p)
   p->prof_mode_set = 0;
   if (*mode == 'l') {
     *mode = 0;
-    flush_traces(L);
+    if (!vm->closing)
+      flush_traces(L);
   }
 }
 
@@ -489,8 +502,8 @@ static void notice_detachment(lua_State *L, struct vm_profiles *vm)
     return;
   vm->active = NULL;
   vm->detached = 1;
-  restore_prof_mode(L, &l->p);
   end_profile(&l->p);
+  restore_prof_mode(L, vm, &l->p);
   park(vm, l);
 }
 
@@ -501,17 +514,18 @@ static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
 {
   int err;
   vm->active = NULL;
-  restore_prof_mode(L, &l->p);
   if (at_top(L, &l->p)) {
     /* First: nothing more hits p. */
     lua_setallocf(L, l->p.orig_alloc, l->p.orig_ud);
     err = end_profile(&l->p);
+    restore_prof_mode(L, vm, &l->p);
     *path = l->p.path;
     l->p.path = NULL;
     free_link(l);
   } else {
     /* The hook above ours still calls it and will put it back. */
     err = end_profile(&l->p);
+    restore_prof_mode(L, vm, &l->p);
     *path = l->p.path;
     l->p.path = NULL;
     park(vm, l);
