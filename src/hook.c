@@ -222,6 +222,28 @@ compiled_site(struct profiler *p, struct vm_site *site)
   return pl;
 }
 
+/* The fast path's part of compiled_site: a cached place only (loads, no
+** call). Exits go to the full path. */
+static inline __attribute__((always_inline)) const struct tl_place *
+cached_site(struct profiler *p, struct vm_site *site)
+{
+  const struct symbols *s = &p->syms;
+  const struct tl_place *pl;
+  if (site->exit || site->traceno >= s->trace_cap)
+    return NULL;
+  pl = tl_cached_place(&p->tlines, &p->layout, p->g, site->traceno,
+                       (uintptr_t)__builtin_frame_address(0),
+                       s->trace_obj[site->traceno], s->trace_frees);
+  if (pl == NULL)
+    return NULL;
+  p->tlines.resolved++;
+  site->source = SOURCE_LUA;
+  site->addr = pl->pt;
+  site->line = pl->line;
+  site->compiled = 1;
+  return pl;
+}
+
 /* The stack of an event of compiled code: its place's frames, the
 ** innermost function then its inlined callers. */
 static __attribute__((noinline)) uint32_t
@@ -355,15 +377,20 @@ record_before(struct profiler *p, const struct vm_layout *lay,
     return FULL_PATH;
   vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
             &site);
-  /* Compiled code by line: on the full path only. */
+  /* Compiled code by line: the fast path takes a cached place of a trace
+  ** the stream has described, the full one resolves and describes. */
   if (site.source == SOURCE_TRACE && p->tlines.on) {
     if (fast)
+      compiled = cached_site(p, &site);
+    else
+      compiled = compiled_site(p, &site);
+    /* (Its stack is the place's frames: the full path writes it.) */
+    if (fast && (compiled == NULL || (ext && p->stack_depth != 0)))
       return FULL_PATH;
-    compiled = compiled_site(p, &site);
   }
   if (!(site.source == SOURCE_INTERNAL ||
         (site.source == SOURCE_LUA && site.addr == p->syms.last_proto &&
-         compiled == NULL) ||
+         (compiled == NULL || fast)) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
          p->syms.trace_obj[site.traceno] != 0 &&
          p->syms.trace_obj[site.traceno] ==

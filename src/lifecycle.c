@@ -352,10 +352,23 @@ static int flush_in(lua_State *L)
 /* Throws away every trace, so that the next ones are compiled with the
 ** current J->prof_mode. LuaJIT refuses it in a finalizer (a stop at
 ** lua_close) with an error, caught here: the traces then stay, and their
-** profiler checks only cost a test each. */
-static void flush_traces(lua_State *L)
+** profiler checks only cost a test each. At start (before the heap is
+** noted) through lua_cpcall; at stop through the closure of
+** lifecycle_collector at stack index `collector`, which allocates
+** nothing; none without it. */
+static void flush_traces(lua_State *L, int collector)
 {
-  if (lua_cpcall(L, flush_in, NULL) != 0)
+  int status;
+  if (collector == 0) {
+    status = lua_cpcall(L, flush_in, NULL);
+  } else if (lua_tocfunction(L, collector) == lifecycle_collector) {
+    lua_pushvalue(L, collector);
+    lua_pushboolean(L, 1);
+    status = lua_pcall(L, 1, 0, 0);
+  } else {
+    return;
+  }
+  if (status != 0)
     lua_pop(L, 1);
 }
 
@@ -368,14 +381,14 @@ static void set_prof_mode(lua_State *L, struct profiler *p)
     return;
   *mode = 'l';
   p->prof_mode_set = 1;
-  flush_traces(L);
+  flush_traces(L, 0);
 }
 
 /* At stop, once the profile is complete (the flush is no event of it):
 ** the VM's own mode again, if it is still ours. A VM being closed gets
 ** its mode back, and no flush: its traces go with it. */
 static void restore_prof_mode(lua_State *L, struct vm_profiles *vm,
-                              struct profiler *p)
+                              struct profiler *p, int collector)
 {
   int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
   if (!p->prof_mode_set)
@@ -383,8 +396,8 @@ static void restore_prof_mode(lua_State *L, struct vm_profiles *vm,
   p->prof_mode_set = 0;
   if (*mode == 'l') {
     *mode = 0;
-    if (!vm->closing)
-      flush_traces(L);
+    if (!vm->closing && collector != 0)
+      flush_traces(L, collector);
   }
 }
 
@@ -503,14 +516,14 @@ static void notice_detachment(lua_State *L, struct vm_profiles *vm)
   vm->active = NULL;
   vm->detached = 1;
   end_profile(&l->p);
-  restore_prof_mode(L, vm, &l->p);
+  restore_prof_mode(L, vm, &l->p, 0);
   park(vm, l);
 }
 
-/* Ends the running profile l; see the top of this file. Returns 0 or
-** errno. */
+/* Ends the running profile l; see the top of this file. `collector`: as
+** for flush_traces (0: none). Returns 0 or errno. */
 static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
-                     char **path)
+                     int collector, char **path)
 {
   int err;
   vm->active = NULL;
@@ -518,14 +531,14 @@ static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
     /* First: nothing more hits p. */
     lua_setallocf(L, l->p.orig_alloc, l->p.orig_ud);
     err = end_profile(&l->p);
-    restore_prof_mode(L, vm, &l->p);
+    restore_prof_mode(L, vm, &l->p, collector);
     *path = l->p.path;
     l->p.path = NULL;
     free_link(l);
   } else {
     /* The hook above ours still calls it and will put it back. */
     err = end_profile(&l->p);
-    restore_prof_mode(L, vm, &l->p);
+    restore_prof_mode(L, vm, &l->p, collector);
     *path = l->p.path;
     l->p.path = NULL;
     park(vm, l);
@@ -694,9 +707,9 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
     free_link(l);
     return LIFE_FILE_ERROR;
   }
+  set_prof_mode(L, p);        /* Before the heap is noted and the hook is in. */
   profiler_write_prologue(p); /* Buffered: errors show at stop. */
   p->fork_generation = profiler_fork_generation;
-  set_prof_mode(L, p); /* Before the hook: the flush is no event. */
   p->state = PROFILER_RECORDING;
   /* A parked hook of ours that is the VM's allocator gives its place to
   ** this one. No allocation happens from here to the last step. */
@@ -712,6 +725,9 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
 
 int lifecycle_collector(lua_State *L)
 {
+  /* With an argument: flushes the traces instead (trace_lines 'exact'). */
+  if (lua_toboolean(L, 1))
+    return flush_in(L);
   lua_gc(L, LUA_GCCOLLECT, 0);
   return 0;
 }
@@ -760,7 +776,7 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
   if (l == NULL)
     return LIFE_NOT_RUNNING;
   ended->max_bytes = l->p.capped ? l->p.max_bytes : 0;
-  ended->err = stop_link(L, vm, l, &path);
+  ended->err = stop_link(L, vm, l, collector, &path);
   if (ended->err == 0) {
     free(path);
     return LIFE_OK;
@@ -811,7 +827,7 @@ void lifecycle_close(lua_State *L, struct vm_profiles *vm)
   vm->closing = 1;
   notice_detachment(L, vm);
   if (vm->active != NULL) {
-    stop_link(L, vm, vm->active, &path);
+    stop_link(L, vm, vm->active, 0, &path);
     free(path);
   }
   unpark_top(L, vm);

@@ -30,11 +30,6 @@ void trace_lines_free(struct trace_lines *t)
   t->on = 0;
 }
 
-static size_t slot_of(uintptr_t key)
-{
-  return (size_t)((key >> 2) ^ (key >> 11)) & (TL_CACHE_SLOTS - 1);
-}
-
 /* An exit's key: its trace object and number; never a code address (those
 ** are even, this is odd). */
 static uintptr_t exit_key(uintptr_t T, int exitno)
@@ -64,7 +59,7 @@ const struct tl_place *trace_lines_place(struct trace_lines *t,
   } else {
     key = exit_key(T, exitno);
   }
-  s = &t->slot[slot_of(key)];
+  s = &t->slot[tl_slot_of(key)];
   if (described != T)
     s = &t->scratch; /* Not followed: resolved, not kept. */
   else if (s->key == key && s->T == T && s->frees == frees)

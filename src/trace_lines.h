@@ -273,6 +273,45 @@ struct trace_lines {
   uint64_t resolved, fallback;  /* Events (memprof.stats). */
 };
 
+/* The cache slot of a key. */
+VM_INLINE size_t tl_slot_of(uintptr_t key)
+{
+  return (size_t)((key >> 2) ^ (key >> 11)) & (TL_CACHE_SLOTS - 1);
+}
+
+/*
+** The hook's fast path: the cached place of the helper call now running in
+** trace `traceno`, or NULL (then trace_lines_place decides). Only loads:
+** the trace must be the one the symbols follow (`described`, live while
+** `frees` is unchanged), and the stack slot is read only inside the range
+** tl_return_address checks.
+*/
+VM_INLINE const struct tl_place *
+tl_cached_place(const struct trace_lines *t, const struct vm_layout *lay,
+                uintptr_t g, uint32_t traceno, uintptr_t low,
+                uintptr_t described, unsigned frees)
+{
+  const struct tl_cache_slot *s;
+  uintptr_t T = vm_trace_object(lay, 0, g, traceno), L, cf, slot, ret;
+  uint16_t spadjust;
+  if (T == 0 || T != described)
+    return NULL;
+  memcpy(&spadjust, (const void *)(T + lay->tl.tr_spadjust), 2);
+  if (!vm_ref(lay, 0, g + lay->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(0, L + lay->L_cframe, &cf))
+    return NULL;
+  cf &= ~(uintptr_t)3;
+  slot = cf - TL_JLOOP_ADJUST - spadjust - 8;
+  if (cf < TL_JLOOP_ADJUST + 8 + (uintptr_t)spadjust || slot <= low ||
+      slot - low > TL_STACK_SPAN)
+    return NULL;
+  memcpy(&ret, (const void *)slot, sizeof(ret));
+  s = &t->slot[tl_slot_of(ret)];
+  if (s->key != ret || s->T != T || s->frees != frees)
+    return NULL;
+  return &s->place;
+}
+
 /* Returns 0 or ENOMEM. */
 int trace_lines_init(struct trace_lines *t, int on);
 void trace_lines_free(struct trace_lines *t);
