@@ -195,11 +195,11 @@ FAMILY_STACK(stack_nongc64, VM_CANDIDATE_NONGC64)
 /* The place of an event of trace site->traceno (or of its exit), which
 ** then becomes an event of that Lua line made in compiled code; NULL if
 ** it cannot be resolved (it stays at the trace's start). */
-static __attribute__((noinline)) const struct tl_place *
+static __attribute__((noinline)) struct tl_place *
 compiled_site(struct profiler *p, struct vm_site *site)
 {
   const struct symbols *s = &p->syms;
-  const struct tl_place *pl;
+  struct tl_place *pl;
   uint32_t exitno = 0;
   if (site->exit &&
       (!p->layout.tl.exit_ok ||
@@ -210,11 +210,8 @@ compiled_site(struct profiler *p, struct vm_site *site)
       site->exit ? (int)exitno : -1, (uintptr_t)__builtin_frame_address(0),
       site->traceno < s->trace_cap ? s->trace_obj[site->traceno] : 0,
       s->trace_frees);
-  if (pl == NULL) {
-    p->tlines.fallback++;
+  if (pl == NULL)
     return NULL;
-  }
-  p->tlines.resolved++;
   site->source = SOURCE_LUA;
   site->addr = pl->pt;
   site->line = pl->line;
@@ -224,19 +221,19 @@ compiled_site(struct profiler *p, struct vm_site *site)
 
 /* The fast path's part of compiled_site: a cached place only (loads, no
 ** call). Exits go to the full path. */
-static inline __attribute__((always_inline)) const struct tl_place *
-cached_site(struct profiler *p, struct vm_site *site)
+static inline __attribute__((always_inline)) struct tl_place *
+cached_site(struct profiler *p, const struct vm_layout *lay,
+            struct vm_site *site)
 {
   const struct symbols *s = &p->syms;
-  const struct tl_place *pl;
+  struct tl_place *pl;
   if (site->exit || site->traceno >= s->trace_cap)
     return NULL;
-  pl = tl_cached_place(&p->tlines, &p->layout, p->g, site->traceno,
+  pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
                        (uintptr_t)__builtin_frame_address(0),
                        s->trace_obj[site->traceno], s->trace_frees);
   if (pl == NULL)
     return NULL;
-  p->tlines.resolved++;
   site->source = SOURCE_LUA;
   site->addr = pl->pt;
   site->line = pl->line;
@@ -245,13 +242,14 @@ cached_site(struct profiler *p, struct vm_site *site)
 }
 
 /* The stack of an event of compiled code: its place's frames, the
-** innermost function then its inlined callers. */
+** innermost function then its inlined callers; kept with the place. */
 static __attribute__((noinline)) uint32_t
-compiled_stack(struct profiler *p, const struct tl_place *pl, int *err)
+compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
 {
   int n = pl->nframes < p->stack_depth ? pl->nframes : p->stack_depth;
-  return stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, pl->frames, n,
-                   err);
+  pl->stack_id =
+      stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, pl->frames, n, err);
+  return pl->stack_id;
 }
 
 /*
@@ -261,14 +259,15 @@ compiled_stack(struct profiler *p, const struct tl_place *pl, int *err)
 */
 static inline __attribute__((always_inline)) uint32_t
 record_extended(struct profiler *p, stack_fn stack_of,
-                const struct vm_site *site, const struct tl_place *compiled,
+                const struct vm_site *site, struct tl_place *compiled,
                 void *ptr, int *err)
 {
   uint32_t stack = 0;
   if (p->timestamps && (writer_ticked(&p->out) || --p->clock_countdown == 0))
     mark_time(p, 0);
   if (p->stack_depth != 0 && *err == 0 && compiled != NULL)
-    stack = compiled_stack(p, compiled, err);
+    stack = compiled->stack_id != 0 ? compiled->stack_id
+                                    : compiled_stack(p, compiled, err);
   else if (p->stack_depth != 0 && *err == 0 &&
            (site->source == SOURCE_LUA || site->source == SOURCE_C))
     stack = stack_of(p, ptr, err);
@@ -365,7 +364,7 @@ record_before(struct profiler *p, const struct vm_layout *lay,
               size_t osize, size_t nsize, struct recorded_as *as)
 {
   struct vm_site site;
-  const struct tl_place *compiled = NULL;
+  struct tl_place *compiled = NULL;
   uint32_t stack = 0;
   uint8_t *event;
   int err = 0;
@@ -381,12 +380,15 @@ record_before(struct profiler *p, const struct vm_layout *lay,
   ** the stream has described, the full one resolves and describes. */
   if (site.source == SOURCE_TRACE && p->tlines.on) {
     if (fast)
-      compiled = cached_site(p, &site);
+      compiled = cached_site(p, lay, &site);
     else
       compiled = compiled_site(p, &site);
-    /* (Its stack is the place's frames: the full path writes it.) */
-    if (fast && (compiled == NULL || (ext && p->stack_depth != 0)))
+    /* (Its stack is the place's frames: the full path writes it once.) */
+    if (fast && (compiled == NULL ||
+                 (ext && p->stack_depth != 0 && compiled->stack_id == 0)))
       return FULL_PATH;
+    if (fast && ext)
+      stack = compiled->stack_id;
   }
   if (!(site.source == SOURCE_INTERNAL ||
         (site.source == SOURCE_LUA && site.addr == p->syms.last_proto &&

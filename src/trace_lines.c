@@ -37,7 +37,7 @@ static uintptr_t exit_key(uintptr_t T, int exitno)
   return (T ^ ((uintptr_t)exitno << 20)) | 1;
 }
 
-const struct tl_place *trace_lines_place(struct trace_lines *t,
+struct tl_place *trace_lines_place(struct trace_lines *t,
                                          const struct vm_layout *lay,
                                          uintptr_t g, uint32_t traceno,
                                          int exitno, uintptr_t low,
@@ -76,6 +76,7 @@ const struct tl_place *trace_lines_place(struct trace_lines *t,
     sn = exitno;
   }
   s->key = 0;
+  s->place.stack_id = 0;
   if (!tl_snapshot_place(lay, 0, T, snap, sn, &s->place))
     return NULL;
   s->key = key;

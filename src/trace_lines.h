@@ -40,6 +40,8 @@ struct tl_place {
   uint32_t line; /* Its line. */
   int nframes;   /* Frames, innermost first: frames[0] is pt's. */
   struct vm_raw_frame frames[TL_MAX_FRAMES];
+  uint32_t stack_id; /* Of these frames in the stream, 0 until known
+                        (stack ids stay valid for the whole stream). */
 };
 
 /* The prototype whose bytecode holds pc: the nearest function header at
@@ -270,7 +272,6 @@ struct trace_lines {
   int on;                       /* Events of traces are resolved. */
   struct tl_cache_slot *slot;   /* TL_CACHE_SLOTS, malloc'd. */
   struct tl_cache_slot scratch; /* For a trace not described yet. */
-  uint64_t resolved, fallback;  /* Events (memprof.stats). */
 };
 
 /* The cache slot of a key. */
@@ -281,29 +282,35 @@ VM_INLINE size_t tl_slot_of(uintptr_t key)
 
 /*
 ** The hook's fast path: the cached place of the helper call now running in
-** trace `traceno`, or NULL (then trace_lines_place decides). Only loads:
+** trace `traceno`, or NULL (then trace_lines_place decides). `lay` gives
+** the object offsets (it may be a family's constant table), `rt` the
+** verified layout's global and trace offsets. Only loads:
 ** the trace must be the one the symbols follow (`described`, live while
 ** `frees` is unchanged), and the stack slot is read only inside the range
 ** tl_return_address checks.
 */
-VM_INLINE const struct tl_place *
-tl_cached_place(const struct trace_lines *t, const struct vm_layout *lay,
-                uintptr_t g, uint32_t traceno, uintptr_t low,
-                uintptr_t described, unsigned frees)
+VM_INLINE struct tl_place *
+tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
+                const struct vm_layout *rt, uintptr_t g, uint32_t traceno,
+                uintptr_t low, uintptr_t described, unsigned frees)
 {
-  const struct tl_cache_slot *s;
-  uintptr_t T = vm_trace_object(lay, 0, g, traceno), L, cf, slot, ret;
+  struct tl_cache_slot *s;
+  uintptr_t arr, T, L, cf, slot, ret;
   uint16_t spadjust;
-  if (T == 0 || T != described)
+  /* J->trace[traceno] is the described trace: the number was below
+  ** J->sizetrace when it was described, and the array never shrinks. */
+  memcpy(&arr, (const void *)(g + rt->g_trace), sizeof(arr));
+  if (arr == 0 ||
+      !vm_ref(lay, 0, arr + (uintptr_t)traceno * lay->ref_size, &T) ||
+      T != described || T == 0)
     return NULL;
-  memcpy(&spadjust, (const void *)(T + lay->tl.tr_spadjust), 2);
-  if (!vm_ref(lay, 0, g + lay->g_cur_L, &L) || L == 0 ||
+  memcpy(&spadjust, (const void *)(T + rt->tl.tr_spadjust), 2);
+  if (!vm_ref(lay, 0, g + rt->g_cur_L, &L) || L == 0 ||
       !vm_ptr(0, L + lay->L_cframe, &cf))
     return NULL;
-  cf &= ~(uintptr_t)3;
-  slot = cf - TL_JLOOP_ADJUST - spadjust - 8;
-  if (cf < TL_JLOOP_ADJUST + 8 + (uintptr_t)spadjust || slot <= low ||
-      slot - low > TL_STACK_SPAN)
+  /* (A C frame too low for the slot wraps it far above `low`.) */
+  slot = (cf & ~(uintptr_t)3) - TL_JLOOP_ADJUST - spadjust - 8;
+  if (slot <= low || slot - low > TL_STACK_SPAN)
     return NULL;
   memcpy(&ret, (const void *)slot, sizeof(ret));
   s = &t->slot[tl_slot_of(ret)];
@@ -326,10 +333,9 @@ void trace_lines_free(struct trace_lines *t);
 ** holds while it is unchanged. Runs in the hook: plain reads, each
 ** range-checked.
 */
-const struct tl_place *trace_lines_place(struct trace_lines *t,
-                                         const struct vm_layout *lay,
-                                         uintptr_t g, uint32_t traceno,
-                                         int exitno, uintptr_t low,
-                                         uintptr_t described, unsigned frees);
+struct tl_place *trace_lines_place(struct trace_lines *t,
+                                   const struct vm_layout *lay, uintptr_t g,
+                                   uint32_t traceno, int exitno, uintptr_t low,
+                                   uintptr_t described, unsigned frees);
 
 #endif
