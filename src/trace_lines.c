@@ -38,10 +38,9 @@ static uintptr_t exit_key(uintptr_t T, int exitno)
 }
 
 struct tl_place *trace_lines_place(struct trace_lines *t,
-                                         const struct vm_layout *lay,
-                                         uintptr_t g, uint32_t traceno,
-                                         int exitno, uintptr_t low,
-                                         uintptr_t described, unsigned frees)
+                                   const struct vm_layout *lay, uintptr_t g,
+                                   uint32_t traceno, int exitno, uintptr_t low,
+                                   uintptr_t described, unsigned frees)
 {
   uintptr_t T = vm_trace_object(lay, 0, g, traceno), key, snap = 0, ret = 0,
             mcode = 0;
