@@ -290,7 +290,8 @@ static int l_start(lua_State *L)
     snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }
-  if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK) {
+  if (lifecycle_start(L, &s->profiles, &layout, &opts, path,
+                      lua_upvalueindex(1), &err) != LIFE_OK) {
     char *file = life_file_name(path);
     int n = push_file_failure(L, file != NULL ? file : path, err);
     free(file);
@@ -683,6 +684,13 @@ static void push_stop(lua_State *L)
   lua_pushcclosure(L, l_stop, 1);
 }
 
+/* start flushes traces through the same closure (trace_lines 'exact'). */
+static void push_start(lua_State *L)
+{
+  lua_pushcfunction(L, lifecycle_collector);
+  lua_pushcclosure(L, l_start, 1);
+}
+
 /* Keeps the refusal messages alive in the registry: they stay interned, so
 ** pushing one later allocates nothing (see life_messages). */
 static void anchor_messages(lua_State *L)
@@ -724,7 +732,7 @@ static void install_misc(lua_State *L)
     lua_getfield(L, -1, "memprof");
     if (lua_isnil(L, -1)) {
       lua_newtable(L);
-      lua_pushcfunction(L, l_start);
+      push_start(L);
       lua_setfield(L, -2, "start");
       push_stop(L);
       lua_setfield(L, -2, "stop");
@@ -742,9 +750,11 @@ static void install_misc(lua_State *L)
 
 __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
 {
-  static const luaL_Reg api[] = {
-      {"start", l_start}, {"is_running", l_is_running}, {"info", l_info},
-      {"stats", l_stats}, {"snapshot", l_snapshot},     {NULL, NULL}};
+  static const luaL_Reg api[] = {{"is_running", l_is_running},
+                                 {"info", l_info},
+                                 {"stats", l_stats},
+                                 {"snapshot", l_snapshot},
+                                 {NULL, NULL}};
   lifecycle_init_process();
   pin_module();
   install_sentinel(L);
@@ -752,6 +762,8 @@ __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
   install_misc(L);
   lua_newtable(L);
   luaL_register(L, NULL, api);
+  push_start(L);
+  lua_setfield(L, -2, "start");
   push_stop(L);
   lua_setfield(L, -2, "stop");
   return 1;

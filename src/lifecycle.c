@@ -350,38 +350,31 @@ static int flush_in(lua_State *L)
 }
 
 /* Throws away every trace, so that the next ones are compiled with the
-** current J->prof_mode. LuaJIT refuses it in a finalizer (a stop at
-** lua_close) with an error, caught here: the traces then stay, and their
-** profiler checks only cost a test each. At start (before the heap is
-** noted) through lua_cpcall; at stop through the closure of
-** lifecycle_collector at stack index `collector`, which allocates
-** nothing; none without it. */
+** current J->prof_mode, through the closure of lifecycle_collector at
+** stack index `collector` (made when the module was loaded: calling it
+** allocates nothing); none without it. LuaJIT refuses a flush in a
+** finalizer (a stop at lua_close) with an error, caught here: the traces
+** then stay, and their profiler checks only cost a test each. */
 static void flush_traces(lua_State *L, int collector)
 {
-  int status;
-  if (collector == 0) {
-    status = lua_cpcall(L, flush_in, NULL);
-  } else if (lua_tocfunction(L, collector) == lifecycle_collector) {
-    lua_pushvalue(L, collector);
-    lua_pushboolean(L, 1);
-    status = lua_pcall(L, 1, 0, 0);
-  } else {
+  if (collector == 0 || lua_tocfunction(L, collector) != lifecycle_collector)
     return;
-  }
-  if (status != 0)
+  lua_pushvalue(L, collector);
+  lua_pushboolean(L, 1);
+  if (lua_pcall(L, 1, 0, 0) != 0)
     lua_pop(L, 1);
 }
 
 /* 'exact': per-line snapshots, as LuaJIT's line profiler asks for them,
 ** unless the program runs that profiler (its mode is left alone). */
-static void set_prof_mode(lua_State *L, struct profiler *p)
+static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
 {
   int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
   if (p->trace_lines != TRACE_LINES_EXACT || *mode != 0)
     return;
   *mode = 'l';
   p->prof_mode_set = 1;
-  flush_traces(L, 0);
+  flush_traces(L, collector);
 }
 
 /* At stop, once the profile is complete (the flush is no event of it):
@@ -696,7 +689,7 @@ enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm)
 enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct vm_layout *lay,
                                  const struct profile_options *opts,
-                                 const char *path, int *err)
+                                 const char *path, int collector, int *err)
 {
   struct chain_link *l = new_link(L, lay, opts, path, err);
   struct profiler *p;
@@ -707,8 +700,8 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
     free_link(l);
     return LIFE_FILE_ERROR;
   }
-  set_prof_mode(L, p);        /* Before the heap is noted and the hook is in. */
-  profiler_write_prologue(p); /* Buffered: errors show at stop. */
+  set_prof_mode(L, p, collector); /* Before the hook is in. */
+  profiler_write_prologue(p);     /* Buffered: errors show at stop. */
   p->fork_generation = profiler_fork_generation;
   p->state = PROFILER_RECORDING;
   /* A parked hook of ours that is the VM's allocator gives its place to

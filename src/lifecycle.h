@@ -101,12 +101,14 @@ char *life_file_name(const char *path);
 int life_path_follows_fork(const char *path);
 
 /* Starts a profile to `path` (after lifecycle_may_start said LIFE_OK and
-** with a verified layout). The file is life_file_name(path).
-** LIFE_OK, or LIFE_FILE_ERROR with *err. */
+** with a verified layout). The file is life_file_name(path). `collector`:
+** the stack index of the lifecycle_collector closure, through which
+** trace_lines 'exact' flushes the traces (0: none). LIFE_OK, or
+** LIFE_FILE_ERROR with *err. */
 enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct vm_layout *lay,
                                  const struct profile_options *opts,
-                                 const char *path, int *err);
+                                 const char *path, int collector, int *err);
 
 /* A full collection, for collect_at_stop. The binding makes its closure
 ** when the module loads and passes its stack index to lifecycle_stop, so
