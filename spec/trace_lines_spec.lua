@@ -56,6 +56,18 @@ local function read(path)
   return r
 end
 
+-- The line of this file where profile() calls the case's loop.
+local PCALL_LINE
+do
+  local n = 0
+  for text in io.lines('spec/trace_lines_spec.lua') do
+    n = n + 1
+    if text:find('local ok, err = pcall(run, n or 3000)', 1, true) then
+      PCALL_LINE = n
+    end
+  end
+end
+
 -- Runs run(n) of the chunk `code` under a profile with `opts`, with the
 -- JIT compiler on or off for the chunk.
 local function profile(code, opts, compiled, n)
@@ -253,6 +265,13 @@ end
         assert.equal(inner, frames[1].line)
         assert.equal(CHUNK, frames[2].chunkname)
         assert.equal(call, frames[2].line)
+        -- Below the trace: the interpreter's frames (pcall in profile()).
+        if tl.stacks then
+          assert.equal('pcall', frames[3].name)
+          assert.equal(PCALL_LINE, frames[4].line)
+        else
+          assert.is_nil(frames[3])
+        end
         seen = seen + 1
       end
     end

@@ -532,6 +532,8 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
   lua_setfield(L, -2, "exact");
   lua_pushboolean(L, tl->ok && tl->exit_ok);
   lua_setfield(L, -2, "exits");
+  lua_pushboolean(L, tl->ok && tl->base_ok);
+  lua_setfield(L, -2, "stacks");
   if (!tl->ok) {
     lua_pushstring(L, tl->why);
     lua_setfield(L, -2, "why");
@@ -556,6 +558,7 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
     set_int(L, "snap_nent", tl->snap_nent);
     set_int(L, "bc_funcf", tl->bc_funcf);
     set_int(L, "g_prof_mode", tl->prof_ok ? tl->g_prof_mode : -1);
+    set_int(L, "g_jit_base", tl->base_ok ? tl->g_jit_base : -1);
     lua_setfield(L, -2, "offsets");
   }
   lua_setfield(L, -2, "trace_lines");

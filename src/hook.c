@@ -242,14 +242,43 @@ cached_site(struct profiler *p, const struct vm_layout *lay,
 }
 
 /* The stack of an event of compiled code: its place's frames, the
-** innermost function then its inlined callers; kept with the place. */
+** innermost function then its inlined callers down to the trace's base
+** frame, then the interpreter frames below that (walked from
+** g->jit_base, where the build's calibration proved it: those can change
+** from event to event; else the place's frames alone, kept with it). */
 static __attribute__((noinline)) uint32_t
 compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
 {
-  int n = pl->nframes < p->stack_depth ? pl->nframes : p->stack_depth;
-  pl->stack_id =
-      stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, pl->frames, n, err);
-  return pl->stack_id;
+  struct vm_raw_frame frames[MAX_STACK_DEPTH];
+  struct vm_walk_entry *e;
+  struct vm_thread th;
+  uintptr_t base;
+  int n = pl->nframes < p->stack_depth ? pl->nframes : p->stack_depth, same,
+      below;
+  if (!p->layout.tl.base_ok || n < pl->nframes) {
+    pl->stack_id = stacks_id(&p->stacks, &p->syms, &p->out, &p->layout,
+                             pl->frames, n, err);
+    return pl->stack_id;
+  }
+  memcpy(frames, pl->frames, (size_t)n * sizeof(frames[0]));
+  if (p->stacks.walk_generation != p->syms.generation || p->sampler.mean != 0) {
+    vm_walk_clear(&p->stacks.walk);
+    p->stacks.walk_generation = p->syms.generation;
+  }
+  /* The walk's first frame is the base frame, already there with its
+  ** line (its PC in the C frame is not the trace's). */
+  if (vm_current_thread(&p->layout, 0, p->g + p->layout.g_cur_L, &th) &&
+      tl_jit_base(&p->layout, 0, p->g, &th, &base)) {
+    below = vm_walk_stack_at(&p->layout, 0, p->g + p->layout.g_cur_L, base, 0,
+                             frames + n - 1, p->stack_depth - n + 1,
+                             &p->stacks.walk, &e, &same);
+    if (below > 0 && same)
+      below = vm_walk_output(e, frames + n - 1);
+    if (below > 0 && frames[n - 1].obj == pl->frames[n - 1].obj)
+      n += below - 1;
+    frames[pl->nframes - 1] = pl->frames[pl->nframes - 1];
+  }
+  return stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, frames, n, err);
 }
 
 /*

@@ -74,6 +74,19 @@ VM_INLINE uintptr_t tl_proto_of_pc(const struct vm_layout *lay, int safe,
   return pt;
 }
 
+/* The base of the trace's base frame (g->jit_base), inside the thread's
+** stack. Returns 1 with *base set. */
+VM_INLINE int tl_jit_base(const struct vm_layout *lay, int safe, uintptr_t g,
+                          const struct vm_thread *th, uintptr_t *base)
+{
+  uintptr_t b;
+  if (!vm_ref(lay, safe, g + lay->tl.g_jit_base, &b) || b <= th->stack ||
+      b >= th->limit || ((b - th->stack) & 7) != 0)
+    return 0;
+  *base = b;
+  return 1;
+}
+
 /* The return address into T's machine code of the helper call now
 ** running, or 0. `low` is an address in the caller's own frame: the slot
 ** read lies between it and the C frame the trace runs on. */

@@ -624,7 +624,9 @@ VM_INLINE struct vm_walk_entry *vm_walk_victim(struct vm_walk_cache *cache)
 
 /*
 ** The raw call stack of the current thread, innermost first, at most max
-** frames, as lj_debug walks levels: dummy frames (holding the thread) are
+** frames, from its base or from `base` if not 0 (a trace's base frame: the
+** top frame's PC, from the C frame, is then not its own), as lj_debug
+** walks levels: dummy frames (holding the thread) are
 ** skipped, and a vararg function is seen at its pseudo-frame only.
 ** Returns the number of frames (0: no stack, e.g. a stack being resized),
 ** and the cache entry that holds them in *entry.
@@ -638,11 +640,11 @@ VM_INLINE struct vm_walk_entry *vm_walk_victim(struct vm_walk_cache *cache)
 ** both) is taken from it: typically only the top frames change, in a deep
 ** stack that does not.
 */
-VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
-                            uintptr_t cur_L_at, uintptr_t ptr,
-                            struct vm_raw_frame *out, int max,
-                            struct vm_walk_cache *cache,
-                            struct vm_walk_entry **entry, int *same)
+VM_INLINE int vm_walk_stack_at(const struct vm_layout *lay, int safe,
+                               uintptr_t cur_L_at, uintptr_t base,
+                               uintptr_t ptr, struct vm_raw_frame *out, int max,
+                               struct vm_walk_cache *cache,
+                               struct vm_walk_entry **entry, int *same)
 {
   struct vm_thread th;
   const struct vm_walk_entry *prev = &cache->entry[cache->last];
@@ -656,6 +658,8 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
   if (!vm_current_thread(lay, safe, cur_L_at, &th) ||
       (ptr != 0 && ptr == th.stack))
     return 0;
+  if (base != 0)
+    th.base = base;
   frame = th.base - TVALUE_SIZE;
   cache->clock++;
   if ((e = vm_walk_find(lay, safe, cache, &th, frame)) != NULL) {
@@ -724,6 +728,16 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
         vm_walk_bit(lay->gc64 ? (uintptr_t)(steps[i].tv & GC64_ADDR_MASK)
                               : (uintptr_t)steps[i].tv);
   return vm_walk_output(e, out);
+}
+
+VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
+                            uintptr_t cur_L_at, uintptr_t ptr,
+                            struct vm_raw_frame *out, int max,
+                            struct vm_walk_cache *cache,
+                            struct vm_walk_entry **entry, int *same)
+{
+  return vm_walk_stack_at(lay, safe, cur_L_at, 0, ptr, out, max, cache, entry,
+                          same);
 }
 
 /* Full classification of one allocator call. `lay` gives the offsets (it

@@ -49,6 +49,9 @@ struct vm_trace_layout {
   char prof_why[96];
   uint16_t g_prof_mode; /* J->prof_mode (int), from g. */
   int exit_ok;          /* J->exitno is verified: exits are resolved. */
+  int base_ok;          /* g->jit_base is verified: the frames below a
+                           trace are walked. */
+  uint16_t g_jit_base;  /* g->jit_base (MRef), from g. */
   uint16_t g_exitno;    /* J->exitno (u32), from g. */
   uint8_t tr_mcode, tr_szmcode, tr_spadjust, tr_nsnap, tr_snap, tr_snapmap;
   uint8_t tr_nsnapmap, tr_ir, tr_nk;

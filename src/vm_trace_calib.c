@@ -56,7 +56,11 @@ static const char known_chunk[] = "local keep = {0, 0, 0, 0, 0, 0, 0, 0}\n"
                                   "    keep[i % 8 + 1] = b\n"
                                   "  end\n"
                                   "end\n"
-                                  "return run, inner\n";
+                                  "local function outer(n)\n"
+                                  "  run(n) --@outer\n"
+                                  "  return true\n"
+                                  "end\n"
+                                  "return outer, inner, run\n";
 
 /* The line of a tag in the chunk. */
 static int tag_line(const char *tag)
@@ -71,6 +75,8 @@ static int tag_line(const char *tag)
 }
 
 struct tlc_sample {
+  uint8_t g[CALIB_G_WINDOW]; /* global_State. */
+  uintptr_t stack, limit;    /* The running thread's stack. */
   uint32_t traceno;
   uintptr_t cf, from; /* The copy holds [from, cf). */
   int nwords;
@@ -80,6 +86,9 @@ struct tlc_sample {
 struct tlc_result {
   uint32_t traceno;
   int ok;
+  /* From g->jit_base: the trace's base frame and the one below it. */
+  uintptr_t base_pt, below_pt;
+  uint32_t below_line;
   int exit; /* Made by an exit (J->parent, J->exitno). */
   struct tl_place place;
 };
@@ -111,6 +120,7 @@ struct tlc {
   struct tlc_result results[TLC_RESULTS];
   int ntraces;
   struct tlc_trace traces[TLC_TRACES];
+  int based; /* The known-answer run found the frames below its traces. */
 };
 
 static void tl_fail(struct vm_trace_layout *tl, const char *fmt, ...)
@@ -144,12 +154,46 @@ static void take_stack(struct tlc *t, uint32_t traceno, uintptr_t low)
   if (cf <= from || (cf & 7) != 0)
     return;
   s = &t->samples[t->nsamples];
+  {
+    struct vm_thread th;
+    if (!vm_current_thread(lay, 1, t->c->g + lay->g_cur_L, &th) ||
+        !safe_read(t->c->g, s->g, sizeof(s->g)))
+      return;
+    s->stack = th.stack;
+    s->limit = th.limit;
+  }
   s->traceno = traceno;
   s->cf = cf;
   s->from = from;
   s->nwords = (int)((cf - from) / 8);
   if (safe_read(from, s->words, cf - from))
     t->nsamples++;
+}
+
+/* The trace's base frame (at g->jit_base as found) and its caller. */
+static void base_frames(struct tlc *t, struct tlc_result *r)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  struct vm_thread th;
+  uintptr_t frame, below, fn;
+  intptr_t link;
+  int varg;
+  if (lay->tl.g_jit_base == 0 ||
+      !vm_current_thread(lay, 1, t->c->g + lay->g_cur_L, &th) ||
+      !tl_jit_base(lay, 1, t->c->g, &th, &frame))
+    return;
+  frame -= TVALUE_SIZE;
+  if ((fn = vm_frame_func(lay, 1, frame)) == 0 ||
+      !vm_frame_link(lay, 1, frame, &link))
+    return;
+  r->base_pt = vm_func_proto(lay, 1, fn);
+  below = vm_frame_below(lay, 1, &th, frame, link, &varg);
+  if (below == 0 || (fn = vm_frame_func(lay, 1, below)) == 0)
+    return;
+  r->below_pt = vm_func_proto(lay, 1, fn);
+  if (r->below_pt != 0)
+    vm_pc_line(lay, 1, r->below_pt, vm_caller_pc(lay, 1, frame, link),
+               &r->below_line);
 }
 
 static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
@@ -172,6 +216,7 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
     return;
   sn = tl_current_snapshot(lay, 1, t->c->g, T, low, &ret, &snap);
   r->ok = sn >= 0 && tl_snapshot_place(lay, 1, T, snap, sn, &r->place);
+  base_frames(t, r);
 }
 
 /* An exit restoring a sunk object: the place of snapshot J->exitno of
@@ -220,16 +265,16 @@ static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 }
 
 /* Loads the chunk and runs its loop under the recording allocator; leaves
-** the chunk's two functions on the stack (run, inner). */
+** the chunk's three functions on the stack (outer, inner, run). */
 static int run_known(lua_State *L, struct tlc *t, const char *name)
 {
   int top = lua_gettop(L), status;
   if (luaL_loadbuffer(L, known_chunk, sizeof(known_chunk) - 1, name) != 0 ||
-      lua_pcall(L, 0, 2, 0) != 0 || !lua_isfunction(L, -2)) {
+      lua_pcall(L, 0, 3, 0) != 0 || !lua_isfunction(L, -3)) {
     lua_settop(L, top);
     return 0;
   }
-  lua_pushvalue(L, -2);
+  lua_pushvalue(L, -3);
   lua_pushinteger(L, 400);
   t->orig = lua_getallocf(L, &t->orig_ud);
   lua_setallocf(L, tlc_alloc, t);
@@ -701,6 +746,31 @@ static int find_trace_fields(struct tlc *t)
                    "stack adjustment (seen on the stack)");
 }
 
+/* g->jit_base: the reference of global_State that points into the running
+** thread's stack at every allocation made by a trace, and is NULL now (no
+** trace runs). The known-answer run proves it (the frames below its
+** traces); else those frames are left out. */
+static void find_jit_base(struct tlc *t)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  size_t o, r = lay->ref_size;
+  int i;
+  for (o = r; o + r <= CALIB_G_WINDOW; o += r) {
+    int fits = t->nsamples > 0;
+    uintptr_t now;
+    for (i = 0; i < t->nsamples && fits; i++) {
+      const struct tlc_sample *s = &t->samples[i];
+      uintptr_t v =
+          lay->gc64 ? (uintptr_t)win_u64(s->g, o) : (uintptr_t)win_u32(s->g, o);
+      fits = v > s->stack && v < s->limit && ((v - s->stack) & 7) == 0;
+    }
+    if (fits && vm_ref(lay, 1, t->c->g + o, &now) && now == 0) {
+      t->c->lay.tl.g_jit_base = (uint16_t)o;
+      return;
+    }
+  }
+}
+
 /* ---- The function header op --------------------------------------------- */
 
 static int find_header_op(lua_State *L, struct tlc *t, int ju)
@@ -762,7 +832,8 @@ static int known_run(lua_State *L, struct tlc *t)
   int top = lua_gettop(L), i, hits[3] = {0, 0, 0};
   int l_table = tag_line("--@table"), l_concat = tag_line("--@concat"),
       l_inner = tag_line("--@inner"), l_call = tag_line("--@call");
-  uintptr_t run_pt, inner_pt;
+  uintptr_t run_pt, inner_pt, outer_pt;
+  int based = 0, l_outer = tag_line("--@outer");
   t->check = 1;
   t->nresults = t->dropped = 0;
   if (!run_known(L, t, "=memprof.calibration.lines")) {
@@ -770,8 +841,9 @@ static int known_run(lua_State *L, struct tlc *t)
     tl_fail(tl, "the known-answer chunk does not run");
     return 0;
   }
-  run_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
-  inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
+  run_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
+  inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
+  outer_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -3));
   lua_settop(L, top);
   for (i = 0; i < t->nresults; i++) {
     const struct tlc_result *r = &t->results[i];
@@ -803,6 +875,14 @@ static int known_run(lua_State *L, struct tlc *t)
       return 0;
     }
   }
+  /* The interpreter frames below the trace: every event's base frame is
+  ** run's, called from outer's line. */
+  for (i = 0; i < t->nresults; i++) {
+    const struct tlc_result *r = &t->results[i];
+    based += r->base_pt == run_pt && r->below_pt == outer_pt &&
+             (int)r->below_line == l_outer;
+  }
+  t->based = t->nresults > 0 && based == t->nresults;
   /* A build that does not compile the concatenation leaves it to the
   ** interpreter: only the table and the inlined callee must be seen. */
   return hits[0] > 0 && hits[2] > 0 ? 1 : -1;
@@ -1030,8 +1110,10 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
     goto done;
   }
   tl->ok = 1;
+  find_jit_base(t);
   if (!find_trace_fields(t) || !find_header_op(L, t, ju) || !check_known(L, t))
     goto done;
+  tl->base_ok = t->based;
   check_exits(L, t);
   find_prof_mode(L, c, apart);
 done:
