@@ -202,6 +202,8 @@ describe('compiled code by line', function()
     assert.is_true(tl.resume)
     assert.is_boolean(tl.exact)
     assert.is_boolean(tl.exits)
+    assert.is_boolean(tl.stacks)
+    assert.is_boolean(tl.stores_after_calls)
     assert.is_number(tl.offsets.snap_mcofs)
     assert.is_number(tl.offsets.bc_funcf)
   end)
@@ -276,6 +278,25 @@ end
       end
     end
     assert.is_true(seen > 1000, seen .. ' compiled events in the callee')
+  end)
+
+  it('charges a new key stored right after an inlined call to the store',
+    function()
+    if not tl.stores_after_calls then
+      pending('lj_tab_newkey is not known in this build')
+      return
+    end
+    -- Its snapshot is the callee's last one (LuaJIT's loop optimisation
+    -- drops the store's own): the helper called tells it apart.
+    agrees(case([[
+    local t = {i} --@t
+    t.name = label(i) --@store
+    keep[i % 64 + 1] = t
+]], [[
+local function label(i)
+  return 'item' .. i --@label
+end
+]]), { 't', 'store', 'label' })
   end)
 
   it('charges a side trace to its line', function()

@@ -534,6 +534,8 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
   lua_setfield(L, -2, "exits");
   lua_pushboolean(L, tl->ok && tl->base_ok);
   lua_setfield(L, -2, "stacks");
+  lua_pushboolean(L, tl->ok && tl->newkey_ok);
+  lua_setfield(L, -2, "stores_after_calls");
   if (!tl->ok) {
     lua_pushstring(L, tl->why);
     lua_setfield(L, -2, "why");

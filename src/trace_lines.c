@@ -78,6 +78,8 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
   s->place.stack_id = 0;
   if (!tl_snapshot_place(lay, 0, T, snap, sn, &s->place))
     return NULL;
+  if (exitno < 0)
+    tl_store_after_return(lay, 0, tl_call_target(0, ret, mcode), &s->place);
   s->key = key;
   s->T = T;
   s->frees = frees;

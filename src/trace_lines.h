@@ -256,6 +256,90 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
   return 1;
 }
 
+/* The address the call before return address `ret` went to, or 0. */
+VM_INLINE uintptr_t tl_call_target(int safe, uintptr_t ret, uintptr_t mcode)
+{
+  uint8_t b[2];
+  int32_t rel;
+  uint64_t imm;
+  if (ret < mcode + 5 || !vm_read(safe, ret - 2, b, 2))
+    return 0;
+  if (b[0] == 0xff && b[1] == 0xd0) { /* mov rax, imm64; call rax */
+    if (ret < mcode + 12 || !vm_read(safe, ret - 12, b, 2) || b[0] != 0x48 ||
+        b[1] != 0xb8 || !vm_u64(safe, ret - 10, &imm))
+      return 0;
+    return (uintptr_t)imm;
+  }
+  if (!vm_u8(safe, ret - 5, &b[0]) || b[0] != 0xe8 ||
+      !vm_i32(safe, ret - 4, &rel))
+    return 0;
+  return ret + (uintptr_t)(intptr_t)rel;
+}
+
+/* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
+VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
+{
+  return op == tl->bc_tsetv || op == tl->bc_tsets || op == tl->bc_tsetb;
+}
+
+/*
+** A new key stored right after an inlined call returned (`t.name = f(i)`):
+** its snapshot can be the callee's last one (LuaJIT's loop optimisation
+** drops a snapshot no guard follows, the per-line one included), so the
+** place is the callee's. When the call went to lj_tab_newkey, the callee's
+** code from the snapshot's PC reaches a return before any store, and the
+** caller's next instruction (after a MOV at most) is a store, the event is
+** that store's: the place moves to the caller's frame. Bounded scans of
+** live bytecode; anything else leaves the place as it is.
+*/
+VM_INLINE void tl_store_after_return(const struct vm_layout *lay, int safe,
+                                     uintptr_t target, struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t pc, end, pt;
+  uint32_t sizebc, line, pos, k;
+  uint8_t op;
+  int i;
+  if (!tl->newkey_ok || target != tl->newkey || pl->nframes < 2)
+    return;
+  pt = pl->frames[0].obj;
+  if (!vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return;
+  end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
+  for (pc = pl->frames[0].pc - 4, k = 0; k < 16 && pc < end; k++, pc += 4) {
+    if (!vm_u8(safe, pc, &op) || tl_is_store(tl, op))
+      return;
+    if (op == tl->bc_ret0 || op == tl->bc_ret1 || op == tl->bc_ret)
+      break;
+  }
+  if (k == 16 || pc >= end)
+    return;
+  pt = pl->frames[1].obj;
+  pc = pl->frames[1].pc; /* The instruction after the call. */
+  if (!vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return;
+  end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
+  for (k = 0; k < 2 && pc < end; k++, pc += 4) {
+    if (!vm_u8(safe, pc, &op))
+      return;
+    if (tl_is_store(tl, op))
+      break;
+    if (op != tl->bc_mov)
+      return;
+  }
+  if (k == 2 || pc >= end)
+    return;
+  pos = (uint32_t)((pc - (pt + lay->pt_size)) / 4);
+  if (!vm_proto_line(lay, safe, pt, pos, sizebc, &line))
+    return;
+  for (i = 1; i < pl->nframes; i++)
+    pl->frames[i - 1] = pl->frames[i];
+  pl->nframes--;
+  pl->frames[0].pc = pc + 4;
+  pl->pt = pt;
+  pl->line = line;
+}
+
 /* The snapshot of the helper call now running in trace T (numbered
 ** traceno), and the return address it was found by. Returns the snapshot
 ** number, or -1. */

@@ -57,6 +57,11 @@ struct vm_trace_layout {
   uint8_t tr_nsnapmap, tr_ir, tr_nk;
   uint8_t snap_size, snap_mapofs, snap_mcofs, snap_nent;
   uint8_t bc_funcf; /* The first function header op (FUNCF). */
+  /* A table store right after an inlined call returns (trace_lines.h):
+  ** lj_tab_newkey's address, and the ops of stores, returns and MOV. */
+  int newkey_ok;
+  uintptr_t newkey;
+  uint8_t bc_tsetv, bc_tsets, bc_tsetb, bc_mov, bc_ret0, bc_ret1, bc_ret;
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

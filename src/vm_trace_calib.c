@@ -120,7 +120,9 @@ struct tlc {
   struct tlc_result results[TLC_RESULTS];
   int ntraces;
   struct tlc_trace traces[TLC_TRACES];
-  int based; /* The known-answer run found the frames below its traces. */
+  int based;    /* The known-answer run found the frames below its traces. */
+  int ntargets; /* Call targets of trace allocations (check == 2). */
+  uintptr_t targets[64];
 };
 
 static void tl_fail(struct vm_trace_layout *tl, const char *fmt, ...)
@@ -246,13 +248,26 @@ static void resolve_exit(struct tlc *t)
   r->ok = tl_snapshot_place(lay, 1, T, snap, (int)exitno, &r->place);
 }
 
+/* The helper a trace's allocation went through. */
+static void note_target(struct tlc *t, uint32_t traceno, uintptr_t low)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  uintptr_t T = vm_trace_object(lay, 1, t->c->g, traceno), ret, mcode;
+  if (t->ntargets >= 64 || !vm_is_gc(lay, 1, T, GCT_TRACE))
+    return;
+  ret = tl_return_address(lay, 1, t->c->g, T, low, &mcode);
+  t->targets[t->ntargets++] = ret != 0 ? tl_call_target(1, ret, mcode) : 0;
+}
+
 static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   struct tlc *t = ud;
   int32_t st;
   uintptr_t low = (uintptr_t)__builtin_frame_address(0);
   if (nsize != 0 && vm_i32(1, t->c->g + t->c->lay.g_vmstate, &st) && st > 0) {
-    if (t->check)
+    if (t->check == 2)
+      note_target(t, (uint32_t)st, low);
+    else if (t->check)
       resolve_now(t, (uint32_t)st, low);
     else
       take_stack(t, (uint32_t)st, low);
@@ -820,6 +835,88 @@ static int find_header_op(lua_State *L, struct tlc *t, int ju)
   return 1;
 }
 
+/* ---- A store right after an inlined call -------------------------------- */
+
+/* The ops of table stores, MOV and returns, from jit.util.funcbc on
+** functions whose bytecode is known; then lj_tab_newkey: the one helper
+** every allocation of a loop that only adds keys goes through, one of
+** jit.util.ircalladdr's. Without them the places stay as found. */
+static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  static const char code[] =
+      "return function(t, k, v) t[k] = v t.x = v t[1] = v end, "
+      "function(a) local b = a return b end, "
+      "function(a, b) return a, b end";
+  static const char adds[] = "local grow = {} "
+                             "for i = 1, 300 do grow[i + 0.5] = i end "
+                             "return grow";
+  static const struct {
+    int fn, pc;
+  } at[] = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {3, 1}};
+  uint8_t op[7];
+  int top = lua_gettop(L), i, status;
+  uintptr_t target = 0;
+  if (luaL_loadbuffer(L, code, sizeof(code) - 1, "=memprof.calibration.ops") ||
+      lua_pcall(L, 0, 3, 0) != 0) {
+    lua_settop(L, top);
+    return;
+  }
+  for (i = 0; i < 7; i++) {
+    lua_pushvalue(L, top + at[i].fn);
+    lua_pushinteger(L, at[i].pc);
+    if (!ju_call(L, ju, "funcbc", 2, 1) || !lua_isnumber(L, -1)) {
+      lua_settop(L, top);
+      return;
+    }
+    op[i] = (uint8_t)(lua_tointeger(L, -1) & 0xff);
+    lua_pop(L, 1);
+  }
+  lua_settop(L, top);
+  for (i = 0; i < 7; i++)
+    if (op[i] >= tl->bc_funcf)
+      return;
+  tl->bc_tsetv = op[0];
+  tl->bc_tsets = op[1];
+  tl->bc_tsetb = op[2];
+  tl->bc_ret0 = op[3];
+  tl->bc_mov = op[4];
+  tl->bc_ret1 = op[5];
+  tl->bc_ret = op[6];
+  t->check = 2;
+  t->ntargets = 0;
+  if (luaL_loadbuffer(L, adds, sizeof(adds) - 1, "=memprof.calibration.adds"))
+    return;
+  t->orig = lua_getallocf(L, &t->orig_ud);
+  lua_setallocf(L, tlc_alloc, t);
+  status = lua_pcall(L, 0, 1, 0);
+  lua_setallocf(L, t->orig, t->orig_ud);
+  lua_settop(L, top);
+  for (i = 0; i < t->ntargets; i++)
+    if (t->targets[i] == 0 || (target != 0 && t->targets[i] != target))
+      return;
+    else
+      target = t->targets[i];
+  if (status != 0 || t->ntargets < 3)
+    return;
+  /* One of the IR's call targets. */
+  for (i = 0; i < 256; i++) {
+    lua_pushinteger(L, i);
+    if (!ju_call(L, ju, "ircalladdr", 1, 1) || !lua_isnumber(L, -1)) {
+      lua_settop(L, top);
+      return;
+    }
+    if ((uintptr_t)lua_tonumber(L, -1) == target) {
+      lua_settop(L, top);
+      tl->newkey = target;
+      tl->newkey_ok = 1;
+      return;
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, top);
+}
+
 /* ---- The known-answer run ----------------------------------------------- */
 
 /* One known-answer run: 1 if it proved the layout, 0 if a read went wrong
@@ -1115,6 +1212,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
     goto done;
   tl->base_ok = t->based;
   check_exits(L, t);
+  find_store_after_return(L, t, ju);
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);
