@@ -429,8 +429,7 @@ static uint16_t win_u16(const uint8_t *w, size_t o)
 /* The value trace tr must show at a field, for each kind of field. */
 enum tl_want { WANT_MCODE, WANT_SZMCODE, WANT_NSNAP, WANT_NK, WANT_SPADJUST };
 
-static int want_value(const struct tlc *t, const struct tlc_trace *tr, int w,
-                      uint64_t *v)
+static int want_value(const struct tlc_trace *tr, int w, uint64_t *v)
 {
   switch (w) {
   case WANT_MCODE:
@@ -449,7 +448,6 @@ static int want_value(const struct tlc *t, const struct tlc_trace *tr, int w,
     *v = (uint64_t)tr->spadjust;
     return tr->spadjust >= 0;
   default:
-    (void)t;
     return 0;
   }
 }
@@ -468,7 +466,7 @@ static int find_field(const struct tlc *t, int w, size_t size, int hint)
     for (i = 0; i < t->ntraces && fits; i++) {
       const struct tlc_trace *tr = &t->traces[i];
       uint64_t v, got;
-      if (!want_value(t, tr, w, &v))
+      if (!want_value(tr, w, &v))
         continue;
       seen++;
       got = size == 8   ? win_u64(tr->window, (size_t)o)
@@ -581,8 +579,6 @@ static int find_snapshots(struct tlc *t)
               tl->tr_snap = (uint8_t)oo;
               tl->snap_size = (uint8_t)size;
               tl->snap_nent = (uint8_t)no;
-              /* ref's offset is not kept: only the check needed it. */
-              (void)ro;
               if (size < 12) {
                 tl_fail(tl,
                         "no snapshot offsets in this build (before 2021-03): "
