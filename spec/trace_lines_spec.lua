@@ -410,13 +410,15 @@ end
       -- (The report goes to stderr, the script's output to stdout.)
       local code, _, err = C.run('cd ' .. C.quote(dir) ..
         ' && timeout 120 ' ..
-        C.command(LUA, MEMPROF, 'run', '--trace-lines=' .. mode, 'loop.lua'))
+        C.command(LUA, MEMPROF, 'run', '--lua=' .. LUA,
+          '--trace-lines=' .. mode, 'loop.lua'))
       assert.equal(0, code, err)
       return err
     end
     local exact, start = report('exact'), report('start')
     local code, _, err = C.run('cd ' .. C.quote(dir) .. ' && timeout 120 ' ..
-      C.command(LUA, MEMPROF, 'run', '--trace-lines=line', 'loop.lua'))
+      C.command(LUA, MEMPROF, 'run', '--lua=' .. LUA, '--trace-lines=line',
+        'loop.lua'))
     C.remove_tree(dir)
     assert.truthy(exact:find('\n@loop.lua:4: 3000 events\t+', 1, true), exact)
     assert.is_nil(exact:find('TRACE started', 1, true))

@@ -205,11 +205,10 @@ compiled_site(struct profiler *p, struct vm_site *site)
       (!p->layout.tl.exit_ok ||
        !vm_u32(0, p->g + p->layout.tl.g_exitno, &exitno) || exitno > 65535))
     return NULL;
-  pl = trace_lines_place(
-      &p->tlines, &p->layout, p->g, site->traceno,
-      site->exit ? (int)exitno : -1, (uintptr_t)__builtin_frame_address(0),
-      site->traceno < s->trace_cap ? s->trace_obj[site->traceno] : 0,
-      s->trace_frees);
+  pl = trace_lines_place(&p->tlines, &p->layout, p->g, &site->traceno,
+                         site->exit ? (int)exitno : -1,
+                         (uintptr_t)__builtin_frame_address(0), s->trace_obj,
+                         s->trace_cap, s->trace_frees);
   if (pl == NULL)
     return NULL;
   site->source = SOURCE_LUA;
@@ -227,8 +226,8 @@ cached_site(struct profiler *p, const struct vm_layout *lay,
 {
   const struct symbols *s = &p->syms;
   struct tl_place *pl;
-  if (site->exit || site->traceno >= s->trace_cap)
-    return NULL;
+  if (site->exit || site->traceno >= s->trace_cap || TL_MCODE_UNIT != 1)
+    return NULL; /* (arm64: found by a search, on the full path.) */
   pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
                        (uintptr_t)__builtin_frame_address(0),
                        s->trace_obj[site->traceno], s->trace_frees);

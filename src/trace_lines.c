@@ -37,34 +37,76 @@ static uintptr_t exit_key(uintptr_t T, int exitno)
   return (T ^ ((uintptr_t)exitno << 20)) | 1;
 }
 
+#if defined(__aarch64__)
+/* arm64: a cached place found by a saved return address on the stack
+** (innermost first), of a trace still in the array and still followed. */
+static struct tl_place *search_cached(struct trace_lines *t,
+                                      const struct vm_layout *lay, uintptr_t g,
+                                      uint32_t *traceno, uintptr_t low,
+                                      const uintptr_t *described,
+                                      uint32_t ndescribed, unsigned frees)
+{
+  uintptr_t L, cf, a, w, T;
+  if (!vm_ref(lay, 0, g + lay->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(0, L + lay->L_cframe, &cf))
+    return NULL;
+  cf &= ~(uintptr_t)3;
+  for (a = (low + 8) & ~(uintptr_t)7; a + 8 <= cf && a - low <= TL_STACK_SPAN;
+       a += 8) {
+    struct tl_cache_slot *s;
+    memcpy(&w, (const void *)a, sizeof(w));
+    s = &t->slot[tl_slot_of(w)];
+    if (w == 0 || s->key != w || s->frees != frees ||
+        s->traceno >= ndescribed || described[s->traceno] != s->T)
+      continue;
+    T = vm_trace_object(lay, 0, g, s->traceno);
+    if (T != s->T)
+      continue;
+    *traceno = s->traceno;
+    return &s->place;
+  }
+  return NULL;
+}
+#endif
+
 struct tl_place *trace_lines_place(struct trace_lines *t,
                                    const struct vm_layout *lay, uintptr_t g,
-                                   uint32_t traceno, int exitno, uintptr_t low,
-                                   uintptr_t described, unsigned frees)
+                                   uint32_t *traceno, int exitno, uintptr_t low,
+                                   const uintptr_t *described,
+                                   uint32_t ndescribed, unsigned frees)
 {
-  uintptr_t T = vm_trace_object(lay, 0, g, traceno), key, snap = 0, ret = 0,
-            mcode = 0;
+  uintptr_t T, key, snap = 0, ret = 0, mcode = 0, desc;
   struct tl_cache_slot *s;
   uint16_t no, nsnap;
   int sn;
-  if (!t->on || !vm_is_gc(lay, 0, T, GCT_TRACE) ||
-      !vm_u16(0, T + lay->tr_traceno, &no) || no != traceno)
+  if (!t->on)
     return NULL;
   if (exitno < 0) {
-    ret = tl_return_address(lay, 0, g, T, low, &mcode);
-    if (ret == 0)
+#if defined(__aarch64__)
+    struct tl_place *pl =
+        search_cached(t, lay, g, traceno, low, described, ndescribed, frees);
+    if (pl != NULL)
+      return pl;
+#endif
+    T = tl_locate(lay, 0, g, traceno, low, &ret, &mcode);
+    if (T == 0)
       return NULL;
     key = ret;
   } else {
+    T = vm_trace_object(lay, 0, g, *traceno);
+    if (!vm_is_gc(lay, 0, T, GCT_TRACE) ||
+        !vm_u16(0, T + lay->tr_traceno, &no) || no != *traceno)
+      return NULL;
     key = exit_key(T, exitno);
   }
+  desc = *traceno < ndescribed ? described[*traceno] : 0;
   s = &t->slot[tl_slot_of(key)];
-  if (described != T)
+  if (desc != T)
     s = &t->scratch; /* Not followed: resolved, not kept. */
   else if (s->key == key && s->T == T && s->frees == frees)
     return &s->place;
   if (exitno < 0) {
-    sn = tl_snapshot_at(lay, 0, T, (uint32_t)(ret - 1 - mcode), &snap);
+    sn = tl_snapshot_at(lay, 0, T, tl_mcode_ofs(ret, mcode), &snap);
     if (sn < 0)
       return NULL;
   } else {
@@ -82,6 +124,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     tl_store_after_return(lay, 0, tl_call_target(0, ret, mcode), &s->place);
   s->key = key;
   s->T = T;
+  s->traceno = *traceno;
   s->frees = frees;
   return &s->place;
 }

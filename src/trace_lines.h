@@ -4,8 +4,11 @@
 **
 ** Traces never allocate inline: every allocation is a call from the
 ** trace's machine code to a helper, so the return address into the trace
-** is on the native stack, at a place the trace's stack adjustment gives
-** (x86-64). Since upstream LuaJIT a32aeadc every snapshot knows where its
+** is on the native stack: on x86-64 at a place the trace's stack
+** adjustment gives, on arm64 (whose compiled code runs under vmstate 0)
+** the innermost saved return address into a trace's machine code, which
+** names the trace too. Since upstream LuaJIT a32aeadc every snapshot knows
+** where its
 ** region of machine code begins (SnapShot.mcofs): the return address gives
 ** the snapshot, the snapshot its bytecode PC (where the interpreter would
 ** resume) and its frame links (the inlined callers). Every offset used here
@@ -28,6 +31,13 @@
 #define TL_STACK_SPAN 65536
 /* JLOOP's stack adjustment below the C frame (x86-64 interpreter). */
 #define TL_JLOOP_ADJUST 16
+
+/* Bytes of an MCode unit (snapshot offsets count them). */
+#if defined(__aarch64__)
+#define TL_MCODE_UNIT 4
+#else
+#define TL_MCODE_UNIT 1
+#endif
 
 #define TL_SNAP_FRAME 0x10000u
 #define TL_SNAP_CONT 0x20000u
@@ -122,6 +132,71 @@ VM_INLINE uintptr_t tl_return_address(const struct vm_layout *lay, int safe,
   return ret;
 }
 
+/* arm64: whether a call (BL imm26 or BLR Xn) precedes `ret` in mcode. */
+VM_INLINE int tl_called_before(int safe, uintptr_t ret, uintptr_t mcode)
+{
+  uint32_t ins;
+  if (ret < mcode + 4 || (ret & 3) != 0 || !vm_u32(safe, ret - 4, &ins))
+    return 0;
+  return (ins & 0xfc000000u) == 0x94000000u ||
+         (ins & 0xfffffc1fu) == 0xd63f0000u;
+}
+
+/* arm64 (compiled code runs under vmstate 0): the trace whose helper call
+** is now running, found by the innermost saved return address on the
+** native stack, between `low` and the C frame, that lies in a trace's
+** machine code after a call (stale ones sit further up). Sets *traceno,
+** *ret and *mcode; returns the trace, or 0. Bounded: the stack span, and
+** the trace array's size. */
+VM_INLINE uintptr_t tl_search_trace(const struct vm_layout *lay, int safe,
+                                    uintptr_t g, uintptr_t low,
+                                    uint32_t *traceno, uintptr_t *ret,
+                                    uintptr_t *mcode_out)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t L, cf, arr, a, w, T, mcode, lo = ~(uintptr_t)0, hi = 0;
+  uint32_t size, n, sz;
+  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(safe, L + lay->L_cframe, &cf) ||
+      !vm_ptr(safe, g + lay->g_trace, &arr) || arr == 0 ||
+      !vm_u32(safe, g + lay->g_sizetrace, &size) || size > 65536)
+    return 0;
+  cf &= ~(uintptr_t)3;
+  for (n = 1; n < size; n++) { /* The span of all machine code. */
+    if (!vm_ref(lay, safe, arr + (uintptr_t)n * lay->ref_size, &T))
+      return 0;
+    if (T == 0)
+      continue;
+    if (!vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
+        !vm_u32(safe, T + tl->tr_szmcode, &sz))
+      return 0;
+    lo = mcode < lo ? mcode : lo;
+    hi = mcode + sz > hi ? mcode + sz : hi;
+  }
+  for (a = (low + 8) & ~(uintptr_t)7; a + 8 <= cf && a - low <= TL_STACK_SPAN;
+       a += 8) {
+    if (!vm_ptr(safe, a, &w) || w <= lo || w >= hi || (w & 3) != 0)
+      continue;
+    for (n = 1; n < size; n++) {
+      uint16_t no;
+      if (!vm_ref(lay, safe, arr + (uintptr_t)n * lay->ref_size, &T) ||
+          T == 0 || !vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
+          !vm_u32(safe, T + tl->tr_szmcode, &sz) || w <= mcode ||
+          w >= mcode + sz)
+        continue;
+      if (!tl_called_before(safe, w, mcode) ||
+          !vm_is_gc(lay, safe, T, GCT_TRACE) ||
+          !vm_u16(safe, T + lay->tr_traceno, &no) || no != n)
+        return 0;
+      *traceno = n;
+      *ret = w;
+      *mcode_out = mcode;
+      return T;
+    }
+  }
+  return 0;
+}
+
 /* The snapshot whose region of T's machine code holds byte `ofs`: the last
 ** one whose mcofs <= ofs. Returns it, or -1. */
 VM_INLINE int tl_snapshot_at(const struct vm_layout *lay, int safe, uintptr_t T,
@@ -149,6 +224,13 @@ VM_INLINE int tl_snapshot_at(const struct vm_layout *lay, int safe, uintptr_t T,
     return -1;
   *snap_out = snap;
   return (int)lo - 1;
+}
+
+/* The offset in MCode units of the call before `ret` (as lj_trace_unwind
+** takes it: the unit before the return address). */
+VM_INLINE uint32_t tl_mcode_ofs(uintptr_t ret, uintptr_t mcode)
+{
+  return (uint32_t)((ret - TL_MCODE_UNIT - mcode) / TL_MCODE_UNIT);
 }
 
 /* The FR2 frame link of a snapshot entry: a 64-bit IR constant. */
@@ -259,6 +341,16 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
 /* The address the call before return address `ret` went to, or 0. */
 VM_INLINE uintptr_t tl_call_target(int safe, uintptr_t ret, uintptr_t mcode)
 {
+#if defined(__aarch64__)
+  /* BL imm26 (a BLR's register is not known). */
+  uint32_t ins;
+  int32_t imm;
+  if (ret < mcode + 4 || !vm_u32(safe, ret - 4, &ins) ||
+      (ins & 0xfc000000u) != 0x94000000u)
+    return 0;
+  imm = (int32_t)(ins << 6) >> 6;
+  return ret - 4 + (uintptr_t)((intptr_t)imm * 4);
+#else
   uint8_t b[2];
   int32_t rel;
   uint64_t imm;
@@ -274,6 +366,7 @@ VM_INLINE uintptr_t tl_call_target(int safe, uintptr_t ret, uintptr_t mcode)
       !vm_i32(safe, ret - 4, &rel))
     return 0;
   return ret + (uintptr_t)(intptr_t)rel;
+#endif
 }
 
 /* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
@@ -351,7 +444,28 @@ VM_INLINE int tl_current_snapshot(const struct vm_layout *lay, int safe,
   if (ret == 0)
     return -1;
   *ret_out = ret;
-  return tl_snapshot_at(lay, safe, T, (uint32_t)(ret - 1 - mcode), snap_out);
+  return tl_snapshot_at(lay, safe, T, tl_mcode_ofs(ret, mcode), snap_out);
+}
+
+/* The trace whose helper call is now running and the return address into
+** its machine code: on x86-64 the trace numbered *traceno (vmstate) and
+** the slot its stack adjustment gives, on arm64 a search (*traceno is
+** set). Returns the trace, or 0. */
+VM_INLINE uintptr_t tl_locate(const struct vm_layout *lay, int safe,
+                              uintptr_t g, uint32_t *traceno, uintptr_t low,
+                              uintptr_t *ret, uintptr_t *mcode)
+{
+#if defined(__aarch64__)
+  return tl_search_trace(lay, safe, g, low, traceno, ret, mcode);
+#else
+  uintptr_t T = vm_trace_object(lay, safe, g, *traceno);
+  uint16_t no;
+  if (!vm_is_gc(lay, safe, T, GCT_TRACE) ||
+      !vm_u16(safe, T + lay->tr_traceno, &no) || no != *traceno)
+    return 0;
+  *ret = tl_return_address(lay, safe, g, T, low, mcode);
+  return *ret != 0 ? T : 0;
+#endif
 }
 
 /* ---- The hook's side: a cache of places (trace_lines.c) ----------------- */
@@ -361,6 +475,7 @@ VM_INLINE int tl_current_snapshot(const struct vm_layout *lay, int safe,
 struct tl_cache_slot {
   uintptr_t key; /* Return address, or (T, exit) for an exit; 0: empty. */
   uintptr_t T;
+  uint32_t traceno;
   unsigned frees; /* symbols.trace_frees when it was filled. */
   struct tl_place place;
 };
@@ -423,16 +538,18 @@ void trace_lines_free(struct trace_lines *t);
 /*
 ** The place of an event made while trace `traceno` runs (`exitno` < 0) or
 ** while the VM leaves it through exit `exitno`, or NULL (the event stays at
-** the trace's start). `low` is an address in the hook's frame. Places are
+** the trace's start). On arm64 *traceno is 0 on entry (vmstate) and set
+** to the trace found. `low` is an address in the hook's frame. Places are
 ** cached only for a trace the stream has described (`described`: the trace
-** object the symbols name by traceno), whose freeing the symbols see:
+** objects the symbols name, by number), whose freeing the symbols see:
 ** `frees` counts the described traces freed so far, and a cached place
 ** holds while it is unchanged. Runs in the hook: plain reads, each
 ** range-checked.
 */
 struct tl_place *trace_lines_place(struct trace_lines *t,
                                    const struct vm_layout *lay, uintptr_t g,
-                                   uint32_t traceno, int exitno, uintptr_t low,
-                                   uintptr_t described, unsigned frees);
+                                   uint32_t *traceno, int exitno, uintptr_t low,
+                                   const uintptr_t *described,
+                                   uint32_t ndescribed, unsigned frees);
 
 #endif

@@ -202,8 +202,7 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
 {
   const struct vm_layout *lay = &t->c->lay;
   struct tlc_result *r;
-  uintptr_t T, ret, snap;
-  uint16_t no;
+  uintptr_t T, ret, snap, mcode;
   int sn;
   if (t->nresults >= TLC_RESULTS) {
     t->dropped++;
@@ -211,12 +210,11 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
   }
   r = &t->results[t->nresults++];
   memset(r, 0, sizeof(*r));
+  T = tl_locate(lay, 1, t->c->g, &traceno, low, &ret, &mcode);
   r->traceno = traceno;
-  T = vm_trace_object(lay, 1, t->c->g, traceno);
-  if (!vm_is_gc(lay, 1, T, GCT_TRACE) || !vm_u16(1, T + lay->tr_traceno, &no) ||
-      no != traceno)
+  if (T == 0)
     return;
-  sn = tl_current_snapshot(lay, 1, t->c->g, T, low, &ret, &snap);
+  sn = tl_snapshot_at(lay, 1, T, tl_mcode_ofs(ret, mcode), &snap);
   r->ok = sn >= 0 && tl_snapshot_place(lay, 1, T, snap, sn, &r->place);
   base_frames(t, r);
 }
@@ -252,19 +250,28 @@ static void resolve_exit(struct tlc *t)
 static void note_target(struct tlc *t, uint32_t traceno, uintptr_t low)
 {
   const struct vm_layout *lay = &t->c->lay;
-  uintptr_t T = vm_trace_object(lay, 1, t->c->g, traceno), ret, mcode;
-  if (t->ntargets >= 64 || !vm_is_gc(lay, 1, T, GCT_TRACE))
+  uintptr_t T, ret = 0, mcode = 0;
+  if (t->ntargets >= 64)
     return;
-  ret = tl_return_address(lay, 1, t->c->g, T, low, &mcode);
-  t->targets[t->ntargets++] = ret != 0 ? tl_call_target(1, ret, mcode) : 0;
+  T = tl_locate(lay, 1, t->c->g, &traceno, low, &ret, &mcode);
+  t->targets[t->ntargets++] = T != 0 ? tl_call_target(1, ret, mcode) : 0;
 }
+
+/* Compiled code runs under its trace's number on x86-64, under 0 on
+** arm64 (its VM stores no trace number). */
+#if defined(__aarch64__)
+#define IN_TRACE(st) ((st) == 0)
+#else
+#define IN_TRACE(st) ((st) > 0)
+#endif
 
 static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   struct tlc *t = ud;
   int32_t st;
   uintptr_t low = (uintptr_t)__builtin_frame_address(0);
-  if (nsize != 0 && vm_i32(1, t->c->g + t->c->lay.g_vmstate, &st) && st > 0) {
+  if (nsize != 0 && vm_i32(1, t->c->g + t->c->lay.g_vmstate, &st) &&
+      IN_TRACE(st)) {
     if (t->check == 2)
       note_target(t, (uint32_t)st, low);
     else if (t->check)
@@ -634,6 +641,7 @@ static int find_snapshots(struct tlc *t)
   return 0;
 }
 
+#if !defined(__aarch64__)
 /* The stack adjustment each stack copy shows: the return address into the
 ** trace's machine code nearest the C frame, after a call instruction. */
 static void find_spadjust(struct tlc *t)
@@ -664,6 +672,7 @@ static void find_spadjust(struct tlc *t)
     }
   }
 }
+#endif
 
 /* IR instructions: the u16 op and type of the first ones are where traceir
 ** says. */
@@ -751,10 +760,14 @@ static int find_trace_fields(struct tlc *t)
     if (!set_field(tl, &tl->tr_nsnapmap, best, "snapshot map length"))
       return 0;
   }
+#if defined(__aarch64__)
+  return 1; /* The return address is searched for: no stack adjustment. */
+#else
   find_spadjust(t);
   return set_field(tl, &tl->tr_spadjust,
                    find_field(t, WANT_SPADJUST, 2, gc64 ? 102 : 78),
                    "stack adjustment (seen on the stack)");
+#endif
 }
 
 /* g->jit_base: the reference of global_State that points into the running
@@ -1167,8 +1180,8 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   uint32_t n, size;
   memset(tl, 0, sizeof(*tl));
   prof_fail(tl, "compiled-code attribution is not verified");
-#if !defined(__x86_64__)
-  tl_fail(tl, "compiled code is attributed on x86-64 only");
+#if !defined(__x86_64__) && !defined(__aarch64__)
+  tl_fail(tl, "compiled code is attributed on x86-64 and arm64 only");
   return;
 #endif
   if (!c->lay.trace_ok) {
