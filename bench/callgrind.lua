@@ -34,10 +34,10 @@ local M = {}
 -- binding (binding.c) at start and stop.
 local HOT_PATH_EXCLUDED = {
   ['vm_layout.c'] = true, ['vm_discover.c'] = true, ['vm_learn.c'] = true,
-  ['binding.c'] = true,
+  ['vm_trace_calib.c'] = true, ['binding.c'] = true,
 }
 local CALIBRATION = { ['vm_layout.c'] = true, ['vm_discover.c'] = true,
-  ['vm_learn.c'] = true }
+  ['vm_learn.c'] = true, ['vm_trace_calib.c'] = true }
 
 -- Instructions of calibration sources in a measured run above which it
 -- is noted (they are left out either way).
@@ -73,8 +73,16 @@ end
 function M.child(name, scale, path, stack_depth, sampled)
   local memprof = require('memprof')
   local work = dofile('bench/workloads/' .. name .. '.lua')
-  local options = stack_depth > 0 and { stack_depth = stack_depth } or nil
+  local options = stack_depth > 0 and { stack_depth = stack_depth } or {}
   if sampled then options = { sample_bytes = true, seed = 1 } end
+  -- MEMPROF_BENCH_TRACE_LINES=exact|resume|start: events of compiled code
+  -- by line or at the trace's start (default: memprof.start's).
+  local tl = os.getenv('MEMPROF_BENCH_TRACE_LINES')
+  if tl == 'start' then
+    options.trace_lines = false
+  elseif tl then
+    options.trace_lines = tl
+  end
   work(scale)
   assert(memprof.start(path, options))
   assert(memprof.stop())

@@ -364,7 +364,8 @@ local t = {}
 for i = 1, 2000 do t[i] = {i, i} end
 return t
 ]], '@jit.lua')
-    local events = h.profile(payload)
+    -- (The trace's start, not its lines: spec/trace_lines_spec.lua.)
+    local events = h.profile_with({ trace_lines = false }, payload)
     local at_line = h.at(events, '@jit.lua:2', 'alloc')
     local size = at_line[1].nsize -- The first {1, 1}.
     local interpreted, compiled = 0, 0
@@ -398,7 +399,8 @@ return keep
     local kept
     local function run()
       jit.flush()
-      return h.profile(function() kept = payload() end)
+      return h.profile_with({ trace_lines = false },
+        function() kept = payload() end)
     end
     -- How many kept tables were made on trace; every kept table's
     -- allocation is recorded, at the loop's line or on its trace.
@@ -442,7 +444,7 @@ return keep
         '@flush_a.lua')
       local b = h.chunk(
         'local t = {}\nfor i = 1, 2000 do t[i] = {i, i} end\n', '@flush_b.lua')
-      return h.profile(function()
+      return h.profile_with({ trace_lines = false }, function()
         jit.flush()
         a()
         jit.flush()
@@ -493,7 +495,7 @@ return t
     local path = h.tmpname()
     local function run()
       jit.flush()
-      assert(memprof.start(path, { stack_depth = 8 }))
+      assert(memprof.start(path, { stack_depth = 8, trace_lines = false }))
       local ok, err = pcall(payload)
       assert(memprof.stop())
       assert(ok, err)

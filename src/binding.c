@@ -101,6 +101,27 @@ static int read_sample_bytes(lua_State *L, struct profile_options *o, char *msg,
   return read_integer(L, "sample_bytes", 1, &o->sample_bytes, msg, len);
 }
 
+/* trace_lines: 'resume', 'exact' or false. */
+static int read_trace_lines(lua_State *L, struct profile_options *o, char *msg,
+                            size_t len)
+{
+  const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+  if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1))
+    o->trace_lines = TRACE_LINES_START;
+  else if (v != NULL && strcmp(v, "resume") == 0)
+    o->trace_lines = TRACE_LINES_RESUME;
+  else if (v != NULL && strcmp(v, "exact") == 0)
+    o->trace_lines = TRACE_LINES_EXACT;
+  else {
+    snprintf(msg, len,
+             "option 'trace_lines' must be 'resume', 'exact' or false, got "
+             "%s",
+             v != NULL ? v : luaL_typename(L, -1));
+    return 0;
+  }
+  return 1;
+}
+
 /* One option's value, into the profile_options at ctx. Returns 1, or 0
 ** with a message. */
 static int read_option(lua_State *L, const char *name, void *ctx, char *msg,
@@ -149,6 +170,8 @@ static int read_option(lua_State *L, const char *name, void *ctx, char *msg,
     o->snapshots = lua_toboolean(L, -1);
     return 1;
   }
+  if (strcmp(name, "trace_lines") == 0)
+    return read_trace_lines(L, o, msg, len);
   if (strcmp(name, "max_bytes") == 0)
     return read_integer(L, name, MIN_MAX_BYTES, &o->max_bytes, msg, len);
   if (strcmp(name, "sample_bytes") == 0)
@@ -272,7 +295,8 @@ static int l_start(lua_State *L)
     snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }
-  if (lifecycle_start(L, &s->profiles, &layout, &opts, path, &err) != LIFE_OK) {
+  if (lifecycle_start(L, &s->profiles, &layout, &opts, path,
+                      lua_upvalueindex(1), &err) != LIFE_OK) {
     char *file = lifecycle_file_name(path);
     int n = push_file_failure(L, file != NULL ? file : path, err);
     free(file);
@@ -556,6 +580,51 @@ static void push_offsets(lua_State *L, const struct vm_layout *lay)
   lua_setfield(L, -2, "offsets");
 }
 
+/* info().trace_lines: what compiled-code attribution this build supports
+** ('resume', and 'exact' with J->prof_mode), and why not. */
+static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
+{
+  lua_newtable(L);
+  lua_pushboolean(L, tl->ok);
+  lua_setfield(L, -2, "resume");
+  lua_pushboolean(L, tl->ok && tl->prof_ok);
+  lua_setfield(L, -2, "exact");
+  lua_pushboolean(L, tl->ok && tl->exit_ok);
+  lua_setfield(L, -2, "exits");
+  lua_pushboolean(L, tl->ok && tl->base_ok);
+  lua_setfield(L, -2, "stacks");
+  lua_pushboolean(L, tl->ok && tl->newkey_ok);
+  lua_setfield(L, -2, "stores_after_calls");
+  if (!tl->ok) {
+    lua_pushstring(L, tl->why);
+    lua_setfield(L, -2, "why");
+  } else if (!tl->prof_ok) {
+    lua_pushstring(L, tl->prof_why);
+    lua_setfield(L, -2, "why");
+  }
+  if (tl->ok) {
+    lua_newtable(L);
+    set_int(L, "mcode", tl->tr_mcode);
+    set_int(L, "szmcode", tl->tr_szmcode);
+    set_int(L, "spadjust", tl->tr_spadjust);
+    set_int(L, "nsnap", tl->tr_nsnap);
+    set_int(L, "snap", tl->tr_snap);
+    set_int(L, "snapmap", tl->tr_snapmap);
+    set_int(L, "nsnapmap", tl->tr_nsnapmap);
+    set_int(L, "ir", tl->tr_ir);
+    set_int(L, "nk", tl->tr_nk);
+    set_int(L, "snap_size", tl->snap_size);
+    set_int(L, "snap_mapofs", tl->snap_mapofs);
+    set_int(L, "snap_mcofs", tl->snap_mcofs);
+    set_int(L, "snap_nent", tl->snap_nent);
+    set_int(L, "bc_funcf", tl->bc_funcf);
+    set_int(L, "g_prof_mode", tl->prof_ok ? tl->g_prof_mode : -1);
+    set_int(L, "g_jit_base", tl->base_ok ? tl->g_jit_base : -1);
+    lua_setfield(L, -2, "offsets");
+  }
+  lua_setfield(L, -2, "trace_lines");
+}
+
 /* memprof.info() -> what was detected, for bug reports. */
 static int l_info(lua_State *L)
 {
@@ -612,6 +681,7 @@ static int l_info(lua_State *L)
   lua_setfield(L, -2, "numbering");
   lua_setfield(L, -2, "vmstate");
   push_offsets(L, &lay);
+  push_trace_lines(L, &lay.tl);
   return 1;
 }
 
@@ -678,6 +748,13 @@ static void push_stop(lua_State *L)
   lua_pushcclosure(L, l_stop, 1);
 }
 
+/* start flushes traces through the same closure (trace_lines 'exact'). */
+static void push_start(lua_State *L)
+{
+  lua_pushcfunction(L, lifecycle_collector);
+  lua_pushcclosure(L, l_start, 1);
+}
+
 /* Keeps the refusal messages alive in the registry: they stay interned, so
 ** pushing one later allocates nothing (see life_messages). */
 static void anchor_messages(lua_State *L)
@@ -719,7 +796,7 @@ static void install_misc(lua_State *L)
     lua_getfield(L, -1, "memprof");
     if (lua_isnil(L, -1)) {
       lua_newtable(L);
-      lua_pushcfunction(L, l_start);
+      push_start(L);
       lua_setfield(L, -2, "start");
       push_stop(L);
       lua_setfield(L, -2, "stop");
@@ -737,9 +814,11 @@ static void install_misc(lua_State *L)
 
 __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
 {
-  static const luaL_Reg api[] = {
-      {"start", l_start}, {"is_running", l_is_running}, {"info", l_info},
-      {"stats", l_stats}, {"snapshot", l_snapshot},     {NULL, NULL}};
+  static const luaL_Reg api[] = {{"is_running", l_is_running},
+                                 {"info", l_info},
+                                 {"stats", l_stats},
+                                 {"snapshot", l_snapshot},
+                                 {NULL, NULL}};
   lifecycle_init_process();
   pin_module();
   install_sentinel(L);
@@ -747,6 +826,8 @@ __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
   install_misc(L);
   lua_newtable(L);
   luaL_register(L, NULL, api);
+  push_start(L);
+  lua_setfield(L, -2, "start");
   push_stop(L);
   lua_setfield(L, -2, "stop");
   return 1;

@@ -44,11 +44,11 @@ put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr,
   return p + lc->len;
 }
 
-/* The longest allocation event: a header, then up to seven numbers (the
-** location's address, its line or a trace number, the stack id, the old
-** block and the new block), of which the line and the stack id are 32-bit
-** numbers of at most 5 bytes. */
-#define EVENT_MAX_BYTES (1 + 6 * ULEB128_MAX)
+/* The longest allocation event: a header, then up to eight numbers (the
+** location's address, its line or a trace number, the trace of compiled
+** code, the stack id, the old block and the new block), of which the line,
+** the trace and the stack id are 32-bit numbers of at most 5 bytes. */
+#define EVENT_MAX_BYTES (1 + 7 * ULEB128_MAX)
 
 /*
 ** Encodes an allocation event up to its new block: header, location (for
@@ -80,6 +80,11 @@ begin_event(struct writer *w, struct location_cache *lc,
   if (site->source == SOURCE_LUA) {
     p = put_location_addr(lc, p, site->addr, pdep);
     p = uleb128_put_with(p, site->line, pdep);
+    if (ext && site->compiled) {
+      /* Ran in compiled code: the trace follows the location. */
+      *w->pos |= EVENT_COMPILED;
+      p = uleb128_put_with(p, site->traceno, pdep);
+    }
   } else if (site->source == SOURCE_C) {
     p = put_location_addr(lc, p, site->addr, pdep);
   } else if (site->source == SOURCE_TRACE) {
@@ -188,6 +193,94 @@ FAMILY_STACK(stack_gc64, VM_CANDIDATE_GC64)
 FAMILY_STACK(stack_nongc64, VM_CANDIDATE_NONGC64)
 #undef FAMILY_STACK
 
+/* The place of an event of trace site->traceno (or of its exit), which
+** then becomes an event of that Lua line made in compiled code; NULL if
+** it cannot be resolved (it stays at the trace's start). */
+static __attribute__((noinline)) struct tl_place *
+compiled_site(struct profiler *p, struct vm_site *site)
+{
+  const struct symbols *s = &p->syms;
+  struct tl_place *pl;
+  uint32_t exitno = 0;
+  if (site->exit &&
+      (!p->layout.tl.exit_ok ||
+       !vm_u32(0, p->g + p->layout.tl.g_exitno, &exitno) || exitno > 65535))
+    return NULL;
+  pl = trace_lines_place(&p->tlines, &p->layout, p->g, &site->traceno,
+                         site->exit ? (int)exitno : -1,
+                         (uintptr_t)__builtin_frame_address(0), s->trace_obj,
+                         s->trace_cap, s->trace_frees);
+  if (pl == NULL)
+    return NULL;
+  site->source = SOURCE_LUA;
+  site->addr = pl->pt;
+  site->line = pl->line;
+  site->compiled = 1;
+  return pl;
+}
+
+/* The fast path's part of compiled_site: a cached place only (loads, no
+** call). Exits go to the full path. */
+static inline __attribute__((always_inline)) struct tl_place *
+cached_site(struct profiler *p, const struct vm_layout *lay,
+            struct vm_site *site)
+{
+  const struct symbols *s = &p->syms;
+  struct tl_place *pl;
+  if (site->exit || site->traceno >= s->trace_cap || TL_MCODE_UNIT != 1)
+    return NULL; /* (arm64: found by a search, on the full path.) */
+  pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
+                       (uintptr_t)__builtin_frame_address(0),
+                       s->trace_obj[site->traceno], s->trace_frees);
+  if (pl == NULL)
+    return NULL;
+  site->source = SOURCE_LUA;
+  site->addr = pl->pt;
+  site->line = pl->line;
+  site->compiled = 1;
+  return pl;
+}
+
+/* The stack of an event of compiled code: its place's frames, the
+** innermost function then its inlined callers down to the trace's base
+** frame, then the interpreter frames below that (walked from
+** g->jit_base, where the build's calibration proved it: those can change
+** from event to event; else the place's frames alone, kept with it). */
+static __attribute__((noinline)) uint32_t
+compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
+{
+  struct vm_raw_frame frames[MAX_STACK_DEPTH];
+  struct vm_walk_entry *e;
+  struct vm_thread th;
+  uintptr_t base;
+  int n = pl->nframes < p->stack_depth ? pl->nframes : p->stack_depth, same,
+      below;
+  if (!p->layout.tl.base_ok || n < pl->nframes) {
+    pl->stack_id = stacks_id(&p->stacks, &p->syms, &p->out, &p->layout,
+                             pl->frames, n, err);
+    return pl->stack_id;
+  }
+  memcpy(frames, pl->frames, (size_t)n * sizeof(frames[0]));
+  if (p->stacks.walk_generation != p->syms.generation || p->sampler.mean != 0) {
+    vm_walk_clear(&p->stacks.walk);
+    p->stacks.walk_generation = p->syms.generation;
+  }
+  /* The walk's first frame is the base frame, already there with its
+  ** line (its PC in the C frame is not the trace's). */
+  if (vm_current_thread(&p->layout, 0, p->g + p->layout.g_cur_L, &th) &&
+      tl_jit_base(&p->layout, 0, p->g, &th, &base)) {
+    below = vm_walk_stack_at(&p->layout, 0, p->g + p->layout.g_cur_L, base, 0,
+                             frames + n - 1, p->stack_depth - n + 1,
+                             &p->stacks.walk, &e, &same);
+    if (below > 0 && same)
+      below = vm_walk_output(e, frames + n - 1);
+    if (below > 0 && frames[n - 1].obj == pl->frames[n - 1].obj)
+      n += below - 1;
+    frames[pl->nframes - 1] = pl->frames[pl->nframes - 1];
+  }
+  return stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, frames, n, err);
+}
+
 /*
 ** The extended part of an event: the time mark it may need, and the id of
 ** its call stack. The writer thread ticks every millisecond; without it,
@@ -195,13 +288,17 @@ FAMILY_STACK(stack_nongc64, VM_CANDIDATE_NONGC64)
 */
 static inline __attribute__((always_inline)) uint32_t
 record_extended(struct profiler *p, stack_fn stack_of,
-                const struct vm_site *site, void *ptr, int *err)
+                const struct vm_site *site, struct tl_place *compiled,
+                void *ptr, int *err)
 {
   uint32_t stack = 0;
   if (p->timestamps && (writer_ticked(&p->out) || --p->clock_countdown == 0))
     mark_time(p, 0);
-  if (p->stack_depth != 0 && *err == 0 &&
-      (site->source == SOURCE_LUA || site->source == SOURCE_C))
+  if (p->stack_depth != 0 && *err == 0 && compiled != NULL)
+    stack = compiled->stack_id != 0 ? compiled->stack_id
+                                    : compiled_stack(p, compiled, err);
+  else if (p->stack_depth != 0 && *err == 0 &&
+           (site->source == SOURCE_LUA || site->source == SOURCE_C))
     stack = stack_of(p, ptr, err);
   /* A function freed may be replaced by another at its address. */
   if (ptr != NULL)
@@ -296,6 +393,7 @@ record_before(struct profiler *p, const struct vm_layout *lay,
               size_t osize, size_t nsize, struct recorded_as *as)
 {
   struct vm_site site;
+  struct tl_place *compiled = NULL;
   uint32_t stack = 0;
   uint8_t *event;
   int err = 0;
@@ -307,8 +405,23 @@ record_before(struct profiler *p, const struct vm_layout *lay,
     return FULL_PATH;
   vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
             &site);
+  /* Compiled code by line: the fast path takes a cached place of a trace
+  ** the stream has described, the full one resolves and describes. */
+  if (site.source == SOURCE_TRACE && p->tlines.on) {
+    if (fast)
+      compiled = cached_site(p, lay, &site);
+    else
+      compiled = compiled_site(p, &site);
+    /* (Its stack is the place's frames: the full path writes it once.) */
+    if (fast && (compiled == NULL ||
+                 (ext && p->stack_depth != 0 && compiled->stack_id == 0)))
+      return FULL_PATH;
+    if (fast && ext)
+      stack = compiled->stack_id;
+  }
   if (!(site.source == SOURCE_INTERNAL ||
-        (site.source == SOURCE_LUA && site.addr == p->syms.last_proto) ||
+        (site.source == SOURCE_LUA && site.addr == p->syms.last_proto &&
+         (compiled == NULL || fast)) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
          p->syms.trace_obj[site.traceno] != 0 &&
          p->syms.trace_obj[site.traceno] ==
@@ -328,7 +441,7 @@ record_before(struct profiler *p, const struct vm_layout *lay,
     symbols_forget_slow(&p->syms, (uintptr_t)ptr);
   }
   if (!fast && ext)
-    stack = record_extended(p, stack_of, &site, ptr, &err);
+    stack = record_extended(p, stack_of, &site, compiled, ptr, &err);
   else if (fast && ext)
     count_extended(p, ptr);
   if (as != NULL && as->nsize != 0 && p->keeps_model)

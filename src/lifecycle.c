@@ -46,6 +46,7 @@
 #define _GNU_SOURCE
 #include "lifecycle.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -56,6 +57,7 @@
 
 #include "builtin_memprof.h"
 #include "lauxlib.h"
+#include "luajit.h"
 #include "profiler.h"
 #include "snapshot.h"
 #include "vm_inspect.h"
@@ -241,6 +243,7 @@ static int open_stream(struct profiler *p)
 ** of it (it only forwards). */
 static void free_profile_data(struct profiler *p)
 {
+  trace_lines_free(&p->tlines);
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
   live_free(&p->live);
@@ -258,6 +261,7 @@ static int fresh_tables(struct profiler *p)
       (p->stack_depth > 0 && stacks_init(&p->stacks) != 0) ||
       (p->keeps_model && live_init(&p->live) != 0) ||
       (p->keeps_model && places_init(&p->model) != 0) ||
+      trace_lines_init(&p->tlines, p->trace_lines != TRACE_LINES_START) != 0 ||
       vm_learn_name_builtins(&p->syms) != 0)
     return ENOMEM;
   if (p->keeps_model && p->stack_depth > 0)
@@ -289,6 +293,7 @@ static int follow_into_child(struct profiler *p)
   char *path = lifecycle_file_name(p->path_template);
   int err;
   writer_abandon(&p->out);
+  trace_lines_free(&p->tlines);
   symbols_free(&p->syms);
   stacks_free(&p->stacks);
   live_free(&p->live);    /* The parent's sampled blocks are not the child's. */
@@ -319,6 +324,84 @@ static void free_link(struct chain_link *l)
   free(l);
 }
 
+/* A full profile's default (docs/builds.md: the cost of each mode). */
+#define TRACE_LINES_FULL TRACE_LINES_EXACT
+
+/*
+** How events of compiled code are attributed: as asked, else 'exact' for a
+** full profile (its cost to the program is in docs/builds.md) and 'resume'
+** for a sampled one, which changes nothing in the compiled code; each
+** limited to what the build supports (memprof.info().trace_lines).
+*/
+static int trace_lines_mode(const struct vm_layout *lay,
+                            const struct profile_options *opts)
+{
+  int mode = opts->trace_lines;
+  if (mode == TRACE_LINES_DEFAULT)
+    mode = opts->sample_bytes > 0 ? TRACE_LINES_RESUME : TRACE_LINES_FULL;
+  if (mode == TRACE_LINES_EXACT && !lay->tl.prof_ok)
+    mode = TRACE_LINES_RESUME;
+  if (mode != TRACE_LINES_START && !lay->tl.ok)
+    mode = TRACE_LINES_START;
+  return mode;
+}
+
+typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
+
+static int flush_in(lua_State *L)
+{
+  setmode_fn set;
+  *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
+  if (set != NULL)
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+  return 0;
+}
+
+/* Throws away every trace, so that the next ones are compiled with the
+** current J->prof_mode, through the closure of lifecycle_collector at
+** stack index `collector` (made when the module was loaded: calling it
+** allocates nothing); none without it. LuaJIT refuses a flush in a
+** finalizer (a stop at lua_close) with an error, caught here: the traces
+** then stay, and their profiler checks only cost a test each. */
+static void flush_traces(lua_State *L, int collector)
+{
+  if (collector == 0 || lua_tocfunction(L, collector) != lifecycle_collector)
+    return;
+  lua_pushvalue(L, collector);
+  lua_pushboolean(L, 1);
+  if (lua_pcall(L, 1, 0, 0) != 0)
+    lua_pop(L, 1);
+}
+
+/* 'exact': per-line snapshots, as LuaJIT's line profiler asks for them,
+** unless the program runs that profiler (its mode is left alone). */
+static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
+{
+  int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
+  if (p->trace_lines != TRACE_LINES_EXACT || *mode != 0)
+    return;
+  *mode = 'l';
+  p->prof_mode_set = 1;
+  flush_traces(L, collector);
+}
+
+/* At stop, once the profile is complete (the flush is no event of it):
+** the VM's own mode again, if it is still ours. A VM being closed gets
+** its mode back, and no flush: its traces go with it. */
+static void restore_prof_mode(lua_State *L, struct vm_profiles *vm,
+                              struct profiler *p, int collector)
+{
+  int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
+  if (!p->prof_mode_set)
+    return;
+  p->prof_mode_set = 0;
+  if (*mode == 'l') {
+    *mode = 0;
+    if (!vm->closing && collector != 0)
+      flush_traces(L, collector);
+  }
+}
+
 static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
                                    const struct profile_options *opts,
                                    const char *path, int *err)
@@ -344,6 +427,7 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   if (!p->extended)
     memset(p->layout.internal_kind, INTERNAL_UNKNOWN,
            sizeof(p->layout.internal_kind));
+  p->trace_lines = trace_lines_mode(lay, opts);
   if (opts->sample_bytes > 0)
     sampler_init(&p->sampler, opts->sample_bytes,
                  opts->has_seed ? opts->seed : sampler_default_seed());
@@ -433,13 +517,14 @@ static void notice_detachment(lua_State *L, struct vm_profiles *vm)
   vm->active = NULL;
   vm->detached = 1;
   end_profile(&l->p);
+  restore_prof_mode(L, vm, &l->p, 0);
   park(vm, l);
 }
 
-/* Ends the running profile l; see the top of this file. Returns 0 or
-** errno. */
+/* Ends the running profile l; see the top of this file. `collector`: as
+** for flush_traces (0: none). Returns 0 or errno. */
 static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
-                     char **path)
+                     int collector, char **path)
 {
   int err;
   vm->active = NULL;
@@ -447,12 +532,14 @@ static int stop_link(lua_State *L, struct vm_profiles *vm, struct chain_link *l,
     /* First: nothing more hits p. */
     lua_setallocf(L, l->p.orig_alloc, l->p.orig_ud);
     err = end_profile(&l->p);
+    restore_prof_mode(L, vm, &l->p, collector);
     *path = l->p.path;
     l->p.path = NULL;
     free_link(l);
   } else {
     /* The hook above ours still calls it and will put it back. */
     err = end_profile(&l->p);
+    restore_prof_mode(L, vm, &l->p, collector);
     *path = l->p.path;
     l->p.path = NULL;
     park(vm, l);
@@ -477,7 +564,7 @@ static enum life_status not_running(lua_State *L, struct vm_profiles *vm)
 {
   char *path = NULL;
   if (left_in_parent(vm)) {
-    stop_link(L, vm, vm->active, &path);
+    stop_link(L, vm, vm->active, 0, &path);
     free(path);
     return LIFE_FORKED;
   }
@@ -516,7 +603,7 @@ enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm)
 enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct vm_layout *lay,
                                  const struct profile_options *opts,
-                                 const char *path, int *err)
+                                 const char *path, int collector, int *err)
 {
   struct chain_link *l = new_link(L, lay, opts, path, err);
   struct profiler *p;
@@ -527,6 +614,7 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
     free_link(l);
     return LIFE_FILE_ERROR;
   }
+  set_prof_mode(L, p, collector); /* Before the hook is in. */
   write_prologue_now(p);
   p->fork_generation = profiler_fork_generation;
   p->state = PROFILER_RECORDING;
@@ -544,6 +632,9 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
 
 int lifecycle_collector(lua_State *L)
 {
+  /* With an argument: flushes the traces instead (trace_lines 'exact'). */
+  if (lua_toboolean(L, 1))
+    return flush_in(L);
   lua_gc(L, LUA_GCCOLLECT, 0);
   return 0;
 }
@@ -587,7 +678,7 @@ enum life_status lifecycle_stop(lua_State *L, struct vm_profiles *vm,
   if (l == NULL)
     return LIFE_NOT_RUNNING;
   ended->max_bytes = l->p.capped ? l->p.max_bytes : 0;
-  ended->err = stop_link(L, vm, l, &path);
+  ended->err = stop_link(L, vm, l, collector, &path);
   if (ended->err == 0) {
     free(path);
     return LIFE_OK;
@@ -638,7 +729,7 @@ void lifecycle_close(lua_State *L, struct vm_profiles *vm)
   vm->closing = 1;
   notice_detachment(L, vm);
   if (vm->active != NULL) {
-    stop_link(L, vm, vm->active, &path);
+    stop_link(L, vm, vm->active, 0, &path);
     free(path);
   }
   unpark_top(L, vm);

@@ -24,7 +24,17 @@ struct profile_options {
   uint64_t sample_bytes; /* 0: record every event. */
   uint64_t seed;         /* Of the sampler, if has_seed. */
   int has_seed;
-  int snapshots; /* Keep the model of pprof snapshots in full mode too. */
+  int snapshots;   /* Keep the model of pprof snapshots in full mode too. */
+  int trace_lines; /* TRACE_LINES_*: events of compiled code by line. */
+};
+
+/* The start option trace_lines: how events made by compiled code are
+** attributed (trace_lines.h). */
+enum {
+  TRACE_LINES_DEFAULT = 0, /* Not given: see lifecycle.c. */
+  TRACE_LINES_START,       /* false: the trace's start. */
+  TRACE_LINES_RESUME,      /* 'resume': the snapshot's place. */
+  TRACE_LINES_EXACT,       /* 'exact': per-line snapshots (J->prof_mode). */
 };
 
 /* How a stopped profile ended, for stop's message. */
@@ -94,11 +104,13 @@ int lifecycle_path_follows_fork(const char *path);
 
 /* Starts a profile to `path` (after lifecycle_may_start said LIFE_OK and
 ** with a verified layout). The file is lifecycle_file_name(path).
-** LIFE_OK, or LIFE_FILE_ERROR with *err. */
+** `collector`: the stack index of the lifecycle_collector closure, through
+** which trace_lines 'exact' flushes the traces (0: none). LIFE_OK, or
+** LIFE_FILE_ERROR with *err. */
 enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct vm_layout *lay,
                                  const struct profile_options *opts,
-                                 const char *path, int *err);
+                                 const char *path, int collector, int *err);
 
 /* A full collection, for collect_at_stop. The binding makes its closure
 ** when the module loads and passes its stack index to lifecycle_stop, so

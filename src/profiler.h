@@ -14,6 +14,7 @@
 #include "sample.h"
 #include "stacks.h"
 #include "symbols.h"
+#include "trace_lines.h"
 #include "vm_layout.h"
 #include "writer.h"
 
@@ -82,6 +83,11 @@ struct profiler {
   int snapshots; /* The start option: the model in full mode too. */
   int live_full; /* Full mode: the live table passed LIVE_MAX_SLOTS. */
   struct places model;
+
+  /* Compiled code by line (the start option trace_lines). */
+  struct trace_lines tlines;
+  int trace_lines;   /* TRACE_LINES_* (lifecycle.h). */
+  int prof_mode_set; /* We set J->prof_mode to 'l' ('exact'). */
 
   /* The totals since start that memprof.stats() reads. */
   struct profile_stats stats;

@@ -32,6 +32,9 @@
 ** flag of an allocation event that carries a stack id, and two records. */
 #define EVENTS_VERSION_EXTENDED 100
 #define EVENT_HAS_STACK 0x20
+/* On a Lua-line event of the extended format: it ran in compiled code,
+** and the trace's number follows the location. */
+#define EVENT_COMPILED 0x40
 /* On an internal event of the extended format: its kind follows the
 ** header (INTERNAL_* in vm_layout.h). */
 #define EVENT_HAS_KIND 0x20

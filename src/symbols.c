@@ -118,6 +118,8 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
   if (hit->traceno != 0 && hit->traceno < s->trace_cap &&
       s->trace_obj[hit->traceno] == addr)
     s->trace_obj[hit->traceno] = 0;
+  if (hit->traceno != 0)
+    s->trace_frees++;
   if (s->last_proto == addr)
     s->last_proto = 0;
   if (s->line_memo.pt == addr)
@@ -329,8 +331,14 @@ int symbols_describe(struct symbols *s, struct writer *w,
                      const struct vm_site *site)
 {
   switch (site->source) {
-  case SOURCE_LUA:
-    return symbols_describe_proto(s, w, lay, site->addr);
+  case SOURCE_LUA: {
+    int err = symbols_describe_proto(s, w, lay, site->addr);
+    /* An event of compiled code names its trace too (and a described
+    ** trace is followed until it is freed). */
+    if (err == 0 && site->compiled && lay->trace_ok)
+      err = describe_trace(s, w, lay, g, site->traceno);
+    return err;
+  }
   case SOURCE_C:
     return symbols_describe_c(s, w, site->addr, site->ffid);
   case SOURCE_TRACE:

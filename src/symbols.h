@@ -54,6 +54,7 @@ struct symbols {
   struct library_cfunc library[MAX_LIBRARY_CFUNCS];
   unsigned libraries;   /* Entries of library[] in use. */
   unsigned generation;  /* Bumped when a described object goes away. */
+  unsigned trace_frees; /* Bumped when a described trace goes away. */
   struct cnames cnames; /* Names of C functions. */
 };
 

@@ -128,6 +128,10 @@ int discover_globals(struct calib *c);
 int discover_traces(struct calib *c);
 void discover_parent(struct calib *c, uint32_t root);
 
+/* Compiled-code attribution (vm_trace_calib.c): sets c->lay.tl, saying
+** why not when a check fails. Runs after the layout is verified. */
+void calibrate_trace_lines(lua_State *L, struct calib *c, int apart);
+
 /* The number of the trace of lay's trace array that starts in prototype
 ** want at line, or 0. */
 uint32_t calib_trace_number(struct calib *c, const struct vm_layout *lay,

@@ -31,6 +31,9 @@ struct vm_site {
   uint32_t line;    /* SOURCE_LUA: current line. */
   uint32_t traceno; /* SOURCE_TRACE: trace number. */
   uintptr_t addr;   /* SOURCE_LUA: GCproto; SOURCE_C: function address. */
+  uint8_t exit;     /* SOURCE_TRACE: made while the VM leaves the trace. */
+  uint8_t compiled; /* SOURCE_LUA: made by trace `traceno` (resolved by
+                       trace_lines.h). */
 };
 
 #define TVALUE_SIZE 8
@@ -616,7 +619,9 @@ VM_INLINE struct vm_walk_entry *vm_walk_victim(struct vm_walk_cache *cache)
 
 /*
 ** The raw call stack of the current thread, innermost first, at most max
-** frames, as lj_debug walks levels: dummy frames (holding the thread) are
+** frames, from its base or from `base` if not 0 (a trace's base frame: the
+** top frame's PC, from the C frame, is then not its own), as lj_debug
+** walks levels: dummy frames (holding the thread) are
 ** skipped, and a vararg function is seen at its pseudo-frame only.
 ** Returns the number of frames (0: no stack, e.g. a stack being resized),
 ** and the cache entry that holds them in *entry.
@@ -630,11 +635,11 @@ VM_INLINE struct vm_walk_entry *vm_walk_victim(struct vm_walk_cache *cache)
 ** both) is taken from it: typically only the top frames change, in a deep
 ** stack that does not.
 */
-VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
-                            uintptr_t cur_L_at, uintptr_t ptr,
-                            struct vm_raw_frame *out, int max,
-                            struct vm_walk_cache *cache,
-                            struct vm_walk_entry **entry, int *same)
+VM_INLINE int vm_walk_stack_at(const struct vm_layout *lay, int safe,
+                               uintptr_t cur_L_at, uintptr_t base,
+                               uintptr_t ptr, struct vm_raw_frame *out, int max,
+                               struct vm_walk_cache *cache,
+                               struct vm_walk_entry **entry, int *same)
 {
   struct vm_thread th;
   const struct vm_walk_entry *prev = &cache->entry[cache->last];
@@ -648,6 +653,8 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
   if (!vm_current_thread(lay, safe, cur_L_at, &th) ||
       (ptr != 0 && ptr == th.stack))
     return 0;
+  if (base != 0)
+    th.base = base;
   frame = th.base - TVALUE_SIZE;
   cache->clock++;
   if ((e = vm_walk_find(lay, safe, cache, &th, frame)) != NULL) {
@@ -718,6 +725,16 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
   return vm_walk_output(e, out);
 }
 
+VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
+                            uintptr_t cur_L_at, uintptr_t ptr,
+                            struct vm_raw_frame *out, int max,
+                            struct vm_walk_cache *cache,
+                            struct vm_walk_entry **entry, int *same)
+{
+  return vm_walk_stack_at(lay, safe, cur_L_at, 0, ptr, out, max, cache, entry,
+                          same);
+}
+
 /* Full classification of one allocator call. `lay` gives the offsets (it
 ** may be a family's constant table); `rt` is the verified layout, for what
 ** is learned at run time: the vmstate classes and the trace offsets. */
@@ -729,6 +746,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   int32_t st;
   site->ffid = 0;
   site->traceno = 0;
+  site->exit = site->compiled = 0;
   site->source = SOURCE_INTERNAL;
   if (!vm_i32(safe, g + rt->g_vmstate, &st))
     return;
@@ -753,6 +771,7 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
         parent < 65536) {
       site->source = SOURCE_TRACE;
       site->traceno = parent;
+      site->exit = 1;
     }
     break;
   }

@@ -957,7 +957,7 @@ int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
 }
 
 int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
-                        size_t errlen)
+                        size_t errlen, int apart)
 {
   struct calib *c;
   int ok;
@@ -977,6 +977,7 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
   if (!ok && c->given == 0)
     ok = calibrate_once(L, c, err, errlen);
   if (ok) {
+    calibrate_trace_lines(L, c, apart);
     match_known(&c->lay);
 #if defined(__aarch64__)
     c->lay.family = c->lay.gc64 ? "LuaJIT 2.1 GC64 arm64" : "LuaJIT 2.1 arm64";

@@ -39,6 +39,31 @@ enum vm_internal_kind {
   INTERNAL_INTERPRETER, /* The VM itself: stack resizes, host C code. */
 };
 
+/* What compiled-code attribution reads (trace_lines.h), found and verified
+** by vm_trace_calib.c. Offsets of GCtrace fields are from the trace
+** object, of SnapShot fields from a snapshot. */
+struct vm_trace_layout {
+  int ok;        /* Every check passed, the known-answer run too. */
+  char why[160]; /* Why not, when !ok (for memprof.info()). */
+  int prof_ok;   /* J->prof_mode was found (the 'exact' mode). */
+  char prof_why[96];
+  uint16_t g_prof_mode; /* J->prof_mode (int), from g. */
+  int exit_ok;          /* J->exitno is verified: exits are resolved. */
+  int base_ok;          /* g->jit_base is verified: the frames below a
+                           trace are walked. */
+  uint16_t g_jit_base;  /* g->jit_base (MRef), from g. */
+  uint16_t g_exitno;    /* J->exitno (u32), from g. */
+  uint8_t tr_mcode, tr_szmcode, tr_spadjust, tr_nsnap, tr_snap, tr_snapmap;
+  uint8_t tr_nsnapmap, tr_ir, tr_nk;
+  uint8_t snap_size, snap_mapofs, snap_mcofs, snap_nent;
+  uint8_t bc_funcf; /* The first function header op (FUNCF). */
+  /* A table store right after an inlined call returns (trace_lines.h):
+  ** lj_tab_newkey's address, and the ops of stores, returns and MOV. */
+  int newkey_ok;
+  uintptr_t newkey;
+  uint8_t bc_tsetv, bc_tsets, bc_tsetb, bc_mov, bc_ret0, bc_ret1, bc_ret;
+};
+
 /* Number of negative vmstate values the hook can classify (~vmstate). */
 #define VM_STATE_SLOTS 16
 
@@ -91,6 +116,7 @@ struct vm_layout {
   /* Learned stored values (for memprof.info()). */
   int32_t st_lua, st_c, st_gc;
   const char *state_numbering; /* Which numbering the values matched. */
+  struct vm_trace_layout tl;   /* Compiled code by line. */
 };
 
 /* GC object type bytes (~LJ_Txxx); the same in every supported build. */
@@ -145,10 +171,12 @@ static inline unsigned vm_layout_get(const struct vm_layout *lay,
 ** Learns and verifies the layout of the VM that L belongs to. Runs Lua code
 ** and installs a temporary allocator, so it must be called from a C function
 ** (never from the hook). Returns 1 on success; on failure returns 0 and
-** writes a message naming the failed check into err.
+** writes a message naming the failed check into err. `apart`: L's VM is a
+** throw-away one (only there is LuaJIT's profiler started, to find
+** J->prof_mode).
 */
 int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
-                        size_t errlen);
+                        size_t errlen, int apart);
 
 /*
 ** Checks a layout verified in another VM of the same build against L's VM:

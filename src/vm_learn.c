@@ -214,7 +214,7 @@ static int calibrate_in(lua_State *T)
 {
   struct job *j = lua_touserdata(T, 1);
   j->openlibs(T);
-  j->ok = vm_layout_calibrate(T, &j->layout, j->err, j->errlen);
+  j->ok = vm_layout_calibrate(T, &j->layout, j->err, j->errlen, 1);
   if (j->ok && !learned.named)
     name_builtins(T, &j->layout);
   return 0;
@@ -245,7 +245,7 @@ static int calibrate_apart(struct job *j)
 static void calibrate_here(lua_State *L, struct job *j)
 {
   int running = lua_gc(L, LUA_GCISRUNNING, 0) != 0;
-  j->ok = vm_layout_calibrate(L, &j->layout, j->err, j->errlen);
+  j->ok = vm_layout_calibrate(L, &j->layout, j->err, j->errlen, 0);
   if (j->ok && !learned.named)
     name_builtins(L, &j->layout);
   lua_gc(L, LUA_GCCOLLECT, 0);

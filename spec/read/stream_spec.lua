@@ -1169,7 +1169,7 @@ local function next_error(builder)
 end
 
 local EXTENDED_HEADERS = '0x05-0x14, 0x18, 0x1c, 0x25-0x27, 0x29-0x2b, ' ..
-  '0x2d-0x2f or 0x80'
+  '0x2d-0x2f, 0x49-0x4b, 0x69-0x6b or 0x80'
 
 describe('reader errors (extended format)', function()
   local function extended()
@@ -1224,14 +1224,15 @@ describe('reader errors (extended format)', function()
       end
     end)
 
-  it('rejects headers with bit 6 set', function()
-    for _, header in ipairs({ 0x45, 0x69, 0xc0 }) do
+  it('rejects headers with bit 6 set but on a Lua-line event', function()
+    for _, header in ipairs({ 0x45, 0x6d, 0x51, 0xc0 }) do
       local s = extended()
       local at = s:size()
       s:raw(string.char(header)):numbers(1, 8):epilogue()
       assert.are.equal(('out.bin: byte %d: expected an event header (%s), ' ..
-        'found 0x%02x, a reserved header (bit 6 set) that this reader ' ..
-        'cannot skip'):format(at, EXTENDED_HEADERS, header), next_error(s))
+        'found 0x%02x, a reserved header (bit 6 set, valid only on a ' ..
+        'Lua-line event) that this reader cannot skip'):format(at,
+        EXTENDED_HEADERS, header), next_error(s))
     end
   end)
 

@@ -2,6 +2,7 @@
 --
 --   memprof run [-o PROFILE] [--stack-depth N] [--timestamps]
 --               [--sample-bytes[=N] [--seed=S]] [--lua=CMD]
+--               [--trace-lines=exact|resume|start]
 --               [REPORT OPTIONS] SCRIPT [ARGS...]
 --   memprof report [OPTIONS] FILE     (the same as memprof-report)
 --
@@ -66,6 +67,14 @@ M.RUN_OPTIONS = {
   { name = 'seed', value = 'S', key = 'seed',
     check = whole_number(0, 2 ^ 53),
     help = 'seed the sampling (a run samples the same allocations)' },
+  { name = 'trace-lines', value = 'MODE', key = 'trace_lines',
+    check = function(value)
+      if value ~= 'exact' and value ~= 'resume' and value ~= 'start' then
+        return nil, 'expected exact, resume or start, found ' .. value
+      end
+      return value
+    end,
+    help = 'compiled code by line: exact, resume or start (see docs)' },
   { name = 'lua', value = 'CMD', key = 'lua',
     help = 'run the script with CMD (luajit, tarantool, ...)' },
   { name = 'help', short = 'h', key = 'help',
@@ -230,6 +239,10 @@ function M.wrapper(module_path, profile, opts, pid_file)
   end
   if opts.max_bytes then
     options[#options + 1] = format('max_bytes = %d', opts.max_bytes)
+  end
+  if opts.trace_lines then
+    options[#options + 1] = 'trace_lines = ' .. (opts.trace_lines == 'start'
+      and 'false' or literal(opts.trace_lines))
   end
   if opts.sample_bytes then
     options[#options + 1] = format('sample_bytes = %d', opts.sample_bytes)

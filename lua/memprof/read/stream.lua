@@ -18,10 +18,10 @@
 --   reader.from_string(bytes [, name [, opts]])
 --   stream:next()   -> the next allocation event, or nil at the end
 --   stream:next_values() -> the same event as values: kind, site, oaddr,
---                      osize, naddr, nsize, stack, offset (the fields
---                      below), or nil at the end (for a loop that
---                      needs no table, as memprof.analysis.analyze's: a stream is
---                      read with one or the other)
+--                      osize, naddr, nsize, stack, offset, trace (the
+--                      fields below), or nil at the end (for a loop that
+--                      needs no table, as memprof.analysis.analyze's: a
+--                      stream is read with one or the other)
 --   stream:each()   -> iterator over the events
 --   stream:close()  -> stop early and release the file
 --
@@ -45,6 +45,9 @@
 --   oaddr, osize   the old block (realloc, free; 0 for alloc)
 --   offset  byte offset of the event header in the file
 --   stack   the interned call stack of the event, or nil (see below)
+--   trace   the number of the trace whose compiled code made the event
+--           (an event of a Lua line, extended format), or nil; with
+--           opts.split_traces such events have that trace's site
 --   time    nanoseconds since the start, from the last time mark before
 --           the event; nil before the first mark and in streams without
 --           time marks
@@ -172,6 +175,9 @@ local SAMPLING_RECORD, SAMPLING_POISSON_BYTES = 0x5c, 1
 -- In an allocation event header of the extended format: a stack id
 -- follows the location (for an internal event: the kind of the event).
 local STACK_BIT = 0x20
+-- On a Lua-line event of the extended format: it ran in compiled code, and
+-- the trace's number follows the location.
+local COMPILED_BIT = 0x40
 local MAX_FRAMES = 64
 local FRAME_LUA, FRAME_C = 0x08, 0x0c
 
@@ -200,10 +206,18 @@ for _, source in ipairs({ SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C }) do
     HEADER_SOURCE[header] = source
   end
 end
+-- Lua-line events of compiled code, with or without a stack.
+for kind = KIND_ALLOC, KIND_REALLOC do
+  for _, header in ipairs({ COMPILED_BIT + SOURCE_LUA * 4 + kind,
+      COMPILED_BIT + STACK_BIT + SOURCE_LUA * 4 + kind }) do
+    HEADER_KIND_EXTENDED[header] = kind
+    HEADER_SOURCE[header] = SOURCE_LUA
+  end
+end
 
 -- The valid headers, as error messages list them.
 local EXTENDED_HEADERS = '0x05-0x14, 0x18, 0x1c, 0x25-0x27, 0x29-0x2b, ' ..
-  '0x2d-0x2f or 0x80'
+  '0x2d-0x2f, 0x49-0x4b, 0x69-0x6b or 0x80'
 local VALID_HEADERS = {
   [3] = '0x00-0x13 or 0x80',
   [EXTENDED_VERSION] = EXTENDED_HEADERS,
@@ -509,7 +523,8 @@ local function extended_header_note(header)
     return ', a sampling record, which is valid only right after the ' ..
       'event stream header, before the note of the heap at start'
   elseif header % 0x80 >= 0x40 then
-    return ', a reserved header (bit 6 set) that this reader cannot skip'
+    return ', a reserved header (bit 6 set, valid only on a Lua-line ' ..
+      'event) that this reader cannot skip'
   end
   local kind, source = header % 4, (header % STACK_BIT - header % 4) / 4
   if header >= STACK_BIT and header < 0x80 and kind ~= KIND_SYMBOL and
@@ -682,7 +697,10 @@ function common:diagnose_event(header, pos)
   for _, what in ipairs(LOCATION_FIELDS[HEADER_SOURCE[header]]) do
     fields[#fields + 1] = what
   end
-  if header >= STACK_BIT then
+  if header >= COMPILED_BIT then
+    fields[#fields + 1] = 'the trace of an event of compiled code'
+  end
+  if header % COMPILED_BIT >= STACK_BIT then
     fields[#fields + 1] = HEADER_SOURCE[header] == SOURCE_INTERNAL and
       'the kind of an internal event' or 'a stack id'
   end
@@ -803,7 +821,7 @@ local function make_methods(byte_at, bit, bytes_of)
       return nil
     end
     return ev.kind, ev.site, ev.oaddr, ev.osize, ev.naddr, ev.nsize,
-      ev.stack, ev.offset
+      ev.stack, ev.offset, ev.trace
   end
 
   -- The stream's next_values(), a closure made for each stream
@@ -850,8 +868,16 @@ local function make_methods(byte_at, bit, bytes_of)
       elseif source ~= SOURCE_INTERNAL then
         loc, p = uleb(b, p, last)
       end
+      local trace, flags = nil, header
+      if header >= COMPILED_BIT then
+        if cursor.version ~= EXTENDED_VERSION then
+          return values_of(self:other_header(header, pos))
+        end
+        trace, p = uleb(b, p, last)
+        flags = header - COMPILED_BIT
+      end
       local stack_id, stack_at = 0, 0
-      if header >= STACK_BIT then
+      if flags >= STACK_BIT then
         if cursor.version ~= EXTENDED_VERSION then
           return values_of(self:other_header(header, pos))
         end
@@ -893,6 +919,9 @@ local function make_methods(byte_at, bit, bytes_of)
       elseif source == SOURCE_LUA then
         local sym = self.lfuncs[loc]
         site = sym and sym.sites[line] or self:lua_site(loc, line)
+        if trace and self.split_traces then
+          site = self.trace_sites[trace] or self:trace_site(trace)
+        end
       elseif source == SOURCE_C then
         site = self.c_sites[loc] or self:c_site(loc)
       else
@@ -904,7 +933,7 @@ local function make_methods(byte_at, bit, bytes_of)
       cursor.pos = p
       cursor.events = cursor.events + 1
       return KIND_NAMES[kind], site, oaddr, osize, naddr, nsize, stack,
-        cursor.base + pos - 1
+        cursor.base + pos - 1, trace
     end
   end
 
@@ -912,7 +941,7 @@ local function make_methods(byte_at, bit, bytes_of)
   -- (ev), or nil at the end.
   function methods.make_next(next_values, ev)
     return function(self)
-      local kind, site, oaddr, osize, naddr, nsize, stack, offset =
+      local kind, site, oaddr, osize, naddr, nsize, stack, offset, trace =
         next_values(self)
       if not kind then
         return nil
@@ -922,6 +951,7 @@ local function make_methods(byte_at, bit, bytes_of)
       ev.oaddr, ev.osize, ev.naddr, ev.nsize = oaddr, osize, naddr, nsize
       ev.offset = offset
       ev.stack = stack
+      ev.trace = trace
       return ev
     end
   end

@@ -1,0 +1,436 @@
+-- Compiled code by line (the start option trace_lines): an event made
+-- while a trace runs is charged to the Lua line (and inlined frames) that
+-- made it. Each case is a loop whose allocations escape (nothing is sunk
+-- but where a case says so); its bytes by line with the JIT compiler on
+-- must equal those of the same code run by the interpreter.
+local memprof = require('memprof')
+local reader = require('memprof.read.stream')
+local h = require('helpers.profile')
+local C = require('helpers.command')
+
+local LUA = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
+local MEMPROF = os.getenv('PWD') .. '/bin/memprof'
+
+local info = memprof.info()
+local tl = info.trace_lines
+local CHUNK = '@tl_case.lua'
+
+-- The line of the tag `--@name` in code.
+local function line_of(code, name)
+  local n = 1
+  for text in (code .. '\n'):gmatch('([^\n]*)\n') do
+    if text:find('--@' .. name, 1, true) then
+      return n
+    end
+    n = n + 1
+  end
+  error('no tag ' .. name)
+end
+
+-- Reads a profile: bytes allocated by line of the case's chunk, the same
+-- for events of compiled code, their traces, and the events.
+local function read(path)
+  local stream = reader.open(path)
+  local r = { bytes = {}, compiled = {}, count = {}, traces = {}, events = {},
+    version = stream.version, trace_sites = 0, exit_internal = 0 }
+  for ev in stream:each() do
+    local site = ev.site
+    if ev.kind ~= 'free' and site.source == 'lua' and
+        site.chunkname == CHUNK then
+      local line, grow = site.line, ev.nsize - ev.osize
+      r.bytes[line] = (r.bytes[line] or 0) + grow
+      if ev.trace then
+        r.compiled[line] = (r.compiled[line] or 0) + grow
+        r.count[line] = (r.count[line] or 0) + 1
+        r.traces[ev.trace] = true
+      end
+      r.events[#r.events + 1] = { line = line, trace = ev.trace,
+        stack = ev.stack, kind = ev.kind }
+    elseif site.source == 'trace' and ev.kind ~= 'free' then
+      r.trace_sites = r.trace_sites + 1
+    elseif site.internal_kind == 'trace exit' and ev.kind ~= 'free' then
+      r.exit_internal = r.exit_internal + 1
+    end
+  end
+  os.remove(path)
+  return r
+end
+
+-- The line of this file where profile() calls the case's loop.
+local PCALL_LINE
+do
+  local n = 0
+  for text in io.lines('spec/trace_lines_spec.lua') do
+    n = n + 1
+    if text:find('local ok, err = pcall(run, n or 3000)', 1, true) then
+      PCALL_LINE = n
+    end
+  end
+end
+
+-- Runs run(n) of the chunk `code` under a profile with `opts`, with the
+-- JIT compiler on or off for the chunk.
+local function profile(code, opts, compiled, n)
+  local run = assert(loadstring(code, CHUNK))()
+  jit.flush()
+  if not compiled then
+    jit.off(run, true)
+  end
+  local path = h.tmpname()
+  collectgarbage()
+  assert(memprof.start(path, opts))
+  if not compiled then
+    jit.off()
+  end
+  local ok, err = pcall(run, n or 3000)
+  jit.on()
+  assert(memprof.stop())
+  assert(ok, err)
+  jit.on(run, true)
+  return read(path)
+end
+
+-- The JIT-on profile of code, tried again (at most three times) when the
+-- loop did not run compiled at every tagged line (a recording can abort).
+local function compiled_profile(code, tags, opts, n)
+  local r
+  for _ = 1, 3 do
+    jit.off()
+    jit.on()
+    r = profile(code, opts, true, n)
+    local all = true
+    for _, tag in ipairs(tags) do
+      all = all and (r.compiled[line_of(code, tag)] or 0) > 0
+    end
+    if all then
+      break
+    end
+  end
+  return r
+end
+
+-- Every event of compiled code is at a tagged line, and every tagged line
+-- has some; none is left at a trace's start.
+local function all_at_tags(r, code, tags)
+  local lines = {}
+  for _, tag in ipairs(tags) do
+    local line = line_of(code, tag)
+    lines[line] = true
+    assert.is_true((r.compiled[line] or 0) > 0,
+      tag .. ': no compiled event at line ' .. line)
+  end
+  for line in pairs(r.compiled) do
+    assert.is_true(lines[line], 'a compiled event at line ' .. line)
+  end
+  assert.equal(0, r.trace_sites)
+  assert.equal(0, r.exit_internal)
+end
+
+-- The bytes at each tagged line agree with the interpreter's (where the
+-- interpreter and compiled code make blocks of one size), and every event
+-- of compiled code is at a tagged line.
+local function agrees(code, tags, opts, n, sizes_differ)
+  -- (The extended format, where an event says it ran compiled.)
+  opts = opts or { trace_lines = 'exact', timestamps = true }
+  local on = compiled_profile(code, tags, opts, n)
+  all_at_tags(on, code, tags)
+  if sizes_differ then
+    return on
+  end
+  local off = profile(code, opts, false, n)
+  assert.is_nil(next(off.compiled), 'the interpreter made no trace event')
+  for _, tag in ipairs(tags) do
+    local line = line_of(code, tag)
+    assert.equal(off.bytes[line], on.bytes[line], tag .. ' at line ' .. line)
+  end
+  return on, off
+end
+
+local function case(body, prelude)
+  return (prelude or '') .. [[
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+return function(n)
+  for i = 1, n do
+]] .. body .. [[
+  end
+  return keep
+end
+]]
+end
+
+if not tl.resume then
+  describe('compiled code by line, on a build without it', function()
+    it('says why and keeps trace starts', function()
+      assert.is_string(tl.why)
+      assert.is_false(tl.exact)
+      if jit.arch == 'x64' then
+        assert.truthy(tl.why:find('no snapshot offsets in this build ' ..
+          '(before 2021-03)', 1, true), tl.why)
+      end
+      local code = case('    keep[i % 64 + 1] = {i, i} --@t\n')
+      local r
+      for _ = 1, 3 do
+        r = profile(code, nil, true)
+        if r.trace_sites > 0 then break end
+      end
+      assert.is_true(r.trace_sites > 0, 'events at trace starts')
+      assert.is_nil(next(r.compiled))
+    end)
+  end)
+  return
+end
+
+describe('compiled code by line', function()
+  local ballast
+  setup(function()
+    jit.on()
+    -- The string table grows (a block of its own, charged to the line
+    -- that made the string) once for the first run only: made large
+    -- enough here for every run.
+    ballast = {}
+    for i = 1, 40000 do
+      ballast[i] = 'ballast' .. i
+    end
+  end)
+
+  teardown(function()
+    ballast = nil
+  end)
+
+  it('says in memprof.info() what the build supports', function()
+    assert.is_true(tl.resume)
+    assert.is_boolean(tl.exact)
+    assert.is_boolean(tl.exits)
+    assert.is_boolean(tl.stacks)
+    assert.is_boolean(tl.stores_after_calls)
+    assert.is_number(tl.offsets.snap_mcofs)
+    assert.is_number(tl.offsets.bc_funcf)
+  end)
+
+  it('charges a table constructor to its line', function()
+    agrees(case('    keep[i % 64 + 1] = {i, i, i} --@t\n'), { 't' })
+  end)
+
+  it('charges the growth of a table to its line', function()
+    -- (Keys of the hash part: each new one goes through lj_tab_newkey.)
+    agrees(case('    grow[i + 0.5] = i --@grow\n', 'local grow = {}\n'),
+      { 'grow' })
+  end)
+
+  it('charges a string concatenation to its line', function()
+    agrees(case("    keep[i % 64 + 1] = 'k' .. i .. 'v' --@s\n"), { 's' })
+  end)
+
+  it('charges string.format to its line', function()
+    agrees(case("    keep[i % 64 + 1] = string.format('%d:%d', i, i) --@f\n"),
+      { 'f' })
+  end)
+
+  it('charges tostring to its line', function()
+    agrees(case('    keep[i % 64 + 1] = tostring(i + 0.5) --@s\n'), { 's' })
+  end)
+
+  it('charges table.concat to its line', function()
+    agrees(case([[
+    local t = {i, i + 1} --@t
+    keep[i % 64 + 1] = t
+    keep[(i + 1) % 64 + 1] = table.concat(t, ',') --@c
+]]), { 't', 'c' })
+  end)
+
+  it('charges cdata to its line', function()
+    -- (Compiled code makes smaller cdata objects than the interpreter.)
+    local code = case("    keep[i % 64 + 1] = ffi.new('int[4]') --@c\n",
+      "local ffi = require('ffi')\n")
+    local on = agrees(code, { 'c' }, nil, nil, true)
+    assert.is_true(on.count[line_of(code, 'c')] > 2500)
+  end)
+
+  it('charges an inlined callee to its line, with its caller in the stack',
+    function()
+    local code = case([[
+    keep[i % 64 + 1] = make(i) --@call
+]], [[
+local function make(i)
+  local t = {i, i} --@inner
+  return t
+end
+]])
+    local on = agrees(code, { 'inner' },
+      { trace_lines = 'exact', stack_depth = 8 })
+    local inner, call = line_of(code, 'inner'), line_of(code, 'call')
+    local seen = 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == inner then
+        local frames = ev.stack.frames
+        assert.equal(inner, frames[1].line)
+        assert.equal(CHUNK, frames[2].chunkname)
+        assert.equal(call, frames[2].line)
+        -- Below the trace: the interpreter's frames (pcall in profile()).
+        if tl.stacks then
+          assert.equal('pcall', frames[3].name)
+          assert.equal(PCALL_LINE, frames[4].line)
+        else
+          assert.is_nil(frames[3])
+        end
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 1000, seen .. ' compiled events in the callee')
+  end)
+
+  it('charges a new key stored right after an inlined call to the store',
+    function()
+    if not tl.stores_after_calls then
+      pending('lj_tab_newkey is not known in this build')
+      return
+    end
+    -- Its snapshot is the callee's last one (LuaJIT's loop optimisation
+    -- drops the store's own): the helper called tells it apart.
+    agrees(case([[
+    local t = {i} --@t
+    t.name = label(i) --@store
+    keep[i % 64 + 1] = t
+]], [[
+local function label(i)
+  return 'item' .. i --@label
+end
+]]), { 't', 'store', 'label' })
+  end)
+
+  it('charges a side trace to its line', function()
+    local code = case([[
+    if i % 4 == 0 then
+      keep[i % 64 + 1] = {i} --@side
+    else
+      keep[i % 64 + 1] = {i, i} --@root
+    end
+]])
+    local on = agrees(code, { 'side', 'root' })
+    local traces = 0
+    for _ in pairs(on.traces) do traces = traces + 1 end
+    assert.is_true(traces >= 2, traces .. ' traces')
+  end)
+
+  it('charges the looping part of a loop trace to its line', function()
+    local code = case('    keep[i % 64 + 1] = {i, i} --@t\n')
+    local on = agrees(code, { 't' }, nil, 5000)
+    -- Only the rounds before the loop was compiled ran elsewhere.
+    assert.is_true(on.count[line_of(code, 't')] > 4500)
+  end)
+
+  it('charges a sunk table made at a trace exit to its line', function()
+    if not tl.exits then
+      pending('trace exits are not verified in this build')
+      return
+    end
+    -- On one line: the exit's place is the line of the table too. Only
+    -- the tables that escape are made: one round in 40.
+    local code = case('    local t = {i, i} if i % 40 == 0 then ' ..
+      'keep[i % 64 + 1] = t end --@sunk\n')
+    local on = agrees(code, { 'sunk' }, nil, nil, true)
+    assert.is_true(on.count[line_of(code, 'sunk')] >= 60)
+  end)
+
+  it('charges the resume point without per-line snapshots', function()
+    -- One line per statement that allocates after a store: the resume
+    -- point is the allocating line itself.
+    agrees(case([[
+    keep[i % 64 + 1] = i
+    keep[i % 64 + 1] = {i, i} --@t
+]]), { 't' }, { trace_lines = 'resume', timestamps = true })
+  end)
+
+  it('keeps trace starts with trace_lines = false', function()
+    local r = profile(case('    keep[i % 64 + 1] = {i, i} --@t\n'),
+      { trace_lines = false, timestamps = true }, true)
+    assert.is_nil(next(r.compiled))
+    assert.is_true(r.trace_sites > 1000)
+  end)
+
+  it('writes Lua-line events in Tarantool\'s format', function()
+    local code = case('    keep[i % 64 + 1] = {i, i} --@t\n')
+    local r = compiled_profile(code, {}, nil)
+    assert.equal(3, r.version)
+    assert.equal(0, r.trace_sites)
+    local off = profile(code, nil, false)
+    assert.equal(off.bytes[line_of(code, 't')], r.bytes[line_of(code, 't')])
+  end)
+
+  it('follows traces flushed and their numbers reused', function()
+    local a = case('    keep[i % 64 + 1] = {i} --@a\n')
+    local b = case('\n\n    keep[i % 64 + 1] = {i, i, i} --@b\n')
+    local run_a = assert(loadstring(a, CHUNK))()
+    local run_b = assert(loadstring(b, CHUNK))()
+    local r
+    for _ = 1, 3 do
+      jit.flush()
+      local path = h.tmpname()
+      assert(memprof.start(path, { trace_lines = 'exact', stack_depth = 2 }))
+      run_a(3000)
+      jit.flush()
+      run_b(3000)
+      assert(memprof.stop())
+      r = read(path)
+      if (r.compiled[line_of(a, 'a')] or 0) > 0 and
+          (r.compiled[line_of(b, 'b')] or 0) > 0 then
+        break
+      end
+    end
+    local traces = { [line_of(a, 'a')] = {}, [line_of(b, 'b')] = {} }
+    for _, ev in ipairs(r.events) do
+      assert.is_table(traces[ev.line], 'no event at line ' .. ev.line)
+      if ev.trace then
+        traces[ev.line][ev.trace] = true
+      end
+    end
+    -- The second loop's trace took the first one's number.
+    local reused = false
+    for n in pairs(traces[line_of(b, 'b')]) do
+      reused = reused or traces[line_of(a, 'a')][n] == true
+    end
+    assert.is_true(reused)
+    local off_a = profile(a, nil, false)
+    local off_b = profile(b, nil, false)
+    assert.equal(off_a.bytes[line_of(a, 'a')], r.bytes[line_of(a, 'a')])
+    assert.equal(off_b.bytes[line_of(b, 'b')], r.bytes[line_of(b, 'b')])
+  end)
+
+  it('is chosen with memprof run --trace-lines', function()
+    if jit.arch ~= 'x64' then
+      -- memprof run loads build/memprof.so, built for x86-64 here.
+      pending('memprof run needs the module built for this machine')
+      return
+    end
+    local dir = C.temp_dir()
+    C.write_file(dir .. '/loop.lua', [[
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+for i = 1, 3000 do
+  keep[i % 64 + 1] = {i, i}
+end
+]])
+    local function report(mode)
+      -- (The report goes to stderr, the script's output to stdout.)
+      local code, _, err = C.run('cd ' .. C.quote(dir) ..
+        ' && timeout 120 ' ..
+        C.command(LUA, MEMPROF, 'run', '--lua=' .. LUA,
+          '--trace-lines=' .. mode, 'loop.lua'))
+      assert.equal(0, code, err)
+      return err
+    end
+    local exact, start = report('exact'), report('start')
+    local code, _, err = C.run('cd ' .. C.quote(dir) .. ' && timeout 120 ' ..
+      C.command(LUA, MEMPROF, 'run', '--lua=' .. LUA, '--trace-lines=line',
+        'loop.lua'))
+    C.remove_tree(dir)
+    assert.truthy(exact:find('\n@loop.lua:4: 3000 events\t+', 1, true), exact)
+    assert.is_nil(exact:find('TRACE started', 1, true))
+    assert.truthy(start:find('\nTRACE started at @loop.lua:3 ', 1, true),
+      start)
+    assert.equal(1, code)
+    assert.truthy(err:find("option '--trace-lines': expected exact, resume " ..
+      'or start, found line', 1, true), err)
+  end)
+end)

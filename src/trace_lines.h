@@ -1,0 +1,555 @@
+/*
+** Compiled-code attribution: the Lua function and line (and the inlined
+** frames) of an event made while a JIT trace runs.
+**
+** Traces never allocate inline: every allocation is a call from the
+** trace's machine code to a helper, so the return address into the trace
+** is on the native stack: on x86-64 at a place the trace's stack
+** adjustment gives, on arm64 (whose compiled code runs under vmstate 0)
+** the innermost saved return address into a trace's machine code, which
+** names the trace too. Since upstream LuaJIT a32aeadc every snapshot knows
+** where its
+** region of machine code begins (SnapShot.mcofs): the return address gives
+** the snapshot, the snapshot its bytecode PC (where the interpreter would
+** resume) and its frame links (the inlined callers). Every offset used here
+** is found and verified at calibration (vm_trace_calib.c), including a run
+** whose allocations on known lines must resolve to those lines; any check
+** that fails here leaves the event at the trace's start, as before.
+*/
+#ifndef MEMPROF_TRACE_LINES_H
+#define MEMPROF_TRACE_LINES_H
+
+#include <stdint.h>
+
+#include "vm_inspect.h"
+
+/* Frames of a place: the innermost function, then its inlined callers. */
+#define TL_MAX_FRAMES 8
+/* Instructions scanned back from a PC to its function's header. */
+#define TL_MAX_SCAN 65536
+/* Bytes between the hook's frame and the C frame a trace runs on. */
+#define TL_STACK_SPAN 65536
+/* JLOOP's stack adjustment below the C frame (x86-64 interpreter). */
+#define TL_JLOOP_ADJUST 16
+
+/* Bytes of an MCode unit (snapshot offsets count them). */
+#if defined(__aarch64__)
+#define TL_MCODE_UNIT 4
+#else
+#define TL_MCODE_UNIT 1
+#endif
+
+#define TL_SNAP_FRAME 0x10000u
+#define TL_SNAP_CONT 0x20000u
+#define TL_REF_BIAS 0x8000u
+#define TL_IRINS_SIZE 8
+
+/* Where an event made by compiled code belongs. */
+struct tl_place {
+  uintptr_t pt;  /* The innermost prototype. */
+  uint32_t line; /* Its line. */
+  int nframes;   /* Frames, innermost first: frames[0] is pt's. */
+  struct vm_raw_frame frames[TL_MAX_FRAMES];
+  uint32_t stack_id; /* Of these frames in the stream, 0 until known
+                        (stack ids stay valid for the whole stream). */
+};
+
+/* The prototype whose bytecode holds pc: the nearest function header at
+** or before it (ops FUNCF .. FUNCF+7 start every prototype and appear
+** nowhere else). Sets *pos to pc's index. Returns the GCproto or 0. */
+VM_INLINE uintptr_t tl_proto_of_pc(const struct vm_layout *lay, int safe,
+                                   uintptr_t pc, uint32_t *pos)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t at = pc, pt, bc;
+  uint32_t sizebc, n;
+  uint8_t op;
+  if (pc == 0 || (pc & 3) != 0)
+    return 0;
+  for (n = 0; n < TL_MAX_SCAN; n++, at -= 4) {
+    if (!vm_u8(safe, at, &op))
+      return 0;
+    if ((uint8_t)(op - tl->bc_funcf) < 8)
+      break;
+  }
+  if (n == TL_MAX_SCAN)
+    return 0;
+  pt = at - lay->pt_size;
+  bc = at;
+  if (!vm_is_gc(lay, safe, pt, GCT_PROTO) ||
+      !vm_u32(safe, pt + lay->pt_sizebc, &sizebc) ||
+      pc >= bc + 4 * (uintptr_t)sizebc)
+    return 0;
+  *pos = n;
+  return pt;
+}
+
+/* The base of the trace's base frame (g->jit_base), inside the thread's
+** stack. Returns 1 with *base set. */
+VM_INLINE int tl_jit_base(const struct vm_layout *lay, int safe, uintptr_t g,
+                          const struct vm_thread *th, uintptr_t *base)
+{
+  uintptr_t b;
+  if (!vm_ref(lay, safe, g + lay->tl.g_jit_base, &b) || b <= th->stack ||
+      b >= th->limit || ((b - th->stack) & 7) != 0)
+    return 0;
+  *base = b;
+  return 1;
+}
+
+/* The return address into T's machine code of the helper call now
+** running, or 0. `low` is an address in the caller's own frame: the slot
+** read lies between it and the C frame the trace runs on. */
+VM_INLINE uintptr_t tl_return_address(const struct vm_layout *lay, int safe,
+                                      uintptr_t g, uintptr_t T, uintptr_t low,
+                                      uintptr_t *mcode_out)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t L, cf, slot, ret, mcode;
+  uint32_t szmcode;
+  uint16_t spadjust;
+  uint8_t b[2];
+  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(safe, L + lay->L_cframe, &cf))
+    return 0;
+  cf &= ~(uintptr_t)3;
+  if (!vm_u16(safe, T + tl->tr_spadjust, &spadjust))
+    return 0;
+  slot = cf - TL_JLOOP_ADJUST - spadjust - 8;
+  if (cf < TL_JLOOP_ADJUST + 8 + (uintptr_t)spadjust || slot <= low ||
+      slot - low > TL_STACK_SPAN || !vm_ptr(safe, slot, &ret) ||
+      !vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
+      !vm_u32(safe, T + tl->tr_szmcode, &szmcode))
+    return 0;
+  /* A call before it: E8 rel32, or FF D0 (call rax). */
+  if (ret < mcode + 5 || ret >= mcode + szmcode ||
+      !vm_read(safe, ret - 2, b, 2))
+    return 0;
+  if (!(b[0] == 0xff && b[1] == 0xd0) &&
+      !(vm_u8(safe, ret - 5, &b[0]) && b[0] == 0xe8))
+    return 0;
+  *mcode_out = mcode;
+  return ret;
+}
+
+/* arm64: whether a call (BL imm26 or BLR Xn) precedes `ret` in mcode. */
+VM_INLINE int tl_called_before(int safe, uintptr_t ret, uintptr_t mcode)
+{
+  uint32_t ins;
+  if (ret < mcode + 4 || (ret & 3) != 0 || !vm_u32(safe, ret - 4, &ins))
+    return 0;
+  return (ins & 0xfc000000u) == 0x94000000u ||
+         (ins & 0xfffffc1fu) == 0xd63f0000u;
+}
+
+/* arm64 (compiled code runs under vmstate 0): the trace whose helper call
+** is now running, found by the innermost saved return address on the
+** native stack, between `low` and the C frame, that lies in a trace's
+** machine code after a call (stale ones sit further up). Sets *traceno,
+** *ret and *mcode; returns the trace, or 0. Bounded: the stack span, and
+** the trace array's size. */
+VM_INLINE uintptr_t tl_search_trace(const struct vm_layout *lay, int safe,
+                                    uintptr_t g, uintptr_t low,
+                                    uint32_t *traceno, uintptr_t *ret,
+                                    uintptr_t *mcode_out)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t L, cf, arr, a, w, T, mcode, lo = ~(uintptr_t)0, hi = 0;
+  uint32_t size, n, sz;
+  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(safe, L + lay->L_cframe, &cf) ||
+      !vm_ptr(safe, g + lay->g_trace, &arr) || arr == 0 ||
+      !vm_u32(safe, g + lay->g_sizetrace, &size) || size > 65536)
+    return 0;
+  cf &= ~(uintptr_t)3;
+  for (n = 1; n < size; n++) { /* The span of all machine code. */
+    if (!vm_ref(lay, safe, arr + (uintptr_t)n * lay->ref_size, &T))
+      return 0;
+    if (T == 0)
+      continue;
+    if (!vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
+        !vm_u32(safe, T + tl->tr_szmcode, &sz))
+      return 0;
+    lo = mcode < lo ? mcode : lo;
+    hi = mcode + sz > hi ? mcode + sz : hi;
+  }
+  for (a = (low + 8) & ~(uintptr_t)7; a + 8 <= cf && a - low <= TL_STACK_SPAN;
+       a += 8) {
+    if (!vm_ptr(safe, a, &w) || w <= lo || w >= hi || (w & 3) != 0)
+      continue;
+    for (n = 1; n < size; n++) {
+      uint16_t no;
+      if (!vm_ref(lay, safe, arr + (uintptr_t)n * lay->ref_size, &T) ||
+          T == 0 || !vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
+          !vm_u32(safe, T + tl->tr_szmcode, &sz) || w <= mcode ||
+          w >= mcode + sz)
+        continue;
+      if (!tl_called_before(safe, w, mcode) ||
+          !vm_is_gc(lay, safe, T, GCT_TRACE) ||
+          !vm_u16(safe, T + lay->tr_traceno, &no) || no != n)
+        return 0;
+      *traceno = n;
+      *ret = w;
+      *mcode_out = mcode;
+      return T;
+    }
+  }
+  return 0;
+}
+
+/* The snapshot whose region of T's machine code holds byte `ofs`: the last
+** one whose mcofs <= ofs. Returns it, or -1. */
+VM_INLINE int tl_snapshot_at(const struct vm_layout *lay, int safe, uintptr_t T,
+                             uint32_t ofs, uintptr_t *snap_out)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t snap;
+  uint16_t nsnap, mcofs;
+  uint32_t lo = 0, hi;
+  if (!vm_u16(safe, T + tl->tr_nsnap, &nsnap) || nsnap == 0 ||
+      !vm_ptr(safe, T + tl->tr_snap, &snap) || snap == 0)
+    return -1;
+  hi = nsnap;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (!vm_u16(safe, snap + mid * (uintptr_t)tl->snap_size + tl->snap_mcofs,
+                &mcofs))
+      return -1;
+    if (ofs < mcofs)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  if (lo == 0)
+    return -1;
+  *snap_out = snap;
+  return (int)lo - 1;
+}
+
+/* The offset in MCode units of the call before `ret` (as lj_trace_unwind
+** takes it: the unit before the return address). */
+VM_INLINE uint32_t tl_mcode_ofs(uintptr_t ret, uintptr_t mcode)
+{
+  return (uint32_t)((ret - TL_MCODE_UNIT - mcode) / TL_MCODE_UNIT);
+}
+
+/* The FR2 frame link of a snapshot entry: a 64-bit IR constant. */
+VM_INLINE int tl_fr2_link(const struct vm_layout *lay, int safe, uintptr_t T,
+                          uint32_t entry, uintptr_t *link)
+{
+  uintptr_t ir;
+  uint32_t ref = entry & 0xffff, nk;
+  uint64_t v;
+  if (ref >= TL_REF_BIAS || !vm_ptr(safe, T + lay->tl.tr_ir, &ir) ||
+      !vm_u32(safe, T + lay->tl.tr_nk, &nk) || ref < nk ||
+      !vm_u64(safe, ir + TL_IRINS_SIZE * ((uintptr_t)ref + 1), &v))
+    return 0;
+  *link = (uintptr_t)v;
+  return 1;
+}
+
+/* Adds the caller frame whose return PC is `ret` (a Lua frame link). */
+VM_INLINE int tl_add_caller(const struct vm_layout *lay, int safe,
+                            struct tl_place *pl, uintptr_t ret)
+{
+  uint32_t pos;
+  uintptr_t pt;
+  if ((ret & 3) != 0 || pl->nframes >= TL_MAX_FRAMES)
+    return 0;
+  pt = tl_proto_of_pc(lay, safe, ret - 4, &pos);
+  if (pt == 0)
+    return 0;
+  pl->frames[pl->nframes].obj = pt;
+  pl->frames[pl->nframes].pc = ret;
+  pl->frames[pl->nframes].ffid = FFID_LUA;
+  pl->nframes++;
+  return 1;
+}
+
+/* Resolves snapshot `sn` of T to its place. Returns 1 on success. */
+VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
+                                uintptr_t T, uintptr_t snap, int sn,
+                                struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, map, pc, pt;
+  uint32_t mapofs, nsnapmap, end, pos, sizebc, k, depth = 0, e;
+  uint16_t nsnap;
+  uint8_t nent;
+  if (!vm_u32(safe, s + tl->snap_mapofs, &mapofs) ||
+      !vm_u8(safe, s + tl->snap_nent, &nent) ||
+      !vm_ptr(safe, T + tl->tr_snapmap, &map) ||
+      !vm_u32(safe, T + tl->tr_nsnapmap, &nsnapmap) ||
+      !vm_u16(safe, T + tl->tr_nsnap, &nsnap))
+    return 0;
+  /* This snapshot's entries and links end where the next one's begin. */
+  end = nsnapmap;
+  if ((uint32_t)sn + 1 < nsnap &&
+      !vm_u32(safe, s + tl->snap_size + tl->snap_mapofs, &end))
+    return 0;
+  if (end > nsnapmap || mapofs + nent + (lay->fr2 ? 2u : 1u) > end)
+    return 0;
+  map += 4 * (uintptr_t)mapofs;
+  if (lay->fr2) {
+    uint64_t w;
+    if (!vm_u64(safe, map + 4 * (uintptr_t)nent, &w))
+      return 0;
+    pc = (uintptr_t)(w >> 8);
+  } else {
+    uint32_t w;
+    if (!vm_u32(safe, map + 4 * (uintptr_t)nent, &w))
+      return 0;
+    pc = w;
+  }
+  pt = tl_proto_of_pc(lay, safe, pc, &pos);
+  if (pt == 0 || !vm_u32(safe, pt + lay->pt_sizebc, &sizebc) ||
+      !vm_proto_line(lay, safe, pt, pos, sizebc, &pl->line))
+    return 0;
+  pl->pt = pt;
+  pl->frames[0].obj = pt;
+  pl->frames[0].pc = pc + 4;
+  pl->frames[0].ffid = FFID_LUA;
+  pl->nframes = 1;
+  /* The inlined callers, innermost first; the chain ends at the first
+  ** frame that is not a Lua call (a continuation, a vararg frame). */
+  if (lay->fr2) {
+    for (k = nent; k-- > 0;) {
+      uintptr_t link;
+      if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
+        return 0;
+      if (!(e & TL_SNAP_FRAME) || (e >> 24) < 2)
+        continue;
+      if (!tl_fr2_link(lay, safe, T, e, &link) ||
+          !tl_add_caller(lay, safe, pl, link))
+        break;
+    }
+  } else {
+    for (k = 0; k < nent; k++) {
+      if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
+        return 0;
+      depth += (e & (TL_SNAP_FRAME | TL_SNAP_CONT)) && (e >> 24) != 0;
+    }
+    for (k = 0; k < depth && mapofs + nent + 1 + k < end; k++) {
+      if (!vm_u32(safe, map + 4 * ((uintptr_t)nent + 1 + k), &e) ||
+          !tl_add_caller(lay, safe, pl, e))
+        break;
+    }
+  }
+  return 1;
+}
+
+/* The address the call before return address `ret` went to, or 0. */
+VM_INLINE uintptr_t tl_call_target(int safe, uintptr_t ret, uintptr_t mcode)
+{
+#if defined(__aarch64__)
+  /* BL imm26 (a BLR's register is not known). */
+  uint32_t ins;
+  int32_t imm;
+  if (ret < mcode + 4 || !vm_u32(safe, ret - 4, &ins) ||
+      (ins & 0xfc000000u) != 0x94000000u)
+    return 0;
+  imm = (int32_t)(ins << 6) >> 6;
+  return ret - 4 + (uintptr_t)((intptr_t)imm * 4);
+#else
+  uint8_t b[2];
+  int32_t rel;
+  uint64_t imm;
+  if (ret < mcode + 5 || !vm_read(safe, ret - 2, b, 2))
+    return 0;
+  if (b[0] == 0xff && b[1] == 0xd0) { /* mov rax, imm64; call rax */
+    if (ret < mcode + 12 || !vm_read(safe, ret - 12, b, 2) || b[0] != 0x48 ||
+        b[1] != 0xb8 || !vm_u64(safe, ret - 10, &imm))
+      return 0;
+    return (uintptr_t)imm;
+  }
+  if (!vm_u8(safe, ret - 5, &b[0]) || b[0] != 0xe8 ||
+      !vm_i32(safe, ret - 4, &rel))
+    return 0;
+  return ret + (uintptr_t)(intptr_t)rel;
+#endif
+}
+
+/* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
+VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
+{
+  return op == tl->bc_tsetv || op == tl->bc_tsets || op == tl->bc_tsetb;
+}
+
+/*
+** A new key stored right after an inlined call returned (`t.name = f(i)`):
+** its snapshot can be the callee's last one (LuaJIT's loop optimisation
+** drops a snapshot no guard follows, the per-line one included), so the
+** place is the callee's. When the call went to lj_tab_newkey, the callee's
+** code from the snapshot's PC reaches a return before any store, and the
+** caller's next instruction (after a MOV at most) is a store, the event is
+** that store's: the place moves to the caller's frame. Bounded scans of
+** live bytecode; anything else leaves the place as it is.
+*/
+VM_INLINE void tl_store_after_return(const struct vm_layout *lay, int safe,
+                                     uintptr_t target, struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t pc, end, pt;
+  uint32_t sizebc, line, pos, k;
+  uint8_t op;
+  int i;
+  if (!tl->newkey_ok || target != tl->newkey || pl->nframes < 2)
+    return;
+  pt = pl->frames[0].obj;
+  if (!vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return;
+  end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
+  for (pc = pl->frames[0].pc - 4, k = 0; k < 16 && pc < end; k++, pc += 4) {
+    if (!vm_u8(safe, pc, &op) || tl_is_store(tl, op))
+      return;
+    if (op == tl->bc_ret0 || op == tl->bc_ret1 || op == tl->bc_ret)
+      break;
+  }
+  if (k == 16 || pc >= end)
+    return;
+  pt = pl->frames[1].obj;
+  pc = pl->frames[1].pc; /* The instruction after the call. */
+  if (!vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return;
+  end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
+  for (k = 0; k < 2 && pc < end; k++, pc += 4) {
+    if (!vm_u8(safe, pc, &op))
+      return;
+    if (tl_is_store(tl, op))
+      break;
+    if (op != tl->bc_mov)
+      return;
+  }
+  if (k == 2 || pc >= end)
+    return;
+  pos = (uint32_t)((pc - (pt + lay->pt_size)) / 4);
+  if (!vm_proto_line(lay, safe, pt, pos, sizebc, &line))
+    return;
+  for (i = 1; i < pl->nframes; i++)
+    pl->frames[i - 1] = pl->frames[i];
+  pl->nframes--;
+  pl->frames[0].pc = pc + 4;
+  pl->pt = pt;
+  pl->line = line;
+}
+
+/* The snapshot of the helper call now running in trace T (numbered
+** traceno), and the return address it was found by. Returns the snapshot
+** number, or -1. */
+VM_INLINE int tl_current_snapshot(const struct vm_layout *lay, int safe,
+                                  uintptr_t g, uintptr_t T, uintptr_t low,
+                                  uintptr_t *ret_out, uintptr_t *snap_out)
+{
+  uintptr_t mcode, ret = tl_return_address(lay, safe, g, T, low, &mcode);
+  if (ret == 0)
+    return -1;
+  *ret_out = ret;
+  return tl_snapshot_at(lay, safe, T, tl_mcode_ofs(ret, mcode), snap_out);
+}
+
+/* The trace whose helper call is now running and the return address into
+** its machine code: on x86-64 the trace numbered *traceno (vmstate) and
+** the slot its stack adjustment gives, on arm64 a search (*traceno is
+** set). Returns the trace, or 0. */
+VM_INLINE uintptr_t tl_locate(const struct vm_layout *lay, int safe,
+                              uintptr_t g, uint32_t *traceno, uintptr_t low,
+                              uintptr_t *ret, uintptr_t *mcode)
+{
+#if defined(__aarch64__)
+  return tl_search_trace(lay, safe, g, low, traceno, ret, mcode);
+#else
+  uintptr_t T = vm_trace_object(lay, safe, g, *traceno);
+  uint16_t no;
+  if (!vm_is_gc(lay, safe, T, GCT_TRACE) ||
+      !vm_u16(safe, T + lay->tr_traceno, &no) || no != *traceno)
+    return 0;
+  *ret = tl_return_address(lay, safe, g, T, low, mcode);
+  return *ret != 0 ? T : 0;
+#endif
+}
+
+/* ---- The hook's side: a cache of places (trace_lines.c) ----------------- */
+
+#define TL_CACHE_SLOTS 512
+
+struct tl_cache_slot {
+  uintptr_t key; /* Return address, or (T, exit) for an exit; 0: empty. */
+  uintptr_t T;
+  uint32_t traceno;
+  unsigned frees; /* symbols.trace_frees when it was filled. */
+  struct tl_place place;
+};
+
+struct trace_lines {
+  int on;                       /* Events of traces are resolved. */
+  struct tl_cache_slot *slot;   /* TL_CACHE_SLOTS, malloc'd. */
+  struct tl_cache_slot scratch; /* For a trace not described yet. */
+};
+
+/* The cache slot of a key. */
+VM_INLINE size_t tl_slot_of(uintptr_t key)
+{
+  return (size_t)((key >> 2) ^ (key >> 11)) & (TL_CACHE_SLOTS - 1);
+}
+
+/*
+** The hook's fast path: the cached place of the helper call now running in
+** trace `traceno`, or NULL (then trace_lines_place decides). `lay` gives
+** the object offsets (it may be a family's constant table), `rt` the
+** verified layout's global and trace offsets. Only loads:
+** the trace must be the one the symbols follow (`described`, live while
+** `frees` is unchanged), and the stack slot is read only inside the range
+** tl_return_address checks.
+*/
+VM_INLINE struct tl_place *
+tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
+                const struct vm_layout *rt, uintptr_t g, uint32_t traceno,
+                uintptr_t low, uintptr_t described, unsigned frees)
+{
+  struct tl_cache_slot *s;
+  uintptr_t arr, T, L, cf, slot, ret;
+  uint16_t spadjust;
+  /* J->trace[traceno] is the described trace: the number was below
+  ** J->sizetrace when it was described, and the array never shrinks. */
+  memcpy(&arr, (const void *)(g + rt->g_trace), sizeof(arr));
+  if (arr == 0 ||
+      !vm_ref(lay, 0, arr + (uintptr_t)traceno * lay->ref_size, &T) ||
+      T != described || T == 0)
+    return NULL;
+  memcpy(&spadjust, (const void *)(T + rt->tl.tr_spadjust), 2);
+  if (!vm_ref(lay, 0, g + rt->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(0, L + lay->L_cframe, &cf))
+    return NULL;
+  /* (A C frame too low for the slot wraps it far above `low`.) */
+  slot = (cf & ~(uintptr_t)3) - TL_JLOOP_ADJUST - spadjust - 8;
+  if (slot <= low || slot - low > TL_STACK_SPAN)
+    return NULL;
+  memcpy(&ret, (const void *)slot, sizeof(ret));
+  s = &t->slot[tl_slot_of(ret)];
+  if (s->key != ret || s->T != T || s->frees != frees)
+    return NULL;
+  return &s->place;
+}
+
+/* Returns 0 or ENOMEM. */
+int trace_lines_init(struct trace_lines *t, int on);
+void trace_lines_free(struct trace_lines *t);
+
+/*
+** The place of an event made while trace `traceno` runs (`exitno` < 0) or
+** while the VM leaves it through exit `exitno`, or NULL (the event stays at
+** the trace's start). On arm64 *traceno is 0 on entry (vmstate) and set
+** to the trace found. `low` is an address in the hook's frame. Places are
+** cached only for a trace the stream has described (`described`: the trace
+** objects the symbols name, by number), whose freeing the symbols see:
+** `frees` counts the described traces freed so far, and a cached place
+** holds while it is unchanged. Runs in the hook: plain reads, each
+** range-checked.
+*/
+struct tl_place *trace_lines_place(struct trace_lines *t,
+                                   const struct vm_layout *lay, uintptr_t g,
+                                   uint32_t *traceno, int exitno, uintptr_t low,
+                                   const uintptr_t *described,
+                                   uint32_t ndescribed, unsigned frees);
+
+#endif
