@@ -218,7 +218,8 @@ test-host: fixtures
 # can load there, so the default cpath is left out.
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
-  spec/vm_layout_spec.lua spec/heap_walk_spec.lua spec/dominators_spec.lua
+  spec/vm_layout_spec.lua spec/heap_walk_spec.lua spec/dominators_spec.lua \
+  spec/trace_lines_spec.lua
 ARM64_TIMEOUT ?= 1800
 
 arm64-module:
@@ -242,7 +243,8 @@ MODULE_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
   spec/vm_layout_spec.lua spec/vm_learn_spec.lua spec/writer_spec.lua \
   spec/symbols_spec.lua spec/alloc_chain_spec.lua spec/sample_spec.lua \
   spec/stats_spec.lua spec/snapshot_spec.lua spec/heap_walk_spec.lua \
-  spec/heap_join_spec.lua spec/dominators_spec.lua spec/heap_diff_spec.lua
+  spec/heap_join_spec.lua spec/dominators_spec.lua spec/heap_diff_spec.lua \
+  spec/trace_lines_spec.lua
 VALGRIND_LOG = build/valgrind-specs.log
 SANITIZED = build/sanitized
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
