@@ -15,7 +15,7 @@
 --   places[addr]  -> { site = <reader site>, stack = <reader stack> } | nil
 --   join.by_place(snapshot, places, analysis)
 --                 -> rows by allocating place, each with its main holders
-local reader = require('memprof.reader')
+local reader = require('memprof.read.stream')
 
 local M = {}
 
