@@ -131,6 +131,10 @@ M.OPTIONS = {
     help = 'write to PATH (folded: to PATH.METRIC.folded)' },
   { name = 'diff', key = 'diff',
     help = 'compare two profiles: --diff BEFORE AFTER' },
+  { name = 'heap', value = 'SNAPSHOT', key = 'heap',
+    help = 'with --leaks: who holds each place\'s objects (docs/holders.md)' },
+  { name = 'profile', value = 'PROFILE', key = 'profile',
+    help = 'of a heap snapshot: the profile that ran when it was taken' },
   { name = 'help', short = 'h', key = 'help',
     help = 'show this help and exit' },
   { name = 'version', key = 'version',
@@ -611,6 +615,11 @@ function M.main(args, out, err)
   if opts.version then
     out:write(version.line(PROGRAM), '\n')
     return 0
+  end
+  -- A heap snapshot (its magic) has a report of its own.
+  local heap_report = require('memprof.cli.heap_report')
+  if heap_report.any(files) then
+    return heap_report.main(opts, files, out, err, PROGRAM)
   end
   local problem = file_problem(opts, files) or conflict(opts)
   if problem then
