@@ -11,11 +11,12 @@
 --             traces, gc64, profile (the note of a running profile:
 --             written; and file, when the profile was given)
 --   holders   the groups of objects by path pattern (analysis/
---             dominators.lua), each with its objects, types, retained
---             bytes and `own` bytes (retained less that of the groups
---             under it, whose patterns extend its own): largest own first,
---             so that a cache's entries come before the module that holds
---             them; with a profile, the place that allocated most of them
+--             dominators.lua), each with its objects, types, bytes (the
+--             objects' own) and retained bytes (what would be freed if
+--             they went): the most bytes first, so that a cache's 100,000
+--             entries (one pattern, `[*]`) come before the module that
+--             holds them (which retains them all, and is one table); with
+--             a profile, the place that allocated most of their bytes
 --   by_type   the objects by type, each with its main holders
 --   by_place  with a profile: the objects by allocating place, each with
 --             its stack and its main holders
@@ -104,35 +105,6 @@ local function add_to(set, name, bytes)
   t.bytes = t.bytes + bytes
 end
 
--- Whether pattern q extends p by whole steps (a field, an index, a
--- reference in angle brackets, or the value of an upvalue).
-local function extends(q, p)
-  if #q <= #p or q:sub(1, #p) ~= p then return false end
-  local next_char = q:sub(#p + 1, #p + 1)
-  return next_char == '.' or next_char == '[' or next_char == '<'
-end
-
--- Each group's own bytes: its retained bytes less those of the groups
--- nearest under it (the longest pattern of the groups that begins theirs
--- by whole steps is its own).
-local function own_bytes(groups)
-  local by = {}
-  for _, g in ipairs(groups) do by[g.pattern] = g end
-  local own = {}
-  for _, g in ipairs(groups) do own[g.pattern] = g.retained end
-  for _, g in ipairs(groups) do
-    local p = g.pattern
-    for k = #p - 1, 1, -1 do
-      local parent = by[p:sub(1, k)]
-      if parent and extends(p, parent.pattern) then
-        own[parent.pattern] = own[parent.pattern] - g.retained
-        break
-      end
-    end
-  end
-  return own
-end
-
 local function types_list(types)
   local list = {}
   for t, n in pairs(types) do list[#list + 1] = { type = t, objects = n } end
@@ -163,7 +135,7 @@ local function tally(a, live)
   local nodes = a.nodes
   local addr_of, type_of, size_of = nodes.addr, nodes.type, nodes.size
   local retained, pattern_of = a.retained, a.pattern
-  local types, places, group_places = {}, {}, {}
+  local types, places, group_places, own = {}, {}, {}, {}
   local callers = {}
   local objects = 0
   for v = 2, nodes.n do
@@ -172,6 +144,7 @@ local function tally(a, live)
     if retained[addr] and pattern then
       objects = objects + 1
       local t, size = type_of[v], size_of[v]
+      own[pattern] = (own[pattern] or 0) + size
       local row = types[t]
       if not row then
         row = { type = t, objects = 0, bytes = 0, by = {} }
@@ -198,7 +171,7 @@ local function tally(a, live)
       end
     end
   end
-  return types, places, group_places, callers, objects
+  return types, places, group_places, callers, objects, own
 end
 
 local function rows_of(set, name_key)
@@ -226,12 +199,11 @@ end
 -- The model of an analysis (dominators.analyse_file) of the snapshot at
 -- `path`; `live` (heap_join.live_at) gives the allocating places.
 function M.from_analysis(a, path, live, profile)
-  local types, places, group_places, callers, objects = tally(a, live)
-  local own = own_bytes(a.groups)
+  local types, places, group_places, callers, objects, own = tally(a, live)
   local holders = {}
   for i, g in ipairs(a.groups) do
     local row = { pattern = g.pattern, objects = g.objects,
-      retained = g.retained, own = own[g.pattern],
+      retained = g.retained, bytes = own[g.pattern],
       types = types_list(g.types) }
     local gp = group_places[g.pattern]
     if gp then
@@ -243,7 +215,7 @@ function M.from_analysis(a, path, live, profile)
     holders[i] = row
   end
   table.sort(holders, function(x, y)
-    if x.own ~= y.own then return x.own > y.own end
+    if x.bytes ~= y.bytes then return x.bytes > y.bytes end
     if x.retained ~= y.retained then return x.retained > y.retained end
     return x.pattern < y.pattern
   end)
@@ -335,10 +307,9 @@ end
 
 function M.holder_line(row, size)
   local parts = { format('%s: %s, %s', row.pattern,
-    M.objects_text(row.objects, row.types), size(row.retained)) }
-  if row.own ~= row.retained then
-    parts[#parts + 1] = format('%s besides the groups under it',
-      size(row.own))
+    M.objects_text(row.objects, row.types), size(row.bytes)) }
+  if row.retained ~= row.bytes then
+    parts[#parts + 1] = 'retaining ' .. size(row.retained)
   end
   parts[#parts + 1] = M.place_text(row)
   return concat(parts, ', ')
@@ -371,8 +342,9 @@ function M.write(model, out, opts)
   opts = opts or {}
   local size = layout.sizer(opts)
   write_header(out, model.header, size)
-  local left = write_section(out, 'WHAT HOLDS THE MEMORY (paths from a ' ..
-    'root by pattern; the bytes each retains, largest of its own first)',
+  local left = write_section(out, 'WHAT HOLDS THE MEMORY (objects by ' ..
+    'their path from a root, the most bytes first; retaining: freed if ' ..
+    'they went)',
     model.holders, opts.top, function(row) return M.holder_line(row, size) end)
   left = left + write_section(out, 'OBJECTS BY TYPE', model.by_type, opts.top,
     function(row)

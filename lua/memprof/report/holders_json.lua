@@ -14,7 +14,7 @@ local array = json_text.array
 
 local function holder(row)
   return { pattern = row.pattern, objects = row.objects,
-    types = array(row.types), retained = row.retained, own = row.own,
+    types = array(row.types), retained = row.retained, bytes = row.bytes,
     place = row.place, callers = row.callers, places = row.places }
 end
 
