@@ -221,11 +221,11 @@ registry: +500B retained (3818B now), 1 objects (1 before)
     file = assert(io.open(corrupt, 'wb'))
     -- The first object's type byte (after "ljh", version, flags, notes,
     -- the record's tag and its address 0x1000 in two bytes).
-    file:write(bytes:sub(1, 9) .. string.char(99) .. bytes:sub(11))
+    file:write(bytes:sub(1, 10) .. string.char(99) .. bytes:sub(12))
     file:close()
     code, out, err = report(corrupt)
     assert.equal(1, code)
-    assert.equal('memprof-report: ' .. corrupt .. ': byte 9: expected an ' ..
+    assert.equal('memprof-report: ' .. corrupt .. ': byte 10: expected an ' ..
       'object type, got 99\n', err)
   end)
 
