@@ -141,6 +141,38 @@ local function run(opts, files, out, err, program)
   end)
 end
 
+-- For a profile's report with --heap=SNAPSHOT: the places of the objects
+-- of a snapshot taken during the profile at `profile`, each with its
+-- holders ({ heap = path, rows = the model's by_place }); raises when the
+-- file is not a heap snapshot taken during a profile.
+function M.who_holds(heap_path, profile)
+  if not M.is_heap(heap_path) then
+    error(format('--heap=%s: not a heap snapshot (made by ' ..
+      "memprof.snapshot(path, {format = 'heap'}))", heap_path), 0)
+  end
+  local model = holders.model(heap_path, { profile = profile })
+  local rows = {}
+  for _, row in ipairs(model.by_place) do
+    if row.place ~= holders.BEFORE then rows[#rows + 1] = row end
+  end
+  return { heap = heap_path, rows = rows }
+end
+
+-- The WHO HOLDS IT section of the text report (options.top: places shown;
+-- options.left_out counts the others).
+function M.write_who_holds(out, who, options)
+  local rows, top = who.rows, options.top
+  local shown = rows
+  if top and #rows > top then
+    shown = {}
+    for i = 1, top do shown[i] = rows[i] end
+    if options.left_out then
+      options.left_out.rows = options.left_out.rows + #rows - top
+    end
+  end
+  holders.write_who_holds(out, shown, who.heap, options)
+end
+
 -- The report of heap snapshots for a parsed command line; the exit code.
 function M.main(opts, files, out, err, program)
   local bad = problem(opts, files)

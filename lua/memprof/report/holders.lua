@@ -32,6 +32,9 @@ local M = {}
 
 local format, concat = string.format, table.concat
 
+-- The place of the objects older than the profile.
+M.BEFORE = join.BEFORE
+
 -- Holders listed under each type and place.
 M.MAIN_HOLDERS = 3
 
@@ -366,10 +369,12 @@ end
 -- the join (heap_join.by_place rows) with its main holders.
 function M.write_who_holds(out, rows, heap_path, opts)
   local size = layout.sizer(opts or {})
-  out:write('\nWHO HOLDS IT (heap snapshot ', heap_path, ')\n')
+  out:write('WHO HOLDS IT (the objects of the heap snapshot ', heap_path,
+    ' by allocating place, with the paths that hold them)\n')
   for _, row in ipairs(rows) do
-    out:write(format('%s: %s, %s\n', row.place, counted(row.objects,
-      'object'), size(row.bytes)))
+    out:write(format('%s: %s, %s%s\n', row.place, counted(row.objects,
+      'object'), size(row.bytes),
+      row.callers and ' (from ' .. row.callers .. ')' or ''))
     write_main_holders(out, row, size)
   end
 end
