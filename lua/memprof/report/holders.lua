@@ -114,12 +114,20 @@ local function types_list(types)
   return by_count_then_name(list, 'objects', 'type')
 end
 
--- The callers of a stack (its frames after the first, the place itself),
--- innermost first, as one text: '@a.lua:3 <- @b.lua:9'.
-local function callers_text(stack)
+-- The callers in a stack of the place `site` (the frames after the one
+-- at the site: a built-in's frame comes before it), innermost first, as
+-- one text: '@a.lua:3 <- @b.lua:9'.
+local function callers_text(site, stack)
   if not stack then return nil end
+  local at = 1
+  for i, frame in ipairs(stack) do
+    if frame.name == site.name then
+      at = i
+      break
+    end
+  end
   local names = {}
-  for i = 2, math.min(#stack, M.CALLERS + 1) do
+  for i = at + 1, math.min(#stack, at + M.CALLERS) do
     names[#names + 1] = layout.place_name(stack[i])
   end
   if #names == 0 then return nil end
@@ -129,7 +137,7 @@ end
 -- The name, callers and stack of the place that allocated an object.
 local function place_of(at)
   if not at then return join.BEFORE, nil end
-  return layout.place_name(at.site), callers_text(at.stack)
+  return layout.place_name(at.site), callers_text(at.site, at.stack)
 end
 
 -- One pass over the reachable objects: by type and by place, and for each
