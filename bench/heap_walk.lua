@@ -6,8 +6,10 @@
 -- epilogue), the file's size, and the time the reader and the dominator
 -- analysis (streamed from the file) take over it, the Lua memory its
 -- result holds and the process's peak RSS (the heap of 1,000,000 objects
--- included). Targets: at most 1 s and 100 bytes of C memory
--- per object for the walk.
+-- included); then memprof-report's text report of the snapshot in a
+-- process of its own: its wall time and peak RSS. Targets: at most 1 s
+-- and 100 bytes of C memory per object for the walk; at most 10 s and
+-- 1 GB for the report.
 --
 --   BENCH_HEAP=off                without this section
 --   BENCH_HEAP=only               this section alone
@@ -19,6 +21,33 @@ local M = {}
 
 local TARGET_SECONDS = 1
 local TARGET_BYTES_PER_OBJECT = 100
+local TARGET_REPORT_SECONDS = 10
+local TARGET_REPORT_MB = 1024
+
+-- memprof-report's text report of the snapshot at arg[1], to /dev/null.
+local REPORT = [[
+local cli = require('memprof.cli.report')
+local null = assert(io.open('/dev/null', 'w'))
+os.exit(cli.main({ arg[1] }, null, io.stderr))
+]]
+
+-- The wall time and peak RSS (MB) of memprof-report on the snapshot at
+-- path, or nil and what went wrong.
+local function report_cost(lua, path)
+  local script = os.tmpname()
+  local f = assert(io.open(script, 'w'))
+  f:write(REPORT)
+  f:close()
+  local pipe = assert(io.popen('timeout 600 /usr/bin/time -f ' ..
+    '"report %e %M" ' .. lua .. ' ' .. shell_quote(script) .. ' ' ..
+    shell_quote(path) .. ' 2>&1'))
+  local out = pipe:read('*a')
+  local ok = pipe:close()
+  os.remove(script)
+  local seconds, rss = out:match('report ([%d.]+) (%d+)')
+  if not (ok and seconds) then return nil, out end
+  return tonumber(seconds), tonumber(rss) / 1024
+end
 
 local CHILD = [[
 local memprof = require('memprof')
@@ -66,7 +95,6 @@ local analysis = os.clock() - c
 collectgarbage()
 local lua_mb = (collectgarbage('count') - base) / 1024
 assert(result.groups[1])
-os.remove(path)
 print(string.format('%d %d %.4f %.4f %d %d %.2f %.2f %.0f', r.epilogue.objects,
   r.epilogue.refs, walls[math.floor((rounds + 1) / 2)],
   cpus[math.floor((rounds + 1) / 2)],
@@ -87,6 +115,7 @@ function M.run(lua)
   local out = pipe:read('*a')
   pipe:close()
   os.remove(script)
+  local report_seconds, report_mb = report_cost(lua, path)
   os.remove(path)
   local objects, refs, wall, cpu, c_bytes, bytes, read, analysis, lua_mb =
     out:match('^(%d+) (%d+) ([%d.]+) ([%d.]+) (%d+) (%d+) ([%d.]+) ([%d.]+) ' ..
@@ -110,6 +139,15 @@ function M.run(lua)
     'retained sizes and patterns (analyse_file): %s s CPU; the analysis ' ..
     'holds %s MB of Lua memory; the process at most %.0f MB', read, analysis,
     lua_mb, (tonumber(out:match('rss (%d+)')) or 0) / 1024))
+  if not report_seconds then
+    print('  memprof-report failed: ' .. tostring(report_mb))
+    return
+  end
+  print(string.format('  memprof-report (text): %.2f s wall (target %d s), ' ..
+    'at most %.0f MB (target %d MB): %s', report_seconds,
+    TARGET_REPORT_SECONDS, report_mb, TARGET_REPORT_MB,
+    (report_seconds <= TARGET_REPORT_SECONDS and
+      report_mb <= TARGET_REPORT_MB) and 'ok' or 'OVER'))
 end
 
 return M
