@@ -192,10 +192,10 @@ WHAT GREW (the paths that hold new objects, by retained growth)
 package.loaded["catalog"].rendered_cache[*]: 5 new, 25 strings now (20 before), +500B retained (2500B now)
 
 OTHER CHANGES (the paths to those, and groups that changed without new objects)
-package.loaded: +500B retained (3238B now), 1 objects (1 before)
-package.loaded["catalog"]: +500B retained (3104B now), 1 objects (1 before)
-package.loaded["catalog"].rendered_cache: +500B retained (3000B now), 1 objects (1 before)
-registry: +500B retained (3818B now), 1 objects (1 before)
+package.loaded: +500B retained (3238B now), 1 object (1 before)
+package.loaded["catalog"]: +500B retained (3104B now), 1 object (1 before)
+package.loaded["catalog"].rendered_cache: +500B retained (3000B now), 1 object (1 before)
+registry: +500B retained (3818B now), 1 object (1 before)
 ]]):format(old, new), out)
     code, out = report('--diff', '--format=json', old, new)
     assert.equal(0, code)
@@ -244,5 +244,30 @@ registry: +500B retained (3818B now), 1 objects (1 before)
     assert.equal('memprof-report: --profile=' .. path .. ': the heap ' ..
       'snapshot was taken with no profile running: it cannot be joined ' ..
       'with one\n', err)
+  end)
+
+  it('refuses --heap without --leaks, of another file, or of a snapshot ' ..
+    'taken without a profile', function()
+    local B = require('helpers.stream_builder')
+    local stream = B.new():lfunc(0x100, '@app.lua', 1):events()
+    stream:alloc(B.lua(0x100, 3), 0x10, 2048)
+    local profile = temp_path('.bin')
+    local file = assert(io.open(profile, 'wb'))
+    file:write(stream:epilogue():bytes())
+    file:close()
+    local heap = graphs.known():write(temp_path())
+    local code, _, err = report('--heap=' .. heap, profile)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --heap=SNAPSHOT goes with --leaks (or ' ..
+      '--format=html) (see --help)\n', err)
+    code, _, err = report('--leaks', '--heap=' .. profile, profile)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --heap=' .. profile .. ': not a heap ' ..
+      "snapshot (made by memprof.snapshot(path, {format = 'heap'}))\n", err)
+    code, _, err = report('--leaks', '--heap=' .. heap, profile)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --heap=' .. heap .. ': the heap snapshot ' ..
+      'was taken with no profile running: it cannot be joined with one\n',
+      err)
   end)
 end)

@@ -128,7 +128,8 @@ local function run(opts, files, out, err, program)
       cut_note(handle, options)
     end)
   end
-  local model = holders.model(files[1], { profile = opts.profile })
+  local model = holders.model(files[1], { profile = opts.profile,
+    option = opts.profile and '--profile=' .. opts.profile })
   return write_to(opts, out, err, program, function(handle)
     if name == 'json' then
       return require('memprof.report.holders_json').write(model, handle)
@@ -150,7 +151,8 @@ function M.who_holds(heap_path, profile)
     error(format('--heap=%s: not a heap snapshot (made by ' ..
       "memprof.snapshot(path, {format = 'heap'}))", heap_path), 0)
   end
-  local model = holders.model(heap_path, { profile = profile })
+  local model = holders.model(heap_path, { profile = profile,
+    option = '--heap=' .. heap_path })
   local rows = {}
   for _, row in ipairs(model.by_place) do
     if row.place ~= holders.BEFORE then rows[#rows + 1] = row end

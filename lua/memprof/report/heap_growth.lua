@@ -69,9 +69,9 @@ local function grew_line(row, size)
 end
 
 local function other_line(row, size)
-  return format('%s: %s retained (%s now), %s objects (%s before)',
+  return format('%s: %s retained (%s now), %s (%s before)',
     row.pattern, signed(row.growth, size(row.growth)), size(row.retained),
-    commas(row.objects), commas(row.old_objects))
+    holders.counted(row.objects, 'object'), commas(row.old_objects))
 end
 
 local function write_rows(out, rows, top, line)
@@ -85,8 +85,9 @@ function M.write(model, out, opts)
   local size = layout.sizer(opts)
   local old, new = model.old, model.new
   out:write('HEAP GROWTH from ', old.file, ' to ', new.file, '\n')
-  out:write(format('before: %s objects, %s; after: %s objects, %s (%s)\n',
-    commas(old.objects), size(old.bytes), commas(new.objects),
+  out:write(format('before: %s, %s; after: %s, %s (%s)\n',
+    holders.counted(old.objects, 'object'), size(old.bytes),
+    holders.counted(new.objects, 'object'),
     size(new.bytes), signed(new.bytes - old.bytes,
       size(new.bytes - old.bytes))))
   out:write('\nWHAT GREW (the paths that hold new objects, by retained ' ..

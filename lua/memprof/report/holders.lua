@@ -242,27 +242,29 @@ function M.from_analysis(a, path, live, profile)
 end
 
 -- The profile's blocks live when the snapshot was taken, or nil without a
--- profile; raises when a profile is given for a snapshot that has none.
-function M.live_blocks(a, profile)
+-- profile; raises when a profile is given for a snapshot that has none
+-- (`option` names the option that gave the file, for the message).
+function M.live_blocks(a, profile, option)
   if not profile then return nil end
   local note = a.header and a.header.profile
   if not note then
-    error(format('--profile=%s: the heap snapshot was taken with no ' ..
-      'profile running: it cannot be joined with one', profile), 0)
+    error(format('%s: the heap snapshot was taken with no profile ' ..
+      'running: it cannot be joined with one', option or profile), 0)
   end
   return join.live_at(profile, note.written)
 end
 
 -- The model of the snapshot at `path` (opts.profile: the profile that ran
--- when it was taken).
+-- when it was taken; opts.option: the option that named a file, for a
+-- message).
 function M.model(path, opts)
   opts = opts or {}
   local a = dom.analyse_file(path)
-  return M.from_analysis(a, path, M.live_blocks(a, opts.profile),
-    opts.profile)
+  return M.from_analysis(a, path, M.live_blocks(a, opts.profile,
+    opts.option), opts.profile)
 end
 
--- ---- Text --------------------------------------------------------------------
+-- ---- Text ----------------------------------------------------------------
 
 -- The first `top` rows (all without it) and how many are left out.
 local function first(rows, top)
@@ -303,6 +305,7 @@ end
 local function counted(n, word)
   return M.commas(n) .. ' ' .. (n == 1 and word or word .. 's')
 end
+M.counted = counted
 
 local function write_header(out, h, size)
   out:write('HEAP SNAPSHOT ', h.file, '\n')
@@ -333,7 +336,8 @@ local function write_main_holders(out, row, size)
       counted(h.objects, 'object'), size(h.bytes)))
   end
   if rest > 0 then
-    out:write(format('    and by %s more %s\n', M.commas(rest), rest == 1 and 'path' or 'paths'))
+    out:write(format('    and by %s more %s\n', M.commas(rest),
+      rest == 1 and 'path' or 'paths'))
   end
 end
 
