@@ -270,4 +270,19 @@ registry: +500B retained (3818B now), 1 object (1 before)
       'was taken with no profile running: it cannot be joined with one\n',
       err)
   end)
+
+  it("has a page style that checks as CSS, and is in the page", function()
+    local C = require('helpers.command')
+    local css = 'lua/memprof/report/html/holders.css'
+    local code, out = C.run('NODE_PATH=build/node_modules ' ..
+      C.command('node', 'spec/support/css_check.js', css))
+    assert.equal(0, code, out)
+    assert.equal('{"rules":16,"declarations":55,"errors":[]}', out:match(
+      '^(.-)%s*$'))
+    local path = graphs.known():write(temp_path())
+    local page
+    code, page = report('--format=html', path)
+    assert.equal(0, code)
+    assert.equal(C.read_file(css), page:match('<style>\n(.-)</style>'))
+  end)
 end)
