@@ -134,11 +134,6 @@ local function callers_text(site, stack)
   return concat(names, ' <- ')
 end
 
--- The name, callers and stack of the place that allocated an object.
-local function place_of(at)
-  if not at then return join.BEFORE, nil end
-  return layout.place_name(at.site), callers_text(at.site, at.stack)
-end
 
 -- One pass over the reachable objects: by type and by place, and for each
 -- group the places of its members.
@@ -164,8 +159,13 @@ local function tally(a, live)
       row.objects, row.bytes = row.objects + 1, row.bytes + size
       add_to(row.by, pattern, size)
       if live then
-        local name, stack = place_of(live[addr])
-        if callers[name] == nil then callers[name] = stack or false end
+        -- The place that allocated it; the callers of the first stack
+        -- seen of each place.
+        local at = live[addr]
+        local name = at and layout.place_name(at.site) or join.BEFORE
+        if callers[name] == nil then
+          callers[name] = at and callers_text(at.site, at.stack) or false
+        end
         local p = places[name]
         if not p then
           p = { place = name, objects = 0, bytes = 0, by = {} }
