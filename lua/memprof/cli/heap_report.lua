@@ -41,14 +41,17 @@ end
 -- What each command takes: options by key, and formats.
 local TAKES = {
   report = { keys = { format = true, top = true, all = true,
-    human_readable = true, output = true, profile = true },
+    human_readable = true, output = true, heap_profile = true },
     formats = { text = true, json = true, html = true } },
   diff = { keys = { format = true, top = true, all = true,
     human_readable = true, output = true, diff = true },
     formats = { text = true, json = true } },
 }
 
+-- The option of a key (heap_profile is --profile: memprof run has a
+-- --profile of its own, and leaves this one out).
 local function spelling(key)
+  if key == 'heap_profile' then return '--profile' end
   return '--' .. key:gsub('_', '-')
 end
 
@@ -128,8 +131,9 @@ local function run(opts, files, out, err, program)
       cut_note(handle, options)
     end)
   end
-  local model = holders.model(files[1], { profile = opts.profile,
-    option = opts.profile and '--profile=' .. opts.profile })
+  local profile = opts.heap_profile
+  local model = holders.model(files[1], { profile = profile,
+    option = profile and '--profile=' .. profile })
   return write_to(opts, out, err, program, function(handle)
     if name == 'json' then
       return require('memprof.report.holders_json').write(model, handle)

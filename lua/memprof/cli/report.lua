@@ -134,7 +134,7 @@ M.OPTIONS = {
     help = 'compare two profiles: --diff BEFORE AFTER' },
   { name = 'heap', value = 'SNAPSHOT', key = 'heap',
     help = 'with --leaks, html: who holds what each place made' },
-  { name = 'profile', value = 'PROFILE', key = 'profile',
+  { name = 'profile', value = 'PROFILE', key = 'heap_profile',
     help = 'of a heap snapshot: the profile it was taken in' },
   { name = 'help', short = 'h', key = 'help',
     help = 'show this help and exit' },
