@@ -10,9 +10,11 @@ local M = {}
 -- a key to an object only a weak reference reaches (not in the file).
 -- opts.added: pages added to the cache after the rest (the objects before
 -- them keep their addresses: a later snapshot of the same process).
+-- b.pages and b.records are the addresses of the pages and records.
 function M.known(opts)
   opts = opts or {}
   local b = H.new(opts)
+  b.pages, b.records = {}, {}
   local registry = b:table(100)
   b:root('registry', registry)
   local loaded = b:table(80)
@@ -21,7 +23,10 @@ function M.known(opts)
   b:named(loaded, 'catalog', catalog, 30)
   local cache = b:table(500, { asize = 21 })
   b:named(catalog, 'rendered_cache', cache, 40)
-  for i = 1, 20 do b:index(cache, i, b:string(('page %02d'):format(i), 100)) end
+  for i = 1, 20 do
+    b.pages[i] = b:string(('page %02d'):format(i), 100)
+    b:index(cache, i, b.pages[i])
+  end
   local globals = b:table(200)
   b:named(loaded, '_G', globals, 24)
   local record = b:func(40, 1)
@@ -30,7 +35,7 @@ function M.known(opts)
   b:upvalue_ref(record, upvalue, 1, 'history')
   local history = b:table(120, { asize = 4 })
   b:upvalue_value(upvalue, history)
-  local records = {}
+  local records = b.records
   for i = 1, 3 do
     records[i] = b:table(56)
     b:index(history, i, records[i])
