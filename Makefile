@@ -317,4 +317,5 @@ clean:
 demo: $(MODULE)
 	LUA_CPATH='./build/?.so;;' LUA_PATH='./lua/?.lua;;' \
 	  $(LUAJIT) -joff bench/demo.lua build/demo.bin
-	bin/memprof-report --leaks --human-readable build/demo.bin
+	bin/memprof-report --leaks --human-readable --heap=build/demo.bin.heap \
+	  build/demo.bin

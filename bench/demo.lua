@@ -1,5 +1,5 @@
 -- A small program to profile: a cache that keeps some of what it builds.
--- `make demo` profiles it with stacks and prints what it leaves live.
+-- `make demo` profiles it, snapshots its heap: what is live, who holds it.
 local memprof = require('memprof')
 
 local function render(user)
@@ -24,9 +24,10 @@ local function handle(request)
 end
 
 local out = arg and arg[1] or 'demo.bin'
+local bytes, heap, as_heap = 0, out .. '.heap', { format = 'heap' }
 assert(memprof.start(out, { stack_depth = 8, collect_at_stop = true }))
-local bytes = 0
 for request = 1, 2000 do bytes = bytes + handle(request) end
+assert(memprof.snapshot(heap, as_heap))
 assert(memprof.stop())
-io.stderr:write(string.format('served %d bytes; profile written to %s\n',
-  bytes, out))
+io.stderr:write(string.format('served %d bytes; profile written to %s, ' ..
+  'heap snapshot to %s\n', bytes, out, heap))

@@ -6,8 +6,12 @@
 -- epilogue), the file's size, and the time the reader and the dominator
 -- analysis (streamed from the file) take over it, the Lua memory its
 -- result holds and the process's peak RSS (the heap of 1,000,000 objects
--- included). Targets: at most 1 s and 100 bytes of C memory
--- per object for the walk.
+-- included); then memprof-report's text report of the snapshot in a
+-- process of its own, alone and with --profile (of a snapshot taken
+-- during a profile that ran while the heap was made, before the timed
+-- walks): its wall time and peak RSS. Targets: at most 1 s
+-- and 100 bytes of C memory per object for the walk; at most 10 s and
+-- 1 GB for the report.
 --
 --   BENCH_HEAP=off                without this section
 --   BENCH_HEAP=only               this section alone
@@ -19,12 +23,45 @@ local M = {}
 
 local TARGET_SECONDS = 1
 local TARGET_BYTES_PER_OBJECT = 100
+local TARGET_REPORT_SECONDS = 10
+local TARGET_REPORT_MB = 1024
+
+-- memprof-report's text report of the snapshot at arg[1], to /dev/null
+-- (with the words after it as options).
+local REPORT = [[
+local cli = require('memprof.cli.report')
+local null = assert(io.open('/dev/null', 'w'))
+os.exit(cli.main({ arg[1], arg[2] }, null, io.stderr))
+]]
+
+-- The wall time and peak RSS (MB) of memprof-report on the snapshot at
+-- path (`option`: an option, or nil), or nil and what went wrong.
+local function report_cost(lua, path, option)
+  local script = os.tmpname()
+  local f = assert(io.open(script, 'w'))
+  f:write(REPORT)
+  f:close()
+  local pipe = assert(io.popen('timeout 600 /usr/bin/time -f ' ..
+    '"report %e %M" ' .. lua .. ' ' .. shell_quote(script) .. ' ' ..
+    shell_quote(path) .. ' ' .. (option and shell_quote(option) or '') ..
+    ' 2>&1'))
+  local out = pipe:read('*a')
+  local ok = pipe:close()
+  os.remove(script)
+  local seconds, rss = out:match('report ([%d.]+) (%d+)')
+  if not (ok and seconds) then return nil, out end
+  return tonumber(seconds), tonumber(rss) / 1024
+end
 
 local CHILD = [[
 local memprof = require('memprof')
 local heap = require('memprof.read.heap')
 local dom = require('memprof.analysis.dominators')
 local records, rounds, path = tonumber(arg[1]), tonumber(arg[2]), arg[3]
+-- The profile that runs while the heap is made, and a snapshot taken
+-- during it (arg[5], for the report's --profile); the timed walks come
+-- after it.
+assert(memprof.start(arg[4]))
 local ffi = require('ffi')
 ffi.cdef('struct heap_bench_ts { long s; long ns; };' ..
   'int clock_gettime(int, struct heap_bench_ts *);')
@@ -40,6 +77,8 @@ for i = 1, records do
 end
 collectgarbage()
 collectgarbage()
+assert(memprof.snapshot(arg[5], { format = 'heap' }))
+assert(memprof.stop())
 local walls, cpus = {}, {}
 for r = 1, rounds do
   local w, c = wall(), os.clock()
@@ -66,7 +105,6 @@ local analysis = os.clock() - c
 collectgarbage()
 local lua_mb = (collectgarbage('count') - base) / 1024
 assert(result.groups[1])
-os.remove(path)
 print(string.format('%d %d %.4f %.4f %d %d %.2f %.2f %.0f', r.epilogue.objects,
   r.epilogue.refs, walls[math.floor((rounds + 1) / 2)],
   cpus[math.floor((rounds + 1) / 2)],
@@ -78,16 +116,23 @@ function M.run(lua)
   local rounds = 5
   local script = os.tmpname()
   local path = os.tmpname()
+  local profile, joined = os.tmpname(), os.tmpname()
   local f = assert(io.open(script, 'w'))
   f:write(CHILD)
   f:close()
   local pipe = assert(io.popen('timeout 600 /usr/bin/time -f "rss %M" ' ..
     lua .. ' ' .. shell_quote(script) .. ' ' .. records .. ' ' .. rounds ..
-    ' ' .. shell_quote(path) .. ' 2>&1'))
+    ' ' .. shell_quote(path) .. ' ' .. shell_quote(profile) .. ' ' ..
+    shell_quote(joined) .. ' 2>&1'))
   local out = pipe:read('*a')
   pipe:close()
   os.remove(script)
+  local report_seconds, report_mb = report_cost(lua, path)
+  local joined_seconds, joined_mb = report_cost(lua, joined,
+    '--profile=' .. profile)
   os.remove(path)
+  os.remove(profile)
+  os.remove(joined)
   local objects, refs, wall, cpu, c_bytes, bytes, read, analysis, lua_mb =
     out:match('^(%d+) (%d+) ([%d.]+) ([%d.]+) (%d+) (%d+) ([%d.]+) ([%d.]+) ' ..
       '(%d+)')
@@ -110,6 +155,20 @@ function M.run(lua)
     'retained sizes and patterns (analyse_file): %s s CPU; the analysis ' ..
     'holds %s MB of Lua memory; the process at most %.0f MB', read, analysis,
     lua_mb, (tonumber(out:match('rss (%d+)')) or 0) / 1024))
+  local function report_line(what, seconds, mb)
+    if not seconds then
+      print('  memprof-report ' .. what .. ' failed: ' .. tostring(mb))
+      return
+    end
+    print(string.format('  memprof-report %s: %.2f s wall (target %d s), ' ..
+      'at most %.0f MB (target %d MB): %s', what, seconds,
+      TARGET_REPORT_SECONDS, mb, TARGET_REPORT_MB,
+      (seconds <= TARGET_REPORT_SECONDS and mb <= TARGET_REPORT_MB) and 'ok'
+      or 'OVER'))
+  end
+  report_line('(text)', report_seconds, report_mb)
+  report_line('--profile (text, joined with the profile)', joined_seconds,
+    joined_mb)
 end
 
 return M

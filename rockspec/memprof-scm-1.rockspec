@@ -73,6 +73,13 @@ build = {
     ["memprof.analysis.dominators"] = "lua/memprof/analysis/dominators.lua",
     ["memprof.analysis.heap_diff"] = "lua/memprof/analysis/heap_diff.lua",
     ["memprof.analysis.heap_join"] = "lua/memprof/analysis/heap_join.lua",
+    ["memprof.report.holders"] = "lua/memprof/report/holders.lua",
+    ["memprof.report.holders_json"] = "lua/memprof/report/holders_json.lua",
+    ["memprof.report.holders_html"] = "lua/memprof/report/holders_html.lua",
+    ["memprof.report.heap_growth"] = "lua/memprof/report/heap_growth.lua",
+    ["memprof.report.html.holders_section"] =
+      "lua/memprof/report/html/holders_section.lua",
+    ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",
     ["memprof.cli.progress"] = "lua/memprof/cli/progress.lua",
     ["memprof.cli.run"] = "lua/memprof/cli/run.lua",
     ["memprof.cli.launch"] = "lua/memprof/cli/launch.lua",
@@ -87,6 +94,8 @@ build = {
     lua = {
       ["memprof.report.html.page_css"] = "lua/memprof/report/html/page.css",
       ["memprof.report.html.page_js"] = "lua/memprof/report/html/page.js",
+      ["memprof.report.html.holders_css"] =
+        "lua/memprof/report/html/holders.css",
     },
     bin = {
       ["memprof-report"] = "bin/memprof-report",

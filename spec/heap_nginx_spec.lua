@@ -69,5 +69,18 @@ ngx.say(tostring(ok), ' ', tostring(err))
       assert.is_truthy(cache:find(a.groups[i].pattern, 1, true),
         a.groups[i].pattern)
     end
+    -- memprof-report's text names it first.
+    local cli = require('memprof.cli.report')
+    local out = { parts = {} }
+    function out:write(...)
+      for _, v in ipairs({ ... }) do self.parts[#self.parts + 1] = v end
+      return self
+    end
+    assert.equal(0, cli.main({ '--top=1', s:path('worker.heap') }, out,
+      io.stderr))
+    local text = table.concat(out.parts)
+    local holder = text:match('WHAT HOLDS THE MEMORY[^\n]*\n([^\n]*)\n')
+    local expected = cache .. ': ' .. PAGES .. ' strings, '
+    assert.equal(expected, holder:sub(1, #expected), text)
   end)
 end)

@@ -57,5 +57,17 @@ describe("a heap snapshot from Tarantool's console", function()
         pattern:find(above, 1, true) == 1, above)
     end
     assert.is_true(group.retained > EVENTS * 1600) -- 8 to 10 bytes, 200 times
+    -- memprof-report's text names it first.
+    local cli = require('memprof.cli.report')
+    local out = { parts = {} }
+    function out:write(...)
+      for _, v in ipairs({ ... }) do self.parts[#self.parts + 1] = v end
+      return self
+    end
+    assert.equal(0, cli.main({ '--top=1', path }, out, io.stderr))
+    local text = table.concat(out.parts)
+    local holder = text:match('WHAT HOLDS THE MEMORY[^\n]*\n([^\n]*)\n')
+    local expected = pattern .. ': ' .. EVENTS .. ' strings, '
+    assert.equal(expected, holder:sub(1, #expected), text)
   end)
 end)

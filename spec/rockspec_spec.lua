@@ -43,8 +43,10 @@ describe('the rockspec', function()
       installed[#installed + 1] = 'lua/' .. dir .. file:match('[^/]*$')
     end
     table.sort(installed)
-    assert.same(listed('lua/memprof/report/html/page.*'), installed)
-    assert.same({ 'lua/memprof/report/html/page.css',
+    assert.same(listed('lua/memprof/report/html/*.css ' ..
+      'lua/memprof/report/html/*.js'), installed)
+    assert.same({ 'lua/memprof/report/html/holders.css',
+      'lua/memprof/report/html/page.css',
       'lua/memprof/report/html/page.js' }, installed)
   end)
 end)

@@ -98,6 +98,8 @@ TOTAL holds 2048B (net bytes of the stream)
       assert.are.equal([[
 Usage: memprof-report [OPTIONS] FILE
        memprof-report --diff [OPTIONS] BEFORE AFTER
+       memprof-report [--profile=PROFILE] [OPTIONS] HEAP
+       memprof-report --diff [OPTIONS] OLD.heap NEW.heap
 
 Print a report of a memprof profile: allocations, reallocations and
 deallocations per site, and what is still allocated at the end.
@@ -109,6 +111,8 @@ With --diff, print which rows grew or shrank from BEFORE to AFTER.
 The text report and --diff show the first 30 rows of each section
 (--top=N for N, --all for every row).  The report goes to stdout, or
 to the file of --output (--output=- is stdout too).
+Of a heap snapshot (memprof.snapshot(path, {format = 'heap'})), print
+what holds the memory, and with --diff what grew (docs/holders.md).
 
 Options:
   --format=NAME          the output format (see below)
@@ -126,6 +130,8 @@ Options:
   --metric=M             folded: alloc-bytes|alloc-count|live-bytes|peak-bytes
   --output=PATH          write to PATH (folded: to PATH.METRIC.folded)
   --diff                 compare two profiles: --diff BEFORE AFTER
+  --heap=SNAPSHOT        with --leaks, html: who holds what each place made
+  --profile=PROFILE      of a heap snapshot: the profile it was taken in
   -h, --help             show this help and exit
   --version              show the version (and the interpreter) and exit
 

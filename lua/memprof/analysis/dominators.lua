@@ -15,7 +15,10 @@
 --   local a = dom.analyse_file(path)   -- streams the file
 --   local a = dom.analyse(require('memprof.read.heap').load(path))
 --   a.retained[addr], a.idom[addr], a.pattern[addr], a.path(addr),
---   a.groups (largest first)
+--   a.groups (largest first), a.total (bytes reachable), a.roots,
+--   a.references, a.header and a.epilogue (the file's), a.nodes: the
+--   objects by node 2 .. nodes.n (addr, type, size; a node without a
+--   retained size is unreachable)
 
 local heap = require('memprof.read.heap')
 
@@ -406,7 +409,9 @@ local function analyse_graph(g)
     retained[d] = retained[d] + retained[v]
   end
   local path, pattern, parent = paths(g)
-  local out = { idom = {}, retained = {}, pattern = {}, total = retained[1] }
+  local out = { idom = {}, retained = {}, pattern = {}, total = retained[1],
+    roots = #refs_from(g, 0, 'root'), references = g.nrefs,
+    nodes = { n = g.n, addr = g.addr, type = g.type, size = g.size } }
   for v = 2, g.n do
     if post[v] then
       local addr = g.addr[v]
@@ -445,7 +450,9 @@ function M.analyse_file(path)
   end)
   r:close()
   if not ok then error(err, 0) end
-  return analyse_graph(g)
+  local out = analyse_graph(g)
+  out.header, out.epilogue = r.header, r.epilogue
+  return out
 end
 
 -- The same for a loaded snapshot (memprof.read.heap.load).
@@ -476,7 +483,9 @@ function M.analyse(s)
     end
     add_ref(g, r.from, r.to, kind, r.weak, a, b, c)
   end
-  return analyse_graph(g)
+  local out = analyse_graph(g)
+  out.header, out.epilogue = s.header, s.epilogue
+  return out
 end
 
 return M

@@ -46,6 +46,7 @@ local diff_report = require('memprof.report.diff')
 local folded = require('memprof.report.folded')
 local version = require('memprof.version')
 local option_parser = require('memprof.cli.options')
+local heap_report = require('memprof.cli.heap_report')
 
 local M = {}
 
@@ -77,7 +78,7 @@ end
 M.FORMATS = {
   { name = 'text', help = 'the report, or the views asked for (default)',
     takes = keys(analyze.VIEWS, { 'group', 'top', 'all', 'sort', 'leak_only',
-      'human_readable', 'output', 'split_traces' }) },
+      'human_readable', 'output', 'split_traces', 'heap' }) },
   { name = 'json', help = 'every view as JSON (docs/json.md)',
     takes = keys({ 'group', 'temporary', 'output', 'split_traces' }) },
   { name = 'folded', help = 'collapsed stacks for flame graphs (--metric)',
@@ -88,7 +89,7 @@ M.FORMATS = {
     takes = keys({ 'output', 'split_traces' }) },
   { name = 'html', help = 'a page of every view, for a browser',
     takes = keys({ 'group', 'top', 'all', 'sort', 'temporary', 'output',
-      'split_traces' }) },
+      'split_traces', 'heap' }) },
 }
 
 local FORMAT_NAMES = {}
@@ -131,6 +132,10 @@ M.OPTIONS = {
     help = 'write to PATH (folded: to PATH.METRIC.folded)' },
   { name = 'diff', key = 'diff',
     help = 'compare two profiles: --diff BEFORE AFTER' },
+  { name = 'heap', value = 'SNAPSHOT', key = 'heap',
+    help = 'with --leaks, html: who holds what each place made' },
+  { name = 'profile', value = 'PROFILE', key = 'heap_profile',
+    help = 'of a heap snapshot: the profile it was taken in' },
   { name = 'help', short = 'h', key = 'help',
     help = 'show this help and exit' },
   { name = 'version', key = 'version',
@@ -144,6 +149,8 @@ local function usage()
   local lines = {
     'Usage: ' .. PROGRAM .. ' [OPTIONS] FILE',
     '       ' .. PROGRAM .. ' --diff [OPTIONS] BEFORE AFTER',
+    '       ' .. PROGRAM .. ' [--profile=PROFILE] [OPTIONS] HEAP',
+    '       ' .. PROGRAM .. ' --diff [OPTIONS] OLD.heap NEW.heap',
     '',
     'Print a report of a memprof profile: allocations, reallocations and',
     'deallocations per site, and what is still allocated at the end.',
@@ -156,6 +163,8 @@ local function usage()
       ' rows of each section',
     '(--top=N for N, --all for every row).  The report goes to stdout, or',
     'to the file of --output (--output=- is stdout too).',
+    'Of a heap snapshot (memprof.snapshot(path, {format = \'heap\'})), print',
+    'what holds the memory, and with --diff what grew (docs/holders.md).',
     '',
     'Options:',
   }
@@ -421,6 +430,8 @@ local function report(path, opts, out, err)
   if not result then
     return nil, missing
   end
+  -- With --heap: who holds what the places allocated (docs/holders.md).
+  result.holders = opts.heap and heap_report.who_holds(opts.heap, path)
   -- The passes' own tables (maps of records by group, indexes) are
   -- garbage once they have finished, but LuaJIT's compiled traces hold
   -- the tables they were specialised on: throw the traces away, so that
@@ -442,6 +453,9 @@ local function report(path, opts, out, err)
     return write_outputs(module, write_options(opts, name), out, err,
       function(handle, options)
         module.write(result, handle, options)
+        if result.holders and name == 'text' then
+          heap_report.write_who_holds(handle, result.holders, options)
+        end
         write_cut_note(handle, options)
       end)
   end)
@@ -532,6 +546,9 @@ local function conflict(opts)
     return format('%s does not apply to --format=%s', spelling_of(stray),
       name)
   end
+  if opts.heap and name == 'text' and not opts.leaks then
+    return '--heap=SNAPSHOT goes with --leaks (or --format=html)'
+  end
   if opts.leak_only and views_asked(opts) then
     return '--leak-only is for the default report; leave it out with ' ..
       '--leaks, --peak, --temporary or --timeline'
@@ -611,6 +628,10 @@ function M.main(args, out, err)
   if opts.version then
     out:write(version.line(PROGRAM), '\n')
     return 0
+  end
+  -- A heap snapshot (its magic) has a report of its own.
+  if heap_report.any(files) then
+    return heap_report.main(opts, files, out, err, PROGRAM)
   end
   local problem = file_problem(opts, files) or conflict(opts)
   if problem then

@@ -82,10 +82,11 @@ M.RUN_OPTIONS = {
 }
 
 -- memprof-report's options that memprof run does not take.
-local NOT_FOR_RUN = { diff = true, help = true, version = true }
+local NOT_FOR_RUN = { diff = true, help = true, version = true,
+  heap = true, heap_profile = true }
 
 -- The options of memprof run: its own, then memprof-report's (but
--- --diff, --help and --version).
+-- --diff, --help, --version and those of heap snapshots).
 local function run_options()
   local list = {}
   for _, option in ipairs(M.RUN_OPTIONS) do

@@ -39,6 +39,7 @@ local heap = require('memprof.analysis.heap')
 local sampling = require('memprof.analysis.sampling')
 local html_text = require('memprof.report.html.text')
 local data_module = require('memprof.report.html.data')
+local holders_section = require('memprof.report.html.holders_section')
 
 local M = {}
 
@@ -249,6 +250,7 @@ local function live_table(result, settings)
   local body = {}
   for i, row in ipairs(shown) do
     body[i] = '<th scope="row">' .. name_html(row.group) ..
+      holders_section.link(result.holders, row.group) ..
       stack_list_html(row.stacks) .. '</th>' .. size_cell(row.bytes) ..
       number_cell(row.count) .. share_cell(row.bytes, leaks.bytes)
   end
@@ -833,6 +835,7 @@ function M.write(result, out, opts)
   out:write(flames_html(data))
   out:write(timeline_html(result, chart))
   out:write(tables_html(result, sums, settings))
+  out:write(holders_section.html(result.holders))
   out:write('</main>\n')
   out:write(FOOTER)
   write_data(out, data)

@@ -1,0 +1,197 @@
+-- memprof.cli.heap_report: memprof-report of heap snapshots
+-- (docs/holders.md).  cli/report.lua hands a command line over when a
+-- file it names begins with the snapshot's magic ("ljh"):
+--
+--   memprof-report [--format=text|json|html] [--profile=PROFILE] HEAP
+--   memprof-report --diff [--format=text|json] OLD.heap NEW.heap
+--
+-- --profile names the profile that ran when the snapshot was taken (the
+-- snapshot notes how many of its bytes were written then, not its path):
+-- the report then says where each object was allocated.
+
+local holders = require('memprof.report.holders')
+local growth = require('memprof.report.heap_growth')
+
+local M = {}
+
+local format = string.format
+
+M.MAGIC = 'ljh'
+
+-- Rows per section of the text report without --top or --all.
+M.DEFAULT_TOP = 30
+
+-- Whether the file at path begins with a heap snapshot's magic.
+function M.is_heap(path)
+  local file = io.open(path, 'rb')
+  if not file then return false end
+  local magic = file:read(#M.MAGIC)
+  file:close()
+  return magic == M.MAGIC
+end
+
+-- Whether any of the files is a heap snapshot.
+function M.any(files)
+  for _, path in ipairs(files) do
+    if M.is_heap(path) then return true end
+  end
+  return false
+end
+
+-- What each command takes: options by key, and formats.
+local TAKES = {
+  report = { keys = { format = true, top = true, all = true,
+    human_readable = true, output = true, heap_profile = true },
+    formats = { text = true, json = true, html = true } },
+  diff = { keys = { format = true, top = true, all = true,
+    human_readable = true, output = true, diff = true },
+    formats = { text = true, json = true } },
+}
+
+-- The option of a key (heap_profile is --profile: memprof run has a
+-- --profile of its own, and leaves this one out).
+local function spelling(key)
+  if key == 'heap_profile' then return '--profile' end
+  return '--' .. key:gsub('_', '-')
+end
+
+-- A problem with the command line, or nil.
+local function problem(opts, files)
+  local takes = TAKES[opts.diff and 'diff' or 'report']
+  local what = opts.diff and '--diff of heap snapshots' or 'a heap snapshot'
+  local keys = {}
+  for key in pairs(opts) do keys[#keys + 1] = key end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    if not takes.keys[key] then
+      return format('%s does not apply to %s', spelling(key), what)
+    end
+  end
+  if opts.format and not takes.formats[opts.format] then
+    return format('--format=%s does not apply to %s', opts.format, what)
+  end
+  if opts.top and opts.all then
+    return '--top=N and --all do not go together (--all shows every row)'
+  end
+  if opts.diff then
+    if #files ~= 2 then
+      return '--diff needs two heap snapshots, OLD and NEW'
+    end
+    for _, path in ipairs(files) do
+      if not M.is_heap(path) then
+        return format('%s is not a heap snapshot: --diff compares two ' ..
+          'heap snapshots or two profiles', path)
+      end
+    end
+  elseif #files ~= 1 then
+    return 'give exactly one heap snapshot'
+  end
+  return nil
+end
+
+-- Writes with write(out) to the standard output or to --output's file;
+-- returns true, or nil and a message.
+local function write_to(opts, out, err, program, write)
+  if not opts.output or opts.output == '-' then
+    write(out)
+    return true
+  end
+  local file, message = io.open(opts.output, 'wb')
+  if not file then return nil, message end
+  write(file)
+  local ok, failed = file:close()
+  if not ok then return nil, opts.output .. ': ' .. tostring(failed) end
+  err:write(program, ': wrote ', opts.output, '\n')
+  return true
+end
+
+local function text_options(opts)
+  local top = not opts.all and (opts.top or M.DEFAULT_TOP) or nil
+  return { top = top, human_readable = opts.human_readable,
+    left_out = { rows = 0 } }
+end
+
+local function cut_note(out, options)
+  local rows = options.left_out.rows
+  if rows > 0 then
+    out:write(format('(%d %s left out: each list shows its first %d; ' ..
+      '--top=N shows N, --all every row)\n', rows,
+      rows == 1 and 'row' or 'rows', options.top))
+  end
+end
+
+local function run(opts, files, out, err, program)
+  local name = opts.format or 'text'
+  if opts.diff then
+    local model = growth.model(files[1], files[2])
+    return write_to(opts, out, err, program, function(handle)
+      if name == 'json' then return growth.write_json(model, handle) end
+      local options = text_options(opts)
+      growth.write(model, handle, options)
+      cut_note(handle, options)
+    end)
+  end
+  local profile = opts.heap_profile
+  local model = holders.model(files[1], { profile = profile,
+    option = profile and '--profile=' .. profile })
+  return write_to(opts, out, err, program, function(handle)
+    if name == 'json' then
+      return require('memprof.report.holders_json').write(model, handle)
+    elseif name == 'html' then
+      return require('memprof.report.holders_html').write(model, handle)
+    end
+    local options = text_options(opts)
+    holders.write(model, handle, options)
+    cut_note(handle, options)
+  end)
+end
+
+-- For a profile's report with --heap=SNAPSHOT: the places of the objects
+-- of a snapshot taken during the profile at `profile`, each with its
+-- holders ({ heap = path, rows = the model's by_place }); raises when the
+-- file is not a heap snapshot taken during a profile.
+function M.who_holds(heap_path, profile)
+  if not M.is_heap(heap_path) then
+    error(format('--heap=%s: not a heap snapshot (made by ' ..
+      "memprof.snapshot(path, {format = 'heap'}))", heap_path), 0)
+  end
+  local model = holders.model(heap_path, { profile = profile,
+    option = '--heap=' .. heap_path })
+  local rows = {}
+  for _, row in ipairs(model.by_place) do
+    if row.place ~= holders.BEFORE then rows[#rows + 1] = row end
+  end
+  return { heap = heap_path, rows = rows }
+end
+
+-- The WHO HOLDS IT section of the text report (options.top: places shown;
+-- options.left_out counts the others).
+function M.write_who_holds(out, who, options)
+  local rows, top = who.rows, options.top
+  local shown = rows
+  if top and #rows > top then
+    shown = {}
+    for i = 1, top do shown[i] = rows[i] end
+    if options.left_out then
+      options.left_out.rows = options.left_out.rows + #rows - top
+    end
+  end
+  holders.write_who_holds(out, shown, who.heap, options)
+end
+
+-- The report of heap snapshots for a parsed command line; the exit code.
+function M.main(opts, files, out, err, program)
+  local bad = problem(opts, files)
+  if bad then
+    err:write(program, ': ', bad, ' (see --help)\n')
+    return 1
+  end
+  local ok, done, message = pcall(run, opts, files, out, err, program)
+  if not ok or not done then
+    err:write(program, ': ', tostring(ok and message or done), '\n')
+    return 1
+  end
+  return 0
+end
+
+return M

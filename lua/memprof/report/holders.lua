@@ -1,0 +1,394 @@
+-- memprof.report.holders: the report of a heap snapshot, "what holds the
+-- memory" (docs/holders.md): one row model, and its text.  json and html
+-- render the same model (report/holders_json.lua, report/holders_html.lua).
+--
+--   local holders = require('memprof.report.holders')
+--   local model = holders.model(path, { profile = PROFILE })
+--   holders.write(model, out, { top = N, human_readable = true })
+--
+-- The model:
+--   header    what the file holds: objects, bytes, references, roots,
+--             traces, gc64, profile (the note of a running profile:
+--             written; and file, when the profile was given)
+--   holders   the groups of objects by path pattern (analysis/
+--             dominators.lua), each with its objects, types, bytes (the
+--             objects' own) and retained bytes (what would be freed if
+--             they went): the most bytes first, so that a cache's 100,000
+--             entries (one pattern, `[*]`) come before the module that
+--             holds them (which retains them all, and is one table); with
+--             a profile, the place that allocated most of their bytes
+--   by_type   the objects by type, each with its main holders
+--   by_place  with a profile: the objects by allocating place, each with
+--             its stack and its main holders
+--
+-- Time is linear in objects and references (one pass over the analysis'
+-- nodes), memory proportional to objects and groups.
+
+local dom = require('memprof.analysis.dominators')
+local join = require('memprof.analysis.heap_join')
+local layout = require('memprof.report.layout')
+
+local M = {}
+
+local format, concat = string.format, table.concat
+
+-- The place of the objects older than the profile.
+M.BEFORE = join.BEFORE
+
+-- Holders listed under each type and place.
+M.MAIN_HOLDERS = 3
+
+-- Callers shown after an allocating place.
+M.CALLERS = 3
+
+-- ---- Words ----------------------------------------------------------------
+
+-- 1234567 -> '1,234,567'.
+function M.commas(n)
+  local text = format('%d', n)
+  local sign, digits = text:match('^(%-?)(%d+)$')
+  digits = digits:reverse():gsub('(%d%d%d)', '%1,'):reverse()
+  return sign .. digits:gsub('^,', '')
+end
+
+local PLURALS = { string = 'strings', upvalue = 'upvalues',
+  thread = 'threads', proto = 'prototypes', ['function'] = 'functions',
+  cdata = 'cdata', table = 'tables', userdata = 'userdata' }
+local SINGULARS = { proto = 'prototype' }
+
+-- '8,000 strings', '1 table'.
+function M.count_of(n, type_name)
+  if n == 1 then
+    return '1 ' .. (SINGULARS[type_name] or type_name)
+  end
+  return M.commas(n) .. ' ' .. (PLURALS[type_name] or type_name .. 's')
+end
+
+-- A group's objects: '8,000 strings', or '12 objects (10 tables, 2
+-- strings)' when they are of several types.
+function M.objects_text(objects, types)
+  if #types == 1 then
+    return M.count_of(objects, types[1].type)
+  end
+  local parts = {}
+  for i, t in ipairs(types) do
+    parts[i] = M.count_of(t.objects, t.type)
+  end
+  return format('%s objects (%s)', M.commas(objects), concat(parts, ', '))
+end
+
+-- ---- The model -------------------------------------------------------------
+
+local function by_count_then_name(list, count, name)
+  table.sort(list, function(a, b)
+    if a[count] ~= b[count] then return a[count] > b[count] end
+    return a[name] < b[name]
+  end)
+  return list
+end
+
+-- A set of counters by name as a sorted list of { [name_key], objects,
+-- bytes }.
+local function tally_list(set, name_key)
+  local list = {}
+  for name, t in pairs(set) do
+    list[#list + 1] = { [name_key] = name, objects = t.objects,
+      bytes = t.bytes }
+  end
+  return by_count_then_name(list, 'bytes', name_key)
+end
+
+local function add_to(set, name, bytes)
+  local t = set[name]
+  if not t then
+    t = { objects = 0, bytes = 0 }
+    set[name] = t
+  end
+  t.objects = t.objects + 1
+  t.bytes = t.bytes + bytes
+end
+
+local function types_list(types)
+  local list = {}
+  for t, n in pairs(types) do list[#list + 1] = { type = t, objects = n } end
+  return by_count_then_name(list, 'objects', 'type')
+end
+
+-- The callers in a stack of the place `site` (the frames after the one
+-- at the site: a built-in's frame comes before it), innermost first, as
+-- one text: '@a.lua:3 <- @b.lua:9'.
+local function callers_text(site, stack)
+  if not stack then return nil end
+  local at = 1
+  for i, frame in ipairs(stack) do
+    if frame.name == site.name then
+      at = i
+      break
+    end
+  end
+  local names = {}
+  for i = at + 1, math.min(#stack, at + M.CALLERS) do
+    names[#names + 1] = layout.place_name(stack[i])
+  end
+  if #names == 0 then return nil end
+  return concat(names, ' <- ')
+end
+
+
+-- One pass over the reachable objects: by type and by place, and for each
+-- group the places of its members.
+local function tally(a, live)
+  local nodes = a.nodes
+  local addr_of, type_of, size_of = nodes.addr, nodes.type, nodes.size
+  local retained, pattern_of = a.retained, a.pattern
+  local types, places, group_places, own = {}, {}, {}, {}
+  local callers = {}
+  local objects = 0
+  for v = 2, nodes.n do
+    local addr = addr_of[v]
+    local pattern = pattern_of[addr]
+    if retained[addr] and pattern then
+      objects = objects + 1
+      local t, size = type_of[v], size_of[v]
+      own[pattern] = (own[pattern] or 0) + size
+      local row = types[t]
+      if not row then
+        row = { type = t, objects = 0, bytes = 0, by = {} }
+        types[t] = row
+      end
+      row.objects, row.bytes = row.objects + 1, row.bytes + size
+      add_to(row.by, pattern, size)
+      if live then
+        -- The place that allocated it; the callers of the first stack
+        -- seen of each place.
+        local at = live[addr]
+        local name = at and layout.place_name(at.site) or join.BEFORE
+        if callers[name] == nil then
+          callers[name] = at and callers_text(at.site, at.stack) or false
+        end
+        local p = places[name]
+        if not p then
+          p = { place = name, objects = 0, bytes = 0, by = {} }
+          places[name] = p
+        end
+        p.objects, p.bytes = p.objects + 1, p.bytes + size
+        add_to(p.by, pattern, size)
+        local gp = group_places[pattern]
+        if not gp then
+          gp = {}
+          group_places[pattern] = gp
+        end
+        add_to(gp, name, size)
+      end
+    end
+  end
+  return types, places, group_places, callers, objects, own
+end
+
+local function rows_of(set, name_key)
+  local list = {}
+  for _, row in pairs(set) do
+    row.holders = tally_list(row.by, 'pattern')
+    row.by = nil
+    list[#list + 1] = row
+  end
+  return by_count_then_name(list, 'bytes', name_key)
+end
+
+-- The header: what the file holds.
+local function header_of(a, path, objects, profile)
+  local h = a.header or {}
+  local header = { file = path, objects = objects, bytes = a.total,
+    references = a.references, roots = a.roots, gc64 = h.gc64 or false,
+    traces = h.traces }
+  if h.profile then
+    header.profile = { written = h.profile.written, file = profile }
+  end
+  return header
+end
+
+-- The model of an analysis (dominators.analyse_file) of the snapshot at
+-- `path`; `live` (heap_join.live_at) gives the allocating places.
+function M.from_analysis(a, path, live, profile)
+  local types, places, group_places, callers, objects, own = tally(a, live)
+  local holders = {}
+  for i, g in ipairs(a.groups) do
+    local row = { pattern = g.pattern, objects = g.objects,
+      retained = g.retained, bytes = own[g.pattern],
+      types = types_list(g.types) }
+    local gp = group_places[g.pattern]
+    if gp then
+      local list = tally_list(gp, 'place')
+      row.place = list[1].place
+      row.callers = callers[row.place] or nil
+      row.places = #list
+    end
+    holders[i] = row
+  end
+  table.sort(holders, function(x, y)
+    if x.bytes ~= y.bytes then return x.bytes > y.bytes end
+    if x.retained ~= y.retained then return x.retained > y.retained end
+    return x.pattern < y.pattern
+  end)
+  local model = { header = header_of(a, path, objects, profile),
+    holders = holders, by_type = rows_of(types, 'type') }
+  if live then
+    model.by_place = rows_of(places, 'place')
+    for _, row in ipairs(model.by_place) do
+      row.callers = callers[row.place] or nil
+    end
+  end
+  return model
+end
+
+-- The profile's blocks live when the snapshot was taken, or nil without a
+-- profile; raises when a profile is given for a snapshot that has none
+-- (`option` names the option that gave the file, for the message).
+function M.live_blocks(a, profile, option)
+  if not profile then return nil end
+  local note = a.header and a.header.profile
+  if not note then
+    error(format('%s: the heap snapshot was taken with no profile ' ..
+      'running: it cannot be joined with one', option or profile), 0)
+  end
+  return join.live_at(profile, note.written)
+end
+
+-- The model of the snapshot at `path` (opts.profile: the profile that ran
+-- when it was taken; opts.option: the option that named a file, for a
+-- message).
+function M.model(path, opts)
+  opts = opts or {}
+  local a = dom.analyse_file(path)
+  return M.from_analysis(a, path, M.live_blocks(a, opts.profile,
+    opts.option), opts.profile)
+end
+
+-- ---- Text ----------------------------------------------------------------
+
+-- The first `top` rows (all without it) and how many are left out.
+local function first(rows, top)
+  if not top or #rows <= top then return rows, 0 end
+  local shown = {}
+  for i = 1, top do shown[i] = rows[i] end
+  return shown, #rows - top
+end
+
+-- 'allocated at @a.lua:3 (from @b.lua:9)', with the other places counted.
+function M.place_text(row)
+  if not row.place then return nil end
+  local text = row.place == join.BEFORE and row.place or
+    'allocated at ' .. row.place
+  if row.callers then text = text .. ' (from ' .. row.callers .. ')' end
+  if row.places and row.places > 1 then
+    text = text .. format(' and %s', layout.plural(row.places - 1,
+      'other place'))
+  end
+  return text
+end
+
+-- What the header's note of a profile says.
+function M.profile_text(header)
+  local p = header.profile
+  if not p then
+    return 'taken with no profile running'
+  elseif p.file then
+    return format('taken during a profile (after its first %s bytes); ' ..
+      'allocation places from %s', M.commas(p.written), p.file)
+  end
+  return format('taken during a profile (after its first %s bytes); ' ..
+    '--profile=FILE names where its objects were allocated',
+    M.commas(p.written))
+end
+
+-- '1,234 objects', '1 object'.
+local function counted(n, word)
+  return M.commas(n) .. ' ' .. (n == 1 and word or word .. 's')
+end
+M.counted = counted
+
+local function write_header(out, h, size)
+  out:write('HEAP SNAPSHOT ', h.file, '\n')
+  out:write(format('%s, %s, %s from %s', counted(h.objects, 'object'),
+    size(h.bytes), counted(h.references, 'reference'),
+    counted(h.roots, 'root')))
+  out:write(h.gc64 and '; GC64' or '; not GC64')
+  if h.traces then
+    out:write('; ', counted(h.traces, 'JIT trace'), ' alive')
+  end
+  out:write('\n', M.profile_text(h), '\n')
+end
+
+function M.holder_line(row, size)
+  local parts = { format('%s: %s, %s', row.pattern,
+    M.objects_text(row.objects, row.types), size(row.bytes)) }
+  if row.retained ~= row.bytes then
+    parts[#parts + 1] = 'retaining ' .. size(row.retained)
+  end
+  parts[#parts + 1] = M.place_text(row)
+  return concat(parts, ', ')
+end
+
+local function write_main_holders(out, row, size)
+  local shown, rest = first(row.holders, M.MAIN_HOLDERS)
+  for _, h in ipairs(shown) do
+    out:write(format('    held by %s: %s, %s\n', h.pattern,
+      counted(h.objects, 'object'), size(h.bytes)))
+  end
+  if rest > 0 then
+    out:write(format('    and by %s more %s\n', M.commas(rest),
+      rest == 1 and 'path' or 'paths'))
+  end
+end
+
+local function write_section(out, title, rows, top, line, size)
+  out:write('\n', title, '\n')
+  local shown, rest = first(rows, top)
+  for _, row in ipairs(shown) do
+    out:write(line(row), '\n')
+    if row.holders then write_main_holders(out, row, size) end
+  end
+  return rest
+end
+
+-- Writes the model as text; opts.top (rows per section), opts.left_out
+-- (counts the rows left out), opts.human_readable.
+function M.write(model, out, opts)
+  opts = opts or {}
+  local size = layout.sizer(opts)
+  write_header(out, model.header, size)
+  local left = write_section(out, 'WHAT HOLDS THE MEMORY (objects by ' ..
+    'their path from a root, the most bytes first; retaining: freed if ' ..
+    'they went)',
+    model.holders, opts.top, function(row) return M.holder_line(row, size) end)
+  left = left + write_section(out, 'OBJECTS BY TYPE', model.by_type, opts.top,
+    function(row)
+      return format('%s: %s, %s', row.type, counted(row.objects, 'object'),
+        size(row.bytes))
+    end, size)
+  if model.by_place then
+    left = left + write_section(out, 'OBJECTS BY ALLOCATION PLACE',
+      model.by_place, opts.top, function(row)
+        return format('%s: %s, %s%s', row.place, counted(row.objects,
+          'object'), size(row.bytes),
+          row.callers and ' (from ' .. row.callers .. ')' or '')
+      end, size)
+  end
+  if opts.left_out then opts.left_out.rows = opts.left_out.rows + left end
+end
+
+-- The "who holds it" section of a profile's --leaks report: each place of
+-- the join (heap_join.by_place rows) with its main holders.
+function M.write_who_holds(out, rows, heap_path, opts)
+  local size = layout.sizer(opts or {})
+  out:write('WHO HOLDS IT (the objects of the heap snapshot ', heap_path,
+    ' by allocating place, with the paths that hold them)\n')
+  for _, row in ipairs(rows) do
+    out:write(format('%s: %s, %s%s\n', row.place, counted(row.objects,
+      'object'), size(row.bytes),
+      row.callers and ' (from ' .. row.callers .. ')' or ''))
+    write_main_holders(out, row, size)
+  end
+end
+
+return M

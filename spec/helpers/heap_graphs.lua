@@ -1,0 +1,60 @@
+-- Known heap snapshots built byte by byte (helpers/heap_builder.lua), for
+-- the specs of the reports of heap snapshots.
+local H = require('helpers.heap_builder')
+
+local M = {}
+
+-- The known graph: a module-level cache of 20 pages, a closure's upvalue
+-- `history` of 3 records, a suspended coroutine's local `pending`, and a
+-- weak-keyed table whose keys are the records (never their holder), and
+-- a key to an object only a weak reference reaches (not in the file).
+-- opts.added: pages added to the cache after the rest (the objects before
+-- them keep their addresses: a later snapshot of the same process).
+-- b.pages and b.records are the addresses of the pages and records.
+function M.known(opts)
+  opts = opts or {}
+  local b = H.new(opts)
+  b.pages, b.records = {}, {}
+  local registry = b:table(100)
+  b:root('registry', registry)
+  local loaded = b:table(80)
+  b:named(registry, '_LOADED', loaded, 30)
+  local catalog = b:table(64)
+  b:named(loaded, 'catalog', catalog, 30)
+  local cache = b:table(500, { asize = 21 })
+  b:named(catalog, 'rendered_cache', cache, 40)
+  for i = 1, 20 do
+    b.pages[i] = b:string(('page %02d'):format(i), 100)
+    b:index(cache, i, b.pages[i])
+  end
+  local globals = b:table(200)
+  b:named(loaded, '_G', globals, 24)
+  local record = b:func(40, 1)
+  b:named(globals, 'record', record, 30)
+  local upvalue = b:upvalue(24)
+  b:upvalue_ref(record, upvalue, 1, 'history')
+  local history = b:table(120, { asize = 4 })
+  b:upvalue_value(upvalue, history)
+  local records = b.records
+  for i = 1, 3 do
+    records[i] = b:table(56)
+    b:index(history, i, records[i])
+  end
+  local seen = b:table(80, { nodes = 4, weak = 1 })
+  b:named(globals, 'seen', seen, 24)
+  for i = 1, 3 do b:key(seen, records[i], true) end
+  b:key(seen, 0xdead00, true)
+  local co = b:thread(300, 40, 5)
+  b:index(registry, 1, co)
+  local pending = b:table(150)
+  b:stack(co, pending, 3, 1, 'pending')
+  local main = b:thread(400, 40, 2)
+  b:root('main thread', main)
+  b:env(main, globals)
+  for i = 21, 20 + (opts.added or 0) do
+    b:index(cache, i, b:string(('page %02d'):format(i), 100))
+  end
+  return b
+end
+
+return M

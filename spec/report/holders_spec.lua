@@ -1,0 +1,371 @@
+-- The report of heap snapshots (memprof-report HEAP, --diff OLD NEW;
+-- lua/memprof/report/holders.lua, heap_growth.lua, holders_json.lua,
+-- cli/heap_report.lua) on known graphs built byte by byte.
+local cli = require('memprof.cli.report')
+local graphs = require('helpers.heap_graphs')
+local json_text = require('memprof.encode.json_text')
+
+local function sink()
+  local parts = {}
+  return { write = function(self, ...)
+    for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end
+    return self
+  end, text = function() return table.concat(parts) end }
+end
+
+-- memprof-report's exit code, output and errors.
+local function report(...)
+  local out, err = sink(), sink()
+  local code = cli.main({ ... }, out, err)
+  return code, out.text(), err.text()
+end
+
+local temp = {}
+local function temp_path(suffix)
+  local p = os.tmpname() .. (suffix or '.heap')
+  temp[#temp + 1] = p
+  return p
+end
+
+local function remove_temp()
+  for _, p in ipairs(temp) do os.remove(p) end
+  temp = {}
+end
+
+local KNOWN_TEXT = [[
+HEAP SNAPSHOT %s
+41 objects, 4404B, 46 references from 2 roots; GC64; 3 JIT traces alive
+taken with no profile running
+
+WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
+package.loaded["catalog"].rendered_cache[*]: 20 strings, 2000B
+package.loaded["catalog"].rendered_cache: 1 table, 500B, retaining 2500B
+main thread: 1 thread, 400B
+registry[1]: 1 thread, 300B, retaining 450B
+_G: 1 table, 200B, retaining 686B
+registry[1]<local pending>: 1 table, 150B
+_G.record<upvalue history>: 2 objects (1 table, 1 upvalue), 144B, retaining 312B
+registry: 1 table, 100B, retaining 3318B
+package.loaded: 1 table, 80B, retaining 2738B
+_G.seen: 1 table, 80B
+package.loaded["catalog"]: 1 table, 64B, retaining 2604B
+_G.record<upvalue history>[1]: 1 table, 56B
+_G.record<upvalue history>[2]: 1 table, 56B
+_G.record<upvalue history>[3]: 1 table, 56B
+_G<key>: 2 strings, 54B
+package.loaded<key>: 2 strings, 54B
+_G.record: 1 function, 40B, retaining 352B
+package.loaded["catalog"]<key>: 1 string, 40B
+registry<key>: 1 string, 30B
+
+OBJECTS BY TYPE
+string: 26 objects, 2178B
+    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2000B
+    held by _G<key>: 2 objects, 54B
+    held by package.loaded<key>: 2 objects, 54B
+    and by 2 more paths
+table: 11 objects, 1462B
+    held by package.loaded["catalog"].rendered_cache: 1 object, 500B
+    held by _G: 1 object, 200B
+    held by registry[1]<local pending>: 1 object, 150B
+    and by 8 more paths
+thread: 2 objects, 700B
+    held by main thread: 1 object, 400B
+    held by registry[1]: 1 object, 300B
+function: 1 object, 40B
+    held by _G.record: 1 object, 40B
+upvalue: 1 object, 24B
+    held by _G.record<upvalue history>: 1 object, 24B
+]]
+
+describe('memprof-report of a heap snapshot', function()
+  after_each(remove_temp)
+
+  it('says what holds the memory of a known graph, as text', function()
+    local path = graphs.known({ traces = 3 }):write(temp_path())
+    local code, out, err = report('--all', path)
+    assert.equal('', err)
+    assert.equal(0, code)
+    assert.equal(KNOWN_TEXT:format(path), out)
+  end)
+
+  it('cuts each list at --top and says how many rows it left out', function()
+    local path = graphs.known():write(temp_path())
+    local code, out = report('--top=1', '--human-readable', path)
+    assert.equal(0, code)
+    assert.equal(([[
+HEAP SNAPSHOT %s
+41 objects, 4.30KiB, 46 references from 2 roots; GC64
+taken with no profile running
+
+WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
+package.loaded["catalog"].rendered_cache[*]: 20 strings, 1.95KiB
+
+OBJECTS BY TYPE
+string: 26 objects, 2.13KiB
+    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 1.95KiB
+    held by _G<key>: 2 objects, 54B
+    held by package.loaded<key>: 2 objects, 54B
+    and by 2 more paths
+(22 rows left out: each list shows its first 1; --top=N shows N, --all every row)
+]]):format(path), out)
+  end)
+
+  it('writes the same rows as JSON', function()
+    local path = graphs.known():write(temp_path())
+    local code, out = report('--format=json', path)
+    assert.equal(0, code)
+    local function holder(pattern, objects, types, bytes, retained)
+      local list = {}
+      for t, n in pairs(types) do
+        list[#list + 1] = { type = t, objects = n }
+      end
+      table.sort(list, function(a, b) return a.type < b.type end)
+      return { pattern = pattern, objects = objects,
+        types = json_text.array(list), bytes = bytes,
+        retained = retained or bytes }
+    end
+    local function held(pattern, objects, bytes)
+      return { pattern = pattern, objects = objects, bytes = bytes }
+    end
+    local c = 'package.loaded["catalog"]'
+    local h = '_G.record<upvalue history>'
+    local expected = {
+      kind = 'memprof heap snapshot report', version = 1,
+      header = { file = path, objects = 41, bytes = 4404, references = 46,
+        roots = 2, gc64 = true },
+      holders = {
+        holder(c .. '.rendered_cache[*]', 20, { string = 20 }, 2000),
+        holder(c .. '.rendered_cache', 1, { table = 1 }, 500, 2500),
+        holder('main thread', 1, { thread = 1 }, 400),
+        holder('registry[1]', 1, { thread = 1 }, 300, 450),
+        holder('_G', 1, { table = 1 }, 200, 686),
+        holder('registry[1]<local pending>', 1, { table = 1 }, 150),
+        holder(h, 2, { table = 1, upvalue = 1 }, 144, 312),
+        holder('registry', 1, { table = 1 }, 100, 3318),
+        holder('package.loaded', 1, { table = 1 }, 80, 2738),
+        holder('_G.seen', 1, { table = 1 }, 80),
+        holder(c, 1, { table = 1 }, 64, 2604),
+        holder(h .. '[1]', 1, { table = 1 }, 56),
+        holder(h .. '[2]', 1, { table = 1 }, 56),
+        holder(h .. '[3]', 1, { table = 1 }, 56),
+        holder('_G<key>', 2, { string = 2 }, 54),
+        holder('package.loaded<key>', 2, { string = 2 }, 54),
+        holder('_G.record', 1, { ['function'] = 1 }, 40, 352),
+        holder(c .. '<key>', 1, { string = 1 }, 40),
+        holder('registry<key>', 1, { string = 1 }, 30),
+      },
+      by_type = {
+        { type = 'string', objects = 26, bytes = 2178, holders = {
+          held(c .. '.rendered_cache[*]', 20, 2000), held('_G<key>', 2, 54),
+          held('package.loaded<key>', 2, 54), held(c .. '<key>', 1, 40),
+          held('registry<key>', 1, 30) } },
+        { type = 'table', objects = 11, bytes = 1462, holders = {
+          held(c .. '.rendered_cache', 1, 500), held('_G', 1, 200),
+          held('registry[1]<local pending>', 1, 150), held(h, 1, 120),
+          held('registry', 1, 100), held('_G.seen', 1, 80),
+          held('package.loaded', 1, 80), held(c, 1, 64),
+          held(h .. '[1]', 1, 56), held(h .. '[2]', 1, 56),
+          held(h .. '[3]', 1, 56) } },
+        { type = 'thread', objects = 2, bytes = 700, holders = {
+          held('main thread', 1, 400), held('registry[1]', 1, 300) } },
+        { type = 'function', objects = 1, bytes = 40, holders = {
+          held('_G.record', 1, 40) } },
+        { type = 'upvalue', objects = 1, bytes = 24, holders = {
+          held(h, 1, 24) } },
+      },
+    }
+    assert.equal(json_text.encode(expected) .. '\n', out)
+  end)
+
+  it('names the holders of what grew between two snapshots', function()
+    local old = graphs.known():write(temp_path())
+    local new = graphs.known({ added = 5 }):write(temp_path())
+    local code, out, err = report('--diff', old, new)
+    assert.equal('', err)
+    assert.equal(0, code)
+    assert.equal(([[
+HEAP GROWTH from %s to %s
+before: 41 objects, 4404B; after: 46 objects, 4904B (+500B)
+
+WHAT GREW (the paths that hold new objects, by retained growth)
+package.loaded["catalog"].rendered_cache[*]: 5 new, 25 strings now (20 before), +500B retained (2500B now)
+
+OTHER CHANGES (the paths to those, and groups that changed without new objects)
+package.loaded: +500B retained (3238B now), 1 object (1 before)
+package.loaded["catalog"]: +500B retained (3104B now), 1 object (1 before)
+package.loaded["catalog"].rendered_cache: +500B retained (3000B now), 1 object (1 before)
+registry: +500B retained (3818B now), 1 object (1 before)
+]]):format(old, new), out)
+    code, out = report('--diff', '--format=json', old, new)
+    assert.equal(0, code)
+    local row = out:match('"grew":%[(.*)%],"kind"')
+    assert.equal('{"growth":500,"new_objects":5,"objects":25,' ..
+      '"old_objects":20,"old_retained":2000,"own_growth":500,' ..
+      '"pattern":"package.loaded[\\"catalog\\"].rendered_cache[*]",' ..
+      '"retained":2500,"types":[{"objects":25,"type":"string"}]}', row)
+  end)
+
+  it('names the byte where a cut or corrupt snapshot goes wrong', function()
+    local bytes = graphs.known():bytes()
+    local cut = temp_path()
+    local file = assert(io.open(cut, 'wb'))
+    file:write(bytes:sub(1, 40))
+    file:close()
+    local code, out, err = report(cut)
+    assert.equal(1, code)
+    assert.equal('', out)
+    assert.equal('memprof-report: ' .. cut .. ': byte 40: the file is ' ..
+      "truncated: expected an object's type\n", err)
+    local corrupt = temp_path()
+    file = assert(io.open(corrupt, 'wb'))
+    -- The first object's type byte (after "ljh", version, flags, notes,
+    -- the record's tag and its address 0x1000 in two bytes).
+    file:write(bytes:sub(1, 10) .. string.char(99) .. bytes:sub(12))
+    file:close()
+    code, out, err = report(corrupt)
+    assert.equal(1, code)
+    assert.equal('memprof-report: ' .. corrupt .. ': byte 10: expected an ' ..
+      'object type, got 99\n', err)
+  end)
+
+  it('refuses what does not apply to a heap snapshot', function()
+    local path = graphs.known():write(temp_path())
+    local code, _, err = report('--leaks', path)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --leaks does not apply to a heap ' ..
+      'snapshot (see --help)\n', err)
+    code, _, err = report('--diff', '--format=html', path, path)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --format=html does not apply to --diff ' ..
+      'of heap snapshots (see --help)\n', err)
+    code, _, err = report('--profile=' .. path, path)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --profile=' .. path .. ': the heap ' ..
+      'snapshot was taken with no profile running: it cannot be joined ' ..
+      'with one\n', err)
+  end)
+
+  it('refuses --heap without --leaks, of another file, or of a snapshot ' ..
+    'taken without a profile', function()
+    local B = require('helpers.stream_builder')
+    local stream = B.new():lfunc(0x100, '@app.lua', 1):events()
+    stream:alloc(B.lua(0x100, 3), 0x10, 2048)
+    local profile = temp_path('.bin')
+    local file = assert(io.open(profile, 'wb'))
+    file:write(stream:epilogue():bytes())
+    file:close()
+    local heap = graphs.known():write(temp_path())
+    local code, _, err = report('--heap=' .. heap, profile)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --heap=SNAPSHOT goes with --leaks (or ' ..
+      '--format=html) (see --help)\n', err)
+    code, _, err = report('--leaks', '--heap=' .. profile, profile)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --heap=' .. profile .. ': not a heap ' ..
+      "snapshot (made by memprof.snapshot(path, {format = 'heap'}))\n", err)
+    code, _, err = report('--leaks', '--heap=' .. heap, profile)
+    assert.equal(1, code)
+    assert.equal('memprof-report: --heap=' .. heap .. ': the heap snapshot ' ..
+      'was taken with no profile running: it cannot be joined with one\n',
+      err)
+  end)
+
+  it("has a page style that checks as CSS, and is in the page", function()
+    local C = require('helpers.command')
+    local css = 'lua/memprof/report/html/holders.css'
+    local code, out = C.run('NODE_PATH=build/node_modules ' ..
+      C.command('node', 'spec/support/css_check.js', css))
+    assert.equal(0, code, out)
+    assert.equal('{"rules":16,"declarations":55,"errors":[]}', out:match(
+      '^(.-)%s*$'))
+    local path = graphs.known():write(temp_path())
+    local page
+    code, page = report('--format=html', path)
+    assert.equal(0, code)
+    assert.equal(C.read_file(css), page:match('<style>\n(.-)</style>'))
+  end)
+
+  -- A profile (built byte by byte) of the known graph's pages (by
+  -- string.rep at catalog.lua:46, called from handler.lua:7) and records
+  -- (handler.lua:12); a block made and freed; after the byte the snapshot
+  -- notes, a record freed and its address reused elsewhere (not read).
+  local function known_profile(path)
+    local B = require('helpers.stream_builder')
+    local s = B.new():lfunc(0x100, '@catalog.lua', 40)
+      :lfunc(0x200, '@handler.lua', 1):cfunc(0x900, 'string.rep')
+      :events({ version = B.EXTENDED })
+    s:stack(1, { B.c(0x900), B.lua(0x100, 46), B.lua(0x200, 7) })
+    s:stack(2, { B.lua(0x200, 12) })
+    local probe = graphs.known()
+    for _, addr in ipairs(probe.pages) do
+      s:alloc(B.lua(0x100, 46, 1), addr, 100)
+    end
+    for _, addr in ipairs(probe.records) do
+      s:alloc(B.lua(0x200, 12, 2), addr, 56)
+    end
+    s:alloc(B.lua(0x200, 12, 2), 0x99000, 56)
+    s:free(B.internal(), 0x99000, 56)
+    local written = s:size()
+    s:free(B.internal(), probe.records[1], 56)
+    s:alloc(B.lua(0x200, 99), probe.records[1], 56)
+    local file = assert(io.open(path, 'wb'))
+    file:write(s:epilogue():bytes())
+    file:close()
+    return written
+  end
+
+  it('says where each group was allocated, given the profile', function()
+    local profile = temp_path('.bin')
+    local path = graphs.known({ profile = known_profile(profile) })
+      :write(temp_path())
+    local code, out, err = report('--top=8', '--profile=' .. profile, path)
+    assert.equal('', err)
+    assert.equal(0, code)
+    assert.equal(([[
+HEAP SNAPSHOT %s
+41 objects, 4404B, 46 references from 2 roots; GC64
+taken during a profile (after its first 282 bytes); allocation places from %s
+
+WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
+package.loaded["catalog"].rendered_cache[*]: 20 strings, 2000B, allocated at @catalog.lua:46 (from @handler.lua:7)
+package.loaded["catalog"].rendered_cache: 1 table, 500B, retaining 2500B, allocated before the profile
+main thread: 1 thread, 400B, allocated before the profile
+registry[1]: 1 thread, 300B, retaining 450B, allocated before the profile
+_G: 1 table, 200B, retaining 686B, allocated before the profile
+registry[1]<local pending>: 1 table, 150B, allocated before the profile
+_G.record<upvalue history>: 2 objects (1 table, 1 upvalue), 144B, retaining 312B, allocated before the profile
+registry: 1 table, 100B, retaining 3318B, allocated before the profile
+
+]]):format(path, profile), out:sub(1, out:find('\nOBJECTS BY TYPE')))
+    assert.equal([[
+OBJECTS BY ALLOCATION PLACE
+allocated before the profile: 18 objects, 2236B
+    held by package.loaded["catalog"].rendered_cache: 1 object, 500B
+    held by main thread: 1 object, 400B
+    held by registry[1]: 1 object, 300B
+    and by 12 more paths
+@catalog.lua:46: 20 objects, 2000B (from @handler.lua:7)
+    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2000B
+@handler.lua:12: 3 objects, 168B
+    held by _G.record<upvalue history>[1]: 1 object, 56B
+    held by _G.record<upvalue history>[2]: 1 object, 56B
+    held by _G.record<upvalue history>[3]: 1 object, 56B
+(11 rows left out: each list shows its first 8; --top=N shows N, --all every row)
+]], out:sub((out:find('OBJECTS BY ALLOCATION PLACE', 1, true))))
+    code, out = report('--format=json', '--profile=' .. profile, path)
+    assert.equal(0, code)
+    local doc = require('cjson').decode(out)
+    assert.same({ written = 282, file = profile }, doc.header.profile)
+    assert.same({ pattern = 'package.loaded["catalog"].rendered_cache[*]',
+      objects = 20, types = { { type = 'string', objects = 20 } },
+      bytes = 2000, retained = 2000, place = '@catalog.lua:46',
+      callers = '@handler.lua:7', places = 1 }, doc.holders[1])
+    assert.same({ place = '@handler.lua:12', objects = 3, bytes = 168,
+      holders = {
+        { pattern = '_G.record<upvalue history>[1]', objects = 1, bytes = 56 },
+        { pattern = '_G.record<upvalue history>[2]', objects = 1, bytes = 56 },
+        { pattern = '_G.record<upvalue history>[3]', objects = 1, bytes = 56 },
+      } }, doc.by_place[3])
+  end)
+end)
