@@ -40,7 +40,7 @@ local function profile()
 end
 
 local LEAKS = [[
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @app.lua:3 holds 2KiB: 1 allocs, 0 frees
 TOTAL holds 2KiB (net bytes of the stream)
 
@@ -62,19 +62,19 @@ describe('memprof-report', function()
     assert.are.equal(0, code)
     assert.are.equal('', stderr)
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 @app.lua:3: 1 events	+2048B	-0B
 @app.lua:4: 1 events	+100B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL: 1 events	+0B	-100B
 	Overrides:
 		@app.lua:4
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @app.lua:3 holds 2048B: 1 allocs, 0 frees
 TOTAL holds 2048B (net bytes of the stream)
 
@@ -115,7 +115,7 @@ Options:
   --group=G              rows by line (default), function, caller or stack
   --top=N                at most N rows per section (text: 30 by default)
   --all                  every row of each section
-  --sort=S               sort rows by bytes or count
+  --sort=S               rows by bytes (default) or count (Tarantool's order)
   --leaks                view: blocks live at the end, with their stacks
   --peak                 view: the heap's peak, and what held it
   --temporary[=N]        view: blocks freed within N allocations (default 1)
@@ -220,9 +220,12 @@ Formats (--format=NAME; docs/formats.md):
       end
       local code, stdout, stderr = report(many)
       assert.are.same({ 0, '' }, { code, stderr })
-      assert.are.equal('ALLOCATIONS\n' .. table.concat(allocations) ..
+      assert.are.equal('ALLOCATIONS (by bytes allocated)\n' ..
+        table.concat(allocations) ..
         '... and 5 more: 15 events\t+120B\t-0B\n\n' ..
-        'REALLOCATIONS\n\nDEALLOCATIONS\n\nHEAP SUMMARY:\n' ..
+        'REALLOCATIONS (by bytes allocated)\n\n' ..
+        'DEALLOCATIONS (by bytes freed)\n\n' ..
+        'HEAP SUMMARY (by bytes held):\n' ..
         table.concat(heap) ..
         '... and 5 more hold 120B: 15 allocs, 0 frees\n' ..
         'TOTAL holds 5040B (net bytes of the stream)\n\n' ..
@@ -234,9 +237,10 @@ Formats (--format=NAME; docs/formats.md):
       assert.is_nil(all:find('... and', 1, true))
       assert.is_nil(all:find('left out', 1, true))
       local _, top = report('--top=2', '--leak-only', many)
-      assert.are.equal('HEAP SUMMARY:\n@many.lua:35 holds 280B: 35 allocs, ' ..
+      assert.are.equal('HEAP SUMMARY (by bytes held):\n' ..
+        '@many.lua:35 holds 280B: 35 allocs, ' ..
         '0 frees\n@many.lua:34 holds 272B: 34 allocs, 0 frees\n... and 33 ' ..
-        'more hold 4488B: 561 allocs, 0 frees\nTOTAL holds 5040B (net ' ..
+        'more hold 4488B: 561 allocs, 0 frees (89% of the bytes)\nTOTAL holds 5040B (net ' ..
         'bytes of the stream)\n\n', top)
       -- The views and --diff are cut the same way.
       local _, leaks = report('--leaks', many)
@@ -262,9 +266,11 @@ Formats (--format=NAME; docs/formats.md):
       for i = 35, 31, -1 do
         names[i] = nil
       end
-      assert.are.equal('DEALLOCATIONS\nINTERNAL: 35 events\t+0B\t-280B\n' ..
+      assert.are.equal('DEALLOCATIONS (by bytes freed)\n' ..
+        'INTERNAL: 35 events\t+0B\t-280B\n' ..
         '\tOverrides:\n\t\t' .. table.concat(names, '\n\t\t') ..
-        '\n\t\t... and 5 more\n\n\n', cut:match('DEALLOCATIONS\n.-\n\n\n'))
+        '\n\t\t... and 5 more\n\n\n',
+        cut:match('DEALLOCATIONS %(by bytes freed%)\n.-\n\n\n'))
       assert.are.equal('(10 rows left out: each list shows its first 30; ' ..
         '--top=N shows N, --all every row)\n', cut:match('[^\n]*\n$'))
       local _, changes = report('--diff', path, many)
@@ -348,7 +354,7 @@ Formats (--format=NAME; docs/formats.md):
     local mid = another_file(bytes:sub(1, -3))
     code, stdout, stderr = report('--leak-only', mid)
     assert.are.equal(0, code)
-    assert.matches('^HEAP SUMMARY:\n', stdout)
+    assert.matches('^HEAP SUMMARY %(by bytes held%):\n', stdout)
     assert.are.equal(('memprof-report: warning: %s: the stream ends at ' ..
       'byte %d in the middle of an event (expected the size of a freed ' ..
       'block); the report covers the 2 events before it\n'):format(mid,
@@ -360,8 +366,10 @@ Formats (--format=NAME; docs/formats.md):
     function()
       local empty = another_file('')
       local code, stdout, stderr = report(empty)
-      assert.are.same({ 0, 'ALLOCATIONS\n\nREALLOCATIONS\n\n' ..
-        'DEALLOCATIONS\n\nHEAP SUMMARY:\nTOTAL holds 0B (net bytes of the ' ..
+      assert.are.same({ 0, 'ALLOCATIONS (by bytes allocated)\n\n' ..
+        'REALLOCATIONS (by bytes allocated)\n\n' ..
+        'DEALLOCATIONS (by bytes freed)\n\n' ..
+        'HEAP SUMMARY (by bytes held):\nTOTAL holds 0B (net bytes of the ' ..
         'stream)\n\n', 'memprof-report: warning: ' .. empty .. ': the file ' ..
         'is empty: the process wrote no profile (it ended, or was killed, ' ..
         'before its first write); no events\n' }, { code, stdout, stderr })
@@ -435,7 +443,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], stdout)
   end)
@@ -462,7 +470,7 @@ Garbage was not collected at stop: some of these blocks may be unreachable; star
     assert.are.equal([[
 Grouped by function: each row is the function where the events happened, named by where it is defined.
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 function at @log.lua:3 holds 764B: 7 allocs, 3 frees
 io_lines holds 48B: 1 allocs, 0 frees
 TRACE started at @app.lua:70 (1 trace) holds 16B: 1 allocs, 0 frees

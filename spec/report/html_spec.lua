@@ -466,9 +466,10 @@ describe('html report', function()
       'heap at the start (not recorded in this profile) after event 10' ..
       '</caption>', 1, true))
     assert.truthy(text:find('<caption>Live at end: blocks never freed, by ' ..
-      'where they were allocated. Garbage was not collected at stop: some ' ..
-      'of these blocks may be unreachable; start with collect_at_stop = ' ..
-      'true to know.</caption>', 1, true))
+      'where they were allocated. The profile ended without a collection ' ..
+      'at stop (only memprof.stop() with collect_at_stop = true collects; ' ..
+      'a profile completed at lua_close or exit does not): some of these ' ..
+      'blocks may be unreachable.</caption>', 1, true))
     assert.truthy(text:find('<caption>Temporary blocks: freed within 1 ' ..
       'other allocation</caption>', 1, true))
     assert.truthy(text:find('<th scope="row">Total</th><td class="num">' ..

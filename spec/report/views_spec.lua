@@ -51,7 +51,7 @@ TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 1 block, 16
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 PEAK: 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 @app.lua:20: 400B in 2 blocks
@@ -87,7 +87,7 @@ string.format: 1 block, 300B
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 PEAK: 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 string.format: 400B in 2 blocks
@@ -125,7 +125,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 	... and 2 more stacks: 2 blocks, 30B
 TOTAL live at end: 5 blocks, 150B
 Net bytes of the stream: 150B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(s, 'line', { leaks = true }))
   end)
@@ -204,11 +204,11 @@ TOTAL: 6 blocks allocated, 210B: 4 temporary (120B), 0 freed later (0B), 2 live 
     assert.are.equal([[
 LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @test.lua:5: 2 blocks, 128B
-... and 2 more: 2 blocks, 144B
+... and 2 more: 2 blocks, 144B (53% of the bytes)
 TOTAL live at end: 4 blocks, 272B
 Freed during the profile, allocated before it: 100B
 Net bytes of the stream: 172B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(B.crafted(), 'line', { leaks = true }, { sort = 'count',
       top = 1 }))
@@ -220,7 +220,7 @@ TRACE started at @test.lua:5 (1 trace): 1 block, 16B
 TOTAL live at end: 4 blocks, 272B
 Freed during the profile, allocated before it: 100B
 Net bytes of the stream: 172B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(B.crafted(), 'line', { leaks = true }, { sort = 'count' }))
   end)
@@ -237,7 +237,7 @@ TOTAL: 6 blocks allocated, 210B: 4 temporary (120B), 0 freed later (0B), 2 live 
     assert.are.equal([[
 PEAK: 570B above the heap at the start (which this profile does not record), after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
 @p.lua:2: 200B in 1 block
-... and 1 more: 400B in 1 block
+... and 1 more: 400B in 1 block (67% of the bytes)
 (blocks allocated before the profile): 1 block, 30B, freed before the peak
 TOTAL at the peak: 570B above the heap at the start
 
@@ -256,7 +256,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 @big.lua:4: 1 block, 1.50KiB
 TOTAL live at end: 2 blocks, 3.00MiB
 Net bytes of the stream: 3.00MiB
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(s, 'line', { leaks = true }, { human_readable = true }))
   end)
@@ -275,7 +275,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 		function_alias_1:1
 TOTAL live at end: 1 block, 24B
 Net bytes of the stream: 24B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ALIASES:
 function_alias_1:

@@ -261,14 +261,38 @@ function M.renderer(write)
   end
 end
 
--- Whether the blocks live at the end are known to be reachable (the
--- profile collected garbage at stop).
+-- What the rest line of a section adds when the rows it sums hold more
+-- bytes than the rows shown: their share of the section's bytes, so
+-- that a cut never hides the larger part unsaid.  '' otherwise.
+function M.rest_share(rest_bytes, shown_bytes)
+  local total = rest_bytes + shown_bytes
+  if rest_bytes <= shown_bytes or total <= 0 then
+    return ''
+  end
+  return format(' (%d%% of the bytes)', floor(rest_bytes / total * 100 + 0.5))
+end
+
+-- Sums `field` over rows.
+function M.sum_of(rows, field)
+  local sum = 0
+  for _, row in ipairs(rows) do
+    sum = sum + row[field]
+  end
+  return sum
+end
+
+-- Whether the blocks live at the end are known to be reachable: the
+-- file has the note of a collection at stop, which only memprof.stop()
+-- with collect_at_stop = true writes (a profile completed at lua_close
+-- or exit never collects, whatever its options).
 function M.collection_note(collected)
   if collected then
     return 'Garbage was collected at stop: these blocks were reachable.'
   end
-  return 'Garbage was not collected at stop: some of these blocks may be ' ..
-    'unreachable; start with collect_at_stop = true to know.'
+  return 'The profile ended without a collection at stop (only ' ..
+    'memprof.stop() with collect_at_stop = true collects; a profile ' ..
+    'completed at lua_close or exit does not): some of these blocks may ' ..
+    'be unreachable.'
 end
 
 return M

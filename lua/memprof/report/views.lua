@@ -92,8 +92,9 @@ function M.write_leaks(out, leaks, opts, used)
     note_stack_aliases(used, row.stacks)
   end
   if rest.rows > 0 then
-    out:write(format('... and %d more: %s, %s\n', rest.rows,
-      plural(rest.count, 'block'), size(rest.bytes)))
+    out:write(format('... and %d more: %s, %s%s\n', rest.rows,
+      plural(rest.count, 'block'), size(rest.bytes),
+      layout.rest_share(rest.bytes, layout.sum_of(shown, 'bytes'))))
   end
   out:write(format('TOTAL live at end: %s, %s\n', plural(leaks.count, 'block'),
     size(leaks.bytes)))
@@ -185,8 +186,9 @@ function M.write_peak(out, peak, opts, used, stream)
     layout.note_aliases(used, row.group)
   end
   if rest.rows > 0 then
-    out:write(format('... and %d more: %s in %s\n', rest.rows,
-      size(rest.bytes), plural(rest.blocks, 'block')))
+    out:write(format('... and %d more: %s in %s%s\n', rest.rows,
+      size(rest.bytes), plural(rest.blocks, 'block'),
+      layout.rest_share(rest.bytes, layout.sum_of(shown, 'bytes'))))
   end
   write_peak_before(out, peak.before, size)
   out:write(peak_total(peak, size))
@@ -245,7 +247,8 @@ function M.write_temporary(out, result, opts, used)
   end
   if rest.rows > 0 then
     out:write(format('... and %d more', rest.rows),
-      temporary_tail(rest, size), '\n')
+      temporary_tail(rest, size), layout.rest_share(rest.temporary_bytes,
+        layout.sum_of(shown, 'temporary_bytes')), '\n')
   end
   local without = without_temporary(result)
   if without.count > 0 then
