@@ -105,7 +105,9 @@ With --leaks, --peak, --temporary or --timeline, print those views
 instead.  --group=caller and --group=stack need a profile recorded
 with call stacks (memprof.start(path, {stack_depth = N})), --timeline
 one recorded with time marks (memprof.start(path, {timestamps = true})).
-With --diff, print which rows grew or shrank from BEFORE to AFTER.
+Rows are sorted by bytes (--sort=count: by events, Tarantool's order).
+With --diff, print which rows grew or shrank from BEFORE to AFTER,
+by growth in live bytes at the end (--sort=bytes: in bytes allocated).
 The text report and --diff show the first 30 rows of each section
 (--top=N for N, --all for every row).  The report goes to stdout, or
 to the file of --output (--output=- is stdout too).
@@ -115,7 +117,7 @@ Options:
   --group=G              rows by line (default), function, caller or stack
   --top=N                at most N rows per section (text: 30 by default)
   --all                  every row of each section
-  --sort=S               rows by bytes (default) or count (Tarantool's order)
+  --sort=S               bytes (default), count; --diff: live (default), bytes, count
   --leaks                view: blocks live at the end, with their stacks
   --peak                 view: the heap's peak, and what held it
   --temporary[=N]        view: blocks freed within N allocations (default 1)
@@ -152,7 +154,10 @@ Formats (--format=NAME; docs/formats.md):
       { { '--group=file', path }, "memprof-report: option '--group': " ..
         'expected line, function, caller, stack, found file (see --help)\n' },
       { { '--sort', 'size', path }, "memprof-report: option '--sort': " ..
-        'expected bytes, count, found size (see --help)\n' },
+        'expected bytes, count, live, found size (see --help)\n' },
+      { { '--sort=live', path }, 'memprof-report: --sort=live is for ' ..
+        '--diff (rows by growth in live bytes); a report sorts by bytes ' ..
+        'or count (see --help)\n' },
       { { '--top=0', path }, "memprof-report: option '--top': expected a " ..
         'whole number of at least 1, found 0 (see --help)\n' },
       { { '--temporary=-1', path }, "memprof-report: option " ..

@@ -109,8 +109,8 @@ M.OPTIONS = {
     help = 'at most N rows per section (text: 30 by default)' },
   { name = 'all', key = 'all', help = 'every row of each section' },
   { name = 'sort', value = 'S', key = 'sort',
-    check = one_of({ 'bytes', 'count' }),
-    help = 'rows by bytes (default) or count (Tarantool\'s order)' },
+    check = one_of({ 'bytes', 'count', 'live' }),
+    help = 'bytes (default), count; --diff: live (default), bytes, count' },
   { name = 'leaks', key = 'leaks',
     help = 'view: blocks live at the end, with their stacks' },
   { name = 'peak', key = 'peak',
@@ -152,7 +152,9 @@ local function usage()
     'instead.  --group=caller and --group=stack need a profile recorded',
     'with call stacks (memprof.start(path, {stack_depth = N})), --timeline',
     'one recorded with time marks (memprof.start(path, {timestamps = true})).',
-    'With --diff, print which rows grew or shrank from BEFORE to AFTER.',
+    'Rows are sorted by bytes (--sort=count: by events, Tarantool\'s order).',
+    'With --diff, print which rows grew or shrank from BEFORE to AFTER,',
+    'by growth in live bytes at the end (--sort=bytes: in bytes allocated).',
     'The text report and --diff show the first ' .. M.DEFAULT_TOP ..
       ' rows of each section',
     '(--top=N for N, --all for every row).  The report goes to stdout, or',
@@ -526,6 +528,10 @@ local function conflict(opts)
       return format('%s does not apply to --diff', spelling_of(stray))
     end
     return nil
+  end
+  if opts.sort == 'live' then
+    return '--sort=live is for --diff (rows by growth in live bytes); ' ..
+      'a report sorts by bytes or count'
   end
   local name = opts.format or 'text'
   local stray = stray_option(opts, format_entry(name).takes)
