@@ -101,7 +101,25 @@ function methods:define_lfunc(addr, chunkname, firstline)
     firstline = firstline, sites = {} }
 end
 
+-- The name of a C function that no symbol names: the recorder gives the
+-- object's path and the offset (what addr2line takes).  The program's
+-- own object (a path that names no shared library) is named by the
+-- program: '/usr/bin/luajit+0x92c0' is 'luajit+0x92c0 (host program)'.
+local function program_name(name)
+  local path, offset = name:match('^(/.+)(%+0x%x+)$')
+  if not path then
+    return name
+  end
+  local base = path:match('[^/]*$')
+  if base == '' or base:find('%.so$') or base:find('%.so%.') then
+    return name
+  end
+  return base .. offset .. ' (host program)'
+end
+M.program_name = program_name
+
 function methods:define_cfunc(addr, name)
+  name = program_name(name)
   if not self.cfuncs[addr] then
     self.c_sorted = nil
   end
