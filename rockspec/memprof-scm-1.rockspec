@@ -41,6 +41,7 @@ build = {
     ["memprof.analysis.analyze"] = "lua/memprof/analysis/analyze.lua",
     ["memprof.cli.report"] = "lua/memprof/cli/report.lua",
     ["memprof.cli.options"] = "lua/memprof/cli/options.lua",
+    ["memprof.analysis.focus"] = "lua/memprof/analysis/focus.lua",
     ["memprof.analysis.groups"] = "lua/memprof/analysis/groups.lua",
     ["memprof.record"] = "lua/memprof/record.lua",
     ["memprof.words"] = "lua/memprof/words.lua",

@@ -118,6 +118,8 @@ Options:
   --top=N                at most N rows per section (text: 30 by default)
   --all                  every row of each section
   --sort=S               bytes (default), count; --diff: live (default), bytes, count
+  --focus=TEXT           only blocks whose place or stack has TEXT (every view)
+  --ignore=TEXT          leave out blocks whose place or stack has TEXT
   --leaks                view: blocks live at the end, with their stacks
   --peak                 view: the heap's peak, and what held it
   --temporary[=N]        view: blocks freed within N allocations (default 1)
@@ -144,7 +146,10 @@ Formats (--format=NAME; docs/formats.md):
 
   it('rejects bad command lines with exit code 1', function()
     local cases = {
-      { { '--bogus', path }, "memprof-report: unknown option '--bogus' (see --help)\n" },
+      { { '--bogus', path }, "memprof-report: unknown option '--bogus'; " ..
+        'did you mean --focus? (see --help)\n' },
+      { { '--focus=', path }, "memprof-report: option '--focus': expected " ..
+        'some text, found nothing (see --help)\n' },
       { { '-x', path }, "memprof-report: unknown option '-x' (see --help)\n" },
       { { '--leak-only=yes', path },
         "memprof-report: option '--leak-only' takes no value (see --help)\n" },
@@ -612,6 +617,30 @@ describe('memprof-report --format', function()
     assert.are.equal('function at @log.lua:3', doc.live.rows[1].name)
     assert.are.equal(764, doc.live.rows[1].bytes)
   end)
+
+  it('takes --focus and --ignore in every format and in --diff',
+    function()
+      local path = file_of(B.three_callers())
+      -- Stack 2 (through @app.lua:20) holds 400B in two blocks.
+      local code, stdout, stderr = report('--format=json', '--focus=app.lua:20',
+        path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      local doc = require('cjson').decode(stdout)
+      assert.are.same({ 1, '@log.lua:5', 400, 2 }, { #doc.live.rows,
+        doc.live.rows[1].name, doc.live.rows[1].bytes,
+        doc.live.rows[1].blocks })
+      code, stdout, stderr = report('--format=folded', '--metric=live-bytes',
+        '--ignore=log.lua', path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.are.equal('@app.lua:60;io_lines 48\n' ..
+        'TRACE started at @app.lua:70 16\n', stdout)
+      code, stdout, stderr = report('--diff', '--focus=app.lua:20', path,
+        path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.are.equal("Only the blocks allocated where the place or its " ..
+        "stack names 'app.lua:20' (--focus): every figure counts them " ..
+        'alone.\n\n', stdout:match('^.-\n\n'))
+    end)
 
   it('dispatches to memprof.report.html', function()
     local path = file_of(B.three_callers())

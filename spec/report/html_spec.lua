@@ -434,8 +434,8 @@ describe('html report', function()
       'dir/run.bin' })
     assert.truthy(text:find('<title>memprof: dir/run.bin</title>', 1, true))
     assert.truthy(text:find('<h1 id="file-name">run.bin</h1>', 1, true))
-    assert.truthy(text:find('<li>format <b>100 (extended: stacks and ' ..
-      'time marks)</b></li>', 1, true))
+    assert.truthy(text:find('<li>format <b>extended (100)</b></li>', 1,
+      true))
     assert.truthy(text:find('<li>events <b>15</b></li>', 1, true))
     assert.truthy(text:find('<li>call stacks <b>yes</b></li>', 1, true))
     assert.truthy(text:find('<li>time marks <b>no</b></li>', 1, true))

@@ -64,7 +64,7 @@ local whole_number, one_of = option_parser.whole_number, option_parser.one_of
 -- The formats, in the order --help lists them.  `takes`: the keys of
 -- the options that apply to the format.
 local function keys(list, more)
-  local set = {}
+  local set = { focus = true, ignore = true }
   for _, key in ipairs(list) do
     set[key] = true
   end
@@ -100,6 +100,14 @@ end
 local DIFF_TAKES = keys({ 'group', 'top', 'all', 'sort', 'human_readable',
   'output', 'diff', 'split_traces' })
 
+-- A text to look for in names: not empty.
+local function some_text(value)
+  if value == '' then
+    return nil, 'expected some text, found nothing'
+  end
+  return value
+end
+
 M.OPTIONS = {
   { name = 'format', value = 'NAME', key = 'format',
     check = one_of(FORMAT_NAMES), help = 'the output format (see below)' },
@@ -111,6 +119,10 @@ M.OPTIONS = {
   { name = 'sort', value = 'S', key = 'sort',
     check = one_of({ 'bytes', 'count', 'live' }),
     help = 'bytes (default), count; --diff: live (default), bytes, count' },
+  { name = 'focus', value = 'TEXT', key = 'focus', check = some_text,
+    help = 'only blocks whose place or stack has TEXT (every view)' },
+  { name = 'ignore', value = 'TEXT', key = 'ignore', check = some_text,
+    help = 'leave out blocks whose place or stack has TEXT' },
   { name = 'leaks', key = 'leaks',
     help = 'view: blocks live at the end, with their stacks' },
   { name = 'peak', key = 'peak',
@@ -266,6 +278,7 @@ local function read_profile(path, opts, err, analysis)
     error(stream, 0)
   end
   local options = analysis(stream)
+  options.focus, options.ignore = opts.focus, opts.ignore
   -- No report lists the live blocks once the passes have finished.
   options.live_blocks = false
   if stream.version ~= reader.EXTENDED_VERSION then
@@ -485,6 +498,7 @@ local function report_diff(paths, opts, out, err)
     function(handle, options)
       diff_report.write(changes, handle, { before = paths[1],
         after = paths[2], group = mode, sort = opts.sort,
+        focus = opts.focus, ignore = opts.ignore,
         sampling = notes,
         top = options.top, left_out = options.left_out,
         human_readable = opts.human_readable })

@@ -76,6 +76,7 @@ function M.write(changes, out, opts)
   if opts.sampling and #opts.sampling > 0 then
     out:write('\n')
   end
+  layout.write_focus(out, opts)
   layout.write_grouping(out, opts.group)
   out:write(format('CHANGES from %s to %s, by growth in %s\n', opts.before,
     opts.after, SORT_TEXT[opts.sort or 'live']))

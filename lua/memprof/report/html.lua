@@ -463,8 +463,9 @@ local function basename(path)
   return path:match('([^/]+)$') or path
 end
 
-local VERSION_NAMES = { [3] = "Tarantool's format",
-  [100] = 'extended: stacks and time marks' }
+-- The format's name; what the file holds is said by the facts after it
+-- (an extended file may have neither stacks nor time marks).
+local VERSION_NAMES = { [3] = "Tarantool's", [100] = 'extended' }
 
 local GROUPING_NAMES = { line = 'by line', ['function'] = 'by function',
   caller = 'by caller', stack = 'by stack' }
@@ -477,8 +478,9 @@ local function facts_html(result)
   local stream = result.stream
   local version = stream.version or '?'
   local facts = {
-    fact('format', escape(version) .. (VERSION_NAMES[version] and
-      ' (' .. VERSION_NAMES[version] .. ')' or '')),
+    fact('format', VERSION_NAMES[version] and
+      format('%s (%s)', VERSION_NAMES[version], escape(version)) or
+      escape(version)),
     fact('events', with_commas(stream.events or 0)),
     fact('call stacks', stream.has_stacks and 'yes' or 'no'),
     fact('time marks', stream.has_time and 'yes' or 'no'),

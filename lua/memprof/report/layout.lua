@@ -186,6 +186,32 @@ function M.write_sampling(out, stream)
   end
 end
 
+-- The line that says a report shows only some blocks (--focus,
+-- --ignore: memprof.analysis.focus), or ''.
+function M.focus_note(opts)
+  local focus, ignore = opts.focus, opts.ignore
+  if focus and ignore then
+    return format("Only the blocks allocated where the place or its stack " ..
+      "names '%s' (--focus) and not '%s' (--ignore): every figure counts " ..
+      'them alone.', focus, ignore)
+  elseif focus then
+    return format("Only the blocks allocated where the place or its stack " ..
+      "names '%s' (--focus): every figure counts them alone.", focus)
+  elseif ignore then
+    return format("Without the blocks allocated where the place or its " ..
+      "stack names '%s' (--ignore): every figure counts the others alone.",
+      ignore)
+  end
+  return ''
+end
+
+function M.write_focus(out, opts)
+  local note = M.focus_note(opts)
+  if note ~= '' then
+    out:write(note, '\n\n')
+  end
+end
+
 function M.write_grouping(out, mode)
   local heading = GROUPING_HEADINGS[mode]
   if heading then

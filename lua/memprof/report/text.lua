@@ -378,6 +378,7 @@ function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
   layout.write_sampling(out, result.stream)
+  layout.write_focus(out, opts)
   if opts.views and next(opts.views) then
     return views.write(result, out, opts)
   end
