@@ -42,6 +42,7 @@ build = {
     ["memprof.cli.report"] = "lua/memprof/cli/report.lua",
     ["memprof.cli.options"] = "lua/memprof/cli/options.lua",
     ["memprof.analysis.focus"] = "lua/memprof/analysis/focus.lua",
+    ["memprof.read.sources"] = "lua/memprof/read/sources.lua",
     ["memprof.analysis.groups"] = "lua/memprof/analysis/groups.lua",
     ["memprof.record"] = "lua/memprof/record.lua",
     ["memprof.words"] = "lua/memprof/words.lua",

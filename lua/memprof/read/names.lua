@@ -14,6 +14,8 @@
 
 local record = require('memprof.record')
 
+local sources = require('memprof.read.sources')
+
 local M = {}
 
 local methods = {}
@@ -178,8 +180,12 @@ function methods:lua_function(sym)
   else
     local chunkname
     chunkname, alias = self:display_chunkname(sym.chunkname)
+    local named = sym.firstline > 0 and
+      sources.function_name(sym.chunkname, sym.firstline)
     if sym.firstline == 0 then
       name = 'main chunk of ' .. chunkname
+    elseif named then
+      name = format('%s (%s:%d)', named, chunkname, sym.firstline)
     else
       name = format('function at %s:%d', chunkname, sym.firstline)
     end

@@ -3,6 +3,7 @@
 -- ALIASES section.
 
 local sampling = require('memprof.analysis.sampling')
+local sources = require('memprof.read.sources')
 
 local M = {}
 
@@ -110,10 +111,39 @@ function M.write_title(out, group, tail, indent, plain_names)
   end
 end
 
--- Writes the frames of a stack, one per line, innermost first.
+-- The text of the source line a place is (a line of a Lua function
+-- whose file the reporter can read: memprof.read.sources), or nil.
+function M.source_text(place)
+  if place and place.source == 'lua' and place.line and place.chunkname
+  then
+    return sources.line(place.chunkname, place.line)
+  end
+  return nil
+end
+
+-- Writes the frames of a stack, one per line, innermost first; a line
+-- of a readable file is followed by its source text.
 function M.write_frames(out, frames, indent)
   for _, frame in ipairs(frames) do
-    out:write(indent, M.place_name(frame), '\n')
+    local text = M.source_text(frame)
+    if text then
+      out:write(indent, M.place_name(frame), ': ', text, '\n')
+    else
+      out:write(indent, M.place_name(frame), '\n')
+    end
+  end
+end
+
+-- After the title of a view's row named after a line of a readable file
+-- (by line or by caller): the line's source text, indented.
+function M.write_source(out, group)
+  if group.frames then
+    return
+  end
+  local place = group.site or group
+  local text = M.source_text(place)
+  if text then
+    out:write('\t| ', text, '\n')
   end
 end
 

@@ -87,6 +87,10 @@ function M.write_leaks(out, leaks, opts, used)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, format(': %s, %s',
       plural(row.count, 'block'), size(row.bytes)))
+    -- (Stacks show the line with its text.)
+    if #row.stacks == 0 then
+      layout.write_source(out, row.group)
+    end
     layout.note_aliases(used, row.group)
     write_stacks(out, row.stacks, opts)
     note_stack_aliases(used, row.stacks)
@@ -183,6 +187,7 @@ function M.write_peak(out, peak, opts, used, stream)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, peak_row_tail(row, size))
+    layout.write_source(out, row.group)
     layout.note_aliases(used, row.group)
   end
   if rest.rows > 0 then
@@ -243,6 +248,7 @@ function M.write_temporary(out, result, opts, used)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, temporary_tail(row, size))
+    layout.write_source(out, row.group)
     layout.note_aliases(used, row.group)
   end
   if rest.rows > 0 then
