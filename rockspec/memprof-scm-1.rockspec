@@ -43,6 +43,7 @@ build = {
     ["memprof.cli.options"] = "lua/memprof/cli/options.lua",
     ["memprof.analysis.focus"] = "lua/memprof/analysis/focus.lua",
     ["memprof.read.sources"] = "lua/memprof/read/sources.lua",
+    ["memprof.report.model.peak"] = "lua/memprof/report/model/peak.lua",
     ["memprof.analysis.groups"] = "lua/memprof/analysis/groups.lua",
     ["memprof.record"] = "lua/memprof/record.lua",
     ["memprof.words"] = "lua/memprof/words.lua",

@@ -463,8 +463,8 @@ describe('html report', function()
     assert.truthy(text:find('<details class="stacks"><summary>allocated ' ..
       'from 2 stacks</summary>', 1, true))
     assert.truthy(text:find('<caption>Peak holders: 1.13 KiB above the ' ..
-      'heap at the start (not recorded in this profile) after event 10' ..
-      '</caption>', 1, true))
+      'heap at the start (which this profile does not record) after ' ..
+      'event 10</caption>', 1, true))
     assert.truthy(text:find('<caption>Live at end: blocks never freed, by ' ..
       'where they were allocated. The profile ended without a collection ' ..
       'at stop (only memprof.stop() with collect_at_stop = true collects; ' ..

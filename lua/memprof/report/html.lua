@@ -35,10 +35,10 @@ local report_rows = require('memprof.report.rows')
 local columns = require('memprof.analysis.columns')
 local flame = require('memprof.report.flame')
 local record_shape = require('memprof.record').shape
-local heap = require('memprof.analysis.heap')
 local sampling = require('memprof.analysis.sampling')
 local html_text = require('memprof.report.html.text')
 local data_module = require('memprof.report.html.data')
+local peak_model = require('memprof.report.model.peak')
 
 local M = {}
 
@@ -266,70 +266,55 @@ local function live_table(result, settings)
     body, foot)
 end
 
--- What the peak is: the VM's whole heap when the stream records the heap
--- at the start, else the growth above it.
-local function peak_amount(peak)
-  if peak.heap_bytes then
-    return format('%s %s', peak.estimate and 'estimated peak heap' or
-      'peak heap', human_size(peak.heap_bytes))
-  end
-  return format('%s above the heap at the start (not recorded in this ' ..
-    'profile)', human_size(peak.bytes))
-end
-
-local function peak_caption(result)
-  local peak = result.peak
-  if peak.event == 0 then
+local function peak_caption(model)
+  if model.at_start then
     return 'Peak: the heap never grew past its size at the start'
   end
-  local text = format('Peak holders: %s after event %s', peak_amount(peak),
-    with_commas(peak.event))
-  if result.stream.has_time then
-    text = text .. ', at ' .. human_time(peak.time or 0)
+  local text = format('Peak holders: %s after event %s',
+    model:amount(human_size), with_commas(model.event))
+  if model.has_time then
+    text = text .. ', at ' .. human_time(model.time or 0)
   end
-  if peak.heap_bytes then
+  if model.whole_heap then
     text = text .. format(', of which %s allocated before the profile',
-      human_size(peak.before.live_bytes))
+      human_size(model.before.live_bytes))
   end
   return text
 end
 
 -- The row of the blocks allocated before the profile: still live at the
 -- peak (when the heap at the start is known), or freed before it.
-local function peak_before_row(peak)
-  local before = peak.before
-  local name = '<th scope="row">' .. escape(heap.BEFORE_PROFILING.name)
-  if before.live_bytes then
+local function peak_before_row(model)
+  local before = model.before
+  local name = '<th scope="row">' .. escape(before.name)
+  if before.kind == 'live' then
     return name .. ', still live</th>' .. size_cell(before.live_bytes) ..
-      '<td></td>' .. share_cell(before.live_bytes, peak.heap_bytes)
+      '<td></td>' .. share_cell(before.live_bytes, model.bytes)
+  elseif before.kind == 'freed' then
+    return name .. ', freed before the peak</th>' ..
+      size_cell(before.freed_bytes) .. number_cell(before.freed_blocks) ..
+      '<td></td>'
   end
-  if before.freed_blocks == 0 then
-    return nil
-  end
-  return name .. ', freed before the peak</th>' ..
-    size_cell(before.freed_bytes) .. number_cell(before.freed_blocks) ..
-    '<td></td>'
+  return nil
 end
 
 local function peak_table(result, settings)
-  local peak = result.peak
-  if not peak then
+  if not result.peak then
     return empty_table('table-peak', 'Peak holders',
       'The peak view was not computed.')
   end
-  if #peak.groups == 0 then
-    return empty_table('table-peak', escape(peak_caption(result)),
+  local model = peak_model.new(result.peak, result.stream)
+  if model.empty then
+    return empty_table('table-peak', escape(peak_caption(model)),
       'Nothing was live at the peak.')
   end
-  local total = peak.heap_bytes or peak.bytes
-  -- The rows are in order of bytes.
-  local shown, rest = peak:top({ by = settings.sort == 'count' and 'blocks',
-    top = settings.top, sums = { 'bytes', 'blocks' } })
+  local total = model.bytes
+  local shown, rest = model:rows(settings)
   local body, foot = share_rows(shown, rest, 'blocks', total)
-  foot[#foot + 1] = peak_before_row(peak)
+  foot[#foot + 1] = peak_before_row(model)
   foot[#foot + 1] = '<th scope="row">Total at the peak</th>' ..
     size_cell(total) .. '<td></td>' .. share_cell(total, total)
-  return table_html('table-peak', escape(peak_caption(result)),
+  return table_html('table-peak', escape(peak_caption(model)),
     { 'Site', 'Live at the peak', 'Blocks', 'Share' }, body, foot)
 end
 
@@ -535,21 +520,17 @@ local function card(label, value, detail)
 end
 
 local function peak_card(result)
-  local peak = result.peak
-  if not peak then
+  if not result.peak then
     return card('Peak', '–', 'not computed')
   end
-  local detail = format('after event %s', with_commas(peak.event))
-  if peak.event == 0 then
+  local model = peak_model.new(result.peak, result.stream)
+  local detail = format('after event %s', with_commas(model.event))
+  if model.at_start then
     detail = 'at the start'
-  elseif result.stream.has_time then
-    detail = 'at ' .. human_time(peak.time or 0)
+  elseif model.has_time then
+    detail = 'at ' .. human_time(model.time or 0)
   end
-  if peak.heap_bytes then
-    return card(peak.estimate and 'Estimated peak heap' or 'Peak heap',
-      size_html(peak.heap_bytes), detail)
-  end
-  return card('Peak above start', size_html(peak.bytes), detail)
+  return card(model.title, size_html(model.bytes), detail)
 end
 
 local function live_card(result)
@@ -686,14 +667,18 @@ local function grid_svg(scales)
   return concat(parts) .. concat(axis)
 end
 
-local function peak_label(peak, bytes, time)
+-- The label of the peak on the chart (model: of the peak view, or nil
+-- when it was not computed: then the chart's highest row).
+local function peak_label(model, bytes, time)
   local what = 'peak'
-  if peak and peak.heap_bytes then
-    what, bytes = peak.estimate and 'estimated peak heap' or 'peak heap',
-      peak.heap_bytes
-  end
-  if peak and peak.event == 0 then
-    return format('%s %s at the start', what, human_size(bytes))
+  if model then
+    what = model.name
+    if model.whole_heap then
+      bytes = model.bytes
+    end
+    if model.at_start then
+      return format('%s %s at the start', what, human_size(bytes))
+    end
   end
   return format('%s %s at %s', what, human_size(bytes), human_time(time))
 end
@@ -713,7 +698,8 @@ local function peak_marker_svg(result, chart, scales)
     'y="%s" text-anchor="%s">%s</text></g>', fixed(x), fixed(x), CHART.top,
     CHART.height - CHART.bottom, fixed(x), fixed(y),
     fixed(x + (on_the_right and -8 or 8)), fixed(math.max(y - 8, 14)),
-    on_the_right and 'end' or 'start', escape(peak_label(peak, bytes, time)))
+    on_the_right and 'end' or 'start', escape(peak_label(peak and
+      peak_model.new(peak, result.stream), bytes, time)))
 end
 
 local function chart_svg(result, chart)

@@ -21,7 +21,7 @@
 local layout = require('memprof.report.layout')
 local analyze = require('memprof.analysis.analyze')
 local timeline = require('memprof.analysis.timeline')
-local heap = require('memprof.analysis.heap')
+local peak_model = require('memprof.report.model.peak')
 
 local M = {}
 
@@ -112,19 +112,19 @@ end
 
 -- PEAK ---------------------------------------------------------------------
 
-local function peak_moment(peak, stream)
-  if peak.event == 0 then
+local function peak_moment(model)
+  if model.at_start then
     return 'at the start (the heap never grew past its size at the start)'
   end
-  local text = format('after event %d (byte %d of the file)', peak.event,
-    peak.offset)
-  if not stream.has_time then
+  local text = format('after event %d (byte %d of the file)', model.event,
+    model.offset)
+  if not model.has_time then
     return text
   end
-  local from = peak.time or 0
-  if peak.time_next then
+  local from = model.time or 0
+  if model.time_next then
     return format('%s, between %s and %s', text, layout.format_ms(from),
-      layout.format_ms(peak.time_next))
+      layout.format_ms(model.time_next))
   end
   return format('%s, at %s or later', text, layout.format_ms(from))
 end
@@ -133,57 +133,52 @@ local function peak_row_tail(row, size)
   return format(': %s in %s', size(row.bytes), plural(row.blocks, 'block'))
 end
 
--- The first line of PEAK: the VM's whole heap when the stream records
--- the heap at the start, else the growth above it.
-local function peak_title(peak, stream, size)
-  if peak.heap_bytes then
-    return format('PEAK: %s %s %s, of which %s allocated before ' ..
-      'the profile. Held by:\n',
-      peak.estimate and 'estimated peak heap' or 'peak heap',
-      size(peak.heap_bytes),
-      peak_moment(peak, stream), size(peak.before.live_bytes))
+-- The first line of PEAK.
+local function peak_title(model, size)
+  if model.whole_heap then
+    return format('PEAK: %s %s, of which %s allocated before the profile. ' ..
+      'Held by:\n', model:amount(size), peak_moment(model),
+      size(model.before.live_bytes))
   end
-  if peak.event == 0 then
+  if model.at_start then
     return 'PEAK: at the start (the heap never grew past its size at the ' ..
       'start, which this profile does not record). Held by:\n'
   end
-  return format('PEAK: %s above the heap at the start (which this ' ..
-    'profile does not record), %s. Held by:\n', size(peak.bytes),
-    peak_moment(peak, stream))
+  return format('PEAK: %s, %s. Held by:\n', model:amount(size),
+    peak_moment(model))
 end
 
 -- The blocks allocated before the profile: apart from the rows.
 local function write_peak_before(out, before, size)
-  local name = heap.BEFORE_PROFILING.name
-  if before.live_bytes then
-    out:write(format('%s: %s still live', name, size(before.live_bytes)))
+  if before.kind == 'live' then
+    out:write(format('%s: %s still live', before.name,
+      size(before.live_bytes)))
     if before.freed_blocks ~= 0 then
       out:write(format(' (%s, %s, freed before the peak)',
         plural(before.freed_blocks, 'block'), size(before.freed_bytes)))
     end
     out:write('\n')
-  elseif before.freed_blocks ~= 0 then
-    out:write(format('%s: %s, %s, freed before the peak\n', name,
+  elseif before.kind == 'freed' then
+    out:write(format('%s: %s, %s, freed before the peak\n', before.name,
       plural(before.freed_blocks, 'block'), size(before.freed_bytes)))
   end
 end
 
-local function peak_total(peak, size)
-  if peak.heap_bytes then
+local function peak_total(model, size)
+  if model.whole_heap then
     return format('TOTAL at the peak: %s (the heap at the start, %s, ' ..
-      'and %s more)\n\n', size(peak.heap_bytes), size(peak.heap_at_start),
-      size(peak.bytes))
+      'and %s more)\n\n', size(model.bytes), size(model.heap_at_start),
+      size(model.growth))
   end
   return format('TOTAL at the peak: %s above the heap at the start\n\n',
-    size(peak.bytes))
+    size(model.growth))
 end
 
 function M.write_peak(out, peak, opts, used, stream)
   local size = layout.sizer(opts)
-  out:write(peak_title(peak, stream, size))
-  -- The rows are in order of bytes.
-  local shown, rest = peak:top({ by = opts.sort == 'count' and 'blocks',
-    top = opts.top, sums = { 'bytes', 'blocks' } })
+  local model = peak_model.new(peak, stream)
+  out:write(peak_title(model, size))
+  local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, peak_row_tail(row, size))
@@ -195,8 +190,8 @@ function M.write_peak(out, peak, opts, used, stream)
       size(rest.bytes), plural(rest.blocks, 'block'),
       layout.rest_share(rest.bytes, layout.sum_of(shown, 'bytes'))))
   end
-  write_peak_before(out, peak.before, size)
-  out:write(peak_total(peak, size))
+  write_peak_before(out, model.before, size)
+  out:write(peak_total(model, size))
 end
 
 -- TEMPORARY BLOCKS -----------------------------------------------------------
