@@ -44,6 +44,7 @@ build = {
     ["memprof.analysis.focus"] = "lua/memprof/analysis/focus.lua",
     ["memprof.read.sources"] = "lua/memprof/read/sources.lua",
     ["memprof.report.model.peak"] = "lua/memprof/report/model/peak.lua",
+    ["memprof.report.paths"] = "lua/memprof/report/paths.lua",
     ["memprof.analysis.groups"] = "lua/memprof/analysis/groups.lua",
     ["memprof.record"] = "lua/memprof/record.lua",
     ["memprof.words"] = "lua/memprof/words.lua",

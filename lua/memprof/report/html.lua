@@ -39,6 +39,7 @@ local sampling = require('memprof.analysis.sampling')
 local html_text = require('memprof.report.html.text')
 local data_module = require('memprof.report.html.data')
 local peak_model = require('memprof.report.model.peak')
+local paths = require('memprof.report.paths')
 
 local M = {}
 
@@ -479,6 +480,11 @@ local function facts_html(result)
   if stream.warning then
     facts[#facts + 1] = fact('stream', 'truncated')
   end
+  local prefix = paths.common_prefix(stream)
+  if prefix then
+    facts[#facts + 1] = fact('files under', escape(prefix) ..
+      ' named from there on')
+  end
   return '<ul class="facts">' .. concat(facts) .. '</ul>'
 end
 
@@ -813,6 +819,10 @@ function M.write(result, out, opts)
   local data, chart = page_data(result, { max_frames = M.MAX_FRAMES,
     chart_rows = M.CHART_ROWS })
   local sums = totals(result)
+  local prefix = paths.common_prefix(result.stream)
+  if prefix then
+    out = paths.shortening(out, prefix)
+  end
   out:write(head_html(result))
   out:write(header_html(result))
   out:write('<main>\n')

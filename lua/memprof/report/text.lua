@@ -57,6 +57,7 @@ local M = {}
 local layout = require('memprof.report.layout')
 local views = require('memprof.report.views')
 local record = require('memprof.record')
+local paths = require('memprof.report.paths')
 
 local format = string.format
 
@@ -377,6 +378,11 @@ end
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
+  local prefix = paths.common_prefix(result.stream)
+  if prefix then
+    out:write(paths.note(prefix), '\n\n')
+    out = paths.shortening(out, prefix)
+  end
   layout.write_sampling(out, result.stream)
   layout.write_focus(out, opts)
   if opts.views and next(opts.views) then
