@@ -470,8 +470,9 @@ describe('html report', function()
       'at stop (only memprof.stop() with collect_at_stop = true collects; ' ..
       'a profile completed at lua_close or exit does not): some of these ' ..
       'blocks may be unreachable.</caption>', 1, true))
-    assert.truthy(text:find('<caption>Temporary blocks: freed within 1 ' ..
-      'other allocation</caption>', 1, true))
+    assert.truthy(text:find('<caption>Temporary blocks: freed with at ' ..
+      'most 1 other allocation between their own and their free' ..
+      '</caption>', 1, true))
     assert.truthy(text:find('<th scope="row">Total</th><td class="num">' ..
       '<span title="1,160 bytes">1.13 KiB</span></td><td class="num">10' ..
       '</td>', 1, true))

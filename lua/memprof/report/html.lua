@@ -39,6 +39,8 @@ local sampling = require('memprof.analysis.sampling')
 local html_text = require('memprof.report.html.text')
 local data_module = require('memprof.report.html.data')
 local peak_model = require('memprof.report.model.peak')
+local leaks_model = require('memprof.report.model.leaks')
+local temporary_model = require('memprof.report.model.temporary')
 local paths = require('memprof.report.paths')
 
 local M = {}
@@ -236,17 +238,16 @@ local function stack_list_html(stacks)
 end
 
 local function live_table(result, settings)
-  local leaks = result.leaks
-  if not leaks then
+  if not result.leaks then
     return empty_table('table-live', 'Live at end',
       'The leaks view was not computed.')
   end
-  if #leaks.groups == 0 then
+  local leaks = leaks_model.new(result.leaks)
+  if leaks.empty then
     return empty_table('table-live', 'Live at end',
       'Every block allocated during the profile was freed.')
   end
-  local shown, rest = leaks:top({ by = sort_field(settings, 'bytes',
-    'count'), top = settings.top, sums = { 'bytes', 'count' } })
+  local shown, rest = leaks:rows(settings)
   local body = {}
   for i, row in ipairs(shown) do
     body[i] = '<th scope="row">' .. name_html(row.group) ..
@@ -263,8 +264,7 @@ local function live_table(result, settings)
     share_cell(leaks.bytes, leaks.bytes)
   return table_html('table-live', 'Live at end: blocks never freed, by ' ..
     'where they were allocated. ' ..
-    escape(layout.collection_note(leaks.collected_at_stop)), { 'Site', 'Live', 'Blocks', 'Share' },
-    body, foot)
+    escape(leaks.note), { 'Site', 'Live', 'Blocks', 'Share' }, body, foot)
 end
 
 local function peak_caption(model)
@@ -319,14 +319,6 @@ local function peak_table(result, settings)
     { 'Site', 'Live at the peak', 'Blocks', 'Share' }, body, foot)
 end
 
-local function temporary_caption(limit)
-  if limit == 0 then
-    return 'Temporary blocks: freed before any other allocation'
-  end
-  return format('Temporary blocks: freed within %s',
-    layout.plural(limit, 'other allocation'))
-end
-
 local function temporary_cells(row)
   return size_cell(row.temporary_bytes) .. number_cell(row.temporary_blocks)
     .. size_cell(row.freed_bytes) .. size_cell(row.live_bytes) ..
@@ -334,16 +326,13 @@ local function temporary_cells(row)
 end
 
 local function temporary_table(result, settings)
-  local temporary = result.temporary
-  if not temporary then
+  if not result.temporary then
     return empty_table('table-temporary', 'Temporary blocks',
       'The temporary view was not computed.')
   end
-  local caption = temporary_caption(temporary.limit)
-  local shown, rest = temporary:top({ keep = 'temporary_blocks',
-    by = sort_field(settings, 'temporary_bytes', 'temporary_blocks'),
-    top = settings.top, sums = { 'bytes', 'temporary_bytes',
-      'temporary_blocks', 'freed_bytes', 'live_bytes' } })
+  local temporary = temporary_model.new(result.temporary)
+  local caption = 'Temporary blocks: ' .. temporary.meaning
+  local shown, rest = temporary:rows(settings)
   if #shown == 0 then
     return empty_table('table-temporary', caption,
       'No block was freed that soon.')

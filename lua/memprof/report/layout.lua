@@ -337,18 +337,4 @@ function M.sum_of(rows, field)
   return sum
 end
 
--- Whether the blocks live at the end are known to be reachable: the
--- file has the note of a collection at stop, which only memprof.stop()
--- with collect_at_stop = true writes (a profile completed at lua_close
--- or exit never collects, whatever its options).
-function M.collection_note(collected)
-  if collected then
-    return 'Garbage was collected at stop: these blocks were reachable.'
-  end
-  return 'The profile ended without a collection at stop (only ' ..
-    'memprof.stop() with collect_at_stop = true collects; a profile ' ..
-    'completed at lua_close or exit does not): some of these blocks may ' ..
-    'be unreachable.'
-end
-
 return M

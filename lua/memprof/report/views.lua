@@ -22,6 +22,8 @@ local layout = require('memprof.report.layout')
 local analyze = require('memprof.analysis.analyze')
 local timeline = require('memprof.analysis.timeline')
 local peak_model = require('memprof.report.model.peak')
+local leaks_model = require('memprof.report.model.leaks')
+local temporary_model = require('memprof.report.model.temporary')
 
 local M = {}
 
@@ -32,12 +34,6 @@ local plural = layout.plural
 M.STACKS_PER_ROW = 3
 -- Width of the bars of HEAP OVER TIME.
 M.BAR_WIDTH = 40
-
--- The figure view rows are sorted by: bytes_field or count_field, as
--- opts.sort says.
-local function sort_field(opts, bytes_field, count_field)
-  return opts.sort == 'count' and count_field or bytes_field
-end
 
 -- Counts the rows a view leaves out (columns' top()) in opts.left_out.
 local function note_left_out(opts, rest)
@@ -78,11 +74,11 @@ end
 
 function M.write_leaks(out, leaks, opts, used)
   local size = layout.sizer(opts)
+  local model = leaks_model.new(leaks)
   out:write('LIVE AT END: blocks allocated during the profile and never ' ..
     'freed, by where they were allocated (for a reallocated block, where ' ..
     'it was last reallocated)\n')
-  local shown, rest = leaks:top({ by = sort_field(opts, 'bytes', 'count'),
-    top = opts.top, sums = { 'count', 'bytes' } })
+  local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, format(': %s, %s',
@@ -100,14 +96,14 @@ function M.write_leaks(out, leaks, opts, used)
       plural(rest.count, 'block'), size(rest.bytes),
       layout.rest_share(rest.bytes, layout.sum_of(shown, 'bytes'))))
   end
-  out:write(format('TOTAL live at end: %s, %s\n', plural(leaks.count, 'block'),
-    size(leaks.bytes)))
-  if leaks.before_profiling ~= 0 then
+  out:write(format('TOTAL live at end: %s, %s\n', plural(model.count,
+    'block'), size(model.bytes)))
+  if model.freed_before ~= 0 then
     out:write(format('Freed during the profile, allocated before it: %s\n',
-      size(-leaks.before_profiling)))
+      size(model.freed_before)))
   end
-  out:write(format('Net bytes of the stream: %s\n', size(leaks.total)))
-  out:write(layout.collection_note(leaks.collected_at_stop), '\n\n')
+  out:write(format('Net bytes of the stream: %s\n', size(model.total)))
+  out:write(model.note, '\n\n')
 end
 
 -- PEAK ---------------------------------------------------------------------
@@ -205,41 +201,12 @@ local function temporary_tail(row, size)
     size(row.live_bytes))
 end
 
-local function limit_text(limit)
-  if limit == 0 then
-    return 'freed before any other allocation'
-  end
-  return format('freed with at most %s between their own and their free',
-    plural(limit, 'other allocation'))
-end
-
--- The rows without temporary blocks: how many, and their blocks and
--- bytes.
-local function without_temporary(result)
-  local c = result.columns
-  local temporary_blocks, blocks, bytes = c.temporary_blocks, c.blocks,
-    c.bytes
-  local sums = { count = 0, blocks = 0, bytes = 0 }
-  for _, group in ipairs(result.groups) do
-    local id = group.id
-    if temporary_blocks[id] <= 0 then
-      sums.count = sums.count + 1
-      sums.blocks = sums.blocks + blocks[id]
-      sums.bytes = sums.bytes + bytes[id]
-    end
-  end
-  return sums
-end
-
 function M.write_temporary(out, result, opts, used)
   local size = layout.sizer(opts)
+  local model = temporary_model.new(result)
   out:write(format('TEMPORARY BLOCKS: %s, by where they were allocated\n',
-    limit_text(result.limit)))
-  local shown, rest = result:top({ keep = 'temporary_blocks',
-    by = sort_field(opts, 'temporary_bytes', 'temporary_blocks'),
-    top = opts.top,
-    sums = { 'temporary_blocks', 'temporary_bytes', 'freed_blocks',
-      'freed_bytes', 'live_blocks', 'live_bytes' } })
+    model.meaning))
+  local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, temporary_tail(row, size))
@@ -251,13 +218,13 @@ function M.write_temporary(out, result, opts, used)
       temporary_tail(rest, size), layout.rest_share(rest.temporary_bytes,
         layout.sum_of(shown, 'temporary_bytes')), '\n')
   end
-  local without = without_temporary(result)
+  local without = model:without()
   if without.count > 0 then
     out:write(format('(%s with no temporary blocks: %s, %s)\n',
       plural(without.count, 'other row'), plural(without.blocks, 'block'),
       size(without.bytes)))
   end
-  local totals = result.totals
+  local totals = model.totals
   out:write(format('TOTAL: %s allocated, %s: %d temporary (%s), %d freed ' ..
     'later (%s), %d live at end (%s)\n\n', plural(totals.blocks, 'block'),
     size(totals.bytes), totals.temporary_blocks,
