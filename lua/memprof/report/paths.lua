@@ -28,11 +28,16 @@ end
 
 function M.common_prefix(stream)
   local prefix
+  -- (Many sites share a chunk name: each is looked at once.)
+  local seen = {}
   for _, site in ipairs(stream.sites or {}) do
     local chunkname = site.chunkname
-    local dir = type(chunkname) == 'string' and directory_of(chunkname)
-    if dir then
-      prefix = prefix and common_start(prefix, dir) or dir
+    if chunkname and not seen[chunkname] then
+      seen[chunkname] = true
+      local dir = type(chunkname) == 'string' and directory_of(chunkname)
+      if dir then
+        prefix = prefix and common_start(prefix, dir) or dir
+      end
     end
   end
   -- A whole directory, longer than the root.
