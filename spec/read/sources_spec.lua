@@ -98,5 +98,14 @@ describe('sources', function()
         '\t\tCFUNC 0x900\n',
         views.render(result, { views = { leaks = true } })
           :match('\n(.-)TOTAL'))
+      -- The HTML page shows them too: under the row, after each frame
+      -- (the file named from its directory on: report.paths).
+      local page = require('memprof.report.html').render(analyze.run(
+        reader.from_string(s:bytes(), 'x.bin'), { views = { leaks = true } }),
+        {})
+      assert.truthy(page:find('<span class="site">@hot.lua:4</span><code ' ..
+        'class="source">local page = build(request)</code>', 1, true))
+      assert.truthy(page:find('@hot.lua:6 <code class="source">function ' ..
+        'M.get(key) return key end</code><br>', 1, true))
     end)
 end)

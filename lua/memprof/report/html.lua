@@ -83,6 +83,11 @@ end
 local function name_html(group)
   local lines = layout.title_lines(group)
   local parts = { '<span class="site">', escape(lines[1]), '</span>' }
+  local source = layout.row_source_text(group)
+  if source then
+    parts[#parts + 1] = '<code class="source">' .. escape(source) ..
+      '</code>'
+  end
   if #lines == 1 then
     return concat(parts)
   end
@@ -220,7 +225,9 @@ local function stack_list_html(stacks)
   for i, record in ipairs(shown) do
     local names = {}
     for k, frame in ipairs(record.stack.frames) do
-      names[k] = escape(frame.name)
+      local source = layout.source_text(frame)
+      names[k] = escape(frame.name) .. (source and ' <code class="source">' ..
+        escape(source) .. '</code>' or '')
     end
     items[i] = format('<li><span class="stack-size">%s in %s</span>' ..
       '<span class="frames">%s</span></li>', human_size(record.bytes),

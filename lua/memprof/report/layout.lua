@@ -134,14 +134,19 @@ function M.write_frames(out, frames, indent)
   end
 end
 
--- After the title of a view's row named after a line of a readable file
--- (by line or by caller): the line's source text, indented.
-function M.write_source(out, group)
+-- The source text of a row named after a line of a readable file (by
+-- line or by caller), or nil.
+function M.row_source_text(group)
   if group.frames then
-    return
+    return nil
   end
-  local place = group.site or group
-  local text = M.source_text(place)
+  return M.source_text(group.site or group)
+end
+
+-- After the title of a view's row named after a line of a readable file:
+-- the line's source text, indented.
+function M.write_source(out, group)
+  local text = M.row_source_text(group)
   if text then
     out:write('\t| ', text, '\n')
   end
