@@ -735,7 +735,8 @@ describe('heap at the start and collection at stop', function()
       assert.equal(result.peak.heap_bytes,
         result.stream.heap_at_start + result.peak.bytes)
       local text = views.render(result, { views = { peak = true } })
-      assert.truthy(text:find(('PEAK: peak heap %dB after event %d '):format(
+      assert.truthy(text:find(('PEAK (by bytes): peak heap %dB after ' ..
+        'event %d '):format(
         at_peak, result.peak.event), 1, true), text)
       assert.truthy(text:find((', of which %dB allocated before the ' ..
         'profile. Held by:\n'):format(result.peak.before.live_bytes), 1,

@@ -71,7 +71,7 @@ TOTAL holds 0B (net bytes of the stream)
     assert.are.equal([[
 Without the blocks allocated where the place or its stack names 'log.lua' (--ignore): every figure counts the others alone.
 
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 io_lines: 1 block, 48B
 	1 block, 48B allocated at:
 		io_lines
@@ -84,7 +84,7 @@ Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 40B
 The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
-PEAK: 96B above the heap at the start (which this profile does not record), after event 3 (byte 222 of the file). Held by:
+PEAK (by bytes): 96B above the heap at the start (which this profile does not record), after event 3 (byte 222 of the file). Held by:
 io_lines: 48B in 1 block
 @app.lua:5: 32B in 1 block
 TRACE started at @app.lua:70 (1 trace): 16B in 1 block

@@ -438,7 +438,7 @@ describe('memprof-report views', function()
     assert.are.equal([[
 Grouped by caller: each row is the Lua line that called the function where the events happened.
 
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @app.lua:20: 2 blocks, 400B
 	2 blocks, 400B allocated at:
 		string.format
@@ -464,8 +464,8 @@ The profile ended without a collection at stop (only memprof.stop() with collect
       local code, stdout = report('--timeline', '--temporary=0', '--peak',
         path)
       assert.are.equal(0, code)
-      local peak = stdout:find('PEAK: 570B above the heap at the start (which this profile does not record), after event 5', 1, true)
-      local temporary = stdout:find('TEMPORARY BLOCKS: freed before any ' ..
+      local peak = stdout:find('PEAK (by bytes): 570B above the heap at the start (which this profile does not record), after event 5', 1, true)
+      local temporary = stdout:find('TEMPORARY BLOCKS (by bytes): freed before any ' ..
         'other allocation', 1, true)
       local timeline = stdout:find('HEAP OVER TIME: net bytes since the ' ..
         'start, 0.1 ms per row', 1, true)
@@ -514,7 +514,7 @@ TOTAL holds 804B (net bytes of the stream)
       '--peak', '--temporary', v3)
     assert.are.equal(0, code)
     assert.are.equal('', stderr)
-    assert.matches('\nPEAK: 320B above the heap at the start %(which this ' ..
+    assert.matches('\nPEAK %(by bytes%): 320B above the heap at the start %(which this ' ..
       'profile does not record%), after event 5 %(byte 58 of the file%)%. ' ..
       'Held by:\n', stdout)
   end)

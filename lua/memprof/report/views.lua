@@ -35,6 +35,12 @@ M.STACKS_PER_ROW = 3
 -- Width of the bars of HEAP OVER TIME.
 M.BAR_WIDTH = 40
 
+-- The order of a view's rows, for its title: by bytes, or by blocks
+-- with --sort=count.
+local function order(opts)
+  return opts.sort == 'count' and '(by blocks)' or '(by bytes)'
+end
+
 -- Counts the rows a view leaves out (columns' top()) in opts.left_out.
 local function note_left_out(opts, rest)
   if opts.left_out then
@@ -75,9 +81,9 @@ end
 function M.write_leaks(out, leaks, opts, used)
   local size = layout.sizer(opts)
   local model = leaks_model.new(leaks)
-  out:write('LIVE AT END: blocks allocated during the profile and never ' ..
-    'freed, by where they were allocated (for a reallocated block, where ' ..
-    'it was last reallocated)\n')
+  out:write('LIVE AT END ', order(opts), ': blocks allocated during the ' ..
+    'profile and never freed, by where they were allocated (for a ' ..
+    'reallocated block, where it was last reallocated)\n')
   local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
@@ -130,17 +136,18 @@ local function peak_row_tail(row, size)
 end
 
 -- The first line of PEAK.
-local function peak_title(model, size)
+local function peak_title(model, size, opts)
+  local title = 'PEAK ' .. order(opts)
   if model.whole_heap then
-    return format('PEAK: %s %s, of which %s allocated before the profile. ' ..
-      'Held by:\n', model:amount(size), peak_moment(model),
+    return format('%s: %s %s, of which %s allocated before the profile. ' ..
+      'Held by:\n', title, model:amount(size), peak_moment(model),
       size(model.before.live_bytes))
   end
   if model.at_start then
-    return 'PEAK: at the start (the heap never grew past its size at the ' ..
-      'start, which this profile does not record). Held by:\n'
+    return title .. ': at the start (the heap never grew past its size at ' ..
+      'the start, which this profile does not record). Held by:\n'
   end
-  return format('PEAK: %s, %s. Held by:\n', model:amount(size),
+  return format('%s: %s, %s. Held by:\n', title, model:amount(size),
     peak_moment(model))
 end
 
@@ -173,7 +180,7 @@ end
 function M.write_peak(out, peak, opts, used, stream)
   local size = layout.sizer(opts)
   local model = peak_model.new(peak, stream)
-  out:write(peak_title(model, size))
+  out:write(peak_title(model, size, opts))
   local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
@@ -204,8 +211,8 @@ end
 function M.write_temporary(out, result, opts, used)
   local size = layout.sizer(opts)
   local model = temporary_model.new(result)
-  out:write(format('TEMPORARY BLOCKS: %s, by where they were allocated\n',
-    model.meaning))
+  out:write(format('TEMPORARY BLOCKS %s: %s, by where they were ' ..
+    'allocated\n', order(opts), model.meaning))
   local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
