@@ -250,8 +250,8 @@ Formats (--format=NAME; docs/formats.md):
       assert.are.equal('HEAP SUMMARY (by bytes held):\n' ..
         '@many.lua:35 holds 280B: 35 allocs, ' ..
         '0 frees\n@many.lua:34 holds 272B: 34 allocs, 0 frees\n... and 33 ' ..
-        'more hold 4488B: 561 allocs, 0 frees (89% of the bytes)\nTOTAL holds 5040B (net ' ..
-        'bytes of the stream)\n\n', top)
+        'more hold 4488B: 561 allocs, 0 frees (89% of the bytes)\n' ..
+        'TOTAL holds 5040B (net bytes of the stream)\n\n', top)
       -- The views and --diff are cut the same way.
       local _, leaks = report('--leaks', many)
       assert.truthy(leaks:find('\n... and 5 more: 15 blocks, 120B\n', 1,
@@ -464,7 +464,9 @@ The profile ended without a collection at stop (only memprof.stop() with collect
       local code, stdout = report('--timeline', '--temporary=0', '--peak',
         path)
       assert.are.equal(0, code)
-      local peak = stdout:find('PEAK (by bytes): 570B above the heap at the start (which this profile does not record), after event 5', 1, true)
+      local peak = stdout:find('PEAK (by bytes): 570B above the heap at ' ..
+        'the start (which this profile does not record), after event 5', 1,
+        true)
       local temporary = stdout:find('TEMPORARY BLOCKS (by bytes): freed before any ' ..
         'other allocation', 1, true)
       local timeline = stdout:find('HEAP OVER TIME: net bytes since the ' ..
@@ -514,8 +516,9 @@ TOTAL holds 804B (net bytes of the stream)
       '--peak', '--temporary', v3)
     assert.are.equal(0, code)
     assert.are.equal('', stderr)
-    assert.matches('\nPEAK %(by bytes%): 320B above the heap at the start %(which this ' ..
-      'profile does not record%), after event 5 %(byte 58 of the file%)%. ' ..
+    assert.matches('\nPEAK %(by bytes%): 320B above the heap at the ' ..
+      'start %(which this profile does not record%), after event 5 %(byte ' ..
+      '58 of the file%)%. ' ..
       'Held by:\n', stdout)
   end)
 

@@ -32,8 +32,8 @@
 --
 -- Sections ALLOCATIONS, REALLOCATIONS, DEALLOCATIONS: one row per site
 -- with its event count and bytes allocated (+) and freed (-), sorted by
--- bytes (or count, then name); realloc and free rows list under "Overrides:" the
--- sites that had produced the released blocks.
+-- bytes or count, then name; realloc and free rows list under
+-- "Overrides:" the sites that had produced the released blocks.
 --
 -- HEAP SUMMARY: every site whose holds are not zero, by holds (then
 -- name), then the blocks allocated before the profile and released
