@@ -65,8 +65,8 @@ TOTAL holds 0B (net bytes of the stream)
 ]], report(B.three_callers(), { focus = '@app.lua:10' }))
     end)
 
-  -- (The peak's event is numbered among the kept events; its byte is
-  -- the file's.)
+  -- (The peak's event is numbered as in the file: the 10th event, the
+  -- trace's block.)
   it('leaves out what --ignore names, in every view', function()
     assert.are.equal([[
 Without the blocks allocated where the place or its stack names 'log.lua' (--ignore): every figure counts the others alone.
@@ -84,7 +84,7 @@ Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 40B
 The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
-PEAK (by bytes): 96B above the heap at the start (which this profile does not record), after event 3 (byte 222 of the file). Held by:
+PEAK (by bytes): 96B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 io_lines: 48B in 1 block
 @app.lua:5: 32B in 1 block
 TRACE started at @app.lua:70 (1 trace): 16B in 1 block

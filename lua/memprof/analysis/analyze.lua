@@ -53,8 +53,8 @@
 -- realloc or free releases (0: the block is not known), and facts the
 -- rest of what the block tracker knows (memprof.analysis.blocks: the
 -- released block's owner, stack, age, size and weight, the net bytes,
--- the time and the offset of the event), or nil when no pass but the
--- heap's and the sites' runs, by line.  (Few
+-- the time, the offset and the number of the event), or nil when no
+-- pass but the heap's and the sites' runs, by line.  (Few
 -- arguments: each one more is a value LuaJIT's code for an event keeps
 -- live through every pass.)  Then
 -- optionally pass:finish(stream, tracker) (the tracker lists the blocks
