@@ -628,7 +628,10 @@ describe('memprof-report --format', function()
       local code, stdout, stderr = report('--format=json', '--focus=app.lua:20',
         path)
       assert.are.same({ 0, '' }, { code, stderr })
-      local doc = require('cjson').decode(stdout)
+      local cjson = require('cjson')
+      local doc = cjson.decode(stdout)
+      assert.are.same({ focus = 'app.lua:20', ignore = cjson.null },
+        doc.filter)
       assert.are.same({ 1, '@log.lua:5', 400, 2 }, { #doc.live.rows,
         doc.live.rows[1].name, doc.live.rows[1].bytes,
         doc.live.rows[1].blocks })
@@ -637,6 +640,12 @@ describe('memprof-report --format', function()
       assert.are.same({ 0, '' }, { code, stderr })
       assert.are.equal('@app.lua:60;io_lines 48\n' ..
         'TRACE started at @app.lua:70 16\n', stdout)
+      code, stdout, stderr = report('--format=html', '--focus=app.lua:20',
+        path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.truthy(stdout:find("<li>blocks <b>Only the blocks allocated " ..
+        "where the place or its stack names &#39;app.lua:20&#39; " ..
+        '(--focus): every figure counts them alone.</b></li>', 1, true))
       code, stdout, stderr = report('--diff', '--focus=app.lua:20', path,
         path)
       assert.are.same({ 0, '' }, { code, stderr })

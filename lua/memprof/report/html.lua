@@ -456,7 +456,7 @@ local function fact(label, value)
   return format('<li>%s <b>%s</b></li>', label, value)
 end
 
-local function facts_html(result)
+local function facts_html(result, opts)
   local stream = result.stream
   local version = stream.version or '?'
   local facts = {
@@ -481,10 +481,14 @@ local function facts_html(result)
     facts[#facts + 1] = fact('files under', escape(prefix) ..
       ' named from there on')
   end
+  local focus = layout.focus_note(opts)
+  if focus ~= '' then
+    facts[#facts + 1] = fact('blocks', escape(focus))
+  end
   return '<ul class="facts">' .. concat(facts) .. '</ul>'
 end
 
-local function header_html(result)
+local function header_html(result, opts)
   local name = result.stream.name or 'profile'
   local path = ''
   if basename(name) ~= name then
@@ -495,7 +499,7 @@ local function header_html(result)
     '<span class="brand">memprof</span>',
     '<h1 id="file-name">' .. escape(basename(name)) .. '</h1>',
     path,
-    facts_html(result),
+    facts_html(result, opts),
     '</div></header>',
     '<nav class="sections" aria-label="Sections"><ul>',
     '<li><a href="#flame-graphs">Flame graphs</a></li>',
@@ -820,7 +824,7 @@ function M.write(result, out, opts)
     out = paths.shortening(out, prefix)
   end
   out:write(head_html(result))
-  out:write(header_html(result))
+  out:write(header_html(result, opts))
   out:write('<main>\n')
   out:write(warnings_html(result))
   out:write(summary_html(result, sums))
