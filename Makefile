@@ -28,7 +28,7 @@ OBJS = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS))
 MODULE = $(BUILD)/memprof.so
 # The Lua modules, by folder of lua/memprof (one stage of the pipeline
 # each: read, analysis, report, encode, cli).
-LUA_DIRS = read analysis report report/html encode cli
+LUA_DIRS = read analysis report report/html report/model encode cli
 LUA_MODS = $(wildcard lua/memprof/*.lua)
 # The HTML page's style and script, read by report/html.lua at run time.
 LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js)

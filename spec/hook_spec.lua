@@ -737,7 +737,8 @@ describe('heap at the start and collection at stop', function()
       assert.equal(result.peak.heap_bytes,
         result.stream.heap_at_start + result.peak.bytes)
       local text = views.render(result, { views = { peak = true } })
-      assert.truthy(text:find(('PEAK: peak heap %dB after event %d '):format(
+      assert.truthy(text:find(('PEAK (by bytes): peak heap %dB after ' ..
+        'event %d '):format(
         at_peak, result.peak.event), 1, true), text)
       assert.truthy(text:find((', of which %dB allocated before the ' ..
         'profile. Held by:\n'):format(result.peak.before.live_bytes), 1,
@@ -793,8 +794,9 @@ describe('heap at the start and collection at stop', function()
     assert.is_false(result.stream.collected_at_stop)
     assert.is_nil(result.stream.heap_after_collection)
     local text = views.render(result, { views = { leaks = true } })
-    assert.truthy(text:find('\nGarbage was not collected at stop: some of ' ..
-      'these blocks may be unreachable; start with collect_at_stop = true ' ..
-      'to know.\n', 1, true), text)
+    assert.truthy(text:find('\nThe profile ended without a collection at ' ..
+      'stop (only memprof.stop() with collect_at_stop = true collects; a ' ..
+      'profile completed at lua_close or exit does not): some of these ' ..
+      'blocks may be unreachable.\n', 1, true), text)
   end)
 end)

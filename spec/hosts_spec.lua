@@ -86,8 +86,13 @@ assert(memprof.stop())
     assert.equal(200, strings)
     local report, rcode = run('bin/memprof-report ' .. path)
     assert.equal(0, rcode)
-    assert.matches('HEAP SUMMARY:', report, 1, true)
-    assert.matches('@' .. script .. ':5', report, 1, true)
+    assert.matches('HEAP SUMMARY (by bytes held):', report, 1, true)
+    -- The script is the only absolute chunk name: named from its
+    -- directory on.
+    local dir, name = script:match('^(.*/)([^/]*)$')
+    assert.are.equal('Files under ' .. dir .. ' are named from there on: ' ..
+      '@name.lua is @' .. dir .. 'name.lua.\n', report:match('^[^\n]*\n'))
+    assert.matches('\n@' .. name .. ':5: ', report, 1, true)
     os.remove(path)
   end)
 end)

@@ -64,7 +64,8 @@ describe('memprof installed', function()
       C.quote(dir) .. ' && ' .. C.command(bin .. '/memprof', 'run',
       '--leak-only', 'app.lua')))
     assert.are.same({ 0, '' }, { code, stdout })
-    return stderr:match('\nHEAP SUMMARY:\n.*(@app.lua:2 holds %d+B: ' ..
+    return stderr:match('\nHEAP SUMMARY %(by bytes held%):\n' ..
+      '.*(@app.lua:2 holds %d+B: ' ..
       '%d+ allocs)')
   end
 

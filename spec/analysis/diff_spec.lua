@@ -70,6 +70,28 @@ describe('diff', function()
     assert.are.same(triple(122, 286), changes.totals.live_bytes)
   end)
 
+  it('sorts by growth in live bytes by default, in bytes allocated ' ..
+    'with sort = bytes', function()
+    -- Line 1 allocates more, and frees it; line 2 keeps what it allocates.
+    local s = B.new():lfunc(0x100, '@app.lua', 0):events()
+    s:alloc(B.lua(0x100, 1), 0x10, 500)
+    s:free(B.internal(), 0x10, 500)
+    s:alloc(B.lua(0x100, 2), 0x20, 100)
+    local grown = analysed(s:epilogue())
+    local empty = analysed(B.new():lfunc(0x100, '@app.lua', 0):events()
+      :epilogue())
+    local function names(opts)
+      local list = {}
+      for i, entry in ipairs(diff.compare(empty, grown, opts).rows) do
+        list[i] = entry.name
+      end
+      return list
+    end
+    assert.are.same({ '@app.lua:2', '@app.lua:1' }, names({}))
+    assert.are.same({ '@app.lua:2', '@app.lua:1' }, names({ sort = 'live' }))
+    assert.are.same({ '@app.lua:1', '@app.lua:2' }, names({ sort = 'bytes' }))
+  end)
+
   it('sorts by the change in allocations with sort = count', function()
     local changes = diff.compare(analysed(before()), analysed(after()),
       { sort = 'count' })
@@ -87,7 +109,7 @@ describe('diff report', function()
 
   it('writes each changed row with its figures before and after', function()
     assert.are.equal([[
-CHANGES from before.bin to after.bin, by growth in bytes allocated
+CHANGES from before.bin to after.bin, by growth in live bytes at end
 @app.lua:1: allocated +200B (100B -> 300B), allocations +2 (1 -> 3), live at end +100B (100B -> 200B)
 @app.lua:4 (new): allocated +64B (0B -> 64B), allocations +1 (0 -> 1), live at end +64B (0B -> 64B)
 @app.lua:2 (gone): allocated -50B (50B -> 0B), allocations -1 (1 -> 0), live at end 0B (0B -> 0B)
@@ -147,7 +169,7 @@ describe('diff of traces', function()
       { 'TRACE started at @loop.lua:4', 'changed', -16, 0 } }, list)
     assert.are.equal(0, changes.unchanged)
     assert.are.equal([[
-CHANGES from a.bin to b.bin, by growth in bytes allocated
+CHANGES from a.bin to b.bin, by growth in live bytes at end
 TRACE started at @loop.lua:9: allocated +8B (8B -> 16B), allocations +1 (1 -> 2), live at end +8B (8B -> 16B)
 TRACE started at @loop.lua:4: allocated -16B (64B -> 48B), allocations 0 (3 -> 3), live at end -16B (64B -> 48B)
 TOTAL: allocated -8B (72B -> 64B), allocations +1 (4 -> 5), live at end -8B (72B -> 64B) (net bytes of the streams)
@@ -195,7 +217,7 @@ describe('memprof-report --diff', function()
     assert.are.equal([[
 Grouped by function: each row is the function where the events happened, named by where it is defined.
 
-CHANGES from ]] .. old .. ' to ' .. new .. [[, by growth in bytes allocated
+CHANGES from ]] .. old .. ' to ' .. new .. [[, by growth in live bytes at end
 main chunk of @app.lua: allocated +214B (180B -> 394B), allocations +2 (3 -> 5), live at end +164B (130B -> 294B)
 (2 rows unchanged)
 TOTAL: allocated +214B (180B -> 394B), allocations +2 (3 -> 5), live at end +164B (122B -> 286B) (net bytes of the streams)
@@ -241,7 +263,7 @@ describe('diff of sampled profiles', function()
     assert.are.equal(sampled .. ': sampled: one sample per 100 bytes on ' ..
       'average; figures are estimates\n\n' ..
       'CHANGES from ' .. full .. ' to ' .. sampled ..
-      ', by growth in bytes allocated\n', stdout:match('^(.-\n\n.-\n)'))
+      ', by growth in live bytes at end\n', stdout:match('^(.-\n\n.-\n)'))
     assert.is_truthy(stdout:find('\n@a.lua:3: allocated +101B (10000B -> ' ..
       '10101B), allocations +101 (1 -> 102), live at end 0B (10000B -> ' ..
       '10000B)\n', 1, true))

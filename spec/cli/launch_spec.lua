@@ -61,7 +61,7 @@ describe('bin scripts started by plain Lua', function()
     assert.are.equal(7, code)
     assert.are.equal('', stdout)
     assert.truthy(stderr:find('^memprof: app.lua exited with 7; profile in ' ..
-      'p.bin\nHEAP SUMMARY:\n'), stderr)
+      'p.bin\nHEAP SUMMARY %(by bytes held%):\n'), stderr)
     local lines = {}
     for line in C.read_file(dir .. '/args.txt'):gmatch('([^\n]*)\n') do
       lines[#lines + 1] = line

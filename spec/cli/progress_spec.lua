@@ -117,7 +117,7 @@ describe('memprof-report progress line', function()
   end)
 
   local REPORT = [[
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 TOTAL holds 0B (net bytes of the stream)
 
 ]]
@@ -140,7 +140,7 @@ TOTAL holds 0B (net bytes of the stream)
     assert.are.equal('\r' .. first, stdout:sub(1, #first + 1))
     -- The line is erased (with at least its width of spaces) before the
     -- report, which the terminal gets with \r\n line ends.
-    local spaces = stdout:match('\r( +)\rHEAP SUMMARY:\r\n')
+    local spaces = stdout:match('\r( +)\rHEAP SUMMARY %(by bytes held%):\r\n')
     assert.truthy(spaces)
     assert.is_true(#spaces >= #first)
     local on_terminal = (REPORT:gsub('\n', '\r\n'))

@@ -40,7 +40,7 @@ local function profile()
 end
 
 local LEAKS = [[
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @app.lua:3 holds 2KiB: 1 allocs, 0 frees
 TOTAL holds 2KiB (net bytes of the stream)
 
@@ -62,19 +62,19 @@ describe('memprof-report', function()
     assert.are.equal(0, code)
     assert.are.equal('', stderr)
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 @app.lua:3: 1 events	+2048B	-0B
 @app.lua:4: 1 events	+100B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL: 1 events	+0B	-100B
 	Overrides:
 		@app.lua:4
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @app.lua:3 holds 2048B: 1 allocs, 0 frees
 TOTAL holds 2048B (net bytes of the stream)
 
@@ -107,7 +107,9 @@ With --leaks, --peak, --temporary or --timeline, print those views
 instead.  --group=caller and --group=stack need a profile recorded
 with call stacks (memprof.start(path, {stack_depth = N})), --timeline
 one recorded with time marks (memprof.start(path, {timestamps = true})).
-With --diff, print which rows grew or shrank from BEFORE to AFTER.
+Rows are sorted by bytes (--sort=count: by events, Tarantool's order).
+With --diff, print which rows grew or shrank from BEFORE to AFTER,
+by growth in live bytes at the end (--sort=bytes: in bytes allocated).
 The text report and --diff show the first 30 rows of each section
 (--top=N for N, --all for every row).  The report goes to stdout, or
 to the file of --output (--output=- is stdout too).
@@ -119,7 +121,9 @@ Options:
   --group=G              rows by line (default), function, caller or stack
   --top=N                at most N rows per section (text: 30 by default)
   --all                  every row of each section
-  --sort=S               sort rows by bytes or count
+  --sort=S               bytes (default), count; --diff: live (default), bytes, count
+  --focus=TEXT           only blocks whose place or stack has TEXT (every view)
+  --ignore=TEXT          leave out blocks whose place or stack has TEXT
   --leaks                view: blocks live at the end, with their stacks
   --peak                 view: the heap's peak, and what held it
   --temporary[=N]        view: blocks freed within N allocations (default 1)
@@ -148,7 +152,10 @@ Formats (--format=NAME; docs/formats.md):
 
   it('rejects bad command lines with exit code 1', function()
     local cases = {
-      { { '--bogus', path }, "memprof-report: unknown option '--bogus' (see --help)\n" },
+      { { '--bogus', path }, "memprof-report: unknown option '--bogus'; " ..
+        'did you mean --focus? (see --help)\n' },
+      { { '--focus=', path }, "memprof-report: option '--focus': expected " ..
+        'some text, found nothing (see --help)\n' },
       { { '-x', path }, "memprof-report: unknown option '-x' (see --help)\n" },
       { { '--leak-only=yes', path },
         "memprof-report: option '--leak-only' takes no value (see --help)\n" },
@@ -158,7 +165,10 @@ Formats (--format=NAME; docs/formats.md):
       { { '--group=file', path }, "memprof-report: option '--group': " ..
         'expected line, function, caller, stack, found file (see --help)\n' },
       { { '--sort', 'size', path }, "memprof-report: option '--sort': " ..
-        'expected bytes, count, found size (see --help)\n' },
+        'expected bytes, count, live, found size (see --help)\n' },
+      { { '--sort=live', path }, 'memprof-report: --sort=live is for ' ..
+        '--diff (rows by growth in live bytes); a report sorts by bytes ' ..
+        'or count (see --help)\n' },
       { { '--top=0', path }, "memprof-report: option '--top': expected a " ..
         'whole number of at least 1, found 0 (see --help)\n' },
       { { '--temporary=-1', path }, "memprof-report: option " ..
@@ -226,9 +236,12 @@ Formats (--format=NAME; docs/formats.md):
       end
       local code, stdout, stderr = report(many)
       assert.are.same({ 0, '' }, { code, stderr })
-      assert.are.equal('ALLOCATIONS\n' .. table.concat(allocations) ..
+      assert.are.equal('ALLOCATIONS (by bytes allocated)\n' ..
+        table.concat(allocations) ..
         '... and 5 more: 15 events\t+120B\t-0B\n\n' ..
-        'REALLOCATIONS\n\nDEALLOCATIONS\n\nHEAP SUMMARY:\n' ..
+        'REALLOCATIONS (by bytes allocated)\n\n' ..
+        'DEALLOCATIONS (by bytes freed)\n\n' ..
+        'HEAP SUMMARY (by bytes held):\n' ..
         table.concat(heap) ..
         '... and 5 more hold 120B: 15 allocs, 0 frees\n' ..
         'TOTAL holds 5040B (net bytes of the stream)\n\n' ..
@@ -240,10 +253,11 @@ Formats (--format=NAME; docs/formats.md):
       assert.is_nil(all:find('... and', 1, true))
       assert.is_nil(all:find('left out', 1, true))
       local _, top = report('--top=2', '--leak-only', many)
-      assert.are.equal('HEAP SUMMARY:\n@many.lua:35 holds 280B: 35 allocs, ' ..
+      assert.are.equal('HEAP SUMMARY (by bytes held):\n' ..
+        '@many.lua:35 holds 280B: 35 allocs, ' ..
         '0 frees\n@many.lua:34 holds 272B: 34 allocs, 0 frees\n... and 33 ' ..
-        'more hold 4488B: 561 allocs, 0 frees\nTOTAL holds 5040B (net ' ..
-        'bytes of the stream)\n\n', top)
+        'more hold 4488B: 561 allocs, 0 frees (89% of the bytes)\n' ..
+        'TOTAL holds 5040B (net bytes of the stream)\n\n', top)
       -- The views and --diff are cut the same way.
       local _, leaks = report('--leaks', many)
       assert.truthy(leaks:find('\n... and 5 more: 15 blocks, 120B\n', 1,
@@ -268,9 +282,11 @@ Formats (--format=NAME; docs/formats.md):
       for i = 35, 31, -1 do
         names[i] = nil
       end
-      assert.are.equal('DEALLOCATIONS\nINTERNAL: 35 events\t+0B\t-280B\n' ..
+      assert.are.equal('DEALLOCATIONS (by bytes freed)\n' ..
+        'INTERNAL: 35 events\t+0B\t-280B\n' ..
         '\tOverrides:\n\t\t' .. table.concat(names, '\n\t\t') ..
-        '\n\t\t... and 5 more\n\n\n', cut:match('DEALLOCATIONS\n.-\n\n\n'))
+        '\n\t\t... and 5 more\n\n\n',
+        cut:match('DEALLOCATIONS %(by bytes freed%)\n.-\n\n\n'))
       assert.are.equal('(10 rows left out: each list shows its first 30; ' ..
         '--top=N shows N, --all every row)\n', cut:match('[^\n]*\n$'))
       local _, changes = report('--diff', path, many)
@@ -354,7 +370,7 @@ Formats (--format=NAME; docs/formats.md):
     local mid = another_file(bytes:sub(1, -3))
     code, stdout, stderr = report('--leak-only', mid)
     assert.are.equal(0, code)
-    assert.matches('^HEAP SUMMARY:\n', stdout)
+    assert.matches('^HEAP SUMMARY %(by bytes held%):\n', stdout)
     assert.are.equal(('memprof-report: warning: %s: the stream ends at ' ..
       'byte %d in the middle of an event (expected the size of a freed ' ..
       'block); the report covers the 2 events before it\n'):format(mid,
@@ -366,8 +382,10 @@ Formats (--format=NAME; docs/formats.md):
     function()
       local empty = another_file('')
       local code, stdout, stderr = report(empty)
-      assert.are.same({ 0, 'ALLOCATIONS\n\nREALLOCATIONS\n\n' ..
-        'DEALLOCATIONS\n\nHEAP SUMMARY:\nTOTAL holds 0B (net bytes of the ' ..
+      assert.are.same({ 0, 'ALLOCATIONS (by bytes allocated)\n\n' ..
+        'REALLOCATIONS (by bytes allocated)\n\n' ..
+        'DEALLOCATIONS (by bytes freed)\n\n' ..
+        'HEAP SUMMARY (by bytes held):\nTOTAL holds 0B (net bytes of the ' ..
         'stream)\n\n', 'memprof-report: warning: ' .. empty .. ': the file ' ..
         'is empty: the process wrote no profile (it ended, or was killed, ' ..
         'before its first write); no events\n' }, { code, stdout, stderr })
@@ -426,7 +444,7 @@ describe('memprof-report views', function()
     assert.are.equal([[
 Grouped by caller: each row is the Lua line that called the function where the events happened.
 
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @app.lua:20: 2 blocks, 400B
 	2 blocks, 400B allocated at:
 		string.format
@@ -441,7 +459,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], stdout)
   end)
@@ -452,8 +470,10 @@ Garbage was not collected at stop: some of these blocks may be unreachable; star
       local code, stdout = report('--timeline', '--temporary=0', '--peak',
         path)
       assert.are.equal(0, code)
-      local peak = stdout:find('PEAK: 570B above the heap at the start (which this profile does not record), after event 5', 1, true)
-      local temporary = stdout:find('TEMPORARY BLOCKS: freed before any ' ..
+      local peak = stdout:find('PEAK (by bytes): 570B above the heap at ' ..
+        'the start (which this profile does not record), after event 5', 1,
+        true)
+      local temporary = stdout:find('TEMPORARY BLOCKS (by bytes): freed before any ' ..
         'other allocation', 1, true)
       local timeline = stdout:find('HEAP OVER TIME: net bytes since the ' ..
         'start, 0.1 ms per row', 1, true)
@@ -468,7 +488,7 @@ Garbage was not collected at stop: some of these blocks may be unreachable; star
     assert.are.equal([[
 Grouped by function: each row is the function where the events happened, named by where it is defined.
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 function at @log.lua:3 holds 764B: 7 allocs, 3 frees
 io_lines holds 48B: 1 allocs, 0 frees
 TRACE started at @app.lua:70 (1 trace) holds 16B: 1 allocs, 0 frees
@@ -502,8 +522,9 @@ TOTAL holds 804B (net bytes of the stream)
       '--peak', '--temporary', v3)
     assert.are.equal(0, code)
     assert.are.equal('', stderr)
-    assert.matches('\nPEAK: 320B above the heap at the start %(which this ' ..
-      'profile does not record%), after event 5 %(byte 58 of the file%)%. ' ..
+    assert.matches('\nPEAK %(by bytes%): 320B above the heap at the ' ..
+      'start %(which this profile does not record%), after event 5 %(byte ' ..
+      '58 of the file%)%. ' ..
       'Held by:\n', stdout)
   end)
 
@@ -605,6 +626,39 @@ describe('memprof-report --format', function()
     assert.are.equal('function at @log.lua:3', doc.live.rows[1].name)
     assert.are.equal(764, doc.live.rows[1].bytes)
   end)
+
+  it('takes --focus and --ignore in every format and in --diff',
+    function()
+      local path = file_of(B.three_callers())
+      -- Stack 2 (through @app.lua:20) holds 400B in two blocks.
+      local code, stdout, stderr = report('--format=json', '--focus=app.lua:20',
+        path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      local cjson = require('cjson')
+      local doc = cjson.decode(stdout)
+      assert.are.same({ focus = 'app.lua:20', ignore = cjson.null },
+        doc.filter)
+      assert.are.same({ 1, '@log.lua:5', 400, 2 }, { #doc.live.rows,
+        doc.live.rows[1].name, doc.live.rows[1].bytes,
+        doc.live.rows[1].blocks })
+      code, stdout, stderr = report('--format=folded', '--metric=live-bytes',
+        '--ignore=log.lua', path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.are.equal('@app.lua:60;io_lines 48\n' ..
+        'TRACE started at @app.lua:70 16\n', stdout)
+      code, stdout, stderr = report('--format=html', '--focus=app.lua:20',
+        path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.truthy(stdout:find("<li>blocks <b>Only the blocks allocated " ..
+        "where the place or its stack names &#39;app.lua:20&#39; " ..
+        '(--focus): every figure counts them alone.</b></li>', 1, true))
+      code, stdout, stderr = report('--diff', '--focus=app.lua:20', path,
+        path)
+      assert.are.same({ 0, '' }, { code, stderr })
+      assert.are.equal("Only the blocks allocated where the place or its " ..
+        "stack names 'app.lua:20' (--focus): every figure counts them " ..
+        'alone.\n\n', stdout:match('^.-\n\n'))
+    end)
 
   it('dispatches to memprof.report.html', function()
     local path = file_of(B.three_callers())

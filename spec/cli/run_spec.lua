@@ -31,7 +31,7 @@ local OUTPUT = 'the output of app.lua\n'
 
 -- The row of `name` in the HEAP SUMMARY of a report, or nil.
 local function heap_row(report, name)
-  local summary = report:match('HEAP SUMMARY:\n(.*)$')
+  local summary = report:match('HEAP SUMMARY %(by bytes held%):\n(.*)$')
   for line in (summary or ''):gmatch('[^\n]+') do
     if line:sub(1, #name + 7) == name .. ' holds ' and
         line:find('^.- holds %-?%d+B: %d+ allocs, %d+ frees') then
@@ -81,7 +81,7 @@ describe('memprof run', function()
     assert.are.same({ self, 'app.lua', 'args.txt', 'b c', '' },
       lines_of(dir .. '/args.txt'))
     assert.truthy(stderr:find('^memprof: app.lua exited with 0; profile in ' ..
-      'memprof%-app.bin\nALLOCATIONS\n'))
+      'memprof%-app.bin\nALLOCATIONS %(by bytes allocated%)\n'))
     assert.truthy(stderr:find('\n@app.lua:5: %d+ events\t%+%d+B\t%-0B\n'))
     -- (The byte counts depend on the VM and the JIT, the rows do not.)
     assert.truthy(heap_row(stderr, '@app.lua:5'))
@@ -97,14 +97,14 @@ describe('memprof run', function()
     assert.are.equal(7, code)
     assert.are.equal(OUTPUT, stdout)
     assert.truthy(stderr:find('^memprof: app.lua exited with 7; profile in ' ..
-      'exit.bin\nHEAP SUMMARY:\n'))
+      'exit.bin\nHEAP SUMMARY %(by bytes held%):\n'))
     assert.truthy(heap_row(stderr, '@app.lua:5'))
     code, stdout, stderr = memprof('run', '-o', 'fail.bin', '--leak-only',
       'app.lua', 'args.txt', 'fail')
     assert.are.equal(1, code)
     assert.truthy(stderr:find('failed on purpose', 1, true))
     assert.truthy(stderr:find('memprof: app.lua exited with 1; profile in ' ..
-      'fail.bin\nHEAP SUMMARY:\n', 1, true))
+      'fail.bin\nHEAP SUMMARY (by bytes held):\n', 1, true))
     assert.are.equal(OUTPUT, stdout)
     assert.truthy(C.read_file(dir .. '/fail.bin'))
   end)
@@ -134,8 +134,9 @@ describe('memprof run', function()
     -- os.exit): nothing can say it then.
     assert.are.equal((LUA:match('[^/]*$'):find('^tarantool') and '' or
       'memprof: cap.bin: profile reached max_bytes (20000)\n') ..
-      'memprof: many.lua exited with 0; profile in cap.bin\nALLOCATIONS\n',
-      stderr:match('^.-ALLOCATIONS\n'))
+      'memprof: many.lua exited with 0; profile in cap.bin\n' ..
+      'ALLOCATIONS (by bytes allocated)\n',
+      stderr:match('^.-ALLOCATIONS[^\n]*\n'))
     assert.are.equal('', stdout)
     local size = #C.read_file(dir .. '/cap.bin')
     assert.is_true(size <= 20000 and size > 19000, 'size ' .. size)
@@ -150,7 +151,8 @@ describe('memprof run', function()
     assert.are.equal(3, code)
     assert.are.equal('memprof: quits.bin: profile reached max_bytes ' ..
       '(20000)\nmemprof: quits.lua exited with 3; profile in quits.bin\n' ..
-      'ALLOCATIONS\n', stderr:match('^.-ALLOCATIONS\n'))
+      'ALLOCATIONS (by bytes allocated)\n',
+      stderr:match('^.-ALLOCATIONS[^\n]*\n'))
   end)
 
   it('samples with --sample-bytes and --seed, and reports estimates',
@@ -162,8 +164,8 @@ describe('memprof run', function()
     assert.are.same({ 0, '' }, { code, stdout })
     assert.are.equal('memprof: big.lua exited with 0; profile in ' ..
       'sampled.bin\nsampled: one sample per 4096 bytes on average; ' ..
-      'figures are estimates\n\nALLOCATIONS\n',
-      stderr:match('^.-ALLOCATIONS\n'))
+      'figures are estimates\n\nALLOCATIONS (by bytes allocated)\n',
+      stderr:match('^.-ALLOCATIONS[^\n]*\n'))
     local stream = reader.open(dir .. '/sampled.bin')
     local strings = 0
     -- (At line 2, or in its trace when the loop is compiled.)
@@ -322,7 +324,7 @@ And the options of memprof-report (memprof-report --help).
     assert.are.equal(5, code)
     assert.are.equal(OUTPUT, stdout)
     assert.truthy(stderr:find('^memprof: app.lua exited with 5; profile in ' ..
-      't.bin\nHEAP SUMMARY:\n'))
+      't.bin\nHEAP SUMMARY %(by bytes held%):\n'))
     assert.truthy(heap_row(stderr, '@app.lua:5'))
     local args = lines_of(dir .. '/args.txt')
     assert.truthy(args[1]:find('tarantool$'))

@@ -606,6 +606,24 @@ for _, mode in ipairs(MODES) do
 end
 
 describe('reader sites', function()
+  it('name the program\'s own functions that no symbol names by the ' ..
+    'program, those of a library by its path', function()
+    local s = B.new():cfunc(0x400, '/usr/bin/luajit+0x92c0')
+      :cfunc(0x500, '/usr/lib/x86_64-linux-gnu/libc.so.6+0x2a1ca')
+      :cfunc(0x600, '/opt/lib/libfoo.so+0x10'):cfunc(0x700, 'sym+0x10')
+      :events()
+    for i, addr in ipairs({ 0x400, 0x500, 0x600, 0x700 }) do
+      s:alloc(B.c(addr), i, 8)
+    end
+    local list = {}
+    for i, ev in ipairs(collect(reader.from_string(s:epilogue():bytes()))) do
+      list[i] = ev.name
+    end
+    assert.are.same({ 'luajit+0x92c0 (host program)',
+      '/usr/lib/x86_64-linux-gnu/libc.so.6+0x2a1ca',
+      '/opt/lib/libfoo.so+0x10', 'sym+0x10' }, list)
+  end)
+
   it('give the function each site belongs to', function()
     local chunk = 'local x = {}\nreturn x'
     local s = B.new():lfunc(0x100, '@f.lua', 12):lfunc(0x200, '@main.lua', 0)

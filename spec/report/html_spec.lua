@@ -434,8 +434,8 @@ describe('html report', function()
       'dir/run.bin' })
     assert.truthy(text:find('<title>memprof: dir/run.bin</title>', 1, true))
     assert.truthy(text:find('<h1 id="file-name">run.bin</h1>', 1, true))
-    assert.truthy(text:find('<li>format <b>100 (extended: stacks and ' ..
-      'time marks)</b></li>', 1, true))
+    assert.truthy(text:find('<li>format <b>extended (100)</b></li>', 1,
+      true))
     assert.truthy(text:find('<li>events <b>15</b></li>', 1, true))
     assert.truthy(text:find('<li>call stacks <b>yes</b></li>', 1, true))
     assert.truthy(text:find('<li>time marks <b>no</b></li>', 1, true))
@@ -463,14 +463,16 @@ describe('html report', function()
     assert.truthy(text:find('<details class="stacks"><summary>allocated ' ..
       'from 2 stacks</summary>', 1, true))
     assert.truthy(text:find('<caption>Peak holders: 1.13 KiB above the ' ..
-      'heap at the start (not recorded in this profile) after event 10' ..
-      '</caption>', 1, true))
+      'heap at the start (which this profile does not record) after ' ..
+      'event 10</caption>', 1, true))
     assert.truthy(text:find('<caption>Live at end: blocks never freed, by ' ..
-      'where they were allocated. Garbage was not collected at stop: some ' ..
-      'of these blocks may be unreachable; start with collect_at_stop = ' ..
-      'true to know.</caption>', 1, true))
-    assert.truthy(text:find('<caption>Temporary blocks: freed within 1 ' ..
-      'other allocation</caption>', 1, true))
+      'where they were allocated. The profile ended without a collection ' ..
+      'at stop (only memprof.stop() with collect_at_stop = true collects; ' ..
+      'a profile completed at lua_close or exit does not): some of these ' ..
+      'blocks may be unreachable.</caption>', 1, true))
+    assert.truthy(text:find('<caption>Temporary blocks: freed with at ' ..
+      'most 1 other allocation between their own and their free' ..
+      '</caption>', 1, true))
     assert.truthy(text:find('<th scope="row">Total</th><td class="num">' ..
       '<span title="1,160 bytes">1.13 KiB</span></td><td class="num">10' ..
       '</td>', 1, true))

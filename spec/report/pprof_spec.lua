@@ -170,6 +170,7 @@ describe('pprof report read by go tool pprof', function()
 File: lua
 memprof profile ]] .. source .. [[
 
+inuse: the blocks live at the end, garbage not yet collected included (the profile has no collection at stop)
 Type: alloc_space
 Showing nodes accounting for 1160B, 100% of 1160B total
       flat  flat%   sum%        cum   cum%
@@ -187,6 +188,7 @@ Showing nodes accounting for 1160B, 100% of 1160B total
 File: lua
 memprof profile ]] .. source .. [[
 
+inuse: the blocks live at the end, garbage not yet collected included (the profile has no collection at stop)
 Type: inuse_space
 Showing nodes accounting for 828B, 100% of 828B total
       flat  flat%   sum%        cum   cum%
@@ -219,6 +221,7 @@ Showing nodes accounting for 828B, 100% of 828B total
 File: lua
 memprof profile ]] .. source .. [[
 
+inuse: the blocks live at the end, garbage not yet collected included (the profile has no collection at stop)
 Type: alloc_space
 Showing nodes accounting for 320B, 100% of 320B total
       flat  flat%   sum%        cum   cum%
@@ -290,6 +293,33 @@ describe('memprof-report --format=pprof', function()
       { code, terminal })
     assert.is_nil(io.open('-'))
     C.remove_tree(dir)
+  end)
+end)
+
+describe('pprof report comments', function()
+  local reader = require('memprof.read.stream')
+  local analyze = require('memprof.analysis.analyze')
+  local pprof = require('memprof.report.pprof')
+
+  local function encoded(builder)
+    return pprof.encode(analyze.run(reader.from_string(builder:bytes(),
+      'x.bin'), { group = 'stack' }))
+  end
+
+  it('say whether inuse counts garbage not yet collected', function()
+    local s = B.new():lfunc(0x100, '@a.lua', 0)
+      :events({ version = B.EXTENDED })
+    s:alloc(B.lua(0x100, 1), 0x10, 64)
+    local without = encoded(s:epilogue())
+    assert.truthy(without:find('inuse: the blocks live at the end, garbage ' ..
+      'not yet collected included (the profile has no collection at stop)',
+      1, true))
+    s = B.new():lfunc(0x100, '@a.lua', 0):events({ version = B.EXTENDED })
+    s:alloc(B.lua(0x100, 1), 0x10, 64):note(B.COLLECTED_AT_STOP, 64)
+    local with = encoded(s:epilogue())
+    assert.truthy(with:find('inuse: the blocks live after the collection ' ..
+      'at stop (all reachable)', 1, true))
+    assert.is_nil(with:find('garbage not yet collected', 1, true))
   end)
 end)
 

@@ -13,7 +13,7 @@ end
 
 
 local HEAP_SUMMARY = [[
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @test.lua:5 holds 128B: 3 allocs, 1 frees
 @test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
 TRACE started at @test.lua:5 (1 trace) holds 16B: 1 allocs, 0 frees
@@ -25,19 +25,19 @@ TOTAL holds 172B (net bytes of the stream)
 describe('text report', function()
   it('prints every section', function()
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 @test.lua:5: 3 events	+192B	-0B
+io_write: 1 events	+48B	-0B
 @test.lua:6: 1 events	+32B	-0B
 TRACE started at @test.lua:5 (1 trace): 1 events	+16B	-0B
-io_write: 1 events	+48B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 @test.lua:7: 1 events	+128B	-32B
 	Overrides:
 		@test.lua:6
 
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL: 2 events	+0B	-164B
 	Overrides:
 		(blocks allocated before the profile)
@@ -76,19 +76,19 @@ io_write: 1 events	+0B	-48B
     s:free(B.internal(), 0x90, 5 * 1024 ^ 3 + 1024 ^ 3 / 4)
     s:epilogue()
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 INTERNAL: 2 events	+3.00MiB	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL: 2 events	+0B	-5.25GiB
 	Overrides:
 		(blocks allocated before the profile)
 		INTERNAL
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 INTERNAL holds 3MiB: 2 allocs, 1 frees
 (blocks allocated before the profile): 1 freed or reallocated during the profile, 5.25GiB
 TOTAL holds -5.25GiB (net bytes of the stream)
@@ -109,7 +109,8 @@ TOTAL holds -5.25GiB (net bytes of the stream)
     assert.are.equal('1536B', text.format_size(1536, false))
   end)
 
-  it('sorts by event count, then name; the heap by holds, then name',
+  it('sorts by bytes, then name (the heap by holds), saying so in each ' ..
+    'title; by events with sort = count (the heap by live blocks)',
     function()
       local s = B.new():lfunc(0x100, '@b.lua', 1):lfunc(0x200, '@a.lua', 1)
         :events()
@@ -120,17 +121,17 @@ TOTAL holds -5.25GiB (net bytes of the stream)
       s:alloc(B.lua(0x200, 3), 0x50, 1)
       s:epilogue()
       assert.are.equal([[
-ALLOCATIONS
-@a.lua:2: 2 events	+10B	-0B
+ALLOCATIONS (by bytes allocated)
 @a.lua:1: 1 events	+10B	-0B
-@a.lua:3: 1 events	+1B	-0B
+@a.lua:2: 2 events	+10B	-0B
 @b.lua:1: 1 events	+10B	-0B
+@a.lua:3: 1 events	+1B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @a.lua:1 holds 10B: 1 allocs, 0 frees
 @a.lua:2 holds 10B: 2 allocs, 0 frees
 @b.lua:1 holds 10B: 1 allocs, 0 frees
@@ -138,6 +139,55 @@ HEAP SUMMARY:
 TOTAL holds 31B (net bytes of the stream)
 
 ]], report(s))
+      assert.are.equal([[
+ALLOCATIONS (by events)
+@a.lua:2: 2 events	+10B	-0B
+@a.lua:1: 1 events	+10B	-0B
+@a.lua:3: 1 events	+1B	-0B
+@b.lua:1: 1 events	+10B	-0B
+
+REALLOCATIONS (by events)
+
+DEALLOCATIONS (by events)
+
+HEAP SUMMARY (by live blocks):
+@a.lua:2 holds 10B: 2 allocs, 0 frees
+@a.lua:1 holds 10B: 1 allocs, 0 frees
+@a.lua:3 holds 1B: 1 allocs, 0 frees
+@b.lua:1 holds 10B: 1 allocs, 0 frees
+TOTAL holds 31B (net bytes of the stream)
+
+]], report(s, { sort = 'count' }))
+    end)
+
+  it('says what share of the bytes the rest line holds when it holds ' ..
+    'more than the rows shown', function()
+      local s = B.new():lfunc(0x100, '@b.lua', 1):lfunc(0x200, '@a.lua', 1)
+        :events()
+      s:alloc(B.lua(0x100, 1), 0x10, 10)
+      s:alloc(B.lua(0x200, 1), 0x20, 10)
+      s:alloc(B.lua(0x200, 2), 0x30, 5)
+      s:alloc(B.lua(0x200, 2), 0x40, 5)
+      s:alloc(B.lua(0x200, 3), 0x50, 1)
+      s:epilogue()
+      assert.are.equal([[
+ALLOCATIONS (by bytes allocated)
+@a.lua:1: 1 events	+10B	-0B
+... and 3 more: 4 events	+21B	-0B (68% of the bytes)
+
+REALLOCATIONS (by bytes allocated)
+
+DEALLOCATIONS (by bytes freed)
+
+HEAP SUMMARY (by bytes held):
+@a.lua:1 holds 10B: 1 allocs, 0 frees
+... and 3 more hold 21B: 4 allocs, 0 frees (68% of the bytes)
+TOTAL holds 31B (net bytes of the stream)
+
+]], report(s, { top = 1 }))
+      -- A rest that holds less than the rows shown says no share.
+      assert.are.equal('... and 1 more: 1 events\t+1B\t-0B\n',
+        report(s, { top = 3 }):match('\n(%.%.%. [^\n]*\n)'))
     end)
 
   it('says how many of the blocks of a site came from reallocation',
@@ -149,7 +199,7 @@ TOTAL holds 31B (net bytes of the stream)
       s:realloc(B.lua(0x100, 2), 0x10, 10, 0x40, 20)
       s:epilogue()
       assert.are.equal([[
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @r.lua:1 holds 40B: 3 allocs, 2 frees (1 of the allocs were reallocations)
 @r.lua:2 holds 20B: 1 allocs, 0 frees (all allocs were reallocations)
 TOTAL holds 60B (net bytes of the stream)
@@ -168,18 +218,18 @@ TOTAL holds 60B (net bytes of the stream)
     s:free(B.internal(), 0x20, 30)
     s:epilogue()
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 @m.lua:4: 2 events	+40B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL: 2 events	+0B	-40B
 	Overrides:
 		@m.lua:4
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 TOTAL holds 0B (net bytes of the stream)
 
 ]], report(s))
@@ -194,14 +244,14 @@ TOTAL holds 0B (net bytes of the stream)
     s:alloc(B.lua(0x100, 3), 0x20, 24)
     s:epilogue()
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 function_alias_1:3: 2 events	+48B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 function_alias_1:3 holds 48B: 2 allocs, 0 frees
 TOTAL holds 48B (net bytes of the stream)
 
@@ -223,7 +273,7 @@ function_alias_1:
     s:alloc(B.lua(0x200, 2), 0x20, 8)
     s:epilogue()
     assert.are.equal([[
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 function_alias_2:2 holds 8B: 1 allocs, 0 frees
 TOTAL holds 8B (net bytes of the stream)
 
@@ -241,18 +291,18 @@ function_alias_2:
     assert.are.equal([[
 Grouped by caller: each row is the Lua line that called the function where the events happened.
 
-ALLOCATIONS
-@app.lua:10: 3 events	+300B	-0B
+ALLOCATIONS (by bytes allocated)
 @app.lua:20: 2 events	+400B	-0B
+@app.lua:10: 3 events	+300B	-0B
 @app.lua:30: 1 events	+300B	-0B
-@app.lua:5 (no Lua caller in the stack): 1 events	+32B	-0B
 @app.lua:50: 1 events	+64B	-0B
 @app.lua:60: 1 events	+48B	-0B
+@app.lua:5 (no Lua caller in the stack): 1 events	+32B	-0B
 TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 1 events	+16B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
 		(blocks allocated before the profile)
@@ -260,7 +310,7 @@ INTERNAL (no call stack): 5 events	+0B	-356B
 		@app.lua:5 (no Lua caller in the stack)
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @app.lua:20 holds 400B: 2 allocs, 0 frees
 @app.lua:30 holds 300B: 1 allocs, 0 frees
 @app.lua:50 holds 64B: 1 allocs, 0 frees
@@ -278,18 +328,18 @@ TOTAL holds 804B (net bytes of the stream)
     assert.are.equal([[
 Grouped by stack: each row is a call stack, innermost frame first.
 
-ALLOCATIONS
-string.format: 3 events	+300B	-0B
-	called from @log.lua:5
-	called from @app.lua:10
+ALLOCATIONS (by bytes allocated)
 string.format: 2 events	+400B	-0B
 	called from @log.lua:5
 	called from @app.lua:20
+string.format: 3 events	+300B	-0B
+	called from @log.lua:5
+	called from @app.lua:10
 ... and 5 more: 5 events	+460B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL (no call stack): 5 events	+0B	-356B
 	Overrides:
 		(blocks allocated before the profile)
@@ -297,7 +347,7 @@ INTERNAL (no call stack): 5 events	+0B	-356B
 		... and 1 more
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 string.format holds 400B: 2 allocs, 0 frees
 	called from @log.lua:5
 	called from @app.lua:20
@@ -356,19 +406,19 @@ string.rep: with callees 1 events +1000B, live 1000B in 1 block; self 1 events +
 
   it('sorts by bytes or by count when asked', function()
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 @test.lua:5: 3 events	+192B	-0B
 io_write: 1 events	+48B	-0B
 @test.lua:6: 1 events	+32B	-0B
 TRACE started at @test.lua:5 (1 trace): 1 events	+16B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 @test.lua:7: 1 events	+128B	-32B
 	Overrides:
 		@test.lua:6
 
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL: 2 events	+0B	-164B
 	Overrides:
 		(blocks allocated before the profile)
@@ -382,7 +432,7 @@ io_write: 1 events	+0B	-48B
 ]] .. HEAP_SUMMARY, report(crafted(), { sort = 'bytes' }))
     -- By count, the heap summary is sorted by live blocks (allocs - frees).
     assert.are.equal([[
-HEAP SUMMARY:
+HEAP SUMMARY (by live blocks):
 @test.lua:5 holds 128B: 3 allocs, 1 frees
 @test.lua:7 holds 128B: 1 allocs, 0 frees (all allocs were reallocations)
 ... and 1 more hold 16B: 1 allocs, 0 frees
@@ -395,19 +445,19 @@ TOTAL holds 172B (net bytes of the stream)
   it('merges the traces that start at one place, saying how many',
     function()
       assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 TRACE started at @fill.lua:3 (2 traces): 4 events	+256B	-0B
 @fill.lua:3: 2 events	+64B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 INTERNAL: 1 events	+0B	-64B
 	Overrides:
 		TRACE started at @fill.lua:3
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 TRACE started at @fill.lua:3 (2 traces) holds 192B: 4 allocs, 1 frees
 @fill.lua:3 holds 64B: 2 allocs, 0 frees
 TOTAL holds 256B (net bytes of the stream)
@@ -419,7 +469,7 @@ TOTAL holds 256B (net bytes of the stream)
     local stream = reader.from_string(B.compiled_loop():bytes(), 'out.bin',
       { split_traces = true })
     assert.are.equal([[
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 TRACE [2] started at @fill.lua:3 holds 128B: 2 allocs, 0 frees
 @fill.lua:3 holds 64B: 2 allocs, 0 frees
 TRACE [1] started at @fill.lua:3 holds 64B: 2 allocs, 1 frees
@@ -434,7 +484,7 @@ TOTAL holds 256B (net bytes of the stream)
     assert.are.equal([[
 Grouped by stack: each row is a call stack, innermost frame first.
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 TRACE started at @fill.lua:3 (2 traces) holds 128B: 3 allocs, 1 frees
 	called from @main.lua:10
 TRACE started at @fill.lua:3 (2 traces) holds 64B: 1 allocs, 0 frees
@@ -450,13 +500,13 @@ TOTAL holds 256B (net bytes of the stream)
 
   it('reports an empty stream', function()
     assert.are.equal([[
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 TOTAL holds 0B (net bytes of the stream)
 
 ]], report(B.new():events():epilogue()))
@@ -468,19 +518,19 @@ describe('text report of a sampled profile', function()
     assert.are.equal([[
 sampled: one sample per 100 bytes on average; figures are estimates
 
-ALLOCATIONS
+ALLOCATIONS (by bytes allocated)
 @a.lua:3: 102 events	+10101B	-0B
 @a.lua:4: 100 events	+100B	-0B
 
-REALLOCATIONS
+REALLOCATIONS (by bytes allocated)
 
-DEALLOCATIONS
+DEALLOCATIONS (by bytes freed)
 @a.lua:5: 101 events	+0B	-101B
 	Overrides:
 		@a.lua:3
 
 
-HEAP SUMMARY:
+HEAP SUMMARY (by bytes held):
 @a.lua:3 holds 10000B: 102 allocs, 101 frees
 @a.lua:4 holds 100B: 100 allocs, 0 frees
 TOTAL holds 10100B (net bytes of the stream)

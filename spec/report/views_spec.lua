@@ -26,7 +26,7 @@ describe('views report', function()
       assert.are.equal([[
 Grouped by caller: each row is the Lua line that called the function where the events happened.
 
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @app.lua:20: 2 blocks, 400B
 	2 blocks, 400B allocated at:
 		string.format
@@ -51,9 +51,9 @@ TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 1 block, 16
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
-PEAK: 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
+PEAK (by bytes): 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 @app.lua:20: 400B in 2 blocks
 @app.lua:10: 300B in 3 blocks
 @app.lua:30: 300B in 1 block
@@ -63,7 +63,7 @@ PEAK: 1160B above the heap at the start (which this profile does not record), af
 TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 16B in 1 block
 TOTAL at the peak: 1160B above the heap at the start
 
-TEMPORARY BLOCKS: freed with at most 1 other allocation between their own and their free, by where they were allocated
+TEMPORARY BLOCKS (by bytes): freed with at most 1 other allocation between their own and their free, by where they were allocated
 @app.lua:5 (no Lua caller in the stack): 1 temporary, 32B; 0 freed later, 0B; 0 live at end, 0B
 (6 other rows with no temporary blocks: 9 blocks, 1128B)
 TOTAL: 10 blocks allocated, 1160B: 1 temporary (32B), 3 freed later (300B), 6 live at end (828B)
@@ -76,7 +76,7 @@ TOTAL: 10 blocks allocated, 1160B: 1 temporary (32B), 3 freed later (300B), 6 li
       assert.are.equal([[
 Grouped by stack: each row is a call stack, innermost frame first.
 
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 string.format: 2 blocks, 400B
 	called from @log.lua:5
 	called from @app.lua:20
@@ -87,9 +87,9 @@ string.format: 1 block, 300B
 TOTAL live at end: 6 blocks, 828B
 Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
-PEAK: 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
+PEAK (by bytes): 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 string.format: 400B in 2 blocks
 	called from @log.lua:5
 	called from @app.lua:20
@@ -111,7 +111,7 @@ TOTAL at the peak: 1160B above the heap at the start
     end
     s:epilogue()
     assert.are.equal([[
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @h.lua:2: 5 blocks, 150B
 	1 block, 50B allocated at:
 		@h.lua:2
@@ -125,7 +125,7 @@ LIVE AT END: blocks allocated during the profile and never freed, by where they 
 	... and 2 more stacks: 2 blocks, 30B
 TOTAL live at end: 5 blocks, 150B
 Net bytes of the stream: 150B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(s, 'line', { leaks = true }))
   end)
@@ -155,7 +155,7 @@ Garbage was not collected at stop: some of these blocks may be unreachable; star
     end
     rows[#rows + 1] = '4.0 ms     320B    320B  ' .. ('#'):rep(22)
     assert.are.equal([[
-PEAK: 570B above the heap at the start (which this profile does not record), after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
+PEAK (by bytes): 570B above the heap at the start (which this profile does not record), after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
 @p.lua:3: 400B in 1 block
 @p.lua:2: 200B in 1 block
 (blocks allocated before the profile): 1 block, 30B, freed before the peak
@@ -170,7 +170,7 @@ HEAP OVER TIME: net bytes since the start, 0.1 ms per row (the highest value in 
   it('says when the peak is the start', function()
     local s = B.new():events():free(B.internal(), 0x10, 8):epilogue()
     assert.are.equal([[
-PEAK: at the start (the heap never grew past its size at the start, which this profile does not record). Held by:
+PEAK (by bytes): at the start (the heap never grew past its size at the start, which this profile does not record). Held by:
 TOTAL at the peak: 0B above the heap at the start
 
 ]], report(s, 'line', { peak = true }))
@@ -178,21 +178,21 @@ TOTAL at the peak: 0B above the heap at the start
 
   it('separates temporary blocks, by the limit asked for', function()
     assert.are.equal([[
-TEMPORARY BLOCKS: freed with at most 1 other allocation between their own and their free, by where they were allocated
+TEMPORARY BLOCKS (by bytes): freed with at most 1 other allocation between their own and their free, by where they were allocated
 @t.lua:1: 3 temporary, 90B; 0 freed later, 0B; 0 live at end, 0B
 (1 other row with no temporary blocks: 3 blocks, 120B)
 TOTAL: 6 blocks allocated, 210B: 3 temporary (90B), 1 freed later (30B), 2 live at end (90B)
 
 ]], report(B.temporaries(), 'line', { temporary = true }))
     assert.are.equal([[
-TEMPORARY BLOCKS: freed before any other allocation, by where they were allocated
+TEMPORARY BLOCKS (by bytes): freed before any other allocation, by where they were allocated
 @t.lua:1: 2 temporary, 70B; 1 freed later, 20B; 0 live at end, 0B
 (1 other row with no temporary blocks: 3 blocks, 120B)
 TOTAL: 6 blocks allocated, 210B: 2 temporary (70B), 2 freed later (50B), 2 live at end (90B)
 
 ]], report(B.temporaries(), 'line', { temporary = true }, { limit = 0 }))
     assert.are.equal([[
-TEMPORARY BLOCKS: freed with at most 2 other allocations between their own and their free, by where they were allocated
+TEMPORARY BLOCKS (by bytes): freed with at most 2 other allocations between their own and their free, by where they were allocated
 @t.lua:1: 3 temporary, 90B; 0 freed later, 0B; 0 live at end, 0B
 @t.lua:2: 1 temporary, 30B; 0 freed later, 0B; 2 live at end, 90B
 TOTAL: 6 blocks allocated, 210B: 4 temporary (120B), 0 freed later (0B), 2 live at end (90B)
@@ -202,32 +202,32 @@ TOTAL: 6 blocks allocated, 210B: 4 temporary (120B), 0 freed later (0B), 2 live 
 
   it('sorts by count when asked, and sums the rows past --top', function()
     assert.are.equal([[
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by blocks): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @test.lua:5: 2 blocks, 128B
-... and 2 more: 2 blocks, 144B
+... and 2 more: 2 blocks, 144B (53% of the bytes)
 TOTAL live at end: 4 blocks, 272B
 Freed during the profile, allocated before it: 100B
 Net bytes of the stream: 172B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(B.crafted(), 'line', { leaks = true }, { sort = 'count',
       top = 1 }))
     assert.are.equal([[
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by blocks): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @test.lua:5: 2 blocks, 128B
 @test.lua:7: 1 block, 128B
 TRACE started at @test.lua:5 (1 trace): 1 block, 16B
 TOTAL live at end: 4 blocks, 272B
 Freed during the profile, allocated before it: 100B
 Net bytes of the stream: 172B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(B.crafted(), 'line', { leaks = true }, { sort = 'count' }))
   end)
 
   it('sums the temporary and peak rows past --top', function()
     assert.are.equal([[
-TEMPORARY BLOCKS: freed with at most 2 other allocations between their own and their free, by where they were allocated
+TEMPORARY BLOCKS (by bytes): freed with at most 2 other allocations between their own and their free, by where they were allocated
 @t.lua:1: 3 temporary, 90B; 0 freed later, 0B; 0 live at end, 0B
 ... and 1 more: 1 temporary, 30B; 0 freed later, 0B; 2 live at end, 90B
 TOTAL: 6 blocks allocated, 210B: 4 temporary (120B), 0 freed later (0B), 2 live at end (90B)
@@ -235,9 +235,9 @@ TOTAL: 6 blocks allocated, 210B: 4 temporary (120B), 0 freed later (0B), 2 live 
 ]], report(B.temporaries(), 'line', { temporary = true },
       { limit = 2, top = 1 }))
     assert.are.equal([[
-PEAK: 570B above the heap at the start (which this profile does not record), after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
+PEAK (by blocks): 570B above the heap at the start (which this profile does not record), after event 5 (byte 55 of the file), between 2.000 ms and 3.000 ms. Held by:
 @p.lua:2: 200B in 1 block
-... and 1 more: 400B in 1 block
+... and 1 more: 400B in 1 block (67% of the bytes)
 (blocks allocated before the profile): 1 block, 30B, freed before the peak
 TOTAL at the peak: 570B above the heap at the start
 
@@ -251,12 +251,12 @@ TOTAL at the peak: 570B above the heap at the start
     s:alloc(B.lua(0x100, 4), 0x20, 1536)
     s:epilogue()
     assert.are.equal([[
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @big.lua:3: 1 block, 3MiB
 @big.lua:4: 1 block, 1.50KiB
 TOTAL live at end: 2 blocks, 3.00MiB
 Net bytes of the stream: 3.00MiB
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ]], report(s, 'line', { leaks = true }, { human_readable = true }))
   end)
@@ -268,14 +268,14 @@ Garbage was not collected at stop: some of these blocks may be unreachable; star
     s:stack(1, { B.lua(0x200, 3), B.lua(0x100, 1) })
     s:alloc(B.lua(0x200, 3, 1), 0x10, 24):epilogue()
     assert.are.equal([[
-LIVE AT END: blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
+LIVE AT END (by bytes): blocks allocated during the profile and never freed, by where they were allocated (for a reallocated block, where it was last reallocated)
 @m.lua:3: 1 block, 24B
 	1 block, 24B allocated at:
 		@m.lua:3
 		function_alias_1:1
 TOTAL live at end: 1 block, 24B
 Net bytes of the stream: 24B
-Garbage was not collected at stop: some of these blocks may be unreachable; start with collect_at_stop = true to know.
+The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
 ALIASES:
 function_alias_1:
@@ -329,7 +329,7 @@ describe('views report of a sampled profile', function()
       :events({ version = B.EXTENDED, sample_bytes = 100 })
       :note(B.HEAP_AT_START, 5000):free(B.lua(0x100, 5), 2, 1):bytes()
     assert.are.equal(([[
-PEAK: estimated peak heap 14899B after event 2 (byte %d of the file), of which 4899B allocated before the profile. Held by:
+PEAK (by bytes): estimated peak heap 14899B after event 2 (byte %d of the file), of which 4899B allocated before the profile. Held by:
 @a.lua:3: 10000B in 1 block
 (blocks allocated before the profile): 4899B still live (101 blocks, 101B, freed before the peak)
 TOTAL at the peak: 14899B (the heap at the start, 5000B, and 9899B more)

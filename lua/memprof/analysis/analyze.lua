@@ -26,6 +26,9 @@
 --   cumulative   false: no result.cumulative, even by function or stack
 --             (a format that does not show it saves its memory: a
 --             record per stack)
+--   focus, ignore   texts: only the blocks of the places whose name or
+--             stack has `focus` and not `ignore` reach the passes
+--             (memprof.analysis.focus)
 --   overrides false: the sites pass keeps no overrides (memprof.analysis.sites),
 --             for a format that does not show them
 --   live_blocks  false: once every pass has finished, the tracker
@@ -50,8 +53,8 @@
 -- realloc or free releases (0: the block is not known), and facts the
 -- rest of what the block tracker knows (memprof.analysis.blocks: the
 -- released block's owner, stack, age, size and weight, the net bytes,
--- the time and the offset of the event), or nil when no pass but the
--- heap's and the sites' runs, by line.  (Few
+-- the time, the offset and the number of the event), or nil when no
+-- pass but the heap's and the sites' runs, by line.  (Few
 -- arguments: each one more is a value LuaJIT's code for an event keeps
 -- live through every pass.)  Then
 -- optionally pass:finish(stream, tracker) (the tracker lists the blocks
@@ -71,6 +74,7 @@ local temporary = require('memprof.analysis.temporary')
 local timeline = require('memprof.analysis.timeline')
 local cumulative = require('memprof.analysis.cumulative')
 local sampling = require('memprof.analysis.sampling')
+local focus = require('memprof.analysis.focus')
 
 local M = {}
 
@@ -119,7 +123,7 @@ end
 -- heap's and the sites', which need only the owner of a released block
 -- when the rows are by line.  Without them each event costs less.
 local function needs_facts(by_group, entries, opts)
-  if opts.live_blocks ~= false or by_group then
+  if opts.live_blocks ~= false or by_group or opts.focus or opts.ignore then
     return true
   end
   for _, entry in ipairs(entries) do
@@ -232,12 +236,17 @@ function M.run(stream, opts)
   for i, entry in ipairs(entries) do
     passes[i] = entry.pass
   end
-  feed_all(stream, tracker, chain(passes, 1))
+  local filter = focus.new(opts)
+  local feed = chain(passes, 1)
+  feed_all(stream, tracker, filter and filter:wrap(feed) or feed)
   tracker:finish()
   -- The indexes only events needed (the reader's, the tracker's) are
   -- garbage now: a full cycle frees them before the passes' finish make
   -- their results.
   collectgarbage('collect')
+  if filter then
+    tracker = filter:tracker(tracker)
+  end
   local result = { stream = stream, blocks = tracker, grouper = grouper }
   for _, entry in ipairs(entries) do
     local finished = entry.pass.finish and

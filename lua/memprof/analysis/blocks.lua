@@ -26,6 +26,8 @@
 --                time    the last time mark before the event (nil before
 --                        any), read from opts.stream
 --                offset  the event's offset in the file
+--                event   the event's number in the file, from 1 (what
+--                        memprof.analysis.focus leaves out counts too)
 --   tracker.total, tracker.allocations   -- net bytes and allocation
 --                        events, brought up to date by finish()
 --   tracker:finish()     -- after the last event: frees the address map
@@ -188,6 +190,7 @@ local function full_track(self)
     local total = counts.total + nsize - osize
     counts.total = total
     facts.total, facts.time, facts.offset = total, stream.time, offset
+    facts.event = facts.event + 1
     return owner_id, facts
   end
 end
@@ -224,7 +227,8 @@ function M.new(opts)
     map = address_map.new(),
     keeps_facts = opts.facts ~= false,
     facts = { owner = false, owner_stack = false, age = false,
-      size = false, weight = false, total = 0, time = false, offset = 0 },
+      size = false, weight = false, total = 0, time = false, offset = 0,
+      event = 0 },
     stream = opts.stream or {},
     counts = ffi.cast(counts_pointer, counts_memory),
     counts_memory = counts_memory,

@@ -6,8 +6,10 @@
 --                     grouping, or their diff.figures(result): what the
 --                     comparison needs of a profile, so that one profile's
 --                     analysis can be dropped before the other is read
---     opts.sort       'bytes' (default): by the change in bytes
---                     allocated; 'count': by the change in allocations
+--     opts.sort       'live' (default): by the change in bytes live at
+--                     the end (what a leak hunter asks); 'bytes': by the
+--                     change in bytes allocated; 'count': by the change
+--                     in allocations
 --
 -- Rows are matched by name: the addresses of functions differ from run
 -- to run, their names (file and line, C symbol) do not.  For each row
@@ -38,7 +40,11 @@ local M = {}
 
 M.FIELDS = { 'allocated_bytes', 'allocated_events', 'live_bytes' }
 
-local SORT_FIELD = { bytes = 'allocated_bytes', count = 'allocated_events' }
+local SORT_FIELD = { live = 'live_bytes', bytes = 'allocated_bytes',
+  count = 'allocated_events' }
+-- The field that breaks a tie of the sort field.
+local TIE_FIELD = { live = 'allocated_bytes', bytes = 'live_bytes',
+  count = 'live_bytes' }
 
 -- The figures of one profile's rows, all that compare() needs of it:
 -- lists by row of the names, the FIELDS and the names of the frames of
@@ -144,14 +150,14 @@ local function each_name(before, after, fn)
   end
 end
 
-local function sort_changes(list, field)
+local function sort_changes(list, field, tie)
   table.sort(list, function(a, b)
     local ca, cb = a[field].change, b[field].change
     if ca ~= cb then
       return ca > cb
     end
-    if a.live_bytes.change ~= b.live_bytes.change then
-      return a.live_bytes.change > b.live_bytes.change
+    if a[tie].change ~= b[tie].change then
+      return a[tie].change > b[tie].change
     end
     return a.name < b.name
   end)
@@ -192,7 +198,8 @@ function M.compare(before, after, opts)
       unchanged = unchanged + 1
     end
   end)
-  sort_changes(list, SORT_FIELD[opts.sort or 'bytes'])
+  local sort = opts.sort or 'live'
+  sort_changes(list, SORT_FIELD[sort], TIE_FIELD[sort])
   -- No row holds what was freed of the blocks allocated before each
   -- profile: the total live is each stream's net bytes.
   totals.live_bytes = { before = before.total, after = after.total,

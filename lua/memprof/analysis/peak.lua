@@ -65,7 +65,6 @@ function M.new(grouper)
     bytes = set.columns.bytes, blocks = set.columns.blocks,
     since_bytes = {}, since_blocks = {}, since_generation = {},
     generation = 1,
-    events = 0,
     peak = 0, peak_event = 0, peak_offset = nil, peak_time = nil,
     time_next = nil,
     waiting_for_time = false,
@@ -100,9 +99,9 @@ function Peak:note_time(time)
   end
 end
 
-function Peak:new_peak(bytes, time, offset)
+function Peak:new_peak(bytes, time, offset, event)
   self.peak = bytes
-  self.peak_event = self.events
+  self.peak_event = event
   self.peak_offset = offset
   self.peak_time = time
   self.time_next = nil
@@ -112,7 +111,6 @@ end
 
 function Peak:feed(kind, site, stack, osize, nsize, oweight, nweight,
     owner_id, facts)
-  self.events = self.events + 1
   local grouper = self.grouper
   if owner_id then
     self:change(grouper:key(facts.owner, facts.owner_stack), -osize,
@@ -123,7 +121,7 @@ function Peak:feed(kind, site, stack, osize, nsize, oweight, nweight,
   end
   self:note_time(facts.time)
   if facts.total > self.peak then
-    self:new_peak(facts.total, facts.time, facts.offset)
+    self:new_peak(facts.total, facts.time, facts.offset, facts.event)
   end
 end
 

@@ -46,7 +46,7 @@ Timeline.__index = Timeline
 function M.new(opts)
   return setmetatable({ resolution = M.START_RESOLUTION, high = {},
     last = {}, events = {}, last_time = 0, time = -1, slot = 1,
-    by_event = (opts and opts.clock) == 'events', count = 0 }, Timeline)
+    by_event = (opts and opts.clock) == 'events' }, Timeline)
 end
 
 -- Multiply the resolution by 10, merging each 10 slots into one.
@@ -82,8 +82,7 @@ function Timeline:feed(kind, _, _, _, _, oweight, nweight, _, facts)
   -- The time of the event: its time mark, or its number in microseconds.
   local time = facts.time or 0
   if self.by_event then
-    self.count = self.count + 1
-    time = self.count * 1000
+    time = facts.event * 1000
   end
   local slot = self.slot
   if time ~= self.time then

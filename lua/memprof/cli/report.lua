@@ -65,7 +65,7 @@ local whole_number, one_of = option_parser.whole_number, option_parser.one_of
 -- The formats, in the order --help lists them.  `takes`: the keys of
 -- the options that apply to the format.
 local function keys(list, more)
-  local set = {}
+  local set = { focus = true, ignore = true }
   for _, key in ipairs(list) do
     set[key] = true
   end
@@ -101,6 +101,14 @@ end
 local DIFF_TAKES = keys({ 'group', 'top', 'all', 'sort', 'human_readable',
   'output', 'diff', 'split_traces' })
 
+-- A text to look for in names: not empty.
+local function some_text(value)
+  if value == '' then
+    return nil, 'expected some text, found nothing'
+  end
+  return value
+end
+
 M.OPTIONS = {
   { name = 'format', value = 'NAME', key = 'format',
     check = one_of(FORMAT_NAMES), help = 'the output format (see below)' },
@@ -110,7 +118,12 @@ M.OPTIONS = {
     help = 'at most N rows per section (text: 30 by default)' },
   { name = 'all', key = 'all', help = 'every row of each section' },
   { name = 'sort', value = 'S', key = 'sort',
-    check = one_of({ 'bytes', 'count' }), help = 'sort rows by bytes or count' },
+    check = one_of({ 'bytes', 'count', 'live' }),
+    help = 'bytes (default), count; --diff: live (default), bytes, count' },
+  { name = 'focus', value = 'TEXT', key = 'focus', check = some_text,
+    help = 'only blocks whose place or stack has TEXT (every view)' },
+  { name = 'ignore', value = 'TEXT', key = 'ignore', check = some_text,
+    help = 'leave out blocks whose place or stack has TEXT' },
   { name = 'leaks', key = 'leaks',
     help = 'view: blocks live at the end, with their stacks' },
   { name = 'peak', key = 'peak',
@@ -158,7 +171,9 @@ local function usage()
     'instead.  --group=caller and --group=stack need a profile recorded',
     'with call stacks (memprof.start(path, {stack_depth = N})), --timeline',
     'one recorded with time marks (memprof.start(path, {timestamps = true})).',
-    'With --diff, print which rows grew or shrank from BEFORE to AFTER.',
+    'Rows are sorted by bytes (--sort=count: by events, Tarantool\'s order).',
+    'With --diff, print which rows grew or shrank from BEFORE to AFTER,',
+    'by growth in live bytes at the end (--sort=bytes: in bytes allocated).',
     'The text report and --diff show the first ' .. M.DEFAULT_TOP ..
       ' rows of each section',
     '(--top=N for N, --all for every row).  The report goes to stdout, or',
@@ -272,6 +287,7 @@ local function read_profile(path, opts, err, analysis)
     error(stream, 0)
   end
   local options = analysis(stream)
+  options.focus, options.ignore = opts.focus, opts.ignore
   -- No report lists the live blocks once the passes have finished.
   options.live_blocks = false
   if stream.version ~= reader.EXTENDED_VERSION then
@@ -496,6 +512,7 @@ local function report_diff(paths, opts, out, err)
     function(handle, options)
       diff_report.write(changes, handle, { before = paths[1],
         after = paths[2], group = mode, sort = opts.sort,
+        focus = opts.focus, ignore = opts.ignore,
         sampling = notes,
         top = options.top, left_out = options.left_out,
         human_readable = opts.human_readable })
@@ -539,6 +556,10 @@ local function conflict(opts)
       return format('%s does not apply to --diff', spelling_of(stray))
     end
     return nil
+  end
+  if opts.sort == 'live' then
+    return '--sort=live is for --diff (rows by growth in live bytes); ' ..
+      'a report sorts by bytes or count'
   end
   local name = opts.format or 'text'
   local stray = stray_option(opts, format_entry(name).takes)

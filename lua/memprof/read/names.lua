@@ -14,6 +14,8 @@
 
 local record = require('memprof.record')
 
+local sources = require('memprof.read.sources')
+
 local M = {}
 
 local methods = {}
@@ -101,7 +103,25 @@ function methods:define_lfunc(addr, chunkname, firstline)
     firstline = firstline, sites = {} }
 end
 
+-- The name of a C function that no symbol names: the recorder gives the
+-- object's path and the offset (what addr2line takes).  The program's
+-- own object (a path that names no shared library) is named by the
+-- program: '/usr/bin/luajit+0x92c0' is 'luajit+0x92c0 (host program)'.
+local function program_name(name)
+  local path, offset = name:match('^(/.+)(%+0x%x+)$')
+  if not path then
+    return name
+  end
+  local base = path:match('[^/]*$')
+  if base == '' or base:find('%.so$') or base:find('%.so%.') then
+    return name
+  end
+  return base .. offset .. ' (host program)'
+end
+M.program_name = program_name
+
 function methods:define_cfunc(addr, name)
+  name = program_name(name)
   if not self.cfuncs[addr] then
     self.c_sorted = nil
   end
@@ -160,8 +180,12 @@ function methods:lua_function(sym)
   else
     local chunkname
     chunkname, alias = self:display_chunkname(sym.chunkname)
+    local named = sym.firstline > 0 and
+      sources.function_name(sym.chunkname, sym.firstline)
     if sym.firstline == 0 then
       name = 'main chunk of ' .. chunkname
+    elseif named then
+      name = format('%s (%s:%d)', named, chunkname, sym.firstline)
     else
       name = format('function at %s:%d', chunkname, sym.firstline)
     end

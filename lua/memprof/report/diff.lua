@@ -4,14 +4,14 @@
 --     changes  from memprof.analysis.diff.compare()
 --     opts     before, after: the names of the two files
 --              group: the grouping of the rows (for the heading)
---              sort: 'bytes' (default) or 'count', as compared
+--              sort: 'live' (default), 'bytes' or 'count', as compared
 --              top: at most this many rows; the others are summed
 --              left_out: a table whose field rows grows by the number
 --                of rows that top leaves out
 --              human_readable: sizes in B/KiB/MiB/GiB
 --   diff_report.render(changes, opts) -> the same, as a string
 --
---   CHANGES from before.bin to after.bin, by growth in bytes allocated
+--   CHANGES from before.bin to after.bin, by growth in live bytes at end
 --   @app.lua:7: allocated +512B (1024B -> 1536B), allocations +4 (8 -> 12), live at end +64B (128B -> 192B)
 --   @app.lua:9 (new): allocated +464B (0B -> 464B), ...
 --   (3 rows unchanged)
@@ -23,7 +23,8 @@ local M = {}
 
 local format = string.format
 
-local SORT_TEXT = { bytes = 'bytes allocated', count = 'allocations' }
+local SORT_TEXT = { live = 'live bytes at end', bytes = 'bytes allocated',
+  count = 'allocations' }
 
 local STATUS_SUFFIX = { new = ' (new)', gone = ' (gone)', changed = '' }
 
@@ -75,9 +76,10 @@ function M.write(changes, out, opts)
   if opts.sampling and #opts.sampling > 0 then
     out:write('\n')
   end
+  layout.write_focus(out, opts)
   layout.write_grouping(out, opts.group)
   out:write(format('CHANGES from %s to %s, by growth in %s\n', opts.before,
-    opts.after, SORT_TEXT[opts.sort or 'bytes']))
+    opts.after, SORT_TEXT[opts.sort or 'live']))
   local shown, rest = layout.split_top(changes.rows, opts.top, opts.left_out)
   for _, entry in ipairs(shown) do
     layout.write_title(out, entry.group, STATUS_SUFFIX[entry.status] ..

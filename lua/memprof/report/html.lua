@@ -35,11 +35,14 @@ local report_rows = require('memprof.report.rows')
 local columns = require('memprof.analysis.columns')
 local flame = require('memprof.report.flame')
 local record_shape = require('memprof.record').shape
-local heap = require('memprof.analysis.heap')
 local sampling = require('memprof.analysis.sampling')
 local html_text = require('memprof.report.html.text')
 local data_module = require('memprof.report.html.data')
 local holders_section = require('memprof.report.html.holders_section')
+local peak_model = require('memprof.report.model.peak')
+local leaks_model = require('memprof.report.model.leaks')
+local temporary_model = require('memprof.report.model.temporary')
+local paths = require('memprof.report.paths')
 
 local M = {}
 
@@ -81,6 +84,11 @@ end
 local function name_html(group)
   local lines = layout.title_lines(group)
   local parts = { '<span class="site">', escape(lines[1]), '</span>' }
+  local source = layout.row_source_text(group)
+  if source then
+    parts[#parts + 1] = '<code class="source">' .. escape(source) ..
+      '</code>'
+  end
   if #lines == 1 then
     return concat(parts)
   end
@@ -218,7 +226,9 @@ local function stack_list_html(stacks)
   for i, record in ipairs(shown) do
     local names = {}
     for k, frame in ipairs(record.stack.frames) do
-      names[k] = escape(frame.name)
+      local source = layout.source_text(frame)
+      names[k] = escape(frame.name) .. (source and ' <code class="source">' ..
+        escape(source) .. '</code>' or '')
     end
     items[i] = format('<li><span class="stack-size">%s in %s</span>' ..
       '<span class="frames">%s</span></li>', human_size(record.bytes),
@@ -236,17 +246,16 @@ local function stack_list_html(stacks)
 end
 
 local function live_table(result, settings)
-  local leaks = result.leaks
-  if not leaks then
+  if not result.leaks then
     return empty_table('table-live', 'Live at end',
       'The leaks view was not computed.')
   end
-  if #leaks.groups == 0 then
+  local leaks = leaks_model.new(result.leaks)
+  if leaks.empty then
     return empty_table('table-live', 'Live at end',
       'Every block allocated during the profile was freed.')
   end
-  local shown, rest = leaks:top({ by = sort_field(settings, 'bytes',
-    'count'), top = settings.top, sums = { 'bytes', 'count' } })
+  local shown, rest = leaks:rows(settings)
   local body = {}
   for i, row in ipairs(shown) do
     body[i] = '<th scope="row">' .. name_html(row.group) ..
@@ -264,83 +273,59 @@ local function live_table(result, settings)
     share_cell(leaks.bytes, leaks.bytes)
   return table_html('table-live', 'Live at end: blocks never freed, by ' ..
     'where they were allocated. ' ..
-    escape(layout.collection_note(leaks.collected_at_stop)), { 'Site', 'Live', 'Blocks', 'Share' },
-    body, foot)
+    escape(leaks.note), { 'Site', 'Live', 'Blocks', 'Share' }, body, foot)
 end
 
--- What the peak is: the VM's whole heap when the stream records the heap
--- at the start, else the growth above it.
-local function peak_amount(peak)
-  if peak.heap_bytes then
-    return format('%s %s', peak.estimate and 'estimated peak heap' or
-      'peak heap', human_size(peak.heap_bytes))
-  end
-  return format('%s above the heap at the start (not recorded in this ' ..
-    'profile)', human_size(peak.bytes))
-end
-
-local function peak_caption(result)
-  local peak = result.peak
-  if peak.event == 0 then
+local function peak_caption(model)
+  if model.at_start then
     return 'Peak: the heap never grew past its size at the start'
   end
-  local text = format('Peak holders: %s after event %s', peak_amount(peak),
-    with_commas(peak.event))
-  if result.stream.has_time then
-    text = text .. ', at ' .. human_time(peak.time or 0)
+  local text = format('Peak holders: %s after event %s',
+    model:amount(human_size), with_commas(model.event))
+  if model.has_time then
+    text = text .. ', at ' .. human_time(model.time or 0)
   end
-  if peak.heap_bytes then
+  if model.whole_heap then
     text = text .. format(', of which %s allocated before the profile',
-      human_size(peak.before.live_bytes))
+      human_size(model.before.live_bytes))
   end
   return text
 end
 
 -- The row of the blocks allocated before the profile: still live at the
 -- peak (when the heap at the start is known), or freed before it.
-local function peak_before_row(peak)
-  local before = peak.before
-  local name = '<th scope="row">' .. escape(heap.BEFORE_PROFILING.name)
-  if before.live_bytes then
+local function peak_before_row(model)
+  local before = model.before
+  local name = '<th scope="row">' .. escape(before.name)
+  if before.kind == 'live' then
     return name .. ', still live</th>' .. size_cell(before.live_bytes) ..
-      '<td></td>' .. share_cell(before.live_bytes, peak.heap_bytes)
+      '<td></td>' .. share_cell(before.live_bytes, model.bytes)
+  elseif before.kind == 'freed' then
+    return name .. ', freed before the peak</th>' ..
+      size_cell(before.freed_bytes) .. number_cell(before.freed_blocks) ..
+      '<td></td>'
   end
-  if before.freed_blocks == 0 then
-    return nil
-  end
-  return name .. ', freed before the peak</th>' ..
-    size_cell(before.freed_bytes) .. number_cell(before.freed_blocks) ..
-    '<td></td>'
+  return nil
 end
 
 local function peak_table(result, settings)
-  local peak = result.peak
-  if not peak then
+  if not result.peak then
     return empty_table('table-peak', 'Peak holders',
       'The peak view was not computed.')
   end
-  if #peak.groups == 0 then
-    return empty_table('table-peak', escape(peak_caption(result)),
+  local model = peak_model.new(result.peak, result.stream)
+  if model.empty then
+    return empty_table('table-peak', escape(peak_caption(model)),
       'Nothing was live at the peak.')
   end
-  local total = peak.heap_bytes or peak.bytes
-  -- The rows are in order of bytes.
-  local shown, rest = peak:top({ by = settings.sort == 'count' and 'blocks',
-    top = settings.top, sums = { 'bytes', 'blocks' } })
+  local total = model.bytes
+  local shown, rest = model:rows(settings)
   local body, foot = share_rows(shown, rest, 'blocks', total)
-  foot[#foot + 1] = peak_before_row(peak)
+  foot[#foot + 1] = peak_before_row(model)
   foot[#foot + 1] = '<th scope="row">Total at the peak</th>' ..
     size_cell(total) .. '<td></td>' .. share_cell(total, total)
-  return table_html('table-peak', escape(peak_caption(result)),
+  return table_html('table-peak', escape(peak_caption(model)),
     { 'Site', 'Live at the peak', 'Blocks', 'Share' }, body, foot)
-end
-
-local function temporary_caption(limit)
-  if limit == 0 then
-    return 'Temporary blocks: freed before any other allocation'
-  end
-  return format('Temporary blocks: freed within %s',
-    layout.plural(limit, 'other allocation'))
 end
 
 local function temporary_cells(row)
@@ -350,16 +335,13 @@ local function temporary_cells(row)
 end
 
 local function temporary_table(result, settings)
-  local temporary = result.temporary
-  if not temporary then
+  if not result.temporary then
     return empty_table('table-temporary', 'Temporary blocks',
       'The temporary view was not computed.')
   end
-  local caption = temporary_caption(temporary.limit)
-  local shown, rest = temporary:top({ keep = 'temporary_blocks',
-    by = sort_field(settings, 'temporary_bytes', 'temporary_blocks'),
-    top = settings.top, sums = { 'bytes', 'temporary_bytes',
-      'temporary_blocks', 'freed_bytes', 'live_bytes' } })
+  local temporary = temporary_model.new(result.temporary)
+  local caption = 'Temporary blocks: ' .. temporary.meaning
+  local shown, rest = temporary:rows(settings)
   if #shown == 0 then
     return empty_table('table-temporary', caption,
       'No block was freed that soon.')
@@ -465,8 +447,9 @@ local function basename(path)
   return path:match('([^/]+)$') or path
 end
 
-local VERSION_NAMES = { [3] = "Tarantool's format",
-  [100] = 'extended: stacks and time marks' }
+-- The format's name; what the file holds is said by the facts after it
+-- (an extended file may have neither stacks nor time marks).
+local VERSION_NAMES = { [3] = "Tarantool's", [100] = 'extended' }
 
 local GROUPING_NAMES = { line = 'by line', ['function'] = 'by function',
   caller = 'by caller', stack = 'by stack' }
@@ -475,12 +458,13 @@ local function fact(label, value)
   return format('<li>%s <b>%s</b></li>', label, value)
 end
 
-local function facts_html(result)
+local function facts_html(result, opts)
   local stream = result.stream
   local version = stream.version or '?'
   local facts = {
-    fact('format', escape(version) .. (VERSION_NAMES[version] and
-      ' (' .. VERSION_NAMES[version] .. ')' or '')),
+    fact('format', VERSION_NAMES[version] and
+      format('%s (%s)', VERSION_NAMES[version], escape(version)) or
+      escape(version)),
     fact('events', with_commas(stream.events or 0)),
     fact('call stacks', stream.has_stacks and 'yes' or 'no'),
     fact('time marks', stream.has_time and 'yes' or 'no'),
@@ -494,10 +478,19 @@ local function facts_html(result)
   if stream.warning then
     facts[#facts + 1] = fact('stream', 'truncated')
   end
+  local prefix = paths.common_prefix(stream)
+  if prefix then
+    facts[#facts + 1] = fact('files under', escape(prefix) ..
+      ' named from there on')
+  end
+  local focus = layout.focus_note(opts)
+  if focus ~= '' then
+    facts[#facts + 1] = fact('blocks', escape(focus))
+  end
   return '<ul class="facts">' .. concat(facts) .. '</ul>'
 end
 
-local function header_html(result)
+local function header_html(result, opts)
   local name = result.stream.name or 'profile'
   local path = ''
   if basename(name) ~= name then
@@ -508,7 +501,7 @@ local function header_html(result)
     '<span class="brand">memprof</span>',
     '<h1 id="file-name">' .. escape(basename(name)) .. '</h1>',
     path,
-    facts_html(result),
+    facts_html(result, opts),
     '</div></header>',
     '<nav class="sections" aria-label="Sections"><ul>',
     '<li><a href="#flame-graphs">Flame graphs</a></li>',
@@ -535,21 +528,17 @@ local function card(label, value, detail)
 end
 
 local function peak_card(result)
-  local peak = result.peak
-  if not peak then
+  if not result.peak then
     return card('Peak', '–', 'not computed')
   end
-  local detail = format('after event %s', with_commas(peak.event))
-  if peak.event == 0 then
+  local model = peak_model.new(result.peak, result.stream)
+  local detail = format('after event %s', with_commas(model.event))
+  if model.at_start then
     detail = 'at the start'
-  elseif result.stream.has_time then
-    detail = 'at ' .. human_time(peak.time or 0)
+  elseif model.has_time then
+    detail = 'at ' .. human_time(model.time or 0)
   end
-  if peak.heap_bytes then
-    return card(peak.estimate and 'Estimated peak heap' or 'Peak heap',
-      size_html(peak.heap_bytes), detail)
-  end
-  return card('Peak above start', size_html(peak.bytes), detail)
+  return card(model.title, size_html(model.bytes), detail)
 end
 
 local function live_card(result)
@@ -686,14 +675,18 @@ local function grid_svg(scales)
   return concat(parts) .. concat(axis)
 end
 
-local function peak_label(peak, bytes, time)
+-- The label of the peak on the chart (model: of the peak view, or nil
+-- when it was not computed: then the chart's highest row).
+local function peak_label(model, bytes, time)
   local what = 'peak'
-  if peak and peak.heap_bytes then
-    what, bytes = peak.estimate and 'estimated peak heap' or 'peak heap',
-      peak.heap_bytes
-  end
-  if peak and peak.event == 0 then
-    return format('%s %s at the start', what, human_size(bytes))
+  if model then
+    what = model.name
+    if model.whole_heap then
+      bytes = model.bytes
+    end
+    if model.at_start then
+      return format('%s %s at the start', what, human_size(bytes))
+    end
   end
   return format('%s %s at %s', what, human_size(bytes), human_time(time))
 end
@@ -713,7 +706,8 @@ local function peak_marker_svg(result, chart, scales)
     'y="%s" text-anchor="%s">%s</text></g>', fixed(x), fixed(x), CHART.top,
     CHART.height - CHART.bottom, fixed(x), fixed(y),
     fixed(x + (on_the_right and -8 or 8)), fixed(math.max(y - 8, 14)),
-    on_the_right and 'end' or 'start', escape(peak_label(peak, bytes, time)))
+    on_the_right and 'end' or 'start', escape(peak_label(peak and
+      peak_model.new(peak, result.stream), bytes, time)))
 end
 
 local function chart_svg(result, chart)
@@ -827,8 +821,12 @@ function M.write(result, out, opts)
   local data, chart = page_data(result, { max_frames = M.MAX_FRAMES,
     chart_rows = M.CHART_ROWS })
   local sums = totals(result)
+  local prefix = paths.common_prefix(result.stream)
+  if prefix then
+    out = paths.shortening(out, prefix)
+  end
   out:write(head_html(result))
-  out:write(header_html(result))
+  out:write(header_html(result, opts))
   out:write('<main>\n')
   out:write(warnings_html(result))
   out:write(summary_html(result, sums))

@@ -1,8 +1,10 @@
 -- memprof.report.json: every view of an analysis as one JSON document
 -- (the schema is docs/json.md), written by memprof.encode.json_text.
 --
---   json.write(result, out, opts)     -- result of memprof.analysis.analyze.run
---   json.document(result) -> the document as Lua tables
+--   json.write(result, out, opts)     -- result of memprof.analysis.analyze.run;
+--                                     -- opts.focus, opts.ignore: what the
+--                                     -- analysis kept (the key filter)
+--   json.document(result, opts) -> the document as Lua tables
 --   json.encode(value) -> JSON text (also used by the chrome format)
 --   json.array(list) -> list, marked to be encoded as an array even
 --                       when empty
@@ -418,7 +420,15 @@ local function aliases_of(stream)
 end
 
 -- The document, with place(section) for each long array (see above).
-local function build(result, place)
+-- What --focus and --ignore kept (memprof.analysis.focus), or nil.
+local function filter_of(opts)
+  if not (opts and (opts.focus or opts.ignore)) then
+    return nil
+  end
+  return { focus = or_null(opts.focus), ignore = or_null(opts.ignore) }
+end
+
+local function build(result, place, opts)
   local stream = result.stream
   local figures = rows.figures(result, { all = true, overrides = true })
   local sites = section(stream.sites, site_entry)
@@ -437,6 +447,7 @@ local function build(result, place)
     stream = stream_section(stream),
     warnings = warnings_of(stream),
     grouping = result.grouper.mode,
+    filter = filter_of(opts),
     sites = place(sites),
     stacks = place(stacks),
     aliases = aliases_of(stream),
@@ -463,8 +474,8 @@ local function entries_of(part)
   return M.array(list)
 end
 
-function M.document(result)
-  return build(result, entries_of)
+function M.document(result, opts)
+  return build(result, entries_of, opts)
 end
 
 local function as_it_is(part)
@@ -473,10 +484,10 @@ end
 
 -- The same text as M.encode(M.document(result)), each section's entries
 -- made as they are written.
-function M.write(result, out)
+function M.write(result, out, opts)
   out = out or io.stdout
   local writer = json_text.writer(out)
-  writer:value(build(result, as_it_is))
+  writer:value(build(result, as_it_is, opts))
   writer:part('\n')
   writer:finish()
 end

@@ -3,6 +3,7 @@
 -- ALIASES section.
 
 local sampling = require('memprof.analysis.sampling')
+local sources = require('memprof.read.sources')
 
 local M = {}
 
@@ -110,10 +111,44 @@ function M.write_title(out, group, tail, indent, plain_names)
   end
 end
 
--- Writes the frames of a stack, one per line, innermost first.
+-- The text of the source line a place is (a line of a Lua function
+-- whose file the reporter can read: memprof.read.sources), or nil.
+function M.source_text(place)
+  if place and place.source == 'lua' and place.line and place.chunkname
+  then
+    return sources.line(place.chunkname, place.line)
+  end
+  return nil
+end
+
+-- Writes the frames of a stack, one per line, innermost first; a line
+-- of a readable file is followed by its source text.
 function M.write_frames(out, frames, indent)
   for _, frame in ipairs(frames) do
-    out:write(indent, M.place_name(frame), '\n')
+    local text = M.source_text(frame)
+    if text then
+      out:write(indent, M.place_name(frame), ': ', text, '\n')
+    else
+      out:write(indent, M.place_name(frame), '\n')
+    end
+  end
+end
+
+-- The source text of a row named after a line of a readable file (by
+-- line or by caller), or nil.
+function M.row_source_text(group)
+  if group.frames then
+    return nil
+  end
+  return M.source_text(group.site or group)
+end
+
+-- After the title of a view's row named after a line of a readable file:
+-- the line's source text, indented.
+function M.write_source(out, group)
+  local text = M.row_source_text(group)
+  if text then
+    out:write('\t| ', text, '\n')
   end
 end
 
@@ -183,6 +218,32 @@ local GROUPING_HEADINGS = {
 function M.write_sampling(out, stream)
   if stream.sample_bytes then
     out:write(sampling.note(stream.sample_bytes), '\n\n')
+  end
+end
+
+-- The line that says a report shows only some blocks (--focus,
+-- --ignore: memprof.analysis.focus), or ''.
+function M.focus_note(opts)
+  local focus, ignore = opts.focus, opts.ignore
+  if focus and ignore then
+    return format("Only the blocks allocated where the place or its stack " ..
+      "names '%s' (--focus) and not '%s' (--ignore): every figure counts " ..
+      'them alone.', focus, ignore)
+  elseif focus then
+    return format("Only the blocks allocated where the place or its stack " ..
+      "names '%s' (--focus): every figure counts them alone.", focus)
+  elseif ignore then
+    return format("Without the blocks allocated where the place or its " ..
+      "stack names '%s' (--ignore): every figure counts the others alone.",
+      ignore)
+  end
+  return ''
+end
+
+function M.write_focus(out, opts)
+  local note = M.focus_note(opts)
+  if note ~= '' then
+    out:write(note, '\n\n')
   end
 end
 
@@ -261,14 +322,24 @@ function M.renderer(write)
   end
 end
 
--- Whether the blocks live at the end are known to be reachable (the
--- profile collected garbage at stop).
-function M.collection_note(collected)
-  if collected then
-    return 'Garbage was collected at stop: these blocks were reachable.'
+-- What the rest line of a section adds when the rows it sums hold more
+-- bytes than the rows shown: their share of the section's bytes, so
+-- that a cut never hides the larger part unsaid.  '' otherwise.
+function M.rest_share(rest_bytes, shown_bytes)
+  local total = rest_bytes + shown_bytes
+  if rest_bytes <= shown_bytes or total <= 0 then
+    return ''
   end
-  return 'Garbage was not collected at stop: some of these blocks may be ' ..
-    'unreachable; start with collect_at_stop = true to know.'
+  return format(' (%d%% of the bytes)', floor(rest_bytes / total * 100 + 0.5))
+end
+
+-- Sums `field` over rows.
+function M.sum_of(rows, field)
+  local sum = 0
+  for _, row in ipairs(rows) do
+    sum = sum + row[field]
+  end
+  return sum
 end
 
 return M

@@ -8,7 +8,7 @@
 --
 -- Sample types (in this order): alloc_space (bytes), alloc_objects
 -- (count), inuse_space (bytes), inuse_objects (count); the default is
--- alloc_space.  One sample per stack: the bytes and events of the
+-- alloc_space.  A comment says whether inuse counts garbage (inuse_note).  One sample per stack: the bytes and events of the
 -- allocations and reallocations made with that stack, and the bytes and
 -- blocks of them still live at the end.  An event without a stack is a
 -- one-frame sample.  Frees of blocks allocated before the profile are
@@ -178,8 +178,9 @@ local function emit_profile(result, emit)
   end
   local comments = { self:string('memprof profile ' .. stream.name) }
   if stream.sample_bytes then
-    comments[2] = self:string(sampling.note(stream.sample_bytes))
+    comments[#comments + 1] = self:string(sampling.note(stream.sample_bytes))
   end
+  comments[#comments + 1] = self:string(M.inuse_note(stream))
   local default = self:string('alloc_space')
   -- The string table last: every string is known by now.
   for _, s in ipairs(self.strings) do
@@ -187,6 +188,17 @@ local function emit_profile(result, emit)
   end
   profile:packed(PROFILE.comment, comments)
   profile:varint(PROFILE.default_sample_type, default)
+end
+
+-- What inuse_space and inuse_objects count: the blocks live at the end,
+-- which are reachable only when the profile collected garbage at stop.
+function M.inuse_note(stream)
+  if stream.collected_at_stop then
+    return 'inuse: the blocks live after the collection at stop ' ..
+      '(all reachable)'
+  end
+  return 'inuse: the blocks live at the end, garbage not yet collected ' ..
+    'included (the profile has no collection at stop)'
 end
 
 function M.encode(result)

@@ -16,11 +16,12 @@
 --               "... and K more: ...", the other names counted
 --             left_out: a table whose field rows grows by the number of
 --               rows that top leaves out
---             sort: 'count' or 'bytes' (default: events by count, the
---               heap summary by bytes); 'bytes' sorts the event sections
---               by bytes allocated (+), or freed (-) for DEALLOCATIONS,
---               and 'count' the heap summary by live blocks (allocs -
---               frees)
+--             sort: 'bytes' (default) or 'count'; 'bytes' sorts the
+--               event sections by bytes allocated (+), or freed (-) for
+--               DEALLOCATIONS, and the heap summary by holds; 'count'
+--               the event sections by events (Tarantool's order) and
+--               the heap summary by live blocks (allocs - frees).  Each
+--               section's title says its order.
 --
 -- Rows are grouped by name: sites with the same name (a function
 -- reloaded at another address, say) are reported as one row.  When the
@@ -31,8 +32,8 @@
 --
 -- Sections ALLOCATIONS, REALLOCATIONS, DEALLOCATIONS: one row per site
 -- with its event count and bytes allocated (+) and freed (-), sorted by
--- count (then name); realloc and free rows list under "Overrides:" the
--- sites that had produced the released blocks.
+-- bytes or count, then name; realloc and free rows list under
+-- "Overrides:" the sites that had produced the released blocks.
 --
 -- HEAP SUMMARY: every site whose holds are not zero, by holds (then
 -- name), then the blocks allocated before the profile and released
@@ -56,6 +57,7 @@ local M = {}
 local layout = require('memprof.report.layout')
 local views = require('memprof.report.views')
 local record = require('memprof.record')
+local paths = require('memprof.report.paths')
 
 local format = string.format
 
@@ -257,19 +259,30 @@ local function note_used_aliases(used, sites)
 end
 
 local SECTIONS = {
-  { kind = 'alloc', title = 'ALLOCATIONS', bytes = 'plus' },
-  { kind = 'realloc', title = 'REALLOCATIONS', bytes = 'plus' },
-  { kind = 'free', title = 'DEALLOCATIONS', bytes = 'minus' },
+  { kind = 'alloc', title = 'ALLOCATIONS', bytes = 'plus',
+    order = 'by bytes allocated' },
+  { kind = 'realloc', title = 'REALLOCATIONS', bytes = 'plus',
+    order = 'by bytes allocated' },
+  { kind = 'free', title = 'DEALLOCATIONS', bytes = 'minus',
+    order = 'by bytes freed' },
 }
+
+-- A section's title with the order of its rows.
+local function section_title(section, opts)
+  if opts.sort == 'count' then
+    return format('%s (by events)', section.title)
+  end
+  return format('%s (%s)', section.title, section.order)
+end
 
 -- Writes a section of events: the rows shown, then a line summing the
 -- rest (event_rows); overrides_at(slot) lists the sites whose blocks the
 -- events of the key in that slot released, or nil.
-local function write_events(out, shown, rest, title, opts, used_aliases,
+local function write_events(out, shown, rest, section, opts, used_aliases,
     overrides_at)
   local size = layout.sizer(opts)
   local key = opts.key or site_name
-  out:write(title, '\n')
+  out:write(section_title(section, opts), '\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
       size(row.plus), size(row.minus)))
@@ -291,8 +304,10 @@ local function write_events(out, shown, rest, title, opts, used_aliases,
   end
   if rest.count > 0 then
     local sums = rest.sums
-    out:write(format('... and %d more: %d events\t+%s\t-%s\n', rest.count,
-      sums.count, size(sums.plus), size(sums.minus)))
+    local bytes = section.bytes
+    out:write(format('... and %d more: %d events\t+%s\t-%s%s\n', rest.count,
+      sums.count, size(sums.plus), size(sums.minus),
+      layout.rest_share(sums[bytes], layout.sum_of(shown, bytes))))
   end
   out:write('\n')
 end
@@ -310,7 +325,8 @@ end
 local function write_heap(out, shown, rest, before, total, opts,
     used_aliases)
   local size = layout.sizer(opts)
-  out:write('HEAP SUMMARY:\n')
+  out:write(opts.sort == 'count' and 'HEAP SUMMARY (by live blocks):\n' or
+    'HEAP SUMMARY (by bytes held):\n')
   for _, row in ipairs(shown) do
     layout.write_title(out, row, format(' holds %s: %d allocs, %d frees%s',
       size(row.holds), row.allocs, row.frees, realloc_note(row)))
@@ -318,8 +334,9 @@ local function write_heap(out, shown, rest, before, total, opts,
   end
   if rest.count > 0 then
     local sums = rest.sums
-    out:write(format('... and %d more hold %s: %d allocs, %d frees\n',
-      rest.count, size(sums.holds), sums.allocs, sums.frees))
+    out:write(format('... and %d more hold %s: %d allocs, %d frees%s\n',
+      rest.count, size(sums.holds), sums.allocs, sums.frees,
+      layout.rest_share(sums.holds, layout.sum_of(shown, 'holds'))))
   end
   if before then
     out:write(format('%s: %d freed or reallocated during the profile, %s\n',
@@ -361,7 +378,13 @@ end
 function M.write(result, out, opts)
   out = out or io.stdout
   opts = opts or {}
+  local prefix = paths.common_prefix(result.stream)
+  if prefix then
+    out:write(paths.note(prefix), '\n\n')
+    out = paths.shortening(out, prefix)
+  end
   layout.write_sampling(out, result.stream)
+  layout.write_focus(out, opts)
   if opts.views and next(opts.views) then
     return views.write(result, out, opts)
   end
@@ -372,10 +395,10 @@ function M.write(result, out, opts)
   end
   if not opts.leak_only then
     for _, section in ipairs(SECTIONS) do
-      local sort_field = opts.sort == 'bytes' and section.bytes or 'count'
+      local sort_field = opts.sort == 'count' and 'count' or section.bytes
       local shown, rest = event_rows(result.sites, section.kind, key,
         sort_field, opts)
-      write_events(out, shown, rest, section.title, opts, used_aliases,
+      write_events(out, shown, rest, section, opts, used_aliases,
         function(slot)
           return (result.sites:overrides_at(section.kind, slot))
         end)

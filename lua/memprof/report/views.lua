@@ -21,7 +21,9 @@
 local layout = require('memprof.report.layout')
 local analyze = require('memprof.analysis.analyze')
 local timeline = require('memprof.analysis.timeline')
-local heap = require('memprof.analysis.heap')
+local peak_model = require('memprof.report.model.peak')
+local leaks_model = require('memprof.report.model.leaks')
+local temporary_model = require('memprof.report.model.temporary')
 
 local M = {}
 
@@ -33,10 +35,10 @@ M.STACKS_PER_ROW = 3
 -- Width of the bars of HEAP OVER TIME.
 M.BAR_WIDTH = 40
 
--- The figure view rows are sorted by: bytes_field or count_field, as
--- opts.sort says.
-local function sort_field(opts, bytes_field, count_field)
-  return opts.sort == 'count' and count_field or bytes_field
+-- The order of a view's rows, for its title: by bytes, or by blocks
+-- with --sort=count.
+local function order(opts)
+  return opts.sort == 'count' and '(by blocks)' or '(by bytes)'
 end
 
 -- Counts the rows a view leaves out (columns' top()) in opts.left_out.
@@ -78,48 +80,53 @@ end
 
 function M.write_leaks(out, leaks, opts, used)
   local size = layout.sizer(opts)
-  out:write('LIVE AT END: blocks allocated during the profile and never ' ..
-    'freed, by where they were allocated (for a reallocated block, where ' ..
-    'it was last reallocated)\n')
-  local shown, rest = leaks:top({ by = sort_field(opts, 'bytes', 'count'),
-    top = opts.top, sums = { 'count', 'bytes' } })
+  local model = leaks_model.new(leaks)
+  out:write('LIVE AT END ', order(opts), ': blocks allocated during the ' ..
+    'profile and never freed, by where they were allocated (for a ' ..
+    'reallocated block, where it was last reallocated)\n')
+  local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, format(': %s, %s',
       plural(row.count, 'block'), size(row.bytes)))
+    -- (Stacks show the line with its text.)
+    if #row.stacks == 0 then
+      layout.write_source(out, row.group)
+    end
     layout.note_aliases(used, row.group)
     write_stacks(out, row.stacks, opts)
     note_stack_aliases(used, row.stacks)
   end
   if rest.rows > 0 then
-    out:write(format('... and %d more: %s, %s\n', rest.rows,
-      plural(rest.count, 'block'), size(rest.bytes)))
+    out:write(format('... and %d more: %s, %s%s\n', rest.rows,
+      plural(rest.count, 'block'), size(rest.bytes),
+      layout.rest_share(rest.bytes, layout.sum_of(shown, 'bytes'))))
   end
-  out:write(format('TOTAL live at end: %s, %s\n', plural(leaks.count, 'block'),
-    size(leaks.bytes)))
-  if leaks.before_profiling ~= 0 then
+  out:write(format('TOTAL live at end: %s, %s\n', plural(model.count,
+    'block'), size(model.bytes)))
+  if model.freed_before ~= 0 then
     out:write(format('Freed during the profile, allocated before it: %s\n',
-      size(-leaks.before_profiling)))
+      size(model.freed_before)))
   end
-  out:write(format('Net bytes of the stream: %s\n', size(leaks.total)))
-  out:write(layout.collection_note(leaks.collected_at_stop), '\n\n')
+  out:write(format('Net bytes of the stream: %s\n', size(model.total)))
+  out:write(model.note, '\n\n')
 end
 
 -- PEAK ---------------------------------------------------------------------
 
-local function peak_moment(peak, stream)
-  if peak.event == 0 then
+local function peak_moment(model)
+  if model.at_start then
     return 'at the start (the heap never grew past its size at the start)'
   end
-  local text = format('after event %d (byte %d of the file)', peak.event,
-    peak.offset)
-  if not stream.has_time then
+  local text = format('after event %d (byte %d of the file)', model.event,
+    model.offset)
+  if not model.has_time then
     return text
   end
-  local from = peak.time or 0
-  if peak.time_next then
+  local from = model.time or 0
+  if model.time_next then
     return format('%s, between %s and %s', text, layout.format_ms(from),
-      layout.format_ms(peak.time_next))
+      layout.format_ms(model.time_next))
   end
   return format('%s, at %s or later', text, layout.format_ms(from))
 end
@@ -128,68 +135,66 @@ local function peak_row_tail(row, size)
   return format(': %s in %s', size(row.bytes), plural(row.blocks, 'block'))
 end
 
--- The first line of PEAK: the VM's whole heap when the stream records
--- the heap at the start, else the growth above it.
-local function peak_title(peak, stream, size)
-  if peak.heap_bytes then
-    return format('PEAK: %s %s %s, of which %s allocated before ' ..
-      'the profile. Held by:\n',
-      peak.estimate and 'estimated peak heap' or 'peak heap',
-      size(peak.heap_bytes),
-      peak_moment(peak, stream), size(peak.before.live_bytes))
+-- The first line of PEAK.
+local function peak_title(model, size, opts)
+  local title = 'PEAK ' .. order(opts)
+  if model.whole_heap then
+    return format('%s: %s %s, of which %s allocated before the profile. ' ..
+      'Held by:\n', title, model:amount(size), peak_moment(model),
+      size(model.before.live_bytes))
   end
-  if peak.event == 0 then
-    return 'PEAK: at the start (the heap never grew past its size at the ' ..
-      'start, which this profile does not record). Held by:\n'
+  if model.at_start then
+    return title .. ': at the start (the heap never grew past its size at ' ..
+      'the start, which this profile does not record). Held by:\n'
   end
-  return format('PEAK: %s above the heap at the start (which this ' ..
-    'profile does not record), %s. Held by:\n', size(peak.bytes),
-    peak_moment(peak, stream))
+  return format('%s: %s, %s. Held by:\n', title, model:amount(size),
+    peak_moment(model))
 end
 
 -- The blocks allocated before the profile: apart from the rows.
 local function write_peak_before(out, before, size)
-  local name = heap.BEFORE_PROFILING.name
-  if before.live_bytes then
-    out:write(format('%s: %s still live', name, size(before.live_bytes)))
+  if before.kind == 'live' then
+    out:write(format('%s: %s still live', before.name,
+      size(before.live_bytes)))
     if before.freed_blocks ~= 0 then
       out:write(format(' (%s, %s, freed before the peak)',
         plural(before.freed_blocks, 'block'), size(before.freed_bytes)))
     end
     out:write('\n')
-  elseif before.freed_blocks ~= 0 then
-    out:write(format('%s: %s, %s, freed before the peak\n', name,
+  elseif before.kind == 'freed' then
+    out:write(format('%s: %s, %s, freed before the peak\n', before.name,
       plural(before.freed_blocks, 'block'), size(before.freed_bytes)))
   end
 end
 
-local function peak_total(peak, size)
-  if peak.heap_bytes then
+local function peak_total(model, size)
+  if model.whole_heap then
     return format('TOTAL at the peak: %s (the heap at the start, %s, ' ..
-      'and %s more)\n\n', size(peak.heap_bytes), size(peak.heap_at_start),
-      size(peak.bytes))
+      'and %s more)\n\n', size(model.bytes), size(model.heap_at_start),
+      size(model.growth))
   end
   return format('TOTAL at the peak: %s above the heap at the start\n\n',
-    size(peak.bytes))
+    size(model.growth))
 end
 
 function M.write_peak(out, peak, opts, used, stream)
   local size = layout.sizer(opts)
-  out:write(peak_title(peak, stream, size))
-  -- The rows are in order of bytes.
-  local shown, rest = peak:top({ by = opts.sort == 'count' and 'blocks',
-    top = opts.top, sums = { 'bytes', 'blocks' } })
+  local model = peak_model.new(peak, stream)
+  out:write(peak_title(model, size, opts))
+  local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, peak_row_tail(row, size))
+    layout.write_source(out, row.group)
     layout.note_aliases(used, row.group)
   end
   if rest.rows > 0 then
-    out:write(format('... and %d more: %s in %s\n', rest.rows,
-      size(rest.bytes), plural(rest.blocks, 'block')))
+    out:write(format('... and %d more: %s in %s%s\n', rest.rows,
+      size(rest.bytes), plural(rest.blocks, 'block'),
+      layout.rest_share(rest.bytes, layout.sum_of(shown, 'bytes'))))
   end
-  write_peak_before(out, peak.before, size)
-  out:write(peak_total(peak, size))
+  write_peak_before(out, model.before, size)
+  out:write(peak_total(model, size))
 end
 
 -- TEMPORARY BLOCKS -----------------------------------------------------------
@@ -203,57 +208,30 @@ local function temporary_tail(row, size)
     size(row.live_bytes))
 end
 
-local function limit_text(limit)
-  if limit == 0 then
-    return 'freed before any other allocation'
-  end
-  return format('freed with at most %s between their own and their free',
-    plural(limit, 'other allocation'))
-end
-
--- The rows without temporary blocks: how many, and their blocks and
--- bytes.
-local function without_temporary(result)
-  local c = result.columns
-  local temporary_blocks, blocks, bytes = c.temporary_blocks, c.blocks,
-    c.bytes
-  local sums = { count = 0, blocks = 0, bytes = 0 }
-  for _, group in ipairs(result.groups) do
-    local id = group.id
-    if temporary_blocks[id] <= 0 then
-      sums.count = sums.count + 1
-      sums.blocks = sums.blocks + blocks[id]
-      sums.bytes = sums.bytes + bytes[id]
-    end
-  end
-  return sums
-end
-
 function M.write_temporary(out, result, opts, used)
   local size = layout.sizer(opts)
-  out:write(format('TEMPORARY BLOCKS: %s, by where they were allocated\n',
-    limit_text(result.limit)))
-  local shown, rest = result:top({ keep = 'temporary_blocks',
-    by = sort_field(opts, 'temporary_bytes', 'temporary_blocks'),
-    top = opts.top,
-    sums = { 'temporary_blocks', 'temporary_bytes', 'freed_blocks',
-      'freed_bytes', 'live_blocks', 'live_bytes' } })
+  local model = temporary_model.new(result)
+  out:write(format('TEMPORARY BLOCKS %s: %s, by where they were ' ..
+    'allocated\n', order(opts), model.meaning))
+  local shown, rest = model:rows(opts)
   note_left_out(opts, rest)
   for _, row in ipairs(shown) do
     layout.write_title(out, row.group, temporary_tail(row, size))
+    layout.write_source(out, row.group)
     layout.note_aliases(used, row.group)
   end
   if rest.rows > 0 then
     out:write(format('... and %d more', rest.rows),
-      temporary_tail(rest, size), '\n')
+      temporary_tail(rest, size), layout.rest_share(rest.temporary_bytes,
+        layout.sum_of(shown, 'temporary_bytes')), '\n')
   end
-  local without = without_temporary(result)
+  local without = model:without()
   if without.count > 0 then
     out:write(format('(%s with no temporary blocks: %s, %s)\n',
       plural(without.count, 'other row'), plural(without.blocks, 'block'),
       size(without.bytes)))
   end
-  local totals = result.totals
+  local totals = model.totals
   out:write(format('TOTAL: %s allocated, %s: %d temporary (%s), %d freed ' ..
     'later (%s), %d live at end (%s)\n\n', plural(totals.blocks, 'block'),
     size(totals.bytes), totals.temporary_blocks,
