@@ -161,6 +161,14 @@ describe('html report', function()
         '`widht`' }, cjson.decode(bad).errors)
     end)
 
+  it('says what share of the bytes compiled code allocated', function()
+    assert.truthy(page(B.compiled_lines()):find('<div class="label">' ..
+      'Compiled code</div><div class="value">76%</div><div class="detail">' ..
+      'of the bytes allocated, <span title="352 bytes">352 B</span>, ' ..
+      'charged to their lines</div>', 1, true))
+    assert.is_nil(page(B.three_callers()):find('Compiled code', 1, true))
+  end)
+
   it('is one self-contained page', function()
     local text = page(B.three_callers(), { group = 'caller' })
     assert.are.equal('<!DOCTYPE html>\n<html lang="en">',

@@ -44,20 +44,20 @@ describe('json report', function()
       has_stacks = true, has_time = false, last_time_ns = cjson.null,
       sample_bytes = cjson.null, estimates = false,
       heap_at_start = cjson.null, collected_at_stop = false,
-      heap_after_collection = cjson.null }, doc.stream)
+      heap_after_collection = cjson.null, compiled_bytes = 0 }, doc.stream)
     assert.are.same({}, doc.warnings)
     assert.are.equal('caller', doc.grouping)
     assert.are.equal(12, #doc.sites)
     assert.are.same({ id = 2, name = '@log.lua:5', source = 'lua',
       chunkname = '@log.lua', line = 5, traceno = cjson.null,
       traces = cjson.null, address = '0x100',
-      ['function'] = 'function at @log.lua:3', alias = cjson.null },
-      doc.sites[2])
+      ['function'] = 'function at @log.lua:3', alias = cjson.null,
+      compiled_alloc_bytes = 0, compiled_realloc_bytes = 0 }, doc.sites[2])
     assert.are.same({ id = 11, name = 'TRACE started at @app.lua:70',
       source = 'trace', chunkname = cjson.null, line = cjson.null,
       traceno = cjson.null, traces = 1, address = cjson.null,
-      ['function'] = 'TRACE started at @app.lua:70', alias = cjson.null },
-      doc.sites[11])
+      ['function'] = 'TRACE started at @app.lua:70', alias = cjson.null,
+      compiled_alloc_bytes = 0, compiled_realloc_bytes = 0 }, doc.sites[11])
     assert.are.same({ id = 2, frames = { 1, 2, 4 }, inferred = false },
       doc.stacks[2])
     -- The stack made for the trace's event, after the stream's six.
@@ -170,6 +170,21 @@ describe('json report', function()
         { doc.deallocations[1].name })
     end)
 
+  it('gives the bytes compiled code allocated, overall and by site',
+    function()
+      local doc = decode(B.compiled_lines(), 'line')
+      assert.are.equal(352, doc.stream.compiled_bytes)
+      local fill, main11
+      for _, site in ipairs(doc.sites) do
+        if site.name == '@fill.lua:3' then fill = site end
+        if site.name == '@main.lua:11' then main11 = site end
+      end
+      assert.are.same({ 256, 0 }, { fill.compiled_alloc_bytes,
+        fill.compiled_realloc_bytes })
+      assert.are.same({ 0, 96 }, { main11.compiled_alloc_bytes,
+        main11.compiled_realloc_bytes })
+    end)
+
   it('counts the traces of a start place, and lists the stacks made for them',
     function()
       local doc = decode(B.compiled_loop(), 'line')
@@ -183,8 +198,8 @@ describe('json report', function()
       assert.are.same({ id = 3, name = 'TRACE started at @fill.lua:3',
         source = 'trace', chunkname = cjson.null, line = cjson.null,
         traceno = cjson.null, traces = 2, address = cjson.null,
-        ['function'] = 'TRACE started at @fill.lua:3', alias = cjson.null },
-        trace)
+        ['function'] = 'TRACE started at @fill.lua:3', alias = cjson.null,
+        compiled_alloc_bytes = 0, compiled_realloc_bytes = 0 }, trace)
       -- The stream's stacks 1 and 2, then the trace under each caller.
       assert.are.same({
         { id = 1, frames = { 1, 2 }, inferred = false },

@@ -513,6 +513,41 @@ TOTAL holds 0B (net bytes of the stream)
   end)
 end)
 
+describe('text report of compiled code by line', function()
+  it('says what share of each line and section compiled code allocated',
+    function()
+      assert.are.equal([[
+ALLOCATIONS (by bytes allocated; 70% of the bytes by compiled code)
+@fill.lua:3: 6 events	+320B	-0B	(80% compiled)
+@main.lua:12: 1 events	+48B	-0B
+
+REALLOCATIONS (by bytes allocated; 100% of the bytes by compiled code)
+@main.lua:11: 1 events	+96B	-48B	(100% compiled)
+	Overrides:
+		@main.lua:12
+
+
+DEALLOCATIONS (by bytes freed)
+
+]], report(B.compiled_lines()):match('^(.-)HEAP SUMMARY'))
+    end)
+
+  it('leaves the share out where it would not be true', function()
+    -- Rows by function merge lines; a filter keeps part of a line.
+    local result = analyze.run(reader.from_string(B.compiled_lines():bytes(),
+      'out.bin'), { group = 'function' })
+    assert.is_nil(text.render(result, {}):find('compiled', 1, true))
+    result = analyze.run(reader.from_string(B.compiled_lines():bytes(),
+      'out.bin'))
+    assert.is_nil(text.render(result, { focus = 'fill' }):find('compiled', 1,
+      true))
+  end)
+
+  it('shows no share for a profile in Tarantool\'s format', function()
+    assert.is_nil(report(crafted()):find('compiled', 1, true))
+  end)
+end)
+
 describe('text report of a sampled profile', function()
   it('says its figures are estimates and shows them', function()
     assert.are.equal([[

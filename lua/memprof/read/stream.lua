@@ -116,7 +116,9 @@
 -- time mark, or nil), aliases (the aliases given to multi-line chunk
 -- names, as { name = ..., chunkname = ... }, in order of first use),
 -- sample_bytes (nil, or for a sampled profile the mean bytes between
--- samples: see memprof.analysis.sampling).
+-- samples: see memprof.analysis.sampling), compiled_bytes (the bytes
+-- allocated by events of compiled code, as sizes in the file) and
+-- compiled.alloc, compiled.realloc (those bytes by site).
 -- has_stacks and has_time become true as the records are read: they are
 -- final once next() has returned nil.  bytes_read and events are brought
 -- up to date when next() reads a chunk of the file, after each record
@@ -824,6 +826,17 @@ local function make_methods(byte_at, bit, bytes_of)
       ev.stack, ev.offset, ev.trace
   end
 
+  -- The bytes compiled code allocated, by kind and site: each row of a
+  -- report by line can say how much of it ran compiled. Only events of
+  -- compiled code pay for it.
+  function methods:count_compiled(kind, site, nsize)
+    local by_site = self.compiled[kind]
+    if by_site then
+      by_site[site] = (by_site[site] or 0) + nsize
+      self.compiled_bytes = self.compiled_bytes + nsize
+    end
+  end
+
   -- The stream's next_values(), a closure made for each stream
   -- (new_stream) over its cursor: under LuaJIT a pointer to a C record,
   -- which the compiled code holds as a constant, so that the position is
@@ -919,8 +932,11 @@ local function make_methods(byte_at, bit, bytes_of)
       elseif source == SOURCE_LUA then
         local sym = self.lfuncs[loc]
         site = sym and sym.sites[line] or self:lua_site(loc, line)
-        if trace and self.split_traces then
-          site = self.trace_sites[trace] or self:trace_site(trace)
+        if trace then
+          if self.split_traces then
+            site = self.trace_sites[trace] or self:trace_site(trace)
+          end
+          self:count_compiled(KIND_NAMES[kind], site, nsize)
         end
       elseif source == SOURCE_C then
         site = self.c_sites[loc] or self:c_site(loc)
@@ -987,6 +1003,8 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     heap_at_start = nil,
     collected_at_stop = false,
     heap_after_collection = nil,
+    compiled = { alloc = {}, realloc = {} },
+    compiled_bytes = 0,
     -- reading state
     read_chunk = read_chunk or false,
     read_into = read_into or false,

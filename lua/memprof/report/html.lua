@@ -551,7 +551,7 @@ local function live_card(result)
     layout.plural(leaks.count, 'block'))
 end
 
-local function summary_html(result, sums)
+local function summary_html(result, sums, opts)
   local cards = {
     card('Allocated', size_html(sums.allocated),
       with_commas(sums.allocations) .. ' allocations'),
@@ -561,6 +561,16 @@ local function summary_html(result, sums)
     peak_card(result),
     card('Net', size_html(sums.net), 'allocated − freed'),
   }
+  -- The share of compiled code, where its events say so (not in a sample,
+  -- whose sizes are not the estimates).
+  local compiled = result.stream.compiled_bytes or 0
+  if compiled > 0 and sums.allocated > 0 and not result.stream.sample_bytes
+      and not opts.focus and not opts.ignore then
+    cards[#cards + 1] = card('Compiled code',
+      format('%d%%', math.floor(100 * compiled / sums.allocated + 0.5)),
+      'of the bytes allocated, ' .. size_html(compiled) ..
+      ', charged to their lines')
+  end
   if sums.duration then
     cards[#cards + 1] = card('Duration', human_time(sums.duration),
       with_commas(sums.events) .. ' events')
@@ -829,7 +839,7 @@ function M.write(result, out, opts)
   out:write(header_html(result, opts))
   out:write('<main>\n')
   out:write(warnings_html(result))
-  out:write(summary_html(result, sums))
+  out:write(summary_html(result, sums, opts))
   out:write(flames_html(data))
   out:write(timeline_html(result, chart))
   out:write(tables_html(result, sums, settings))

@@ -57,8 +57,10 @@ end
 -- The entry functions of sections fill `entry`, an empty table (see
 -- json_text.list).
 
-local function site_entry(site, entry)
+local function site_entry(compiled, site, entry)
   local func = site.func
+  entry.compiled_alloc_bytes = compiled.alloc[site] or 0
+  entry.compiled_realloc_bytes = compiled.realloc[site] or 0
   entry.id = site.id
   entry.name = site.name
   entry.source = site.source
@@ -133,6 +135,7 @@ local function stream_section(stream)
     heap_at_start = or_null(stream.heap_at_start),
     collected_at_stop = stream.collected_at_stop,
     heap_after_collection = or_null(stream.heap_after_collection),
+    compiled_bytes = stream.compiled_bytes,
   }
 end
 
@@ -431,7 +434,10 @@ end
 local function build(result, place, opts)
   local stream = result.stream
   local figures = rows.figures(result, { all = true, overrides = true })
-  local sites = section(stream.sites, site_entry)
+  local compiled = stream.compiled
+  local sites = section(stream.sites, function(site, entry)
+    return site_entry(compiled, site, entry)
+  end)
   local stack_site_ids, row_site_ids = site_ids_of(place),
     site_ids_of(place)
   local stacks = section(function()

@@ -267,25 +267,69 @@ local SECTIONS = {
     order = 'by bytes freed' },
 }
 
--- A section's title with the order of its rows.
-local function section_title(section, opts)
-  if opts.sort == 'count' then
-    return format('%s (by events)', section.title)
+-- A whole percentage of `part` in `whole`.
+local function percent(part, whole)
+  return math.floor(100 * part / whole + 0.5)
+end
+
+-- A section's title with the order of its rows, and the share of its
+-- bytes that compiled code allocated, where the report knows it.
+local function section_title(section, opts, compiled, total)
+  local order = opts.sort == 'count' and 'by events' or section.order
+  if compiled and compiled.total > 0 and total > 0 then
+    order = format('%s; %d%% of the bytes by compiled code', order,
+      percent(compiled.total, total))
   end
-  return format('%s (%s)', section.title, section.order)
+  return format('%s (%s)', section.title, order)
+end
+
+-- The bytes compiled code allocated in a section's rows, by row, or nil
+-- when the report cannot say: no such events, rows not by line, a
+-- sample (its sizes are not the estimates), a filter (which the reader's
+-- counts do not follow). `total`: all of them.
+local function compiled_of(result, kind, opts)
+  local stream = result.stream
+  local by_site = stream.compiled and stream.compiled[kind]
+  if not by_site or stream.compiled_bytes == 0 or stream.sample_bytes or
+      (result.grouper and result.grouper.mode ~= 'line') or opts.focus or
+      opts.ignore then
+    return nil
+  end
+  local total = 0
+  for _, bytes in pairs(by_site) do
+    total = total + bytes
+  end
+  return { total = total, of = function(row)
+    local sum = 0
+    for _, site in ipairs(keys_of(row)) do
+      sum = sum + (by_site[site] or 0)
+    end
+    return sum
+  end }
+end
+
+-- ' (N% compiled)' for a row some of whose bytes compiled code
+-- allocated.
+local function compiled_note(compiled, row, bytes)
+  local part = compiled and compiled.of(row) or 0
+  if part == 0 or bytes == 0 then
+    return ''
+  end
+  return format('\t(%d%% compiled)', percent(part, bytes))
 end
 
 -- Writes a section of events: the rows shown, then a line summing the
 -- rest (event_rows); overrides_at(slot) lists the sites whose blocks the
 -- events of the key in that slot released, or nil.
 local function write_events(out, shown, rest, section, opts, used_aliases,
-    overrides_at)
+    overrides_at, compiled)
   local size = layout.sizer(opts)
   local key = opts.key or site_name
-  out:write(section_title(section, opts), '\n')
+  local total = layout.sum_of(shown, section.bytes) + rest.sums[section.bytes]
+  out:write(section_title(section, opts, compiled, total), '\n')
   for _, row in ipairs(shown) do
-    layout.write_title(out, row, format(': %d events\t+%s\t-%s', row.count,
-      size(row.plus), size(row.minus)))
+    layout.write_title(out, row, format(': %d events\t+%s\t-%s%s', row.count,
+      size(row.plus), size(row.minus), compiled_note(compiled, row, row.plus)))
     local sites, overrides_by_name = details_of(row, key, overrides_at)
     local overrides, rest_of_list = layout.split_top(
       sorted_keys(overrides_by_name), opts.top, opts.left_out)
@@ -401,7 +445,7 @@ function M.write(result, out, opts)
       write_events(out, shown, rest, section, opts, used_aliases,
         function(slot)
           return (result.sites:overrides_at(section.kind, slot))
-        end)
+        end, compiled_of(result, section.kind, opts))
     end
   end
   local shown, rest, before = heap_rows(result.heap, key,
