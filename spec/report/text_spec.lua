@@ -543,6 +543,17 @@ DEALLOCATIONS (by bytes freed)
       true))
   end)
 
+  it('says so when compiled code allocated less than 1% of a row',
+    function()
+      local s = B.new():lfunc(0x100, '@a.lua', 1):trace(1, 0x100, 2)
+        :events({ version = B.EXTENDED })
+      s:alloc(B.lua(0x100, 2), 0x10, 1000)
+      s:alloc(B.compiled(0x100, 2, 1), 0x20, 4)
+      s:epilogue()
+      assert.truthy(report(s):find('@a.lua:2: 2 events\t+1004B\t-0B\t' ..
+        '(<1% compiled)\n', 1, true))
+    end)
+
   it('shows no share for a profile in Tarantool\'s format', function()
     assert.is_nil(report(crafted()):find('compiled', 1, true))
   end)

@@ -315,7 +315,9 @@ local function compiled_note(compiled, row, bytes)
   if part == 0 or bytes == 0 then
     return ''
   end
-  return format('\t(%d%% compiled)', percent(part, bytes))
+  local share = percent(part, bytes)
+  return share == 0 and '\t(<1% compiled)' or
+    format('\t(%d%% compiled)', share)
 end
 
 -- Writes a section of events: the rows shown, then a line summing the
