@@ -45,7 +45,7 @@ local function read(path)
         r.traces[ev.trace] = true
       end
       r.events[#r.events + 1] = { line = line, trace = ev.trace,
-        stack = ev.stack, kind = ev.kind }
+        stack = ev.stack, kind = ev.kind, size = grow }
     elseif site.source == 'trace' and ev.kind ~= 'free' then
       r.trace_sites = r.trace_sites + 1
     elseif site.internal_kind == 'trace exit' and ev.kind ~= 'free' then
@@ -204,6 +204,7 @@ describe('compiled code by line', function()
     assert.is_boolean(tl.exits)
     assert.is_boolean(tl.stacks)
     assert.is_boolean(tl.stores_after_calls)
+    assert.is_boolean(tl.builtin_frames)
     assert.is_number(tl.offsets.snap_mcofs)
     assert.is_number(tl.offsets.bc_funcf)
   end)
@@ -237,6 +238,88 @@ describe('compiled code by line', function()
     keep[i % 64 + 1] = t
     keep[(i + 1) % 64 + 1] = table.concat(t, ',') --@c
 ]]), { 't', 'c' })
+  end)
+
+  -- Bytes by stack (frame names, the innermost first) of the events at a
+  -- line; only those of compiled code if `compiled`.
+  local function stacks_at(r, line, compiled)
+    local bytes = {}
+    for _, ev in ipairs(r.events) do
+      if ev.line == line and (ev.trace or not compiled) then
+        local names = {}
+        -- (Up to the pcall of profile(), whose callers differ.)
+        for _, f in ipairs(ev.stack.frames) do
+          if f.name == 'pcall' then break end
+          names[#names + 1] = f.name
+        end
+        local key = table.concat(names, ' <- ')
+        bytes[key] = (bytes[key] or 0) + ev.size
+      end
+    end
+    return bytes
+  end
+
+  -- The JIT-on and JIT-off stacks of each tagged line are the same, with
+  -- some events of compiled code at each; returns the JIT-on profile.
+  local function same_stacks(code, tags)
+    local opts = { trace_lines = 'exact', stack_depth = 8 }
+    local on, off = agrees(code, tags, opts)
+    for _, tag in ipairs(tags) do
+      local line = line_of(code, tag)
+      assert.is_true(next(stacks_at(on, line, true)) ~= nil, tag)
+      assert.same(stacks_at(off, line), stacks_at(on, line), tag)
+    end
+    return on
+  end
+
+  it('gives table.concat\'s string the built-in\'s frame', function()
+    if not tl.builtin_frames then
+      pending('table.concat\'s helpers are not verified in this build')
+      return
+    end
+    local code = case([[
+    local t = {i, i + 1} --@t
+    keep[i % 64 + 1] = t
+    keep[(i + 1) % 64 + 1] = table.concat(t, ',') --@c
+]])
+    local on = same_stacks(code, { 't', 'c' })
+    for key in pairs(stacks_at(on, line_of(code, 'c'), true)) do
+      assert.equal(1, select(2, key:gsub('^table%.concat <%- ', '')), key)
+    end
+    for key in pairs(stacks_at(on, line_of(code, 't'), true)) do
+      assert.is_nil(key:find('table.concat', 1, true), key)
+    end
+  end)
+
+  it('gives a concatenation (a helper shared with built-ins) no frame',
+    function()
+    local code = case([[
+    keep[i % 64 + 1] = 'k' .. i --@s
+]])
+    local on = same_stacks(code, { 's' })
+    local line = line_of(code, 's')
+    for key in pairs(stacks_at(on, line, true)) do
+      assert.equal('@tl_case.lua:' .. line, key)
+    end
+    -- Compiled code makes one string of table.concat's and the
+    -- concatenation's: the interpreter makes two. Not table.concat's.
+    code = case([[
+    local t = {i, 'b'} --@t
+    keep[i % 64 + 1] = t
+    keep[(i + 1) % 64 + 1] = table.concat(t, ',') .. '!' --@c
+]])
+    on = compiled_profile(code, { 't', 'c' },
+      { trace_lines = 'exact', stack_depth = 8 })
+    all_at_tags(on, code, { 't', 'c' })
+    line = line_of(code, 'c')
+    local seen = 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == line then
+        assert.equal('@tl_case.lua:' .. line, ev.stack.frames[1].name)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 1000, seen .. ' compiled events')
   end)
 
   it('charges cdata to its line', function()

@@ -595,6 +595,8 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
   lua_setfield(L, -2, "stacks");
   lua_pushboolean(L, tl->ok && tl->newkey_ok);
   lua_setfield(L, -2, "stores_after_calls");
+  lua_pushboolean(L, tl->ok && tl->concat_ok);
+  lua_setfield(L, -2, "builtin_frames");
   if (!tl->ok) {
     lua_pushstring(L, tl->why);
     lua_setfield(L, -2, "why");

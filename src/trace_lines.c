@@ -120,8 +120,11 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
   s->place.stack_id = 0;
   if (!tl_snapshot_place(lay, 0, T, snap, sn, &s->place))
     return NULL;
-  if (exitno < 0)
-    tl_store_after_return(lay, 0, tl_call_target(0, ret, mcode), &s->place);
+  if (exitno < 0) {
+    uintptr_t target = tl_call_target(0, ret, mcode);
+    tl_store_after_return(lay, 0, target, &s->place);
+    tl_builtin_frame(lay, 0, T, snap, sn, target, &s->place);
+  }
   s->key = key;
   s->T = T;
   s->traceno = *traceno;

@@ -433,6 +433,95 @@ VM_INLINE void tl_store_after_return(const struct vm_layout *lay, int safe,
   pl->line = line;
 }
 
+/* IR instructions of a snapshot's region scanned for table.concat. */
+#define TL_MAX_REGION 1024
+
+/* IR instruction `ref` of the IR at `ir`: its op and operands. */
+VM_INLINE int tl_ir_ins(int safe, uintptr_t ir, uint32_t ref, uint8_t *o,
+                        uint16_t *op1, uint16_t *op2)
+{
+  uintptr_t at = ir + TL_IRINS_SIZE * (uintptr_t)ref;
+  return vm_u16(safe, at, op1) && vm_u16(safe, at + 2, op2) &&
+         vm_u8(safe, at + 5, o);
+}
+
+/* Whether the BUFSTR at `ref` makes table.concat's string: its buffer's
+** last (and only) put is the CALLL to lj_buf_puttab that only
+** table.concat's recorder emits, into the freshly reset buffer the
+** BUFSTR reads (its header, at the bottom of the call's arguments). */
+VM_INLINE int tl_concat_string(const struct vm_trace_layout *tl, int safe,
+                               uintptr_t ir, uint32_t ref, uint16_t call,
+                               uint16_t hdr)
+{
+  uint16_t op1, op2, a;
+  uint8_t o;
+  int k;
+  if (call < TL_REF_BIAS || call >= ref || hdr < TL_REF_BIAS || hdr >= call ||
+      !tl_ir_ins(safe, ir, call, &o, &a, &op2) || o != tl->ir_calll ||
+      op2 != tl->puttab_id)
+    return 0;
+  for (k = 0; k < 8 && a != hdr; k++) { /* The arguments, last first. */
+    uint16_t next;
+    if (a <= hdr || a >= call || !tl_ir_ins(safe, ir, a, &o, &next, &op2) ||
+        o != tl->ir_carg)
+      return 0;
+    a = next;
+  }
+  return a == hdr && tl_ir_ins(safe, ir, hdr, &o, &op1, &op2) &&
+         o == tl->ir_bufhdr && op2 == tl->bufhdr_reset;
+}
+
+/*
+** A built-in's frame for an event of compiled code, where the call proves
+** which built-in made it: compiled code calls the helpers of a built-in it
+** runs inline, while the interpreter's stack holds the built-in's frame
+** above its Lua caller. Only table.concat is proven: a call to
+** lj_buf_puttab, or to lj_buf_tostr when every BUFSTR of the snapshot's
+** region of IR makes table.concat's string (the machine code of a
+** snapshot's region is that of its IR instructions, which is how LuaJIT
+** unwinds an error of a helper; lj_buf_tostr is called for BUFSTR only).
+** Helpers shared with other built-ins or operators get no frame.
+*/
+VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
+                                uintptr_t T, uintptr_t snap, int sn,
+                                uintptr_t target, struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
+  uint16_t from, to, nsnap, op1, op2;
+  uint32_t ref, strings = 0;
+  uint8_t o;
+  int i;
+  if (!tl->concat_ok || target == 0 || pl->nframes >= TL_MAX_FRAMES ||
+      (target != tl->buf_tostr && target != tl->buf_puttab))
+    return;
+  if (target == tl->buf_tostr) {
+    if (!vm_u16(safe, T + tl->tr_nsnap, &nsnap) || (uint32_t)sn + 1 >= nsnap ||
+        !vm_u16(safe, s + tl->snap_ref, &from) ||
+        !vm_u16(safe, s + tl->snap_size + tl->snap_ref, &to) ||
+        from < TL_REF_BIAS || to <= from || to - from > TL_MAX_REGION ||
+        !vm_ptr(safe, T + tl->tr_ir, &ir) || ir == 0)
+      return;
+    for (ref = from; ref < to; ref++) {
+      if (!tl_ir_ins(safe, ir, ref, &o, &op1, &op2))
+        return;
+      if (o != tl->ir_bufstr)
+        continue;
+      if (!tl_concat_string(tl, safe, ir, ref, op1, op2))
+        return;
+      strings++;
+    }
+    if (strings == 0)
+      return;
+  }
+  for (i = pl->nframes; i > 0; i--)
+    pl->frames[i] = pl->frames[i - 1];
+  pl->frames[0].obj = BUILTIN_ADDR(tl->concat_ffid);
+  pl->frames[0].pc = 0;
+  pl->frames[0].ffid = tl->concat_ffid;
+  pl->nframes++;
+}
+
 /* The snapshot of the helper call now running in trace T (numbered
 ** traceno), and the return address it was found by. Returns the snapshot
 ** number, or -1. */

@@ -62,6 +62,14 @@ struct vm_trace_layout {
   int newkey_ok;
   uintptr_t newkey;
   uint8_t bc_tsetv, bc_tsets, bc_tsetb, bc_mov, bc_ret0, bc_ret1, bc_ret;
+  /* table.concat's frame on an event of its string (trace_lines.h):
+  ** the helpers' addresses, lj_buf_puttab's IR call id, the IR ops of a
+  ** buffer's chain, BUFHDR's reset mode, SnapShot.ref and the built-in's
+  ** id. */
+  int concat_ok;
+  uintptr_t buf_tostr, buf_puttab;
+  uint16_t puttab_id, bufhdr_reset;
+  uint8_t ir_bufhdr, ir_bufstr, ir_calll, ir_carg, snap_ref, concat_ffid;
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

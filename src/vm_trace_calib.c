@@ -216,6 +216,9 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
     return;
   sn = tl_snapshot_at(lay, 1, T, tl_mcode_ofs(ret, mcode), &snap);
   r->ok = sn >= 0 && tl_snapshot_place(lay, 1, T, snap, sn, &r->place);
+  if (r->ok && t->check == 3)
+    tl_builtin_frame(lay, 1, T, snap, sn, tl_call_target(1, ret, mcode),
+                     &r->place);
   base_frames(t, r);
 }
 
@@ -586,6 +589,7 @@ static int find_snapshots(struct tlc *t)
               tl->tr_snap = (uint8_t)oo;
               tl->snap_size = (uint8_t)size;
               tl->snap_nent = (uint8_t)no;
+              tl->snap_ref = (uint8_t)ro;
               if (size < 12) {
                 tl_fail(tl,
                         "no snapshot offsets in this build (before 2021-03): "
@@ -926,6 +930,283 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
   lua_settop(L, top);
 }
 
+/* ---- table.concat's frame ---------------------------------------------- */
+
+/* jit.vmdef (the build's names of IR ops and IR calls), loaded from
+** package.path as require would find it, without registering it. Leaves
+** it on the stack, or returns 0 with the stack as it was. */
+static int push_vmdef(lua_State *L)
+{
+  int top = lua_gettop(L);
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "package");
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "searchpath");
+      lua_pushstring(L, "jit.vmdef");
+      lua_getfield(L, -3, "path");
+      if (lua_isfunction(L, -3) && lua_isstring(L, -1) &&
+          lua_pcall(L, 2, 1, 0) == 0 && lua_isstring(L, -1) &&
+          luaL_loadfile(L, lua_tostring(L, -1)) == 0 &&
+          lua_pcall(L, 0, 1, 0) == 0 && lua_istable(L, -1)) {
+        lua_replace(L, top + 1);
+        lua_settop(L, top + 1);
+        return 1;
+      }
+    }
+  }
+  lua_settop(L, top);
+  return 0;
+}
+
+/* The number of IR op `name` in vmdef.irnames (6 characters a name). */
+static int vmdef_op(lua_State *L, int vmdef, const char *name)
+{
+  const char *names;
+  size_t len, n = strlen(name), i;
+  int op = -1;
+  lua_getfield(L, vmdef, "irnames");
+  names = lua_tolstring(L, -1, &len);
+  for (i = 0; names != NULL && i + 6 <= len && op < 0; i += 6)
+    if (memcmp(names + i, name, n) == 0 &&
+        (n == 6 || strspn(names + i + n, " ") >= 6 - n))
+      op = (int)(i / 6);
+  lua_pop(L, 1);
+  return op < 256 ? op : -1;
+}
+
+/* The id of IR call `name` in vmdef.ircall (0-based), or -1. */
+static int vmdef_call(lua_State *L, int vmdef, const char *name)
+{
+  int id, found = -1;
+  lua_getfield(L, vmdef, "ircall");
+  for (id = 0; id < 1024 && lua_istable(L, -1); id++) {
+    const char *s;
+    lua_rawgeti(L, -1, id);
+    s = lua_tostring(L, -1);
+    lua_pop(L, 1);
+    if (s == NULL)
+      break;
+    if (strcmp(s, name) == 0)
+      found = id;
+  }
+  lua_pop(L, 1);
+  return found;
+}
+
+/* jit.util.traceir(n, ref): op, op1, op2 (refs unbiased). */
+static int ju_ir(lua_State *L, int ju, uint32_t n, int ref, int *o, int *op1,
+                 int *op2)
+{
+  lua_pushinteger(L, n);
+  lua_pushinteger(L, ref);
+  if (!ju_call(L, ju, "traceir", 2, 4))
+    return 0;
+  if (!lua_isnumber(L, -3)) {
+    lua_pop(L, 4);
+    return 0;
+  }
+  *o = (int)(lua_tointeger(L, -3) >> 8);
+  *op1 = (int)lua_tointeger(L, -2);
+  *op2 = (int)lua_tointeger(L, -1);
+  lua_pop(L, 4);
+  return 1;
+}
+
+/* A trace of the concat chunk as jit.util shows it: a BUFSTR whose op1 is
+** the CALLL of lj_buf_puttab whose first argument is the BUFSTR's op2, a
+** BUFHDR; its mode is the reset one. The same instructions are read from
+** the trace's IR in memory, proving the operands' offsets. */
+static int concat_shape(lua_State *L, int ju, struct tlc *t, uint32_t n)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  const struct vm_layout *lay = &t->c->lay;
+  uintptr_t T = vm_trace_object(lay, 1, t->c->g, n), ir;
+  int ref, o, op1, op2, co, c1, c2, k, a;
+  lua_Number nins;
+  if (T == 0 || !vm_ptr(1, T + tl->tr_ir, &ir) || ir == 0)
+    return 0;
+  lua_pushinteger(L, n);
+  if (!ju_call(L, ju, "traceinfo", 1, 1) || !lua_istable(L, -1) ||
+      !ju_field(L, -1, "nins", &nins)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_pop(L, 1);
+  for (ref = 1; ref < (int)nins && ref < 4096; ref++) {
+    uint16_t m1, m2;
+    uint8_t mo;
+    if (!ju_ir(L, ju, n, ref, &o, &op1, &op2))
+      return 0;
+    if (o != tl->ir_bufstr || op1 <= 0 || op2 <= 0 ||
+        !ju_ir(L, ju, n, op1, &co, &c1, &c2) || co != tl->ir_calll ||
+        c2 != tl->puttab_id)
+      continue;
+    for (a = c1, k = 0; k < 8 && a != op2 && a > 0; k++) {
+      int ao, a2;
+      if (!ju_ir(L, ju, n, a, &ao, &a, &a2) || ao != tl->ir_carg)
+        return 0;
+    }
+    if (a != op2 || !ju_ir(L, ju, n, op2, &co, &c1, &c2) || co != tl->ir_bufhdr)
+      return 0;
+    tl->bufhdr_reset = (uint16_t)c2;
+    /* The same in memory. */
+    if (!tl_ir_ins(1, ir, TL_REF_BIAS + (uint32_t)ref, &mo, &m1, &m2) ||
+        mo != tl->ir_bufstr || m1 != TL_REF_BIAS + op1 ||
+        m2 != TL_REF_BIAS + op2 ||
+        !tl_concat_string(tl, 1, ir, TL_REF_BIAS + (uint32_t)ref, m1, m2))
+      return 0;
+    return 1;
+  }
+  return 0;
+}
+
+/* The chunk: table.concat (given) on one line, a concatenation on another,
+** each after a store (so a snapshot is taken at its line). Each run makes
+** strings of its own (from `base`): an interned one is not allocated. */
+static const char concat_chunk[] = "local concat, base = ...\n"
+                                   "local t, keep = {0, 'b'}, {0, 0, 0, 0}\n"
+                                   "local other = {0, 0, 0, 0}\n"
+                                   "for i = base, base + 399 do\n"
+                                   "  t[1] = i\n"
+                                   "  local s = concat(t, ',') --@join\n"
+                                   "  keep[i % 4 + 1] = s\n"
+                                   "  local c = 'k' .. i --@cat\n"
+                                   "  other[i % 4 + 1] = c\n"
+                                   "end\n";
+
+/* Runs the concat chunk, given table.concat (at index fn), under the
+** recording allocator: the first (`run` 1) or the second run. Returns the
+** chunk's prototype, or 0. */
+static uintptr_t run_concat(lua_State *L, struct tlc *t, int fn, int run)
+{
+  uintptr_t pt;
+  int top = lua_gettop(L), status;
+  if (luaL_loadbuffer(L, concat_chunk, sizeof(concat_chunk) - 1,
+                      "=memprof.calibration.concat") != 0)
+    return 0;
+  pt = vm_func_proto(&t->c->lay, 1, (uintptr_t)lua_topointer(L, -1));
+  lua_pushvalue(L, fn);
+  lua_pushinteger(L, run == 1 ? 1000000 : 2000000);
+  t->orig = lua_getallocf(L, &t->orig_ud);
+  lua_setallocf(L, tlc_alloc, t);
+  status = lua_pcall(L, 2, 0, 0);
+  lua_setallocf(L, t->orig, t->orig_ud);
+  lua_settop(L, top);
+  return status == 0 ? pt : 0;
+}
+
+/* Of the concat chunk's events in compiled code, run with the frames
+** found: those on table.concat's line have its frame above the chunk's,
+** those of the concatenation none, and no other gets one. */
+static int concat_known(const struct tlc *t, uintptr_t pt)
+{
+  const struct vm_trace_layout *tl = &t->c->lay.tl;
+  int i, joins = 0, cats = 0, l_join = 0, l_cat = 0, line = 1;
+  const char *p;
+  for (p = concat_chunk; *p != '\0'; p++) {
+    if (strncmp(p, "--@join", 7) == 0)
+      l_join = line;
+    if (strncmp(p, "--@cat", 6) == 0)
+      l_cat = line;
+    line += *p == '\n';
+  }
+  for (i = 0; i < t->nresults; i++) {
+    const struct tl_place *pl = &t->results[i].place;
+    int framed = pl->nframes >= 2 && pl->frames[0].ffid == tl->concat_ffid &&
+                 pl->frames[0].obj == BUILTIN_ADDR(tl->concat_ffid) &&
+                 pl->frames[1].obj == pt && pl->frames[1].ffid == FFID_LUA;
+    if (!t->results[i].ok || pl->pt != pt)
+      return 0;
+    if ((int)pl->line == l_join && framed)
+      joins++;
+    else if ((int)pl->line == l_cat && pl->frames[0].ffid == FFID_LUA)
+      cats++;
+    else if (pl->frames[0].ffid != FFID_LUA)
+      return 0;
+  }
+  return joins >= 3 && cats >= 3;
+}
+
+/* table.concat's frame on events of its string: the IR names from
+** jit.vmdef, checked against this build (the helper's address that the
+** trace's allocations call, the chain's shape jit.util shows, the same
+** IR in memory), then a known-answer run. Without them no frame is
+** added. */
+static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  const struct vm_layout *lay = &t->c->lay;
+  int top = lua_gettop(L), vmdef, fn, ops[4], tostr_id, puttab_id, i, shaped;
+  uint32_t n, size;
+  uintptr_t pt;
+  uint8_t ffid;
+  if (!push_vmdef(L))
+    return;
+  vmdef = lua_gettop(L);
+  ops[0] = vmdef_op(L, vmdef, "BUFHDR");
+  ops[1] = vmdef_op(L, vmdef, "BUFSTR");
+  ops[2] = vmdef_op(L, vmdef, "CALLL");
+  ops[3] = vmdef_op(L, vmdef, "CARG");
+  tostr_id = vmdef_call(L, vmdef, "lj_buf_tostr");
+  puttab_id = vmdef_call(L, vmdef, "lj_buf_puttab");
+  for (i = 0; i < 4; i++)
+    if (ops[i] < 0)
+      goto done;
+  if (tostr_id < 0 || puttab_id < 0)
+    goto done;
+  tl->ir_bufhdr = (uint8_t)ops[0];
+  tl->ir_bufstr = (uint8_t)ops[1];
+  tl->ir_calll = (uint8_t)ops[2];
+  tl->ir_carg = (uint8_t)ops[3];
+  tl->puttab_id = (uint16_t)puttab_id;
+  lua_pushinteger(L, tostr_id);
+  if (!ju_call(L, ju, "ircalladdr", 1, 1) || !lua_isnumber(L, -1))
+    goto done;
+  tl->buf_tostr = (uintptr_t)lua_tonumber(L, -1);
+  lua_pushinteger(L, puttab_id);
+  if (!ju_call(L, ju, "ircalladdr", 1, 1) || !lua_isnumber(L, -1))
+    goto done;
+  tl->buf_puttab = (uintptr_t)lua_tonumber(L, -1);
+  /* table.concat itself, a built-in. */
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "table");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "concat");
+  fn = lua_gettop(L);
+  if (!lua_isfunction(L, fn) ||
+      !vm_u8(1, (uintptr_t)lua_topointer(L, fn) + lay->fn_ffid, &ffid) ||
+      ffid <= FFID_C)
+    goto done;
+  tl->concat_ffid = ffid;
+  /* Every allocation of the chunk's trace goes to lj_buf_tostr. */
+  t->check = 2;
+  t->ntargets = 0;
+  if (run_concat(L, t, fn, 1) == 0 || t->ntargets < 3)
+    goto done;
+  for (i = 0; i < t->ntargets; i++)
+    if (t->targets[i] != tl->buf_tostr)
+      goto done;
+  if (!vm_u32(1, t->c->g + lay->g_sizetrace, &size))
+    goto done;
+  for (n = 1, shaped = 0; n < size && n < 65536 && !shaped; n++)
+    if (vm_trace_object(lay, 1, t->c->g, n) != 0)
+      shaped = concat_shape(L, ju, t, n);
+  if (!shaped)
+    goto done;
+  tl->concat_ok = 1;
+  t->check = 3;
+  t->nresults = t->dropped = 0;
+  pt = run_concat(L, t, fn, 2);
+  if (pt == 0 || !concat_known(t, pt))
+    tl->concat_ok = 0;
+done:
+  lua_settop(L, top);
+}
+
 /* ---- The known-answer run ----------------------------------------------- */
 
 /* One known-answer run: 1 if it proved the layout, 0 if a read went wrong
@@ -1222,6 +1503,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   tl->base_ok = t->based;
   check_exits(L, t);
   find_store_after_return(L, t, ju);
+  find_builtin_frames(L, t, ju);
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);
