@@ -19,6 +19,8 @@
 --   a.references, a.header and a.epilogue (the file's), a.nodes: the
 --   objects by node 2 .. nodes.n (addr, type, size; a node without a
 --   retained size is unreachable)
+--   dom.sort_largest(list, count, name) -- sorts by list[i][count]
+--   descending, ties by list[i][name]
 
 local heap = require('memprof.read.heap')
 
@@ -33,6 +35,16 @@ M.MANY = 16
 -- Texts of strings longer than this are not kept (a field's name longer
 -- than it is shown by its start).
 local KEEP_TEXT = 64
+
+-- Sorts `list` largest `count` field first, ties in the order of their
+-- `name` field (the groups, the rows of growth, the types of a row).
+function M.sort_largest(list, count, name)
+  table.sort(list, function(a, b)
+    if a[count] ~= b[count] then return a[count] > b[count] end
+    return a[name] < b[name]
+  end)
+  return list
+end
 
 local ENTRY = { field = true, index = true, by_key = true, by_number = true,
   by_bool = true, by_lightud = true }
@@ -390,11 +402,7 @@ local function groups(g, order, idom, retained, pattern)
       grp.types[t] = (grp.types[t] or 0) + 1
     end
   end
-  table.sort(list, function(a, b)
-    if a.retained ~= b.retained then return a.retained > b.retained end
-    return a.pattern < b.pattern
-  end)
-  return list
+  return M.sort_largest(list, 'retained', 'pattern')
 end
 
 local function analyse_graph(g)

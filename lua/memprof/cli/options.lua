@@ -11,6 +11,7 @@
 --   options.parse(list, args [, how]) -> opts, words | nil, message
 --   options.lines(list [, lines])      -> the lines of --help (added to
 --                                        lines)
+--   options.help(intro, list, after)   -> the text of --help
 --   options.whole_number(least [, most [, unit]]), options.one_of(words)
 --                                      -> check functions
 --
@@ -75,6 +76,16 @@ function M.lines(options, lines)
   return lines
 end
 
+-- The text of --help: the lines of `intro`, those of `options`, a blank
+-- line, then the lines of `after`.
+function M.help(intro, options, after)
+  local lines = M.lines(options, intro)
+  lines[#lines + 1] = ''
+  for _, line in ipairs(after) do
+    lines[#lines + 1] = line
+  end
+  return table.concat(lines, '\n') .. '\n'
+end
 
 -- The number of single-letter edits that turn a into b.
 local function edit_distance(a, b)

@@ -183,13 +183,11 @@ local function usage()
     '',
     'Options:',
   }
-  option_parser.lines(M.OPTIONS, lines)
-  lines[#lines + 1] = ''
-  lines[#lines + 1] = 'Formats (--format=NAME; docs/formats.md):'
+  local formats = { 'Formats (--format=NAME; docs/formats.md):' }
   for _, entry in ipairs(M.FORMATS) do
-    lines[#lines + 1] = format('  %-22s %s', entry.name, entry.help)
+    formats[#formats + 1] = format('  %-22s %s', entry.name, entry.help)
   end
-  return table.concat(lines, '\n') .. '\n'
+  return option_parser.help(lines, M.OPTIONS, formats)
 end
 
 -- Parse args with memprof-report's options (how.options: others; see

@@ -115,10 +115,8 @@ local function usage()
     '',
     'Options of run:',
   }
-  option_parser.lines(M.RUN_OPTIONS, lines)
-  lines[#lines + 1] = ''
-  lines[#lines + 1] = 'And the options of memprof-report (memprof-report --help).'
-  return table.concat(lines, '\n') .. '\n'
+  return option_parser.help(lines, M.RUN_OPTIONS,
+    { 'And the options of memprof-report (memprof-report --help).' })
 end
 
 -- Finding things -----------------------------------------------------------

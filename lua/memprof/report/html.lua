@@ -144,6 +144,16 @@ local function empty_table(id, caption, text)
     '%s</p><p class="empty">%s</p></div>', id, caption, text)
 end
 
+-- The empty table of a view the analysis did not compute (nil when it
+-- did).
+local function not_computed(result, view, id, caption)
+  if not result[view] then
+    return empty_table(id, caption,
+      format('The %s view was not computed.', view))
+  end
+  return nil
+end
+
 local function more_label(count)
   return format('<th scope="row" class="more">… and %d more %s</th>', count,
     count == 1 and 'row' or 'rows')
@@ -246,9 +256,9 @@ local function stack_list_html(stacks)
 end
 
 local function live_table(result, settings)
-  if not result.leaks then
-    return empty_table('table-live', 'Live at end',
-      'The leaks view was not computed.')
+  local missing = not_computed(result, 'leaks', 'table-live', 'Live at end')
+  if missing then
+    return missing
   end
   local leaks = leaks_model.new(result.leaks)
   if leaks.empty then
@@ -309,9 +319,9 @@ local function peak_before_row(model)
 end
 
 local function peak_table(result, settings)
-  if not result.peak then
-    return empty_table('table-peak', 'Peak holders',
-      'The peak view was not computed.')
+  local missing = not_computed(result, 'peak', 'table-peak', 'Peak holders')
+  if missing then
+    return missing
   end
   local model = peak_model.new(result.peak, result.stream)
   if model.empty then
@@ -335,9 +345,10 @@ local function temporary_cells(row)
 end
 
 local function temporary_table(result, settings)
-  if not result.temporary then
-    return empty_table('table-temporary', 'Temporary blocks',
-      'The temporary view was not computed.')
+  local missing = not_computed(result, 'temporary', 'table-temporary',
+    'Temporary blocks')
+  if missing then
+    return missing
   end
   local temporary = temporary_model.new(result.temporary)
   local caption = 'Temporary blocks: ' .. temporary.meaning
