@@ -144,16 +144,6 @@ local function empty_table(id, caption, text)
     '%s</p><p class="empty">%s</p></div>', id, caption, text)
 end
 
--- The empty table of a view the analysis did not compute (nil when it
--- did).
-local function not_computed(result, view, id, caption)
-  if not result[view] then
-    return empty_table(id, caption,
-      format('The %s view was not computed.', view))
-  end
-  return nil
-end
-
 local function more_label(count)
   return format('<th scope="row" class="more">… and %d more %s</th>', count,
     count == 1 and 'row' or 'rows')
@@ -256,10 +246,6 @@ local function stack_list_html(stacks)
 end
 
 local function live_table(result, settings)
-  local missing = not_computed(result, 'leaks', 'table-live', 'Live at end')
-  if missing then
-    return missing
-  end
   local leaks = leaks_model.new(result.leaks)
   if leaks.empty then
     return empty_table('table-live', 'Live at end',
@@ -319,10 +305,6 @@ local function peak_before_row(model)
 end
 
 local function peak_table(result, settings)
-  local missing = not_computed(result, 'peak', 'table-peak', 'Peak holders')
-  if missing then
-    return missing
-  end
   local model = peak_model.new(result.peak, result.stream)
   if model.empty then
     return empty_table('table-peak', escape(peak_caption(model)),
@@ -345,11 +327,6 @@ local function temporary_cells(row)
 end
 
 local function temporary_table(result, settings)
-  local missing = not_computed(result, 'temporary', 'table-temporary',
-    'Temporary blocks')
-  if missing then
-    return missing
-  end
   local temporary = temporary_model.new(result.temporary)
   local caption = 'Temporary blocks: ' .. temporary.meaning
   local shown, rest = temporary:rows(settings)
@@ -797,6 +774,16 @@ local function aliases_html(stream)
   return concat(parts)
 end
 
+-- The table of a view, made by make(result, settings), or, when the
+-- analysis did not compute the view, an empty table that says so.
+local function view_table(result, settings, view, id, caption, make)
+  if not result[view] then
+    return empty_table(id, caption,
+      format('The %s view was not computed.', view))
+  end
+  return make(result, settings)
+end
+
 local function tables_html(result, sums, settings)
   return concat({
     '<section class="panel" id="top-tables" aria-labelledby="tables-title">',
@@ -806,9 +793,12 @@ local function tables_html(result, sums, settings)
       GROUPING_NAMES[result.grouper.mode] or 'by line'),
     '<div class="tables">',
     allocated_table(result, settings, sums),
-    live_table(result, settings),
-    peak_table(result, settings),
-    temporary_table(result, settings),
+    view_table(result, settings, 'leaks', 'table-live', 'Live at end',
+      live_table),
+    view_table(result, settings, 'peak', 'table-peak', 'Peak holders',
+      peak_table),
+    view_table(result, settings, 'temporary', 'table-temporary',
+      'Temporary blocks', temporary_table),
     '</div>',
     aliases_html(result.stream),
     '</section>',
