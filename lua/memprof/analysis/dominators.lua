@@ -86,6 +86,20 @@ local function add_ref(g, from, to, kind, weak, a, b, c)
   g.rname[j] = name
 end
 
+-- Where each node's run starts in compressed rows of count[v] entries for
+-- nodes 1 .. n (first[n + 1] is one past the last), and a copy of the
+-- starts to fill the runs by.
+local function row_starts(count, n)
+  local first, fill = {}, {}
+  local at = 1
+  for v = 1, n do
+    first[v], fill[v] = at, at
+    at = at + count[v]
+  end
+  first[n + 1] = at
+  return first, fill
+end
+
 -- The edges in compressed rows: succ[first[v] .. first[v + 1] - 1] are v's
 -- successors and edge[] the references they come from.
 local function finish_graph(g)
@@ -100,13 +114,7 @@ local function finish_graph(g)
       count[from] = count[from] + 1
     end
   end
-  local first, fill = {}, {}
-  local at = 1
-  for v = 1, n do
-    first[v], fill[v] = at, at
-    at = at + count[v]
-  end
-  first[n + 1] = at
+  local first, fill = row_starts(count, n)
   local succ, edge = {}, {}
   for j = 1, g.nrefs do
     local from = from_of[j]
@@ -153,7 +161,7 @@ end
 -- Predecessors of the reachable nodes, in compressed rows.
 local function predecessors(g, post)
   local n, first, succ = g.n, g.first, g.succ
-  local count, pfirst, fill, pred = {}, {}, {}, {}
+  local count, pred = {}, {}
   for v = 1, n do count[v] = 0 end
   for v = 1, n do
     if post[v] then
@@ -163,12 +171,7 @@ local function predecessors(g, post)
       end
     end
   end
-  local at = 1
-  for v = 1, n do
-    pfirst[v], fill[v] = at, at
-    at = at + count[v]
-  end
-  pfirst[n + 1] = at
+  local pfirst, fill = row_starts(count, n)
   for v = 1, n do
     if post[v] then
       for e = first[v], first[v + 1] - 1 do
