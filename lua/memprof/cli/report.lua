@@ -636,13 +636,10 @@ function M.main(args, out, err)
   out = out or io.stdout
   err = err or io.stderr
   local opts, files = M.parse(args or {})
-  if not opts then
-    err:write(PROGRAM, ': ', files, ' (see --help)\n')
-    return 1
-  end
-  if opts.help then
-    out:write(usage())
-    return 0
+  local status = option_parser.stop_status(opts, files, out, err,
+    { prefix = PROGRAM .. ': ', see = '--help', help = usage })
+  if status then
+    return status
   end
   if opts.version then
     out:write(version.line(PROGRAM), '\n')
