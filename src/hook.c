@@ -193,6 +193,20 @@ FAMILY_STACK(stack_gc64, VM_CANDIDATE_GC64)
 FAMILY_STACK(stack_nongc64, VM_CANDIDATE_NONGC64)
 #undef FAMILY_STACK
 
+/* Makes site an event of the Lua line of place pl made in compiled code,
+** when pl is not NULL; returns pl. */
+static inline __attribute__((always_inline)) struct tl_place *
+at_place(struct vm_site *site, struct tl_place *pl)
+{
+  if (pl == NULL)
+    return NULL;
+  site->source = SOURCE_LUA;
+  site->addr = pl->pt;
+  site->line = pl->line;
+  site->compiled = 1;
+  return pl;
+}
+
 /* The place of an event of trace site->traceno (or of its exit), which
 ** then becomes an event of that Lua line made in compiled code; NULL if
 ** it cannot be resolved (it stays at the trace's start). */
@@ -210,13 +224,7 @@ compiled_site(struct profiler *p, struct vm_site *site)
                          site->exit ? (int)exitno : -1,
                          (uintptr_t)__builtin_frame_address(0), s->trace_obj,
                          s->trace_cap, s->trace_frees);
-  if (pl == NULL)
-    return NULL;
-  site->source = SOURCE_LUA;
-  site->addr = pl->pt;
-  site->line = pl->line;
-  site->compiled = 1;
-  return pl;
+  return at_place(site, pl);
 }
 
 /* The fast path's part of compiled_site: a cached place only (loads, no
@@ -232,13 +240,7 @@ cached_site(struct profiler *p, const struct vm_layout *lay,
   pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
                        (uintptr_t)__builtin_frame_address(0),
                        s->trace_obj[site->traceno], s->trace_frees);
-  if (pl == NULL)
-    return NULL;
-  site->source = SOURCE_LUA;
-  site->addr = pl->pt;
-  site->line = pl->line;
-  site->compiled = 1;
-  return pl;
+  return at_place(site, pl);
 }
 
 /* The stack of an event of compiled code: its place's frames, the

@@ -215,6 +215,23 @@ static int open_target(const char *path, char **tmp)
   return fd;
 }
 
+/* Closes fd and renames the temporary file tmp (if any) to path once the
+** snapshot is complete; removes it otherwise. */
+static int finish_target(int fd, char *tmp, const char *path, int err,
+                         char *msg, size_t len)
+{
+  if (close(fd) != 0 && err == 0)
+    err = file_error(msg, len, path, errno);
+  if (tmp != NULL) {
+    if (err == 0 && rename(tmp, path) != 0)
+      err = file_error(msg, len, path, errno);
+    if (err != 0)
+      unlink(tmp);
+    free(tmp);
+  }
+  return err;
+}
+
 int snapshot_write(struct profiler *p, const char *path,
                    enum snapshot_format format, char *msg, size_t len)
 {
@@ -236,33 +253,7 @@ int snapshot_write(struct profiler *p, const char *path,
              (err = pprof_write(p, fd, path)) != 0) {
     file_error(msg, len, path, err);
   }
-  if (close(fd) != 0 && err == 0)
-    err = file_error(msg, len, path, errno);
-  if (tmp != NULL) {
-    if (err == 0 && rename(tmp, path) != 0)
-      err = file_error(msg, len, path, errno);
-    if (err != 0)
-      unlink(tmp);
-    free(tmp);
-  }
-  return err;
-}
-
-/* Closes fd and renames the temporary file tmp (if any) to path once the
-** snapshot is complete; removes it otherwise. */
-static int finish_target(int fd, char *tmp, const char *path, int err,
-                         char *msg, size_t len)
-{
-  if (close(fd) != 0 && err == 0)
-    err = file_error(msg, len, path, errno);
-  if (tmp != NULL) {
-    if (err == 0 && rename(tmp, path) != 0)
-      err = file_error(msg, len, path, errno);
-    if (err != 0)
-      unlink(tmp);
-    free(tmp);
-  }
-  return err;
+  return finish_target(fd, tmp, path, err, msg, len);
 }
 
 /* Whether this process has the file at path open for writing: the running

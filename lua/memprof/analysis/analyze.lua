@@ -189,38 +189,32 @@ local function values_of_next(stream)
   end
 end
 
+-- An unsampled profile's events as they are, each block standing for
+-- one.
+local function unscaled(_, osize, _, nsize)
+  return osize, nsize, 1, 1
+end
+
 -- The loop over the events: the reader hands each as values to the
 -- tracker, then to the passes; a sampled profile's events are scaled
--- into estimates first, in a loop of their own.  (The functions are held
--- in locals: when events take different branches, LuaJIT runs the start
--- of its compiled loop again for each, lookups included.)
+-- into estimates first.  (The functions are held in locals: when events
+-- take different branches, LuaJIT runs the start of its compiled loop
+-- again for each, lookups included.)
 local function feed_all(stream, tracker, feed)
   local next_values = stream.next_values or values_of_next(stream)
   local track = tracker.track
-  local scale = sampling.scaler(stream)
-  if scale then
-    while true do
-      local kind, site, oaddr, osize, naddr, nsize, stack, offset =
-        next_values(stream)
-      if not kind then
-        return
-      end
-      local oweight, nweight
-      osize, nsize, oweight, nweight = scale(oaddr, osize, naddr, nsize)
-      local owner_id, facts = track(kind, site, stack, oaddr, osize, naddr,
-        nsize, nweight, offset)
-      feed(kind, site, stack, osize, nsize, oweight, nweight, owner_id, facts)
-    end
-  end
+  local scale = sampling.scaler(stream) or unscaled
   while true do
     local kind, site, oaddr, osize, naddr, nsize, stack, offset =
       next_values(stream)
     if not kind then
       return
     end
+    local oweight, nweight
+    osize, nsize, oweight, nweight = scale(oaddr, osize, naddr, nsize)
     local owner_id, facts = track(kind, site, stack, oaddr, osize, naddr,
-      nsize, 1, offset)
-    feed(kind, site, stack, osize, nsize, 1, 1, owner_id, facts)
+      nsize, nweight, offset)
+    feed(kind, site, stack, osize, nsize, oweight, nweight, owner_id, facts)
   end
 end
 

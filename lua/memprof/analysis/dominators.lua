@@ -19,6 +19,8 @@
 --   a.references, a.header and a.epilogue (the file's), a.nodes: the
 --   objects by node 2 .. nodes.n (addr, type, size; a node without a
 --   retained size is unreachable)
+--   dom.sort_largest(list, count, name) -- sorts by list[i][count]
+--   descending, ties by list[i][name]
 
 local heap = require('memprof.read.heap')
 
@@ -33,6 +35,16 @@ M.MANY = 16
 -- Texts of strings longer than this are not kept (a field's name longer
 -- than it is shown by its start).
 local KEEP_TEXT = 64
+
+-- Sorts `list` largest `count` field first, ties in the order of their
+-- `name` field (the groups, the rows of growth, the types of a row).
+function M.sort_largest(list, count, name)
+  table.sort(list, function(a, b)
+    if a[count] ~= b[count] then return a[count] > b[count] end
+    return a[name] < b[name]
+  end)
+  return list
+end
 
 local ENTRY = { field = true, index = true, by_key = true, by_number = true,
   by_bool = true, by_lightud = true }
@@ -74,6 +86,20 @@ local function add_ref(g, from, to, kind, weak, a, b, c)
   g.rname[j] = name
 end
 
+-- Where each node's run starts in compressed rows of count[v] entries for
+-- nodes 1 .. n (first[n + 1] is one past the last), and a copy of the
+-- starts to fill the runs by.
+local function row_starts(count, n)
+  local first, fill = {}, {}
+  local at = 1
+  for v = 1, n do
+    first[v], fill[v] = at, at
+    at = at + count[v]
+  end
+  first[n + 1] = at
+  return first, fill
+end
+
 -- The edges in compressed rows: succ[first[v] .. first[v + 1] - 1] are v's
 -- successors and edge[] the references they come from.
 local function finish_graph(g)
@@ -88,13 +114,7 @@ local function finish_graph(g)
       count[from] = count[from] + 1
     end
   end
-  local first, fill = {}, {}
-  local at = 1
-  for v = 1, n do
-    first[v], fill[v] = at, at
-    at = at + count[v]
-  end
-  first[n + 1] = at
+  local first, fill = row_starts(count, n)
   local succ, edge = {}, {}
   for j = 1, g.nrefs do
     local from = from_of[j]
@@ -141,7 +161,7 @@ end
 -- Predecessors of the reachable nodes, in compressed rows.
 local function predecessors(g, post)
   local n, first, succ = g.n, g.first, g.succ
-  local count, pfirst, fill, pred = {}, {}, {}, {}
+  local count, pred = {}, {}
   for v = 1, n do count[v] = 0 end
   for v = 1, n do
     if post[v] then
@@ -151,12 +171,7 @@ local function predecessors(g, post)
       end
     end
   end
-  local at = 1
-  for v = 1, n do
-    pfirst[v], fill[v] = at, at
-    at = at + count[v]
-  end
-  pfirst[n + 1] = at
+  local pfirst, fill = row_starts(count, n)
   for v = 1, n do
     if post[v] then
       for e = first[v], first[v + 1] - 1 do
@@ -390,11 +405,7 @@ local function groups(g, order, idom, retained, pattern)
       grp.types[t] = (grp.types[t] or 0) + 1
     end
   end
-  table.sort(list, function(a, b)
-    if a.retained ~= b.retained then return a.retained > b.retained end
-    return a.pattern < b.pattern
-  end)
-  return list
+  return M.sort_largest(list, 'retained', 'pattern')
 end
 
 local function analyse_graph(g)

@@ -118,7 +118,8 @@ function Filter:wrap(feed)
 end
 
 -- The tracker as the passes' finish see it: the net bytes of the kept
--- events, and the live blocks of the kept places.
+-- events, and the live blocks of the kept places (the tracker's
+-- live_blocks, inherited, lists those of view:each_live_block).
 function Filter:tracker(tracker)
   local keeps, total = self.keeps, self.total
   local view = setmetatable({ total = total }, { __index = tracker })
@@ -128,15 +129,6 @@ function Filter:tracker(tracker)
         fn(addr, size, site, stack, born, weight)
       end
     end)
-  end
-  function view.live_blocks(_)
-    local list = {}
-    view:each_live_block(function(addr, size, site, stack, born)
-      list[#list + 1] = { addr = addr, size = size, site = site,
-        stack = stack, born = born }
-    end)
-    table.sort(list, function(a, b) return a.addr < b.addr end)
-    return list
   end
   function view.forget(_)
     tracker:forget()

@@ -16,6 +16,8 @@
 -- patterns extend its own (the rows it holds): the cache's entries, not
 -- package.loaded, have the largest.
 
+local dom = require('memprof.analysis.dominators')
+
 local M = {}
 
 -- Each row's growth less that of the rows nearest under it: those whose
@@ -70,11 +72,7 @@ function M.compare(old, new)
     if not seen[o.pattern] then add(o.pattern, nil, o) end
   end
   own_growth(rows)
-  table.sort(rows, function(a, b)
-    if a.growth ~= b.growth then return a.growth > b.growth end
-    return a.pattern < b.pattern
-  end)
-  return rows
+  return dom.sort_largest(rows, 'growth', 'pattern')
 end
 
 return M

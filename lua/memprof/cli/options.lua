@@ -11,6 +11,9 @@
 --   options.parse(list, args [, how]) -> opts, words | nil, message
 --   options.lines(list [, lines])      -> the lines of --help (added to
 --                                        lines)
+--   options.help(intro, list, after)   -> the text of --help
+--   options.stop_status(opts, message, out, err, command)
+--                                      -> 1, 0 or nil (see below)
 --   options.whole_number(least [, most [, unit]]), options.one_of(words)
 --                                      -> check functions
 --
@@ -75,6 +78,32 @@ function M.lines(options, lines)
   return lines
 end
 
+-- The text of --help: the lines of `intro`, those of `options`, a blank
+-- line, then the lines of `after`.
+function M.help(intro, options, after)
+  local lines = M.lines(options, intro)
+  lines[#lines + 1] = ''
+  for _, line in ipairs(after) do
+    lines[#lines + 1] = line
+  end
+  return table.concat(lines, '\n') .. '\n'
+end
+
+-- The exit status of a command that stops before its work, or nil when
+-- it goes on: 1 when its options did not parse (opts nil: command.prefix,
+-- `message` and " (see COMMAND.SEE)" to err), 0 when they ask for --help
+-- (command.help() to out).
+function M.stop_status(opts, message, out, err, command)
+  if not opts then
+    err:write(command.prefix, message, ' (see ', command.see, ')\n')
+    return 1
+  end
+  if opts.help then
+    out:write(command.help())
+    return 0
+  end
+  return nil
+end
 
 -- The number of single-letter edits that turn a into b.
 local function edit_distance(a, b)

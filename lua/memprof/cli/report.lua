@@ -183,13 +183,11 @@ local function usage()
     '',
     'Options:',
   }
-  option_parser.lines(M.OPTIONS, lines)
-  lines[#lines + 1] = ''
-  lines[#lines + 1] = 'Formats (--format=NAME; docs/formats.md):'
+  local formats = { 'Formats (--format=NAME; docs/formats.md):' }
   for _, entry in ipairs(M.FORMATS) do
-    lines[#lines + 1] = format('  %-22s %s', entry.name, entry.help)
+    formats[#formats + 1] = format('  %-22s %s', entry.name, entry.help)
   end
-  return table.concat(lines, '\n') .. '\n'
+  return option_parser.help(lines, M.OPTIONS, formats)
 end
 
 -- Parse args with memprof-report's options (how.options: others; see
@@ -638,13 +636,10 @@ function M.main(args, out, err)
   out = out or io.stdout
   err = err or io.stderr
   local opts, files = M.parse(args or {})
-  if not opts then
-    err:write(PROGRAM, ': ', files, ' (see --help)\n')
-    return 1
-  end
-  if opts.help then
-    out:write(usage())
-    return 0
+  local status = option_parser.stop_status(opts, files, out, err,
+    { prefix = PROGRAM .. ': ', see = '--help', help = usage })
+  if status then
+    return status
   end
   if opts.version then
     out:write(version.line(PROGRAM), '\n')

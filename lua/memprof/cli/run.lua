@@ -115,10 +115,8 @@ local function usage()
     '',
     'Options of run:',
   }
-  option_parser.lines(M.RUN_OPTIONS, lines)
-  lines[#lines + 1] = ''
-  lines[#lines + 1] = 'And the options of memprof-report (memprof-report --help).'
-  return table.concat(lines, '\n') .. '\n'
+  return option_parser.help(lines, M.RUN_OPTIONS,
+    { 'And the options of memprof-report (memprof-report --help).' })
 end
 
 -- Finding things -----------------------------------------------------------
@@ -366,13 +364,10 @@ end
 
 local function run_main(args, out, err, how)
   local opts, words = option_parser.parse(run_options(), args, { stop = true })
-  if not opts then
-    err:write(PROGRAM, ' run: ', words, ' (see memprof run --help)\n')
-    return 1
-  end
-  if opts.help then
-    out:write(usage())
-    return 0
+  local status = option_parser.stop_status(opts, words, out, err,
+    { prefix = PROGRAM .. ' run: ', see = 'memprof run --help', help = usage })
+  if status then
+    return status
   end
   if #words == 0 then
     err:write(PROGRAM, ' run: no script given (see memprof run --help)\n')

@@ -29,16 +29,6 @@ local function totals(a, path)
   return { file = path, objects = objects, bytes = a.total }
 end
 
-local function types_list(types)
-  local list = {}
-  for t, n in pairs(types) do list[#list + 1] = { type = t, objects = n } end
-  table.sort(list, function(a, b)
-    if a.objects ~= b.objects then return a.objects > b.objects end
-    return a.type < b.type
-  end)
-  return list
-end
-
 -- The model of two snapshots of one process, the older first. Each is
 -- analysed, and only its analysis kept, before the other is read.
 function M.model(old_path, new_path)
@@ -49,7 +39,7 @@ function M.model(old_path, new_path)
   local model = { old = old_totals, new = totals(new, new_path), grew = {},
     other = {} }
   for _, row in ipairs(rows) do
-    row.types = types_list(row.types)
+    row.types = holders.types_list(row.types)
     local list = row.new_objects > 0 and model.grew or model.other
     list[#list + 1] = row
   end

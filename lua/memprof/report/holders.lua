@@ -79,13 +79,7 @@ end
 
 -- ---- The model -------------------------------------------------------------
 
-local function by_count_then_name(list, count, name)
-  table.sort(list, function(a, b)
-    if a[count] ~= b[count] then return a[count] > b[count] end
-    return a[name] < b[name]
-  end)
-  return list
-end
+local by_count_then_name = dom.sort_largest
 
 -- A set of counters by name as a sorted list of { [name_key], objects,
 -- bytes }.
@@ -108,7 +102,8 @@ local function add_to(set, name, bytes)
   t.bytes = t.bytes + bytes
 end
 
-local function types_list(types)
+-- A count of objects by type as a list of { type, objects }, most first.
+function M.types_list(types)
   local list = {}
   for t, n in pairs(types) do list[#list + 1] = { type = t, objects = n } end
   return by_count_then_name(list, 'objects', 'type')
@@ -137,6 +132,18 @@ end
 
 -- One pass over the reachable objects: by type and by place, and for each
 -- group the places of its members.
+-- Counts an object of `size` bytes under `pattern` in the row of `key`
+-- in `rows` (made { [field] = key, objects, bytes, by } when new).
+local function count_into(rows, field, key, pattern, size)
+  local row = rows[key]
+  if not row then
+    row = { [field] = key, objects = 0, bytes = 0, by = {} }
+    rows[key] = row
+  end
+  row.objects, row.bytes = row.objects + 1, row.bytes + size
+  add_to(row.by, pattern, size)
+end
+
 local function tally(a, live)
   local nodes = a.nodes
   local addr_of, type_of, size_of = nodes.addr, nodes.type, nodes.size
@@ -151,13 +158,7 @@ local function tally(a, live)
       objects = objects + 1
       local t, size = type_of[v], size_of[v]
       own[pattern] = (own[pattern] or 0) + size
-      local row = types[t]
-      if not row then
-        row = { type = t, objects = 0, bytes = 0, by = {} }
-        types[t] = row
-      end
-      row.objects, row.bytes = row.objects + 1, row.bytes + size
-      add_to(row.by, pattern, size)
+      count_into(types, 'type', t, pattern, size)
       if live then
         -- The place that allocated it; the callers of the first stack
         -- seen of each place.
@@ -166,13 +167,7 @@ local function tally(a, live)
         if callers[name] == nil then
           callers[name] = at and callers_text(at.site, at.stack) or false
         end
-        local p = places[name]
-        if not p then
-          p = { place = name, objects = 0, bytes = 0, by = {} }
-          places[name] = p
-        end
-        p.objects, p.bytes = p.objects + 1, p.bytes + size
-        add_to(p.by, pattern, size)
+        count_into(places, 'place', name, pattern, size)
         local gp = group_places[pattern]
         if not gp then
           gp = {}
@@ -215,7 +210,7 @@ function M.from_analysis(a, path, live, profile)
   for i, g in ipairs(a.groups) do
     local row = { pattern = g.pattern, objects = g.objects,
       retained = g.retained, bytes = own[g.pattern],
-      types = types_list(g.types) }
+      types = M.types_list(g.types) }
     local gp = group_places[g.pattern]
     if gp then
       local list = tally_list(gp, 'place')

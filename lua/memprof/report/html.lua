@@ -246,10 +246,6 @@ local function stack_list_html(stacks)
 end
 
 local function live_table(result, settings)
-  if not result.leaks then
-    return empty_table('table-live', 'Live at end',
-      'The leaks view was not computed.')
-  end
   local leaks = leaks_model.new(result.leaks)
   if leaks.empty then
     return empty_table('table-live', 'Live at end',
@@ -309,10 +305,6 @@ local function peak_before_row(model)
 end
 
 local function peak_table(result, settings)
-  if not result.peak then
-    return empty_table('table-peak', 'Peak holders',
-      'The peak view was not computed.')
-  end
   local model = peak_model.new(result.peak, result.stream)
   if model.empty then
     return empty_table('table-peak', escape(peak_caption(model)),
@@ -335,10 +327,6 @@ local function temporary_cells(row)
 end
 
 local function temporary_table(result, settings)
-  if not result.temporary then
-    return empty_table('table-temporary', 'Temporary blocks',
-      'The temporary view was not computed.')
-  end
   local temporary = temporary_model.new(result.temporary)
   local caption = 'Temporary blocks: ' .. temporary.meaning
   local shown, rest = temporary:rows(settings)
@@ -786,6 +774,16 @@ local function aliases_html(stream)
   return concat(parts)
 end
 
+-- The table of a view, made by make(result, settings), or, when the
+-- analysis did not compute the view, an empty table that says so.
+local function view_table(result, settings, view, id, caption, make)
+  if not result[view] then
+    return empty_table(id, caption,
+      format('The %s view was not computed.', view))
+  end
+  return make(result, settings)
+end
+
 local function tables_html(result, sums, settings)
   return concat({
     '<section class="panel" id="top-tables" aria-labelledby="tables-title">',
@@ -795,9 +793,12 @@ local function tables_html(result, sums, settings)
       GROUPING_NAMES[result.grouper.mode] or 'by line'),
     '<div class="tables">',
     allocated_table(result, settings, sums),
-    live_table(result, settings),
-    peak_table(result, settings),
-    temporary_table(result, settings),
+    view_table(result, settings, 'leaks', 'table-live', 'Live at end',
+      live_table),
+    view_table(result, settings, 'peak', 'table-peak', 'Peak holders',
+      peak_table),
+    view_table(result, settings, 'temporary', 'table-temporary',
+      'Temporary blocks', temporary_table),
     '</div>',
     aliases_html(result.stream),
     '</section>',

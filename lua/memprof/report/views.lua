@@ -48,6 +48,19 @@ local function note_left_out(opts, rest)
   end
 end
 
+-- Writes the rows of `model` a view shows, each a title ending in
+-- tail(row, size) and its source line; returns them and the rest.
+local function write_rows(out, model, opts, used, tail, size)
+  local shown, rest = model:rows(opts)
+  note_left_out(opts, rest)
+  for _, row in ipairs(shown) do
+    layout.write_title(out, row.group, tail(row, size))
+    layout.write_source(out, row.group)
+    layout.note_aliases(used, row.group)
+  end
+  return shown, rest
+end
+
 -- LIVE AT END --------------------------------------------------------------
 
 local function write_stacks(out, stacks, opts)
@@ -181,13 +194,8 @@ function M.write_peak(out, peak, opts, used, stream)
   local size = layout.sizer(opts)
   local model = peak_model.new(peak, stream)
   out:write(peak_title(model, size, opts))
-  local shown, rest = model:rows(opts)
-  note_left_out(opts, rest)
-  for _, row in ipairs(shown) do
-    layout.write_title(out, row.group, peak_row_tail(row, size))
-    layout.write_source(out, row.group)
-    layout.note_aliases(used, row.group)
-  end
+  local shown, rest = write_rows(out, model, opts, used, peak_row_tail,
+    size)
   if rest.rows > 0 then
     out:write(format('... and %d more: %s in %s%s\n', rest.rows,
       size(rest.bytes), plural(rest.blocks, 'block'),
@@ -213,13 +221,8 @@ function M.write_temporary(out, result, opts, used)
   local model = temporary_model.new(result)
   out:write(format('TEMPORARY BLOCKS %s: %s, by where they were ' ..
     'allocated\n', order(opts), model.meaning))
-  local shown, rest = model:rows(opts)
-  note_left_out(opts, rest)
-  for _, row in ipairs(shown) do
-    layout.write_title(out, row.group, temporary_tail(row, size))
-    layout.write_source(out, row.group)
-    layout.note_aliases(used, row.group)
-  end
+  local shown, rest = write_rows(out, model, opts, used, temporary_tail,
+    size)
   if rest.rows > 0 then
     out:write(format('... and %d more', rest.rows),
       temporary_tail(rest, size), layout.rest_share(rest.temporary_bytes,
