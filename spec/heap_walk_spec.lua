@@ -285,6 +285,64 @@ return f, g, co, u
     assert.equal(net(5), ud.size)
   end)
 
+  it('sizes cdata as the allocator saw them', function()
+    local ffi = require('ffi')
+    local I = ffi.typeof('int64_t')
+    local S = ffi.typeof('struct { int x; double y[3]; }')
+    local V = ffi.typeof('int[?]')
+    local chunk = h.chunk([[
+local ffi, I, S, V = ...
+local a = ffi.new(I, 5)
+local b = a + 1
+local s = ffi.new(S)
+local v = ffi.new(V, 100)
+local k = loadstring('return 0x123456789LL')
+return a, b, s, v, k
+]], '@cdata.lua')
+    local vals
+    local events = h.profile(function() vals = { chunk(ffi, I, S, V) } end)
+    local s = snapshot()
+    assert.is_false(s.header.cdata_sizes_unknown)
+    -- The one cdata object in the block allocated at a line.
+    local function at_line(line)
+      local allocs = h.at(events, '@cdata.lua:' .. line, 'alloc')
+      local found = {}
+      for _, ev in ipairs(allocs) do
+        for _, o in ipairs(s.list) do
+          if o.type == 'cdata' and o.addr >= ev.naddr and
+              o.addr < ev.naddr + ev.nsize then
+            found[#found + 1] = { o = o, ev = ev }
+          end
+        end
+      end
+      assert.equal(1, #found, 'cdata allocated at line ' .. line)
+      return found[1].o, found[1].ev
+    end
+    for line, payload in pairs({ [2] = 8, [3] = 8, [4] = ffi.sizeof(S) }) do
+      local o, ev = at_line(line)
+      assert.equal(o.addr, ev.naddr)
+      assert.equal(ev.nsize, o.size)
+      assert.equal(h.net(h.at(events, '@cdata.lua:' .. line)), o.size)
+      assert.is_true(o.size > payload)
+    end
+    -- A VLA: its block starts with the length header, below the object.
+    local o, ev = at_line(5)
+    assert.equal(ev.nsize, o.size)
+    assert.is_true(o.addr > ev.naddr)
+    assert.equal(h.net(h.at(events, '@cdata.lua:5')), o.size)
+    -- A 64-bit constant, a prototype's constant made by the parser.
+    local pt = refs(s, addr(vals[5]), 'proto')[1].to
+    local k = refs(s, pt, 'constant')
+    assert.equal(1, #k)
+    local kobj, made = s.objects[k[1].to], nil
+    for _, e in ipairs(events) do
+      if e.kind == 'alloc' and e.naddr == kobj.addr then made = e end
+    end
+    assert.equal('cdata', kobj.type)
+    assert.equal(made.nsize, kobj.size)
+    assert.equal(s.objects[select(2, at_line(2)).naddr].size, kobj.size)
+  end)
+
   it('allocates nothing in the VM and runs no metamethod', function()
     local path = h.tmpname('.heap')
     local options = { format = 'heap' }

@@ -56,7 +56,23 @@ struct heap_layout {
   /* A string's block: its header and characters with a NUL, or (newer
   ** builds) the characters rounded up to 4 bytes past a NUL. Measured. */
   uint8_t str_pad4;
+  /* cdata (lj_obj.h, lj_ctype.h): GCcdata's size and type id; where
+  ** global_State points to the FFI's C type state (0 until the FFI is
+  ** loaded) and the size of a CType in its table. cd_ok: all verified,
+  ** else cdata sizes are unknown (0). */
+  uint8_t cd_ok, cd_size, cd_ctypeid, ct_size;
+  uint16_t g_ctype;
 };
+
+/* Whether cdata sizes can be read in the VM of global_State g: the FFI
+** layout was verified, and the VM has no C type state (no FFI loaded, so
+** no cdata) or one whose g is g. */
+int heap_cdata_known(const struct heap_layout *h, uintptr_t g);
+
+/* The block size of the cdata at cd (as lj_cdata_free computes it), or 0
+** if it cannot be known. */
+uint64_t heap_cdata_size(const struct heap_layout *h, uintptr_t g,
+                         uintptr_t cd);
 
 /* The size of the block of a string of len characters. */
 static inline uint64_t heap_str_size(const struct heap_layout *h, uint32_t len)

@@ -38,7 +38,8 @@ Builder.__index = Builder
 
 function M.new(opts)
   opts = opts or {}
-  local head = 'ljh' .. char(1) .. uleb(opts.gc64 == false and 0 or 1)
+  local flags = (opts.gc64 == false and 0 or 1) + (opts.cdata_unknown and 2 or 0)
+  local head = 'ljh' .. char(1) .. uleb(flags)
   head = head .. (opts.profile and uleb(1) .. uleb(opts.profile) or uleb(0))
   head = head .. uleb(opts.traces and opts.traces + 1 or 0)
   return setmetatable({ parts = { head }, next_addr = 0x1000, objects = 0,

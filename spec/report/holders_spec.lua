@@ -89,6 +89,22 @@ describe('memprof-report of a heap snapshot', function()
     assert.equal(KNOWN_TEXT:format(path), out)
   end)
 
+  it('says when the snapshot could not size its cdata', function()
+    local path = graphs.known({ cdata_unknown = true, traces = 3 }):write(temp_path())
+    local code, out = report(path)
+    assert.equal(0, code)
+    assert.equal('41 objects, 4404B, 46 references from 2 roots; GC64; ' ..
+      '3 JIT traces alive; cdata sizes unknown ' ..
+      "(the FFI's layout was not verified)", out:match('\n([^\n]*)\n'))
+    code, out = report('--format=json', path)
+    assert.equal(0, code)
+    assert.is_true(require('cjson').decode(out).header.cdata_sizes_unknown)
+    code, out = report('--format=html', path)
+    assert.equal(0, code)
+    assert.truthy(out:find("cdata sizes unknown (the FFI&#39;s layout was " ..
+      'not verified)', 1, true))
+  end)
+
   it('cuts each list at --top and says how many rows it left out', function()
     local path = graphs.known():write(temp_path())
     local code, out = report('--top=1', '--human-readable', path)

@@ -139,7 +139,8 @@ local function read_header(self)
     fail(self, 3, format('expected version %d, got %d', M.VERSION, version))
   end
   local flags = uleb(self, 'the flags')
-  local header = { version = version, gc64 = flags % 2 == 1 }
+  local header = { version = version, gc64 = flags % 2 == 1,
+    cdata_sizes_unknown = math.floor(flags / 2) % 2 == 1 }
   local at = offset(self)
   local running = uleb(self, 'the profile note')
   if running > 1 then

@@ -8,7 +8,8 @@
 --
 -- The model:
 --   header    what the file holds: objects, bytes, references, roots,
---             traces, gc64, profile (the note of a running profile:
+--             traces, gc64, cdata_sizes_unknown (true if cdata are
+--             counted as 0 bytes), profile (the note of a running profile:
 --             written; and file, when the profile was given)
 --   holders   the groups of objects by path pattern (analysis/
 --             dominators.lua), each with its objects, types, bytes (the
@@ -200,7 +201,7 @@ local function header_of(a, path, objects, profile)
   local h = a.header or {}
   local header = { file = path, objects = objects, bytes = a.total,
     references = a.references, roots = a.roots, gc64 = h.gc64 or false,
-    traces = h.traces }
+    traces = h.traces, cdata_sizes_unknown = h.cdata_sizes_unknown or nil }
   if h.profile then
     header.profile = { written = h.profile.written, file = profile }
   end
@@ -307,6 +308,8 @@ local function counted(n, word)
 end
 M.counted = counted
 
+M.CDATA_UNKNOWN = "cdata sizes unknown (the FFI's layout was not verified)"
+
 local function write_header(out, h, size)
   out:write('HEAP SNAPSHOT ', h.file, '\n')
   out:write(format('%s, %s, %s from %s', counted(h.objects, 'object'),
@@ -316,6 +319,7 @@ local function write_header(out, h, size)
   if h.traces then
     out:write('; ', counted(h.traces, 'JIT trace'), ' alive')
   end
+  if h.cdata_sizes_unknown then out:write('; ', M.CDATA_UNKNOWN) end
   out:write('\n', M.profile_text(h), '\n')
 end
 
