@@ -285,6 +285,18 @@ return f, g, co, u
     assert.equal(net(5), ud.size)
   end)
 
+  it('notes when and in which process it was taken', function()
+    local before = os.time()
+    local s = snapshot()
+    local after = os.time()
+    assert.is_true(s.header.time >= before and s.header.time <= after,
+      'taken at ' .. s.header.time .. ', called at ' .. before)
+    local f = assert(io.open('/proc/self/stat'))
+    local pid = tonumber(f:read('*l'):match('^(%d+)'))
+    f:close()
+    assert.equal(pid, s.header.pid)
+  end)
+
   it('sizes cdata as the allocator saw them', function()
     local ffi = require('ffi')
     local I = ffi.typeof('int64_t')
@@ -558,6 +570,28 @@ describe('the heap snapshot reader', function()
     os.remove(path)
   end)
 
+  -- The header of a snapshot's bytes.
+  local function heap_header(bytes)
+    local path = h.tmpname('.heap')
+    local f = assert(io.open(path, 'wb'))
+    f:write(bytes)
+    f:close()
+    local s = heap.load(path)
+    os.remove(path)
+    return s.header
+  end
+
+  -- A number's unsigned LEB128 bytes.
+  local function uleb(v)
+    local out = {}
+    repeat
+      local b = v % 128
+      v = (v - b) / 128
+      out[#out + 1] = string.char(v > 0 and b + 128 or b)
+    until v == 0
+    return table.concat(out)
+  end
+
   -- Reads `bytes` as a snapshot; returns the error.
   local function read_error(bytes)
     local path = h.tmpname('.heap')
@@ -586,15 +620,18 @@ describe('the heap snapshot reader', function()
       'got "ljm"', read_error('ljm' .. good:sub(4)))
     assert.equal('byte 3: expected version 1, got 9',
       read_error('ljh\9' .. good:sub(5)))
-    -- Magic, version, flags, profile note 0, traces.
-    local body = good:sub(1, 7)
-    assert.equal('byte 7: expected a record (1: object, 2: reference, ' ..
-      '127: end), got 9', read_error(body .. '\9'))
-    assert.equal('byte 10: expected a reference kind from 1 to 17, got 99',
+    -- Magic, version, flags, profile note 0, traces, time, pid.
+    local header = heap_header(good)
+    local n = 7 + #uleb(header.time) + #uleb(header.pid)
+    local body = good:sub(1, n)
+    local function at(k, text) return 'byte ' .. (n + k) .. ': ' .. text end
+    assert.equal(at(0, 'expected a record (1: object, 2: reference, ' ..
+      '127: end), got 9'), read_error(body .. '\9'))
+    assert.equal(at(3, 'expected a reference kind from 1 to 17, got 99'),
       read_error(body .. '\2\0\0\99'))
-    assert.equal('byte 9: expected an object type, got 3',
+    assert.equal(at(2, 'expected an object type, got 3'),
       read_error(body .. '\1\8\3\0'))
-    assert.equal('byte 11: the epilogue counts 1 objects and 0 references, ' ..
-      'the file has 0 and 0', read_error(body .. '\127\1\0\0end'))
+    assert.equal(at(4, 'the epilogue counts 1 objects and 0 references, ' ..
+      'the file has 0 and 0'), read_error(body .. '\127\1\0\0end'))
   end)
 end)

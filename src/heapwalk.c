@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "lauxlib.h"
 #include "vm_inspect.h"
@@ -721,6 +723,7 @@ static uint64_t traces(const struct heap_layout *h, lua_State *L)
 static void header(struct walk *w, lua_State *L,
                    const struct heap_profile_note *note)
 {
+  time_t now;
   out_bytes(w->out, HEAP_MAGIC, 3);
   out_byte(w->out, HEAP_VERSION);
   out_uleb(w->out, (w->h->base.gc64 ? HEAP_FLAG_GC64 : 0) |
@@ -729,6 +732,9 @@ static void header(struct walk *w, lua_State *L,
   if (note != NULL && note->running)
     out_uleb(w->out, note->written);
   out_uleb(w->out, traces(w->h, L));
+  now = time(NULL);
+  out_uleb(w->out, now > 0 ? (uint64_t)now : 0);
+  out_uleb(w->out, (uint64_t)getpid());
 }
 
 static void epilogue(struct walk *w)
