@@ -755,8 +755,9 @@ static int check_cdata_block(struct hcalib *c, lua_State *T, int idx,
   return 1;
 }
 
-/* Types made before counting: a scalar, a struct and a VLA; then their
-** objects, their ids and sizes. */
+/* Types made before counting: a scalar, a struct, a VLA and an attribute
+** type (its record is CT_ATTRIB, resolved to int); then the objects of the
+** first three, and the ids and the struct's size. */
 static const char CDATA_CODE[] =
     "local ffi = ...\n"
     "local I, S = ffi.typeof('int64_t'), ffi.typeof('struct { double a; "
