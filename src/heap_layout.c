@@ -607,53 +607,63 @@ static int find_mainth(struct hcalib *c, lua_State *T)
 #define CD_VAR 0x80 /* In `marked`: a variable-length cdata. */
 
 /* The C type record of id, following attributes as ctype_raw does; 0 if
-** the id is out of the table. */
-static uintptr_t ctype_raw(const struct heap_layout *h, uintptr_t cts,
-                           uint32_t id, uint32_t *info)
+** an id is out of the table. */
+static uintptr_t ctype_raw(const struct heap_layout *h,
+                           const struct heap_ctypes *ct, uint32_t id,
+                           uint32_t *info)
 {
-  uintptr_t tab;
-  uint32_t top;
   int depth;
-  if (!vm_ptr(1, cts, &tab) || !vm_u32(1, cts + CTS_TOP, &top))
-    return 0;
   for (depth = 0; depth < CT_ATTRIB_DEPTH; depth++) {
-    uintptr_t ct = tab + (uintptr_t)id * h->ct_size;
-    if (id >= top || !vm_u32(1, ct, info))
+    uintptr_t rec = ct->tab + (uintptr_t)id * h->ct_size;
+    if (ct->tab == 0 || id >= ct->top)
       return 0;
+    *info = heap_u32(rec);
     if (CT_KIND(*info) != CT_KIND_ATTRIB)
-      return ct;
+      return rec;
     id = *info & 0xffff;
   }
   return 0;
 }
 
-int heap_cdata_known(const struct heap_layout *h, uintptr_t g)
+int heap_cdata_known(const struct heap_layout *h, uintptr_t g,
+                     struct heap_ctypes *ct)
 {
   uintptr_t cts, gg;
+  uint32_t sizetab;
+  uint8_t last;
+  ct->tab = 0, ct->top = 0;
   if (!h->cd_ok || !vm_ref(&h->base, 1, g + h->g_ctype, &cts))
     return 0;
-  return cts == 0 || (vm_ptr(1, cts + CTS_G, &gg) && gg == g);
+  if (cts == 0)
+    return 1;
+  /* The table's last type is readable: every id below top is. */
+  if (!vm_ptr(1, cts + CTS_G, &gg) || gg != g || !vm_ptr(1, cts, &ct->tab) ||
+      !vm_u32(1, cts + CTS_TOP, &ct->top) ||
+      !vm_u32(1, cts + CTS_TOP + 4, &sizetab) || ct->top > sizetab ||
+      ct->tab == 0 || ct->top == 0 ||
+      !vm_u8(1, ct->tab + (uintptr_t)ct->top * h->ct_size - 1, &last)) {
+    ct->tab = 0, ct->top = 0;
+    return 0;
+  }
+  return 1;
 }
 
-uint64_t heap_cdata_size(const struct heap_layout *h, uintptr_t g, uintptr_t cd)
+uint64_t heap_cdata_size(const struct heap_layout *h,
+                         const struct heap_ctypes *ct, uintptr_t cd)
 {
-  uintptr_t cts, ct;
-  uint8_t marked;
-  uint16_t id, extra;
-  uint32_t info, len, sz;
-  if (!h->cd_ok || !vm_u8(1, cd + h->base.gct - 1, &marked))
+  uintptr_t rec;
+  uint32_t info;
+  if (!h->cd_ok)
     return 0;
-  if (marked & CD_VAR)
-    return vm_u16(1, cd - CDV_EXTRA, &extra) && vm_u32(1, cd - CDV_LEN, &len)
-               ? (uint64_t)extra + len
-               : 0;
-  if (!vm_ref(&h->base, 1, g + h->g_ctype, &cts) || cts == 0 ||
-      !vm_u16(1, cd + h->cd_ctypeid, &id) ||
-      (ct = ctype_raw(h, cts, id, &info)) == 0)
+  if (heap_u8(cd + h->base.gct - 1) & CD_VAR) /* Its block is below it. */
+    return (uint64_t) * (const uint16_t *)(cd - CDV_EXTRA) +
+           heap_u32(cd - CDV_LEN);
+  rec = ctype_raw(h, ct, *(const uint16_t *)(cd + h->cd_ctypeid), &info);
+  if (rec == 0)
     return 0;
   if (CT_KIND(info) > CT_KIND_HASSIZE)
     return (uint64_t)h->cd_size + CT_PTR_SIZE;
-  return vm_u32(1, ct + 4, &sz) ? (uint64_t)h->cd_size + sz : 0;
+  return (uint64_t)h->cd_size + heap_u32(rec + 4);
 }
 
 /* Runs code (a chunk given the ffi module) and leaves its results. */
@@ -720,8 +730,8 @@ static int find_ctype_state(struct hcalib *c, lua_State *T, uint8_t *zero)
 }
 
 /* A C type id's kind and size, from the table as the walk reads it. */
-static int check_ctype(struct hcalib *c, uintptr_t cts, lua_Number id,
-                       uint32_t kind, lua_Number size)
+static int check_ctype(struct hcalib *c, const struct heap_ctypes *cts,
+                       lua_Number id, uint32_t kind, lua_Number size)
 {
   uint32_t info;
   uintptr_t ct = ctype_raw(&c->h, cts, (uint32_t)id, &info);
@@ -734,24 +744,24 @@ static int check_ctype(struct hcalib *c, uintptr_t cts, lua_Number id,
 }
 
 /* The cdata at stack index idx: its block is `want` bytes (at cd, or
-** `before` bytes below it for a variable-length one). */
-static int check_cdata_block(struct hcalib *c, lua_State *T, int idx,
+** below it for a variable-length one), and the walk reads that size. */
+static int check_cdata_block(struct hcalib *c, lua_State *T,
+                             const struct heap_ctypes *ct, int idx,
                              lua_Number want, int var, const char *what)
 {
   const struct heap_layout *h = &c->h;
   uintptr_t cd = (uintptr_t)lua_topointer(T, idx) - h->cd_size;
-  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref);
   uintptr_t at = cd;
   if (var)
     at = cd - *(const uint16_t *)(cd - 8); /* GCcdataVar's offset */
   if (heap_u8(cd + h->base.gct) != GCT_CDATA ||
       ((heap_u8(cd + h->base.gct - 1) & CD_VAR) != 0) != var ||
-      block(c, at) != (size_t)want || heap_cdata_size(h, g, cd) != want)
+      block(c, at) != (size_t)want || heap_cdata_size(h, ct, cd) != want)
     return fail(c, "cdata size",
                 "%s: the allocator saw %zu bytes, the layout reads %llu, "
                 "expected %.0f",
                 what, block(c, at),
-                (unsigned long long)heap_cdata_size(h, g, cd), want);
+                (unsigned long long)heap_cdata_size(h, ct, cd), want);
   return 1;
 }
 
@@ -771,7 +781,8 @@ static int check_cdata(struct hcalib *c, lua_State *T)
 {
   struct heap_layout *h = &c->h;
   uint8_t *zero = calloc(1, G_WINDOW);
-  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref), cts;
+  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref);
+  struct heap_ctypes cts;
   lua_Number sid, ssize;
   int ok;
   if (zero == NULL)
@@ -782,12 +793,13 @@ static int check_cdata(struct hcalib *c, lua_State *T)
     return 0;
   if (!run(T, CDATA_CODE, 5))
     return fail(c, "cdata", "the FFI types cannot be made");
-  cts = heap_ref(h, g + h->g_ctype);
   sid = lua_tonumber(T, -3), ssize = lua_tonumber(T, -2);
-  h->cd_ok = 1; /* For heap_cdata_size while checking. */
-  ok = check_ctype(c, cts, lua_tonumber(T, -4), CT_KIND_NUM, 8) &&
-       check_ctype(c, cts, sid, CT_KIND_STRUCT, ssize) &&
-       check_ctype(c, cts, lua_tonumber(T, -1), CT_KIND_NUM, 4);
+  h->cd_ok = 1; /* For the walk's functions while checking. */
+  ok = (heap_cdata_known(h, g, &cts) && cts.tab != 0) ||
+       fail(c, "cdata ctype", "the C type table cannot be read");
+  ok = ok && check_ctype(c, &cts, lua_tonumber(T, -4), CT_KIND_NUM, 8) &&
+       check_ctype(c, &cts, sid, CT_KIND_STRUCT, ssize) &&
+       check_ctype(c, &cts, lua_tonumber(T, -1), CT_KIND_NUM, 4);
   lua_pop(T, 4);
   if (ok) {
     start(c);
@@ -795,9 +807,10 @@ static int check_cdata(struct hcalib *c, lua_State *T)
     c->on = 0;
     ok = ok || fail(c, "cdata", "the FFI objects cannot be made");
   }
-  ok = ok && check_cdata_block(c, T, -3, h->cd_size + 8, 0, "an int64_t") &&
-       check_cdata_block(c, T, -2, h->cd_size + ssize, 0, "a struct") &&
-       check_cdata_block(c, T, -1, 8 + h->cd_size + 28, 1, "an int[7]");
+  ok = ok &&
+       check_cdata_block(c, T, &cts, -3, h->cd_size + 8, 0, "an int64_t") &&
+       check_cdata_block(c, T, &cts, -2, h->cd_size + ssize, 0, "a struct") &&
+       check_cdata_block(c, T, &cts, -1, 8 + h->cd_size + 28, 1, "an int[7]");
   h->cd_ok = (uint8_t)ok;
   return ok;
 }

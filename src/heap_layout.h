@@ -64,15 +64,24 @@ struct heap_layout {
   uint16_t g_ctype;
 };
 
+/* The FFI's C type table of a VM, as the walk reads it (see
+** heap_cdata_known). tab 0: no FFI loaded, so no cdata. */
+struct heap_ctypes {
+  uintptr_t tab;
+  uint32_t top; /* Ids from 0 to top - 1 are in the table. */
+};
+
 /* Whether cdata sizes can be read in the VM of global_State g: the FFI
-** layout was verified, and the VM has no C type state (no FFI loaded, so
-** no cdata) or one whose g is g. */
-int heap_cdata_known(const struct heap_layout *h, uintptr_t g);
+** layout was verified, and the VM has no C type state (no FFI loaded) or
+** one whose g is g, then read into *ct with fault-safe reads. The table
+** stays put while no Lua code runs. */
+int heap_cdata_known(const struct heap_layout *h, uintptr_t g,
+                     struct heap_ctypes *ct);
 
 /* The block size of the cdata at cd (as lj_cdata_free computes it), or 0
-** if it cannot be known. */
-uint64_t heap_cdata_size(const struct heap_layout *h, uintptr_t g,
-                         uintptr_t cd);
+** if it cannot be known; ct from heap_cdata_known. */
+uint64_t heap_cdata_size(const struct heap_layout *h,
+                         const struct heap_ctypes *ct, uintptr_t cd);
 
 /* The size of the block of a string of len characters. */
 static inline uint64_t heap_str_size(const struct heap_layout *h, uint32_t len)

@@ -45,9 +45,10 @@ struct walk {
   uint64_t objects, refs;
   uintptr_t mode_mt; /* The last metatable whose __mode was read. */
   uint8_t mode;
-  uintptr_t cur; /* The object being written (0: the roots). */
-  uintptr_t g;   /* The VM's global_State. */
-  int cd_known;  /* heap_cdata_known: cdata sizes can be read. */
+  uintptr_t cur;             /* The object being written (0: the roots). */
+  uintptr_t g;               /* The VM's global_State. */
+  int cd_known;              /* heap_cdata_known: cdata sizes can be read ... */
+  struct heap_ctypes ctypes; /* ... through this table. */
   int err;
   char *msg;
   size_t msglen;
@@ -643,7 +644,7 @@ static void walk_object(struct walk *w, uintptr_t o)
     break;
   case GCT_CDATA: /* 0 if its C type cannot be read: unknown. */
     object_header(w, o, GCT_CDATA,
-                  w->cd_known ? heap_cdata_size(w->h, w->g, o) : 0);
+                  w->cd_known ? heap_cdata_size(w->h, &w->ctypes, o) : 0);
     break;
   default:
     failed(w, EINVAL, "the object at 0x%llx has an unexpected type",
@@ -770,7 +771,7 @@ int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
     w.out->n = 0;
     w.peak = memory(&w);
     w.g = heap_ref(h, (uintptr_t)L + h->base.L_glref);
-    w.cd_known = heap_cdata_known(h, w.g);
+    w.cd_known = heap_cdata_known(h, w.g, &w.ctypes);
     header(&w, L, note);
     roots(&w, L);
     while (w.err == 0 && w.todo_n > 0 && w.out->err == 0) {
