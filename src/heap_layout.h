@@ -9,7 +9,8 @@
 ** never used as it is: at the first heap snapshot of the process it is
 ** verified in a throw-away VM of the same build against the public API
 ** (lua_createtable and the sizes its allocator sees, lua_topointer,
-** lua_upvalueid, lua_getupvalue and lua_getlocal names), and the object
+** lua_upvalueid, lua_getupvalue and lua_getlocal names; for cdata, the
+** FFI's type ids, ffi.sizeof and the blocks of ffi.new), and the object
 ** sizes that differ between builds (lua_State) are measured there. A
 ** failed check is reported by name and no walk runs.
 */
