@@ -12,7 +12,8 @@
 ** lua_upvalueid, lua_getupvalue and lua_getlocal names; for cdata, the
 ** FFI's type ids, ffi.sizeof and the blocks of ffi.new), and the object
 ** sizes that differ between builds (lua_State) are measured there. A
-** failed check is reported by name and no walk runs.
+** failed check is reported by name and no walk runs; a failed FFI check
+** only leaves cdata sizes unknown (cd_ok 0).
 */
 #ifndef MEMPROF_HEAP_LAYOUT_H
 #define MEMPROF_HEAP_LAYOUT_H
