@@ -63,7 +63,7 @@ modules.spec_worker, modules.spec_weak = worker, { seen = seen }
 ]]
 
 describe('memprof-report of a heap snapshot of this VM', function()
-  local heap_path, profile_path
+  local heap_path, profile_path, taken_from, taken_to
 
   setup(function()
     jit.off()
@@ -73,7 +73,9 @@ describe('memprof-report of a heap snapshot of this VM', function()
     heap_path = h.tmpname('.heap')
     assert(memprof.start(profile_path, { stack_depth = 8 }))
     program(package.loaded, PAGES)
+    taken_from = os.time()
     assert(memprof.snapshot(heap_path, { format = 'heap', collect = true }))
+    taken_to = os.time()
     assert(memprof.stop())
   end)
 
@@ -91,9 +93,18 @@ describe('memprof-report of a heap snapshot of this VM', function()
     local text = report('--all', heap_path)
     local lines = lines_of(text)
     assert.equal('HEAP SNAPSHOT ' .. heap_path, lines[1])
-    assert.matches('^taken during a profile %(after its first [%d,]+ ' ..
-      'bytes%); %-%-profile=FILE names where its objects were allocated$',
-      lines[3])
+    local date, pid = lines[3]:match('^taken (%d+%-%d+%-%d+ %d+:%d+:%d+) ' ..
+      'UTC by process (%d+), during a profile %(after its first [%d,]+ ' ..
+      'bytes%); %-%-profile=FILE names where its objects were allocated$')
+    assert.is_not_nil(date, lines[3])
+    local shown = {}
+    for t = taken_from, taken_to do
+      shown[os.date('!%Y-%m-%d %H:%M:%S', t)] = true
+    end
+    assert.is_true(shown[date], date)
+    local f = assert(io.open('/proc/self/stat'))
+    assert.equal(f:read('*l'):match('^(%d+)'), pid)
+    f:close()
     local cache = 'package.loaded["spec_catalog"].rendered_cache[*]: ' ..
       '2,000 strings, '
     assert.equal(cache, lines[6]:sub(1, #cache))
@@ -117,8 +128,8 @@ describe('memprof-report of a heap snapshot of this VM', function()
   it('says where the objects were allocated, given the profile', function()
     local text = report('--profile=' .. profile_path, heap_path)
     local lines = lines_of(text)
-    assert.equal('taken during a profile (after its first ', lines[3]:sub(1,
-      40))
+    assert.matches('^taken [%d: -]+ UTC by process %d+, during a profile ' ..
+      '%(after its first ', lines[3])
     assert.is_truthy(lines[3]:find('; allocation places from ' ..
       profile_path, 1, true))
     assert.matches('^package%.loaded%["spec_catalog"%]%.rendered_cache%[%*%]' ..

@@ -285,6 +285,76 @@ return f, g, co, u
     assert.equal(net(5), ud.size)
   end)
 
+  it('notes when and in which process it was taken', function()
+    local before = os.time()
+    local s = snapshot()
+    local after = os.time()
+    assert.is_true(s.header.time >= before and s.header.time <= after,
+      'taken at ' .. s.header.time .. ', called at ' .. before)
+    local f = assert(io.open('/proc/self/stat'))
+    local pid = tonumber(f:read('*l'):match('^(%d+)'))
+    f:close()
+    assert.equal(pid, s.header.pid)
+  end)
+
+  it('sizes cdata as the allocator saw them', function()
+    local ffi = require('ffi')
+    local I = ffi.typeof('int64_t')
+    local S = ffi.typeof('struct { int x; double y[3]; }')
+    local V = ffi.typeof('int[?]')
+    local chunk = h.chunk([[
+local ffi, I, S, V = ...
+local a = ffi.new(I, 5)
+local b = a + 1
+local s = ffi.new(S)
+local v = ffi.new(V, 100)
+local k = loadstring('return 0x123456789LL')
+return a, b, s, v, k
+]], '@cdata.lua')
+    local vals
+    local events = h.profile(function() vals = { chunk(ffi, I, S, V) } end)
+    local s = snapshot()
+    assert.is_false(s.header.cdata_sizes_unknown)
+    -- The one cdata object in the block allocated at a line.
+    local function at_line(line)
+      local allocs = h.at(events, '@cdata.lua:' .. line, 'alloc')
+      local found = {}
+      for _, ev in ipairs(allocs) do
+        for _, o in ipairs(s.list) do
+          if o.type == 'cdata' and o.addr >= ev.naddr and
+              o.addr < ev.naddr + ev.nsize then
+            found[#found + 1] = { o = o, ev = ev }
+          end
+        end
+      end
+      assert.equal(1, #found, 'cdata allocated at line ' .. line)
+      return found[1].o, found[1].ev
+    end
+    for line, payload in pairs({ [2] = 8, [3] = 8, [4] = ffi.sizeof(S) }) do
+      local o, ev = at_line(line)
+      assert.equal(o.addr, ev.naddr)
+      assert.equal(ev.nsize, o.size)
+      assert.equal(h.net(h.at(events, '@cdata.lua:' .. line)), o.size)
+      assert.is_true(o.size > payload)
+    end
+    -- A VLA: its block starts with the length header, below the object.
+    local o, ev = at_line(5)
+    assert.equal(ev.nsize, o.size)
+    assert.is_true(o.addr > ev.naddr)
+    assert.equal(h.net(h.at(events, '@cdata.lua:5')), o.size)
+    -- A 64-bit constant, a prototype's constant made by the parser.
+    local pt = refs(s, addr(vals[5]), 'proto')[1].to
+    local k = refs(s, pt, 'constant')
+    assert.equal(1, #k)
+    local kobj, made = s.objects[k[1].to], nil
+    for _, e in ipairs(events) do
+      if e.kind == 'alloc' and e.naddr == kobj.addr then made = e end
+    end
+    assert.equal('cdata', kobj.type)
+    assert.equal(made.nsize, kobj.size)
+    assert.equal(s.objects[select(2, at_line(2)).naddr].size, kobj.size)
+  end)
+
   it('allocates nothing in the VM and runs no metamethod', function()
     local path = h.tmpname('.heap')
     local options = { format = 'heap' }
@@ -500,6 +570,28 @@ describe('the heap snapshot reader', function()
     os.remove(path)
   end)
 
+  -- The header of a snapshot's bytes.
+  local function heap_header(bytes)
+    local path = h.tmpname('.heap')
+    local f = assert(io.open(path, 'wb'))
+    f:write(bytes)
+    f:close()
+    local s = heap.load(path)
+    os.remove(path)
+    return s.header
+  end
+
+  -- A number's unsigned LEB128 bytes.
+  local function uleb(v)
+    local out = {}
+    repeat
+      local b = v % 128
+      v = (v - b) / 128
+      out[#out + 1] = string.char(v > 0 and b + 128 or b)
+    until v == 0
+    return table.concat(out)
+  end
+
   -- Reads `bytes` as a snapshot; returns the error.
   local function read_error(bytes)
     local path = h.tmpname('.heap')
@@ -528,15 +620,18 @@ describe('the heap snapshot reader', function()
       'got "ljm"', read_error('ljm' .. good:sub(4)))
     assert.equal('byte 3: expected version 1, got 9',
       read_error('ljh\9' .. good:sub(5)))
-    -- Magic, version, flags, profile note 0, traces.
-    local body = good:sub(1, 7)
-    assert.equal('byte 7: expected a record (1: object, 2: reference, ' ..
-      '127: end), got 9', read_error(body .. '\9'))
-    assert.equal('byte 10: expected a reference kind from 1 to 17, got 99',
+    -- Magic, version, flags, profile note 0, traces, time, pid.
+    local header = heap_header(good)
+    local n = 7 + #uleb(header.time) + #uleb(header.pid)
+    local body = good:sub(1, n)
+    local function at(k, text) return 'byte ' .. (n + k) .. ': ' .. text end
+    assert.equal(at(0, 'expected a record (1: object, 2: reference, ' ..
+      '127: end), got 9'), read_error(body .. '\9'))
+    assert.equal(at(3, 'expected a reference kind from 1 to 17, got 99'),
       read_error(body .. '\2\0\0\99'))
-    assert.equal('byte 9: expected an object type, got 3',
+    assert.equal(at(2, 'expected an object type, got 3'),
       read_error(body .. '\1\8\3\0'))
-    assert.equal('byte 11: the epilogue counts 1 objects and 0 references, ' ..
-      'the file has 0 and 0', read_error(body .. '\127\1\0\0end'))
+    assert.equal(at(4, 'the epilogue counts 1 objects and 0 references, ' ..
+      'the file has 0 and 0'), read_error(body .. '\127\1\0\0end'))
   end)
 end)

@@ -30,6 +30,7 @@ static void candidates(struct heap_layout *h)
     h->pt_k = 32, h->pt_sizekgc = 48, h->pt_sizekn = 52, h->pt_sizept = 56;
     h->pt_sizeuv = 60;
     h->ud_env = 16, h->ud_len = 24, h->ud_mt = 32, h->ud_size = 48;
+    h->cd_size = 16, h->cd_ctypeid = 10, h->ct_size = 24;
   } else {
     h->tab_colo = 7, h->tab_array = 8, h->tab_mt = 16, h->tab_node = 20;
     h->tab_asize = 24, h->tab_hmask = 28, h->tab_size = 32;
@@ -38,6 +39,7 @@ static void candidates(struct heap_layout *h)
     h->pt_k = 16, h->pt_sizekgc = 24, h->pt_sizekn = 28, h->pt_sizept = 32;
     h->pt_sizeuv = 36;
     h->ud_env = 8, h->ud_len = 12, h->ud_mt = 16, h->ud_size = 24;
+    h->cd_size = 8, h->cd_ctypeid = 6, h->ct_size = 16;
   }
   h->node_size = 24, h->node_val = 0, h->node_key = 8;
   h->pt_uvinfo = (uint8_t)(h->base.pt_lineinfo + r);
@@ -583,6 +585,236 @@ static int find_mainth(struct hcalib *c, lua_State *T)
   return 1;
 }
 
+/* ---- cdata and the FFI's C type state --------------------------------- */
+
+/* CTState (lj_ctype.h) starts with native pointers and 32-bit numbers:
+** tab, top, sizetab, L, g (L is set only while it works). */
+#define CTS_TOP 8
+#define CTS_G 24
+#define CTS_MIN 32
+/* CType: info (the kind in its top 4 bits, a child id in its low 16) then
+** size. */
+#define CT_KIND(info) ((info) >> 28)
+#define CT_KIND_NUM 0
+#define CT_KIND_STRUCT 1
+#define CT_KIND_HASSIZE 5 /* The last kind whose size field is its size. */
+#define CT_KIND_ATTRIB 8
+#define CT_PTR_SIZE 8
+#define CT_ATTRIB_DEPTH 8
+/* GCcdataVar, just below a variable-length cdata: offset, extra, len. */
+#define CDV_EXTRA 6
+#define CDV_LEN 4
+#define CD_VAR 0x80 /* In `marked`: a variable-length cdata. */
+
+/* The C type record of id, following attributes as ctype_raw does; 0 if
+** an id is out of the table. */
+static uintptr_t ctype_raw(const struct heap_layout *h,
+                           const struct heap_ctypes *ct, uint32_t id,
+                           uint32_t *info)
+{
+  int depth;
+  for (depth = 0; depth < CT_ATTRIB_DEPTH; depth++) {
+    uintptr_t rec = ct->tab + (uintptr_t)id * h->ct_size;
+    if (ct->tab == 0 || id >= ct->top)
+      return 0;
+    *info = heap_u32(rec);
+    if (CT_KIND(*info) != CT_KIND_ATTRIB)
+      return rec;
+    id = *info & 0xffff;
+  }
+  return 0;
+}
+
+int heap_cdata_known(const struct heap_layout *h, uintptr_t g,
+                     struct heap_ctypes *ct)
+{
+  uintptr_t cts, gg;
+  uint32_t sizetab;
+  uint8_t last;
+  ct->tab = 0, ct->top = 0;
+  if (!h->cd_ok || !vm_ref(&h->base, 1, g + h->g_ctype, &cts))
+    return 0;
+  if (cts == 0)
+    return 1;
+  /* The table's last type is readable: every id below top is. */
+  if (!vm_ptr(1, cts + CTS_G, &gg) || gg != g || !vm_ptr(1, cts, &ct->tab) ||
+      !vm_u32(1, cts + CTS_TOP, &ct->top) ||
+      !vm_u32(1, cts + CTS_TOP + 4, &sizetab) || ct->top > sizetab ||
+      ct->tab == 0 || ct->top == 0 ||
+      !vm_u8(1, ct->tab + (uintptr_t)ct->top * h->ct_size - 1, &last)) {
+    ct->tab = 0, ct->top = 0;
+    return 0;
+  }
+  return 1;
+}
+
+uint64_t heap_cdata_size(const struct heap_layout *h,
+                         const struct heap_ctypes *ct, uintptr_t cd)
+{
+  uintptr_t rec;
+  uint32_t info;
+  if (!h->cd_ok)
+    return 0;
+  if (heap_u8(cd + h->base.gct - 1) & CD_VAR) /* Its block is below it. */
+    return (uint64_t) * (const uint16_t *)(cd - CDV_EXTRA) +
+           heap_u32(cd - CDV_LEN);
+  rec = ctype_raw(h, ct, *(const uint16_t *)(cd + h->cd_ctypeid), &info);
+  if (rec == 0)
+    return 0;
+  if (CT_KIND(info) > CT_KIND_HASSIZE)
+    return (uint64_t)h->cd_size + CT_PTR_SIZE;
+  return (uint64_t)h->cd_size + heap_u32(rec + 4);
+}
+
+/* Runs code (a chunk given the ffi module) and leaves its results. */
+static int run(lua_State *T, const char *code, int nres)
+{
+  if (luaL_loadstring(T, code) != 0)
+    return 0;
+  lua_pushvalue(T, -2);
+  return lua_pcall(T, 1, nres, 0) == 0;
+}
+
+/* The size of the block at p as last (re)allocated since start(), or 0. */
+static size_t last_size(const struct hcalib *c, uintptr_t p)
+{
+  int i;
+  for (i = c->n - 1; i >= 0; i--)
+    if (c->ev[i].got == p)
+      return c->ev[i].nsize;
+  return 0;
+}
+
+/* Finds g->ctype_state: the one reference of global_State that was 0
+** before the FFI was loaded and then points to a new block whose g is this
+** VM's and whose type table is a block of sizetab CTypes. */
+static int find_ctype_state(struct hcalib *c, lua_State *T, uint8_t *zero)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref);
+  unsigned o, n = 0, found = 0;
+  for (o = 0; o + h->base.ref_size <= G_WINDOW; o += h->base.ref_size)
+    zero[o] = heap_ref(h, g + o) == 0;
+  lua_getglobal(T, "require");
+  lua_pushstring(T, "ffi");
+  start(c);
+  if (lua_pcall(T, 1, 1, 0) != 0) {
+    c->on = 0;
+    lua_pop(T, 1);
+    return fail(c, "cdata ffi", "the FFI cannot be loaded");
+  }
+  c->on = 0;
+  if (c->n >= CALIB_EVENTS)
+    return fail(c, "cdata ffi", "loading the FFI made over %d blocks",
+                CALIB_EVENTS);
+  for (o = 0; o + h->base.ref_size <= G_WINDOW; o += h->base.ref_size) {
+    uintptr_t cts = heap_ref(h, g + o), tab, gg;
+    uint32_t top, sizetab;
+    if (!zero[o] || cts == 0 || block(c, cts) < CTS_MIN)
+      continue;
+    memcpy(&tab, (const void *)cts, sizeof(tab));
+    top = heap_u32(cts + CTS_TOP);
+    sizetab = heap_u32(cts + CTS_TOP + 4);
+    memcpy(&gg, (const void *)(cts + CTS_G), sizeof(gg));
+    if (gg == g && top <= sizetab &&
+        last_size(c, tab) == (size_t)sizetab * h->ct_size)
+      found = o, n++;
+  }
+  if (n != 1)
+    return fail(c, "cdata ffi",
+                "%u references of global_State point to a new C type state "
+                "of this VM with a table of %u-byte types, not one",
+                n, h->ct_size);
+  c->h.g_ctype = (uint16_t)found;
+  return 1;
+}
+
+/* A C type id's kind and size, from the table as the walk reads it. */
+static int check_ctype(struct hcalib *c, const struct heap_ctypes *cts,
+                       lua_Number id, uint32_t kind, lua_Number size)
+{
+  uint32_t info;
+  uintptr_t ct = ctype_raw(&c->h, cts, (uint32_t)id, &info);
+  if (ct == 0 || CT_KIND(info) != kind || heap_u32(ct + 4) != size)
+    return fail(c, "cdata ctype",
+                "C type %.0f is not of kind %u and size %.0f in a table of "
+                "%u-byte types",
+                id, kind, size, c->h.ct_size);
+  return 1;
+}
+
+/* The cdata at stack index idx: its block is `want` bytes (at cd, or
+** below it for a variable-length one), and the walk reads that size. */
+static int check_cdata_block(struct hcalib *c, lua_State *T,
+                             const struct heap_ctypes *ct, int idx,
+                             lua_Number want, int var, const char *what)
+{
+  const struct heap_layout *h = &c->h;
+  uintptr_t cd = (uintptr_t)lua_topointer(T, idx) - h->cd_size;
+  uintptr_t at = cd;
+  if (var)
+    at = cd - *(const uint16_t *)(cd - 8); /* GCcdataVar's offset */
+  if (heap_u8(cd + h->base.gct) != GCT_CDATA ||
+      ((heap_u8(cd + h->base.gct - 1) & CD_VAR) != 0) != var ||
+      block(c, at) != (size_t)want || heap_cdata_size(h, ct, cd) != want)
+    return fail(c, "cdata size",
+                "%s: the allocator saw %zu bytes, the layout reads %llu, "
+                "expected %.0f",
+                what, block(c, at),
+                (unsigned long long)heap_cdata_size(h, ct, cd), want);
+  return 1;
+}
+
+/* Types made before counting: a scalar, a struct, a VLA and an attribute
+** type (its record is CT_ATTRIB, resolved to int); then the objects of the
+** first three, and the ids and the struct's size. */
+static const char CDATA_CODE[] =
+    "local ffi = ...\n"
+    "local I, S = ffi.typeof('int64_t'), ffi.typeof('struct { double a; "
+    "char b[21]; }')\n"
+    "local V = ffi.typeof('int[?]')\n"
+    "local A = ffi.typeof('int __attribute__((aligned(8)))')\n"
+    "return function() return ffi.new(I), ffi.new(S), ffi.new(V, 7) end,\n"
+    "  tonumber(I), tonumber(S), ffi.sizeof(S), tonumber(A)\n";
+
+static int check_cdata(struct hcalib *c, lua_State *T)
+{
+  struct heap_layout *h = &c->h;
+  uint8_t *zero = calloc(1, G_WINDOW);
+  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref);
+  struct heap_ctypes cts;
+  lua_Number sid, ssize;
+  int ok;
+  if (zero == NULL)
+    return fail(c, "cdata", "out of memory");
+  ok = find_ctype_state(c, T, zero);
+  free(zero);
+  if (!ok)
+    return 0;
+  if (!run(T, CDATA_CODE, 5))
+    return fail(c, "cdata", "the FFI types cannot be made");
+  sid = lua_tonumber(T, -3), ssize = lua_tonumber(T, -2);
+  h->cd_ok = 1; /* For the walk's functions while checking. */
+  ok = (heap_cdata_known(h, g, &cts) && cts.tab != 0) ||
+       fail(c, "cdata ctype", "the C type table cannot be read");
+  ok = ok && check_ctype(c, &cts, lua_tonumber(T, -4), CT_KIND_NUM, 8) &&
+       check_ctype(c, &cts, sid, CT_KIND_STRUCT, ssize) &&
+       check_ctype(c, &cts, lua_tonumber(T, -1), CT_KIND_NUM, 4);
+  lua_pop(T, 4);
+  if (ok) {
+    start(c);
+    ok = lua_pcall(T, 0, 3, 0) == 0;
+    c->on = 0;
+    ok = ok || fail(c, "cdata", "the FFI objects cannot be made");
+  }
+  ok = ok &&
+       check_cdata_block(c, T, &cts, -3, h->cd_size + 8, 0, "an int64_t") &&
+       check_cdata_block(c, T, &cts, -2, h->cd_size + ssize, 0, "a struct") &&
+       check_cdata_block(c, T, &cts, -1, 8 + h->cd_size + 28, 1, "an int[7]");
+  h->cd_ok = (uint8_t)ok;
+  return ok;
+}
+
 /* ---- Learning --------------------------------------------------------- */
 
 static int calibrate_in(lua_State *T)
@@ -600,6 +832,10 @@ static int calibrate_in(lua_State *T)
           check_string(c, T) && check_c_closure(c, T) &&
           check_lua_closure(c, T) && check_locals(c, T) &&
           check_userdata(c, T) && find_mainth(c, T);
+  /* Without a verified FFI layout a snapshot is still written, with cdata
+  ** sizes unknown (its header says so). */
+  if (c->ok && !check_cdata(c, T))
+    c->h.cd_ok = 0;
   c->on = 0;
   lua_setallocf(T, c->orig, c->orig_ud);
   return 0;

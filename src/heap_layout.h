@@ -9,9 +9,11 @@
 ** never used as it is: at the first heap snapshot of the process it is
 ** verified in a throw-away VM of the same build against the public API
 ** (lua_createtable and the sizes its allocator sees, lua_topointer,
-** lua_upvalueid, lua_getupvalue and lua_getlocal names), and the object
+** lua_upvalueid, lua_getupvalue and lua_getlocal names; for cdata, the
+** FFI's type ids, ffi.sizeof and the blocks of ffi.new), and the object
 ** sizes that differ between builds (lua_State) are measured there. A
-** failed check is reported by name and no walk runs.
+** failed check is reported by name and no walk runs; a failed FFI check
+** only leaves cdata sizes unknown (cd_ok 0).
 */
 #ifndef MEMPROF_HEAP_LAYOUT_H
 #define MEMPROF_HEAP_LAYOUT_H
@@ -56,7 +58,32 @@ struct heap_layout {
   /* A string's block: its header and characters with a NUL, or (newer
   ** builds) the characters rounded up to 4 bytes past a NUL. Measured. */
   uint8_t str_pad4;
+  /* cdata (lj_obj.h, lj_ctype.h): GCcdata's size and type id; where
+  ** global_State points to the FFI's C type state (0 until the FFI is
+  ** loaded) and the size of a CType in its table. cd_ok: all verified,
+  ** else cdata sizes are unknown (0). */
+  uint8_t cd_ok, cd_size, cd_ctypeid, ct_size;
+  uint16_t g_ctype;
 };
+
+/* The FFI's C type table of a VM, as the walk reads it (see
+** heap_cdata_known). tab 0: no FFI loaded, so no cdata. */
+struct heap_ctypes {
+  uintptr_t tab;
+  uint32_t top; /* Ids from 0 to top - 1 are in the table. */
+};
+
+/* Whether cdata sizes can be read in the VM of global_State g: the FFI
+** layout was verified, and the VM has no C type state (no FFI loaded) or
+** one whose g is g, then read into *ct with fault-safe reads. The table
+** stays put while no Lua code runs. */
+int heap_cdata_known(const struct heap_layout *h, uintptr_t g,
+                     struct heap_ctypes *ct);
+
+/* The block size of the cdata at cd (as lj_cdata_free computes it), or 0
+** if it cannot be known; ct from heap_cdata_known. */
+uint64_t heap_cdata_size(const struct heap_layout *h,
+                         const struct heap_ctypes *ct, uintptr_t cd);
 
 /* The size of the block of a string of len characters. */
 static inline uint64_t heap_str_size(const struct heap_layout *h, uint32_t len)

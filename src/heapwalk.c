@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "lauxlib.h"
 #include "vm_inspect.h"
@@ -43,7 +45,10 @@ struct walk {
   uint64_t objects, refs;
   uintptr_t mode_mt; /* The last metatable whose __mode was read. */
   uint8_t mode;
-  uintptr_t cur; /* The object being written (0: the roots). */
+  uintptr_t cur;             /* The object being written (0: the roots). */
+  uintptr_t g;               /* The VM's global_State. */
+  int cd_known;              /* heap_cdata_known: cdata sizes can be read ... */
+  struct heap_ctypes ctypes; /* ... through this table. */
   int err;
   char *msg;
   size_t msglen;
@@ -637,8 +642,9 @@ static void walk_object(struct walk *w, uintptr_t o)
   case GCT_UDATA:
     walk_userdata(w, o);
     break;
-  case GCT_CDATA: /* Its payload's size needs the C type: unknown (0). */
-    object_header(w, o, GCT_CDATA, 0);
+  case GCT_CDATA: /* 0 if its C type cannot be read: unknown. */
+    object_header(w, o, GCT_CDATA,
+                  w->cd_known ? heap_cdata_size(w->h, &w->ctypes, o) : 0);
     break;
   default:
     failed(w, EINVAL, "the object at 0x%llx has an unexpected type",
@@ -718,13 +724,18 @@ static uint64_t traces(const struct heap_layout *h, lua_State *L)
 static void header(struct walk *w, lua_State *L,
                    const struct heap_profile_note *note)
 {
+  time_t now;
   out_bytes(w->out, HEAP_MAGIC, 3);
   out_byte(w->out, HEAP_VERSION);
-  out_uleb(w->out, w->h->base.gc64 ? HEAP_FLAG_GC64 : 0);
+  out_uleb(w->out, (w->h->base.gc64 ? HEAP_FLAG_GC64 : 0) |
+                       (w->cd_known ? 0 : HEAP_FLAG_CDATA_UNKNOWN));
   out_uleb(w->out, note != NULL && note->running);
   if (note != NULL && note->running)
     out_uleb(w->out, note->written);
   out_uleb(w->out, traces(w->h, L));
+  now = time(NULL);
+  out_uleb(w->out, now > 0 ? (uint64_t)now : 0);
+  out_uleb(w->out, (uint64_t)getpid());
 }
 
 static void epilogue(struct walk *w)
@@ -759,6 +770,8 @@ int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
     w.out->err = 0;
     w.out->n = 0;
     w.peak = memory(&w);
+    w.g = heap_ref(h, (uintptr_t)L + h->base.L_glref);
+    w.cd_known = heap_cdata_known(h, w.g, &w.ctypes);
     header(&w, L, note);
     roots(&w, L);
     while (w.err == 0 && w.todo_n > 0 && w.out->err == 0) {

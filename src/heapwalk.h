@@ -24,6 +24,7 @@
 #define HEAP_MAGIC "ljh"
 #define HEAP_VERSION 1
 #define HEAP_FLAG_GC64 1
+#define HEAP_FLAG_CDATA_UNKNOWN 2 /* cdata are written with size 0. */
 #define HEAP_RECORD_OBJECT 0x01
 #define HEAP_RECORD_REF 0x02
 #define HEAP_RECORD_END 0x7f

@@ -36,11 +36,16 @@ end
 local Builder = {}
 Builder.__index = Builder
 
+-- The time and process id of the snapshots built (unless opts say).
+M.TIME, M.PID = 1795900000, 4242
+
 function M.new(opts)
   opts = opts or {}
-  local head = 'ljh' .. char(1) .. uleb(opts.gc64 == false and 0 or 1)
+  local flags = (opts.gc64 == false and 0 or 1) + (opts.cdata_unknown and 2 or 0)
+  local head = 'ljh' .. char(1) .. uleb(flags)
   head = head .. (opts.profile and uleb(1) .. uleb(opts.profile) or uleb(0))
   head = head .. uleb(opts.traces and opts.traces + 1 or 0)
+  head = head .. uleb(opts.time or M.TIME) .. uleb(opts.pid or M.PID)
   return setmetatable({ parts = { head }, next_addr = 0x1000, objects = 0,
     refs = 0 }, Builder)
 end

@@ -35,7 +35,7 @@ end
 local KNOWN_TEXT = [[
 HEAP SNAPSHOT %s
 41 objects, 4404B, 46 references from 2 roots; GC64; 3 JIT traces alive
-taken with no profile running
+taken 2026-11-28 21:06:40 UTC by process 4242, with no profile running
 
 WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
 package.loaded["catalog"].rendered_cache[*]: 20 strings, 2000B
@@ -89,6 +89,25 @@ describe('memprof-report of a heap snapshot', function()
     assert.equal(KNOWN_TEXT:format(path), out)
   end)
 
+  it('says when the snapshot could not size its cdata, and when and where ' ..
+    'it was taken', function()
+    local path = graphs.known({ cdata_unknown = true, traces = 3 }):write(temp_path())
+    local code, out = report(path)
+    assert.equal(0, code)
+    assert.equal('41 objects, 4404B, 46 references from 2 roots; GC64; ' ..
+      '3 JIT traces alive; cdata sizes unknown ' ..
+      "(the FFI's layout was not verified)", out:match('\n([^\n]*)\n'))
+    code, out = report('--format=json', path)
+    assert.equal(0, code)
+    assert.is_true(require('cjson').decode(out).header.cdata_sizes_unknown)
+    code, out = report('--format=html', path)
+    assert.equal(0, code)
+    assert.truthy(out:find("cdata sizes unknown (the FFI&#39;s layout was " ..
+      'not verified)', 1, true))
+    assert.truthy(out:find('taken 2026-11-28 21:06:40 UTC by process 4242, ' ..
+      'with no profile running', 1, true))
+  end)
+
   it('cuts each list at --top and says how many rows it left out', function()
     local path = graphs.known():write(temp_path())
     local code, out = report('--top=1', '--human-readable', path)
@@ -96,7 +115,7 @@ describe('memprof-report of a heap snapshot', function()
     assert.equal(([[
 HEAP SNAPSHOT %s
 41 objects, 4.30KiB, 46 references from 2 roots; GC64
-taken with no profile running
+taken 2026-11-28 21:06:40 UTC by process 4242, with no profile running
 
 WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
 package.loaded["catalog"].rendered_cache[*]: 20 strings, 1.95KiB
@@ -133,7 +152,7 @@ string: 26 objects, 2.13KiB
     local expected = {
       kind = 'memprof heap snapshot report', version = 1,
       header = { file = path, objects = 41, bytes = 4404, references = 46,
-        roots = 2, gc64 = true },
+        roots = 2, gc64 = true, time = 1795900000, pid = 4242 },
       holders = {
         holder(c .. '.rendered_cache[*]', 20, { string = 20 }, 2000),
         holder(c .. '.rendered_cache', 1, { table = 1 }, 500, 2500),
@@ -210,22 +229,23 @@ registry: +500B retained (3818B now), 1 object (1 before)
     local bytes = graphs.known():bytes()
     local cut = temp_path()
     local file = assert(io.open(cut, 'wb'))
-    file:write(bytes:sub(1, 40))
+    file:write(bytes:sub(1, 47))
     file:close()
     local code, out, err = report(cut)
     assert.equal(1, code)
     assert.equal('', out)
-    assert.equal('memprof-report: ' .. cut .. ': byte 40: the file is ' ..
+    assert.equal('memprof-report: ' .. cut .. ': byte 47: the file is ' ..
       "truncated: expected an object's type\n", err)
     local corrupt = temp_path()
     file = assert(io.open(corrupt, 'wb'))
     -- The first object's type byte (after "ljh", version, flags, notes,
-    -- the record's tag and its address 0x1000 in two bytes).
-    file:write(bytes:sub(1, 10) .. string.char(99) .. bytes:sub(12))
+    -- the time in 5 bytes and the pid in 2, the record's tag and its
+    -- address 0x1000 in two bytes).
+    file:write(bytes:sub(1, 17) .. string.char(99) .. bytes:sub(19))
     file:close()
     code, out, err = report(corrupt)
     assert.equal(1, code)
-    assert.equal('memprof-report: ' .. corrupt .. ': byte 10: expected an ' ..
+    assert.equal('memprof-report: ' .. corrupt .. ': byte 17: expected an ' ..
       'object type, got 99\n', err)
   end)
 
@@ -325,7 +345,7 @@ registry: +500B retained (3818B now), 1 object (1 before)
     assert.equal(([[
 HEAP SNAPSHOT %s
 41 objects, 4404B, 46 references from 2 roots; GC64
-taken during a profile (after its first 282 bytes); allocation places from %s
+taken 2026-11-28 21:06:40 UTC by process 4242, during a profile (after its first 282 bytes); allocation places from %s
 
 WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
 package.loaded["catalog"].rendered_cache[*]: 20 strings, 2000B, allocated at @catalog.lua:46 (from @handler.lua:7)

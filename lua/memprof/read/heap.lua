@@ -139,7 +139,8 @@ local function read_header(self)
     fail(self, 3, format('expected version %d, got %d', M.VERSION, version))
   end
   local flags = uleb(self, 'the flags')
-  local header = { version = version, gc64 = flags % 2 == 1 }
+  local header = { version = version, gc64 = flags % 2 == 1,
+    cdata_sizes_unknown = math.floor(flags / 2) % 2 == 1 }
   local at = offset(self)
   local running = uleb(self, 'the profile note')
   if running > 1 then
@@ -152,6 +153,10 @@ local function read_header(self)
   -- JIT traces alive, which the walk does not visit (nil: not known).
   local traces = uleb(self, 'the count of JIT traces')
   header.traces = traces > 0 and traces - 1 or nil
+  -- When (seconds since the epoch, nil: not known) and in which process.
+  local time = uleb(self, 'the time the snapshot was taken')
+  header.time = time > 0 and time or nil
+  header.pid = uleb(self, 'the process id')
   return header
 end
 

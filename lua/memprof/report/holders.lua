@@ -8,7 +8,9 @@
 --
 -- The model:
 --   header    what the file holds: objects, bytes, references, roots,
---             traces, gc64, profile (the note of a running profile:
+--             traces, gc64, cdata_sizes_unknown (true if cdata are
+--             counted as 0 bytes), time (seconds since the epoch) and
+--             pid of the process it was taken in, profile (the note of a running profile:
 --             written; and file, when the profile was given)
 --   holders   the groups of objects by path pattern (analysis/
 --             dominators.lua), each with its objects, types, bytes (the
@@ -195,7 +197,8 @@ local function header_of(a, path, objects, profile)
   local h = a.header or {}
   local header = { file = path, objects = objects, bytes = a.total,
     references = a.references, roots = a.roots, gc64 = h.gc64 or false,
-    traces = h.traces }
+    traces = h.traces, cdata_sizes_unknown = h.cdata_sizes_unknown or nil,
+    time = h.time, pid = h.pid }
   if h.profile then
     header.profile = { written = h.profile.written, file = profile }
   end
@@ -282,17 +285,21 @@ function M.place_text(row)
   return text
 end
 
--- What the header's note of a profile says.
+-- When and where the snapshot was taken, and what its note of a profile
+-- says.
 function M.profile_text(header)
   local p = header.profile
+  local taken = format('taken %s by process %d, ', header.time and
+    os.date('!%Y-%m-%d %H:%M:%S UTC', header.time) or 'at a time not known',
+    header.pid or 0)
   if not p then
-    return 'taken with no profile running'
+    return taken .. 'with no profile running'
   elseif p.file then
-    return format('taken during a profile (after its first %s bytes); ' ..
-      'allocation places from %s', M.commas(p.written), p.file)
+    return format('%sduring a profile (after its first %s bytes); ' ..
+      'allocation places from %s', taken, M.commas(p.written), p.file)
   end
-  return format('taken during a profile (after its first %s bytes); ' ..
-    '--profile=FILE names where its objects were allocated',
+  return format('%sduring a profile (after its first %s bytes); ' ..
+    '--profile=FILE names where its objects were allocated', taken,
     M.commas(p.written))
 end
 
@@ -301,6 +308,8 @@ local function counted(n, word)
   return M.commas(n) .. ' ' .. (n == 1 and word or word .. 's')
 end
 M.counted = counted
+
+M.CDATA_UNKNOWN = "cdata sizes unknown (the FFI's layout was not verified)"
 
 local function write_header(out, h, size)
   out:write('HEAP SNAPSHOT ', h.file, '\n')
@@ -311,6 +320,7 @@ local function write_header(out, h, size)
   if h.traces then
     out:write('; ', counted(h.traces, 'JIT trace'), ' alive')
   end
+  if h.cdata_sizes_unknown then out:write('; ', M.CDATA_UNKNOWN) end
   out:write('\n', M.profile_text(h), '\n')
 end
 

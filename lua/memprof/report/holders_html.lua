@@ -100,6 +100,9 @@ local function facts(h)
   if h.traces then
     parts[#parts + 1] = commas(h.traces) .. ' JIT traces alive'
   end
+  if h.cdata_sizes_unknown then
+    parts[#parts + 1] = holders.CDATA_UNKNOWN
+  end
   parts[#parts + 1] = holders.profile_text(h)
   return escape(concat(parts, '; '))
 end
