@@ -40,6 +40,30 @@ print('stop', memprof.stop())
     'MEMPROF_FAULT_SOURCE=@faulty.lua')
 end
 
+-- Whether this VM survives the failed allocation of the spec without
+-- memprof: LuaJIT v2.1.0-beta3 with GC64 crashes on it by itself (a
+-- segmentation fault), which says nothing of the module.
+local function vm_survives_failure()
+  local out, code = h.run_script(string.format([[
+package.cpath = %q .. ';' .. package.cpath
+package.path = %q
+local W = require('alloc_wrapper')
+jit.off()
+W.install()
+local big = string.rep('x', 2 ^ 20)
+local chunk = assert(loadstring('local big = ...\nlocal s = big .. big\nreturn #s',
+  '@faulty.lua'))
+collectgarbage()
+collectgarbage('stop')
+W.fail_from(2 ^ 20)
+local ok, result = pcall(chunk, big)
+W.fail_from(0)
+print('call', ok, result)
+]], FAULTS, package.path))
+  return code == 0 and out:find('call\tfalse\tnot enough memory\n', 1,
+    true) ~= nil
+end
+
 -- The events of the file by kind.
 local function file_totals(path)
   local events = h.read(path)
@@ -62,6 +86,10 @@ describe('a symbol that cannot be kept in the middle of an event', function()
       '{ sample_bytes = 1 }' }) do
       it('halts without the event, ' .. case[1] .. ', options ' .. options,
         function()
+        if case[2] and not vm_survives_failure() then
+          pending('this VM crashes on a failed allocation without memprof')
+          return
+        end
         local path = h.tmpname()
         local out, code = run(path, options, case[2])
         assert.equal(0, code, out)
