@@ -156,10 +156,30 @@ local function row_starts(count, n)
   return first, fill
 end
 
+-- Frees the arrays the last phase dropped before the next one takes its
+-- own, so that the process holds one phase's arrays, not the collector's
+-- arrears (a full collection costs little here: the big arrays are C
+-- data, which the collector does not look into).
+local function release()
+  collectgarbage()
+end
+
+-- After the objects: the node arrays cut to the nodes, and the rows of
+-- references made for the second pass.
 local function start_refs(g)
+  local used = g.n + 1
+  g.addr = resized(DOUBLES, g.addr, used, used, 8)
+  g.size = resized(DOUBLES, g.size, used, used, 8)
+  g.type = resized(BYTES, g.type, used, used, 1)
+  g.tlen = resized(BYTES, g.tlen, used, used, 1)
+  g.toff = resized(INT32S, g.toff, used, used, 4)
+  g.text = resized(BYTES, g.text, g.text_used, g.text_used + 1, 1)
+  g.cap, g.text_cap = used, g.text_used + 1
   local first, fill = row_starts(g.count, g.n)
+  g.count = nil
+  release()
   local m = first[g.n + 1]
-  g.first, g.fill, g.count = first, fill, nil
+  g.first, g.fill = first, fill
   g.succ, g.rkind, g.rname = INT32S(m), BYTES(m), DOUBLES(m)
 end
 
@@ -590,14 +610,15 @@ local function result(g, idom, retained, p, total, groups_list)
       return addr[v], patterns[pid[v]], retained[v]
     end
   end
-  g.first, g.succ, g.rkind, g.rname = nil, nil, nil, nil
   return out
 end
 
-local function analyse_graph(g)
-  finish_graph(g)
+-- The nodes in postorder, their immediate dominators and retained sizes.
+local function dominator_tree(g)
   local post, order, count = postorder(g)
+  release()
   local idom = dominators(g, post, order, count)
+  release()
   local n = g.n
   local retained = DOUBLES(n + 1)
   for v = 2, n do retained[v] = post[v] ~= 0 and g.size[v] or 0 end
@@ -606,7 +627,17 @@ local function analyse_graph(g)
     local d = idom[v]
     retained[d] = retained[d] + retained[v]
   end
+  return order, count, idom, retained
+end
+
+-- Each phase's arrays are dropped, and released, as soon as the next
+-- phases need them no more.
+local function analyse_graph(g)
+  finish_graph(g)
+  local order, count, idom, retained = dominator_tree(g)
   local p = paths(g)
+  g.first, g.succ, g.rkind, g.rname = nil, nil, nil, nil
+  release()
   local groups_list = groups(g, order, count, idom, retained, p)
   return result(g, idom, retained, p, retained[1], groups_list)
 end
