@@ -40,6 +40,7 @@ build = {
     ["memprof.analysis.heap"] = "lua/memprof/analysis/heap.lua",
     ["memprof.analysis.blocks"] = "lua/memprof/analysis/blocks.lua",
     ["memprof.analysis.address_map"] = "lua/memprof/analysis/address_map.lua",
+    ["memprof.analysis.node_index"] = "lua/memprof/analysis/node_index.lua",
     ["memprof.analysis.analyze"] = "lua/memprof/analysis/analyze.lua",
     ["memprof.cli.report"] = "lua/memprof/cli/report.lua",
     ["memprof.cli.options"] = "lua/memprof/cli/options.lua",
