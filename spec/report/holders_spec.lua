@@ -333,7 +333,7 @@ registry: +500B retained (3818B now), 1 object (1 before)
     local code, _, err = report('--heap=' .. heap, profile)
     assert.equal(1, code)
     assert.equal('memprof-report: --heap=SNAPSHOT goes with --leaks (or ' ..
-      '--format=html) (see --help)\n', err)
+      '--format=json or html) (see --help)\n', err)
     code, _, err = report('--leaks', '--heap=' .. profile, profile)
     assert.equal(1, code)
     assert.equal('memprof-report: --heap=' .. profile .. ': not a heap ' ..
@@ -441,5 +441,45 @@ allocated before the profile: 18 objects, 2236B
         { pattern = '_G.record<upvalue history>[2]', objects = 1, bytes = 56 },
         { pattern = '_G.record<upvalue history>[3]', objects = 1, bytes = 56 },
       } }, doc.by_place[3])
+  end)
+
+  it("names each live place's holders in the profile's JSON with --heap",
+    function()
+    local profile = temp_path('.bin')
+    local path = graphs.known({ profile = known_profile(profile) })
+      :write(temp_path())
+    local code, out, err = report('--format=json', '--heap=' .. path,
+      profile)
+    assert.equal('', err)
+    assert.equal(0, code)
+    local doc = require('cjson').decode(out)
+    assert.same({ heap = path, places = {
+      { place = '@catalog.lua:46', objects = 20, bytes = 2000,
+        callers = '@handler.lua:7', holders = {
+          { pattern = 'package.loaded["catalog"].rendered_cache[*]',
+            objects = 20, bytes = 2000 } } },
+      { place = '@handler.lua:12', objects = 3, bytes = 168, holders = {
+        { pattern = '_G.record<upvalue history>[1]', objects = 1, bytes = 56 },
+        { pattern = '_G.record<upvalue history>[2]', objects = 1, bytes = 56 },
+        { pattern = '_G.record<upvalue history>[3]', objects = 1, bytes = 56 },
+      } } } }, doc.who_holds)
+    -- The same places as the text's WHO HOLDS IT, which shows the first
+    -- holders of each.
+    code, out = report('--leaks', '--heap=' .. path, profile)
+    assert.equal(0, code)
+    assert.equal(([[
+WHO HOLDS IT (the objects of the heap snapshot %s by allocating place, with the paths that hold them)
+@catalog.lua:46: 20 objects, 2000B (from @handler.lua:7)
+    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2000B
+@handler.lua:12: 3 objects, 168B
+    held by _G.record<upvalue history>[1]: 1 object, 56B
+    held by _G.record<upvalue history>[2]: 1 object, 56B
+    held by _G.record<upvalue history>[3]: 1 object, 56B
+]]):format(path), out:sub((out:find('WHO HOLDS IT', 1, true))))
+    -- Without --heap, the document has no such key.
+    code, out = report('--format=json', profile)
+    assert.equal(0, code)
+    assert.is_nil(require('cjson').decode(out).who_holds)
+    assert.is_nil(out:find('who_holds', 1, true))
   end)
 end)
