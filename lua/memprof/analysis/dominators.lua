@@ -645,8 +645,16 @@ end
 -- Reads the records of the snapshot at `path` once for each of the
 -- visitors (objects, then references), each a function of a record's
 -- values (memprof.read.heap's next_values); returns the reader.
+-- The collector's pause while a file is read: the reader makes a string
+-- or two per record, garbage at once, and the live data are a few big
+-- arrays the collector does not look into, so a cycle costs little and
+-- the default pause (200: the heap doubles before a cycle starts) would
+-- only let the garbage pile up.
+local READING_GC_PAUSE = 100
+
 local function read_file(path, visit_object, visit_ref)
   local r = heap.open(path)
+  local pause = collectgarbage('setpause', READING_GC_PAUSE)
   local ok, err = pcall(function()
     while true do
       local rec, x, y, z, a, b, c, d = r:next_values()
@@ -659,6 +667,7 @@ local function read_file(path, visit_object, visit_ref)
       end
     end
   end)
+  collectgarbage('setpause', pause)
   r:close()
   if not ok then error(err, 0) end
   return r
