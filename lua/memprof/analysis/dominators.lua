@@ -24,6 +24,7 @@
 
 local heap = require('memprof.read.heap')
 local ffi = require('ffi')
+local tobit = require('bit').tobit
 local node_index = require('memprof.analysis.node_index')
 
 local format = string.format
@@ -58,22 +59,29 @@ local ENTRY = { field = true, index = true, by_key = true, by_number = true,
 -- objects are read; node 1 is the virtual root, node i + 1 the i-th
 -- object.  The references are read in a second pass over the records,
 -- once every object has its node, straight into compressed rows by
--- source node: succ[e] (target node), rkind[e] (kind number, with NAMED
--- when rname[e] is the index of a text in g.names) and rname[e] (the
--- name: a number, a key's address, or the text's index) for e in
+-- source node: succ[e] (target node), rkind[e] (kind number) and rname[e]
+-- (its name in 32 bits: a number, a key's node, or with a flag on the kind
+-- the index of a text in g.names or of a wider number in g.wide) for e in
 -- first[v] .. first[v + 1] - 1.  Weak references are not kept.
 
 local KIND_CODE = {}
 for code, kind in ipairs(heap.KINDS) do KIND_CODE[kind] = code end
 local KIND = heap.KINDS
--- A kind number's flag for a name that is a text.
-local NAMED = 0x40
+-- A kind number's flags (the kinds are numbered below 32): its name is
+-- the index of a text in g.names, or of a number in g.wide (one that is
+-- not a 32-bit integer, or a key that is no object of the file).
+local NAMED, WIDE = 0x40, 0x20
 local TYPE_CODE = {}
 local TYPES = heap.TYPES
 for code, t in pairs(TYPES) do TYPE_CODE[t] = code end
 
 local ENTRY_CODE = {}
-for kind in pairs(ENTRY) do ENTRY_CODE[KIND_CODE[kind]] = true end
+for kind in pairs(ENTRY) do
+  ENTRY_CODE[KIND_CODE[kind]] = true
+  ENTRY_CODE[KIND_CODE[kind] + WIDE] = true
+end
+-- The kinds whose name is a key object's address, kept as its node.
+local KEYED = { field = true, by_key = true }
 
 local DOUBLES, INT32S, BYTES = ffi.typeof('double[?]'),
   ffi.typeof('int32_t[?]'), ffi.typeof('uint8_t[?]')
@@ -90,7 +98,8 @@ local function new_graph()
   return { n = 1, cap = cap, node = node_index.new(), addr = DOUBLES(cap),
     type = BYTES(cap), size = DOUBLES(cap), toff = INT32S(cap),
     tlen = BYTES(cap), count = INT32S(cap + 1), text = BYTES(4096),
-    text_cap = 4096, text_used = 0, nrefs = 0, names = {}, name_ids = {} }
+    text_cap = 4096, text_used = 0, nrefs = 0, names = {}, name_ids = {},
+    wide = {} }
 end
 
 local function grow_nodes(g)
@@ -180,7 +189,7 @@ local function start_refs(g)
   release()
   local m = first[g.n + 1]
   g.first, g.fill = first, fill
-  g.succ, g.rkind, g.rname = INT32S(m), BYTES(m), DOUBLES(m)
+  g.succ, g.rkind, g.rname = INT32S(m), BYTES(m), INT32S(m)
 end
 
 -- The number of a text among the names of references.
@@ -211,12 +220,20 @@ local function add_ref(g, from, to, kind, weak, a, b, c)
   elseif kind == 'by_bool' then
     name = a and 1 or 0
   end
+  name = name or 0
+  local key = KEYED[kind] and g.node:get(g.addr, name)
   if type(name) == 'string' then
     code, name = code + NAMED, name_id(g, name)
+  elseif key then
+    name = key
+  elseif KEYED[kind] or kind == 'by_number' or name ~= tobit(name) then
+    local wide = g.wide
+    wide[#wide + 1] = name
+    code, name = code + WIDE, #wide
   end
   local e = g.fill[v]
   g.fill[v] = e + 1
-  g.succ[e], g.rkind[e], g.rname[e] = w, code, name or 0
+  g.succ[e], g.rkind[e], g.rname[e] = w, code, name
 end
 
 -- Closes the rows' gaps left by references to no object (none in a
@@ -238,12 +255,16 @@ local function finish_graph(g)
   return g
 end
 
--- The kind and the name of the reference in row entry e.
+-- The kind and the name of a reference from its kind number and name as
+-- the rows keep them (a key as its address).
 local function ref_of(g, kind_code, name)
   if kind_code >= NAMED then
     return KIND[kind_code - NAMED], g.names[name]
+  elseif kind_code >= WIDE then
+    return KIND[kind_code - WIDE], g.wide[name]
   end
   local kind = KIND[kind_code]
+  if KEYED[kind] then return kind, g.addr[name] end
   if kind == 'by_bool' then return kind, name == 1 end
   return kind, name
 end
@@ -454,7 +475,8 @@ local function starts(g)
     local at = g.succ[loaded]
     add(at, 'package.loaded')
     for _, e in ipairs(refs_from(g, at, 'field')) do
-      local name = text_of(g, g.rname[e]) or '?'
+      local _, key = ref_of(g, g.rkind[e], g.rname[e])
+      local name = text_of(g, key) or '?'
       add(g.succ[e], name == '_G' and '_G' or
         'package.loaded[' .. quote(name) .. ']')
     end
@@ -485,7 +507,7 @@ local function paths(g)
   local names, list, nroots = starts(g)
   local first, succ, rkind, rname = g.first, g.succ, g.rkind, g.rname
   local parent, via_kind, via_name = INT32S(n + 1), BYTES(n + 1),
-    DOUBLES(n + 1)
+    INT32S(n + 1)
   local pid, queue = INT32S(n + 1), INT32S(n + 1)
   local pats = { list = {}, ids = {}, child = {} }
   local tail = 0
