@@ -131,8 +131,8 @@ function M.run(lua)
   local out = pipe:read('*a')
   pipe:close()
   os.remove(script)
-  local report_seconds, report_mb = M.report_cost(lua, path)
-  local joined_seconds, joined_mb = M.report_cost(lua, joined,
+  local report_seconds, report_mb, report_cpu = M.report_cost(lua, path)
+  local joined_seconds, joined_mb, joined_cpu = M.report_cost(lua, joined,
     '--profile=' .. profile)
   os.remove(path)
   os.remove(profile)
@@ -159,20 +159,20 @@ function M.run(lua)
     'retained sizes and patterns (analyse_file): %s s CPU; the analysis ' ..
     'holds %s MB of Lua memory; the process at most %.0f MB', read, analysis,
     lua_mb, (tonumber(out:match('rss (%d+)')) or 0) / 1024))
-  local function report_line(what, seconds, mb)
+  local function report_line(what, seconds, mb, cpu)
     if not seconds then
       print('  memprof-report ' .. what .. ' failed: ' .. tostring(mb))
       return
     end
-    print(string.format('  memprof-report %s: %.2f s wall (target %d s), ' ..
-      'at most %.0f MB (target %d MB): %s', what, seconds,
-      TARGET_REPORT_SECONDS, mb, TARGET_REPORT_MB,
+    print(string.format('  memprof-report %s: %.2f s wall, %.2f s CPU ' ..
+      '(target %d s), at most %.0f MB (target %d MB): %s', what, seconds,
+      cpu, TARGET_REPORT_SECONDS, mb, TARGET_REPORT_MB,
       (seconds <= TARGET_REPORT_SECONDS and mb <= TARGET_REPORT_MB) and 'ok'
       or 'OVER'))
   end
-  report_line('(text)', report_seconds, report_mb)
+  report_line('(text)', report_seconds, report_mb, report_cpu)
   report_line('--profile (text, joined with the profile)', joined_seconds,
-    joined_mb)
+    joined_mb, joined_cpu)
   if os.getenv('BENCH_HEAP_GIB') == 'on' then
     require('heap_gib').run(lua, M.report_cost)
   end
