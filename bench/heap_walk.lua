@@ -159,14 +159,14 @@ function M.run(lua)
     'retained sizes and patterns (analyse_file): %s s CPU; the analysis ' ..
     'holds %s MB of Lua memory; the process at most %.0f MB', read, analysis,
     lua_mb, (tonumber(out:match('rss (%d+)')) or 0) / 1024))
-  local function report_line(what, seconds, mb, cpu)
+  local function report_line(what, seconds, mb, cpu_seconds)
     if not seconds then
       print('  memprof-report ' .. what .. ' failed: ' .. tostring(mb))
       return
     end
     print(string.format('  memprof-report %s: %.2f s wall, %.2f s CPU ' ..
       '(target %d s), at most %.0f MB (target %d MB): %s', what, seconds,
-      cpu, TARGET_REPORT_SECONDS, mb, TARGET_REPORT_MB,
+      cpu_seconds, TARGET_REPORT_SECONDS, mb, TARGET_REPORT_MB,
       (seconds <= TARGET_REPORT_SECONDS and mb <= TARGET_REPORT_MB) and 'ok'
       or 'OVER'))
   end
