@@ -8,17 +8,20 @@
 -- computed by the iterative algorithm of Cooper, Harvey and Kennedy ("A
 -- Simple, Fast Dominance Algorithm") over a reverse postorder: a few passes
 -- over the nodes and their predecessors on the graphs of programs.  The
--- graph is kept in arrays indexed by node and by reference (no table per
+-- graph is kept in C arrays indexed by node and by reference (no table per
 -- object), so memory is proportional to objects and references.
 --
 --   local dom = require('memprof.analysis.dominators')
---   local a = dom.analyse_file(path)   -- streams the file
+--   local a = dom.analyse_file(path)   -- reads the file twice, as a stream
 --   local a = dom.analyse(require('memprof.read.heap').load(path))
---   a.retained[addr], a.idom[addr], a.pattern[addr], a.path(addr),
---   a.groups (largest first), a.total (bytes reachable), a.roots,
---   a.references, a.header and a.epilogue (the file's), a.nodes: the
---   objects by node 2 .. nodes.n (addr, type, size; a node without a
---   retained size is unreachable)
+--   a.retained[addr], a.idom[addr], a.pattern[addr] (computed when read:
+--   not tables to iterate), a.path(addr), a.objects() (an iterator of
+--   each reachable object's addr, pattern and retained size, in the
+--   file's order), a.groups (largest first), a.total (bytes reachable),
+--   a.roots, a.references, a.header and a.epilogue (the file's),
+--   a.patterns (the patterns by number), a.nodes: the objects by node
+--   2 .. nodes.n, in C arrays: addr, type (the type byte, named by
+--   nodes.TYPES), size, pattern (its number; 0: unreachable), retained
 --   dom.sort_largest(list, count, name) -- sorts by list[i][count]
 --   descending, ties by list[i][name]
 
