@@ -84,6 +84,7 @@ build = {
     ["memprof.report.holders_json"] = "lua/memprof/report/holders_json.lua",
     ["memprof.report.holders_html"] = "lua/memprof/report/holders_html.lua",
     ["memprof.report.heap_growth"] = "lua/memprof/report/heap_growth.lua",
+    ["memprof.report.heap_growth_html"] = "lua/memprof/report/heap_growth_html.lua",
     ["memprof.report.html.holders_section"] =
       "lua/memprof/report/html/holders_section.lua",
     ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",
