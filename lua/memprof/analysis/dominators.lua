@@ -74,6 +74,7 @@ local KIND = heap.KINDS
 -- the index of a text in g.names, or of a number in g.wide (one that is
 -- not a 32-bit integer, or a key that is no object of the file).
 local NAMED, WIDE = 0x40, 0x20
+assert(#KIND < WIDE, 'reference kinds must be numbered below 32')
 local TYPE_CODE = {}
 local TYPES = heap.TYPES
 for code, t in pairs(TYPES) do TYPE_CODE[t] = code end
