@@ -16,6 +16,7 @@
 --   BENCH_HEAP=off                without this section
 --   BENCH_HEAP=only               this section alone
 --   BENCH_HEAP_RECORDS            records (default 200,000: 5 objects each)
+--   BENCH_HEAP_GIB=on             then a heap of 1 GiB (bench/heap_gib.lua)
 local toolkit = require('toolkit')
 local shell_quote = toolkit.shell_quote
 
@@ -34,23 +35,26 @@ local null = assert(io.open('/dev/null', 'w'))
 os.exit(cli.main({ arg[1], arg[2] }, null, io.stderr))
 ]]
 
--- The wall time and peak RSS (MB) of memprof-report on the snapshot at
--- path (`option`: an option, or nil), or nil and what went wrong.
-local function report_cost(lua, path, option)
+-- The wall time, peak RSS (MB) and CPU time (user and system) of
+-- memprof-report on the snapshot at path (`option`: an option, or nil),
+-- or nil and what went wrong.
+function M.report_cost(lua, path, option)
   local script = os.tmpname()
   local f = assert(io.open(script, 'w'))
   f:write(REPORT)
   f:close()
   local pipe = assert(io.popen('timeout 600 /usr/bin/time -f ' ..
-    '"report %e %M" ' .. lua .. ' ' .. shell_quote(script) .. ' ' ..
+    '"report %e %M %U %S" ' .. lua .. ' ' .. shell_quote(script) .. ' ' ..
     shell_quote(path) .. ' ' .. (option and shell_quote(option) or '') ..
     ' 2>&1'))
   local out = pipe:read('*a')
   local ok = pipe:close()
   os.remove(script)
-  local seconds, rss = out:match('report ([%d.]+) (%d+)')
+  local seconds, rss, user, sys = out:match('report ([%d.]+) (%d+) ' ..
+    '([%d.]+) ([%d.]+)')
   if not (ok and seconds) then return nil, out end
-  return tonumber(seconds), tonumber(rss) / 1024
+  return tonumber(seconds), tonumber(rss) / 1024, tonumber(user) +
+    tonumber(sys)
 end
 
 local CHILD = [[
@@ -127,8 +131,8 @@ function M.run(lua)
   local out = pipe:read('*a')
   pipe:close()
   os.remove(script)
-  local report_seconds, report_mb = report_cost(lua, path)
-  local joined_seconds, joined_mb = report_cost(lua, joined,
+  local report_seconds, report_mb, report_cpu = M.report_cost(lua, path)
+  local joined_seconds, joined_mb, joined_cpu = M.report_cost(lua, joined,
     '--profile=' .. profile)
   os.remove(path)
   os.remove(profile)
@@ -155,20 +159,23 @@ function M.run(lua)
     'retained sizes and patterns (analyse_file): %s s CPU; the analysis ' ..
     'holds %s MB of Lua memory; the process at most %.0f MB', read, analysis,
     lua_mb, (tonumber(out:match('rss (%d+)')) or 0) / 1024))
-  local function report_line(what, seconds, mb)
+  local function report_line(what, seconds, mb, cpu_seconds)
     if not seconds then
       print('  memprof-report ' .. what .. ' failed: ' .. tostring(mb))
       return
     end
-    print(string.format('  memprof-report %s: %.2f s wall (target %d s), ' ..
-      'at most %.0f MB (target %d MB): %s', what, seconds,
-      TARGET_REPORT_SECONDS, mb, TARGET_REPORT_MB,
+    print(string.format('  memprof-report %s: %.2f s wall, %.2f s CPU ' ..
+      '(target %d s), at most %.0f MB (target %d MB): %s', what, seconds,
+      cpu_seconds, TARGET_REPORT_SECONDS, mb, TARGET_REPORT_MB,
       (seconds <= TARGET_REPORT_SECONDS and mb <= TARGET_REPORT_MB) and 'ok'
       or 'OVER'))
   end
-  report_line('(text)', report_seconds, report_mb)
+  report_line('(text)', report_seconds, report_mb, report_cpu)
   report_line('--profile (text, joined with the profile)', joined_seconds,
-    joined_mb)
+    joined_mb, joined_cpu)
+  if os.getenv('BENCH_HEAP_GIB') == 'on' then
+    require('heap_gib').run(lua, M.report_cost)
+  end
 end
 
 return M

@@ -40,6 +40,7 @@ build = {
     ["memprof.analysis.heap"] = "lua/memprof/analysis/heap.lua",
     ["memprof.analysis.blocks"] = "lua/memprof/analysis/blocks.lua",
     ["memprof.analysis.address_map"] = "lua/memprof/analysis/address_map.lua",
+    ["memprof.analysis.node_index"] = "lua/memprof/analysis/node_index.lua",
     ["memprof.analysis.analyze"] = "lua/memprof/analysis/analyze.lua",
     ["memprof.cli.report"] = "lua/memprof/cli/report.lua",
     ["memprof.cli.options"] = "lua/memprof/cli/options.lua",
@@ -83,6 +84,7 @@ build = {
     ["memprof.report.holders_json"] = "lua/memprof/report/holders_json.lua",
     ["memprof.report.holders_html"] = "lua/memprof/report/holders_html.lua",
     ["memprof.report.heap_growth"] = "lua/memprof/report/heap_growth.lua",
+    ["memprof.report.heap_growth_html"] = "lua/memprof/report/heap_growth_html.lua",
     ["memprof.report.html.holders_section"] =
       "lua/memprof/report/html/holders_section.lua",
     ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",

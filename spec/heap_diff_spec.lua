@@ -44,7 +44,7 @@ describe('the difference of two heap snapshots', function()
     os.remove(old_path)
     os.remove(new_path)
     local bytes = 0
-    for addr, pattern in pairs(new.pattern) do
+    for addr, pattern in new.objects() do
       if pattern == PATTERN and old.retained[addr] == nil then
         bytes = bytes + s.objects[addr].size
       end

@@ -134,7 +134,7 @@ Options:
   --metric=M             folded: alloc-bytes|alloc-count|live-bytes|peak-bytes
   --output=PATH          write to PATH (folded: to PATH.METRIC.folded)
   --diff                 compare two profiles: --diff BEFORE AFTER
-  --heap=SNAPSHOT        with --leaks, html: who holds what each place made
+  --heap=SNAPSHOT        with --leaks, json, html: who holds what each place made
   --profile=PROFILE      of a heap snapshot: the profile it was taken in
   -h, --help             show this help and exit
   --version              show the version (and the interpreter) and exit

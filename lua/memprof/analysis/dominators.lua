@@ -8,21 +8,27 @@
 -- computed by the iterative algorithm of Cooper, Harvey and Kennedy ("A
 -- Simple, Fast Dominance Algorithm") over a reverse postorder: a few passes
 -- over the nodes and their predecessors on the graphs of programs.  The
--- graph is kept in arrays indexed by node and by reference (no table per
+-- graph is kept in C arrays indexed by node and by reference (no table per
 -- object), so memory is proportional to objects and references.
 --
 --   local dom = require('memprof.analysis.dominators')
---   local a = dom.analyse_file(path)   -- streams the file
+--   local a = dom.analyse_file(path)   -- reads the file twice, as a stream
 --   local a = dom.analyse(require('memprof.read.heap').load(path))
---   a.retained[addr], a.idom[addr], a.pattern[addr], a.path(addr),
---   a.groups (largest first), a.total (bytes reachable), a.roots,
---   a.references, a.header and a.epilogue (the file's), a.nodes: the
---   objects by node 2 .. nodes.n (addr, type, size; a node without a
---   retained size is unreachable)
+--   a.retained[addr], a.idom[addr], a.pattern[addr] (computed when read:
+--   not tables to iterate), a.path(addr), a.objects() (an iterator of
+--   each reachable object's addr, pattern and retained size, in the
+--   file's order), a.groups (largest first), a.total (bytes reachable),
+--   a.roots, a.references, a.header and a.epilogue (the file's),
+--   a.patterns (the patterns by number), a.nodes: the objects by node
+--   2 .. nodes.n, in C arrays: addr, type (the type byte, named by
+--   nodes.TYPES), size, pattern (its number; 0: unreachable), retained
 --   dom.sort_largest(list, count, name) -- sorts by list[i][count]
 --   descending, ties by list[i][name]
 
 local heap = require('memprof.read.heap')
+local ffi = require('ffi')
+local tobit = require('bit').tobit
+local node_index = require('memprof.analysis.node_index')
 
 local format = string.format
 
@@ -51,46 +57,109 @@ local ENTRY = { field = true, index = true, by_key = true, by_number = true,
 
 -- ---- The graph ----------------------------------------------------------
 
--- A graph being read: node 1 is the virtual root, node i + 1 the i-th
--- object. Per node: address, type, size, and for short strings the text;
--- per reference: source node, target address, kind, weakness and name.
+-- The arrays are C arrays (ffi.new: in the Lua heap, but one object each,
+-- which the collector does not look into), grown by doubling while the
+-- objects are read; node 1 is the virtual root, node i + 1 the i-th
+-- object.  The references are read in a second pass over the records,
+-- once every object has its node, straight into compressed rows by
+-- source node: succ[e] (target node), rkind[e] (kind number) and rname[e]
+-- (its name in 32 bits: a number, a key's node, or with a flag on the kind
+-- the index of a text in g.names or of a wider number in g.wide) for e in
+-- first[v] .. first[v + 1] - 1.  Weak references are not kept.
+
+local KIND_CODE = {}
+for code, kind in ipairs(heap.KINDS) do KIND_CODE[kind] = code end
+local KIND = heap.KINDS
+-- A kind number's flags (the kinds are numbered below 32): its name is
+-- the index of a text in g.names, or of a number in g.wide (one that is
+-- not a 32-bit integer, or a key that is no object of the file).
+local NAMED, WIDE = 0x40, 0x20
+assert(#KIND < WIDE, 'reference kinds must be numbered below 32')
+local TYPE_CODE = {}
+local TYPES = heap.TYPES
+for code, t in pairs(TYPES) do TYPE_CODE[t] = code end
+
+local ENTRY_CODE = {}
+for kind in pairs(ENTRY) do
+  ENTRY_CODE[KIND_CODE[kind]] = true
+  ENTRY_CODE[KIND_CODE[kind] + WIDE] = true
+end
+-- The kinds whose name is a key object's address, kept as its node.
+local KEYED = { field = true, by_key = true }
+
+local DOUBLES, INT32S, BYTES = ffi.typeof('double[?]'),
+  ffi.typeof('int32_t[?]'), ffi.typeof('uint8_t[?]')
+
+-- A copy of the first `used` elements of arr in an array of `size`.
+local function resized(ctype, arr, used, size, width)
+  local out = ctype(size)
+  if used > 0 then ffi.copy(out, arr, used * width) end
+  return out
+end
+
 local function new_graph()
-  return { n = 1, node = {}, addr = {}, type = {}, size = {}, text = {},
-    text_of = {}, nrefs = 0, rfrom = {}, rto = {}, rkind = {}, rname = {},
-    rweak = {} }
+  local cap = 1024
+  return { n = 1, cap = cap, node = node_index.new(), addr = DOUBLES(cap),
+    type = BYTES(cap), size = DOUBLES(cap), toff = INT32S(cap),
+    tlen = BYTES(cap), count = INT32S(cap + 1), text = BYTES(4096),
+    text_cap = 4096, text_used = 0, nrefs = 0, names = {}, name_ids = {},
+    wide = {} }
+end
+
+local function grow_nodes(g)
+  local cap, used = g.cap * 2, g.n + 1
+  g.addr = resized(DOUBLES, g.addr, used, cap, 8)
+  g.size = resized(DOUBLES, g.size, used, cap, 8)
+  g.type = resized(BYTES, g.type, used, cap, 1)
+  g.tlen = resized(BYTES, g.tlen, used, cap, 1)
+  g.toff = resized(INT32S, g.toff, used, cap, 4)
+  g.count = resized(INT32S, g.count, used, cap + 1, 4)
+  g.cap = cap
+end
+
+-- Keeps a string's text (tlen: its length plus one; 0: not kept).
+local function keep_text(g, v, text)
+  local len = #text
+  local at = g.text_used
+  if at + len > g.text_cap then
+    local cap = g.text_cap
+    while at + len > cap do cap = cap * 2 end
+    g.text = resized(BYTES, g.text, at, cap, 1)
+    g.text_cap = cap
+  end
+  ffi.copy(g.text + at, text, len)
+  g.toff[v], g.tlen[v] = at, len + 1
+  g.text_used = at + len
 end
 
 local function add_object(g, addr, t, size, text)
   local v = g.n + 1
+  if v >= g.cap then grow_nodes(g) end
   g.n = v
-  g.node[addr], g.addr[v], g.type[v], g.size[v] = v, addr, t, size
-  if text and #text <= KEEP_TEXT then
-    g.text_of[addr] = text
-  end
+  g.addr[v], g.type[v], g.size[v] = addr, TYPE_CODE[t], size
+  g.node:put(g.addr, v)
+  if text and #text <= KEEP_TEXT then keep_text(g, v, text) end
 end
 
--- A reference's name, one value: what a path shows of it.
-local function add_ref(g, from, to, kind, weak, a, b, c)
-  local j = g.nrefs + 1
-  g.nrefs = j
-  g.rfrom[j], g.rto[j], g.rkind[j] = from, to, kind
-  g.rweak[j] = weak or nil
-  local name = a
-  if kind == 'upvalue' then
-    name = b ~= '' and b or a
-  elseif kind == 'stack' then
-    name = c ~= '' and c or a
-  elseif kind == 'frame_function' then
-    name = b
-  end
-  g.rname[j] = name
+-- The text of the string object at addr, if it was kept.
+local function text_of(g, addr)
+  local v = g.node:get(g.addr, addr)
+  if v == nil or g.tlen[v] == 0 then return nil end
+  return ffi.string(g.text + g.toff[v], g.tlen[v] - 1)
 end
 
--- Where each node's run starts in compressed rows of count[v] entries for
--- nodes 1 .. n (first[n + 1] is one past the last), and a copy of the
--- starts to fill the runs by.
+-- The first pass counts each source's strong references.
+local function count_ref(g, from, weak)
+  g.nrefs = g.nrefs + 1
+  if weak then return end
+  local v = from == 0 and 1 or g.node:get(g.addr, from)
+  if v then g.count[v] = g.count[v] + 1 end
+end
+
+-- Where each node's run starts in rows of count[v] entries for nodes
+-- 1 .. n (first[n + 1] is one past the last), and a copy to fill by.
 local function row_starts(count, n)
-  local first, fill = {}, {}
+  local first, fill = INT32S(n + 2), INT32S(n + 2)
   local at = 1
   for v = 1, n do
     first[v], fill[v] = at, at
@@ -100,42 +169,121 @@ local function row_starts(count, n)
   return first, fill
 end
 
--- The edges in compressed rows: succ[first[v] .. first[v + 1] - 1] are v's
--- successors and edge[] the references they come from.
+-- Frees the arrays the last phase dropped before the next one takes its
+-- own, so that the process holds one phase's arrays, not the collector's
+-- arrears (a full collection costs little here: the big arrays are C
+-- data, which the collector does not look into).
+local function release()
+  collectgarbage()
+end
+
+-- After the objects: the node arrays cut to the nodes, and the rows of
+-- references made for the second pass.
+local function start_refs(g)
+  local used = g.n + 1
+  g.addr = resized(DOUBLES, g.addr, used, used, 8)
+  g.size = resized(DOUBLES, g.size, used, used, 8)
+  g.type = resized(BYTES, g.type, used, used, 1)
+  g.tlen = resized(BYTES, g.tlen, used, used, 1)
+  g.toff = resized(INT32S, g.toff, used, used, 4)
+  g.text = resized(BYTES, g.text, g.text_used, g.text_used + 1, 1)
+  g.cap, g.text_cap = used, g.text_used + 1
+  local first, fill = row_starts(g.count, g.n)
+  g.count = nil
+  release()
+  local m = first[g.n + 1]
+  g.first, g.fill = first, fill
+  g.succ, g.rkind, g.rname = INT32S(m), BYTES(m), INT32S(m)
+end
+
+-- The number of a text among the names of references.
+local function name_id(g, text)
+  local id = g.name_ids[text]
+  if not id then
+    id = #g.names + 1
+    g.names[id], g.name_ids[text] = text, id
+  end
+  return id
+end
+
+-- The second pass puts each strong reference to an object in its row,
+-- with its name, one value: what a path shows of it.
+local function add_ref(g, from, to, kind, weak, a, b, c)
+  if weak then return end
+  local v = from == 0 and 1 or g.node:get(g.addr, from)
+  local w = g.node:get(g.addr, to)
+  if not (v and w) then return end
+  local code = KIND_CODE[kind]
+  local name = a
+  if kind == 'upvalue' then
+    name = b ~= '' and b or a
+  elseif kind == 'stack' then
+    name = c ~= '' and c or a
+  elseif kind == 'frame_function' then
+    name = b
+  elseif kind == 'by_bool' then
+    name = a and 1 or 0
+  end
+  name = name or 0
+  local key = KEYED[kind] and g.node:get(g.addr, name)
+  if type(name) == 'string' then
+    code, name = code + NAMED, name_id(g, name)
+  elseif key then
+    name = key
+  elseif KEYED[kind] or kind == 'by_number' or name ~= tobit(name) then
+    local wide = g.wide
+    wide[#wide + 1] = name
+    code, name = code + WIDE, #wide
+  end
+  local e = g.fill[v]
+  g.fill[v] = e + 1
+  g.succ[e], g.rkind[e], g.rname[e] = w, code, name
+end
+
+-- Closes the rows' gaps left by references to no object (none in a
+-- well-formed file: only weak references may lack their target).
 local function finish_graph(g)
-  local n, node, rfrom, rto = g.n, g.node, g.rfrom, g.rto
-  local count, from_of, to_of = {}, {}, {}
-  for v = 1, n + 1 do count[v] = 0 end
-  for j = 1, g.nrefs do
-    local from = rfrom[j] == 0 and 1 or node[rfrom[j]]
-    local to = node[rto[j]]
-    if not g.rweak[j] and from and to then
-      from_of[j], to_of[j] = from, to
-      count[from] = count[from] + 1
+  local first, fill, n = g.first, g.fill, g.n
+  local succ, rkind, rname = g.succ, g.rkind, g.rname
+  local at = 1
+  for v = 1, n do
+    local from, to = first[v], fill[v]
+    first[v] = at
+    for e = from, to - 1 do
+      succ[at], rkind[at], rname[at] = succ[e], rkind[e], rname[e]
+      at = at + 1
     end
   end
-  local first, fill = row_starts(count, n)
-  local succ, edge = {}, {}
-  for j = 1, g.nrefs do
-    local from = from_of[j]
-    if from then
-      local k = fill[from]
-      succ[k], edge[k] = to_of[j], j
-      fill[from] = k + 1
-    end
-  end
-  g.first, g.succ, g.edge = first, succ, edge
+  first[n + 1] = at
+  g.fill = nil
   return g
+end
+
+-- The kind and the name of a reference from its kind number and name as
+-- the rows keep them (a key as its address).
+local function ref_of(g, kind_code, name)
+  if kind_code >= NAMED then
+    return KIND[kind_code - NAMED], g.names[name]
+  elseif kind_code >= WIDE then
+    return KIND[kind_code - WIDE], g.wide[name]
+  end
+  local kind = KIND[kind_code]
+  if KEYED[kind] then return kind, g.addr[name] end
+  if kind == 'by_bool' then return kind, name == 1 end
+  return kind, name
 end
 
 -- ---- Dominators ---------------------------------------------------------
 
 -- Postorder numbers of the nodes reachable from the root (an explicit
--- stack: the graph can be deep), and the nodes by number.
+-- stack: the graph can be deep; 0: not reached), and the nodes by number
+-- (order[1 .. count]).
 local function postorder(g)
-  local first, succ = g.first, g.succ
-  local post, order, seen = {}, {}, { [1] = true }
-  local stack, next_edge = { 1 }, { first[1] }
+  local first, succ, n = g.first, g.succ, g.n
+  local post, order = INT32S(n + 1), INT32S(n + 1)
+  local seen = BYTES(n + 1)
+  local stack, next_edge = INT32S(n + 1), INT32S(n + 1)
+  stack[1], next_edge[1], seen[1] = 1, first[1], 1
   local top, k = 1, 0
   while top > 0 do
     local v = stack[top]
@@ -143,28 +291,26 @@ local function postorder(g)
     if e < first[v + 1] then
       next_edge[top] = e + 1
       local w = succ[e]
-      if not seen[w] then
-        seen[w] = true
+      if seen[w] == 0 then
+        seen[w] = 1
         top = top + 1
         stack[top], next_edge[top] = w, first[w]
       end
     else
       k = k + 1
       post[v], order[k] = k, v
-      stack[top] = nil
       top = top - 1
     end
   end
-  return post, order
+  return post, order, k
 end
 
 -- Predecessors of the reachable nodes, in compressed rows.
 local function predecessors(g, post)
   local n, first, succ = g.n, g.first, g.succ
-  local count, pred = {}, {}
-  for v = 1, n do count[v] = 0 end
+  local count = INT32S(n + 1)
   for v = 1, n do
-    if post[v] then
+    if post[v] ~= 0 then
       for e = first[v], first[v + 1] - 1 do
         local w = succ[e]
         count[w] = count[w] + 1
@@ -172,8 +318,9 @@ local function predecessors(g, post)
     end
   end
   local pfirst, fill = row_starts(count, n)
+  local pred = INT32S(pfirst[n + 1])
   for v = 1, n do
-    if post[v] then
+    if post[v] ~= 0 then
       for e = first[v], first[v + 1] - 1 do
         local w = succ[e]
         pred[fill[w]] = v
@@ -192,20 +339,21 @@ local function intersect(idom, post, a, b)
   return a
 end
 
--- Immediate dominators by node (the root's is itself).
-local function dominators(g, post, order)
+-- Immediate dominators by node (the root's is itself; 0: not reached).
+local function dominators(g, post, order, count)
   local pfirst, pred = predecessors(g, post)
-  local idom = { [1] = 1 }
+  local idom = INT32S(g.n + 1)
+  idom[1] = 1
   local changed = true
   while changed do
     changed = false
-    for k = #order - 1, 1, -1 do
+    for k = count - 1, 1, -1 do
       local b = order[k]
-      local new
+      local new = 0
       for e = pfirst[b], pfirst[b + 1] - 1 do
         local p = pred[e]
-        if idom[p] then
-          new = new and intersect(idom, post, p, new) or p
+        if idom[p] ~= 0 then
+          new = new ~= 0 and intersect(idom, post, p, new) or p
         end
       end
       if idom[b] ~= new then
@@ -227,14 +375,13 @@ local function is_name(text)
   return text:match('^[%a_][%w_]*$') ~= nil
 end
 
--- The step of a path along reference j (to a table entry, its key; to
--- anything else, what the reference is).
-local function step(g, j, many, under_loaded)
-  local kind, name = g.rkind[j], g.rname[j]
+-- The step of a path along a reference of `kind` named `name` (to a table
+-- entry, its key; to anything else, what the reference is).
+local function step(g, kind, name, many, under_loaded)
   if many and ENTRY[kind] then
     return '[*]'
   elseif kind == 'field' then
-    local text = g.text_of[name]
+    local text = text_of(g, name)
     if text == nil then return '[<long string>]' end
     if is_name(text) and not under_loaded then return '.' .. text end
     return '[' .. quote(text) .. ']'
@@ -247,8 +394,8 @@ local function step(g, j, many, under_loaded)
   elseif kind == 'by_lightud' then
     return format('[<light userdata 0x%x>]', name)
   elseif kind == 'by_key' then
-    local v = g.node[name]
-    return format('[<%s 0x%x>]', v and g.type[v] or 'object', name)
+    local v = g.node:get(g.addr, name)
+    return format('[<%s 0x%x>]', v and TYPES[g.type[v]] or 'object', name)
   elseif kind == 'key' then
     return '<key>'
   elseif kind == 'upvalue' then
@@ -267,39 +414,45 @@ local function step(g, j, many, under_loaded)
   return '<' .. kind .. '>'
 end
 
--- Whether each node is a collection whose entries are one group: more than
--- M.MANY entries, nine in ten of them objects of one type other than
+-- Whether each node is a collection whose entries are one group (1): more
+-- than M.MANY entries, nine in ten of them objects of one type other than
 -- functions (a cache of strings, a list of records; not a module's or the
 -- globals' table, whose entries are names of their own).
+local FUNCTION = TYPE_CODE['function']
 local function collections(g)
-  local out = {}
+  local first, rkind, succ, typ = g.first, g.rkind, g.succ, g.type
+  local out, types = BYTES(g.n + 1), INT32S(256)
   for v = 1, g.n do
-    local n, types = 0, {}
-    for e = g.first[v], g.first[v + 1] - 1 do
-      if ENTRY[g.rkind[g.edge[e]]] then
-        local t = g.type[g.succ[e]]
-        n = n + 1
-        types[t] = (types[t] or 0) + 1
+    local n = 0
+    for e = first[v], first[v + 1] - 1 do
+      if ENTRY_CODE[rkind[e]] then n = n + 1 end
+    end
+    if n > M.MANY then
+      ffi.fill(types, 256 * 4)
+      for e = first[v], first[v + 1] - 1 do
+        if ENTRY_CODE[rkind[e]] then
+          local t = typ[succ[e]]
+          types[t] = types[t] + 1
+        end
       end
+      local most = 0
+      for t = 0, 255 do
+        if t ~= FUNCTION and types[t] > most then most = types[t] end
+      end
+      out[v] = most * 10 >= n * 9 and 1 or 0
     end
-    local most = 0
-    for t, k in pairs(types) do
-      if t ~= 'function' and k > most then most = k end
-    end
-    out[v] = n > M.MANY and most * 10 >= n * 9
   end
   return out
 end
 
--- The references from the object at addr of a kind (and a key's text).
-local function refs_from(g, addr, kind, key)
-  local v = addr == 0 and 1 or g.node[addr]
+-- The row entries from node v of a kind (and a field's key text).
+local function refs_from(g, v, kind, key)
   local out = {}
   if v == nil then return out end
   for e = g.first[v], g.first[v + 1] - 1 do
-    local j = g.edge[e]
-    if g.rkind[j] == kind and (key == nil or g.text_of[g.rname[j]] == key) then
-      out[#out + 1] = j
+    local k, name = ref_of(g, g.rkind[e], g.rname[e])
+    if k == kind and (key == nil or text_of(g, name) == key) then
+      out[#out + 1] = e
     end
   end
   return out
@@ -315,91 +468,127 @@ local function starts(g)
       queue[#queue + 1] = v
     end
   end
-  local registry = refs_from(g, 0, 'root')
+  local registry = refs_from(g, 1, 'root')
   local loaded
-  for _, j in ipairs(registry) do
-    if g.rname[j] == 'registry' then
-      loaded = refs_from(g, g.rto[j], 'field', '_LOADED')[1]
+  for _, e in ipairs(registry) do
+    if g.names[g.rname[e]] == 'registry' then
+      loaded = refs_from(g, g.succ[e], 'field', '_LOADED')[1]
     end
   end
   if loaded then
-    local at = g.rto[loaded]
-    add(g.node[at], 'package.loaded')
-    for _, j in ipairs(refs_from(g, at, 'field')) do
-      local name = g.text_of[g.rname[j]] or '?'
-      add(g.node[g.rto[j]], name == '_G' and '_G' or
+    local at = g.succ[loaded]
+    add(at, 'package.loaded')
+    for _, e in ipairs(refs_from(g, at, 'field')) do
+      local _, key = ref_of(g, g.rkind[e], g.rname[e])
+      local name = text_of(g, key) or '?'
+      add(g.succ[e], name == '_G' and '_G' or
         'package.loaded[' .. quote(name) .. ']')
     end
   end
-  for _, j in ipairs(registry) do add(g.node[g.rto[j]], g.rname[j]) end
-  return names, queue
+  for _, e in ipairs(registry) do add(g.succ[e], g.names[g.rname[e]]) end
+  return names, queue, #registry
+end
+
+-- Patterns by number (1 ..), each text once; a node's pattern is its
+-- parent's and a step, looked up by child[parent's number][step], so that
+-- the text is made once per pattern, not once per node.
+local function pattern_id(pats, text)
+  local id = pats.ids[text]
+  if not id then
+    id = #pats.list + 1
+    pats.list[id], pats.ids[text] = text, id
+    pats.child[id] = {}
+  end
+  return id
 end
 
 -- Shortest paths from the starts (breadth first): each node's parent on
--- its path and the reference from it, and its pattern. Patterns repeat,
--- and Lua keeps one copy of each; paths are made on demand.
+-- its path (itself for a start, 0 when not reached), the kind and name of
+-- the reference from it, and its pattern's number (0: not reached).
 local function paths(g)
+  local n = g.n
   local many = collections(g)
-  local names, queue = starts(g)
-  local parent, via, pattern = {}, {}, {}
-  for _, v in ipairs(queue) do parent[v], pattern[v] = 0, names[v] end
+  local names, list, nroots = starts(g)
+  local first, succ, rkind, rname = g.first, g.succ, g.rkind, g.rname
+  local parent, via_kind, via_name = INT32S(n + 1), BYTES(n + 1),
+    INT32S(n + 1)
+  local pid, queue = INT32S(n + 1), INT32S(n + 1)
+  local pats = { list = {}, ids = {}, child = {} }
+  local tail = 0
+  for _, v in ipairs(list) do
+    parent[v], pid[v] = v, pattern_id(pats, names[v])
+    tail = tail + 1
+    queue[tail] = v
+  end
   local head = 1
-  while head <= #queue do
+  while head <= tail do
     local v = queue[head]
     head = head + 1
-    local under_loaded = pattern[v] == 'package.loaded'
-    for e = g.first[v], g.first[v + 1] - 1 do
-      local w = g.succ[e]
-      if parent[w] == nil then
-        local j = g.edge[e]
-        parent[w], via[w] = v, j
-        pattern[w] = pattern[v] .. step(g, j, many[v], under_loaded)
-        queue[#queue + 1] = w
+    local p = pid[v]
+    local under_loaded = names[v] == 'package.loaded'
+    local is_many = many[v] == 1
+    local child = pats.child[p]
+    for e = first[v], first[v + 1] - 1 do
+      local w = succ[e]
+      if parent[w] == 0 then
+        local kind, name = ref_of(g, rkind[e], rname[e])
+        parent[w], via_kind[w], via_name[w] = v, rkind[e], rname[e]
+        local s = step(g, kind, name, is_many, under_loaded)
+        local id = child[s]
+        if not id then
+          id = pattern_id(pats, pats.list[p] .. s)
+          child[s] = id
+        end
+        pid[w] = id
+        tail = tail + 1
+        queue[tail] = w
       end
     end
   end
-  local function path(v)
-    local steps = {}
-    while parent[v] ~= 0 do
-      steps[#steps + 1] = step(g, via[v], false,
-        names[parent[v]] == 'package.loaded')
-      v = parent[v]
-    end
-    steps[#steps + 1] = names[v]
-    local out = {}
-    for i = #steps, 1, -1 do out[#out + 1] = steps[i] end
-    return table.concat(out)
+  return { names = names, parent = parent, via_kind = via_kind,
+    via_name = via_name, pid = pid, patterns = pats.list, roots = nroots }
+end
+
+-- The path from a start to node v.
+local function path_of(g, p, v)
+  local steps = {}
+  while p.parent[v] ~= v do
+    local u = p.parent[v]
+    local kind, name = ref_of(g, p.via_kind[v], p.via_name[v])
+    steps[#steps + 1] = step(g, kind, name, false,
+      p.names[u] == 'package.loaded')
+    v = u
   end
-  return path, pattern, parent
+  steps[#steps + 1] = p.names[v]
+  local out = {}
+  for i = #steps, 1, -1 do out[#out + 1] = steps[i] end
+  return table.concat(out)
 end
 
 -- ---- The analysis --------------------------------------------------------
-
--- Whether v's immediate dominator is of pattern p.
-local function in_group(idom, pattern, v, p)
-  local d = idom[v]
-  return d ~= 1 and pattern[d] == p
-end
 
 -- Groups of objects by pattern: count, retained bytes, their types;
 -- largest first. A member dominated by another member (a closure's upvalue
 -- object and its value share a pattern) adds no retained bytes of its own:
 -- its holder's count them. One group may hold another.
-local function groups(g, order, idom, retained, pattern)
+local function groups(g, order, count, idom, retained, p)
   local by, list = {}, {}
-  for k = 1, #order - 1 do
+  local pid, patterns, typ = p.pid, p.patterns, g.type
+  for k = 1, count - 1 do
     local v = order[k]
-    local p = pattern[v]
-    if p and idom[v] then
-      local grp = by[p]
+    local id = pid[v]
+    if id ~= 0 then
+      local grp = by[id]
       if not grp then
-        grp = { pattern = p, objects = 0, retained = 0, types = {} }
-        by[p] = grp
+        grp = { pattern = patterns[id], objects = 0, retained = 0,
+          types = {} }
+        by[id] = grp
         list[#list + 1] = grp
       end
-      local t = g.type[v]
+      local t = TYPES[typ[v]]
       grp.objects = grp.objects + 1
-      if not in_group(idom, pattern, v, p) then
+      local d = idom[v]
+      if d == 1 or pid[d] ~= id then
         grp.retained = grp.retained + retained[v]
       end
       grp.types[t] = (grp.types[t] or 0) + 1
@@ -408,62 +597,149 @@ local function groups(g, order, idom, retained, pattern)
   return M.sort_largest(list, 'retained', 'pattern')
 end
 
-local function analyse_graph(g)
-  finish_graph(g)
-  local post, order = postorder(g)
-  local idom = dominators(g, post, order)
-  local retained = { [1] = 0 }
-  for v = 2, g.n do retained[v] = post[v] and g.size[v] or 0 end
-  for k = 1, #order - 1 do
+-- A table whose t[addr] is f(v) for the node v of a reachable object at
+-- addr, computed when read (nil for any other address).
+local function by_address(g, pid, f)
+  return setmetatable({}, { __index = function(_, addr)
+    local v = g.node:get(g.addr, addr)
+    if v and pid[v] ~= 0 then return f(v) end
+    return nil
+  end })
+end
+
+-- The analysis' result: what the graph keeps for it (the nodes, the
+-- texts, each node's dominator, retained size and path), the rows of
+-- references dropped.
+local function result(g, idom, retained, p, total, groups_list)
+  local pid, patterns, addr = p.pid, p.patterns, g.addr
+  local out = { total = total, roots = p.roots, references = g.nrefs,
+    groups = groups_list, patterns = patterns,
+    nodes = { n = g.n, addr = addr, type = g.type, size = g.size,
+      pattern = pid, retained = retained, TYPES = TYPES } }
+  out.idom = by_address(g, pid, function(v)
+    local d = idom[v]
+    return d == 1 and 0 or addr[d]
+  end)
+  out.retained = by_address(g, pid, function(v) return retained[v] end)
+  out.pattern = by_address(g, pid, function(v) return patterns[pid[v]] end)
+  -- The path from a start to the object at addr, or nil.
+  function out.path(a)
+    local v = g.node:get(g.addr, a)
+    return v and pid[v] ~= 0 and path_of(g, p, v) or nil
+  end
+  -- The reachable objects in the file's order: addr, pattern, retained.
+  function out.objects()
+    local v = 1
+    return function()
+      repeat v = v + 1 until v > g.n or pid[v] ~= 0
+      if v > g.n then return nil end
+      return addr[v], patterns[pid[v]], retained[v]
+    end
+  end
+  return out
+end
+
+-- The nodes in postorder, their immediate dominators and retained sizes.
+local function dominator_tree(g)
+  local post, order, count = postorder(g)
+  release()
+  local idom = dominators(g, post, order, count)
+  release()
+  local n = g.n
+  local retained = DOUBLES(n + 1)
+  for v = 2, n do retained[v] = post[v] ~= 0 and g.size[v] or 0 end
+  for k = 1, count - 1 do
     local v = order[k]
     local d = idom[v]
     retained[d] = retained[d] + retained[v]
   end
-  local path, pattern, parent = paths(g)
-  local out = { idom = {}, retained = {}, pattern = {}, total = retained[1],
-    roots = #refs_from(g, 0, 'root'), references = g.nrefs,
-    nodes = { n = g.n, addr = g.addr, type = g.type, size = g.size } }
-  for v = 2, g.n do
-    if post[v] then
-      local addr = g.addr[v]
-      local d = idom[v]
-      out.idom[addr] = d == 1 and 0 or g.addr[d]
-      out.retained[addr] = retained[v]
-      out.pattern[addr] = pattern[v]
-    end
-  end
-  -- The path from a start to the object at addr, or nil.
-  function out.path(addr)
-    local v = g.node[addr]
-    return v and parent[v] and path(v) or nil
-  end
-  out.groups = groups(g, order, idom, retained, pattern)
-  return out
+  return order, count, idom, retained
 end
 
--- The analysis of the snapshot file at `path`, read as a stream: by
--- address, each reachable object's immediate dominator (0: the root),
--- retained size and pattern; its path (a.path(addr)); the groups.
-function M.analyse_file(path)
-  local g = new_graph()
+-- Each phase's arrays are dropped, and released, as soon as the next
+-- phases need them no more.
+local function analyse_graph(g)
+  finish_graph(g)
+  local order, count, idom, retained = dominator_tree(g)
+  local p = paths(g)
+  g.first, g.succ, g.rkind, g.rname = nil, nil, nil, nil
+  release()
+  local groups_list = groups(g, order, count, idom, retained, p)
+  return result(g, idom, retained, p, retained[1], groups_list)
+end
+
+-- Reads the records of the snapshot at `path` once for each of the
+-- visitors (objects, then references), each a function of a record's
+-- values (memprof.read.heap's next_values); returns the reader.
+-- The collector's pause while a file is read: the reader makes a string
+-- or two per record, garbage at once, and the live data are a few big
+-- arrays the collector does not look into, so a cycle costs little and
+-- the default pause (200: the heap doubles before a cycle starts) would
+-- only let the garbage pile up.
+local READING_GC_PAUSE = 100
+
+local function read_file(path, visit_object, visit_ref)
   local r = heap.open(path)
+  local pause = collectgarbage('setpause', READING_GC_PAUSE)
   local ok, err = pcall(function()
     while true do
       local rec, x, y, z, a, b, c, d = r:next_values()
       if rec == 'object' then
-        add_object(g, x, y, z, y == 'string' and b or nil)
+        if visit_object then visit_object(x, y, z, a, b, c) end
       elseif rec == 'ref' then
-        add_ref(g, x, y, z, a, b, c, d)
+        if visit_ref then visit_ref(x, y, z, a, b, c, d) end
       else
         break
       end
     end
   end)
+  collectgarbage('setpause', pause)
   r:close()
   if not ok then error(err, 0) end
+  return r
+end
+
+-- The analysis of the snapshot file at `path`, read as a stream twice (the
+-- objects, then the references): by address, each reachable object's
+-- immediate dominator (0: the root), retained size and pattern; its path
+-- (a.path(addr)); the groups.
+function M.analyse_file(path)
+  local g = new_graph()
+  local r = read_file(path, function(addr, t, size, _, text)
+    add_object(g, addr, t, size, t == 'string' and text or nil)
+  end, function(from, _, _, weak)
+    count_ref(g, from, weak)
+  end)
+  start_refs(g)
+  read_file(path, nil, function(from, to, kind, weak, a, b, c)
+    add_ref(g, from, to, kind, weak, a, b, c)
+  end)
   local out = analyse_graph(g)
   out.header, out.epilogue = r.header, r.epilogue
   return out
+end
+
+-- A loaded reference's name values, as next_values gives them.
+local function name_values(r)
+  local kind = r.kind
+  if kind == 'field' or kind == 'by_key' then
+    return r.key
+  elseif kind == 'index' or kind == 'constant' then
+    return r.index
+  elseif kind == 'by_number' then
+    return r.number
+  elseif kind == 'by_bool' then
+    return r.bool
+  elseif kind == 'by_lightud' then
+    return r.pointer
+  elseif kind == 'upvalue' then
+    return r.index, r.name
+  elseif kind == 'stack' then
+    return r.slot, r.level, r.name
+  elseif kind == 'frame_function' then
+    return r.slot, r.level
+  end
+  return r.name
 end
 
 -- The same for a loaded snapshot (memprof.read.heap.load).
@@ -472,27 +748,10 @@ function M.analyse(s)
   for _, o in ipairs(s.list) do
     add_object(g, o.addr, o.type, o.size, o.text)
   end
+  for _, r in ipairs(s.refs) do count_ref(g, r.from, r.weak) end
+  start_refs(g)
   for _, r in ipairs(s.refs) do
-    local a, b, c = r.name, nil, nil
-    local kind = r.kind
-    if kind == 'field' or kind == 'by_key' then
-      a = r.key
-    elseif kind == 'index' or kind == 'constant' then
-      a = r.index
-    elseif kind == 'by_number' then
-      a = r.number
-    elseif kind == 'by_bool' then
-      a = r.bool
-    elseif kind == 'by_lightud' then
-      a = r.pointer
-    elseif kind == 'upvalue' then
-      a, b = r.index, r.name
-    elseif kind == 'stack' then
-      a, b, c = r.slot, r.level, r.name
-    elseif kind == 'frame_function' then
-      a, b = r.slot, r.level
-    end
-    add_ref(g, r.from, r.to, kind, r.weak, a, b, c)
+    add_ref(g, r.from, r.to, r.kind, r.weak, name_values(r))
   end
   local out = analyse_graph(g)
   out.header, out.epilogue = s.header, s.epilogue

@@ -47,7 +47,7 @@ function M.compare(old, new)
   for _, g in ipairs(old.groups) do old_groups[g.pattern] = g end
   -- Objects of the newer snapshot the older did not have, by pattern.
   local fresh = {}
-  for addr, pattern in pairs(new.pattern) do
+  for addr, pattern in new.objects() do
     if old.retained[addr] == nil then
       fresh[pattern] = (fresh[pattern] or 0) + 1
     end

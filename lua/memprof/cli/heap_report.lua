@@ -3,7 +3,7 @@
 -- file it names begins with the snapshot's magic ("ljh"):
 --
 --   memprof-report [--format=text|json|html] [--profile=PROFILE] HEAP
---   memprof-report --diff [--format=text|json] OLD.heap NEW.heap
+--   memprof-report --diff [--format=text|json|html] OLD.heap NEW.heap
 --
 -- --profile names the profile that ran when the snapshot was taken (the
 -- snapshot notes how many of its bytes were written then, not its path):
@@ -45,7 +45,7 @@ local TAKES = {
     formats = { text = true, json = true, html = true } },
   diff = { keys = { format = true, top = true, all = true,
     human_readable = true, output = true, diff = true },
-    formats = { text = true, json = true } },
+    formats = { text = true, json = true, html = true } },
 }
 
 -- The option of a key (heap_profile is --profile: memprof run has a
@@ -126,6 +126,10 @@ local function run(opts, files, out, err, program)
     local model = growth.model(files[1], files[2])
     return write_to(opts, out, err, program, function(handle)
       if name == 'json' then return growth.write_json(model, handle) end
+      if name == 'html' then
+        return require('memprof.report.heap_growth_html').write(model,
+          handle, opts)
+      end
       local options = text_options(opts)
       growth.write(model, handle, options)
       cut_note(handle, options)

@@ -80,7 +80,8 @@ M.FORMATS = {
     takes = keys(analyze.VIEWS, { 'group', 'top', 'all', 'sort', 'leak_only',
       'human_readable', 'output', 'split_traces', 'heap' }) },
   { name = 'json', help = 'every view as JSON (docs/json.md)',
-    takes = keys({ 'group', 'temporary', 'output', 'split_traces' }) },
+    takes = keys({ 'group', 'temporary', 'output', 'split_traces',
+      'heap' }) },
   { name = 'folded', help = 'collapsed stacks for flame graphs (--metric)',
     takes = keys({ 'group', 'metric', 'output', 'split_traces' }) },
   { name = 'pprof', help = 'gzipped profile.proto for go tool pprof',
@@ -146,7 +147,7 @@ M.OPTIONS = {
   { name = 'diff', key = 'diff',
     help = 'compare two profiles: --diff BEFORE AFTER' },
   { name = 'heap', value = 'SNAPSHOT', key = 'heap',
-    help = 'with --leaks, html: who holds what each place made' },
+    help = 'with --leaks, json, html: who holds what each place made' },
   { name = 'profile', value = 'PROFILE', key = 'heap_profile',
     help = 'of a heap snapshot: the profile it was taken in' },
   { name = 'help', short = 'h', key = 'help',
@@ -566,7 +567,7 @@ local function conflict(opts)
       name)
   end
   if opts.heap and name == 'text' and not opts.leaks then
-    return '--heap=SNAPSHOT goes with --leaks (or --format=html)'
+    return '--heap=SNAPSHOT goes with --leaks (or --format=json or html)'
   end
   if opts.leak_only and views_asked(opts) then
     return '--leak-only is for the default report; leave it out with ' ..

@@ -110,11 +110,16 @@ end
 M.KIND = 'memprof heap snapshot growth'
 M.VERSION = 1
 
+-- The model as one JSON value (a Lua table for json_text).
+function M.document(model)
+  return { kind = M.KIND, version = M.VERSION, old = model.old,
+    new = model.new, grew = json_rows(model.grew),
+    other = json_rows(model.other) }
+end
+
 function M.write_json(model, out)
   local writer = json_text.writer(out)
-  writer:value({ kind = M.KIND, version = M.VERSION, old = model.old,
-    new = model.new, grew = json_rows(model.grew),
-    other = json_rows(model.other) })
+  writer:value(M.document(model))
   writer:part('\n')
   writer:finish()
 end

@@ -149,16 +149,16 @@ end
 local function tally(a, live)
   local nodes = a.nodes
   local addr_of, type_of, size_of = nodes.addr, nodes.type, nodes.size
-  local retained, pattern_of = a.retained, a.pattern
+  local pattern_of, patterns, names = nodes.pattern, a.patterns, nodes.TYPES
   local types, places, group_places, own = {}, {}, {}, {}
   local callers = {}
   local objects = 0
   for v = 2, nodes.n do
-    local addr = addr_of[v]
-    local pattern = pattern_of[addr]
-    if retained[addr] and pattern then
+    local id = pattern_of[v]
+    if id ~= 0 then
+      local addr, pattern = addr_of[v], patterns[id]
       objects = objects + 1
-      local t, size = type_of[v], size_of[v]
+      local t, size = names[type_of[v]], size_of[v]
       own[pattern] = (own[pattern] or 0) + size
       count_into(types, 'type', t, pattern, size)
       if live then

@@ -33,6 +33,13 @@ local function mapped(list, fn, key)
   return array(out)
 end
 
+-- For a profile's JSON report with --heap=SNAPSHOT (report/json.lua): the
+-- places of the snapshot's objects (cli/heap_report.who_holds), each with
+-- its callers and every path that holds what it allocated.
+function M.who_holds(who)
+  return { heap = who.heap, places = mapped(who.rows, counted, 'place') }
+end
+
 -- The model as one JSON value (a Lua table for json_text).
 function M.document(model)
   return { kind = M.KIND, version = M.VERSION, header = model.header,

@@ -23,6 +23,7 @@ local rows = require('memprof.report.rows')
 local layout = require('memprof.report.layout')
 local json_text = require('memprof.encode.json_text')
 local leaks_module = require('memprof.analysis.leaks')
+local holders_json = require('memprof.report.holders_json')
 
 local M = {}
 
@@ -468,6 +469,8 @@ local function build(result, place, opts)
     temporary = temporary_section(result.temporary, place),
     timeline = timeline_section(result.timeline, stream, place),
     cumulative = cumulative_section(result.cumulative, place),
+    -- With --heap=SNAPSHOT: who holds what each place allocated.
+    who_holds = result.holders and holders_json.who_holds(result.holders),
   }
 end
 
