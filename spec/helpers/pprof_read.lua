@@ -88,13 +88,17 @@ local function one(f, field)
   return f[field] and f[field][1] or 0
 end
 
--- The numbers of a packed field.
+-- The numbers of a repeated field, packed (a string of varints) or not.
 local function packed(f, field)
   local out = {}
   for _, s in ipairs(f[field] or {}) do
-    local pos = 1
-    while pos <= #s do
-      out[#out + 1], pos = varint(s, pos)
+    if type(s) == 'number' then
+      out[#out + 1] = s
+    else
+      local pos = 1
+      while pos <= #s do
+        out[#out + 1], pos = varint(s, pos)
+      end
     end
   end
   return out
@@ -137,7 +141,8 @@ function M.decode(message)
     profile.period_type = str(one(v, 1)) .. '/' .. str(one(v, 2))
   end
   profile.period = one(f, 12)
-  for _, i in ipairs(f[13] or {}) do
+  -- Comments one by one (memprof.snapshot) or packed (memprof-report).
+  for _, i in ipairs(packed(f, 13)) do
     table.insert(profile.comments, str(i))
   end
   profile.default_sample_type = str(one(f, 14))
