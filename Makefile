@@ -219,7 +219,7 @@ test-host: fixtures
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
   spec/vm_layout_spec.lua spec/heap_walk_spec.lua spec/dominators_spec.lua \
-  spec/trace_lines_spec.lua spec/snapshot_names_spec.lua
+  spec/trace_lines_spec.lua
 ARM64_TIMEOUT ?= 1800
 
 arm64-module:

@@ -39,11 +39,23 @@ local function names_in(profile, file)
   return list
 end
 
--- The names of all the functions of `profile`, as a set.
-local function name_set(profile)
+-- The functions of `profile` by name: 'FILE START_LINE'.
+local function function_set(profile)
   local set = {}
-  for _, func in pairs(profile.functions) do set[func.name] = true end
+  for _, func in pairs(profile.functions) do
+    set[func.name] = func.file .. ' ' .. func.start_line
+  end
   return set
+end
+
+-- Asserts that the report names every function of the snapshot alike,
+-- with the same file and first line (it has more: what the profile
+-- allocated after the snapshot).
+local function same_functions(snapshot, report)
+  local reported = function_set(report)
+  for name, where in pairs(function_set(snapshot)) do
+    assert.are.same({ name, where }, { name, reported[name] })
+  end
 end
 
 -- What memprof-report --format=pprof makes of the profile at `path`.
@@ -130,14 +142,35 @@ describe('pprof snapshot names', function()
       os.remove(path)
       assert.are.same(expected(file), names_in(snapshot, file))
       assert.are.same(expected(file), names_in(report, file))
-      -- Built-ins, INTERNAL and the spec's own frames alike too: the
-      -- report names everything the snapshot names (and what the
-      -- profile allocated after it).
-      local names = name_set(report)
-      for name in pairs(name_set(snapshot)) do
-        assert.are.same({ name, true }, { name, names[name] })
-      end
-      assert.is_true(names['string.rep'])
+      -- Built-ins, INTERNAL and the spec's own frames alike too.
+      same_functions(snapshot, report)
+      assert.are.equal(' 0', function_set(snapshot)['string.rep'])
+    end)
+
+  it('are the reporter\'s for traces and built-ins written in Lua',
+    function()
+      local path, snap = h.tmpname(), h.tmpname('.pb.gz')
+      local list, keep = {}, {}
+      for i = 1, 2000 do list[i] = i end
+      local each = assert(loadstring('local list, keep = ...\n' ..
+        'table.foreachi(list, function(i) keep[i] = { i } end)\n',
+        '@foreach.lua'))
+      jit.on()
+      assert(memprof.start(path, { snapshots = true, stack_depth = 3,
+        trace_lines = false }))
+      each(list, keep)
+      assert(memprof.snapshot(snap))
+      assert(memprof.stop())
+      jit.off()
+      local snapshot = pprof_read.file(snap)
+      local report = report_of(path)
+      os.remove(snap)
+      os.remove(path)
+      same_functions(snapshot, report)
+      local functions = function_set(snapshot)
+      assert.are.same({ 'foreachi 0', ' 0' }, {
+        functions['[builtin:foreachi]'],
+        functions['TRACE started at [builtin:foreachi]'] })
     end)
 
   it('fall back to where the function is defined when the source is ' ..
