@@ -191,6 +191,37 @@ describe('pprof snapshot names', function()
       }, names_in(snapshot, file))
     end)
 
+  -- The functions of `missing` chunks that name no file are run first,
+  -- then the program's: with this spec's file, 256 chunks may be tried.
+  local function after_missing(missing)
+    local file = relative(dir) .. '/late.lua'
+    C.write_file(file, PROGRAM)
+    local chunks = {}
+    for i = 1, missing do
+      chunks[i] = assert(loadstring('local keep = ...\n' ..
+        'local function gone(t) t[#t + 1] = {} end\ngone(keep)\n',
+        '@' .. dir .. '/missing-' .. i .. '.lua'))
+    end
+    local snapshot, path = snapshot_of(file, function(keep)
+      for i = 1, missing do chunks[i](keep) end
+    end)
+    local report = report_of(path)
+    os.remove(path)
+    os.remove(file)
+    same_functions(snapshot, report)
+    for _, func in pairs(snapshot.functions) do
+      if func.file == file and func.start_line == 3 then return func.name end
+    end
+  end
+
+  it('are read from the first 256 chunks tried, as the reporter does',
+    function()
+      local file = relative(dir) .. '/late.lua'
+      assert.are.same({ 'f (@' .. file .. ':3)',
+        'function at @' .. file .. ':3' },
+        { after_missing(254), after_missing(255) })
+    end)
+
   it('fall back past the size bound, and for a FIFO or a directory',
     function()
       local big, fifo = relative(dir) .. '/big.lua', dir .. '/fifo.lua'
