@@ -83,7 +83,10 @@ static int assigns_function(const char *p, const char *e)
   return opens(p + 8, e);
 }
 
-const char *source_names_match(const char *line, size_t n, size_t *len)
+/* The name a line of Lua source gives the function defined on it, the
+** patterns of read/sources.lua applied to the line as that module trims
+** it: a pointer into line and its length in *len, or NULL. */
+static const char *match(const char *line, size_t n, size_t *len)
 {
   const char *p = line, *e = line + n, *q, *end;
   /* sources.line: trimmed of spaces, cut past MAX_TEXT bytes (the "..."
@@ -194,7 +197,7 @@ static int name_from(struct source_names *s, const struct wanted *want,
     if (p == NULL)
       return 0; /* Past the last line: these lines are not in the file. */
     end = memchr(p, '\n', (size_t)(e - p));
-    name = source_names_match(p, (size_t)((end != NULL ? end : e) - p), &len);
+    name = match(p, (size_t)((end != NULL ? end : e) - p), &len);
     if (name != NULL &&
         (s->names[want[i].k] = named(name, len, want[i].path, at)) == NULL)
       return ENOMEM;

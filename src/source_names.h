@@ -40,9 +40,4 @@ int source_names_make(struct source_names *s, const struct places *m,
                       const uint32_t *first, uint32_t count);
 void source_names_free(struct source_names *s);
 
-/* The name a line of Lua source gives the function defined on it, the
-** patterns of read/sources.lua applied to the line as that module trims
-** it: its length in *len and a pointer into line, or NULL. */
-const char *source_names_match(const char *line, size_t n, size_t *len);
-
 #endif
