@@ -6,7 +6,9 @@
 --   local profile = pprof_read.file(path)
 --   profile.sample_types    -- { 'alloc_space/bytes', ... }
 --   profile.samples         -- { { locations = { place, ... },
+--                           --     functions = { function, ... },
 --                           --     values = { n, n, n, n } }, ... }
+--   profile.functions       -- { [id] = { name =, file =, start_line = } }
 --   pprof_read.by_place(profile) -- { [place] = { four values } } of the
 --                                -- samples whose innermost place it is
 --
@@ -111,6 +113,7 @@ function M.decode(message)
   local function str(i) return strings[i + 1] end
   local profile = { sample_types = {}, samples = {}, comments = {},
     functions = {}, locations = {} }
+  local function_at = {} -- Location id -> its function.
   for _, vt in ipairs(f[1] or {}) do
     local v = fields(vt)
     table.insert(profile.sample_types, str(one(v, 1)) .. '/' ..
@@ -128,13 +131,16 @@ function M.decode(message)
     local place = func.file ~= '' and func.file .. ':' .. one(line, 2) or
       func.name
     profile.locations[one(v, 1)] = place
+    function_at[one(v, 1)] = func
   end
   for _, sample in ipairs(f[2] or {}) do
     local v = fields(sample)
-    local places = {}
-    for i, id in ipairs(packed(v, 1)) do places[i] = profile.locations[id] end
+    local places, functions = {}, {}
+    for i, id in ipairs(packed(v, 1)) do
+      places[i], functions[i] = profile.locations[id], function_at[id]
+    end
     table.insert(profile.samples, { locations = places,
-      values = packed(v, 2) })
+      functions = functions, values = packed(v, 2) })
   end
   if f[11] then
     local v = fields(f[11][1])
