@@ -244,7 +244,7 @@ MODULE_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
   spec/symbols_spec.lua spec/alloc_chain_spec.lua spec/sample_spec.lua \
   spec/stats_spec.lua spec/snapshot_spec.lua spec/heap_walk_spec.lua \
   spec/heap_join_spec.lua spec/dominators_spec.lua spec/heap_diff_spec.lua \
-  spec/trace_lines_spec.lua
+  spec/trace_lines_spec.lua spec/snapshot_names_spec.lua
 VALGRIND_LOG = build/valgrind-specs.log
 SANITIZED = build/sanitized
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)

@@ -283,8 +283,12 @@ static int name_trace(struct places *m, const struct vm_layout *lay,
              (unsigned long long)pt, (unsigned)line);
   else {
     chunk_display(name, len, chunk);
-    snprintf(func, sizeof(func), "TRACE started at %s:%u", chunk,
-             (unsigned)line);
+    /* A built-in written in Lua has no lines: named as name_lua names it. */
+    if ((uint32_t)firstline == BUILTIN_FIRSTLINE)
+      snprintf(func, sizeof(func), "TRACE started at [builtin:%s]", chunk);
+    else
+      snprintf(func, sizeof(func), "TRACE started at %s:%u", chunk,
+               (unsigned)line);
   }
   p->func = intern_string(m, func, strlen(func));
   return p->func != UINT32_MAX;

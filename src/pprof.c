@@ -7,7 +7,9 @@
 ** space (bytes) with the sampling mean as the period (1 without
 ** sampling). No time is written, so that a run with a fixed seed gives
 ** the same bytes. Each place is a location of one line, whose function is
-** named as the reports name it; one sample per stack that the model keeps
+** named as the reports name it (source_names.h: by its source where the
+** file is readable, the names the model lacks being strings added after
+** the fixed ones); one sample per stack that the model keeps
 ** (its frames innermost first), and one per place for the events without
 ** one. Values are whole numbers: with sampling, rounded estimates.
 **
@@ -25,6 +27,7 @@
 #include <unistd.h>
 
 #include "profiler.h"
+#include "source_names.h"
 
 /* Field numbers of profile.proto. */
 enum {
@@ -268,14 +271,35 @@ static void put_value_type(struct buf *b, struct buf *m, unsigned field,
   put_message(b, field, m);
 }
 
-/* Locations (one per place, id = place + 1) and functions. */
+/* The first place of each function (by id - 1), and the names the reports
+** give them. Returns 0 or ENOMEM. */
+static int name_functions(const struct places *model, const uint32_t *fid,
+                          uint32_t nfunc, struct source_names *names)
+{
+  uint32_t *first = malloc(((size_t)nfunc + 1) * sizeof(*first)), i, done = 0;
+  int err;
+  if (first == NULL)
+    return ENOMEM;
+  for (i = 0; i < model->count && done < nfunc; i++)
+    if (fid[i] == done + 1)
+      first[done++] = i;
+  err = source_names_make(names, model, first, nfunc);
+  free(first);
+  return err;
+}
+
+/* Locations (one per place, id = place + 1) and functions; a name of
+** `names` is string `extra` + its rank among them. */
 static int put_places(const struct places *model, struct buf *b, struct buf *m,
-                      struct buf *line)
+                      struct buf *line, struct source_names *names,
+                      uint64_t extra)
 {
   uint32_t nfunc = 0, i, done = 0;
   uint32_t *fid = function_ids(model, &nfunc);
-  if (fid == NULL)
+  if (fid == NULL || name_functions(model, fid, nfunc, names) != 0) {
+    free(fid);
     return ENOMEM;
+  }
   for (i = 0; i < model->count; i++) {
     const struct place *pl = &model->list[i];
     put_number(line, 1, fid[i]);
@@ -288,11 +312,14 @@ static int put_places(const struct places *model, struct buf *b, struct buf *m,
   /* Functions in id order: the first place of each. */
   for (i = 0; i < model->count && done < nfunc; i++) {
     const struct place *pl = &model->list[i];
+    uint64_t name = pl->func;
     if (fid[i] != done + 1)
       continue;
+    if (names->names[done] != NULL)
+      name = extra++;
     put_number(m, 1, fid[i]);
-    put_number(m, 2, pl->func);
-    put_number(m, 3, pl->func);
+    put_number(m, 2, name);
+    put_number(m, 3, name);
     put_number(m, 4, pl->file);
     put_number(m, 5, pl->start_line);
     put_message(b, PROFILE_FUNCTION, m);
@@ -303,7 +330,7 @@ static int put_places(const struct places *model, struct buf *b, struct buf *m,
 }
 
 static void put_strings(const struct profiler *p, const char *name,
-                        struct buf *b)
+                        const struct source_names *names, struct buf *b)
 {
   static const char *const fixed[] = {
       "alloc_space", "alloc_objects", "inuse_space", "inuse_objects",
@@ -327,6 +354,11 @@ static void put_strings(const struct profiler *p, const char *name,
   snprintf(text, sizeof(text),
            "more places or stacks than memprof keeps: the rest are left out");
   put_bytes(b, PROFILE_STRING_TABLE, text, strlen(text));
+  /* From S_EXTRA on, in the order put_places numbered them. */
+  for (i = 0; i < names->count; i++)
+    if (names->names[i] != NULL)
+      put_bytes(b, PROFILE_STRING_TABLE, names->names[i],
+                strlen(names->names[i]));
 }
 
 /* The profile message of p into b. Returns 0 or errno. */
@@ -336,6 +368,7 @@ static int encode(const struct profiler *p, const char *name, struct buf *b)
   uint64_t base = model->strings; /* The first string added here. */
   struct buf m = {0}, line = {0};
   struct inuse u = {0};
+  struct source_names names = {0};
   int err = sum_live(p, &u);
   if (err == 0) {
     put_value_type(b, &m, PROFILE_SAMPLE_TYPE, base + S_ALLOC_SPACE,
@@ -354,10 +387,10 @@ static int encode(const struct profiler *p, const char *name, struct buf *b)
     put_number(&m, 8, 1);
     put_number(&m, 9, 1);
     put_message(b, PROFILE_MAPPING, &m);
-    err = put_places(model, b, &m, &line);
+    err = put_places(model, b, &m, &line, &names, base + S_EXTRA);
   }
   if (err == 0) {
-    put_strings(p, name, b);
+    put_strings(p, name, &names, b);
     put_value_type(b, &m, PROFILE_PERIOD_TYPE, base + S_SPACE, base + S_BYTES);
     put_number(b, PROFILE_PERIOD, p->sampler.mean != 0 ? p->sampler.mean : 1);
     put_number(b, PROFILE_COMMENT, base + S_COMMENT);
@@ -372,6 +405,7 @@ static int encode(const struct profiler *p, const char *name, struct buf *b)
   free(m.data);
   free(line.data);
   free_inuse(&u);
+  source_names_free(&names);
   return err;
 }
 

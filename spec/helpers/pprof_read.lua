@@ -6,7 +6,9 @@
 --   local profile = pprof_read.file(path)
 --   profile.sample_types    -- { 'alloc_space/bytes', ... }
 --   profile.samples         -- { { locations = { place, ... },
+--                           --     functions = { function, ... },
 --                           --     values = { n, n, n, n } }, ... }
+--   profile.functions       -- { [id] = { name =, file =, start_line = } }
 --   pprof_read.by_place(profile) -- { [place] = { four values } } of the
 --                                -- samples whose innermost place it is
 --
@@ -88,13 +90,17 @@ local function one(f, field)
   return f[field] and f[field][1] or 0
 end
 
--- The numbers of a packed field.
+-- The numbers of a repeated field, packed (a string of varints) or not.
 local function packed(f, field)
   local out = {}
   for _, s in ipairs(f[field] or {}) do
-    local pos = 1
-    while pos <= #s do
-      out[#out + 1], pos = varint(s, pos)
+    if type(s) == 'number' then
+      out[#out + 1] = s
+    else
+      local pos = 1
+      while pos <= #s do
+        out[#out + 1], pos = varint(s, pos)
+      end
     end
   end
   return out
@@ -107,6 +113,7 @@ function M.decode(message)
   local function str(i) return strings[i + 1] end
   local profile = { sample_types = {}, samples = {}, comments = {},
     functions = {}, locations = {} }
+  local function_at = {} -- Location id -> its function.
   for _, vt in ipairs(f[1] or {}) do
     local v = fields(vt)
     table.insert(profile.sample_types, str(one(v, 1)) .. '/' ..
@@ -124,20 +131,24 @@ function M.decode(message)
     local place = func.file ~= '' and func.file .. ':' .. one(line, 2) or
       func.name
     profile.locations[one(v, 1)] = place
+    function_at[one(v, 1)] = func
   end
   for _, sample in ipairs(f[2] or {}) do
     local v = fields(sample)
-    local places = {}
-    for i, id in ipairs(packed(v, 1)) do places[i] = profile.locations[id] end
+    local places, functions = {}, {}
+    for i, id in ipairs(packed(v, 1)) do
+      places[i], functions[i] = profile.locations[id], function_at[id]
+    end
     table.insert(profile.samples, { locations = places,
-      values = packed(v, 2) })
+      functions = functions, values = packed(v, 2) })
   end
   if f[11] then
     local v = fields(f[11][1])
     profile.period_type = str(one(v, 1)) .. '/' .. str(one(v, 2))
   end
   profile.period = one(f, 12)
-  for _, i in ipairs(f[13] or {}) do
+  -- Comments one by one (memprof.snapshot) or packed (memprof-report).
+  for _, i in ipairs(packed(f, 13)) do
     table.insert(profile.comments, str(i))
   end
   profile.default_sample_type = str(one(f, 14))

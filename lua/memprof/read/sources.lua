@@ -12,6 +12,9 @@
 -- when relative) are read.  Bounded: files larger than MAX_FILE are not
 -- read, and at most MAX_FILES files are kept (then reading stops: a
 -- report names the first places it shows, by far the most looked up).
+--
+-- src/source_names.c names the functions of memprof.snapshot's pprof
+-- files alike: the bounds, the trimming and PATTERNS change in both.
 
 local M = {}
 

@@ -47,6 +47,10 @@ local LINE = { function_id = 1, line = 2 }
 local FUNCTION = { id = 1, name = 2, system_name = 3, filename = 4,
   start_line = 5 }
 
+-- The first line LuaJIT gives its built-ins written in Lua (~0 as 32
+-- bits): they have none, and start at 0 as in memprof.snapshot's files.
+local BUILTIN_FIRSTLINE = 2 ^ 32 - 1
+
 local Builder = {}
 Builder.__index = Builder
 
@@ -93,7 +97,9 @@ function Builder:function_of(site)
   message:optional(FUNCTION.system_name, name)
   if func.source == 'lua' then
     message:optional(FUNCTION.filename, self:string(file_name(func)))
-    message:optional(FUNCTION.start_line, func.line or 0)
+    local line = func.line or 0
+    message:optional(FUNCTION.start_line,
+      line >= BUILTIN_FIRSTLINE and 0 or line)
   end
   -- Kept encoded: a string, not a message's table of parts.
   self.functions[id] = message:encode()
