@@ -7,6 +7,7 @@ local analyze = require('memprof.analysis.analyze')
 local views = require('memprof.report.views')
 local B = require('helpers.stream_builder')
 local C = require('helpers.command')
+local LUA = require('helpers.profile').lua
 
 local HOT = table.concat({
   'local M = {}',                                   -- 1
@@ -63,6 +64,36 @@ describe('sources', function()
     local text = sources.line('@' .. path, 4)
     sources.MAX_FILE = max
     assert.is_nil(text)
+  end)
+
+  it('read a file longer than one read whole', function()
+    local long = dir .. '/long.lua'
+    local lines = {}
+    for i = 1, 20000 do
+      lines[i] = 'local x' .. i .. ' = ' .. i
+    end
+    C.write_file(long, table.concat(lines, '\n') .. '\n')
+    assert.are.equal('local x1 = 1', sources.line('@' .. long, 1))
+    assert.are.equal('local x20000 = 20000', sources.line('@' .. long, 20000))
+  end)
+
+  it('never wait on a FIFO, nor read a directory', function()
+    local fifo = dir .. '/fifo.lua'
+    assert.are.equal(0, (C.run('mkfifo ' .. C.quote(fifo))))
+    -- A FIFO without a writer, in a child that would wait forever on a
+    -- blocking open: read as empty, at once.
+    local code, out = C.run('FIFO=' .. C.quote(fifo) .. ' timeout 10 ' ..
+      C.quote(LUA) .. ' -e ' .. C.quote("print(require('memprof.read." ..
+      "sources').line('@' .. os.getenv('FIFO'), 1))"))
+    assert.are.same({ 0, 'nil\n' }, { code, out })
+    -- One with a writer that gives nothing (this process, opened for
+    -- reading and writing, which Linux allows without waiting): not
+    -- readable, at once.
+    local writer = assert(io.open(fifo, 'r+'))
+    sources.forget()
+    assert.is_nil(sources.line('@' .. fifo, 1))
+    writer:close()
+    assert.is_nil(sources.line('@' .. dir, 1))
   end)
 
   it('name functions in the reports and show the lines of the views',

@@ -16,7 +16,24 @@
 -- src/source_names.c names the functions of memprof.snapshot's pprof
 -- files alike: the bounds, the trimming and PATTERNS change in both.
 
+local ffi = require('ffi')
+
 local M = {}
+
+-- Files are read through a descriptor opened without blocking, so that a
+-- chunk named after a FIFO or a device never stalls the report: a FIFO
+-- without a writer reads as empty, one that has nothing to give fails.
+pcall(ffi.cdef, [[
+int open(const char *path, int flags, ...);
+intptr_t read(int fd, void *buf, size_t n);
+int close(int fd);
+]])
+
+-- O_NONBLOCK where its value is known (Linux on x86-64 and arm64);
+-- elsewhere no source is read.
+local O_NONBLOCK = ffi.os == 'Linux' and
+  (ffi.arch == 'x64' or ffi.arch == 'arm64') and 0x800 or nil
+local CHUNK = 65536
 
 M.MAX_FILE = 4 * 1024 * 1024
 M.MAX_FILES = 256
@@ -24,6 +41,32 @@ M.MAX_TEXT = 160
 
 local files = {}      -- chunkname -> list of lines, or false: not readable
 local count = 0
+
+local buffer = nil
+
+-- The whole file at path, or nil: unreadable, or more than MAX_FILE bytes.
+local function read_file(path)
+  local fd = O_NONBLOCK and ffi.C.open(path, O_NONBLOCK) or -1
+  if fd < 0 then
+    return nil
+  end
+  buffer = buffer or ffi.new('char[?]', CHUNK)
+  local parts, size = {}, 0
+  while size <= M.MAX_FILE do
+    local n = tonumber(ffi.C.read(fd, buffer, CHUNK))
+    if n <= 0 then
+      size = n < 0 and math.huge or size
+      break
+    end
+    parts[#parts + 1] = ffi.string(buffer, n)
+    size = size + n
+  end
+  ffi.C.close(fd)
+  if size > M.MAX_FILE then
+    return nil
+  end
+  return table.concat(parts)
+end
 
 local function lines_of(chunkname)
   local known = files[chunkname]
@@ -36,17 +79,7 @@ local function lines_of(chunkname)
   count = count + 1
   files[chunkname] = false
   local path = chunkname:match('^@(.+)$')
-  local file = path and io.open(path, 'rb')
-  if not file then
-    return nil
-  end
-  local size = file:seek('end')
-  local text = nil
-  if size and size <= M.MAX_FILE then
-    file:seek('set')
-    text = file:read('*a')
-  end
-  file:close()
+  local text = path and read_file(path)
   if not text then
     return nil
   end
