@@ -197,3 +197,35 @@ describe('memprof-report of a heap snapshot of this VM', function()
       assert.equal(PAGES, doc.holders[1].objects)
     end)
 end)
+
+describe('memprof-report --leaks --heap of a program in a directory', function()
+  it('names the places of WHO HOLDS IT as the sections above it do',
+    function()
+      local C = require('helpers.command')
+      local dir = C.temp_dir()
+      local program = dir .. '/app.lua'
+      C.write_file(program, table.concat({
+        "local memprof = require('memprof')",
+        "assert(memprof.start(os.getenv('PROFILE'), { stack_depth = 4 }))",
+        'CACHE = {}',
+        "for i = 1, 300 do CACHE[i] = 'page ' .. i end",
+        "assert(memprof.snapshot(os.getenv('HEAP'), { format = 'heap' }))",
+        'assert(memprof.stop())',
+      }, '\n') .. '\n')
+      local code, _, stderr = C.run('PROFILE=' .. C.quote(dir .. '/p.bin') ..
+        ' HEAP=' .. C.quote(dir .. '/p.heap') .. ' timeout 60 ' ..
+        C.quote(h.lua) .. ' -joff ' .. C.quote(program))
+      assert.equal(0, code, stderr)
+      local text = report('--leaks', '--heap=' .. dir .. '/p.heap',
+        dir .. '/p.bin')
+      C.remove_tree(dir)
+      assert.equal('Files under ' .. dir .. '/ are named from there on: ' ..
+        '@name.lua is @' .. dir .. '/name.lua.', lines_of(text)[1])
+      local at = assert(text:find('WHO HOLDS IT', 1, true))
+      local section = text:sub(at)
+      assert.equal('@app.lua:4: 300 objects, ',
+        lines_of(section)[2]:match('^@app%.lua:4: 300 objects, '))
+      assert.matches('^    held by _G%.CACHE%[%*%]: 300 objects, %d+B$',
+        lines_of(section)[3])
+    end)
+end)
