@@ -3,6 +3,7 @@
 --
 --   local json_text = require('memprof.encode.json_text')
 --   json_text.encode(value [, opts]) -> the text
+--   json_text.write(out, value [, opts [, tail]])  -- the text, then tail
 --   local writer = json_text.writer(out [, opts])  -- out:write(text)
 --   writer:value(value)        -- appends its text, written to out in
 --                              -- pieces of json_text.FLUSH_PARTS parts
@@ -366,6 +367,17 @@ function Collected:write(...)
   for i = 1, select('#', ...) do
     self[n + i] = select(i, ...)
   end
+end
+
+-- Writes the JSON text of value to out, in pieces, then the text tail
+-- (such as a newline) if given.
+function M.write(out, value, opts, tail)
+  local writer = M.writer(out, opts)
+  writer:value(value)
+  if tail then
+    writer:part(tail)
+  end
+  writer:finish()
 end
 
 function M.encode(value, opts)

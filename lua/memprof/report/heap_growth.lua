@@ -118,10 +118,7 @@ function M.document(model)
 end
 
 function M.write_json(model, out)
-  local writer = json_text.writer(out)
-  writer:value(M.document(model))
-  writer:part('\n')
-  writer:finish()
+  json_text.write(out, M.document(model), nil, '\n')
 end
 
 return M

@@ -49,10 +49,7 @@ function M.document(model)
 end
 
 function M.write(model, out)
-  local writer = json_text.writer(out)
-  writer:value(M.document(model))
-  writer:part('\n')
-  writer:finish()
+  json_text.write(out, M.document(model), nil, '\n')
 end
 
 return M
