@@ -23,6 +23,8 @@ local rows = require('memprof.report.rows')
 local layout = require('memprof.report.layout')
 local json_text = require('memprof.encode.json_text')
 local leaks_module = require('memprof.analysis.leaks')
+local cumulative_model = require('memprof.report.model.cumulative')
+local timeline_model = require('memprof.report.model.timeline')
 
 local M = {}
 
@@ -151,10 +153,6 @@ end
 -- item), largest first, then by name; the entries of a sorted section
 -- have these values, so their order is that of the items.
 local sort_items = layout.sort_rows
-
-local function name_of_group(row)
-  return row.group.name
-end
 
 local function name_of(group)
   return group.name
@@ -354,21 +352,17 @@ local function temporary_section(temporary, place)
 end
 
 local function timeline_section(result, stream, place)
-  if not result or not stream.has_time then
+  local model = timeline_model.new(result, stream)
+  if not model.shown then
     return NULL
   end
-  local slots = {}
-  for slot in pairs(result.events) do
-    slots[#slots + 1] = slot
-  end
-  table.sort(slots)
-  local slot_entries = section(slots, function(slot, entry)
-    entry.start_ns = (slot - 1) * result.resolution
-    entry.highest, entry.last = result.high[slot], result.last[slot]
-    entry.events = result.events[slot]
+  local slot_entries = section(model:slots(), function(slot, entry)
+    entry.start_ns = slot.start
+    entry.highest, entry.last = slot.high, slot.last
+    entry.events = slot.events
     return entry
   end)
-  return { resolution_ns = result.resolution, duration_ns = result.duration,
+  return { resolution_ns = model.resolution, duration_ns = model.duration,
     slots = place(slot_entries) }
 end
 
@@ -379,12 +373,9 @@ local function cumulative_section(cumulative, place)
   if not cumulative then
     return NULL
   end
+  local model = cumulative_model.new(cumulative)
   local cumulative_rows = section(function()
-    local items = {}
-    for i, row in ipairs(cumulative.rows) do
-      items[i] = row
-    end
-    return sort_items(items, 'bytes', name_of_group)
+    return (model:rows({}))
   end, function(row, entry)
     entry.row, entry.name = row.group.id, row.group.name
     for _, field in ipairs(CUMULATIVE_FIELDS) do
@@ -392,7 +383,7 @@ local function cumulative_section(cumulative, place)
     end
     return entry
   end)
-  return { mode = cumulative.mode, rows = place(cumulative_rows) }
+  return { mode = model.mode, rows = place(cumulative_rows) }
 end
 
 local function warnings_of(stream)

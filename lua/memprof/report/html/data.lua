@@ -15,7 +15,7 @@
 local layout = require('memprof.report.layout')
 local flame = require('memprof.report.flame')
 local leaks_module = require('memprof.analysis.leaks')
-local timeline = require('memprof.analysis.timeline')
+local timeline_model = require('memprof.report.model.timeline')
 local json_text = require('memprof.encode.json_text')
 local html_text = require('memprof.report.html.text')
 
@@ -387,10 +387,11 @@ end
 -- The page's data ------------------------------------------------------------
 
 local function timeline_data(result, limits)
-  if not (result.timeline and result.stream.has_time) then
+  local shown = timeline_model.new(result.timeline, result.stream,
+    limits.chart_rows).shown
+  if not shown then
     return nil
   end
-  local shown = timeline.rows(result.timeline, limits.chart_rows)
   local rows = array()
   for i, row in ipairs(shown.rows) do
     rows[i] = array({ row.start, row.stop, row.high, row.last, row.events })
