@@ -43,6 +43,7 @@ local peak_model = require('memprof.report.model.peak')
 local leaks_model = require('memprof.report.model.leaks')
 local temporary_model = require('memprof.report.model.temporary')
 local paths = require('memprof.report.paths')
+local grouping = require('memprof.report.model.grouping')
 
 local M = {}
 
@@ -439,9 +440,6 @@ end
 -- (an extended file may have neither stacks nor time marks).
 local VERSION_NAMES = { [3] = "Tarantool's", [100] = 'extended' }
 
-local GROUPING_NAMES = { line = 'by line', ['function'] = 'by function',
-  caller = 'by caller', stack = 'by stack' }
-
 local function fact(label, value)
   return format('<li>%s <b>%s</b></li>', label, value)
 end
@@ -456,7 +454,7 @@ local function facts_html(result, opts)
     fact('events', with_commas(stream.events or 0)),
     fact('call stacks', stream.has_stacks and 'yes' or 'no'),
     fact('time marks', stream.has_time and 'yes' or 'no'),
-    fact('rows grouped', GROUPING_NAMES[result.grouper.mode] or
+    fact('rows grouped', grouping.by(result.grouper.mode) or
       escape(result.grouper.mode)),
   }
   if stream.sample_bytes then
@@ -790,7 +788,7 @@ local function tables_html(result, sums, settings)
     '<div class="panel-head"><h2 id="tables-title">Top tables</h2></div>',
     format('<p class="note">Rows are grouped %s. Sizes are in bytes ' ..
       '(KiB = 1024 B); hover over a size for the exact number.</p>',
-      GROUPING_NAMES[result.grouper.mode] or 'by line'),
+      grouping.by(result.grouper.mode) or 'by line'),
     '<div class="tables">',
     allocated_table(result, settings, sums),
     view_table(result, settings, 'leaks', 'table-live', 'Live at end',

@@ -25,6 +25,7 @@ local json_text = require('memprof.encode.json_text')
 local leaks_module = require('memprof.analysis.leaks')
 local cumulative_model = require('memprof.report.model.cumulative')
 local timeline_model = require('memprof.report.model.timeline')
+local temporary_model = require('memprof.report.model.temporary')
 
 local M = {}
 
@@ -330,14 +331,9 @@ local function temporary_section(temporary, place)
     return NULL
   end
   local figures = temporary.columns
-  local by = figures.temporary_bytes
+  local model = temporary_model.new(temporary)
   local temporary_rows = section(function()
-    local items = {}
-    for i, group in ipairs(temporary.groups) do
-      items[i] = group
-    end
-    return sort_items(items, function(group) return by[group.id] end,
-      name_of)
+    return model:groups()
   end, function(group, entry)
     local id = group.id
     entry.row, entry.name = id, group.name
@@ -346,9 +342,9 @@ local function temporary_section(temporary, place)
     end
     return entry
   end)
-  return { limit = temporary.limit,
+  return { limit = model.limit,
     rows = place(temporary_rows),
-    totals = counts_of(temporary.totals, {}) }
+    totals = counts_of(model.totals, {}) }
 end
 
 local function timeline_section(result, stream, place)

@@ -18,6 +18,7 @@ local leaks_module = require('memprof.analysis.leaks')
 local timeline_model = require('memprof.report.model.timeline')
 local json_text = require('memprof.encode.json_text')
 local html_text = require('memprof.report.html.text')
+local grouping = require('memprof.report.model.grouping')
 
 local M = {}
 
@@ -116,9 +117,6 @@ local function stack_records(result)
   return allocated_by_row(result), live
 end
 
-local GROUPING_WORDS = { line = 'line', ['function'] = 'function',
-  caller = 'calling line', stack = 'call stack' }
-
 -- Why a graph is not made of whole call stacks, or nil.
 local function flame_note(result, which)
   local stream = result.stream
@@ -132,7 +130,7 @@ local function flame_note(result, which)
     return format('The analysis kept these bytes per %s, not per call ' ..
       'stack: each frame is one row of the report. Generate the page ' ..
       'with memprof-report --format=html for whole stacks.',
-      GROUPING_WORDS[mode])
+      grouping.unit(mode))
   end
   return nil
 end
