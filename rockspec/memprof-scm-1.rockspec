@@ -54,6 +54,7 @@ build = {
     ["memprof.report.model.timeline"] = "lua/memprof/report/model/timeline.lua",
     ["memprof.report.model.diff"] = "lua/memprof/report/model/diff.lua",
     ["memprof.report.model.grouping"] = "lua/memprof/report/model/grouping.lua",
+    ["memprof.report.model.totals"] = "lua/memprof/report/model/totals.lua",
     ["memprof.report.paths"] = "lua/memprof/report/paths.lua",
     ["memprof.analysis.groups"] = "lua/memprof/analysis/groups.lua",
     ["memprof.record"] = "lua/memprof/record.lua",

@@ -43,13 +43,14 @@ local holders_section = require('memprof.report.html.holders_section')
 local peak_model = require('memprof.report.model.peak')
 local paths = require('memprof.report.paths')
 local grouping = require('memprof.report.model.grouping')
+local totals_model = require('memprof.report.model.totals')
 
 local M = {}
 
 local format, concat = string.format, table.concat
 local escape, with_commas = html_text.escape, html_text.with_commas
 local human_time, size_html = html_text.human_time, html_text.size_html
-local page_data, totals = data_module.page_data, data_module.totals
+local page_data = data_module.page_data
 local write_json = data_module.write_json
 
 -- Rows per table when opts.top is not given.
@@ -224,21 +225,22 @@ end
 
 local function summary_html(result, sums, opts)
   local cards = {
-    card('Allocated', size_html(sums.allocated),
+    card('Allocated', size_html(sums.allocated_bytes),
       with_commas(sums.allocations) .. ' allocations'),
-    card('Freed', size_html(sums.freed), with_commas(sums.frees) ..
-      ' frees, ' .. with_commas(sums.reallocs) .. ' reallocs'),
+    card('Freed', size_html(sums.freed_bytes), with_commas(sums.free_events) ..
+      ' frees, ' .. with_commas(sums.realloc_events) .. ' reallocs'),
     live_card(result),
     peak_card(result),
-    card('Net', size_html(sums.net), 'allocated − freed'),
+    card('Net', size_html(sums.net_bytes), 'allocated − freed'),
   }
   -- The share of compiled code, where its events say so (not in a sample,
   -- whose sizes are not the estimates).
   local compiled = result.stream.compiled_bytes or 0
-  if compiled > 0 and sums.allocated > 0 and not result.stream.sample_bytes
-      and not opts.focus and not opts.ignore then
+  local known = not result.stream.sample_bytes and not opts.focus and
+    not opts.ignore
+  if compiled > 0 and sums.allocated_bytes > 0 and known then
     cards[#cards + 1] = card('Compiled code',
-      format('%d%%', math.floor(100 * compiled / sums.allocated + 0.5)),
+      format('%d%%', math.floor(100 * compiled / sums.allocated_bytes + 0.5)),
       'of the bytes allocated, ' .. size_html(compiled) ..
       ', charged to their lines')
   end
@@ -312,7 +314,7 @@ function M.write(result, out, opts)
     nil, sort = opts.sort }
   local data, chart = page_data(result, { max_frames = M.MAX_FRAMES,
     chart_rows = M.CHART_ROWS })
-  local sums = totals(result)
+  local sums = totals_model.new(result)
   local prefix = paths.common_prefix(result.stream)
   if prefix then
     out = paths.shortening(out, prefix)

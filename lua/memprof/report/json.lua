@@ -26,6 +26,7 @@ local leaks_module = require('memprof.analysis.leaks')
 local cumulative_model = require('memprof.report.model.cumulative')
 local timeline_model = require('memprof.report.model.timeline')
 local temporary_model = require('memprof.report.model.temporary')
+local totals_model = require('memprof.report.model.totals')
 
 local M = {}
 
@@ -248,16 +249,16 @@ local function row_section(figures, name, place)
   end)
 end
 
-local function totals_section(figures, result)
-  local sums = rows.totals(figures)
+local function totals_section(result)
+  local totals = totals_model.new(result)
   return {
-    events = result.stream.events,
-    alloc_events = sums.alloc_events,
-    realloc_events = sums.realloc_events,
-    free_events = sums.free_events,
-    allocated_bytes = sums.allocated_bytes,
-    freed_bytes = sums.freed_bytes + sums.realloc_old_bytes,
-    net_bytes = result.heap.total,
+    events = totals.events,
+    alloc_events = totals.alloc_events,
+    realloc_events = totals.realloc_events,
+    free_events = totals.free_events,
+    allocated_bytes = totals.allocated_bytes,
+    freed_bytes = totals.freed_bytes,
+    net_bytes = totals.net_bytes,
   }
 end
 
@@ -449,7 +450,7 @@ local function build(result, place, opts)
     reallocations = place(row_section(figures, 'reallocations', place)),
     deallocations = place(row_section(figures, 'deallocations', place)),
     heap = place(row_section(figures, 'heap', place)),
-    totals = totals_section(figures, result),
+    totals = totals_section(result),
     live = live_section(result.leaks, stream, place),
     peak = peak_section(result.peak, place),
     temporary = temporary_section(result.temporary, place),

@@ -1,5 +1,5 @@
 -- Specs for the row models of the default sections, CUMULATIVE, the heap
--- over time, --diff and the grouping's wording (memprof.report.model):
+-- over time, --diff, the totals and the grouping's wording (memprof.report.model):
 -- each view's rows, order, rest and facts, decided once for every format.
 
 local reader = require('memprof.read.stream')
@@ -10,6 +10,7 @@ local cumulative_model = require('memprof.report.model.cumulative')
 local timeline_model = require('memprof.report.model.timeline')
 local diff_model = require('memprof.report.model.diff')
 local grouping = require('memprof.report.model.grouping')
+local totals_model = require('memprof.report.model.totals')
 local B = require('helpers.stream_builder')
 
 local function run(builder, opts)
@@ -159,5 +160,16 @@ describe('grouping words', function()
       grouping.unit('stack'), grouping.heading('stack') })
     assert.are.equal('calling line', grouping.unit('caller'))
     assert.is_nil(grouping.by('other'))
+  end)
+end)
+
+describe('totals model', function()
+  it('sums the events and bytes of every kind once', function()
+    local totals = totals_model.new(run(four_lines()))
+    assert.are.same({ alloc_events = 3, realloc_events = 1, free_events = 1,
+      allocations = 4, allocated_bytes = 480, freed_bytes = 96,
+      net_bytes = 384, events = 5 }, totals)
+    local result = run(B.idle_tail(), { views = { timeline = true } })
+    assert.are.equal(3 * 3600 * 1e9, totals_model.new(result).duration)
   end)
 end)

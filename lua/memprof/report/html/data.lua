@@ -1,13 +1,12 @@
 -- memprof.report.html.data: what the HTML page shows besides its
--- tables, as data: the flame graphs' trees and frames, the figures of
--- the summary, the heap over time and the chart's scales.  The page's
+-- tables, as data: the flame graphs' trees and frames, the heap over
+-- time and the chart's scales.  The page's
 -- template (memprof.report.html) writes them as HTML, SVG and JSON.
 --
 --   data.page_data(result, limits) -> the JSON value the page's script
 --     draws ({ file, frames, graphs, timeline }), and the chart's rows
 --     (or nil without a timeline); limits: { max_frames = N (frames of
 --     a flame graph), chart_rows = N (rows of the heap over time) }
---   data.totals(result)       -> the summary's figures
 --   data.chart_scales(rows)   -> the chart's ticks and its x(ns), y(bytes)
 --   data.CHART                -> the chart's geometry
 --   data.write_json(out, value) -> the page's JSON, written in pieces
@@ -273,37 +272,6 @@ local function flame_graphs(result, frames, limits)
   keep_shown(frames)
   collectgarbage('collect')
   return graphs
-end
-
--- Summary figures ------------------------------------------------------------
-
-local function sum_kind(result, kind, field)
-  local figures = result.sites.of_kind[kind]
-  local total, values = 0, figures[field]
-  for slot = 1, #figures.keys do
-    total = total + values[slot]
-  end
-  return total
-end
-
-function M.totals(result)
-  local t = {
-    allocated = sum_kind(result, 'alloc', 'plus') +
-      sum_kind(result, 'realloc', 'plus'),
-    allocations = sum_kind(result, 'alloc', 'count') +
-      sum_kind(result, 'realloc', 'count'),
-    freed = sum_kind(result, 'realloc', 'minus') +
-      sum_kind(result, 'free', 'minus'),
-    frees = sum_kind(result, 'free', 'count'),
-    reallocs = sum_kind(result, 'realloc', 'count'),
-    net = result.heap.total,
-    events = result.stream.events,
-  }
-  if result.stream.has_time then
-    t.duration = result.timeline and result.timeline.duration or
-      result.stream.time
-  end
-  return t
 end
 
 -- Chart geometry and scales --------------------------------------------------

@@ -5,7 +5,7 @@
 -- chunk names.  memprof.report.html puts them into the page's template.
 --
 --   tables.html(result, sums, settings) -> the tables, one per line
---     sums      the summary's figures (memprof.report.html.data.totals)
+--     sums      the profile's totals (memprof.report.model.totals)
 --     settings  top: rows per table (nil: every row); sort: 'bytes' or
 --               'count'
 --   tables.aliases(stream) -> the aliases' <details>, or ''
@@ -161,10 +161,10 @@ local function allocated_table(result, settings, sums)
     return empty_table('table-allocated', 'Sites by allocated bytes',
       'Nothing was allocated during the profile.')
   end
-  local body, foot = share_rows(shown, rest, 'count', sums.allocated)
+  local body, foot = share_rows(shown, rest, 'count', sums.allocated_bytes)
   foot[#foot + 1] = '<th scope="row">Total</th>' ..
-    size_cell(sums.allocated) .. number_cell(sums.allocations) ..
-    share_cell(sums.allocated, sums.allocated)
+    size_cell(sums.allocated_bytes) .. number_cell(sums.allocations) ..
+    share_cell(sums.allocated_bytes, sums.allocated_bytes)
   return table_html('table-allocated', 'Sites by allocated bytes',
     { 'Site', 'Allocated', 'Allocations', 'Share' }, body, foot)
 end
