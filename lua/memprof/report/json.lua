@@ -20,7 +20,7 @@
 -- whole number is written exactly, however large (memprof.encode.json_text).
 
 local rows = require('memprof.report.rows')
-local layout = require('memprof.report.layout')
+local sort_groups = require('memprof.analysis.columns').sort_groups
 local json_text = require('memprof.encode.json_text')
 local leaks_module = require('memprof.analysis.leaks')
 local cumulative_model = require('memprof.report.model.cumulative')
@@ -151,15 +151,6 @@ end
 -- write() leaves them to the writer, which makes and writes them one by
 -- one, so that the whole document is never held at once.
 
--- Items sorted by `field` (a field of the items, or a function of an
--- item), largest first, then by name; the entries of a sorted section
--- have these values, so their order is that of the items.
-local sort_items = layout.sort_rows
-
-local function name_of(group)
-  return group.name
-end
-
 -- No overrides: one empty array for every row without any.
 local NO_OVERRIDES = M.array({})
 
@@ -216,7 +207,8 @@ local function kept(figures, columns, id)
   return false
 end
 
--- The groups of a row section, sorted.
+-- The groups of a row section, sorted (by the figure, largest first,
+-- then by name).
 local function row_items(figures, spec)
   local items = {}
   for _, group in ipairs(figures.list) do
@@ -224,9 +216,7 @@ local function row_items(figures, spec)
       items[#items + 1] = group
     end
   end
-  local values = figures[spec.by]
-  return sort_items(items, function(group) return values[group.id] end,
-    name_of)
+  return sort_groups(items, figures[spec.by])
 end
 
 -- (The items of each section are listed as it is written: not every
