@@ -239,17 +239,17 @@ local function row_section(figures, name, place)
   end)
 end
 
+-- The totals of the document: those of memprof.report.model.totals but
+-- the counts of allocations and the duration.
+local TOTALS_FIELDS = { 'events', 'alloc_events', 'realloc_events',
+  'free_events', 'allocated_bytes', 'freed_bytes', 'net_bytes' }
+
 local function totals_section(result)
-  local totals = totals_model.new(result)
-  return {
-    events = totals.events,
-    alloc_events = totals.alloc_events,
-    realloc_events = totals.realloc_events,
-    free_events = totals.free_events,
-    allocated_bytes = totals.allocated_bytes,
-    freed_bytes = totals.freed_bytes,
-    net_bytes = totals.net_bytes,
-  }
+  local totals, section = totals_model.new(result), {}
+  for _, field in ipairs(TOTALS_FIELDS) do
+    section[field] = totals[field]
+  end
+  return section
 end
 
 -- place(section) is what stands for a section in the document: its
