@@ -41,6 +41,7 @@ local tables = require('memprof.report.html.tables')
 local chart_html = require('memprof.report.html.chart')
 local holders_section = require('memprof.report.html.holders_section')
 local peak_model = require('memprof.report.model.peak')
+local leaks_model = require('memprof.report.model.leaks')
 local paths = require('memprof.report.paths')
 local grouping = require('memprof.report.model.grouping')
 local totals_model = require('memprof.report.model.totals')
@@ -213,12 +214,12 @@ local function peak_card(result)
   return card(model.title, size_html(model.bytes), detail)
 end
 
-local function live_card(result)
-  local leaks = result.leaks
-  if not leaks then
-    return card('Live at end', size_html(result.heap.total),
+local function live_card(result, sums)
+  if not result.leaks then
+    return card('Live at end', size_html(sums.net_bytes),
       'net bytes of the stream')
   end
+  local leaks = leaks_model.new(result.leaks)
   return card('Live at end', size_html(leaks.bytes),
     layout.plural(leaks.count, 'block'))
 end
@@ -229,7 +230,7 @@ local function summary_html(result, sums, opts)
       with_commas(sums.allocations) .. ' allocations'),
     card('Freed', size_html(sums.freed_bytes), with_commas(sums.free_events) ..
       ' frees, ' .. with_commas(sums.realloc_events) .. ' reallocs'),
-    live_card(result),
+    live_card(result, sums),
     peak_card(result),
     card('Net', size_html(sums.net_bytes), 'allocated − freed'),
   }

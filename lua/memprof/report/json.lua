@@ -27,6 +27,8 @@ local cumulative_model = require('memprof.report.model.cumulative')
 local timeline_model = require('memprof.report.model.timeline')
 local temporary_model = require('memprof.report.model.temporary')
 local totals_model = require('memprof.report.model.totals')
+local leaks_model = require('memprof.report.model.leaks')
+local peak_model = require('memprof.report.model.peak')
 
 local M = {}
 
@@ -245,11 +247,11 @@ local TOTALS_FIELDS = { 'events', 'alloc_events', 'realloc_events',
   'free_events', 'allocated_bytes', 'freed_bytes', 'net_bytes' }
 
 local function totals_section(result)
-  local totals, section = totals_model.new(result), {}
+  local totals, part = totals_model.new(result), {}
   for _, field in ipairs(TOTALS_FIELDS) do
-    section[field] = totals[field]
+    part[field] = totals[field]
   end
-  return section
+  return part
 end
 
 -- place(section) is what stands for a section in the document: its
@@ -279,15 +281,17 @@ local function live_section(leaks, stream, place)
     entry.stacks = place(row_stacks)
     return entry
   end)
-  return { rows = place(live_rows), blocks = leaks.count, bytes = leaks.bytes,
-    freed_before_profiling = -leaks.before_profiling, net_bytes = leaks.total,
-    collected_at_stop = leaks.collected_at_stop }
+  local model = leaks_model.new(leaks)
+  return { rows = place(live_rows), blocks = model.count, bytes = model.bytes,
+    freed_before_profiling = model.freed_before, net_bytes = model.total,
+    collected_at_stop = model.collected }
 end
 
-local function peak_section(peak, place)
+local function peak_section(peak, stream, place)
   if not peak then
     return NULL
   end
+  local model = peak_model.new(peak, stream)
   local bytes, blocks = peak.columns.bytes, peak.columns.blocks
   local peak_rows = section(peak.groups, function(group, entry)
     local id = group.id
@@ -295,12 +299,12 @@ local function peak_section(peak, place)
     entry.bytes, entry.blocks = bytes[id], blocks[id]
     return entry
   end)
-  local before = peak.before
-  return { bytes = peak.bytes, event = peak.event,
-    offset = or_null(peak.offset), time_ns = or_null(peak.time),
-    next_time_ns = or_null(peak.time_next), rows = place(peak_rows),
-    heap_at_start = or_null(peak.heap_at_start),
-    heap_bytes = or_null(peak.heap_bytes),
+  local before = model.before
+  return { bytes = model.growth, event = model.event,
+    offset = or_null(model.offset), time_ns = or_null(model.time),
+    next_time_ns = or_null(model.time_next), rows = place(peak_rows),
+    heap_at_start = or_null(model.heap_at_start),
+    heap_bytes = model.whole_heap and model.bytes or NULL,
     before = { freed_bytes = before.freed_bytes,
       freed_blocks = before.freed_blocks,
       live_bytes = or_null(before.live_bytes) } }
@@ -442,7 +446,7 @@ local function build(result, place, opts)
     heap = place(row_section(figures, 'heap', place)),
     totals = totals_section(result),
     live = live_section(result.leaks, stream, place),
-    peak = peak_section(result.peak, place),
+    peak = peak_section(result.peak, stream, place),
     temporary = temporary_section(result.temporary, place),
     timeline = timeline_section(result.timeline, stream, place),
     cumulative = cumulative_section(result.cumulative, place),
