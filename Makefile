@@ -31,7 +31,8 @@ MODULE = $(BUILD)/memprof.so
 LUA_DIRS = read analysis report report/html report/model encode cli
 LUA_MODS = $(wildcard lua/memprof/*.lua)
 # The HTML page's style and script, read by report/html.lua at run time.
-LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js)
+LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js \
+  lua/memprof/report/html/*.html)
 
 # The spec host that runs VMs in threads links the VM (see below).
 LUAJIT_LIBS = $(shell pkg-config --libs luajit 2>/dev/null)

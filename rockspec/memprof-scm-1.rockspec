@@ -50,6 +50,13 @@ build = {
     ["memprof.report.model.peak"] = "lua/memprof/report/model/peak.lua",
     ["memprof.report.model.leaks"] = "lua/memprof/report/model/leaks.lua",
     ["memprof.report.model.temporary"] = "lua/memprof/report/model/temporary.lua",
+    ["memprof.report.model.sections"] = "lua/memprof/report/model/sections.lua",
+    ["memprof.report.model.cumulative"] =
+      "lua/memprof/report/model/cumulative.lua",
+    ["memprof.report.model.timeline"] = "lua/memprof/report/model/timeline.lua",
+    ["memprof.report.model.diff"] = "lua/memprof/report/model/diff.lua",
+    ["memprof.report.model.grouping"] = "lua/memprof/report/model/grouping.lua",
+    ["memprof.report.model.totals"] = "lua/memprof/report/model/totals.lua",
     ["memprof.report.paths"] = "lua/memprof/report/paths.lua",
     ["memprof.analysis.groups"] = "lua/memprof/analysis/groups.lua",
     ["memprof.record"] = "lua/memprof/record.lua",
@@ -72,6 +79,8 @@ build = {
     ["memprof.report.html"] = "lua/memprof/report/html.lua",
     ["memprof.report.html.data"] = "lua/memprof/report/html/data.lua",
     ["memprof.report.html.text"] = "lua/memprof/report/html/text.lua",
+    ["memprof.report.html.tables"] = "lua/memprof/report/html/tables.lua",
+    ["memprof.report.html.chart"] = "lua/memprof/report/html/chart.lua",
     ["memprof.report.flame"] = "lua/memprof/report/flame.lua",
     ["memprof.report.diff"] = "lua/memprof/report/diff.lua",
     ["memprof.encode.protobuf"] = "lua/memprof/encode/protobuf.lua",
@@ -98,9 +107,11 @@ build = {
     ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {
-    -- The HTML page's style and script, beside report/html.lua (LuaRocks
-    -- puts a file of key a.b.c into the directory a/b under its own name).
+    -- The HTML page's template, style and script, beside report/html.lua
+    -- (LuaRocks puts a file of key a.b.c into the directory a/b under its
+    -- own name).
     lua = {
+      ["memprof.report.html.page_html"] = "lua/memprof/report/html/page.html",
       ["memprof.report.html.page_css"] = "lua/memprof/report/html/page.css",
       ["memprof.report.html.page_js"] = "lua/memprof/report/html/page.js",
       ["memprof.report.html.holders_css"] =

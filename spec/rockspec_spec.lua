@@ -44,9 +44,11 @@ describe('the rockspec', function()
     end
     table.sort(installed)
     assert.same(listed('lua/memprof/report/html/*.css ' ..
-      'lua/memprof/report/html/*.js'), installed)
+      'lua/memprof/report/html/*.js lua/memprof/report/html/*.html'),
+      installed)
     assert.same({ 'lua/memprof/report/html/holders.css',
       'lua/memprof/report/html/page.css',
+      'lua/memprof/report/html/page.html',
       'lua/memprof/report/html/page.js' }, installed)
   end)
 end)

@@ -57,11 +57,6 @@ describe('rows.figures', function()
     }, by_name(figures, rows.FIELDS))
     assert.are.equal(figures.list[4].id, figures.before)
     assert.is_nil(figures.overrides)
-    assert.are.same({ alloc_events = 3, alloc_bytes = 24, realloc_events = 2,
-      realloc_bytes = 28, realloc_old_bytes = 12, free_events = 3,
-      freed_bytes = 29, allocated_events = 5, allocated_bytes = 52,
-      live_bytes = 20, live_blocks = 2, released_blocks = 5,
-      released_bytes = 41 }, rows.totals(figures))
   end)
 
   it('gives the rows whose blocks each row released, with overrides',

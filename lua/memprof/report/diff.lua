@@ -18,6 +18,7 @@
 --   TOTAL: allocated ..., allocations ..., live at end ... (net bytes of the streams)
 
 local layout = require('memprof.report.layout')
+local diff_model = require('memprof.report.model.diff')
 
 local M = {}
 
@@ -50,22 +51,6 @@ local function describe(entry, size)
     size(live.before), size(live.after))
 end
 
--- The sums of the entries of `rest`.
-local function sum_changes(rest)
-  local sums = {}
-  for _, field in ipairs({ 'allocated_bytes', 'allocated_events',
-    'live_bytes' }) do
-    local sum = { before = 0, after = 0, change = 0 }
-    for _, entry in ipairs(rest) do
-      sum.before = sum.before + entry[field].before
-      sum.after = sum.after + entry[field].after
-      sum.change = sum.change + entry[field].change
-    end
-    sums[field] = sum
-  end
-  return sums
-end
-
 function M.write(changes, out, opts)
   out = out or io.stdout
   opts = opts or {}
@@ -78,22 +63,23 @@ function M.write(changes, out, opts)
   end
   layout.write_focus(out, opts)
   layout.write_grouping(out, opts.group)
+  local model = diff_model.new(changes, opts)
   out:write(format('CHANGES from %s to %s, by growth in %s\n', opts.before,
-    opts.after, SORT_TEXT[opts.sort or 'live']))
-  local shown, rest = layout.split_top(changes.rows, opts.top, opts.left_out)
-  for _, entry in ipairs(shown) do
+    opts.after, SORT_TEXT[model.sort]))
+  for _, entry in ipairs(model.shown) do
     layout.write_title(out, entry.group, STATUS_SUFFIX[entry.status] ..
       ': ' .. describe(entry, size), nil, true)
   end
-  if #rest > 0 then
-    out:write(format('... and %d more: %s\n', #rest,
-      describe(sum_changes(rest), size)))
+  local rest = model.rest
+  if rest then
+    out:write(format('... and %d more: %s\n', rest.rows,
+      describe(rest, size)))
   end
-  if changes.unchanged > 0 then
+  if model.unchanged > 0 then
     out:write(format('(%s unchanged)\n',
-      layout.plural(changes.unchanged, 'row')))
+      layout.plural(model.unchanged, 'row')))
   end
-  out:write('TOTAL: ', describe(changes.totals, size),
+  out:write('TOTAL: ', describe(model.totals, size),
     ' (net bytes of the streams)\n')
 end
 

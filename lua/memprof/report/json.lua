@@ -20,10 +20,16 @@
 -- whole number is written exactly, however large (memprof.encode.json_text).
 
 local rows = require('memprof.report.rows')
-local layout = require('memprof.report.layout')
+local sort_groups = require('memprof.analysis.columns').sort_groups
 local json_text = require('memprof.encode.json_text')
 local leaks_module = require('memprof.analysis.leaks')
 local holders_json = require('memprof.report.holders_json')
+local cumulative_model = require('memprof.report.model.cumulative')
+local timeline_model = require('memprof.report.model.timeline')
+local temporary_model = require('memprof.report.model.temporary')
+local totals_model = require('memprof.report.model.totals')
+local leaks_model = require('memprof.report.model.leaks')
+local peak_model = require('memprof.report.model.peak')
 
 local M = {}
 
@@ -148,19 +154,6 @@ end
 -- write() leaves them to the writer, which makes and writes them one by
 -- one, so that the whole document is never held at once.
 
--- Items sorted by `field` (a field of the items, or a function of an
--- item), largest first, then by name; the entries of a sorted section
--- have these values, so their order is that of the items.
-local sort_items = layout.sort_rows
-
-local function name_of_group(row)
-  return row.group.name
-end
-
-local function name_of(group)
-  return group.name
-end
-
 -- No overrides: one empty array for every row without any.
 local NO_OVERRIDES = M.array({})
 
@@ -217,7 +210,8 @@ local function kept(figures, columns, id)
   return false
 end
 
--- The groups of a row section, sorted.
+-- The groups of a row section, sorted (by the figure, largest first,
+-- then by name).
 local function row_items(figures, spec)
   local items = {}
   for _, group in ipairs(figures.list) do
@@ -225,9 +219,7 @@ local function row_items(figures, spec)
       items[#items + 1] = group
     end
   end
-  local values = figures[spec.by]
-  return sort_items(items, function(group) return values[group.id] end,
-    name_of)
+  return sort_groups(items, figures[spec.by])
 end
 
 -- (The items of each section are listed as it is written: not every
@@ -250,17 +242,17 @@ local function row_section(figures, name, place)
   end)
 end
 
-local function totals_section(figures, result)
-  local sums = rows.totals(figures)
-  return {
-    events = result.stream.events,
-    alloc_events = sums.alloc_events,
-    realloc_events = sums.realloc_events,
-    free_events = sums.free_events,
-    allocated_bytes = sums.allocated_bytes,
-    freed_bytes = sums.freed_bytes + sums.realloc_old_bytes,
-    net_bytes = result.heap.total,
-  }
+-- The totals of the document: those of memprof.report.model.totals but
+-- the counts of allocations and the duration.
+local TOTALS_FIELDS = { 'events', 'alloc_events', 'realloc_events',
+  'free_events', 'allocated_bytes', 'freed_bytes', 'net_bytes' }
+
+local function totals_section(result)
+  local totals, part = totals_model.new(result), {}
+  for _, field in ipairs(TOTALS_FIELDS) do
+    part[field] = totals[field]
+  end
+  return part
 end
 
 -- place(section) is what stands for a section in the document: its
@@ -290,15 +282,17 @@ local function live_section(leaks, stream, place)
     entry.stacks = place(row_stacks)
     return entry
   end)
-  return { rows = place(live_rows), blocks = leaks.count, bytes = leaks.bytes,
-    freed_before_profiling = -leaks.before_profiling, net_bytes = leaks.total,
-    collected_at_stop = leaks.collected_at_stop }
+  local model = leaks_model.new(leaks)
+  return { rows = place(live_rows), blocks = model.count, bytes = model.bytes,
+    freed_before_profiling = model.freed_before, net_bytes = model.total,
+    collected_at_stop = model.collected }
 end
 
-local function peak_section(peak, place)
+local function peak_section(peak, stream, place)
   if not peak then
     return NULL
   end
+  local model = peak_model.new(peak, stream)
   local bytes, blocks = peak.columns.bytes, peak.columns.blocks
   local peak_rows = section(peak.groups, function(group, entry)
     local id = group.id
@@ -306,12 +300,12 @@ local function peak_section(peak, place)
     entry.bytes, entry.blocks = bytes[id], blocks[id]
     return entry
   end)
-  local before = peak.before
-  return { bytes = peak.bytes, event = peak.event,
-    offset = or_null(peak.offset), time_ns = or_null(peak.time),
-    next_time_ns = or_null(peak.time_next), rows = place(peak_rows),
-    heap_at_start = or_null(peak.heap_at_start),
-    heap_bytes = or_null(peak.heap_bytes),
+  local before = model.before
+  return { bytes = model.growth, event = model.event,
+    offset = or_null(model.offset), time_ns = or_null(model.time),
+    next_time_ns = or_null(model.time_next), rows = place(peak_rows),
+    heap_at_start = or_null(model.heap_at_start),
+    heap_bytes = model.whole_heap and model.bytes or NULL,
     before = { freed_bytes = before.freed_bytes,
       freed_blocks = before.freed_blocks,
       live_bytes = or_null(before.live_bytes) } }
@@ -333,14 +327,9 @@ local function temporary_section(temporary, place)
     return NULL
   end
   local figures = temporary.columns
-  local by = figures.temporary_bytes
+  local model = temporary_model.new(temporary)
   local temporary_rows = section(function()
-    local items = {}
-    for i, group in ipairs(temporary.groups) do
-      items[i] = group
-    end
-    return sort_items(items, function(group) return by[group.id] end,
-      name_of)
+    return model:groups()
   end, function(group, entry)
     local id = group.id
     entry.row, entry.name = id, group.name
@@ -349,27 +338,23 @@ local function temporary_section(temporary, place)
     end
     return entry
   end)
-  return { limit = temporary.limit,
+  return { limit = model.limit,
     rows = place(temporary_rows),
-    totals = counts_of(temporary.totals, {}) }
+    totals = counts_of(model.totals, {}) }
 end
 
 local function timeline_section(result, stream, place)
-  if not result or not stream.has_time then
+  local model = timeline_model.new(result, stream)
+  if not model.shown then
     return NULL
   end
-  local slots = {}
-  for slot in pairs(result.events) do
-    slots[#slots + 1] = slot
-  end
-  table.sort(slots)
-  local slot_entries = section(slots, function(slot, entry)
-    entry.start_ns = (slot - 1) * result.resolution
-    entry.highest, entry.last = result.high[slot], result.last[slot]
-    entry.events = result.events[slot]
+  local slot_entries = section(model:slots(), function(slot, entry)
+    entry.start_ns = slot.start
+    entry.highest, entry.last = slot.high, slot.last
+    entry.events = slot.events
     return entry
   end)
-  return { resolution_ns = result.resolution, duration_ns = result.duration,
+  return { resolution_ns = model.resolution, duration_ns = model.duration,
     slots = place(slot_entries) }
 end
 
@@ -380,12 +365,9 @@ local function cumulative_section(cumulative, place)
   if not cumulative then
     return NULL
   end
+  local model = cumulative_model.new(cumulative)
   local cumulative_rows = section(function()
-    local items = {}
-    for i, row in ipairs(cumulative.rows) do
-      items[i] = row
-    end
-    return sort_items(items, 'bytes', name_of_group)
+    return (model:rows({}))
   end, function(row, entry)
     entry.row, entry.name = row.group.id, row.group.name
     for _, field in ipairs(CUMULATIVE_FIELDS) do
@@ -393,7 +375,7 @@ local function cumulative_section(cumulative, place)
     end
     return entry
   end)
-  return { mode = cumulative.mode, rows = place(cumulative_rows) }
+  return { mode = model.mode, rows = place(cumulative_rows) }
 end
 
 local function warnings_of(stream)
@@ -463,9 +445,9 @@ local function build(result, place, opts)
     reallocations = place(row_section(figures, 'reallocations', place)),
     deallocations = place(row_section(figures, 'deallocations', place)),
     heap = place(row_section(figures, 'heap', place)),
-    totals = totals_section(figures, result),
+    totals = totals_section(result),
     live = live_section(result.leaks, stream, place),
-    peak = peak_section(result.peak, place),
+    peak = peak_section(result.peak, stream, place),
     temporary = temporary_section(result.temporary, place),
     timeline = timeline_section(result.timeline, stream, place),
     cumulative = cumulative_section(result.cumulative, place),

@@ -4,6 +4,7 @@
 
 local sampling = require('memprof.analysis.sampling')
 local sources = require('memprof.read.sources')
+local grouping = require('memprof.report.model.grouping')
 
 local M = {}
 
@@ -204,16 +205,6 @@ function M.sum(rows, fields)
   return sums
 end
 
-local GROUPING_HEADINGS = {
-  ['function'] = 'Grouped by function: each row is the function where ' ..
-    'the events happened, named by where it is defined.',
-  caller = 'Grouped by caller: each row is the Lua line that called the ' ..
-    'function where the events happened.',
-  stack = 'Grouped by stack: each row is a call stack, innermost frame ' ..
-    'first.',
-}
-
--- A line saying what the rows are, for groupings other than by line.
 -- The line that says a sampled profile's figures are estimates.
 function M.write_sampling(out, stream)
   if stream.sample_bytes then
@@ -247,8 +238,9 @@ function M.write_focus(out, opts)
   end
 end
 
+-- A line saying what the rows are, for groupings other than by line.
 function M.write_grouping(out, mode)
-  local heading = GROUPING_HEADINGS[mode]
+  local heading = grouping.heading(mode)
   if heading then
     out:write(heading, '\n\n')
   end

@@ -220,19 +220,6 @@ function M.figures(result, opts)
   return figures
 end
 
--- The sums of every field (figures made with opts.all).
-function M.totals(figures)
-  local totals = {}
-  for _, field in ipairs(FIELDS) do
-    local column, sum = figures[field], 0
-    for _, group in ipairs(figures.list) do
-      sum = sum + column[group.id]
-    end
-    totals[field] = sum
-  end
-  return totals
-end
-
 -- The notes (for stderr) of an export made of UNITs ('stack', 'sample'):
 -- without call stacks in the profile, each of them is one frame.
 function M.stack_notes(result, unit)

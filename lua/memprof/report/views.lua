@@ -20,7 +20,7 @@
 
 local layout = require('memprof.report.layout')
 local analyze = require('memprof.analysis.analyze')
-local timeline = require('memprof.analysis.timeline')
+local timeline_model = require('memprof.report.model.timeline')
 local peak_model = require('memprof.report.model.peak')
 local leaks_model = require('memprof.report.model.leaks')
 local temporary_model = require('memprof.report.model.temporary')
@@ -269,13 +269,8 @@ local function bar(value, highest)
   return string.rep('#', floor(value / highest * M.BAR_WIDTH + 0.5))
 end
 
-local function timeline_rows(shown, size, show_time)
-  local lines, highest = {}, 0
-  for _, row in ipairs(shown.rows) do
-    if row.high > highest then
-      highest = row.high
-    end
-  end
+local function timeline_rows(model, size, show_time)
+  local lines, shown, highest = {}, model.shown, model.highest
   for i, row in ipairs(shown.rows) do
     local line = { show_time(row.start), size(row.high), size(row.last),
       bar(row.high, highest) }
@@ -305,19 +300,19 @@ local function write_columns(out, lines)
 end
 
 function M.write_timeline(out, result, opts, stream)
-  if not stream.has_time then
+  local model = timeline_model.new(result, stream)
+  if not model.has_time then
     out:write('HEAP OVER TIME: the profile has no time marks (record with ' ..
       'memprof.start(path, {timestamps = true}))\n\n')
     return
   end
   local size = layout.sizer(opts)
-  local shown = timeline.rows(result)
-  local show_time = time_format(shown.width)
+  local show_time = time_format(model.shown.width)
   out:write(format('HEAP OVER TIME: net bytes since the start, %s per ' ..
     'row (the highest value in the row, and the value at its end)\n',
-    show_time(shown.width)))
+    show_time(model.shown.width)))
   local lines = { { 'time', 'highest', 'at end', '' } }
-  for _, line in ipairs(timeline_rows(shown, size, show_time)) do
+  for _, line in ipairs(timeline_rows(model, size, show_time)) do
     lines[#lines + 1] = line
   end
   write_columns(out, lines)

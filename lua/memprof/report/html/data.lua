@@ -1,13 +1,12 @@
 -- memprof.report.html.data: what the HTML page shows besides its
--- tables, as data: the flame graphs' trees and frames, the figures of
--- the summary, the heap over time and the chart's scales.  The page's
+-- tables, as data: the flame graphs' trees and frames, the heap over
+-- time and the chart's scales.  The page's
 -- template (memprof.report.html) writes them as HTML, SVG and JSON.
 --
 --   data.page_data(result, limits) -> the JSON value the page's script
 --     draws ({ file, frames, graphs, timeline }), and the chart's rows
 --     (or nil without a timeline); limits: { max_frames = N (frames of
 --     a flame graph), chart_rows = N (rows of the heap over time) }
---   data.totals(result)       -> the summary's figures
 --   data.chart_scales(rows)   -> the chart's ticks and its x(ns), y(bytes)
 --   data.CHART                -> the chart's geometry
 --   data.write_json(out, value) -> the page's JSON, written in pieces
@@ -15,9 +14,10 @@
 local layout = require('memprof.report.layout')
 local flame = require('memprof.report.flame')
 local leaks_module = require('memprof.analysis.leaks')
-local timeline = require('memprof.analysis.timeline')
+local timeline_model = require('memprof.report.model.timeline')
 local json_text = require('memprof.encode.json_text')
 local html_text = require('memprof.report.html.text')
+local grouping = require('memprof.report.model.grouping')
 
 local M = {}
 
@@ -116,9 +116,6 @@ local function stack_records(result)
   return allocated_by_row(result), live
 end
 
-local GROUPING_WORDS = { line = 'line', ['function'] = 'function',
-  caller = 'calling line', stack = 'call stack' }
-
 -- Why a graph is not made of whole call stacks, or nil.
 local function flame_note(result, which)
   local stream = result.stream
@@ -132,7 +129,7 @@ local function flame_note(result, which)
     return format('The analysis kept these bytes per %s, not per call ' ..
       'stack: each frame is one row of the report. Generate the page ' ..
       'with memprof-report --format=html for whole stacks.',
-      GROUPING_WORDS[mode])
+      grouping.unit(mode))
   end
   return nil
 end
@@ -277,37 +274,6 @@ local function flame_graphs(result, frames, limits)
   return graphs
 end
 
--- Summary figures ------------------------------------------------------------
-
-local function sum_kind(result, kind, field)
-  local figures = result.sites.of_kind[kind]
-  local total, values = 0, figures[field]
-  for slot = 1, #figures.keys do
-    total = total + values[slot]
-  end
-  return total
-end
-
-function M.totals(result)
-  local t = {
-    allocated = sum_kind(result, 'alloc', 'plus') +
-      sum_kind(result, 'realloc', 'plus'),
-    allocations = sum_kind(result, 'alloc', 'count') +
-      sum_kind(result, 'realloc', 'count'),
-    freed = sum_kind(result, 'realloc', 'minus') +
-      sum_kind(result, 'free', 'minus'),
-    frees = sum_kind(result, 'free', 'count'),
-    reallocs = sum_kind(result, 'realloc', 'count'),
-    net = result.heap.total,
-    events = result.stream.events,
-  }
-  if result.stream.has_time then
-    t.duration = result.timeline and result.timeline.duration or
-      result.stream.time
-  end
-  return t
-end
-
 -- Chart geometry and scales --------------------------------------------------
 
 local CHART = { width = 1000, height = 280, left = 76, right = 24, top = 28,
@@ -387,10 +353,11 @@ end
 -- The page's data ------------------------------------------------------------
 
 local function timeline_data(result, limits)
-  if not (result.timeline and result.stream.has_time) then
+  local shown = timeline_model.new(result.timeline, result.stream,
+    limits.chart_rows).shown
+  if not shown then
     return nil
   end
-  local shown = timeline.rows(result.timeline, limits.chart_rows)
   local rows = array()
   for i, row in ipairs(shown.rows) do
     rows[i] = array({ row.start, row.stop, row.high, row.last, row.events })

@@ -14,8 +14,11 @@
 --                     of every figure
 --   model:without()   the rows with no temporary block: { count, blocks,
 --                     bytes }
+--   model:groups()    the groups of every row, with or without temporary
+--                     blocks, by temporary bytes, then by name
 
 local plural = require('memprof.words').plural
+local sort_groups = require('memprof.analysis.columns').sort_groups
 
 local M = {}
 
@@ -44,6 +47,15 @@ function Model:rows(opts)
   return self.temporary:top({ keep = 'temporary_blocks',
     by = opts.sort == 'count' and 'temporary_blocks' or 'temporary_bytes',
     top = opts.top, sums = M.SUMS })
+end
+
+function Model:groups()
+  local temporary = self.temporary
+  local list = {}
+  for i, group in ipairs(temporary.groups) do
+    list[i] = group
+  end
+  return sort_groups(list, temporary.columns.temporary_bytes)
 end
 
 function Model:without()
