@@ -70,6 +70,13 @@ struct vm_trace_layout {
   uintptr_t buf_tostr, buf_puttab;
   uint16_t puttab_id, bufhdr_reset;
   uint8_t ir_bufhdr, ir_bufstr, ir_calll, ir_carg, snap_ref, concat_ffid;
+  /* An event after an inlined callee returned, in a snapshot region that
+  ** runs on into the caller (trace_lines.h): each bytecode op's kind
+  ** (TL_BC_*, from jit.vmdef's names checked against jit.util.funcbc)
+  ** and the IR op PROF. */
+  int after_ok;
+  uint8_t ir_prof;
+  uint8_t bc_kind[256];
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

@@ -866,7 +866,7 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
                              "return grow";
   static const struct {
     int fn, pc;
-  } at[] = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {3, 1}};
+  } at[] = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {3, 3}};
   uint8_t op[7];
   int top = lua_gettop(L), i, status;
   uintptr_t target = 0;
@@ -886,9 +886,16 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
     lua_pop(L, 1);
   }
   lua_settop(L, top);
-  for (i = 0; i < 7; i++)
+  /* (`return a, b` moves a and b to the frame's top first: RET is the
+  ** third op.) Seven ops, all different, none a function header. */
+  for (i = 0; i < 7; i++) {
+    int j;
     if (op[i] >= tl->bc_funcf)
       return;
+    for (j = 0; j < i; j++)
+      if (op[j] == op[i])
+        return;
+  }
   tl->bc_tsetv = op[0];
   tl->bc_tsets = op[1];
   tl->bc_tsetb = op[2];
@@ -1207,6 +1214,89 @@ done:
   lua_settop(L, top);
 }
 
+/* ---- An event after an inlined call returned ---------------------------- */
+
+/* The number of bytecode op `name` in vmdef.bcnames (6 characters a
+** name), or -1. */
+static int vmdef_bc(lua_State *L, int vmdef, const char *name)
+{
+  const char *names;
+  size_t len, n = strlen(name), i;
+  int op = -1;
+  lua_getfield(L, vmdef, "bcnames");
+  names = lua_tolstring(L, -1, &len);
+  for (i = 0; names != NULL && i + 6 <= len && op < 0; i += 6)
+    if (memcmp(names + i, name, n) == 0 &&
+        (n == 6 || strspn(names + i + n, " ") >= 6 - n))
+      op = (int)(i / 6);
+  lua_pop(L, 1);
+  return op < 256 ? op : -1;
+}
+
+/* The kinds of the bytecode ops walked (trace_lines.h, TL_BC_*), by their
+** names in jit.vmdef: those that run straight on without calling, those
+** that run straight on but may call (a helper, a built-in, a metamethod),
+** and returns. Every other op stops a walk. */
+static const char *const quiet_ops[] = {"MOV",  "KSTR", "KSHORT", "KNUM",
+                                        "KPRI", "KNIL", "UGET"};
+static const char *const effect_ops[] = {
+    "NOT",   "UNM",   "LEN",   "ADDVN", "SUBVN", "MULVN", "DIVVN", "MODVN",
+    "ADDNV", "SUBNV", "MULNV", "DIVNV", "MODNV", "ADDVV", "SUBVV", "MULVV",
+    "DIVVV", "MODVV", "POW",   "CAT",   "TNEW",  "TDUP",  "GGET",  "GSET",
+    "TGETV", "TGETS", "TGETB", "TSETV", "TSETS", "TSETB", "CALL",  "CALLM"};
+static const char *const return_ops[] = {"RET", "RET0", "RET1", "RETM"};
+
+static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
+                     const char *const *names, size_t n, uint8_t kind)
+{
+  size_t i;
+  for (i = 0; i < n; i++) {
+    int op = vmdef_bc(L, vmdef, names[i]);
+    if (op < 0 || tl->bc_kind[op] != TL_BC_STOP)
+      return 0;
+    tl->bc_kind[op] = kind;
+  }
+  return 1;
+}
+
+/* The ops' kinds from jit.vmdef, which must name this build's ops: those
+** jit.util.funcbc showed (the function header, MOV, table stores and
+** returns) have the same numbers there. Then PROF, the IR op of a
+** per-line snapshot. Without them no place moves this way. */
+static void find_after_return(lua_State *L, struct tlc *t)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  int top = lua_gettop(L), vmdef, prof;
+  memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
+  if (tl->bc_mov == 0 || !push_vmdef(L))
+    return;
+  vmdef = lua_gettop(L);
+  if (vmdef_bc(L, vmdef, "FUNCF") != tl->bc_funcf ||
+      vmdef_bc(L, vmdef, "MOV") != tl->bc_mov ||
+      vmdef_bc(L, vmdef, "TSETV") != tl->bc_tsetv ||
+      vmdef_bc(L, vmdef, "TSETS") != tl->bc_tsets ||
+      vmdef_bc(L, vmdef, "TSETB") != tl->bc_tsetb ||
+      vmdef_bc(L, vmdef, "RET0") != tl->bc_ret0 ||
+      vmdef_bc(L, vmdef, "RET1") != tl->bc_ret1 ||
+      vmdef_bc(L, vmdef, "RET") != tl->bc_ret)
+    goto done;
+  prof = vmdef_op(L, vmdef, "PROF");
+  if (!set_kinds(L, vmdef, tl, quiet_ops,
+                 sizeof(quiet_ops) / sizeof(quiet_ops[0]), TL_BC_QUIET) ||
+      !set_kinds(L, vmdef, tl, effect_ops,
+                 sizeof(effect_ops) / sizeof(effect_ops[0]), TL_BC_EFFECT) ||
+      !set_kinds(L, vmdef, tl, return_ops,
+                 sizeof(return_ops) / sizeof(return_ops[0]), TL_BC_RETURN))
+    goto done;
+  /* (Without PROF no trace has per-line snapshots: 0xff is no op.) */
+  tl->ir_prof = prof < 0 ? 0xff : (uint8_t)prof;
+  tl->after_ok = 1;
+done:
+  if (!tl->after_ok)
+    memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
+  lua_settop(L, top);
+}
+
 /* ---- The known-answer run ----------------------------------------------- */
 
 /* One known-answer run: 1 if it proved the layout, 0 if a read went wrong
@@ -1504,6 +1594,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   check_exits(L, t);
   find_store_after_return(L, t, ju);
   find_builtin_frames(L, t, ju);
+  find_after_return(L, t);
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);
