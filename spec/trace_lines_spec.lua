@@ -205,6 +205,9 @@ describe('compiled code by line', function()
     assert.is_boolean(tl.stacks)
     assert.is_boolean(tl.stores_after_calls)
     assert.is_boolean(tl.builtin_frames)
+    -- (Its ops' kinds are jit.vmdef's names, checked against the ops
+    -- jit.util.funcbc shows.)
+    assert.equal(pcall(require, 'jit.vmdef'), tl.after_returns)
     assert.is_number(tl.offsets.snap_mcofs)
     assert.is_number(tl.offsets.bc_funcf)
   end)
@@ -380,6 +383,93 @@ local function label(i)
   return 'item' .. i --@label
 end
 ]]), { 't', 'store', 'label' })
+  end)
+
+  -- A snapshot region of the looping part can run on past an inlined
+  -- callee's return into its caller (no guard keeps the snapshots in
+  -- between): the last snapshot left is the callee's, at its return.
+  local after_return = [[
+local function label(i)
+  return 'item' .. i --@label
+end
+local function record(i)
+  local t = {i} --@t
+  t.name = label(i) --@store
+  return t
+end
+]]
+
+  it('charges what follows an inlined call\'s return to its line',
+    function()
+    if not tl.after_returns then
+      pending('jit.vmdef is not found')
+      return
+    end
+    local code = case([[
+    local r = record(i)
+    r.number = tostring(i + 0.5) --@after
+    keep[i % 64 + 1] = r
+]], after_return)
+    local tags = { 't', 'store', 'label', 'after' }
+    local on = agrees(code, tags, { trace_lines = 'exact', stack_depth = 8 })
+    local after, seen = line_of(code, 'after'), 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == after then
+        -- The caller's frame, then those below the trace (if this build
+        -- has them): the callee has returned.
+        local below = ev.stack.frames[2]
+        assert.equal(after, ev.stack.frames[1].line)
+        assert.is_true(below == nil or below.chunkname ~= CHUNK)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 2500, seen .. ' compiled events after the return')
+  end)
+
+  it('charges string.format and a store after an inlined call\'s return',
+    function()
+    if not tl.after_returns then
+      pending('jit.vmdef is not found')
+      return
+    end
+    -- (Builds whose buffer puts are no guards leave string.format's
+    -- calls in the callee's region too.)
+    agrees(case([[
+    local r = record(i)
+    r.text = string.format('%d:%d', i, i) --@format
+    r.number = tostring(i + 0.5) --@number
+    keep[i % 64 + 1] = r
+]], after_return), { 't', 'store', 'label', 'format', 'number' })
+  end)
+
+  it('charges a callee inlined after an inlined call\'s return to its line',
+    function()
+    if not tl.after_returns then
+      pending('jit.vmdef is not found')
+      return
+    end
+    -- (The callee's region can run on into a second callee's code: its
+    -- events are that callee's, its line and frame.)
+    local code = case([[
+    local r = record(i)
+    r.text = tag(i) --@call
+    keep[i % 64 + 1] = r
+]], after_return .. [[
+local function tag(i)
+  return 'tag' .. i --@tag
+end
+]])
+    -- (r.text fits in the hash part made for t.name.)
+    local on = agrees(code, { 't', 'store', 'label', 'tag' },
+      { trace_lines = 'exact', stack_depth = 8 })
+    local tag, call, seen = line_of(code, 'tag'), line_of(code, 'call'), 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == tag then
+        assert.equal(call, ev.stack.frames[2].line)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 2500, seen .. ' compiled events in the callee')
   end)
 
   it('charges a side trace to its line', function()

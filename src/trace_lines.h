@@ -516,8 +516,8 @@ VM_INLINE int tl_region_profs(const struct vm_layout *lay, int safe,
 ** that may call on one line: the event is that line's, in the caller's
 ** frame. With per-line snapshots, the region's PROF instructions (one at
 ** each change of line or function the recorder saw) must not outnumber
-** the lines walked: more would mean a callee inlined unseen. Bounded
-** scans of live bytecode and IR; returns 1 if the place moved.
+** the caller's lines walked: more would mean a callee inlined unseen.
+** Bounded scans of live bytecode and IR; returns 1 if the place moved.
 */
 VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
                               uintptr_t T, uintptr_t snap, int sn,
@@ -537,18 +537,13 @@ VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
     return 0;
   end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
   for (pc = pl->frames[0].pc - 4, k = 0;; k++, pc += 4) {
-    uint32_t l;
     if (k == TL_MAX_AFTER || pc >= end || !vm_u8(safe, pc, &op))
       return 0;
     kind = tl->bc_kind[op];
-    at = (uint32_t)((pc - (pt + lay->pt_size)) / 4);
-    if ((kind != TL_BC_RETURN && kind != TL_BC_QUIET) ||
-        !vm_proto_line(lay, safe, pt, at, sizebc, &l))
-      return 0;
-    lines += k == 0 || l != line;
-    line = l;
     if (kind == TL_BC_RETURN)
       break;
+    if (kind != TL_BC_QUIET)
+      return 0;
   }
   if (!vm_u16(safe, T + tl->tr_nsnap, &nsnap) || (uint32_t)sn + 1 >= nsnap ||
       !tl_snapshot_place(lay, safe, T, snap, sn + 1, &next) ||
