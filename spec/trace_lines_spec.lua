@@ -208,6 +208,7 @@ describe('compiled code by line', function()
     -- (Its ops' kinds are jit.vmdef's names, checked against the ops
     -- jit.util.funcbc shows.)
     assert.equal(pcall(require, 'jit.vmdef'), tl.after_returns)
+    assert.is_true(not tl.format_frames or tl.builtin_frames)
     assert.is_number(tl.offsets.snap_mcofs)
     assert.is_number(tl.offsets.bc_funcf)
   end)
@@ -291,6 +292,36 @@ describe('compiled code by line', function()
     end
     for key in pairs(stacks_at(on, line_of(code, 't'), true)) do
       assert.is_nil(key:find('table.concat', 1, true), key)
+    end
+  end)
+
+  it('gives string.format\'s string the built-in\'s frame', function()
+    if not tl.format_frames then
+      pending('string.format\'s helpers are not verified in this build')
+      return
+    end
+    -- (`%5.1f` calls a helper only string.format's recorder emits.)
+    local code = case([[
+    keep[i % 64 + 1] = string.format('%5.1f', i + 0.5) --@f
+    keep[(i + 1) % 64 + 1] = 'k' .. i --@s
+]])
+    local on = same_stacks(code, { 'f', 's' })
+    for key in pairs(stacks_at(on, line_of(code, 'f'), true)) do
+      assert.equal(1, select(2, key:gsub('^string%.format <%- ', '')), key)
+    end
+    for key in pairs(stacks_at(on, line_of(code, 's'), true)) do
+      assert.is_nil(key:find('string.format', 1, true), key)
+    end
+    -- An integer's `%d` is put as a concatenation puts it: no frame.
+    code = case([[
+    keep[i % 64 + 1] = string.format('%d!', i) --@d
+]])
+    on = compiled_profile(code, { 'd' },
+      { trace_lines = 'exact', stack_depth = 8 })
+    all_at_tags(on, code, { 'd' })
+    local line = line_of(code, 'd')
+    for key in pairs(stacks_at(on, line, true)) do
+      assert.equal('@tl_case.lua:' .. line, key)
     end
   end)
 

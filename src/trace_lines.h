@@ -590,16 +590,66 @@ VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
   return 1;
 }
 
+/* Whether IR call `id` is one that only string.format's recorder emits. */
+VM_INLINE int tl_format_call(const struct vm_trace_layout *tl, uint16_t id)
+{
+  int i;
+  for (i = 0; i < TL_FORMAT_IDS; i++)
+    if (tl->format_ids[i] == id)
+      return 1;
+  return 0;
+}
+
+/* Whether the BUFSTR at `ref` makes string.format's string: its buffer's
+** chain, from its last put down to the freshly reset buffer the BUFSTR
+** reads (its header), is BUFPUTs and CALLLs only, at least one a call to
+** a helper that only string.format's recorder emits (an integer `%d` or a
+** plain `%s` is a BUFPUT, as in a concatenation: alone they prove
+** nothing) and none to another helper (string.rep's, table.concat's). */
+VM_INLINE int tl_format_string(const struct vm_trace_layout *tl, int safe,
+                               uintptr_t ir, uint32_t ref, uint16_t last,
+                               uint16_t hdr)
+{
+  uint16_t x = last, op1, op2;
+  uint8_t o;
+  int k, j, calls = 0;
+  if (hdr < TL_REF_BIAS || hdr >= ref)
+    return 0;
+  for (k = 0; k < 64 && x != hdr; k++) {
+    if (x <= hdr || x >= ref || !tl_ir_ins(safe, ir, x, &o, &op1, &op2))
+      return 0;
+    if (o == tl->ir_bufput) {
+      x = op1;
+      continue;
+    }
+    if (o != tl->ir_calll || !tl_format_call(tl, op2))
+      return 0;
+    calls++;
+    /* The arguments, last first: the first is the buffer so far. */
+    for (j = 0, x = op1; j < 8 && x != hdr; j++, x = op1) {
+      if (x <= hdr || x >= ref || !tl_ir_ins(safe, ir, x, &o, &op1, &op2))
+        return 0;
+      if (o != tl->ir_carg)
+        break;
+    }
+    if (j == 8)
+      return 0;
+  }
+  return x == hdr && calls > 0 && tl_ir_ins(safe, ir, hdr, &o, &op1, &op2) &&
+         o == tl->ir_bufhdr && op2 == tl->bufhdr_reset;
+}
+
 /*
 ** A built-in's frame for an event of compiled code, where the call proves
 ** which built-in made it: compiled code calls the helpers of a built-in it
 ** runs inline, while the interpreter's stack holds the built-in's frame
-** above its Lua caller. Only table.concat is proven: a call to
+** above its Lua caller. table.concat is proven by a call to
 ** lj_buf_puttab, or to lj_buf_tostr when every BUFSTR of the snapshot's
-** region of IR makes table.concat's string (the machine code of a
-** snapshot's region is that of its IR instructions, which is how LuaJIT
-** unwinds an error of a helper; lj_buf_tostr is called for BUFSTR only).
-** Helpers shared with other built-ins or operators get no frame.
+** region of IR makes table.concat's string; string.format by a call to
+** lj_buf_tostr when every BUFSTR there makes its string (the machine code
+** of a snapshot's region is that of its IR instructions, which is how
+** LuaJIT unwinds an error of a helper; lj_buf_tostr is called for BUFSTR
+** only). Helpers shared with other built-ins or operators get no frame.
 */
 VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
                                 uintptr_t T, uintptr_t snap, int sn,
@@ -608,8 +658,8 @@ VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
   const struct vm_trace_layout *tl = &lay->tl;
   uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
   uint16_t from, to, nsnap, op1, op2;
-  uint32_t ref, strings = 0;
-  uint8_t o;
+  uint32_t ref, concats = 0, formats = 0;
+  uint8_t o, ffid = tl->concat_ffid;
   int i;
   if (!tl->concat_ok || target == 0 || pl->nframes >= TL_MAX_FRAMES ||
       (target != tl->buf_tostr && target != tl->buf_puttab))
@@ -626,18 +676,23 @@ VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
         return;
       if (o != tl->ir_bufstr)
         continue;
-      if (!tl_concat_string(tl, safe, ir, ref, op1, op2))
+      if (tl_concat_string(tl, safe, ir, ref, op1, op2))
+        concats++;
+      else if (tl->format_ok && tl_format_string(tl, safe, ir, ref, op1, op2))
+        formats++;
+      else
         return;
-      strings++;
     }
-    if (strings == 0)
+    if ((concats == 0) == (formats == 0))
       return;
+    if (formats > 0)
+      ffid = tl->format_ffid;
   }
   for (i = pl->nframes; i > 0; i--)
     pl->frames[i] = pl->frames[i - 1];
-  pl->frames[0].obj = BUILTIN_ADDR(tl->concat_ffid);
+  pl->frames[0].obj = BUILTIN_ADDR(ffid);
   pl->frames[0].pc = 0;
-  pl->frames[0].ffid = tl->concat_ffid;
+  pl->frames[0].ffid = ffid;
   pl->nframes++;
 }
 

@@ -1214,6 +1214,128 @@ done:
   lua_settop(L, top);
 }
 
+/* ---- string.format's frame --------------------------------------------- */
+
+/* The chunk: string.format (given) on one line, a concatenation on
+** another, each stored (so a snapshot is taken at its line); `%5.1f`
+** calls lj_strfmt_putfnum. Each run makes strings of its own. */
+static const char format_chunk[] = "local format, base = ...\n"
+                                   "local keep, other = {0, 0, 0, 0}, "
+                                   "{0, 0, 0, 0}\n"
+                                   "for i = base, base + 399 do\n"
+                                   "  keep[i % 4 + 1] = format('%5.1f', i + "
+                                   "0.5) --@fmt\n"
+                                   "  other[i % 4 + 1] = 'k' .. i --@cat\n"
+                                   "end\n";
+
+/* Runs the format chunk, given string.format (at index fn), under the
+** recording allocator. Returns the chunk's prototype, or 0. */
+static uintptr_t run_format(lua_State *L, struct tlc *t, int fn, int run)
+{
+  uintptr_t pt;
+  int top = lua_gettop(L), status;
+  if (luaL_loadbuffer(L, format_chunk, sizeof(format_chunk) - 1,
+                      "=memprof.calibration.format") != 0)
+    return 0;
+  pt = vm_func_proto(&t->c->lay, 1, (uintptr_t)lua_topointer(L, -1));
+  lua_pushvalue(L, fn);
+  lua_pushinteger(L, run == 1 ? 1000000 : 2000000);
+  t->orig = lua_getallocf(L, &t->orig_ud);
+  lua_setallocf(L, tlc_alloc, t);
+  status = lua_pcall(L, 2, 0, 0);
+  lua_setallocf(L, t->orig, t->orig_ud);
+  lua_settop(L, top);
+  return status == 0 ? pt : 0;
+}
+
+/* Of the format chunk's events in compiled code: those on
+** string.format's line have its frame above the chunk's, those of the
+** concatenation none, and no other gets one. */
+static int format_known(const struct tlc *t, uintptr_t pt)
+{
+  const struct vm_trace_layout *tl = &t->c->lay.tl;
+  int i, fmts = 0, cats = 0, l_fmt = 0, l_cat = 0, line = 1;
+  const char *p;
+  for (p = format_chunk; *p != '\0'; p++) {
+    if (strncmp(p, "--@fmt", 6) == 0)
+      l_fmt = line;
+    if (strncmp(p, "--@cat", 6) == 0)
+      l_cat = line;
+    line += *p == '\n';
+  }
+  for (i = 0; i < t->nresults; i++) {
+    const struct tl_place *pl = &t->results[i].place;
+    int framed = pl->nframes >= 2 && pl->frames[0].ffid == tl->format_ffid &&
+                 pl->frames[0].obj == BUILTIN_ADDR(tl->format_ffid) &&
+                 pl->frames[1].obj == pt && pl->frames[1].ffid == FFID_LUA;
+    if (!t->results[i].ok || pl->pt != pt)
+      return 0;
+    if ((int)pl->line == l_fmt && framed)
+      fmts++;
+    else if ((int)pl->line == l_cat && pl->frames[0].ffid == FFID_LUA)
+      cats++;
+    else if (pl->frames[0].ffid != FFID_LUA)
+      return 0;
+  }
+  return fmts >= 3 && cats >= 3;
+}
+
+/* string.format's frame on events of its string: the IR call ids of the
+** helpers only its recorder emits and IR BUFPUT, by their names in
+** jit.vmdef (table.concat's frame, proven first, verified the reads of a
+** buffer's IR), then a known-answer run. Without them string.format gets
+** no frame. */
+static void find_format_frame(lua_State *L, struct tlc *t)
+{
+  static const char *const helpers[TL_FORMAT_IDS] = {
+      "lj_strfmt_putfnum_int", "lj_strfmt_putfnum_uint", "lj_strfmt_putfnum",
+      "lj_strfmt_putfstr",     "lj_strfmt_putfchar",     "lj_strfmt_putquoted"};
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  const struct vm_layout *lay = &t->c->lay;
+  int top = lua_gettop(L), vmdef, fn, i, bufput;
+  uintptr_t pt;
+  uint8_t ffid;
+  if (!tl->concat_ok || !push_vmdef(L))
+    return;
+  vmdef = lua_gettop(L);
+  bufput = vmdef_op(L, vmdef, "BUFPUT");
+  if (bufput < 0)
+    goto done;
+  tl->ir_bufput = (uint8_t)bufput;
+  for (i = 0; i < TL_FORMAT_IDS; i++) {
+    int id = vmdef_call(L, vmdef, helpers[i]);
+    if (id < 0)
+      goto done;
+    tl->format_ids[i] = (uint16_t)id;
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "string");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "format");
+  fn = lua_gettop(L);
+  if (!lua_isfunction(L, fn) ||
+      !vm_u8(1, (uintptr_t)lua_topointer(L, fn) + lay->fn_ffid, &ffid) ||
+      ffid <= FFID_C || ffid == tl->concat_ffid)
+    goto done;
+  tl->format_ffid = ffid;
+  /* A first run compiles the loop; the second is resolved. */
+  t->check = 2;
+  t->ntargets = 0;
+  if (run_format(L, t, fn, 1) == 0)
+    goto done;
+  tl->format_ok = 1;
+  t->check = 3;
+  t->nresults = t->dropped = 0;
+  pt = run_format(L, t, fn, 2);
+  if (pt == 0 || !format_known(t, pt))
+    tl->format_ok = 0;
+done:
+  lua_settop(L, top);
+}
+
 /* ---- An event after an inlined call returned ---------------------------- */
 
 /* The number of bytecode op `name` in vmdef.bcnames (6 characters a
@@ -1594,6 +1716,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   check_exits(L, t);
   find_store_after_return(L, t, ju);
   find_builtin_frames(L, t, ju);
+  find_format_frame(L, t);
   find_after_return(L, t);
   find_prof_mode(L, c, apart);
 done:
