@@ -219,9 +219,11 @@ local function hosts(lua)
     else
       local dir = 'build/hosts/' .. name
       local binary = dir .. '/luajit'
-      if not io.open(binary) then
+      local file = io.open(binary)
+      if not file then
         error('no host ' .. name .. ' (' .. binary .. '): make hosts')
       end
+      file:close()
       list[#list + 1] = { name = name, binary = binary, env = string.format(
         'LUA_CPATH=%s LUA_PATH=%s ',
         shell_quote('./build/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so'),
