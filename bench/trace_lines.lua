@@ -20,10 +20,17 @@
 --
 -- Then the cost to the program: CPU time of each program unprofiled and
 -- profiled in each mode, JIT on, the median of BENCH_TRACE_ROUNDS runs
--- (default 5).
+-- (default 5; 0: the agreements alone).
 --
 --   BENCH_TRACE_LINES=off           without this section
 --   BENCH_TRACE_LINES=only          this section alone
+--   BENCH_TRACE_HOSTS='luajit openresty-sid tarantool-master-gc64 ...'
+--                                   the agreements under each of these
+--                                   (`luajit`: the Lua running the bench,
+--                                   other names: build/hosts/NAME/luajit
+--                                   with its own jit.* modules); the costs
+--                                   are measured under the first only
+--                                   (default: `luajit`)
 local reader = require('memprof.read.stream')
 local toolkit = require('toolkit')
 local shell_quote, read_all, median = toolkit.shell_quote, toolkit.read_all,
@@ -69,6 +76,7 @@ local function starter(options, depth)
 end
 
 -- Runs the program once; returns CPU seconds, or nil and what it printed.
+-- `lua` is a host: its binary and the environment it runs in.
 local function run(lua, flags, program, profile, options, depth)
   local times, output = os.tmpname(), os.tmpname()
   local words = program.words
@@ -76,10 +84,10 @@ local function run(lua, flags, program, profile, options, depth)
     words = '-e ' .. shell_quote(starter(options, depth)) .. ' ' .. words
   end
   os.remove(profile)
-  os.execute(string.format('MEMPROF_BENCH_PROFILE=%s /usr/bin/time ' ..
+  os.execute(string.format('%sMEMPROF_BENCH_PROFILE=%s /usr/bin/time ' ..
     '-f "%%U %%S" -o %s timeout 600 %s %s %s > /dev/null 2>%s',
-    shell_quote(profile), shell_quote(times), lua, flags, words,
-    shell_quote(output)))
+    lua.env, shell_quote(profile), shell_quote(times), lua.binary, flags,
+    words, shell_quote(output)))
   local user, system = read_all(times):match('([%d.]+) ([%d.]+)%s*$')
   local said = read_all(output)
   os.remove(times)
@@ -198,22 +206,58 @@ local function costs(lua, program, profile)
   print(table.concat(parts, ', '))
 end
 
-function M.run(lua)
-  print('\ntrace lines: agreement with the JIT off (1 - total variation ' ..
-    'distance of allocated bytes, INTERNAL left out):')
-  local profile = os.tmpname()
-  local usable = {}
-  for _, program in ipairs(programs()) do
-    if program.usable then
-      agreements(lua, program, profile)
-      usable[#usable + 1] = program
+-- The hosts of BENCH_TRACE_HOSTS: `luajit` is the Lua running the bench
+-- (with the environment it runs in); another name is a source-built host,
+-- run with this tree's module and Lua files, its own jit.* modules
+-- (jit.vmdef names its ops) and Debian's Lua modules (luacheck's).
+local function hosts(lua)
+  local list = {}
+  for name in (os.getenv('BENCH_TRACE_HOSTS') or 'luajit'):gmatch('[^%s,]+')
+  do
+    if name == 'luajit' then
+      list[#list + 1] = { name = name, binary = lua, env = '' }
     else
-      print(program.name .. ': skipped, ' .. program.missing)
+      local dir = 'build/hosts/' .. name
+      local binary = dir .. '/luajit'
+      local file = io.open(binary)
+      if not file then
+        error('no host ' .. name .. ' (' .. binary .. '): make hosts')
+      end
+      file:close()
+      list[#list + 1] = { name = name, binary = binary, env = string.format(
+        'LUA_CPATH=%s LUA_PATH=%s ',
+        shell_quote('./build/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so'),
+        shell_quote('./lua/?.lua;' .. dir .. '/lua/?.lua;' ..
+          '/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua')) }
     end
   end
-  print(string.format('trace lines: CPU time with the JIT on, the median ' ..
-    'of %d runs, profiled over unprofiled:', ROUNDS))
-  for _, program in ipairs(usable) do costs(lua, program, profile) end
+  return list
+end
+
+function M.run(lua)
+  local profile = os.tmpname()
+  local usable, list = {}, hosts(lua)
+  for _, host in ipairs(list) do
+    print(string.format('\ntrace lines on %s: agreement with the JIT off ' ..
+      '(1 - total variation distance of allocated bytes, INTERNAL left out):',
+      host.name))
+    usable = {}
+    for _, program in ipairs(programs()) do
+      if program.usable then
+        agreements(host, program, profile)
+        usable[#usable + 1] = program
+      else
+        print(program.name .. ': skipped, ' .. program.missing)
+      end
+    end
+  end
+  if ROUNDS < 1 then
+    os.remove(profile)
+    return
+  end
+  print(string.format('trace lines on %s: CPU time with the JIT on, the ' ..
+    'median of %d runs, profiled over unprofiled:', list[1].name, ROUNDS))
+  for _, program in ipairs(usable) do costs(list[1], program, profile) end
   os.remove(profile)
 end
 

@@ -205,6 +205,10 @@ describe('compiled code by line', function()
     assert.is_boolean(tl.stacks)
     assert.is_boolean(tl.stores_after_calls)
     assert.is_boolean(tl.builtin_frames)
+    -- (Its ops' kinds are jit.vmdef's names, checked against the ops
+    -- jit.util.funcbc shows.)
+    assert.equal(pcall(require, 'jit.vmdef'), tl.after_returns)
+    assert.is_true(not tl.format_frames or tl.builtin_frames)
     assert.is_number(tl.offsets.snap_mcofs)
     assert.is_number(tl.offsets.bc_funcf)
   end)
@@ -288,6 +292,36 @@ describe('compiled code by line', function()
     end
     for key in pairs(stacks_at(on, line_of(code, 't'), true)) do
       assert.is_nil(key:find('table.concat', 1, true), key)
+    end
+  end)
+
+  it('gives string.format\'s string the built-in\'s frame', function()
+    if not tl.format_frames then
+      pending('string.format\'s helpers are not verified in this build')
+      return
+    end
+    -- (`%5.1f` calls a helper only string.format's recorder emits.)
+    local code = case([[
+    keep[i % 64 + 1] = string.format('%5.1f', i + 0.5) --@f
+    keep[(i + 1) % 64 + 1] = 'k' .. i --@s
+]])
+    local on = same_stacks(code, { 'f', 's' })
+    for key in pairs(stacks_at(on, line_of(code, 'f'), true)) do
+      assert.equal(1, select(2, key:gsub('^string%.format <%- ', '')), key)
+    end
+    for key in pairs(stacks_at(on, line_of(code, 's'), true)) do
+      assert.is_nil(key:find('string.format', 1, true), key)
+    end
+    -- An integer's `%d` is put as a concatenation puts it: no frame.
+    code = case([[
+    keep[i % 64 + 1] = string.format('%d!', i) --@d
+]])
+    on = compiled_profile(code, { 'd' },
+      { trace_lines = 'exact', stack_depth = 8 })
+    all_at_tags(on, code, { 'd' })
+    local line = line_of(code, 'd')
+    for key in pairs(stacks_at(on, line, true)) do
+      assert.equal('@tl_case.lua:' .. line, key)
     end
   end)
 
@@ -380,6 +414,99 @@ local function label(i)
   return 'item' .. i --@label
 end
 ]]), { 't', 'store', 'label' })
+  end)
+
+  -- A snapshot region of the looping part can run on past an inlined
+  -- callee's return into its caller (no guard keeps the snapshots in
+  -- between): the last snapshot left is the callee's, at its return.
+  -- On arm64 the innermost return address into machine code found on the
+  -- stack can be a stale one, left by an earlier helper call of the trace
+  -- whose frame was larger: these cases' events after the return then go
+  -- to the earlier call's snapshot (callee label's).
+  local function after_return_pending()
+    if not tl.after_returns then
+      pending('jit.vmdef is not found')
+      return true
+    elseif jit.arch == 'arm64' then
+      pending('arm64: a stale return address into machine code is found')
+      return true
+    end
+    return false
+  end
+
+  local after_return = [[
+local function label(i)
+  return 'item' .. i --@label
+end
+local function record(i)
+  local t = {i} --@t
+  t.name = label(i) --@store
+  return t
+end
+]]
+
+  it('charges what follows an inlined call\'s return to its line',
+    function()
+    if after_return_pending() then return end
+    local code = case([[
+    local r = record(i)
+    r.number = tostring(i + 0.5) --@after
+    keep[i % 64 + 1] = r
+]], after_return)
+    local tags = { 't', 'store', 'label', 'after' }
+    local on = agrees(code, tags, { trace_lines = 'exact', stack_depth = 8 })
+    local after, seen = line_of(code, 'after'), 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == after then
+        -- The caller's frame, then those below the trace (if this build
+        -- has them): the callee has returned.
+        local below = ev.stack.frames[2]
+        assert.equal(after, ev.stack.frames[1].line)
+        assert.is_true(below == nil or below.chunkname ~= CHUNK)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 2500, seen .. ' compiled events after the return')
+  end)
+
+  it('charges string.format and a store after an inlined call\'s return',
+    function()
+    if after_return_pending() then return end
+    -- (Builds whose buffer puts are no guards leave string.format's
+    -- calls in the callee's region too.)
+    agrees(case([[
+    local r = record(i)
+    r.text = string.format('%d:%d', i, i) --@format
+    r.number = tostring(i + 0.5) --@number
+    keep[i % 64 + 1] = r
+]], after_return), { 't', 'store', 'label', 'format', 'number' })
+  end)
+
+  it('charges a callee inlined after an inlined call\'s return to its line',
+    function()
+    if after_return_pending() then return end
+    -- (The callee's region can run on into a second callee's code: its
+    -- events are that callee's, its line and frame.)
+    local code = case([[
+    local r = record(i)
+    r.text = tag(i) --@call
+    keep[i % 64 + 1] = r
+]], after_return .. [[
+local function tag(i)
+  return 'tag' .. i --@tag
+end
+]])
+    -- (r.text fits in the hash part made for t.name.)
+    local on = agrees(code, { 't', 'store', 'label', 'tag' },
+      { trace_lines = 'exact', stack_depth = 8 })
+    local tag, call, seen = line_of(code, 'tag'), line_of(code, 'call'), 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == tag then
+        assert.equal(call, ev.stack.frames[2].line)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 2500, seen .. ' compiled events in the callee')
   end)
 
   it('charges a side trace to its line', function()

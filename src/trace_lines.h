@@ -369,6 +369,19 @@ VM_INLINE uintptr_t tl_call_target(int safe, uintptr_t ret, uintptr_t mcode)
 #endif
 }
 
+/* IR instructions of a snapshot's region scanned (table.concat, PROF). */
+#define TL_MAX_REGION 1024
+/* Bytecodes walked after an inlined call returns. */
+#define TL_MAX_AFTER 32
+
+/* The kinds of bytecode ops (vm_trace_layout.bc_kind). */
+enum {
+  TL_BC_STOP = 0, /* Anything else: a branch, a loop, a closure... */
+  TL_BC_QUIET,    /* Moves and constants: no call, no allocation. */
+  TL_BC_EFFECT,   /* Straight on, but may call a helper or a metamethod. */
+  TL_BC_RETURN    /* RET, RET0, RET1, RETM. */
+};
+
 /* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
 VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
 {
@@ -433,9 +446,6 @@ VM_INLINE void tl_store_after_return(const struct vm_layout *lay, int safe,
   pl->line = line;
 }
 
-/* IR instructions of a snapshot's region scanned for table.concat. */
-#define TL_MAX_REGION 1024
-
 /* IR instruction `ref` of the IR at `ir`: its op and operands. */
 VM_INLINE int tl_ir_ins(int safe, uintptr_t ir, uint32_t ref, uint8_t *o,
                         uint16_t *op1, uint16_t *op2)
@@ -471,16 +481,175 @@ VM_INLINE int tl_concat_string(const struct vm_trace_layout *tl, int safe,
          o == tl->ir_bufhdr && op2 == tl->bufhdr_reset;
 }
 
+/* IR PROF instructions in snapshot sn's region, or -1. */
+VM_INLINE int tl_region_profs(const struct vm_layout *lay, int safe,
+                              uintptr_t T, uintptr_t snap, int sn)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
+  uint16_t from, to, op1, op2;
+  uint32_t ref;
+  uint8_t o;
+  int n = 0;
+  if (!vm_u16(safe, s + tl->snap_ref, &from) ||
+      !vm_u16(safe, s + tl->snap_size + tl->snap_ref, &to) ||
+      from < TL_REF_BIAS || to < from || to - from > TL_MAX_REGION ||
+      !vm_ptr(safe, T + tl->tr_ir, &ir) || ir == 0)
+    return -1;
+  for (ref = from; ref < to; ref++) {
+    if (!tl_ir_ins(safe, ir, ref, &o, &op1, &op2))
+      return -1;
+    n += o == tl->ir_prof;
+  }
+  return n;
+}
+
+/*
+** An event made after an inlined callee returned, in a snapshot region
+** that runs on into the caller: LuaJIT's loop optimisation drops the
+** looping part's snapshots that no guard separates (the per-line ones
+** too), so the last snapshot left can be the callee's, at its return.
+** Proven when the callee's code from the snapshot's PC is moves and
+** constants up to a return (nothing there can call), the next snapshot
+** is in the caller's frame (its callers the same), and the caller's
+** bytecode from the call to that snapshot's PC runs straight on, every op
+** that may call on one line: the event is that line's, in the caller's
+** frame. With per-line snapshots, the region's PROF instructions (one at
+** each change of line or function the recorder saw) must not outnumber
+** the caller's lines walked: more would mean a callee inlined unseen.
+** Bounded scans of live bytecode and IR; returns 1 if the place moved.
+*/
+VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
+                              uintptr_t T, uintptr_t snap, int sn,
+                              struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  struct tl_place next;
+  uintptr_t pc, end, pt, first = 0;
+  uint32_t sizebc, line = 0, prev = 0, at, k, lines = 0;
+  uint16_t nsnap;
+  uint8_t op, kind;
+  int i, profs;
+  if (!tl->after_ok || pl->nframes < 2 || pl->nframes >= TL_MAX_FRAMES)
+    return 0;
+  pt = pl->frames[0].obj;
+  if (!vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
+  for (pc = pl->frames[0].pc - 4, k = 0;; k++, pc += 4) {
+    if (k == TL_MAX_AFTER || pc >= end || !vm_u8(safe, pc, &op))
+      return 0;
+    kind = tl->bc_kind[op];
+    if (kind == TL_BC_RETURN)
+      break;
+    if (kind != TL_BC_QUIET)
+      return 0;
+  }
+  if (!vm_u16(safe, T + tl->tr_nsnap, &nsnap) || (uint32_t)sn + 1 >= nsnap ||
+      !tl_snapshot_place(lay, safe, T, snap, sn + 1, &next) ||
+      next.nframes != pl->nframes - 1)
+    return 0;
+  for (i = 0; i < next.nframes; i++)
+    if (next.frames[i].obj != pl->frames[i + 1].obj ||
+        (i > 0 && next.frames[i].pc != pl->frames[i + 1].pc))
+      return 0;
+  pt = pl->frames[1].obj;
+  if (!vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  end = next.frames[0].pc - 4; /* The next snapshot's PC. */
+  pc = pl->frames[1].pc;       /* The op after the call. */
+  if (end < pc || end - pc > 4 * TL_MAX_AFTER ||
+      end >= pt + lay->pt_size + 4 * (uintptr_t)sizebc)
+    return 0;
+  for (k = 0; pc < end; pc += 4, k++) {
+    uint32_t l;
+    at = (uint32_t)((pc - (pt + lay->pt_size)) / 4);
+    if (!vm_u8(safe, pc, &op) || !vm_proto_line(lay, safe, pt, at, sizebc, &l))
+      return 0;
+    lines += k == 0 || l != prev;
+    prev = l;
+    kind = tl->bc_kind[op];
+    if (kind == TL_BC_QUIET)
+      continue;
+    if (kind != TL_BC_EFFECT || (first != 0 && l != line))
+      return 0;
+    if (first == 0) {
+      first = pc;
+      line = l;
+    }
+  }
+  profs = tl_region_profs(lay, safe, T, snap, sn);
+  if (first == 0 || profs < 0 || (uint32_t)profs > lines)
+    return 0;
+  for (i = 1; i < pl->nframes; i++)
+    pl->frames[i - 1] = pl->frames[i];
+  pl->nframes--;
+  pl->frames[0].pc = first + 4;
+  pl->pt = pt;
+  pl->line = line;
+  return 1;
+}
+
+/* Whether IR call `id` is one that only string.format's recorder emits. */
+VM_INLINE int tl_format_call(const struct vm_trace_layout *tl, uint16_t id)
+{
+  int i;
+  for (i = 0; i < TL_FORMAT_IDS; i++)
+    if (tl->format_ids[i] == id)
+      return 1;
+  return 0;
+}
+
+/* Whether the BUFSTR at `ref` makes string.format's string: its buffer's
+** chain, from its last put down to the freshly reset buffer the BUFSTR
+** reads (its header), is BUFPUTs and CALLLs only, at least one a call to
+** a helper that only string.format's recorder emits (an integer `%d` or a
+** plain `%s` is a BUFPUT, as in a concatenation: alone they prove
+** nothing) and none to another helper (string.rep's, table.concat's). */
+VM_INLINE int tl_format_string(const struct vm_trace_layout *tl, int safe,
+                               uintptr_t ir, uint32_t ref, uint16_t last,
+                               uint16_t hdr)
+{
+  uint16_t x = last, op1, op2;
+  uint8_t o;
+  int k, j, calls = 0;
+  if (hdr < TL_REF_BIAS || hdr >= ref)
+    return 0;
+  for (k = 0; k < 64 && x != hdr; k++) {
+    if (x <= hdr || x >= ref || !tl_ir_ins(safe, ir, x, &o, &op1, &op2))
+      return 0;
+    if (o == tl->ir_bufput) {
+      x = op1;
+      continue;
+    }
+    if (o != tl->ir_calll || !tl_format_call(tl, op2))
+      return 0;
+    calls++;
+    /* The arguments, last first: the first is the buffer so far. */
+    for (j = 0, x = op1; j < 8 && x != hdr; j++, x = op1) {
+      if (x <= hdr || x >= ref || !tl_ir_ins(safe, ir, x, &o, &op1, &op2))
+        return 0;
+      if (o != tl->ir_carg)
+        break;
+    }
+    if (j == 8)
+      return 0;
+  }
+  return x == hdr && calls > 0 && tl_ir_ins(safe, ir, hdr, &o, &op1, &op2) &&
+         o == tl->ir_bufhdr && op2 == tl->bufhdr_reset;
+}
+
 /*
 ** A built-in's frame for an event of compiled code, where the call proves
 ** which built-in made it: compiled code calls the helpers of a built-in it
 ** runs inline, while the interpreter's stack holds the built-in's frame
-** above its Lua caller. Only table.concat is proven: a call to
+** above its Lua caller. table.concat is proven by a call to
 ** lj_buf_puttab, or to lj_buf_tostr when every BUFSTR of the snapshot's
-** region of IR makes table.concat's string (the machine code of a
-** snapshot's region is that of its IR instructions, which is how LuaJIT
-** unwinds an error of a helper; lj_buf_tostr is called for BUFSTR only).
-** Helpers shared with other built-ins or operators get no frame.
+** region of IR makes table.concat's string; string.format by a call to
+** lj_buf_tostr when every BUFSTR there makes its string (the machine code
+** of a snapshot's region is that of its IR instructions, which is how
+** LuaJIT unwinds an error of a helper; lj_buf_tostr is called for BUFSTR
+** only). Helpers shared with other built-ins or operators get no frame.
 */
 VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
                                 uintptr_t T, uintptr_t snap, int sn,
@@ -489,8 +658,8 @@ VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
   const struct vm_trace_layout *tl = &lay->tl;
   uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
   uint16_t from, to, nsnap, op1, op2;
-  uint32_t ref, strings = 0;
-  uint8_t o;
+  uint32_t ref, concats = 0, formats = 0;
+  uint8_t o, ffid = tl->concat_ffid;
   int i;
   if (!tl->concat_ok || target == 0 || pl->nframes >= TL_MAX_FRAMES ||
       (target != tl->buf_tostr && target != tl->buf_puttab))
@@ -507,18 +676,23 @@ VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
         return;
       if (o != tl->ir_bufstr)
         continue;
-      if (!tl_concat_string(tl, safe, ir, ref, op1, op2))
+      if (tl_concat_string(tl, safe, ir, ref, op1, op2))
+        concats++;
+      else if (tl->format_ok && tl_format_string(tl, safe, ir, ref, op1, op2))
+        formats++;
+      else
         return;
-      strings++;
     }
-    if (strings == 0)
+    if ((concats == 0) == (formats == 0))
       return;
+    if (formats > 0)
+      ffid = tl->format_ffid;
   }
   for (i = pl->nframes; i > 0; i--)
     pl->frames[i] = pl->frames[i - 1];
-  pl->frames[0].obj = BUILTIN_ADDR(tl->concat_ffid);
+  pl->frames[0].obj = BUILTIN_ADDR(ffid);
   pl->frames[0].pc = 0;
-  pl->frames[0].ffid = tl->concat_ffid;
+  pl->frames[0].ffid = ffid;
   pl->nframes++;
 }
 

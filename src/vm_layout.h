@@ -42,6 +42,9 @@ enum vm_internal_kind {
 /* What compiled-code attribution reads (trace_lines.h), found and verified
 ** by vm_trace_calib.c. Offsets of GCtrace fields are from the trace
 ** object, of SnapShot fields from a snapshot. */
+/* lj_strfmt_putfnum_int, _uint, putfnum, putfstr, putfchar, putquoted. */
+#define TL_FORMAT_IDS 6
+
 struct vm_trace_layout {
   int ok;        /* Every check passed, the known-answer run too. */
   char why[160]; /* Why not, when !ok (for memprof.info()). */
@@ -70,6 +73,19 @@ struct vm_trace_layout {
   uintptr_t buf_tostr, buf_puttab;
   uint16_t puttab_id, bufhdr_reset;
   uint8_t ir_bufhdr, ir_bufstr, ir_calll, ir_carg, snap_ref, concat_ffid;
+  /* string.format's frame on an event of its string (trace_lines.h): the
+  ** IR call ids of the helpers only its recorder emits, IR BUFPUT and the
+  ** built-in's id. */
+  int format_ok;
+  uint16_t format_ids[TL_FORMAT_IDS];
+  uint8_t ir_bufput, format_ffid;
+  /* An event after an inlined callee returned, in a snapshot region that
+  ** runs on into the caller (trace_lines.h): each bytecode op's kind
+  ** (TL_BC_*, from jit.vmdef's names checked against jit.util.funcbc)
+  ** and the IR op PROF. */
+  int after_ok;
+  uint8_t ir_prof;
+  uint8_t bc_kind[256];
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

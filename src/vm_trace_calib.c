@@ -866,7 +866,7 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
                              "return grow";
   static const struct {
     int fn, pc;
-  } at[] = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {3, 1}};
+  } at[] = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {3, 3}};
   uint8_t op[7];
   int top = lua_gettop(L), i, status;
   uintptr_t target = 0;
@@ -886,9 +886,16 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
     lua_pop(L, 1);
   }
   lua_settop(L, top);
-  for (i = 0; i < 7; i++)
+  /* (`return a, b` moves a and b to the frame's top first: RET is the
+  ** third op.) Seven ops, all different, none a function header. */
+  for (i = 0; i < 7; i++) {
+    int j;
     if (op[i] >= tl->bc_funcf)
       return;
+    for (j = 0; j < i; j++)
+      if (op[j] == op[i])
+        return;
+  }
   tl->bc_tsetv = op[0];
   tl->bc_tsets = op[1];
   tl->bc_tsetb = op[2];
@@ -1207,6 +1214,211 @@ done:
   lua_settop(L, top);
 }
 
+/* ---- string.format's frame --------------------------------------------- */
+
+/* The chunk: string.format (given) on one line, a concatenation on
+** another, each stored (so a snapshot is taken at its line); `%5.1f`
+** calls lj_strfmt_putfnum. Each run makes strings of its own. */
+static const char format_chunk[] = "local format, base = ...\n"
+                                   "local keep, other = {0, 0, 0, 0}, "
+                                   "{0, 0, 0, 0}\n"
+                                   "for i = base, base + 399 do\n"
+                                   "  keep[i % 4 + 1] = format('%5.1f', i + "
+                                   "0.5) --@fmt\n"
+                                   "  other[i % 4 + 1] = 'k' .. i --@cat\n"
+                                   "end\n";
+
+/* Runs the format chunk, given string.format (at index fn), under the
+** recording allocator. Returns the chunk's prototype, or 0. */
+static uintptr_t run_format(lua_State *L, struct tlc *t, int fn, int run)
+{
+  uintptr_t pt;
+  int top = lua_gettop(L), status;
+  if (luaL_loadbuffer(L, format_chunk, sizeof(format_chunk) - 1,
+                      "=memprof.calibration.format") != 0)
+    return 0;
+  pt = vm_func_proto(&t->c->lay, 1, (uintptr_t)lua_topointer(L, -1));
+  lua_pushvalue(L, fn);
+  lua_pushinteger(L, run == 1 ? 1000000 : 2000000);
+  t->orig = lua_getallocf(L, &t->orig_ud);
+  lua_setallocf(L, tlc_alloc, t);
+  status = lua_pcall(L, 2, 0, 0);
+  lua_setallocf(L, t->orig, t->orig_ud);
+  lua_settop(L, top);
+  return status == 0 ? pt : 0;
+}
+
+/* Of the format chunk's events in compiled code: those on
+** string.format's line have its frame above the chunk's, those of the
+** concatenation none, and no other gets one. */
+static int format_known(const struct tlc *t, uintptr_t pt)
+{
+  const struct vm_trace_layout *tl = &t->c->lay.tl;
+  int i, fmts = 0, cats = 0, l_fmt = 0, l_cat = 0, line = 1;
+  const char *p;
+  for (p = format_chunk; *p != '\0'; p++) {
+    if (strncmp(p, "--@fmt", 6) == 0)
+      l_fmt = line;
+    if (strncmp(p, "--@cat", 6) == 0)
+      l_cat = line;
+    line += *p == '\n';
+  }
+  for (i = 0; i < t->nresults; i++) {
+    const struct tl_place *pl = &t->results[i].place;
+    int framed = pl->nframes >= 2 && pl->frames[0].ffid == tl->format_ffid &&
+                 pl->frames[0].obj == BUILTIN_ADDR(tl->format_ffid) &&
+                 pl->frames[1].obj == pt && pl->frames[1].ffid == FFID_LUA;
+    if (!t->results[i].ok || pl->pt != pt)
+      return 0;
+    if ((int)pl->line == l_fmt && framed)
+      fmts++;
+    else if ((int)pl->line == l_cat && pl->frames[0].ffid == FFID_LUA)
+      cats++;
+    else if (pl->frames[0].ffid != FFID_LUA)
+      return 0;
+  }
+  return fmts >= 3 && cats >= 3;
+}
+
+/* string.format's frame on events of its string: the IR call ids of the
+** helpers only its recorder emits and IR BUFPUT, by their names in
+** jit.vmdef (table.concat's frame, proven first, verified the reads of a
+** buffer's IR), then a known-answer run. Without them string.format gets
+** no frame. */
+static void find_format_frame(lua_State *L, struct tlc *t)
+{
+  static const char *const helpers[TL_FORMAT_IDS] = {
+      "lj_strfmt_putfnum_int", "lj_strfmt_putfnum_uint", "lj_strfmt_putfnum",
+      "lj_strfmt_putfstr",     "lj_strfmt_putfchar",     "lj_strfmt_putquoted"};
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  const struct vm_layout *lay = &t->c->lay;
+  int top = lua_gettop(L), vmdef, fn, i, bufput;
+  uintptr_t pt;
+  uint8_t ffid;
+  if (!tl->concat_ok || !push_vmdef(L))
+    return;
+  vmdef = lua_gettop(L);
+  bufput = vmdef_op(L, vmdef, "BUFPUT");
+  if (bufput < 0)
+    goto done;
+  tl->ir_bufput = (uint8_t)bufput;
+  for (i = 0; i < TL_FORMAT_IDS; i++) {
+    int id = vmdef_call(L, vmdef, helpers[i]);
+    if (id < 0)
+      goto done;
+    tl->format_ids[i] = (uint16_t)id;
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "string");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "format");
+  fn = lua_gettop(L);
+  if (!lua_isfunction(L, fn) ||
+      !vm_u8(1, (uintptr_t)lua_topointer(L, fn) + lay->fn_ffid, &ffid) ||
+      ffid <= FFID_C || ffid == tl->concat_ffid)
+    goto done;
+  tl->format_ffid = ffid;
+  /* A first run compiles the loop; the second is resolved. */
+  t->check = 2;
+  t->ntargets = 0;
+  if (run_format(L, t, fn, 1) == 0)
+    goto done;
+  tl->format_ok = 1;
+  t->check = 3;
+  t->nresults = t->dropped = 0;
+  pt = run_format(L, t, fn, 2);
+  if (pt == 0 || !format_known(t, pt))
+    tl->format_ok = 0;
+done:
+  lua_settop(L, top);
+}
+
+/* ---- An event after an inlined call returned ---------------------------- */
+
+/* The number of bytecode op `name` in vmdef.bcnames (6 characters a
+** name), or -1. */
+static int vmdef_bc(lua_State *L, int vmdef, const char *name)
+{
+  const char *names;
+  size_t len, n = strlen(name), i;
+  int op = -1;
+  lua_getfield(L, vmdef, "bcnames");
+  names = lua_tolstring(L, -1, &len);
+  for (i = 0; names != NULL && i + 6 <= len && op < 0; i += 6)
+    if (memcmp(names + i, name, n) == 0 &&
+        (n == 6 || strspn(names + i + n, " ") >= 6 - n))
+      op = (int)(i / 6);
+  lua_pop(L, 1);
+  return op < 256 ? op : -1;
+}
+
+/* The kinds of the bytecode ops walked (trace_lines.h, TL_BC_*), by their
+** names in jit.vmdef: those that run straight on without calling, those
+** that run straight on but may call (a helper, a built-in, a metamethod),
+** and returns. Every other op stops a walk. */
+static const char *const quiet_ops[] = {"MOV",  "KSTR", "KSHORT", "KNUM",
+                                        "KPRI", "KNIL", "UGET"};
+static const char *const effect_ops[] = {
+    "NOT",   "UNM",   "LEN",   "ADDVN", "SUBVN", "MULVN", "DIVVN", "MODVN",
+    "ADDNV", "SUBNV", "MULNV", "DIVNV", "MODNV", "ADDVV", "SUBVV", "MULVV",
+    "DIVVV", "MODVV", "POW",   "CAT",   "TNEW",  "TDUP",  "GGET",  "GSET",
+    "TGETV", "TGETS", "TGETB", "TSETV", "TSETS", "TSETB", "CALL",  "CALLM"};
+static const char *const return_ops[] = {"RET", "RET0", "RET1", "RETM"};
+
+static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
+                     const char *const *names, size_t n, uint8_t kind)
+{
+  size_t i;
+  for (i = 0; i < n; i++) {
+    int op = vmdef_bc(L, vmdef, names[i]);
+    if (op < 0 || tl->bc_kind[op] != TL_BC_STOP)
+      return 0;
+    tl->bc_kind[op] = kind;
+  }
+  return 1;
+}
+
+/* The ops' kinds from jit.vmdef, which must name this build's ops: those
+** jit.util.funcbc showed (the function header, MOV, table stores and
+** returns) have the same numbers there. Then PROF, the IR op of a
+** per-line snapshot. Without them no place moves this way. */
+static void find_after_return(lua_State *L, struct tlc *t)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  int top = lua_gettop(L), vmdef, prof;
+  memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
+  if (tl->bc_mov == 0 || !push_vmdef(L))
+    return;
+  vmdef = lua_gettop(L);
+  if (vmdef_bc(L, vmdef, "FUNCF") != tl->bc_funcf ||
+      vmdef_bc(L, vmdef, "MOV") != tl->bc_mov ||
+      vmdef_bc(L, vmdef, "TSETV") != tl->bc_tsetv ||
+      vmdef_bc(L, vmdef, "TSETS") != tl->bc_tsets ||
+      vmdef_bc(L, vmdef, "TSETB") != tl->bc_tsetb ||
+      vmdef_bc(L, vmdef, "RET0") != tl->bc_ret0 ||
+      vmdef_bc(L, vmdef, "RET1") != tl->bc_ret1 ||
+      vmdef_bc(L, vmdef, "RET") != tl->bc_ret)
+    goto done;
+  prof = vmdef_op(L, vmdef, "PROF");
+  if (!set_kinds(L, vmdef, tl, quiet_ops,
+                 sizeof(quiet_ops) / sizeof(quiet_ops[0]), TL_BC_QUIET) ||
+      !set_kinds(L, vmdef, tl, effect_ops,
+                 sizeof(effect_ops) / sizeof(effect_ops[0]), TL_BC_EFFECT) ||
+      !set_kinds(L, vmdef, tl, return_ops,
+                 sizeof(return_ops) / sizeof(return_ops[0]), TL_BC_RETURN))
+    goto done;
+  /* (Without PROF no trace has per-line snapshots: 0xff is no op.) */
+  tl->ir_prof = prof < 0 ? 0xff : (uint8_t)prof;
+  tl->after_ok = 1;
+done:
+  if (!tl->after_ok)
+    memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
+  lua_settop(L, top);
+}
+
 /* ---- The known-answer run ----------------------------------------------- */
 
 /* One known-answer run: 1 if it proved the layout, 0 if a read went wrong
@@ -1504,6 +1716,8 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   check_exits(L, t);
   find_store_after_return(L, t, ju);
   find_builtin_frames(L, t, ju);
+  find_format_frame(L, t);
+  find_after_return(L, t);
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);
