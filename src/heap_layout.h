@@ -64,6 +64,17 @@ struct heap_layout {
   ** else cdata sizes are unknown (0). */
   uint8_t cd_ok, cd_size, cd_ctypeid, ct_size;
   uint16_t g_ctype;
+  /* JIT traces (heap_traces.h): tr_ok, every check passed, else tr_why
+  ** says why and the walk does not visit traces. The IR ops of a GC
+  ** constant, of the 64-bit null and of the first and last constant op;
+  ** the IR types whose constants take two slots; GCtrace's IR count, the
+  ** width of its snapshot map's count (2 or 4 bytes) and the bytes of its
+  ** block before the IR. */
+  uint8_t tr_ok, ir_kgc, ir_knull, ir_kfirst, ir_klast;
+  uint8_t tr_nins, tr_map_width;
+  uint16_t tr_head;
+  uint32_t irt_is64;
+  char tr_why[160];
 };
 
 /* The FFI's C type table of a VM, as the walk reads it (see
