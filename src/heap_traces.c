@@ -35,9 +35,8 @@
 static int trace_ir(const struct heap_layout *h, uintptr_t T, uintptr_t *ir,
                     uint32_t *nk)
 {
-  const struct vm_trace_layout *tl = &h->base.tl;
-  return vm_ptr(1, T + tl->tr_ir, ir) && *ir != 0 &&
-         vm_u32(1, T + tl->tr_nk, nk) && *nk < HT_REF_BIAS &&
+  return vm_ptr(1, T + h->tr_ir, ir) && *ir != 0 &&
+         vm_u32(1, T + h->tr_nk, nk) && *nk < HT_REF_BIAS &&
          HT_REF_BIAS - *nk <= HT_MAX_CONSTANTS;
 }
 
@@ -100,61 +99,80 @@ int heap_trace_next_kgc(const struct heap_layout *h, uintptr_t T, uint32_t *ref,
   return r == HT_REF_TRUE ? 0 : -1;
 }
 
-/* The count of snapshot map entries of T (2 or 4 bytes, verified). */
-static int map_count(const struct heap_layout *h, uintptr_t T, int width,
-                     uint32_t *n)
-{
-  uintptr_t at = T + h->base.tl.tr_nsnapmap;
-  uint16_t v16;
-  if (width == 4)
-    return vm_u32(1, at, n);
-  if (!vm_u16(1, at, &v16))
-    return 0;
-  *n = v16;
-  return 1;
-}
+/* Where a trace's snapshot counts are and how large a snapshot is. */
+struct snap_fields {
+  uint8_t nsnap, nsnapmap, map_width, snap_size;
+};
 
-/* The bytes of T's block after its header (IR, snapshots, map). */
-static int trace_body(const struct heap_layout *h, uintptr_t T, int width,
-                      uint64_t *body)
+/* The bytes of T's block after its header (IR, snapshots, map), and its
+** snapshot count. */
+static int trace_body(const struct heap_layout *h, uintptr_t T,
+                      const struct snap_fields *f, uint64_t *body,
+                      uint16_t *nsnap)
 {
-  const struct vm_trace_layout *tl = &h->base.tl;
   uint32_t nins, nk, nmap;
-  uint16_t nsnap;
-  if (!vm_u32(1, T + h->tr_nins, &nins) || !vm_u32(1, T + tl->tr_nk, &nk) ||
-      nins < nk || !vm_u16(1, T + tl->tr_nsnap, &nsnap) ||
-      !map_count(h, T, width, &nmap))
+  uint16_t map16;
+  if (!vm_u32(1, T + h->tr_nins, &nins) || !vm_u32(1, T + h->tr_nk, &nk) ||
+      nins < nk || !vm_u16(1, T + f->nsnap, nsnap))
     return 0;
+  if (f->map_width == 4) {
+    if (!vm_u32(1, T + f->nsnapmap, &nmap))
+      return 0;
+  } else {
+    if (!vm_u16(1, T + f->nsnapmap, &map16))
+      return 0;
+    nmap = map16;
+  }
   *body = (uint64_t)(nins - nk) * HT_IRINS_SIZE +
-          (uint64_t)nsnap * tl->snap_size + (uint64_t)nmap * 4;
+          (uint64_t)*nsnap * f->snap_size + (uint64_t)nmap * 4;
   return 1;
 }
 
 uint64_t heap_trace_size(const struct heap_layout *h, uintptr_t T)
 {
+  struct snap_fields f = {h->tr_nsnap, h->tr_nsnapmap, h->tr_map_width,
+                          h->tr_snap_size};
   uint64_t body;
-  if (!trace_body(h, T, h->tr_map_width, &body))
+  uint16_t nsnap;
+  if (!trace_body(h, T, &f, &body, &nsnap))
     return 0;
   return h->tr_head + body;
 }
 
 /* ---- Verification ------------------------------------------------------- */
 
-/* Functions of two loops, each a root trace whose constants hold the
-** closure holder.f (the call's target) and the string "f" (its key). */
+/* A function of three loops of different sizes (their traces have
+** different counts of snapshots and entries), each a root trace whose
+** constants hold the closure holder.f (the call's target) and the string
+** "f" (its key). */
 static const char chunk[] =
     "local holder = {f = function(x) return x + 1 end}\n"
     "local function loops(n)\n"
-    "  local s = 0\n"
+    "  local s, t = 0, {0, 0, 0}\n"
     "  for i = 1, n do s = s + holder.f(i) end\n"
-    "  for i = 1, n do s = s + 2 * holder.f(i) end\n"
+    "  for i = 1, n do\n"
+    "    t[1] = holder.f(i)\n"
+    "    t[2] = s\n"
+    "    s = s + 2 * holder.f(i)\n"
+    "  end\n"
+    "  for i = 1, n do\n"
+    "    local a = holder.f(i) % 7\n"
+    "    t[1] = a\n"
+    "    local b = holder.f(s % 5)\n"
+    "    t[2] = b\n"
+    "    local c = holder.f(i) * 3\n"
+    "    t[3] = c\n"
+    "    s = s + a + b + c\n"
+    "  end\n"
     "  return s\n"
     "end\n"
     "loops(300)\n"
     "return loops, holder.f, 'f', require('jit.util')\n";
 
 #define RING 1024
-#define MIN_TRACES 2
+#define MIN_TRACES 3
+/* Candidate places of the snapshot counts and sizes of a snapshot. */
+#define CANDIDATES 48
 
 struct ht {
   struct heap_layout *h;
@@ -164,7 +182,10 @@ struct ht {
   int found_closure, found_str;
   lua_Alloc orig;
   void *orig_ud;
-  unsigned n; /* New blocks seen, the last RING of them kept. */
+  int ncand; /* Snapshot fields that fit every trace so far ... */
+  struct snap_fields cand[CANDIDATES];
+  uint64_t head[CANDIDATES]; /* ... with the header size they give. */
+  unsigned n;                /* New blocks seen, the last RING of them kept. */
   struct {
     uintptr_t got;
     size_t size;
@@ -351,43 +372,50 @@ static int check_operands(struct ht *c, uint32_t n, uintptr_t ir, uint32_t nk,
   return 1;
 }
 
-/* T's block as the allocator gave it: the IR, snapshots and map counted
-** after a header of the same size in every trace. */
-static int check_size(struct ht *c, uint32_t n, uintptr_t T, int first)
+/* T's block as the allocator gave it: its IR, snapshots and map after a
+** header of the same size in every trace, for one place of the snapshot
+** counts and one size of a snapshot (the candidates that fit all). */
+static int check_size(struct ht *c, uint32_t n, uintptr_t T, lua_Integer nexit,
+                      int first)
 {
-  struct heap_layout *h = c->h;
   size_t block = block_at(c, T);
-  uint64_t body;
-  int width;
+  int i, kept = 0;
   if (block == 0) {
-    why(h, "trace %u's block was not seen allocated", n);
+    why(c->h, "trace %u's block was not seen allocated", n);
     return 0;
   }
-  if (first) {
-    for (width = 4; width >= 2; width -= 2)
-      if (trace_body(h, T, width, &body) && body + 32 <= block &&
-          block - body <= 512 && (block - body) % 8 == 0) {
-        h->tr_map_width = (uint8_t)width;
-        h->tr_head = (uint16_t)(block - body);
-        return 1;
-      }
-  } else if (heap_trace_size(h, T) == block) {
-    return 1;
+  for (i = 0; i < c->ncand; i++) {
+    uint64_t body;
+    uint16_t nsnap;
+    if (!trace_body(c->h, T, &c->cand[i], &body, &nsnap) || nsnap != nexit ||
+        body + 32 > block || block - body > 512 || (block - body) % 8 != 0 ||
+        (!first && block - body != c->head[i]))
+      continue;
+    c->cand[kept] = c->cand[i];
+    c->head[kept++] = block - body;
   }
-  why(h, "trace %u's block of %zu bytes is not its counts' size", n, block);
-  return 0;
+  c->ncand = kept;
+  if (kept == 0) {
+    why(c->h,
+        "trace %u's block of %zu bytes is not the size of its counts "
+        "(jit.util.traceinfo)",
+        n, block);
+    return 0;
+  }
+  return 1;
 }
 
 static int check_trace(struct ht *c, uint32_t n, uintptr_t T, int first)
 {
   struct heap_layout *h = c->h;
   lua_State *L = c->L;
-  lua_Integer nk_count, nins;
+  lua_Integer nk_count, nins, nexit;
   uintptr_t ir;
   uint32_t nk, v;
   if (!ju(c, "traceinfo", n, 0, 0, 1))
     return 0;
-  if (!info_field(L, "nk", &nk_count) || !info_field(L, "nins", &nins)) {
+  if (!info_field(L, "nk", &nk_count) || !info_field(L, "nins", &nins) ||
+      !info_field(L, "nexit", &nexit)) {
     lua_pop(L, 1);
     return 0;
   }
@@ -407,7 +435,8 @@ static int check_trace(struct ht *c, uint32_t n, uintptr_t T, int first)
     return 0;
   }
   return check_constants(c, n, T, ir, nk) &&
-         check_operands(c, n, ir, nk, nins) && check_size(c, n, T, first);
+         check_operands(c, n, ir, nk, nins) &&
+         check_size(c, n, T, nexit, first);
 }
 
 /* Runs the chunk under the ring allocator; leaves its 4 results. */
@@ -464,11 +493,21 @@ static void learn_in(struct ht *c, uintptr_t g, int top)
   }
   if (checked < MIN_TRACES) {
     why(h,
-        "%d traces were compiled of the chunk's 2 loops (is the JIT "
+        "%d traces were compiled of the chunk's 3 loops (is the JIT "
         "compiler on?)",
         checked);
     return;
   }
+  if (c->ncand != 1) {
+    why(h, "%d places of GCtrace's snapshot counts fit its traces' blocks",
+        c->ncand);
+    return;
+  }
+  h->tr_nsnap = c->cand[0].nsnap;
+  h->tr_nsnapmap = c->cand[0].nsnapmap;
+  h->tr_map_width = c->cand[0].map_width;
+  h->tr_snap_size = c->cand[0].snap_size;
+  h->tr_head = (uint16_t)c->head[0];
   if (!c->found_closure || !c->found_str) {
     why(h, "the traces' constants do not hold the closure and the string "
            "they use");
@@ -477,23 +516,65 @@ static void learn_in(struct ht *c, uintptr_t g, int top)
   h->tr_ok = 1;
 }
 
+/* Adds value v to a list of n distinct ones (0: none). */
+static int add_distinct(uint8_t *list, int n, uint8_t v)
+{
+  int i;
+  for (i = 0; i < n; i++)
+    if (list[i] == v)
+      return n;
+  if (v != 0)
+    list[n++] = v;
+  return n;
+}
+
+/* GCtrace's fields: where compiled-code attribution found them, else
+** where lj_jit.h puts them (GC64 or not; the IR, lowest constant and IR
+** count are at the same offsets in every supported build). The snapshot
+** counts moved (LuaJIT before 2021-03 has 16-bit counts after nk) and a
+** snapshot grew (8, 12 or 16 bytes): every combination is a candidate. */
+static void candidates(struct ht *c)
+{
+  struct heap_layout *h = c->h;
+  const struct vm_trace_layout *tl = &h->base.tl;
+  int gc64 = h->base.gc64, a, b, k, ns = 0, nm = 0, nz = 0;
+  uint8_t nsnap[3], map[3], width[3], size[4];
+  h->tr_ir = tl->tr_ir != 0 ? tl->tr_ir : (uint8_t)(gc64 ? 32 : 16);
+  h->tr_nk = tl->tr_nk != 0 ? tl->tr_nk : (uint8_t)(gc64 ? 40 : 24);
+  h->tr_nins = gc64 ? 12 : 8;
+  ns = add_distinct(nsnap, ns, tl->tr_nsnap);
+  ns = add_distinct(nsnap, ns, gc64 ? 10 : 6);
+  ns = add_distinct(nsnap, ns, gc64 ? 44 : 28);
+  if (tl->tr_nsnapmap != 0)
+    map[nm] = tl->tr_nsnapmap, width[nm++] = 4;
+  if (tl->tr_nsnapmap != (gc64 ? 44 : 28))
+    map[nm] = gc64 ? 44 : 28, width[nm++] = 4;
+  map[nm] = gc64 ? 46 : 30, width[nm++] = 2;
+  nz = add_distinct(size, nz, tl->snap_size);
+  nz = add_distinct(size, nz, 8);
+  nz = add_distinct(size, nz, 12);
+  nz = add_distinct(size, nz, 16);
+  c->ncand = 0;
+  for (a = 0; a < ns; a++)
+    for (b = 0; b < nm; b++)
+      for (k = 0; k < nz && c->ncand < CANDIDATES; k++) {
+        struct snap_fields *f = &c->cand[c->ncand++];
+        f->nsnap = nsnap[a];
+        f->nsnapmap = map[b];
+        f->map_width = width[b];
+        f->snap_size = size[k];
+      }
+}
+
 void heap_traces_learn(lua_State *T, uintptr_t g, struct heap_layout *h)
 {
-  const struct vm_trace_layout *tl = &h->base.tl;
   struct ht *c;
   int top = lua_gettop(T);
   h->tr_ok = 0;
   h->tr_why[0] = '\0';
   h->irt_is64 = IS64_BASE | (h->base.gc64 ? IS64_GC : 0);
-  h->tr_nins = h->base.gc64 ? 12 : 8;
   if (!h->base.trace_ok) {
     why(h, "the trace array is not verified");
-    return;
-  }
-  if (tl->tr_ir == 0 || tl->tr_nk == 0 || tl->tr_nsnap == 0 ||
-      tl->tr_nsnapmap == 0 || tl->snap_size == 0) {
-    why(h, "GCtrace's IR and snapshots are not located (%s)",
-        tl->why[0] != '\0' ? tl->why : "compiled-code attribution");
     return;
   }
   if ((c = calloc(1, sizeof(*c))) == NULL) {
@@ -502,6 +583,7 @@ void heap_traces_learn(lua_State *T, uintptr_t g, struct heap_layout *h)
   }
   c->h = h;
   c->L = T;
+  candidates(c);
   learn_in(c, g, top);
   lua_settop(T, top);
   free(c);

@@ -6,14 +6,15 @@
 ** its IR constants (IR_KGC in ir[nk .. REF_TRUE-1]; a constant of a 64-bit
 ** type takes two slots, but for KNULL; with GC64 the object's pointer is
 ** in the second slot, else in op12). What the walk reads of a trace beyond
-** the base layout (the IR's place and nk, verified by vm_trace_calib.c)
-** is verified at the first heap snapshot, in the heap layout's throw-away
-** VM, against jit.util on traces compiled there: the IR count, the KGC op,
-** every object a trace's KGC constants read as against the value
-** jit.util.tracek gives, every constant operand of every instruction
-** landing on a constant's first slot, and the trace's block as its
-** allocator saw it. If any check fails the walk does not visit traces and
-** the snapshot's header says why.
+** the base layout (the trace array, number and start prototype) is
+** verified at the first heap snapshot, in the heap layout's throw-away VM,
+** against jit.util on traces compiled there: the IR's place, its lowest
+** constant and count, the KGC op, every object a trace's KGC constants
+** read as against the value jit.util.tracek gives, every constant operand
+** of every instruction landing on a constant's first slot, and the
+** trace's block as its allocator saw it (which fixes where the snapshot
+** counts are and a snapshot's size). If any check fails the walk does not
+** visit traces and the snapshot's header says why.
 */
 #ifndef MEMPROF_HEAP_TRACES_H
 #define MEMPROF_HEAP_TRACES_H
