@@ -570,6 +570,57 @@ return a, b, s, v, k
     assert.equal(0, after.header.traces)
   end)
 
+  it('shows a side trace held by its root trace', function()
+    local loop, holder = h.chunk([[
+      local holder = { f = function(x) return x + 1 end,
+        g = function(x) return x - 1 end }
+      local function loop(n)
+        local s = 0
+        for i = 1, n do
+          if i > 100 then s = s + holder.g(i) else s = s + holder.f(i) end
+        end
+        return s
+      end
+      return loop, holder]], '@side.lua')()
+    jit.on()
+    finally(function() jit.off() end)
+    loop(300) -- The root trace takes f; its exit to g becomes a side trace.
+    jit.off()
+    local g = addr(holder.g)
+    holder.g = nil
+    local s = snapshot()
+    if not traces_expected() then
+      assert.is_nil(s.objects[g])
+      return
+    end
+    local held = s.to[g]
+    assert.equal(1, #held)
+    assert.equal('constant', held[1].kind)
+    local side = s.objects[held[1].from]
+    assert.equal('trace', side.type)
+    local by = s.to[side.addr]
+    assert.equal(1, #by)
+    assert.equal('trace', by[1].kind)
+    local root = s.objects[by[1].from]
+    assert.equal('trace', root.type)
+    assert.not_equal(root.traceno, side.traceno)
+    local pt = refs(s, addr(loop), 'proto')[1].to
+    local held_by_pt = {}
+    for _, r in ipairs(refs(s, pt, 'trace')) do
+      held_by_pt[#held_by_pt + 1] = r.to
+    end
+    assert.same({ root.addr }, held_by_pt)
+    -- The root trace holds f, which the table holds too.
+    local f = addr(holder.f)
+    assert.equal(1, #refs(s, addr(holder), 'field', 'f'))
+    local from_root = 0
+    for _, r in ipairs(s.to[f]) do
+      if r.from == root.addr then from_root = from_root + 1 end
+    end
+    assert.equal(1, from_root)
+    jit.flush()
+  end)
+
   it('collects first with collect = true', function()
     local weak = setmetatable({}, { __mode = 'v' })
     collectgarbage('stop')

@@ -70,9 +70,10 @@ struct heap_layout {
   ** the IR types whose constants take two slots; GCtrace's IR, lowest
   ** constant, IR count, snapshot count and snapshot map count (whose
   ** width is 2 or 4 bytes); a snapshot's size and the bytes of a trace's
-  ** block before its IR. */
+  ** block before its IR; where a side trace names its root trace. */
   uint8_t tr_ok, ir_kgc, ir_knull, ir_kfirst, ir_klast;
   uint8_t tr_ir, tr_nk, tr_nins, tr_nsnap, tr_nsnapmap, tr_map_width;
+  uint8_t tr_root; /* GCtrace's root trace number (0: a root trace). */
   uint8_t tr_snap_size;
   uint16_t tr_head;
   uint32_t irt_is64;

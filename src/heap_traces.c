@@ -141,10 +141,11 @@ uint64_t heap_trace_size(const struct heap_layout *h, uintptr_t T)
 
 /* ---- Verification ------------------------------------------------------- */
 
-/* A function of three loops of different sizes (their traces have
+/* A function of four loops of different sizes (their traces have
 ** different counts of snapshots and entries), each a root trace whose
 ** constants hold the closure holder.f (the call's target) and the string
-** "f" (its key). */
+** "f" (its key); the last one's other branch becomes a side trace. What
+** jit.attach sees gives each trace's root trace (0: a root trace). */
 static const char chunk[] =
     "local holder = {f = function(x) return x + 1 end}\n"
     "local function loops(n)\n"
@@ -164,20 +165,36 @@ static const char chunk[] =
     "    t[3] = c\n"
     "    s = s + a + b + c\n"
     "  end\n"
+    "  for i = 1, n do\n"
+    "    if i > 100 then s = s + holder.f(i) else s = s - 1 end\n"
+    "  end\n"
     "  return s\n"
     "end\n"
+    "local parents = {}\n"
+    "local function started(what, tr, func, pc, otr)\n"
+    "  if what == 'start' then parents[tr] = otr or 0 end\n"
+    "end\n"
+    "jit.attach(started, 'trace')\n"
     "loops(300)\n"
-    "return loops, holder.f, 'f', require('jit.util')\n";
+    "jit.attach(started)\n"
+    "local roots = {}\n"
+    "for tr, r in pairs(parents) do\n"
+    "  while r ~= 0 and parents[r] ~= 0 do r = parents[r] end\n"
+    "  roots[tr] = r\n"
+    "end\n"
+    "return loops, holder.f, 'f', require('jit.util'), roots\n";
 
 #define RING 1024
-#define MIN_TRACES 3
+#define MIN_TRACES 4
 /* Candidate places of the snapshot counts and sizes of a snapshot. */
 #define CANDIDATES 48
 
 struct ht {
   struct heap_layout *h;
   lua_State *L;
-  int ju; /* jit.util's index. */
+  int ju;    /* jit.util's index. */
+  int roots; /* The root trace of each trace, by number. */
+  int sides; /* Side traces checked. */
   uintptr_t closure, str;
   int found_closure, found_str;
   lua_Alloc orig;
@@ -405,6 +422,22 @@ static int check_size(struct ht *c, uint32_t n, uintptr_t T, lua_Integer nexit,
   return 1;
 }
 
+/* Trace n's root trace is where jit.attach saw its parents lead. */
+static int check_root(struct ht *c, uint32_t n, uintptr_t T)
+{
+  lua_Integer want;
+  uint16_t root;
+  lua_rawgeti(c->L, c->roots, (int)n);
+  want = lua_isnumber(c->L, -1) ? lua_tointeger(c->L, -1) : -1;
+  lua_pop(c->L, 1);
+  if (!vm_u16(1, T + c->h->tr_root, &root) || root != want) {
+    why(c->h, "trace %u's root trace is not at +%u", n, c->h->tr_root);
+    return 0;
+  }
+  c->sides += root != 0;
+  return 1;
+}
+
 static int check_trace(struct ht *c, uint32_t n, uintptr_t T, int first)
 {
   struct heap_layout *h = c->h;
@@ -434,12 +467,12 @@ static int check_trace(struct ht *c, uint32_t n, uintptr_t T, int first)
     why(h, "no constant of trace %u is the closure it calls", n);
     return 0;
   }
-  return check_constants(c, n, T, ir, nk) &&
+  return check_root(c, n, T) && check_constants(c, n, T, ir, nk) &&
          check_operands(c, n, ir, nk, nins) &&
          check_size(c, n, T, nexit, first);
 }
 
-/* Runs the chunk under the ring allocator; leaves its 4 results. */
+/* Runs the chunk under the ring allocator; leaves its 5 results. */
 static int run_chunk(struct ht *c)
 {
   lua_State *L = c->L;
@@ -451,13 +484,13 @@ static int run_chunk(struct ht *c)
   }
   c->orig = lua_getallocf(L, &c->orig_ud);
   lua_setallocf(L, ring_alloc, c);
-  status = lua_pcall(L, 0, 4, 0);
+  status = lua_pcall(L, 0, 5, 0);
   lua_setallocf(L, c->orig, c->orig_ud);
   if (status != 0) {
     lua_pop(L, 1);
     return 0;
   }
-  return lua_istable(L, -1);
+  return lua_istable(L, -1) && lua_istable(L, -2);
 }
 
 static void learn_in(struct ht *c, uintptr_t g, int top)
@@ -471,7 +504,8 @@ static void learn_in(struct ht *c, uintptr_t g, int top)
     why(h, "the chunk that makes traces does not run");
     return;
   }
-  c->ju = lua_gettop(c->L);
+  c->ju = top + 4;
+  c->roots = top + 5;
   pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(c->L, top + 1));
   c->closure = (uintptr_t)lua_topointer(c->L, top + 2);
   c->str = (uintptr_t)lua_topointer(c->L, top + 3);
@@ -491,11 +525,11 @@ static void learn_in(struct ht *c, uintptr_t g, int top)
     }
     checked++;
   }
-  if (checked < MIN_TRACES) {
+  if (checked < MIN_TRACES || c->sides == 0) {
     why(h,
-        "%d traces were compiled of the chunk's 3 loops (is the JIT "
-        "compiler on?)",
-        checked);
+        "%d traces (%d side traces) were compiled of the chunk's 4 loops "
+        "(is the JIT compiler on?)",
+        checked, c->sides);
     return;
   }
   if (c->ncand != 1) {
@@ -542,6 +576,8 @@ static void candidates(struct ht *c)
   h->tr_ir = tl->tr_ir != 0 ? tl->tr_ir : (uint8_t)(gc64 ? 32 : 16);
   h->tr_nk = tl->tr_nk != 0 ? tl->tr_nk : (uint8_t)(gc64 ? 40 : 24);
   h->tr_nins = gc64 ? 12 : 8;
+  /* traceno, link, root: 16 bits each. */
+  h->tr_root = (uint8_t)(h->base.tr_traceno + 4);
   ns = add_distinct(nsnap, ns, tl->tr_nsnap);
   ns = add_distinct(nsnap, ns, gc64 ? 10 : 6);
   ns = add_distinct(nsnap, ns, gc64 ? 44 : 28);

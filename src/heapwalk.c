@@ -35,9 +35,10 @@ struct out {
   uint8_t buf[OUT_SIZE];
 };
 
-/* A live JIT trace and the prototype it starts in. */
+/* A live JIT trace and what holds it: a root trace the prototype it
+** starts in, a side trace its root trace (by number). */
 struct trace_at {
-  uintptr_t pt, T;
+  uintptr_t side, key, T;
 };
 
 struct walk {
@@ -500,28 +501,35 @@ static void walk_upvalue(struct walk *w, uintptr_t uv)
     ref(w, uv, val, gct, HREF_UPVALUE_VALUE, 0);
 }
 
-static int trace_cmp(const void *a, const void *b)
+static int trace_less(const struct trace_at *a, uintptr_t side, uintptr_t key)
 {
-  uintptr_t x = ((const struct trace_at *)a)->pt;
-  uintptr_t y = ((const struct trace_at *)b)->pt;
-  return x < y ? -1 : x > y;
+  return a->side < side || (a->side == side && a->key < key);
 }
 
-/* The traces that start in prototype pt, held by it: LuaJIT's collector
-** marks a prototype's root traces, and they mark their side traces; a side
-** trace is shown held by the prototype it starts in. */
-static void proto_traces(struct walk *w, uintptr_t pt)
+static int trace_cmp(const void *a, const void *b)
+{
+  const struct trace_at *x = a, *y = b;
+  return trace_less(x, y->side, y->key) ? -1 : trace_less(y, x->side, x->key);
+}
+
+/* The traces that `from` holds as LuaJIT's collector marks them: a
+** prototype (side 0, key its address) its root traces, a root trace (side
+** 1, key its number) its side traces. */
+static void held_traces(struct walk *w, uintptr_t from, uintptr_t side,
+                        uintptr_t key)
 {
   size_t lo = 0, hi = w->ntraces;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (w->traces[mid].pt < pt)
+    if (trace_less(&w->traces[mid], side, key))
       lo = mid + 1;
     else
       hi = mid;
   }
-  for (; lo < w->ntraces && w->traces[lo].pt == pt && w->err == 0; lo++)
-    ref(w, pt, w->traces[lo].T, GCT_TRACE, HREF_TRACE, 0);
+  for (; lo < w->ntraces && w->traces[lo].side == side &&
+         w->traces[lo].key == key && w->err == 0;
+       lo++)
+    ref(w, from, w->traces[lo].T, GCT_TRACE, HREF_TRACE, 0);
 }
 
 static void walk_proto(struct walk *w, uintptr_t pt)
@@ -541,11 +549,12 @@ static void walk_proto(struct walk *w, uintptr_t pt)
       out_uleb(w->out, i);
     }
   }
-  proto_traces(w, pt);
+  held_traces(w, pt, 0, pt);
 }
 
-/* A trace: its start prototype and the objects of its IR constants, each
-** named by its IR reference as jit.util.tracek takes it, negated. */
+/* A trace: its start prototype, the objects of its IR constants (each
+** named by its IR reference as jit.util.tracek takes it, negated) and, a
+** root trace, its side traces. */
 static void walk_trace(struct walk *w, uintptr_t T)
 {
   const struct vm_layout *lay = &w->h->base;
@@ -565,6 +574,7 @@ static void walk_trace(struct walk *w, uintptr_t T)
     }
   if (w->err == 0 && got < 0)
     failed(w, EINVAL, "a constant of trace %u does not read as one", no);
+  held_traces(w, T, 1, no);
 }
 
 /* ---- Threads ----------------------------------------------------------- */
@@ -764,7 +774,7 @@ static void roots(struct walk *w, lua_State *L)
 
 /* The JIT traces alive in L's VM, plus one (0: unknown, the trace array
 ** was not verified). With a verified trace layout they are kept, sorted
-** by start prototype, for the walk to visit from their prototypes. */
+** by what holds them, for the walk to visit from their holders. */
 static uint64_t traces(struct walk *w, lua_State *L)
 {
   const struct vm_layout *lay = &w->h->base;
@@ -782,14 +792,19 @@ static uint64_t traces(struct walk *w, lua_State *L)
     w->traces_cap = size;
   for (i = 1; i < size; i++) {
     uintptr_t T = vm_trace_object(lay, 1, g, i), pt;
-    uint16_t no;
+    uint16_t no, root;
     if (T != 0 && vm_is_gc(lay, 1, T, GCT_TRACE) &&
         vm_u16(1, T + lay->tr_traceno, &no) && no == i) {
       n++;
-      if (w->traces != NULL && vm_ref(lay, 1, T + lay->tr_startpt, &pt) &&
-          vm_is_gc(lay, 1, pt, GCT_PROTO)) {
-        w->traces[w->ntraces].pt = pt;
-        w->traces[w->ntraces++].T = T;
+      if (w->traces != NULL && vm_u16(1, T + w->h->tr_root, &root) &&
+          root != 0) {
+        struct trace_at *t = &w->traces[w->ntraces++];
+        t->side = 1, t->key = root, t->T = T;
+      } else if (w->traces != NULL &&
+                 vm_ref(lay, 1, T + lay->tr_startpt, &pt) &&
+                 vm_is_gc(lay, 1, pt, GCT_PROTO)) {
+        struct trace_at *t = &w->traces[w->ntraces++];
+        t->side = 0, t->key = pt, t->T = T;
       }
     }
   }
