@@ -56,7 +56,7 @@ struct walk {
   uintptr_t g;               /* The VM's global_State. */
   int cd_known;              /* heap_cdata_known: cdata sizes can be read ... */
   struct heap_ctypes ctypes; /* ... through this table. */
-  struct trace_at *traces;   /* The live traces by start prototype. */
+  struct trace_at *traces;   /* The live traces by what holds them. */
   size_t ntraces, traces_cap;
   int err;
   char *msg;
@@ -231,9 +231,9 @@ static void write_string(struct walk *w, uintptr_t s)
 }
 
 /* Whether o reads as a GC object of type gct (or, gct 0, of any type a
-** reference can hold; a trace only when asked for). Objects are 8-byte aligned,
-*but for the empty
-** string, which global_State holds (only 4-byte aligned without GC64). */
+** reference can hold; a trace only when asked for). Objects are 8-byte
+** aligned, but for the empty string, which global_State holds (only 4-byte
+** aligned without GC64). */
 static int check_object(struct walk *w, uintptr_t o, uint8_t gct)
 {
   uint8_t t;
@@ -791,7 +791,7 @@ static uint64_t traces(struct walk *w, lua_State *L)
   if (w->traces != NULL)
     w->traces_cap = size;
   for (i = 1; i < size; i++) {
-    uintptr_t T = vm_trace_object(lay, 1, g, i), pt;
+    uintptr_t T = vm_trace_object(lay, 1, g, i), pt = 0;
     uint16_t no, root;
     if (T != 0 && vm_is_gc(lay, 1, T, GCT_TRACE) &&
         vm_u16(1, T + lay->tr_traceno, &no) && no == i) {
@@ -800,10 +800,12 @@ static uint64_t traces(struct walk *w, lua_State *L)
           root != 0) {
         struct trace_at *t = &w->traces[w->ntraces++];
         t->side = 1, t->key = root, t->T = T;
-      } else if (w->traces != NULL &&
-                 vm_ref(lay, 1, T + lay->tr_startpt, &pt) &&
-                 vm_is_gc(lay, 1, pt, GCT_PROTO)) {
+      } else if (w->traces != NULL) {
         struct trace_at *t = &w->traces[w->ntraces++];
+        if (!vm_ref(lay, 1, T + lay->tr_startpt, &pt) ||
+            !vm_is_gc(lay, 1, pt, GCT_PROTO))
+          failed(w, EINVAL, "trace %u's start prototype does not read as one",
+                 i);
         t->side = 0, t->key = pt, t->T = T;
       }
     }
