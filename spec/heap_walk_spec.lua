@@ -621,6 +621,33 @@ return a, b, s, v, k
     jit.flush()
   end)
 
+  it("writes a stitched trace's reference to itself", function()
+    local loop = h.chunk([[
+      local clock = os.clock
+      return function(n)
+        local s = 0
+        for i = 1, n do s = s + clock() end
+        return s
+      end]], '@stitched.lua')()
+    jit.on()
+    finally(function()
+      jit.off()
+      jit.flush()
+    end)
+    loop(300) -- A call the compiler does not compile: the trace stitches.
+    jit.off()
+    local s = snapshot()
+    if not traces_expected() then return end
+    local pt = refs(s, addr(loop), 'proto')[1].to
+    local own = 0
+    for _, r in ipairs(refs(s, pt, 'trace')) do
+      for _, c in ipairs(refs(s, r.to, 'constant')) do
+        if c.to == r.to then own = own + 1 end
+      end
+    end
+    assert.equal(1, own)
+  end)
+
   it('collects first with collect = true', function()
     local weak = setmetatable({}, { __mode = 'v' })
     collectgarbage('stop')

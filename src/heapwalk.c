@@ -552,6 +552,15 @@ static void walk_proto(struct walk *w, uintptr_t pt)
   held_traces(w, pt, 0, pt);
 }
 
+/* Whether a trace's constant o reads as an object: any type a reference
+** can hold, or a trace (a stitched trace holds itself). */
+static int check_constant(struct walk *w, uintptr_t o)
+{
+  if (o != 0 && (o & 7) == 0 && heap_u8(o + w->h->base.gct) == GCT_TRACE)
+    return check_object(w, o, GCT_TRACE);
+  return check_object(w, o, 0);
+}
+
 /* A trace: its start prototype, the objects of its IR constants (each
 ** named by its IR reference as jit.util.tracek takes it, negated) and, a
 ** root trace, its side traces. */
@@ -568,7 +577,7 @@ static void walk_trace(struct walk *w, uintptr_t T)
   ref_gcref(w, T, heap_ref(w->h, T + lay->tr_startpt), HREF_PROTO);
   while (w->err == 0 &&
          (got = heap_trace_next_kgc(w->h, T, &next, &at, &o)) > 0)
-    if (o != 0 && check_object(w, o, 0)) {
+    if (o != 0 && check_constant(w, o)) {
       ref(w, T, o, heap_u8(o + lay->gct), HREF_CONSTANT, 0);
       out_uleb(w->out, HT_REF_BIAS - at);
     }
