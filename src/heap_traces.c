@@ -185,7 +185,7 @@ static const char chunk[] =
     "end\n"
     "return loops, holder.f, 'f', require('jit.util'), roots\n";
 
-#define RING 1024
+#define RING 4096
 #define MIN_TRACES 4
 /* Candidate places of the snapshot counts and sizes of a snapshot. */
 #define CANDIDATES 48
