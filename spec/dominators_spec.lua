@@ -36,7 +36,7 @@ end
 describe('dominators of a heap snapshot', function()
   setup(function()
     jit.off()
-    jit.flush() -- traces are roots: what they keep would not be freed
+    jit.flush() -- what traces keep is freed with their prototypes only
   end)
 
   teardown(function()
@@ -138,6 +138,50 @@ return function(x) history[#history + 1] = { x } end, tostring(history)
     -- The function, its upvalue, the table and its items.
     assert.is_true(an.retained[addr(record)] >=
       size(s, addr(record)) + size(s, at) + items)
+  end)
+
+  it('retains what a compiled trace keeps with the function it starts in',
+    function()
+    if not memprof.info().traces then
+      return -- Traces are not visited (heap_walk_spec checks the header).
+    end
+    local loop, holder = h.chunk([[
+      local holder = { f = function(x) return x + 1 end }
+      local function loop(n)
+        local s = 0
+        for i = 1, n do s = s + holder.f(i) end
+        return s
+      end
+      return loop, holder]], '@kept.lua')()
+    jit.on()
+    finally(function()
+      jit.off()
+      jit.flush()
+    end)
+    loop(300)
+    jit.off()
+    local closure = addr(holder.f)
+    holder.f = nil
+    local at = addr(loop)
+    local path = h.tmpname('.heap')
+    settle()
+    assert(memprof.snapshot(path, OPTIONS))
+    local before = collectgarbage('count')
+    loop = nil
+    settle()
+    local freed = (before - collectgarbage('count')) * 1024
+    local s = heap.load(path)
+    os.remove(path)
+    local an = dom.analyse(s)
+    local trace = an.idom[closure]
+    assert.equal('trace', s.objects[trace].type)
+    assert.matches('<local loop><proto><trace><constant %d+>$',
+      an.path(closure))
+    -- The function, its prototype, the trace and the closure it keeps.
+    assert.equal(freed, an.retained[at])
+    assert.is_true(an.retained[at] >= size(s, at) + size(s, trace) +
+      size(s, closure))
+    assert.is_nil(loop)
   end)
 
   it('gives the same analysis from the file as from the loaded snapshot',

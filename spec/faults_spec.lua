@@ -111,3 +111,50 @@ describe('a symbol that cannot be kept in the middle of an event', function()
     end
   end
 end)
+
+-- A heap snapshot on a build whose trace layout cannot be verified (the
+-- heap calibration reads trace constants 8 bytes off): the walk leaves
+-- traces out, as before it visited them, and the header says why.
+describe('a heap snapshot where traces cannot be verified', function()
+  it('leaves traces out and says why', function()
+    local path = h.tmpname('.heap')
+    local out, code = h.run_script(string.format([[
+package.cpath = %q .. ';' .. package.cpath
+package.path = %q
+local memprof = require('memprof')
+local heap = require('memprof.read.heap')
+local holder = { f = function(x) return x + 1 end }
+local function loop(n)
+  local s = 0
+  for i = 1, n do s = s + holder.f(i) end
+  return s
+end
+jit.on()
+loop(300)
+jit.off()
+local closure = tonumber(tostring(holder.f):match('0x(%%x+)'), 16)
+holder.f = nil
+assert(memprof.snapshot(%q, { format = 'heap' }))
+local s = heap.load(%q)
+local traces = 0
+for _, o in ipairs(s.list) do
+  if o.type == 'trace' then traces = traces + 1 end
+end
+print('visited', s.header.traces_visited, s.header.traces_why)
+print('alive', s.header.traces, 'objects', traces,
+  'closure', s.objects[closure] ~= nil, 'loop', loop ~= nil)
+]], FAULTS, package.path, path, path), 'MEMPROF_FAULT_TRACES=1')
+    os.remove(path)
+    assert.equal(0, code, out)
+    if not require('memprof').info().traces then
+      assert.matches('visited\tfalse\tthe trace array is not verified\n',
+        out, 1, true)
+      return
+    end
+    assert.matches("visited\tfalse\ttrace %d+'s constant %d+ does not " ..
+      'read as jit.util.tracek gives it\n', out)
+    -- The loop's trace is alive, and not in the file; nor is what only
+    -- it keeps.
+    assert.matches('alive\t[1-9]%d*\tobjects\t0\tclosure\tfalse\tloop\t', out)
+  end)
+end)

@@ -485,7 +485,7 @@ return a, b, s, v, k
     assert.is_true(#s.list > 0)
   end)
 
-  it('counts the JIT traces it does not walk', function()
+  it('counts the JIT traces alive', function()
     if not (jit and jit.status()) then return end
     jit.on()
     local loop = h.chunk('local t = {} for i = 1, 1000 do t[i % 7] = i end',
@@ -502,6 +502,150 @@ return a, b, s, v, k
     end
     assert.is_true(hot.header.traces >= 1)
     assert.equal(0, none.header.traces)
+  end)
+
+  -- Whether this build's traces are visited, and if not the header's
+  -- reason: every build whose trace array is verified visits them.
+  local function traces_expected()
+    if not memprof.info().traces then
+      return false, 'the trace array is not verified'
+    end
+    return true
+  end
+
+  local function tracek_addr(traceno, ref)
+    return addr((require('jit.util').tracek(traceno, ref)))
+  end
+
+  it('finds what only a compiled trace keeps, held by that trace',
+    function()
+    local loop, holder = h.chunk([[
+      local holder = { f = function(x) return x + 1 end }
+      local function loop(n)
+        local s = 0
+        for i = 1, n do s = s + holder.f(i) end
+        return s
+      end
+      return loop, holder]], '@kept.lua')()
+    jit.on()
+    finally(function() jit.off() end)
+    loop(300)
+    jit.off()
+    local closure = addr(holder.f)
+    holder.f = nil -- Now only the trace's constant holds it.
+    local s = snapshot()
+    local visited, why = traces_expected()
+    assert.equal(visited, s.header.traces_visited)
+    assert.equal(why, s.header.traces_why)
+    assert.is_true(s.header.traces >= 1)
+    if not visited then -- Not seen, as before traces were visited.
+      assert.is_nil(s.objects[closure])
+      for _, o in ipairs(s.list) do assert.not_equal('trace', o.type) end
+      return
+    end
+    local held = s.to[closure]
+    assert.equal(1, #held)
+    assert.equal('constant', held[1].kind)
+    local trace = s.objects[held[1].from]
+    assert.equal('trace', trace.type)
+    assert.is_true(trace.size > 0)
+    -- The constant is the IR reference jit.util.tracek reads it at (in a
+    -- frame of its own, which no later snapshot sees).
+    assert.equal(closure, tracek_addr(trace.traceno, -held[1].index))
+    -- The trace is held by the prototype it starts in, and holds it.
+    local pt = refs(s, addr(loop), 'proto')[1].to
+    assert.same({ trace.addr }, (function()
+      local out = {}
+      for _, r in ipairs(refs(s, pt, 'trace')) do out[#out + 1] = r.to end
+      return out
+    end)())
+    assert.equal(pt, refs(s, trace.addr, 'proto')[1].to)
+    assert.equal(1, #s.to[trace.addr])
+    -- After jit.flush() no trace holds it, and it is gone.
+    jit.flush()
+    local after = snapshot()
+    assert.is_nil(after.objects[closure])
+    assert.is_nil(after.objects[trace.addr])
+    assert.same({}, refs(after, pt, 'trace'))
+    assert.equal(0, after.header.traces)
+  end)
+
+  it('shows a side trace held by its root trace', function()
+    local loop, holder = h.chunk([[
+      local holder = { f = function(x) return x + 1 end,
+        g = function(x) return x - 1 end }
+      local function loop(n)
+        local s = 0
+        for i = 1, n do
+          if i > 100 then s = s + holder.g(i) else s = s + holder.f(i) end
+        end
+        return s
+      end
+      return loop, holder]], '@side.lua')()
+    jit.on()
+    finally(function() jit.off() end)
+    loop(300) -- The root trace takes f; its exit to g becomes a side trace.
+    jit.off()
+    local g = addr(holder.g)
+    holder.g = nil
+    local s = snapshot()
+    if not traces_expected() then
+      assert.is_nil(s.objects[g])
+      return
+    end
+    local held = s.to[g]
+    assert.equal(1, #held)
+    assert.equal('constant', held[1].kind)
+    local side = s.objects[held[1].from]
+    assert.equal('trace', side.type)
+    local by = s.to[side.addr]
+    assert.equal(1, #by)
+    assert.equal('trace', by[1].kind)
+    local root = s.objects[by[1].from]
+    assert.equal('trace', root.type)
+    assert.not_equal(root.traceno, side.traceno)
+    local pt = refs(s, addr(loop), 'proto')[1].to
+    local held_by_pt = {}
+    for _, r in ipairs(refs(s, pt, 'trace')) do
+      held_by_pt[#held_by_pt + 1] = r.to
+    end
+    assert.same({ root.addr }, held_by_pt)
+    -- The root trace holds f, which the table holds too.
+    local f = addr(holder.f)
+    assert.equal(1, #refs(s, addr(holder), 'field', 'f'))
+    local from_root = 0
+    for _, r in ipairs(s.to[f]) do
+      if r.from == root.addr then from_root = from_root + 1 end
+    end
+    assert.equal(1, from_root)
+    jit.flush()
+  end)
+
+  it("writes a stitched trace's reference to itself", function()
+    local loop = h.chunk([[
+      local clock = os.clock
+      return function(n)
+        local s = 0
+        for i = 1, n do s = s + clock() end
+        return s
+      end]], '@stitched.lua')()
+    jit.on()
+    finally(function()
+      jit.off()
+      jit.flush()
+    end)
+    loop(300) -- A call the compiler does not compile: the trace stitches.
+    jit.off()
+    local s = snapshot()
+    if not traces_expected() then return end
+    local pt = refs(s, addr(loop), 'proto')[1].to
+    local own = 0
+    for _, r in ipairs(refs(s, pt, 'trace')) do
+      for _, c in ipairs(refs(s, r.to, 'constant')) do
+        if c.to == r.to then own = own + 1 end
+      end
+    end
+    assert.equal(1, own)
   end)
 
   it('collects first with collect = true', function()
@@ -624,19 +768,34 @@ describe('the heap snapshot reader', function()
       'expected the end magic "end"$', read_error(good:sub(1, -2)))
   end)
 
+  it('reads a version 1 file, written before traces were visited',
+    function()
+    local header = heap_header(good)
+    local why = header.traces_why
+    local skip = 1 + (why and #uleb(#why) + #why or 0)
+    local old = heap_header('ljh\1' .. good:sub(5, 7) .. good:sub(8 + skip))
+    assert.is_false(old.traces_visited)
+    assert.is_nil(old.traces_why)
+    assert.same({ header.time, header.pid, header.traces },
+      { old.time, old.pid, old.traces })
+  end)
+
   it('names the byte of a corrupt header or record', function()
     assert.equal('byte 0: expected the magic "ljh" of a heap snapshot, ' ..
       'got "ljm"', read_error('ljm' .. good:sub(4)))
-    assert.equal('byte 3: expected version 1, got 9',
+    assert.equal('byte 3: expected version 1 or 2, got 9',
       read_error('ljh\9' .. good:sub(5)))
-    -- Magic, version, flags, profile note 0, traces, time, pid.
+    -- Magic, version, flags, profile note 0, traces, whether they were
+    -- visited (or why not), time, pid.
     local header = heap_header(good)
-    local n = 7 + #uleb(header.time) + #uleb(header.pid)
+    local why = header.traces_why
+    local n = 8 + (why and #uleb(#why) + #why or 0) + #uleb(header.time) +
+      #uleb(header.pid)
     local body = good:sub(1, n)
     local function at(k, text) return 'byte ' .. (n + k) .. ': ' .. text end
     assert.equal(at(0, 'expected a record (1: object, 2: reference, ' ..
       '127: end), got 9'), read_error(body .. '\9'))
-    assert.equal(at(3, 'expected a reference kind from 1 to 17, got 99'),
+    assert.equal(at(3, 'expected a reference kind from 1 to 18, got 99'),
       read_error(body .. '\2\0\0\99'))
     assert.equal(at(2, 'expected an object type, got 3'),
       read_error(body .. '\1\8\3\0'))

@@ -3,7 +3,10 @@
 ** module in build/faults/). With MEMPROF_FAULT_SOURCE set to a chunk name,
 ** the symbol table fails to keep the prototypes of that chunk, as when its
 ** growth fails, after their symbol is written: the path of a failed
-** allocation in the middle of an event, which nothing else reaches.
+** allocation in the middle of an event, which nothing else reaches. With
+** MEMPROF_FAULT_TRACES set, the heap calibration reads every trace
+** constant's object 8 bytes off, as on a build whose trace layout differs:
+** traces cannot be verified.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -19,11 +22,21 @@ static inline int fault_in_source(const char *name, size_t len)
   const char *chunk = getenv("MEMPROF_FAULT_SOURCE");
   return chunk != NULL && strlen(chunk) == len && memcmp(chunk, name, len) == 0;
 }
+
+static inline int fault_traces(void)
+{
+  return getenv("MEMPROF_FAULT_TRACES") != NULL;
+}
 #else
 static inline int fault_in_source(const char *name, size_t len)
 {
   (void)name;
   (void)len;
+  return 0;
+}
+
+static inline int fault_traces(void)
+{
   return 0;
 }
 #endif

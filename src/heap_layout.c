@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_traces.h"
 #include "lauxlib.h"
 #include "vm_inspect.h"
 #include "vm_learn.h"
@@ -837,6 +838,11 @@ static int calibrate_in(lua_State *T)
   if (c->ok && !check_cdata(c, T))
     c->h.cd_ok = 0;
   c->on = 0;
+  /* Without verified traces a snapshot is still written, without them
+  ** (its header says why). */
+  if (c->ok)
+    heap_traces_learn(T, heap_ref(&c->h, (uintptr_t)T + c->h.base.L_glref),
+                      &c->h);
   lua_setallocf(T, c->orig, c->orig_ud);
   return 0;
 }

@@ -64,6 +64,20 @@ struct heap_layout {
   ** else cdata sizes are unknown (0). */
   uint8_t cd_ok, cd_size, cd_ctypeid, ct_size;
   uint16_t g_ctype;
+  /* JIT traces (heap_traces.h): tr_ok, every check passed, else tr_why
+  ** says why and the walk does not visit traces. The IR ops of a GC
+  ** constant, of the 64-bit null and of the first and last constant op;
+  ** the IR types whose constants take two slots; GCtrace's IR, lowest
+  ** constant, IR count, snapshot count and snapshot map count (whose
+  ** width is 2 or 4 bytes); a snapshot's size and the bytes of a trace's
+  ** block before its IR; where a side trace names its root trace. */
+  uint8_t tr_ok, ir_kgc, ir_knull, ir_kfirst, ir_klast;
+  uint8_t tr_ir, tr_nk, tr_nins, tr_nsnap, tr_nsnapmap, tr_map_width;
+  uint8_t tr_root; /* GCtrace's root trace number (0: a root trace). */
+  uint8_t tr_snap_size;
+  uint16_t tr_head;
+  uint32_t irt_is64;
+  char tr_why[160];
 };
 
 /* The FFI's C type table of a VM, as the walk reads it (see

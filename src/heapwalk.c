@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "heap_traces.h"
 #include "lauxlib.h"
 #include "vm_inspect.h"
 #include "writer.h"
@@ -32,6 +33,12 @@ struct out {
   int fd, err;
   size_t n;
   uint8_t buf[OUT_SIZE];
+};
+
+/* A live JIT trace and what holds it: a root trace the prototype it
+** starts in, a side trace its root trace (by number). */
+struct trace_at {
+  uintptr_t side, key, T;
 };
 
 struct walk {
@@ -49,6 +56,8 @@ struct walk {
   uintptr_t g;               /* The VM's global_State. */
   int cd_known;              /* heap_cdata_known: cdata sizes can be read ... */
   struct heap_ctypes ctypes; /* ... through this table. */
+  struct trace_at *traces;   /* The live traces by what holds them. */
+  size_t ntraces, traces_cap;
   int err;
   char *msg;
   size_t msglen;
@@ -132,7 +141,8 @@ static int failed(struct walk *w, int err, const char *fmt, ...)
 static size_t memory(const struct walk *w)
 {
   return (w->seen_mask + 1) * sizeof(uintptr_t) +
-         w->todo_cap * sizeof(uintptr_t) + sizeof(struct out);
+         w->todo_cap * sizeof(uintptr_t) + sizeof(struct out) +
+         w->traces_cap * sizeof(struct trace_at);
 }
 
 static size_t slot_of(uintptr_t a, size_t mask)
@@ -221,8 +231,9 @@ static void write_string(struct walk *w, uintptr_t s)
 }
 
 /* Whether o reads as a GC object of type gct (or, gct 0, of any type a
-** reference can hold). Objects are 8-byte aligned, but for the empty
-** string, which global_State holds (only 4-byte aligned without GC64). */
+** reference can hold; a trace only when asked for). Objects are 8-byte
+** aligned, but for the empty string, which global_State holds (only 4-byte
+** aligned without GC64). */
 static int check_object(struct walk *w, uintptr_t o, uint8_t gct)
 {
   uint8_t t;
@@ -237,7 +248,8 @@ static int check_object(struct walk *w, uintptr_t o, uint8_t gct)
                   "an object's address 0x%llx is not 8-byte aligned: the "
                   "heap layout does not hold here",
                   (unsigned long long)o);
-  if ((gct != 0 && t != gct) || t < GCT_STR || t > GCT_UDATA || t == GCT_TRACE)
+  if ((gct != 0 && t != gct) || t < GCT_STR || t > GCT_UDATA ||
+      (t == GCT_TRACE && gct != GCT_TRACE))
     return failed(w, EINVAL,
                   "the object at 0x%llx reads type %u, its reference says "
                   "%u: the heap layout does not hold here",
@@ -489,6 +501,37 @@ static void walk_upvalue(struct walk *w, uintptr_t uv)
     ref(w, uv, val, gct, HREF_UPVALUE_VALUE, 0);
 }
 
+static int trace_less(const struct trace_at *a, uintptr_t side, uintptr_t key)
+{
+  return a->side < side || (a->side == side && a->key < key);
+}
+
+static int trace_cmp(const void *a, const void *b)
+{
+  const struct trace_at *x = a, *y = b;
+  return trace_less(x, y->side, y->key) ? -1 : trace_less(y, x->side, x->key);
+}
+
+/* The traces that `from` holds as LuaJIT's collector marks them: a
+** prototype (side 0, key its address) its root traces, a root trace (side
+** 1, key its number) its side traces. */
+static void held_traces(struct walk *w, uintptr_t from, uintptr_t side,
+                        uintptr_t key)
+{
+  size_t lo = 0, hi = w->ntraces;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (trace_less(&w->traces[mid], side, key))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (; lo < w->ntraces && w->traces[lo].side == side &&
+         w->traces[lo].key == key && w->err == 0;
+       lo++)
+    ref(w, from, w->traces[lo].T, GCT_TRACE, HREF_TRACE, 0);
+}
+
 static void walk_proto(struct walk *w, uintptr_t pt)
 {
   const struct heap_layout *h = w->h;
@@ -506,6 +549,41 @@ static void walk_proto(struct walk *w, uintptr_t pt)
       out_uleb(w->out, i);
     }
   }
+  held_traces(w, pt, 0, pt);
+}
+
+/* Whether a trace's constant o reads as an object: any type a reference
+** can hold, or a trace (a stitched trace holds itself). */
+static int check_constant(struct walk *w, uintptr_t o)
+{
+  if (o != 0 && (o & 7) == 0 && heap_u8(o + w->h->base.gct) == GCT_TRACE)
+    return check_object(w, o, GCT_TRACE);
+  return check_object(w, o, 0);
+}
+
+/* A trace: its start prototype, the objects of its IR constants (each
+** named by its IR reference as jit.util.tracek takes it, negated) and, a
+** root trace, its side traces. */
+static void walk_trace(struct walk *w, uintptr_t T)
+{
+  const struct vm_layout *lay = &w->h->base;
+  uint32_t next = 0, at;
+  uint16_t no = 0;
+  uintptr_t o;
+  int got;
+  vm_u16(1, T + lay->tr_traceno, &no);
+  object_header(w, T, GCT_TRACE, heap_trace_size(w->h, T));
+  out_uleb(w->out, no);
+  ref_gcref(w, T, heap_ref(w->h, T + lay->tr_startpt), HREF_PROTO);
+  while (w->err == 0 &&
+         (got = heap_trace_next_kgc(w->h, T, &next, &at, &o)) > 0)
+    if (o != 0 && check_constant(w, o)) {
+      ref(w, T, o, heap_u8(o + lay->gct), HREF_CONSTANT, 0);
+      out_uleb(w->out, HT_REF_BIAS - at);
+    }
+  if (w->err == 0 && got < 0)
+    failed(w, EINVAL, "a constant of trace %u does not read as one", no);
+  held_traces(w, T, 1, no);
 }
 
 /* ---- Threads ----------------------------------------------------------- */
@@ -642,6 +720,9 @@ static void walk_object(struct walk *w, uintptr_t o)
   case GCT_UDATA:
     walk_userdata(w, o);
     break;
+  case GCT_TRACE:
+    walk_trace(w, o);
+    break;
   case GCT_CDATA: /* 0 if its C type cannot be read: unknown. */
     object_header(w, o, GCT_CDATA,
                   w->cd_known ? heap_cdata_size(w->h, &w->ctypes, o) : 0);
@@ -701,23 +782,47 @@ static void roots(struct walk *w, lua_State *L)
 /* ---- The file ---------------------------------------------------------- */
 
 /* The JIT traces alive in L's VM, plus one (0: unknown, the trace array
-** was not verified). The walk does not visit them: what only a trace's
-** constants hold is not in the snapshot, and the file says how many. */
-static uint64_t traces(const struct heap_layout *h, lua_State *L)
+** was not verified). With a verified trace layout they are kept, sorted
+** by what holds them, for the walk to visit from their holders. */
+static uint64_t traces(struct walk *w, lua_State *L)
 {
-  const struct vm_layout *lay = &h->base;
-  uintptr_t g = heap_ref(h, (uintptr_t)L + lay->L_glref);
+  const struct vm_layout *lay = &w->h->base;
+  uintptr_t g = heap_ref(w->h, (uintptr_t)L + lay->L_glref);
   uint32_t size, i;
   uint64_t n = 0;
   if (!lay->trace_ok || !vm_u32(1, g + lay->g_sizetrace, &size))
     return 0;
-  for (i = 1; i < size; i++) {
-    uintptr_t T = vm_trace_object(lay, 1, g, i);
-    uint16_t no;
-    if (T != 0 && vm_is_gc(lay, 1, T, GCT_TRACE) &&
-        vm_u16(1, T + lay->tr_traceno, &no) && no == i)
-      n++;
+  if (w->h->tr_ok && size > 1 &&
+      (w->traces = malloc((size_t)size * sizeof(*w->traces))) == NULL) {
+    failed(w, ENOMEM, "out of memory for %u traces", size);
+    return 0;
   }
+  if (w->traces != NULL)
+    w->traces_cap = size;
+  for (i = 1; i < size; i++) {
+    uintptr_t T = vm_trace_object(lay, 1, g, i), pt = 0;
+    uint16_t no, root;
+    if (T != 0 && vm_is_gc(lay, 1, T, GCT_TRACE) &&
+        vm_u16(1, T + lay->tr_traceno, &no) && no == i) {
+      n++;
+      if (w->traces != NULL && vm_u16(1, T + w->h->tr_root, &root) &&
+          root != 0) {
+        struct trace_at *t = &w->traces[w->ntraces++];
+        t->side = 1, t->key = root, t->T = T;
+      } else if (w->traces != NULL) {
+        struct trace_at *t = &w->traces[w->ntraces++];
+        if (!vm_ref(lay, 1, T + lay->tr_startpt, &pt) ||
+            !vm_is_gc(lay, 1, pt, GCT_PROTO))
+          failed(w, EINVAL, "trace %u's start prototype does not read as one",
+                 i);
+        t->side = 0, t->key = pt, t->T = T;
+      }
+    }
+  }
+  if (w->ntraces > 0)
+    qsort(w->traces, w->ntraces, sizeof(*w->traces), trace_cmp);
+  if (memory(w) > w->peak)
+    w->peak = memory(w);
   return n + 1;
 }
 
@@ -732,7 +837,10 @@ static void header(struct walk *w, lua_State *L,
   out_uleb(w->out, note != NULL && note->running);
   if (note != NULL && note->running)
     out_uleb(w->out, note->written);
-  out_uleb(w->out, traces(w->h, L));
+  out_uleb(w->out, traces(w, L));
+  out_uleb(w->out, w->h->tr_ok);
+  if (!w->h->tr_ok)
+    out_text(w->out, w->h->tr_why);
   now = time(NULL);
   out_uleb(w->out, now > 0 ? (uint64_t)now : 0);
   out_uleb(w->out, (uint64_t)getpid());
@@ -788,5 +896,6 @@ int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
   free(w.out);
   free(w.seen);
   free(w.todo);
+  free(w.traces);
   return w.err;
 }

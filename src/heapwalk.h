@@ -3,6 +3,9 @@
 ** reference between them, written to a file as the walk goes (the heap
 ** snapshot format, docs/heap-format.md).
 **
+** JIT traces are objects too (heap_traces.h), held by the prototype they
+** start in, when their layout is verified.
+**
 ** The walk runs in a C function of the VM it walks and changes nothing in
 ** it: it allocates nothing through the VM (its own memory is malloc'd,
 ** bounded by the objects visited), runs no Lua code and no metamethod,
@@ -22,7 +25,7 @@
 
 /* The file format's constants. */
 #define HEAP_MAGIC "ljh"
-#define HEAP_VERSION 1
+#define HEAP_VERSION 2
 #define HEAP_FLAG_GC64 1
 #define HEAP_FLAG_CDATA_UNKNOWN 2 /* cdata are written with size 0. */
 #define HEAP_RECORD_OBJECT 0x01
@@ -52,6 +55,7 @@ enum heap_ref_kind {
   HREF_CHUNKNAME,      /* A prototype's chunk name. */
   HREF_STACK,          /* A thread's stack slot. */
   HREF_FRAME_FUNCTION, /* The function of a thread's call frame. */
+  HREF_TRACE,          /* A JIT trace its start prototype holds. */
 };
 
 /* What a heap snapshot notes of a running profile: the bytes of its stream

@@ -18,13 +18,14 @@ local byte, sub = string.byte, string.sub
 
 local M = {}
 
-M.VERSION = 1
+M.VERSION = 2 -- Version 1 files (no JIT traces) are read too.
 local CHUNK = 65536
 
 -- Type bytes of the objects (~LJ_Txxx).
 local TYPES = {
   [4] = 'string', [5] = 'upvalue', [6] = 'thread', [7] = 'proto',
-  [8] = 'function', [10] = 'cdata', [11] = 'table', [12] = 'userdata',
+  [8] = 'function', [9] = 'trace', [10] = 'cdata', [11] = 'table',
+  [12] = 'userdata',
 }
 M.TYPES = TYPES
 
@@ -32,7 +33,7 @@ M.TYPES = TYPES
 local KINDS = {
   'root', 'field', 'index', 'key', 'by_key', 'by_number', 'by_bool',
   'by_lightud', 'metatable', 'env', 'upvalue', 'upvalue_value', 'proto',
-  'constant', 'chunkname', 'stack', 'frame_function',
+  'constant', 'chunkname', 'stack', 'frame_function', 'trace',
 }
 M.KINDS = KINDS
 
@@ -135,8 +136,9 @@ local function read_header(self)
       magic))
   end
   local version = u8(self, 'the version')
-  if version ~= M.VERSION then
-    fail(self, 3, format('expected version %d, got %d', M.VERSION, version))
+  if version ~= M.VERSION and version ~= 1 then
+    fail(self, 3, format('expected version 1 or %d, got %d', M.VERSION,
+      version))
   end
   local flags = uleb(self, 'the flags')
   local header = { version = version, gc64 = flags % 2 == 1,
@@ -150,9 +152,15 @@ local function read_header(self)
   if running == 1 then
     header.profile = { written = uleb(self, "the profile's bytes written") }
   end
-  -- JIT traces alive, which the walk does not visit (nil: not known).
+  -- JIT traces alive (nil: not known); whether the walk visited them
+  -- (version 2), or why not.
   local traces = uleb(self, 'the count of JIT traces')
   header.traces = traces > 0 and traces - 1 or nil
+  header.traces_visited = version >= 2 and
+    uleb(self, 'whether traces were visited') == 1
+  if version >= 2 and not header.traces_visited then
+    header.traces_why = text(self, 'why traces were not visited')
+  end
   -- When (seconds since the epoch, nil: not known) and in which process.
   local time = uleb(self, 'the time the snapshot was taken')
   header.time = time > 0 and time or nil
@@ -194,6 +202,8 @@ local function object_values(self, t)
       uleb(self, "a thread's used slots")
   elseif t == 'userdata' then
     return uleb(self, "a userdata's length")
+  elseif t == 'trace' then
+    return uleb(self, "a trace's number")
   end
 end
 
@@ -243,7 +253,7 @@ end
 --     table: asize, nodes, weak (bit 0: keys, bit 1: values);
 --     string: len, text, truncated; function: ffid, nupvalues, cfunc (C);
 --     proto: firstline, numline; thread: stack_slots, used_slots;
---     userdata: len
+--     userdata: len; trace: traceno
 --   'ref', from, to, kind, weak, a, b, c, offset
 --     root: name; field: key (the key string's address); index: index;
 --     by_key: key; by_number: number; by_bool: bool; by_lightud: pointer;
@@ -300,6 +310,7 @@ local OBJECT_FIELDS = {
   proto = { 'firstline', 'numline' },
   thread = { 'stack_slots', 'used_slots' },
   userdata = { 'len' },
+  trace = { 'traceno' },
 }
 local REF_FIELDS = {
   root = { 'name' }, field = { 'key' }, index = { 'index' },
