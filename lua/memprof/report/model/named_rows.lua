@@ -20,6 +20,9 @@
 --   named_rows.record(rows, i, fields, shape) -> row i as a record
 --   named_rows.sorted(rows, keep, value) -> the numbers of the rows that
 --     keep(i) keeps, by value(i), largest first, then by name
+--   named_rows.first(rows, keep, value, count) -> the first `count` of
+--     them, without sorting them all (a format that shows the first rows
+--     of a list that may have a row per place)
 --   named_rows.slots(rows, i) -> the slots of row i, in order
 --   named_rows.group(rows, i, grouper) -> the group of row i
 --   named_rows.overrides(slots, overrides_at, key, counted) -> names,
@@ -119,6 +122,19 @@ function M.record(rows, i, fields, shape)
   return row
 end
 
+-- Whether row a comes before row b: by value(), largest first, then by
+-- name.
+local function order(rows, value)
+  local names = rows.name
+  return function(a, b)
+    local va, vb = value(a), value(b)
+    if va ~= vb then
+      return va > vb
+    end
+    return names[a] < names[b]
+  end
+end
+
 function M.sorted(rows, keep, value)
   local numbers = {}
   for i = 1, rows.n do
@@ -126,15 +142,29 @@ function M.sorted(rows, keep, value)
       numbers[#numbers + 1] = i
     end
   end
-  local names = rows.name
-  table.sort(numbers, function(a, b)
-    local va, vb = value(a), value(b)
-    if va ~= vb then
-      return va > vb
-    end
-    return names[a] < names[b]
-  end)
+  table.sort(numbers, order(rows, value))
   return numbers
+end
+
+-- Each row kept is compared with the last of those found so far, and
+-- most go no further.
+function M.first(rows, keep, value, count)
+  local before, first, n = order(rows, value), {}, 0
+  if count < 1 then
+    return first
+  end
+  for i = 1, rows.n do
+    if keep(i) and (n < count or before(i, first[n])) then
+      local k = n < count and n + 1 or n
+      while k > 1 and before(i, first[k - 1]) do
+        first[k] = first[k - 1]
+        k = k - 1
+      end
+      first[k] = i
+      n = n < count and n + 1 or n
+    end
+  end
+  return first
 end
 
 function M.group_of(rows, i, grouper)

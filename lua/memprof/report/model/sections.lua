@@ -355,22 +355,27 @@ function Model:allocated()
   local rows = allocated_rows(self, { 'allocs' })
   local bytes, count = rows.allocated_bytes, rows.allocs
   local by = opts.sort == 'count' and count or bytes
-  local numbers = named_rows.sorted(rows, function(i)
+  local function keep(i)
     return bytes[i] ~= false
-  end, function(i)
+  end
+  local function value(i)
     return by[i]
-  end)
-  local shown_count = math.min(#numbers, opts.top or #numbers)
+  end
+  local numbers = opts.top and named_rows.first(rows, keep, value, opts.top)
+    or named_rows.sorted(rows, keep, value)
   local shown = {}
-  for k = 1, shown_count do
-    local i = numbers[k]
+  local rest = { rows = 0, bytes = 0, count = 0 }
+  for k, i in ipairs(numbers) do
     shown[k] = AllocatedRow.make({ self:group({ rows = rows }, i), bytes[i],
       count[i] })
+    rest.rows, rest.bytes = rest.rows - 1, rest.bytes - bytes[i]
+    rest.count = rest.count - count[i]
   end
-  local rest = { rows = #numbers - shown_count, bytes = 0, count = 0 }
-  for k = shown_count + 1, #numbers do
-    local i = numbers[k]
-    rest.bytes, rest.count = rest.bytes + bytes[i], rest.count + count[i]
+  for i = 1, rows.n do
+    if keep(i) then
+      rest.rows, rest.bytes = rest.rows + 1, rest.bytes + bytes[i]
+      rest.count = rest.count + count[i]
+    end
   end
   return shown, rest
 end
