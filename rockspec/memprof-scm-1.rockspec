@@ -52,6 +52,8 @@ build = {
     ["memprof.report.model.leaks"] = "lua/memprof/report/model/leaks.lua",
     ["memprof.report.model.temporary"] = "lua/memprof/report/model/temporary.lua",
     ["memprof.report.model.sections"] = "lua/memprof/report/model/sections.lua",
+    ["memprof.report.model.named_rows"] =
+      "lua/memprof/report/model/named_rows.lua",
     ["memprof.report.model.cumulative"] =
       "lua/memprof/report/model/cumulative.lua",
     ["memprof.report.model.timeline"] = "lua/memprof/report/model/timeline.lua",

@@ -40,50 +40,16 @@ local function by_name(figures, fields)
 end
 
 describe('rows.figures', function()
-  it('gives every figure of each row, with opts.all', function()
+  it('gives the four columns of the flame graph formats and --diff',
+    function()
     local result = stream()
-    local figures = rows.figures(result, { all = true })
+    local figures = rows.figures(result)
     local names = {}
     for i, group in ipairs(figures.list) do
       names[i] = group.name
       assert.are.equal(result.grouper.list[group.id], group)
     end
     assert.are.same({ '@r.lua:2', '@r.lua:3', '@r.lua:4', BEFORE }, names)
-    assert.are.same({
-      ['@r.lua:2'] = { 3, 24, 0, 0, 0, 0, 0, 3, 24, 8, 1, 2, 16 },
-      ['@r.lua:3'] = { 0, 0, 2, 28, 12, 0, 0, 2, 28, 12, 1, 1, 16 },
-      ['@r.lua:4'] = { 0, 0, 0, 0, 0, 3, 29, 0, 0, 0, 0, 0, 0 },
-      [BEFORE] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 9 },
-    }, by_name(figures, rows.FIELDS))
-    assert.are.equal(figures.list[4].id, figures.before)
-    assert.is_nil(figures.overrides)
-  end)
-
-  it('gives the rows whose blocks each row released, with overrides',
-    function()
-    local figures = rows.figures(stream(), { all = true, overrides = true })
-    local function named(entry)
-      local list = {}
-      for i, group in ipairs(entry.groups) do
-        list[i] = { group.name, entry.blocks[i] }
-      end
-      return list
-    end
-    local id = {}
-    for _, group in ipairs(figures.list) do
-      id[group.name] = group.id
-    end
-    assert.are.same({ { '@r.lua:2', 1 }, { BEFORE, 1 } },
-      named(figures.overrides.realloc[id['@r.lua:3']]))
-    assert.are.same({ { '@r.lua:3', 1 }, { '@r.lua:2', 1 }, { BEFORE, 1 } },
-      named(figures.overrides.free[id['@r.lua:4']]))
-    assert.is_nil(figures.overrides.free[id['@r.lua:2']])
-    assert.is_nil(figures.overrides.realloc[id['@r.lua:4']])
-  end)
-
-  it('gives the four columns of the flame graph formats by default',
-    function()
-    local figures = rows.figures(stream())
     assert.are.same({
       ['@r.lua:2'] = { 3, 24, 8, 1 },
       ['@r.lua:3'] = { 2, 28, 12, 1 },

@@ -19,8 +19,7 @@
 -- byte that is not part of a valid sequence becomes U+FFFD), and every
 -- whole number is written exactly, however large (memprof.encode.json_text).
 
-local rows = require('memprof.report.rows')
-local sort_groups = require('memprof.analysis.columns').sort_groups
+local sections_model = require('memprof.report.model.sections')
 local json_text = require('memprof.encode.json_text')
 local leaks_module = require('memprof.analysis.leaks')
 local holders_json = require('memprof.report.holders_json')
@@ -157,87 +156,88 @@ end
 -- No overrides: one empty array for every row without any.
 local NO_OVERRIDES = M.array({})
 
--- The overrides of a row (rows.figures), the most blocks first: a
--- section in its own right (a row where the collector frees every
--- place's blocks has an override per place).
+-- The overrides of a row (memprof.report.model.sections), the most
+-- blocks first: a section in its own right (a row where the collector
+-- frees every place's blocks has an override per place).
 local function overrides_of(overrides, place)
   if not overrides then
     return NO_OVERRIDES
   end
-  local groups, blocks, order = overrides.groups, overrides.blocks, {}
-  for i = 1, #groups do
-    order[i] = i
-  end
-  table.sort(order, function(a, b)
-    if blocks[a] ~= blocks[b] then
-      return blocks[a] > blocks[b]
-    end
-    return groups[a].name < groups[b].name
-  end)
-  return place(section(order, function(at, entry)
+  local groups, blocks = overrides.groups, overrides.blocks
+  return place(section(#groups, function(at, entry)
     entry.row, entry.name = groups[at].id, groups[at].name
     entry.blocks = blocks[at]
     return entry
   end))
 end
 
--- The sections of rows (rows.figures): the rows kept (a figure of
--- `kept` above 0), the figure they are sorted by, each entry's figures
--- ({ key in the entry, column }) and the kind of its overrides.
-local ROW_SECTIONS = {
-  allocations = { kept = { 'alloc_events' }, by = 'alloc_bytes',
-    fields = { { 'events', 'alloc_events' }, { 'bytes', 'alloc_bytes' } } },
-  reallocations = { kept = { 'realloc_events' }, by = 'realloc_bytes',
-    fields = { { 'events', 'realloc_events' },
-      { 'new_bytes', 'realloc_bytes' }, { 'old_bytes', 'realloc_old_bytes' } },
-    overrides = 'realloc' },
-  deallocations = { kept = { 'free_events' }, by = 'freed_bytes',
-    fields = { { 'events', 'free_events' }, { 'bytes', 'freed_bytes' } },
-    overrides = 'free' },
-  heap = { kept = { 'allocated_events', 'released_blocks' },
-    by = 'live_bytes',
-    fields = { { 'live_bytes', 'live_bytes' }, { 'live_blocks', 'live_blocks' },
-      { 'allocs', 'allocated_events' }, { 'reallocs', 'realloc_events' },
-      { 'frees', 'released_blocks' }, { 'freed_bytes', 'released_bytes' } } },
+-- The sections of events: each entry's figures ({ key in the entry,
+-- column of the model's rows }), and whether it lists overrides.
+local EVENT_SECTIONS = {
+  alloc = { fields = { { 'events', 'count' }, { 'bytes', 'plus' } } },
+  realloc = { fields = { { 'events', 'count' }, { 'new_bytes', 'plus' },
+    { 'old_bytes', 'minus' } }, overrides = true },
+  free = { fields = { { 'events', 'count' }, { 'bytes', 'minus' } },
+    overrides = true },
 }
 
-local function kept(figures, columns, id)
-  for _, column in ipairs(columns) do
-    if figures[column][id] > 0 then
-      return true
-    end
-  end
-  return false
-end
-
--- The groups of a row section, sorted (by the figure, largest first,
--- then by name).
-local function row_items(figures, spec)
-  local items = {}
-  for _, group in ipairs(figures.list) do
-    if kept(figures, spec.kept, group.id) then
-      items[#items + 1] = group
-    end
-  end
-  return sort_groups(items, figures[spec.by])
-end
-
--- (The items of each section are listed as it is written: not every
--- section's list of 400,000 groups at once.)
-local function row_section(figures, name, place)
-  local spec = ROW_SECTIONS[name]
-  local overrides = spec.overrides and figures.overrides[spec.overrides]
+-- A section of rows from a listing of the model, made as the section is
+-- written and let go after its last entry (not every section's 400,000
+-- rows at once): list() -> the listing, fill(listing, i, entry) the
+-- figures of row i.
+local function listing_section(model, list, fill)
+  local listing, last
   return section(function()
-    return row_items(figures, spec)
-  end, function(group, entry)
-    local id = group.id
-    entry.row, entry.name = id, group.name
+    listing = list()
+    last = listing.numbers[#listing.numbers]
+    return listing.numbers
+  end, function(i, entry)
+    local group = model:group(listing, i)
+    entry.row, entry.name = group.id, group.name
+    fill(listing, i, entry)
+    if i == last then
+      listing = nil
+    end
+    return entry
+  end)
+end
+
+local function event_section(model, kind, place)
+  local spec = EVENT_SECTIONS[kind]
+  return listing_section(model, function()
+    return model:event_listing(kind)
+  end, function(listing, i, entry)
+    local rows = listing.rows
     for _, field in ipairs(spec.fields) do
-      entry[field[1]] = figures[field[2]][id]
+      entry[field[1]] = rows[field[2]][i]
     end
-    if overrides then
-      entry.overrides = overrides_of(overrides[id], place)
+    if spec.overrides then
+      entry.overrides = overrides_of(model:overrides(kind, listing, i), place)
     end
+    return entry
+  end)
+end
+
+-- The heap: what each row holds at the end, and what its events
+-- produced and released (the row of the blocks allocated before the
+-- profile holds nothing, and released what its holds go below zero).
+local function heap_section(model)
+  return listing_section(model, function()
+    -- The largest listing (more columns than the others'), made after
+    -- theirs: those are garbage the collector may not have freed yet.
+    collectgarbage('collect')
+    return model:heap_listing()
+  end, function(listing, i, entry)
+    local rows = listing.rows
+    local holds, allocs, frees = rows.holds[i], rows.allocs[i], rows.frees[i]
+    if i == rows.before then
+      entry.live_bytes, entry.live_blocks, entry.freed_bytes = 0, 0, -holds
+    else
+      entry.live_bytes, entry.live_blocks = holds, allocs - frees
+      entry.freed_bytes = (rows.allocated_bytes[i] or 0) - holds
+    end
+    entry.allocs, entry.reallocs, entry.frees = allocs, rows.reallocs[i],
+      frees
     return entry
   end)
 end
@@ -416,7 +416,7 @@ end
 
 local function build(result, place, opts)
   local stream = result.stream
-  local figures = rows.figures(result, { all = true, overrides = true })
+  local model = sections_model.new(result)
   local compiled = stream.compiled
   local sites = section(stream.sites, function(site, entry)
     return site_entry(compiled, site, entry)
@@ -441,10 +441,10 @@ local function build(result, place, opts)
     stacks = place(stacks),
     aliases = aliases_of(stream),
     rows = place(described),
-    allocations = place(row_section(figures, 'allocations', place)),
-    reallocations = place(row_section(figures, 'reallocations', place)),
-    deallocations = place(row_section(figures, 'deallocations', place)),
-    heap = place(row_section(figures, 'heap', place)),
+    allocations = place(event_section(model, 'alloc', place)),
+    reallocations = place(event_section(model, 'realloc', place)),
+    deallocations = place(event_section(model, 'free', place)),
+    heap = place(heap_section(model)),
     totals = totals_section(result),
     live = live_section(result.leaks, stream, place),
     peak = peak_section(result.peak, stream, place),

@@ -4,7 +4,7 @@
 -- takes 8 bytes a row, a record per row many times that).
 --
 --   local rows = require('memprof.report.rows')
---   local figures = rows.figures(result [, opts])  -- memprof.analysis.analyze.run
+--   local figures = rows.figures(result)  -- memprof.analysis.analyze.run
 --
 -- The sites and heap passes keep one record per site when the rows are
 -- lines (two sites with one name, a function loaded twice, are one
@@ -16,34 +16,14 @@
 --                      (alloc, realloc), their bytes
 --     live_bytes       what the row's blocks hold at the end: bytes it
 --                      produced minus those of its blocks later released
+--                      (0 for the blocks allocated before the profile)
 --     live_blocks      its blocks still live
---   and with opts.all, every field of rows.FIELDS:
---     alloc_events, alloc_bytes          allocation events, bytes allocated
---     realloc_events, realloc_bytes      reallocations, their new bytes
---     realloc_old_bytes                  the bytes they released
---     free_events, freed_bytes           deallocations at this row
---     released_blocks  its blocks freed or reallocated away (anywhere)
---     released_bytes   their bytes
---   figures.before   the id of the row of the blocks allocated before the
---                    profile, or nil: it produced nothing, so it holds
---                    nothing (live 0) and only has released blocks and
---                    bytes
--- No figure is negative.
---   figures.overrides  with opts.overrides (and opts.all): per kind
---                    ('realloc', 'free'), by group id, the rows whose
---                    blocks the row's events released, in order of first
---                    appearance: { groups = { group, ... }, blocks = {
---                    blocks of each } } (nil for a row without any)
+-- No figure is negative.  (The default sections' rows, as every format
+-- shows them, are memprof.report.model.sections'.)
 
 local record_array = require('memprof.record').array
 
 local M = {}
-
-local FIELDS = { 'alloc_events', 'alloc_bytes', 'realloc_events',
-  'realloc_bytes', 'realloc_old_bytes', 'free_events', 'freed_bytes',
-  'allocated_events', 'allocated_bytes', 'live_bytes', 'live_blocks',
-  'released_blocks', 'released_bytes' }
-M.FIELDS = FIELDS
 
 -- The group of a key of the sites or heap passes: a group already, or a
 -- site (rows by line).
@@ -97,126 +77,33 @@ local function groups_with_figures(result)
   return list
 end
 
--- The overrides of one kind by group id (see above).
-local function overrides_of(grouper, sites, kind)
-  local by_id = {}
-  for slot, key in ipairs(sites.of_kind[kind].keys) do
-    local owners, owner_blocks = sites:overrides_at(kind, slot)
-    if owners then
-      local id = M.group_of(grouper, key).id
-      local entry = by_id[id]
-      if not entry then
-        entry = { groups = {}, blocks = {}, at = {} }
-        by_id[id] = entry
-      end
-      local groups, blocks, at = entry.groups, entry.blocks, entry.at
-      for _, owner in ipairs(owners) do
-        local group = M.group_of(grouper, owner)
-        local i = at[group]
-        if not i then
-          i = #groups + 1
-          groups[i], blocks[i], at[group] = group, 0, i
-        end
-        blocks[i] = blocks[i] + owner_blocks[owner]
-      end
-    end
-  end
-  for _, entry in pairs(by_id) do
-    entry.at = nil
-  end
-  return by_id
-end
-
--- The heap's figures: live bytes and blocks, and with `all` the
--- released blocks and the id of the row before the profile.
-local function add_heap(figures, grouper, heap, all)
+-- The heap's figures: live bytes and blocks.
+local function add_heap(figures, grouper, heap)
   local live_bytes, live_blocks = figures.live_bytes, figures.live_blocks
-  local released_blocks = figures.released_blocks
-  local released_bytes = figures.released_bytes
   local holds, allocs, frees = heap.holds, heap.allocs, heap.frees
   for from, key in ipairs(heap.keys) do
     local group = M.group_of(grouper, key)
-    local id = group.id
-    if group.source == 'before' then
-      figures.before = id
-      if all then
-        released_bytes[id] = released_bytes[id] - holds[from]
-      end
-    else
+    if group.source ~= 'before' then
+      local id = group.id
       live_bytes[id] = live_bytes[id] + holds[from]
       live_blocks[id] = live_blocks[id] + allocs[from] - frees[from]
     end
-    if all then
-      released_blocks[id] = released_blocks[id] + frees[from]
-    end
   end
 end
 
--- The columns that add others up: allocated = alloc + realloc, and
--- released bytes = allocated - live (but for the row before the
--- profile).  Without `all`, the alloc columns become the allocated ones.
-local function add_totals(figures, all)
-  local alloc_events, alloc_bytes = figures.alloc_events, figures.alloc_bytes
-  local realloc_events = figures.realloc_events
-  local realloc_bytes = figures.realloc_bytes
-  local events, bytes = alloc_events, alloc_bytes
-  if all then
-    events, bytes = zeros(figures.list), zeros(figures.list)
-  end
-  for _, group in ipairs(figures.list) do
-    local id = group.id
-    events[id] = alloc_events[id] + realloc_events[id]
-    bytes[id] = alloc_bytes[id] + realloc_bytes[id]
-  end
-  figures.allocated_events, figures.allocated_bytes = events, bytes
-  if not all then
-    figures.alloc_events, figures.alloc_bytes = nil, nil
-    figures.realloc_events, figures.realloc_bytes = nil, nil
-    return
-  end
-  local live, released = figures.live_bytes, figures.released_bytes
-  for _, group in ipairs(figures.list) do
-    local id = group.id
-    if id ~= figures.before then
-      released[id] = bytes[id] - live[id]
-    end
-  end
-end
-
--- The columns summed from the sites pass, by kind: { column, field of
--- the record }; with `all` the whole list, else the first four.
-local SITE_SUMS = {
-  { 'alloc_events', 'alloc', 'count' }, { 'alloc_bytes', 'alloc', 'plus' },
-  { 'realloc_events', 'realloc', 'count' },
-  { 'realloc_bytes', 'realloc', 'plus' },
-  { 'realloc_old_bytes', 'realloc', 'minus' },
-  { 'free_events', 'free', 'count' }, { 'freed_bytes', 'free', 'minus' },
-}
-
-function M.figures(result, opts)
-  local all = opts and opts.all
+function M.figures(result)
   local grouper, sites = result.grouper, result.sites
   local list = groups_with_figures(result)
-  local figures = { list = list }
-  for i, sum in ipairs(SITE_SUMS) do
-    if all or i <= 4 then
-      local column, kind = zeros(list), sum[2]
-      local of_kind = sites.of_kind[kind]
-      sum_into(column, grouper, of_kind.keys, of_kind[sum[3]])
-      figures[sum[1]] = column
-    end
+  local events, bytes = zeros(list), zeros(list)
+  for _, kind in ipairs({ 'alloc', 'realloc' }) do
+    local of_kind = sites.of_kind[kind]
+    sum_into(events, grouper, of_kind.keys, of_kind.count)
+    sum_into(bytes, grouper, of_kind.keys, of_kind.plus)
   end
-  figures.live_bytes, figures.live_blocks = zeros(list), zeros(list)
-  if all then
-    figures.released_blocks, figures.released_bytes = zeros(list),
-      zeros(list)
-  end
-  add_heap(figures, grouper, result.heap, all)
-  add_totals(figures, all)
-  if all and opts.overrides then
-    figures.overrides = { realloc = overrides_of(grouper, sites, 'realloc'),
-      free = overrides_of(grouper, sites, 'free') }
-  end
+  local figures = { list = list, allocated_events = events,
+    allocated_bytes = bytes, live_bytes = zeros(list),
+    live_blocks = zeros(list) }
+  add_heap(figures, grouper, result.heap)
   return figures
 end
 

@@ -91,6 +91,128 @@ describe('sections model', function()
     end)
 end)
 
+-- Line 2 allocates three blocks of 8 bytes; line 3 reallocates one of
+-- them to 16 bytes, and a block from before the profile (4 bytes) to 12;
+-- line 4 frees the 16 bytes, another block of line 2 and a block from
+-- before the profile (5 bytes).
+local function listed()
+  local s = B.new():lfunc(0x100, '@r.lua', 1):events()
+  s:alloc(B.lua(0x100, 2), 0x10, 8)
+  s:alloc(B.lua(0x100, 2), 0x20, 8)
+  s:alloc(B.lua(0x100, 2), 0x30, 8)
+  s:realloc(B.lua(0x100, 3), 0x10, 8, 0x40, 16)
+  s:free(B.lua(0x100, 4), 0x40, 16)
+  s:free(B.lua(0x100, 4), 0x20, 8)
+  s:free(B.lua(0x100, 4), 0x999, 5)
+  s:realloc(B.lua(0x100, 3), 0x888, 4, 0x50, 12)
+  return s:epilogue()
+end
+
+local BEFORE = '(blocks allocated before the profile)'
+
+-- The rows of a listing in order: the group's name, then `fields`.
+local function listing_rows(model, listing, fields)
+  local list = {}
+  for k, i in ipairs(listing.numbers) do
+    local row = { model:group(listing, i).name }
+    for _, field in ipairs(fields) do
+      row[#row + 1] = listing.rows[field][i]
+    end
+    list[k] = row
+  end
+  return list
+end
+
+local function named_overrides(list)
+  local named = {}
+  for k, group in ipairs(list.groups) do
+    named[k] = { group.name, list.blocks[k] }
+  end
+  return named
+end
+
+describe('sections model, listed whole (json, html)', function()
+  it('lists every row of a section by its bytes, with its group',
+    function()
+      local result = run(listed())
+      local model = sections.new(result)
+      local alloc = model:event_listing('alloc')
+      assert.are.same({ { '@r.lua:2', 3, 24, 0 } },
+        listing_rows(model, alloc, { 'count', 'plus', 'minus' }))
+      local group = model:group(alloc, alloc.numbers[1])
+      assert.are.equal(result.grouper.list[group.id], group)
+      local realloc = model:event_listing('realloc')
+      assert.are.same({ { '@r.lua:3', 2, 28, 12 } },
+        listing_rows(model, realloc, { 'count', 'plus', 'minus' }))
+      local free = model:event_listing('free')
+      assert.are.same({ { '@r.lua:4', 3, 0, 29 } },
+        listing_rows(model, free, { 'count', 'plus', 'minus' }))
+      assert.is_nil(model:overrides('alloc', alloc, alloc.numbers[1]))
+    end)
+
+  it('gives the rows whose blocks a row released, the most blocks first',
+    function()
+      local s = B.new():lfunc(0x100, '@r.lua', 1):events()
+      s:alloc(B.lua(0x100, 2), 0x10, 8)
+      s:alloc(B.lua(0x100, 2), 0x20, 8)
+      s:alloc(B.lua(0x100, 3), 0x30, 8)
+      s:free(B.lua(0x100, 4), 0x30, 8)
+      s:free(B.lua(0x100, 4), 0x999, 5)
+      s:free(B.lua(0x100, 4), 0x10, 8)
+      s:free(B.lua(0x100, 4), 0x20, 8)
+      local model = sections.new(run(s:epilogue()))
+      local free = model:event_listing('free')
+      assert.are.same({ { '@r.lua:2', 2 }, { BEFORE, 1 }, { '@r.lua:3', 1 } },
+        named_overrides(model:overrides('free', free, free.numbers[1])))
+    end)
+
+  it('lists the heap by live bytes, the blocks before the profile apart',
+    function()
+      local model = sections.new(run(listed()))
+      local heap = model:heap_listing()
+      assert.are.same({ { '@r.lua:3', 12, 2, 2, 1, 28 },
+        { '@r.lua:2', 8, 3, 0, 2, 24 }, { BEFORE, -9, 0, 0, 2, false } },
+        listing_rows(model, heap, { 'holds', 'allocs', 'reallocs', 'frees',
+          'allocated_bytes' }))
+      assert.are.equal(heap.numbers[3], heap.rows.before)
+    end)
+
+  it('sums alloc and realloc per row, the first rows by bytes or count',
+    function()
+      local function allocated(opts)
+        local shown, rest = sections.new(run(listed()), opts):allocated()
+        local list = {}
+        for k, row in ipairs(shown) do
+          list[k] = { row.group.name, row.bytes, row.count }
+        end
+        return { list, rest }
+      end
+      assert.are.same({ { { '@r.lua:3', 28, 2 } },
+        { rows = 1, bytes = 24, count = 3 } }, allocated({ top = 1 }))
+      assert.are.same({ { { '@r.lua:2', 24, 3 } },
+        { rows = 1, bytes = 28, count = 2 } },
+        allocated({ top = 1, sort = 'count' }))
+      assert.are.same({ { { '@r.lua:3', 28, 2 }, { '@r.lua:2', 24, 3 } },
+        { rows = 0, bytes = 0, count = 0 } }, allocated({}))
+    end)
+
+  it('makes one row of the sites of one name, with one group', function()
+    local s = B.new():lfunc(0x100, '@r.lua', 1):lfunc(0x200, '@r.lua', 1)
+      :events()
+    s:alloc(B.lua(0x100, 2), 0x10, 8)
+    s:alloc(B.lua(0x200, 2), 0x20, 16)
+    local result = run(s:epilogue())
+    assert.are.equal(2, #result.sites.of_kind.alloc.keys)
+    local model = sections.new(result)
+    local alloc = model:event_listing('alloc')
+    assert.are.same({ { '@r.lua:2', 2, 24 } },
+      listing_rows(model, alloc, { 'count', 'plus' }))
+    local text = model:events('alloc')
+    assert.are.same({ '@r.lua:2', 2, 24 }, { text.shown[1].name,
+      text.shown[1].count, text.shown[1].plus })
+  end)
+end)
+
 describe('cumulative model', function()
   it('orders the rows by bytes with callees, and cuts them at top',
     function()

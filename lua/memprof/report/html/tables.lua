@@ -1,5 +1,6 @@
 -- memprof.report.html.tables: the top tables of the HTML page, laid out
--- from the row models: sites by allocated bytes, live at end
+-- from the row models: sites by allocated bytes (the default sections'
+-- memprof.report.model.sections), live at end
 -- (memprof.report.model.leaks), the peak's holders (model.peak), the
 -- temporary blocks (model.temporary), and the aliases of multi-line
 -- chunk names.  memprof.report.html puts them into the page's template.
@@ -11,9 +12,7 @@
 --   tables.aliases(stream) -> the aliases' <details>, or ''
 
 local layout = require('memprof.report.layout')
-local report_rows = require('memprof.report.rows')
-local columns = require('memprof.analysis.columns')
-local record_shape = require('memprof.record').shape
+local sections_model = require('memprof.report.model.sections')
 local html_text = require('memprof.report.html.text')
 local holders_section = require('memprof.report.html.holders_section')
 local peak_model = require('memprof.report.model.peak')
@@ -101,41 +100,7 @@ local function more_label(count)
     count == 1 and 'row' or 'rows')
 end
 
--- The field table rows are sorted by: bytes_field, or count_field when
--- the options say sort = 'count'.
-local function sort_field(settings, bytes_field, count_field)
-  return settings.sort == 'count' and count_field or bytes_field
-end
-
 -- The tables -----------------------------------------------------------------
-
--- Allocated bytes and allocations per row (alloc and realloc together),
--- in columns by group id (memprof.analysis.columns: a profile may have a
--- row per place).  Returns the rows shown (records, at most settings.top,
--- sorted by sort_field, then by name) and the rest: { rows = how many,
--- bytes =, count = their sums }.
-local AllocatedRow = record_shape({ 'group', 'bytes', 'count' })
-
-local function allocated_rows(result, settings)
-  local grouper = result.grouper
-  local set = columns.new(AllocatedRow)
-  local bytes, count = set.columns.bytes, set.columns.count
-  for _, kind in ipairs({ 'alloc', 'realloc' }) do
-    local figures = result.sites.of_kind[kind]
-    local plus, events = figures.plus, figures.count
-    for slot, key in ipairs(figures.keys) do
-      local group = report_rows.group_of(grouper, key)
-      local id = group.id
-      if not set:has(group) then
-        set:add(group)
-      end
-      bytes[id] = bytes[id] + plus[slot]
-      count[id] = count[id] + events[slot]
-    end
-  end
-  return set:top({ by = sort_field(settings, 'bytes', 'count'),
-    top = settings.top, sums = { 'bytes', 'count' } })
-end
 
 -- The body rows of a table of bytes, a count (row[count_field]) and a
 -- share of `total`: the rows shown, and in the foot one row summing the
@@ -156,7 +121,8 @@ local function share_rows(shown, rest, count_field, total)
 end
 
 local function allocated_table(result, settings, sums)
-  local shown, rest = allocated_rows(result, settings)
+  local shown, rest = sections_model.new(result, { top = settings.top,
+    sort = settings.sort }):allocated()
   if #shown == 0 then
     return empty_table('table-allocated', 'Sites by allocated bytes',
       'Nothing was allocated during the profile.')

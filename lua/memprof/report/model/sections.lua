@@ -1,8 +1,10 @@
--- memprof.report.model.sections: the default sections of the text
--- report, decided once: the rows of ALLOCATIONS, REALLOCATIONS and
--- DEALLOCATIONS and of the HEAP SUMMARY, their order, the rows shown and
--- the rest, the overrides of each row, the share of compiled code.  The
--- text report only lays them out.
+-- memprof.report.model.sections: the default sections, decided once for
+-- every format: the rows of ALLOCATIONS, REALLOCATIONS and DEALLOCATIONS
+-- and of the HEAP SUMMARY, their order, the rows shown and the rest, the
+-- overrides of each row, the share of compiled code.  The text report
+-- lays out events() and heap(), the JSON document lists every row
+-- (event_listing, heap_listing), the HTML page sums alloc and realloc
+-- (allocated).
 --
 --   local model = sections_model.new(result, opts)
 --     result  from memprof.analysis.analyze.run()
@@ -25,9 +27,9 @@
 --     details    by row shown: { sites = its keys, overrides = the names
 --                of the rows whose blocks its events released, sorted
 --                and at most top, overrides_more = how many more,
---                override_sites = a set of name -> site, compiled = the
---                whole percentage of its bytes allocated (plus) by
---                compiled code, or nil }
+--                override_sites = a set of name -> a key of that row,
+--                compiled = the whole percentage of its bytes allocated
+--                (plus) by compiled code, or nil }
 --     rest       { count = rows not shown, sums = { count, plus, minus } }
 --     shown_bytes, total   the section's bytes in the rows shown, in all
 --   }
@@ -42,6 +44,20 @@
 --                nil: it holds nothing, and is apart from the others
 --     total      the net bytes of the stream
 --   }
+--   model:event_listing(kind) -> every row of a section with events, by
+--     its bytes: { rows = columns (memprof.report.model.named_rows) of
+--     count, plus, minus; numbers = the rows, in order }
+--   model:heap_listing() -> every row of the heap that allocated or whose
+--     blocks were released, by live bytes: columns of holds, allocs,
+--     reallocs, frees and allocated_bytes (false: nothing allocated);
+--     rows.before, the row of the blocks allocated before the profile
+--   model:group(listing, i)   the group of row i (its id, its name)
+--   model:overrides(kind, listing, i) -> { groups, blocks } of the rows
+--     whose blocks row i's events released, the most blocks first, then
+--     by name; nil for none
+--   model:allocated() -> shown, rest: alloc and realloc together, records
+--     of group, bytes, count sorted by bytes (count with sort = 'count'),
+--     at most top; rest = { rows, bytes, count }
 --
 -- Rows are grouped by name: sites with the same name (a function
 -- reloaded at another address, say) are one row.  They are kept in
@@ -50,6 +66,8 @@
 
 local record = require('memprof.record')
 local layout = require('memprof.report.layout')
+local named_rows = require('memprof.report.model.named_rows')
+local group_of = require('memprof.report.rows').group_of
 
 local M = {}
 
@@ -72,79 +90,6 @@ end
 
 local EventRow, HeapRow = row_shape(EVENT_FIELDS), row_shape(HEAP_FIELDS)
 
--- Groups the keys of a pass (sites, or groups; key i is in slot i) by
--- name: one row per name, with the figures summed (values[field][slot]).
--- A row keeps the slot of its first key, and a list of the others' only
--- when there are any (most names have one site).
-local function group_by_name(keys, values, key, fields)
-  local rows = { n = 0, keys = keys, name = {}, first = {}, more = {} }
-  for _, field in ipairs(fields) do
-    rows[field] = {}
-  end
-  local index = {}
-  for slot, item in ipairs(keys) do
-    local name = key(item)
-    local i = index[name]
-    if not i then
-      i = rows.n + 1
-      rows.n = i
-      index[name] = i
-      rows.name[i], rows.first[i], rows.more[i] = name, slot, false
-      for _, field in ipairs(fields) do
-        rows[field][i] = 0
-      end
-    else
-      local more = rows.more[i] or {}
-      more[#more + 1] = slot
-      rows.more[i] = more
-    end
-    for _, field in ipairs(fields) do
-      local column = rows[field]
-      column[i] = column[i] + values[field][slot]
-    end
-  end
-  return rows
-end
-
--- Row i of the columns as a record of `shape`.
-local function row_of(rows, i, fields, shape)
-  local keys = rows.keys
-  local first = keys[rows.first[i]]
-  local slots, more = { rows.first[i] }, false
-  if rows.more[i] then
-    more = {}
-    for k, slot in ipairs(rows.more[i]) do
-      slots[k + 1], more[k] = slot, keys[slot]
-    end
-  end
-  local row = shape.make({ rows.name[i], first, first.frames, more, slots,
-    0, 0, 0, 0 })
-  for _, field in ipairs(fields) do
-    row[field] = rows[field][i]
-  end
-  return row
-end
-
--- The numbers of the rows that keep(i) keeps, by value(i), largest
--- first, then by name.
-local function sorted_numbers(rows, keep, value)
-  local numbers = {}
-  for i = 1, rows.n do
-    if keep(i) then
-      numbers[#numbers + 1] = i
-    end
-  end
-  local names = rows.name
-  table.sort(numbers, function(a, b)
-    local va, vb = value(a), value(b)
-    if va ~= vb then
-      return va > vb
-    end
-    return names[a] < names[b]
-  end)
-  return numbers
-end
-
 -- The rows shown (records, at most opts.top) and the rest: how many,
 -- and the sums of `fields` over them.
 local function split_rows(rows, numbers, fields, shape, opts)
@@ -155,7 +100,7 @@ local function split_rows(rows, numbers, fields, shape, opts)
   end
   local shown = {}
   for k = 1, shown_count do
-    shown[k] = row_of(rows, numbers[k], fields, shape)
+    shown[k] = named_rows.record(rows, numbers[k], fields, shape)
   end
   local rest = { count = #numbers - shown_count, sums = {} }
   for _, field in ipairs(fields) do
@@ -178,15 +123,6 @@ local function keys_of(row)
     list[#list + 1] = more
   end
   return list
-end
-
-local function sorted_keys(set)
-  local keys = {}
-  for k in pairs(set) do
-    keys[#keys + 1] = k
-  end
-  table.sort(keys)
-  return keys
 end
 
 -- A whole percentage of `part` in `whole`.
@@ -231,14 +167,10 @@ end
 -- The details of a row shown (see above): overrides_at(slot) lists the
 -- sites whose blocks the events of the key in that slot released.
 local function details_of(row, key, overrides_at, opts, compiled)
-  local override_sites = {}
-  for _, slot in ipairs(row.slots) do
-    for _, owner in ipairs(overrides_at(slot) or {}) do
-      override_sites[key(owner)] = owner
-    end
-  end
-  local overrides, rest = layout.split_top(sorted_keys(override_sites),
-    opts.top, opts.left_out)
+  local names, override_sites = named_rows.overrides(row.slots,
+    overrides_at, key)
+  table.sort(names)
+  local overrides, rest = layout.split_top(names, opts.top, opts.left_out)
   return { sites = keys_of(row), overrides = overrides,
     overrides_more = #rest, override_sites = override_sites,
     compiled = compiled_share(compiled, row, row.plus) }
@@ -260,21 +192,33 @@ function M.new(result, opts)
     key = opts.key or site_name }, Model)
 end
 
+local function keep_all()
+  return true
+end
+
+-- The rows of a section of events, every one, and their numbers sorted
+-- by `by` (a field of EVENT_FIELDS).
+local function event_rows(self, kind, by)
+  local figures = self.result.sites.of_kind[kind]
+  local rows = named_rows.group(figures.keys, figures, self.key,
+    EVENT_FIELDS)
+  local column = rows[by]
+  return rows, named_rows.sorted(rows, keep_all, function(i)
+    return column[i]
+  end)
+end
+
 function Model:events(kind)
   local result, opts, key = self.result, self.opts, self.key
   local spec = SECTIONS[kind]
   local bytes = spec.bytes
   local by = opts.sort == 'count' and 'count' or bytes
-  local figures = result.sites.of_kind[kind]
-  local rows = group_by_name(figures.keys, figures, key, EVENT_FIELDS)
-  local column = rows[by]
-  local numbers = sorted_numbers(rows, function() return true end,
-    function(i) return column[i] end)
+  local rows, numbers = event_rows(self, kind, by)
   local shown, rest = split_rows(rows, numbers, EVENT_FIELDS, EventRow, opts)
   local compiled = compiled_of(result, kind, opts)
   local sites = result.sites
   local function overrides_at(slot)
-    return (sites:overrides_at(kind, slot))
+    return sites:overrides_at(kind, slot)
   end
   local details = {}
   for i, row in ipairs(shown) do
@@ -291,15 +235,21 @@ function Model:events(kind)
   return section
 end
 
+-- Whether row i of the heap's rows is the blocks allocated before the
+-- profile.
+local function is_before(rows, i)
+  return rows.keys[rows.first[i]].source == 'before'
+end
+
 function Model:heap()
   local heap, opts = self.result.heap, self.opts
   local by_blocks = opts.sort == 'count'
-  local rows = group_by_name(heap.keys, heap, self.key, HEAP_FIELDS)
+  local rows = named_rows.group(heap.keys, heap, self.key, HEAP_FIELDS)
   local before = nil
   local holds, allocs, frees = rows.holds, rows.allocs, rows.frees
-  local numbers = sorted_numbers(rows, function(i)
-    if rows.keys[rows.first[i]].source == 'before' then
-      before = row_of(rows, i, HEAP_FIELDS, HeapRow)
+  local numbers = named_rows.sorted(rows, function(i)
+    if is_before(rows, i) then
+      before = named_rows.record(rows, i, HEAP_FIELDS, HeapRow)
       return false
     end
     return holds[i] ~= 0
@@ -312,6 +262,122 @@ function Model:heap()
   return { by_blocks = by_blocks, shown = shown, rest = rest,
     shown_bytes = layout.sum_of(shown, 'holds'), before = before,
     total = heap.total }
+end
+
+-- The listings: every row of a section in columns, for the formats that
+-- list them all (JSON) or sum them otherwise (HTML).  Each is
+-- { rows = the columns (memprof.report.model.named_rows), numbers = the
+-- rows listed, in order }, and model:group(listing, i) is the group of
+-- row i, model:overrides(kind, listing, i) the rows whose blocks its
+-- events released.
+
+-- Every row of a section of events with events, by its bytes.
+function Model:event_listing(kind)
+  local rows, numbers = event_rows(self, kind, SECTIONS[kind].bytes)
+  local count, kept = rows.count, {}
+  for _, i in ipairs(numbers) do
+    if count[i] > 0 then
+      kept[#kept + 1] = i
+    end
+  end
+  return { rows = rows, numbers = kept }
+end
+
+function Model:group(listing, i)
+  return named_rows.group_of(listing.rows, i, self.result.grouper)
+end
+
+-- { groups, blocks } by position, the most blocks first, then by name;
+-- nil for a row without any.
+function Model:overrides(kind, listing, i)
+  local sites = self.result.sites
+  local names, owners, blocks = named_rows.overrides(
+    named_rows.slots(listing.rows, i), function(slot)
+      return sites:overrides_at(kind, slot)
+    end, self.key, true)
+  if #names == 0 then
+    return nil
+  end
+  table.sort(names, function(a, b)
+    if blocks[a] ~= blocks[b] then
+      return blocks[a] > blocks[b]
+    end
+    return a < b
+  end)
+  local grouper, list = self.result.grouper, { groups = {}, blocks = {} }
+  for k, name in ipairs(names) do
+    list.groups[k] = group_of(grouper, owners[name])
+    list.blocks[k] = blocks[name]
+  end
+  return list
+end
+
+-- The heap's rows with what they allocated (alloc and realloc):
+-- allocated_bytes, false for a row that allocated nothing.
+local function allocated_rows(self, fields)
+  local result = self.result
+  local rows, index = named_rows.group(result.heap.keys, result.heap,
+    self.key, fields)
+  for _, kind in ipairs({ 'alloc', 'realloc' }) do
+    local figures = result.sites.of_kind[kind]
+    named_rows.add(rows, index, figures.keys, figures, self.key,
+      { { 'allocated_bytes', 'plus' } })
+  end
+  return rows
+end
+
+-- Every row of the heap that allocated or whose blocks were released,
+-- by live bytes; its figures: holds (the row of the blocks allocated
+-- before the profile, rows.before, holds none: its holds are minus the
+-- bytes released), allocs, reallocs, frees, allocated_bytes.
+function Model:heap_listing()
+  local rows = allocated_rows(self, HEAP_FIELDS)
+  local holds, allocs, frees = rows.holds, rows.allocs, rows.frees
+  local numbers = named_rows.sorted(rows, function(i)
+    if is_before(rows, i) then
+      rows.before = i
+    end
+    return allocs[i] > 0 or frees[i] > 0
+  end, function(i)
+    return i == rows.before and 0 or holds[i]
+  end)
+  return { rows = rows, numbers = numbers }
+end
+
+-- The rows that allocated (alloc and realloc together): the rows shown,
+-- records of group, bytes (allocated) and count (events), sorted by
+-- bytes (count with sort = 'count') and at most opts.top; the rest
+-- { rows = how many, bytes, count = their sums }.
+local AllocatedRow = record.shape({ 'group', 'bytes', 'count' })
+
+function Model:allocated()
+  local opts = self.opts
+  local rows = allocated_rows(self, { 'allocs' })
+  local bytes, count = rows.allocated_bytes, rows.allocs
+  local by = opts.sort == 'count' and count or bytes
+  local function keep(i)
+    return bytes[i] ~= false
+  end
+  local function value(i)
+    return by[i]
+  end
+  local numbers = opts.top and named_rows.first(rows, keep, value, opts.top)
+    or named_rows.sorted(rows, keep, value)
+  local shown = {}
+  local rest = { rows = 0, bytes = 0, count = 0 }
+  for k, i in ipairs(numbers) do
+    shown[k] = AllocatedRow.make({ self:group({ rows = rows }, i), bytes[i],
+      count[i] })
+    rest.rows, rest.bytes = rest.rows - 1, rest.bytes - bytes[i]
+    rest.count = rest.count - count[i]
+  end
+  for i = 1, rows.n do
+    if keep(i) then
+      rest.rows, rest.bytes = rest.rows + 1, rest.bytes + bytes[i]
+      rest.count = rest.count + count[i]
+    end
+  end
+  return shown, rest
 end
 
 M.keys_of = keys_of
