@@ -648,6 +648,46 @@ return a, b, s, v, k
     assert.equal(1, own)
   end)
 
+  it('walks coroutines that yielded inside a stitched trace', function()
+    -- coroutine.yield is not compiled: the trace stitches, and each
+    -- coroutine's stack keeps the continuation, its slot holding the trace.
+    local make = h.chunk([[
+      local list = {}
+      for i = 1, 300 do
+        list[i] = coroutine.create(function(x)
+          local pending = { x }
+          coroutine.yield(pending)
+        end)
+        coroutine.resume(list[i], i)
+      end
+      return list]], '@yielding.lua')
+    jit.on()
+    finally(function()
+      jit.off()
+      jit.flush()
+    end)
+    local list = make()
+    jit.off()
+    local s = snapshot()
+    local found = 0
+    for i, co in ipairs(list) do
+      local slots = refs(s, addr(co), 'stack', 'pending')
+      if #slots == 1 and s.objects[slots[1].to].type == 'table' then
+        found = found + 1
+      end
+      assert.equal('thread', s.objects[addr(co)].type, i)
+    end
+    assert.equal(#list, found)
+    if not traces_expected() then return end
+    local stitched = 0
+    for _, co in ipairs(list) do
+      for _, r in ipairs(refs(s, addr(co), 'stack')) do
+        if s.objects[r.to].type == 'trace' then stitched = stitched + 1 end
+      end
+    end
+    assert.is_true(stitched > 0)
+  end)
+
   it('collects first with collect = true', function()
     local weak = setmetatable({}, { __mode = 'v' })
     collectgarbage('stop')
