@@ -966,13 +966,15 @@ static int push_vmdef(lua_State *L)
   return 0;
 }
 
-/* The number of IR op `name` in vmdef.irnames (6 characters a name). */
-static int vmdef_op(lua_State *L, int vmdef, const char *name)
+/* The number of `name` in the list of names vmdef[field] (6 characters a
+** name: irnames, bcnames), or -1. */
+static int vmdef_number(lua_State *L, int vmdef, const char *field,
+                        const char *name)
 {
   const char *names;
   size_t len, n = strlen(name), i;
   int op = -1;
-  lua_getfield(L, vmdef, "irnames");
+  lua_getfield(L, vmdef, field);
   names = lua_tolstring(L, -1, &len);
   for (i = 0; names != NULL && i + 6 <= len && op < 0; i += 6)
     if (memcmp(names + i, name, n) == 0 &&
@@ -980,6 +982,12 @@ static int vmdef_op(lua_State *L, int vmdef, const char *name)
       op = (int)(i / 6);
   lua_pop(L, 1);
   return op < 256 ? op : -1;
+}
+
+/* The number of IR op `name` in vmdef.irnames, or -1. */
+static int vmdef_op(lua_State *L, int vmdef, const char *name)
+{
+  return vmdef_number(L, vmdef, "irnames", name);
 }
 
 /* The id of IR call `name` in vmdef.ircall (0-based), or -1. */
@@ -1082,15 +1090,16 @@ static const char concat_chunk[] = "local concat, base = ...\n"
                                    "  other[i % 4 + 1] = c\n"
                                    "end\n";
 
-/* Runs the concat chunk, given table.concat (at index fn), under the
-** recording allocator: the first (`run` 1) or the second run. Returns the
-** chunk's prototype, or 0. */
-static uintptr_t run_concat(lua_State *L, struct tlc *t, int fn, int run)
+/* Runs a known-answer chunk (chunk, size bytes, named name), given the
+** built-in at index fn, under the recording allocator: the first (`run`
+** 1) or the second run. Returns the chunk's prototype, or 0. */
+static uintptr_t run_builtin_chunk(lua_State *L, struct tlc *t, int fn, int run,
+                                   const char *chunk, size_t size,
+                                   const char *name)
 {
   uintptr_t pt;
   int top = lua_gettop(L), status;
-  if (luaL_loadbuffer(L, concat_chunk, sizeof(concat_chunk) - 1,
-                      "=memprof.calibration.concat") != 0)
+  if (luaL_loadbuffer(L, chunk, size, name) != 0)
     return 0;
   pt = vm_func_proto(&t->c->lay, 1, (uintptr_t)lua_topointer(L, -1));
   lua_pushvalue(L, fn);
@@ -1103,36 +1112,51 @@ static uintptr_t run_concat(lua_State *L, struct tlc *t, int fn, int run)
   return status == 0 ? pt : 0;
 }
 
-/* Of the concat chunk's events in compiled code, run with the frames
-** found: those on table.concat's line have its frame above the chunk's,
-** those of the concatenation none, and no other gets one. */
-static int concat_known(const struct tlc *t, uintptr_t pt)
+/* Of a known-answer chunk's events in compiled code, run with the frames
+** found: those on the line marked `mark` have the frame of built-in ffid
+** above the chunk's, those of the line marked --@cat (a concatenation)
+** none, and no other gets one. */
+static int builtin_known(const struct tlc *t, uintptr_t pt, const char *chunk,
+                         const char *mark, uint8_t ffid)
 {
-  const struct vm_trace_layout *tl = &t->c->lay.tl;
-  int i, joins = 0, cats = 0, l_join = 0, l_cat = 0, line = 1;
+  int i, framed_n = 0, cats = 0, l_mark = 0, l_cat = 0, line = 1;
+  size_t mlen = strlen(mark);
   const char *p;
-  for (p = concat_chunk; *p != '\0'; p++) {
-    if (strncmp(p, "--@join", 7) == 0)
-      l_join = line;
+  for (p = chunk; *p != '\0'; p++) {
+    if (strncmp(p, mark, mlen) == 0)
+      l_mark = line;
     if (strncmp(p, "--@cat", 6) == 0)
       l_cat = line;
     line += *p == '\n';
   }
   for (i = 0; i < t->nresults; i++) {
     const struct tl_place *pl = &t->results[i].place;
-    int framed = pl->nframes >= 2 && pl->frames[0].ffid == tl->concat_ffid &&
-                 pl->frames[0].obj == BUILTIN_ADDR(tl->concat_ffid) &&
+    int framed = pl->nframes >= 2 && pl->frames[0].ffid == ffid &&
+                 pl->frames[0].obj == BUILTIN_ADDR(ffid) &&
                  pl->frames[1].obj == pt && pl->frames[1].ffid == FFID_LUA;
     if (!t->results[i].ok || pl->pt != pt)
       return 0;
-    if ((int)pl->line == l_join && framed)
-      joins++;
+    if ((int)pl->line == l_mark && framed)
+      framed_n++;
     else if ((int)pl->line == l_cat && pl->frames[0].ffid == FFID_LUA)
       cats++;
     else if (pl->frames[0].ffid != FFID_LUA)
       return 0;
   }
-  return joins >= 3 && cats >= 3;
+  return framed_n >= 3 && cats >= 3;
+}
+
+static uintptr_t run_concat(lua_State *L, struct tlc *t, int fn, int run)
+{
+  return run_builtin_chunk(L, t, fn, run, concat_chunk,
+                           sizeof(concat_chunk) - 1,
+                           "=memprof.calibration.concat");
+}
+
+static int concat_known(const struct tlc *t, uintptr_t pt)
+{
+  return builtin_known(t, pt, concat_chunk, "--@join",
+                       t->c->lay.tl.concat_ffid);
 }
 
 /* table.concat's frame on events of its string: the IR names from
@@ -1228,56 +1252,16 @@ static const char format_chunk[] = "local format, base = ...\n"
                                    "  other[i % 4 + 1] = 'k' .. i --@cat\n"
                                    "end\n";
 
-/* Runs the format chunk, given string.format (at index fn), under the
-** recording allocator. Returns the chunk's prototype, or 0. */
 static uintptr_t run_format(lua_State *L, struct tlc *t, int fn, int run)
 {
-  uintptr_t pt;
-  int top = lua_gettop(L), status;
-  if (luaL_loadbuffer(L, format_chunk, sizeof(format_chunk) - 1,
-                      "=memprof.calibration.format") != 0)
-    return 0;
-  pt = vm_func_proto(&t->c->lay, 1, (uintptr_t)lua_topointer(L, -1));
-  lua_pushvalue(L, fn);
-  lua_pushinteger(L, run == 1 ? 1000000 : 2000000);
-  t->orig = lua_getallocf(L, &t->orig_ud);
-  lua_setallocf(L, tlc_alloc, t);
-  status = lua_pcall(L, 2, 0, 0);
-  lua_setallocf(L, t->orig, t->orig_ud);
-  lua_settop(L, top);
-  return status == 0 ? pt : 0;
+  return run_builtin_chunk(L, t, fn, run, format_chunk,
+                           sizeof(format_chunk) - 1,
+                           "=memprof.calibration.format");
 }
 
-/* Of the format chunk's events in compiled code: those on
-** string.format's line have its frame above the chunk's, those of the
-** concatenation none, and no other gets one. */
 static int format_known(const struct tlc *t, uintptr_t pt)
 {
-  const struct vm_trace_layout *tl = &t->c->lay.tl;
-  int i, fmts = 0, cats = 0, l_fmt = 0, l_cat = 0, line = 1;
-  const char *p;
-  for (p = format_chunk; *p != '\0'; p++) {
-    if (strncmp(p, "--@fmt", 6) == 0)
-      l_fmt = line;
-    if (strncmp(p, "--@cat", 6) == 0)
-      l_cat = line;
-    line += *p == '\n';
-  }
-  for (i = 0; i < t->nresults; i++) {
-    const struct tl_place *pl = &t->results[i].place;
-    int framed = pl->nframes >= 2 && pl->frames[0].ffid == tl->format_ffid &&
-                 pl->frames[0].obj == BUILTIN_ADDR(tl->format_ffid) &&
-                 pl->frames[1].obj == pt && pl->frames[1].ffid == FFID_LUA;
-    if (!t->results[i].ok || pl->pt != pt)
-      return 0;
-    if ((int)pl->line == l_fmt && framed)
-      fmts++;
-    else if ((int)pl->line == l_cat && pl->frames[0].ffid == FFID_LUA)
-      cats++;
-    else if (pl->frames[0].ffid != FFID_LUA)
-      return 0;
-  }
-  return fmts >= 3 && cats >= 3;
+  return builtin_known(t, pt, format_chunk, "--@fmt", t->c->lay.tl.format_ffid);
 }
 
 /* string.format's frame on events of its string: the IR call ids of the
@@ -1338,21 +1322,10 @@ done:
 
 /* ---- An event after an inlined call returned ---------------------------- */
 
-/* The number of bytecode op `name` in vmdef.bcnames (6 characters a
-** name), or -1. */
+/* The number of bytecode op `name` in vmdef.bcnames, or -1. */
 static int vmdef_bc(lua_State *L, int vmdef, const char *name)
 {
-  const char *names;
-  size_t len, n = strlen(name), i;
-  int op = -1;
-  lua_getfield(L, vmdef, "bcnames");
-  names = lua_tolstring(L, -1, &len);
-  for (i = 0; names != NULL && i + 6 <= len && op < 0; i += 6)
-    if (memcmp(names + i, name, n) == 0 &&
-        (n == 6 || strspn(names + i + n, " ") >= 6 - n))
-      op = (int)(i / 6);
-  lua_pop(L, 1);
-  return op < 256 ? op : -1;
+  return vmdef_number(L, vmdef, "bcnames", name);
 }
 
 /* The kinds of the bytecode ops walked (trace_lines.h, TL_BC_*), by their
