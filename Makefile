@@ -156,7 +156,7 @@ DEBIAN_LUA_CPATH = /usr/lib/x86_64-linux-gnu/lua/5.1/?.so
 HOST_DIR = $(abspath $(HOSTS_DIR)/$(HOST))
 # The known build whose offsets a host's must match (.ci/hosts).
 known_build = $(shell .ci/host-list known $(1))
-ARM64_HOST = $(shell .ci/host-list arm64)
+ARM64_HOST ?= $(firstword $(shell .ci/host-list arm64))
 ARM64_DIR = $(abspath $(HOSTS_DIR)/$(ARM64_HOST))
 ARM64_LUA = $(ARM64_DIR)/luajit
 
@@ -218,7 +218,7 @@ test-host: fixtures
 # and Debian's arm64 builds of busted's C modules; no x86_64 C module
 # can load there, so the default cpath is left out.
 ARM64_CC ?= aarch64-linux-gnu-gcc
-ARM64_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
+ARM64_SPECS ?= spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
   spec/vm_layout_spec.lua spec/heap_walk_spec.lua spec/dominators_spec.lua \
   spec/trace_lines_spec.lua
 ARM64_TIMEOUT ?= 1800

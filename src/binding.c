@@ -554,6 +554,7 @@ static int l_stats(lua_State *L)
   lua_setfield(L, -2, "sources");
   set_number(L, "bytes_written", (double)written);
   set_number(L, "dropped", (double)st.dropped);
+  set_number(L, "unwinds", (double)st.unwinds);
   if (sampled) {
     double samples = 0;
     unsigned i;

@@ -697,6 +697,7 @@ enum life_status lifecycle_stats(lua_State *L, struct vm_profiles *vm,
     return not_running(L, vm);
   p = &vm->active->p;
   *out = p->stats;
+  out->unwinds = p->tlines.unwinds;
   *sample_bytes = p->sampler.mean;
   /* A capped stream keeps its bytes up to the cut (then the epilogue). */
   *written = p->capped ? p->cut_at : writer_total(&p->out);

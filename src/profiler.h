@@ -37,6 +37,7 @@ struct profile_stats {
   uint64_t allocated[32];
   uint64_t freed[32];
   uint64_t dropped; /* Allocator calls not recorded after a halt. */
+  uint64_t unwinds; /* arm64: C frames unwound by libgcc (trace_lines.h). */
   /* Sampling: estimates, by header & 0x1f too. */
   double est_events[32];
   double est_allocated[32];

@@ -16,6 +16,13 @@ int trace_lines_init(struct trace_lines *t, int on)
   if (!on)
     return 0;
   t->slot = calloc(TL_CACHE_SLOTS, sizeof(*t->slot));
+#if defined(__aarch64__)
+  t->steps = calloc(1, sizeof(*t->steps));
+  if (t->steps == NULL) {
+    free(t->slot);
+    t->slot = NULL;
+  }
+#endif
   if (t->slot == NULL) {
     t->on = 0;
     return ENOMEM;
@@ -26,7 +33,9 @@ int trace_lines_init(struct trace_lines *t, int on)
 void trace_lines_free(struct trace_lines *t)
 {
   free(t->slot);
+  free(t->steps);
   t->slot = NULL;
+  t->steps = NULL;
   t->on = 0;
 }
 
@@ -38,34 +47,111 @@ static uintptr_t exit_key(uintptr_t T, int exitno)
 }
 
 #if defined(__aarch64__)
-/* arm64: a cached place found by a saved return address on the stack
-** (innermost first), of a trace still in the array and still followed. */
-static struct tl_place *search_cached(struct trace_lines *t,
-                                      const struct vm_layout *lay, uintptr_t g,
-                                      uint32_t *traceno, uintptr_t low,
-                                      const uintptr_t *described,
-                                      uint32_t ndescribed, unsigned frees)
+/* The traces' machine code, for the unwinder: which trace a return
+** address is in (after a call). */
+struct tl_code {
+  const struct vm_layout *lay;
+  int safe;
+  uintptr_t arr, lo, hi; /* The trace array, the span of all machine code. */
+  uint32_t size;
+  uintptr_t T, mcode; /* Of the trace found. */
+  uint32_t traceno;
+};
+
+/* A return address into a trace after a call (1), or elsewhere in the
+** machine code's span (-1: its frames are not C frames; the unwind stops
+** there), or outside it (0). */
+static int in_trace(void *ud, uintptr_t ip)
 {
-  uintptr_t L, cf, a, w, T;
+  struct tl_code *c = ud;
+  const struct vm_layout *lay = c->lay;
+  uintptr_t T, mcode;
+  uint32_t n, sz;
+  uint16_t no;
+  if (ip < c->lo || ip >= c->hi)
+    return 0;
+  if ((ip & 3) != 0)
+    return -1;
+  for (n = 1; n < c->size; n++) {
+    if (!vm_ref(lay, c->safe, c->arr + (uintptr_t)n * lay->ref_size, &T) ||
+        T == 0 || !vm_ptr(c->safe, T + lay->tl.tr_mcode, &mcode) ||
+        !vm_u32(c->safe, T + lay->tl.tr_szmcode, &sz) || ip <= mcode ||
+        ip >= mcode + sz)
+      continue;
+    if (!tl_called_before(c->safe, ip, mcode) ||
+        !vm_is_gc(lay, c->safe, T, GCT_TRACE) ||
+        !vm_u16(c->safe, T + lay->tr_traceno, &no) || no != n)
+      return -1;
+    c->T = T;
+    c->mcode = mcode;
+    c->traceno = n;
+    return 1;
+  }
+  return -1;
+}
+
+uintptr_t tl_unwind_trace(const struct vm_layout *lay, int safe, uintptr_t g,
+                          struct unwind_steps *steps, uintptr_t ip0,
+                          uintptr_t cfa0, uint32_t *traceno, uintptr_t *ret,
+                          uintptr_t *mcode, uintptr_t *cfa)
+{
+  struct tl_code c;
+  uintptr_t L, cf, T, mc;
+  uint32_t n, sz;
+  memset(&c, 0, sizeof(c));
+  c.lay = lay;
+  c.safe = safe;
+  c.lo = ~(uintptr_t)0;
+  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(safe, L + lay->L_cframe, &cf) ||
+      !vm_ptr(safe, g + lay->g_trace, &c.arr) || c.arr == 0 ||
+      !vm_u32(safe, g + lay->g_sizetrace, &c.size) || c.size > 65536)
+    return 0;
+  for (n = 1; n < c.size; n++) { /* The span of all machine code. */
+    if (!vm_ref(lay, safe, c.arr + (uintptr_t)n * lay->ref_size, &T))
+      return 0;
+    if (T == 0)
+      continue;
+    if (!vm_ptr(safe, T + lay->tl.tr_mcode, &mc) ||
+        !vm_u32(safe, T + lay->tl.tr_szmcode, &sz))
+      return 0;
+    c.lo = mc < c.lo ? mc : c.lo;
+    c.hi = mc + sz > c.hi ? mc + sz : c.hi;
+  }
+  if (!unwind_find(in_trace, &c, cf & ~(uintptr_t)3, steps, ip0, cfa0, ret,
+                   cfa))
+    return 0;
+  *traceno = c.traceno;
+  *mcode = c.mcode;
+  return c.T;
+}
+
+/* arm64: the cached place of the helper call now running, found by
+** replaying the C frames learned from (ip0, cfa0) to the return address
+** into the trace, of a trace still in the array and still followed, whose
+** stack pointer the replay reached. */
+static struct tl_place *
+replay_cached(struct trace_lines *t, const struct vm_layout *lay, uintptr_t g,
+              uint32_t *traceno, uintptr_t ip0, uintptr_t cfa0,
+              const uintptr_t *described, uint32_t ndescribed, unsigned frees)
+{
+  uintptr_t L, cf, ret, cfa;
+  struct tl_cache_slot *s;
   if (!vm_ref(lay, 0, g + lay->g_cur_L, &L) || L == 0 ||
       !vm_ptr(0, L + lay->L_cframe, &cf))
     return NULL;
   cf &= ~(uintptr_t)3;
-  for (a = (low + 8) & ~(uintptr_t)7; a + 8 <= cf && a - low <= TL_STACK_SPAN;
-       a += 8) {
-    struct tl_cache_slot *s;
-    memcpy(&w, (const void *)a, sizeof(w));
-    s = &t->slot[tl_slot_of(w)];
-    if (w == 0 || s->key != w || s->frees != frees ||
-        s->traceno >= ndescribed || described[s->traceno] != s->T)
-      continue;
-    T = vm_trace_object(lay, 0, g, s->traceno);
-    if (T != s->T)
-      continue;
-    *traceno = s->traceno;
-    return &s->place;
-  }
-  return NULL;
+  if (cf <= cfa0 || cf - cfa0 > TL_STACK_SPAN ||
+      !unwind_replay(t->steps, ip0, cfa0, cf, &ret, &cfa))
+    return NULL;
+  s = &t->slot[tl_slot_of(ret)];
+  if (ret == 0 || s->key != ret || s->frees != frees ||
+      s->traceno >= ndescribed || described[s->traceno] != s->T ||
+      vm_trace_object(lay, 0, g, s->traceno) != s->T ||
+      cfa != tl_trace_sp(lay, 0, g, s->T))
+    return NULL;
+  *traceno = s->traceno;
+  return &s->place;
 }
 #endif
 
@@ -83,14 +169,25 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     return NULL;
   if (exitno < 0) {
 #if defined(__aarch64__)
-    struct tl_place *pl =
-        search_cached(t, lay, g, traceno, low, described, ndescribed, frees);
+    /* This function's return address and CFA start the C frames between
+    ** it and the trace (it is never inlined: its callers are elsewhere). */
+    uintptr_t ip0 = (uintptr_t)__builtin_return_address(0),
+              cfa0 = (uintptr_t)__builtin_dwarf_cfa(), cfa;
+    struct tl_place *pl = replay_cached(t, lay, g, traceno, ip0, cfa0,
+                                        described, ndescribed, frees);
+    (void)low;
     if (pl != NULL)
       return pl;
-#endif
+    t->unwinds++;
+    T = tl_unwind_trace(lay, 0, g, t->steps, ip0, cfa0, traceno, &ret, &mcode,
+                        &cfa);
+    if (T == 0 || cfa != tl_trace_sp(lay, 0, g, T))
+      return NULL;
+#else
     T = tl_locate(lay, 0, g, traceno, low, &ret, &mcode);
     if (T == 0)
       return NULL;
+#endif
     key = ret;
   } else {
     T = vm_trace_object(lay, 0, g, *traceno);

@@ -6,10 +6,10 @@
 ** trace's machine code to a helper, so the return address into the trace
 ** is on the native stack: on x86-64 at a place the trace's stack
 ** adjustment gives, on arm64 (whose compiled code runs under vmstate 0)
-** the innermost saved return address into a trace's machine code, which
+** where unwinding the C frames by their CFI finds it (unwind.h), which
 ** names the trace too. Since upstream LuaJIT a32aeadc every snapshot knows
-** where its
-** region of machine code begins (SnapShot.mcofs): the return address gives
+** where its region of machine code begins (SnapShot.mcofs): the return address
+*gives
 ** the snapshot, the snapshot its bytecode PC (where the interpreter would
 ** resume) and its frame links (the inlined callers). Every offset used here
 ** is found and verified at calibration (vm_trace_calib.c), including a run
@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 
+#include "unwind.h"
 #include "vm_inspect.h"
 
 /* Frames of a place: the innermost function, then its inlined callers. */
@@ -142,60 +143,38 @@ VM_INLINE int tl_called_before(int safe, uintptr_t ret, uintptr_t mcode)
          (ins & 0xfffffc1fu) == 0xd63f0000u;
 }
 
-/* arm64 (compiled code runs under vmstate 0): the trace whose helper call
-** is now running, found by the innermost saved return address on the
-** native stack, between `low` and the C frame, that lies in a trace's
-** machine code after a call (stale ones sit further up). Sets *traceno,
-** *ret and *mcode; returns the trace, or 0. Bounded: the stack span, and
-** the trace array's size. */
-VM_INLINE uintptr_t tl_search_trace(const struct vm_layout *lay, int safe,
-                                    uintptr_t g, uintptr_t low,
-                                    uint32_t *traceno, uintptr_t *ret,
-                                    uintptr_t *mcode_out)
+/* The trace's stack pointer at a helper call: the C frame less JLOOP's
+** adjustment and the trace's own. Returns 0 if unreadable. */
+VM_INLINE uintptr_t tl_trace_sp(const struct vm_layout *lay, int safe,
+                                uintptr_t g, uintptr_t T)
 {
-  const struct vm_trace_layout *tl = &lay->tl;
-  uintptr_t L, cf, arr, a, w, T, mcode, lo = ~(uintptr_t)0, hi = 0;
-  uint32_t size, n, sz;
+  uintptr_t L, cf;
+  uint16_t spadjust;
   if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
       !vm_ptr(safe, L + lay->L_cframe, &cf) ||
-      !vm_ptr(safe, g + lay->g_trace, &arr) || arr == 0 ||
-      !vm_u32(safe, g + lay->g_sizetrace, &size) || size > 65536)
+      !vm_u16(safe, T + lay->tl.tr_spadjust, &spadjust))
     return 0;
   cf &= ~(uintptr_t)3;
-  for (n = 1; n < size; n++) { /* The span of all machine code. */
-    if (!vm_ref(lay, safe, arr + (uintptr_t)n * lay->ref_size, &T))
-      return 0;
-    if (T == 0)
-      continue;
-    if (!vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
-        !vm_u32(safe, T + tl->tr_szmcode, &sz))
-      return 0;
-    lo = mcode < lo ? mcode : lo;
-    hi = mcode + sz > hi ? mcode + sz : hi;
-  }
-  for (a = (low + 8) & ~(uintptr_t)7; a + 8 <= cf && a - low <= TL_STACK_SPAN;
-       a += 8) {
-    if (!vm_ptr(safe, a, &w) || w <= lo || w >= hi || (w & 3) != 0)
-      continue;
-    for (n = 1; n < size; n++) {
-      uint16_t no;
-      if (!vm_ref(lay, safe, arr + (uintptr_t)n * lay->ref_size, &T) ||
-          T == 0 || !vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
-          !vm_u32(safe, T + tl->tr_szmcode, &sz) || w <= mcode ||
-          w >= mcode + sz)
-        continue;
-      if (!tl_called_before(safe, w, mcode) ||
-          !vm_is_gc(lay, safe, T, GCT_TRACE) ||
-          !vm_u16(safe, T + lay->tr_traceno, &no) || no != n)
-        return 0;
-      *traceno = n;
-      *ret = w;
-      *mcode_out = mcode;
-      return T;
-    }
-  }
-  return 0;
+  if (cf < TL_JLOOP_ADJUST + (uintptr_t)spadjust)
+    return 0;
+  return cf - TL_JLOOP_ADJUST - spadjust;
 }
+
+#if defined(__aarch64__)
+/*
+** arm64 (compiled code runs under vmstate 0): the trace whose helper call
+** is now running, found by unwinding the C frames (unwind.h) from the
+** caller's to the first return address into a trace's machine code after
+** a call. Sets *traceno, *ret, *mcode and *cfa (the trace's stack pointer
+** at the call, unchecked: tl_locate checks it). With `steps`, the frames
+** from the one returning to ip0 with CFA cfa0 are learned. Returns the
+** trace, or 0. Bounded: the trace array's size per frame, UNWIND_FRAMES.
+*/
+uintptr_t tl_unwind_trace(const struct vm_layout *lay, int safe, uintptr_t g,
+                          struct unwind_steps *steps, uintptr_t ip0,
+                          uintptr_t cfa0, uint32_t *traceno, uintptr_t *ret,
+                          uintptr_t *mcode, uintptr_t *cfa);
+#endif
 
 /* The snapshot whose region of T's machine code holds byte `ofs`: the last
 ** one whose mcofs <= ofs. Returns it, or -1. */
@@ -712,14 +691,18 @@ VM_INLINE int tl_current_snapshot(const struct vm_layout *lay, int safe,
 
 /* The trace whose helper call is now running and the return address into
 ** its machine code: on x86-64 the trace numbered *traceno (vmstate) and
-** the slot its stack adjustment gives, on arm64 a search (*traceno is
-** set). Returns the trace, or 0. */
+** the slot its stack adjustment gives, on arm64 an unwind of the C frames
+** (*traceno is set). Returns the trace, or 0. */
 VM_INLINE uintptr_t tl_locate(const struct vm_layout *lay, int safe,
                               uintptr_t g, uint32_t *traceno, uintptr_t low,
                               uintptr_t *ret, uintptr_t *mcode)
 {
 #if defined(__aarch64__)
-  return tl_search_trace(lay, safe, g, low, traceno, ret, mcode);
+  /* The frame found must be the running trace's: its stack pointer. */
+  uintptr_t cfa,
+      T = tl_unwind_trace(lay, safe, g, NULL, 0, 0, traceno, ret, mcode, &cfa);
+  (void)low;
+  return T != 0 && cfa == tl_trace_sp(lay, safe, g, T) ? T : 0;
 #else
   uintptr_t T = vm_trace_object(lay, safe, g, *traceno);
   uint16_t no;
@@ -744,8 +727,10 @@ struct tl_cache_slot {
 };
 
 struct trace_lines {
-  int on;                       /* Events of traces are resolved. */
-  struct tl_cache_slot *slot;   /* TL_CACHE_SLOTS, malloc'd. */
+  int on;                     /* Events of traces are resolved. */
+  struct tl_cache_slot *slot; /* TL_CACHE_SLOTS, malloc'd. */
+  struct unwind_steps *steps; /* arm64: the C frames learned, malloc'd. */
+  uint64_t unwinds; /* arm64: events whose C frames were not all learned. */
   struct tl_cache_slot scratch; /* For a trace not described yet. */
 };
 

@@ -123,6 +123,11 @@ struct tlc {
   int based;    /* The known-answer run found the frames below its traces. */
   int ntargets; /* Call targets of trace allocations (check == 2). */
   uintptr_t targets[64];
+  int nsps; /* arm64: stack pointers the C unwinder found (check == 4). */
+  struct {
+    uintptr_t adj; /* The C frame less JLOOP's adjustment and the sp. */
+    uint8_t window[TLC_WINDOW]; /* Of the trace found. */
+  } sps[TLC_SAMPLES];
 };
 
 static void tl_fail(struct vm_trace_layout *tl, const char *fmt, ...)
@@ -167,6 +172,7 @@ static void take_stack(struct tlc *t, uint32_t traceno, uintptr_t low)
   s->traceno = traceno;
   s->cf = cf;
   s->from = from;
+
   s->nwords = (int)((cf - from) / 8);
   if (safe_read(from, s->words, cf - from))
     t->nsamples++;
@@ -260,6 +266,25 @@ static void note_target(struct tlc *t, uint32_t traceno, uintptr_t low)
   t->targets[t->ntargets++] = T != 0 ? tl_call_target(1, ret, mcode) : 0;
 }
 
+#if defined(__aarch64__)
+/* arm64: the trace's stack pointer at its helper call, as the C unwinder
+** finds it, and the C frame it runs on. */
+static void unwound_sp(struct tlc *t)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  uintptr_t L, cf, ret, mcode, sp, T;
+  uint32_t traceno = 0;
+  if (t->nsps >= TLC_SAMPLES || !vm_ref(lay, 1, t->c->g + lay->g_cur_L, &L) ||
+      !vm_ptr(1, L + lay->L_cframe, &cf) ||
+      (T = tl_unwind_trace(lay, 1, t->c->g, NULL, 0, 0, &traceno, &ret, &mcode,
+                           &sp)) == 0 ||
+      !safe_read(T, t->sps[t->nsps].window, TLC_WINDOW))
+    return;
+  t->sps[t->nsps].adj = (cf & ~(uintptr_t)3) - TL_JLOOP_ADJUST - sp;
+  t->nsps++;
+}
+#endif
+
 /* Compiled code runs under its trace's number on x86-64, under 0 on
 ** arm64 (its VM stores no trace number). */
 #if defined(__aarch64__)
@@ -277,6 +302,10 @@ static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
       IN_TRACE(st)) {
     if (t->check == 2)
       note_target(t, (uint32_t)st, low);
+#if defined(__aarch64__)
+    else if (t->check == 4)
+      unwound_sp(t);
+#endif
     else if (t->check)
       resolve_now(t, (uint32_t)st, low);
     else
@@ -764,12 +793,45 @@ static int find_trace_fields(struct tlc *t)
     if (!set_field(tl, &tl->tr_nsnapmap, best, "snapshot map length"))
       return 0;
   }
+  return 1;
+}
+
+/* GCtrace's stack adjustment: on x86-64 from the stack copies, on arm64
+** from a run whose helper calls the C unwinder follows to the trace (its
+** machine code now known). */
+static int find_stack_adjust(lua_State *L, struct tlc *t)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  int hint = t->c->lay.gc64 ? 102 : 78;
 #if defined(__aarch64__)
-  return 1; /* The return address is searched for: no stack adjustment. */
+  /* The u16 of GCtrace that holds each sample's adjustment: the usual
+  ** offset, else the only one. */
+  int top = lua_gettop(L), o, i, found = -1, fits_at = 0;
+  t->check = 4;
+  t->nsps = 0;
+  run_known(L, t, "=memprof.calibration.lines");
+  lua_settop(L, top);
+  for (o = 4; o + 2 <= TLC_WINDOW && t->nsps > 0; o += 2) {
+    int fits = 1;
+    for (i = 0; i < t->nsps && fits; i++)
+      fits = t->sps[i].adj < 65536 &&
+             win_u16(t->sps[i].window, (size_t)o) == t->sps[i].adj;
+    if (fits && o == hint) {
+      found = o;
+      fits_at = 1;
+      break;
+    }
+    if (fits) {
+      found = o;
+      fits_at++;
+    }
+  }
+  return set_field(tl, &tl->tr_spadjust, fits_at == 1 ? found : -1,
+                   "stack adjustment (seen by the C unwinder)");
 #else
+  (void)L;
   find_spadjust(t);
-  return set_field(tl, &tl->tr_spadjust,
-                   find_field(t, WANT_SPADJUST, 2, gc64 ? 102 : 78),
+  return set_field(tl, &tl->tr_spadjust, find_field(t, WANT_SPADJUST, 2, hint),
                    "stack adjustment (seen on the stack)");
 #endif
 }
@@ -1683,7 +1745,8 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   }
   tl->ok = 1;
   find_jit_base(t);
-  if (!find_trace_fields(t) || !find_header_op(L, t, ju) || !check_known(L, t))
+  if (!find_trace_fields(t) || !find_stack_adjust(L, t) ||
+      !find_header_op(L, t, ju) || !check_known(L, t))
     goto done;
   tl->base_ok = t->based;
   check_exits(L, t);

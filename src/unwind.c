@@ -1,0 +1,173 @@
+/*
+** The C frames between the hook and the code that called into the VM:
+** libgcc's unwinder, and the steps it teaches. See unwind.h.
+*/
+#include "unwind.h"
+
+/* (Only arm64 needs it: x86-64 finds the return address at a fixed slot.) */
+#if defined(__aarch64__)
+
+#include <string.h>
+#include <unwind.h>
+
+struct unwind_run {
+  unwind_stop_fn stop;
+  void *ud;
+  uintptr_t limit;
+  int n, found;
+  uintptr_t ip[UNWIND_FRAMES], cfa[UNWIND_FRAMES];
+};
+
+static _Unwind_Reason_Code unwind_frame(struct _Unwind_Context *ctx, void *arg)
+{
+  struct unwind_run *r = arg;
+  uintptr_t ip = (uintptr_t)_Unwind_GetIP(ctx),
+            cfa = (uintptr_t)_Unwind_GetCFA(ctx);
+  int stop;
+  if (ip == 0 || cfa >= r->limit || r->n >= UNWIND_FRAMES)
+    return _URC_END_OF_STACK;
+  r->ip[r->n] = ip;
+  r->cfa[r->n] = cfa;
+  r->n++;
+  stop = r->stop(r->ud, ip);
+  if (stop != 0) {
+    r->found = stop > 0;
+    return _URC_END_OF_STACK;
+  }
+  return _URC_NO_REASON;
+}
+
+/* A return address as a frame keeps it, without the pointer authentication
+** code a function built with branch protection signs it with (XPACLRI is
+** in the hint space: where there is no such code, it does nothing). */
+static uintptr_t strip_code(uintptr_t w)
+{
+  /* (x30 is this function's own return address: kept in x16 meanwhile.) */
+  __asm__("mov x16, x30\n\t"
+          "mov x30, %0\n\t"
+          "hint #7\n\t"
+          "mov %0, x30\n\t"
+          "mov x30, x16"
+          : "+r"(w)
+          :
+          : "x16");
+  return w;
+}
+
+static size_t step_slot(uintptr_t ip)
+{
+  return (size_t)((ip >> 2) ^ (ip >> 11)) & (UNWIND_STEP_SLOTS - 1);
+}
+
+/* The step of ip, or NULL. Steps are kept in the first free slot of a
+** short run from ip's own (a path's few return addresses must not evict
+** each other). */
+static const struct unwind_step *find_step(const struct unwind_steps *s,
+                                           uintptr_t ip)
+{
+  size_t i, at = step_slot(ip);
+  for (i = 0; i < UNWIND_PROBES; i++) {
+    const struct unwind_step *st = &s->slot[(at + i) & (UNWIND_STEP_SLOTS - 1)];
+    if (st->ip == ip)
+      return st;
+    if (st->ip == 0)
+      return NULL;
+  }
+  return NULL;
+}
+
+/* The slot for ip: its own step, else the first free slot of its run,
+** else (the run full) NULL. */
+static struct unwind_step *slot_for(struct unwind_steps *s, uintptr_t ip)
+{
+  size_t i, at = step_slot(ip);
+  for (i = 0; i < UNWIND_PROBES; i++) {
+    struct unwind_step *st = &s->slot[(at + i) & (UNWIND_STEP_SLOTS - 1)];
+    if (st->ip == ip || st->ip == 0)
+      return st;
+  }
+  return NULL;
+}
+
+/* The frame whose return address is ip, with CFA cfa, returning (from a
+** frame whose CFA is next) to `to`: its size, and the one word of the
+** frame that holds `to`. Not learned if that word is not unique (a stale
+** copy, or a return address kept in a register). */
+static void learn_step(struct unwind_steps *s, uintptr_t ip, uintptr_t cfa,
+                       uintptr_t next, uintptr_t to)
+{
+  struct unwind_step *st = slot_for(s, ip);
+  uintptr_t a, at = 0;
+  int seen = 0;
+  if (st == NULL || next <= cfa || next - cfa > UNWIND_MAX_FRAME ||
+      ((next - cfa) & 7) != 0 || (cfa & 7) != 0)
+    return;
+  for (a = cfa; a < next; a += 8) {
+    uintptr_t w;
+    memcpy(&w, (const void *)a, sizeof(w));
+    if (strip_code(w) == to) {
+      seen++;
+      at = a;
+    }
+  }
+  if (seen != 1)
+    return;
+  if (st->ip == ip) {
+    if (st->size != (uint32_t)(next - cfa) || st->ra != (int32_t)(at - next))
+      st->size = 0;
+    return;
+  }
+  st->ip = ip;
+  st->size = (uint32_t)(next - cfa);
+  st->ra = (int32_t)(at - next);
+}
+
+int unwind_find(unwind_stop_fn stop, void *ud, uintptr_t limit,
+                struct unwind_steps *learn, uintptr_t ip0, uintptr_t cfa0,
+                uintptr_t *ret, uintptr_t *cfa)
+{
+  struct unwind_run r;
+  int k, j;
+  r.stop = stop;
+  r.ud = ud;
+  r.limit = limit;
+  r.n = r.found = 0;
+  _Unwind_Backtrace(unwind_frame, &r);
+  if (!r.found)
+    return 0;
+  *ret = r.ip[r.n - 1];
+  *cfa = r.cfa[r.n - 1];
+  if (learn == NULL)
+    return 1;
+  for (k = 0; k < r.n - 1; k++)
+    if (r.ip[k] == ip0 && r.cfa[k] == cfa0)
+      break;
+  for (j = k; j < r.n - 1; j++)
+    learn_step(learn, r.ip[j], r.cfa[j], r.cfa[j + 1], r.ip[j + 1]);
+  return 1;
+}
+
+int unwind_replay(const struct unwind_steps *s, uintptr_t ip, uintptr_t cfa,
+                  uintptr_t limit, uintptr_t *ret, uintptr_t *ret_cfa)
+{
+  int n;
+  for (n = 0; n < UNWIND_FRAMES; n++) {
+    const struct unwind_step *st = find_step(s, ip);
+    uintptr_t next, at;
+    if (st == NULL || st->size == 0) {
+      *ret = ip;
+      *ret_cfa = cfa;
+      return 1;
+    }
+    next = cfa + st->size;
+    at = next + (uintptr_t)(intptr_t)st->ra;
+    if (next < cfa || next > limit || at < cfa || at + 8 > next)
+      return 0;
+    memcpy(&ip, (const void *)at, sizeof(ip));
+    ip = strip_code(ip);
+    cfa = next;
+  }
+  return 0;
+}
+
+#endif
