@@ -28,7 +28,8 @@
 --                                   the agreements under each of these
 --                                   (`luajit`: the Lua running the bench,
 --                                   other names: build/hosts/NAME/luajit
---                                   with its own jit.* modules); the costs
+--                                   with its own jit.* modules, and for
+--                                   an arm64 one its own module); the costs
 --                                   are measured under the first only
 --                                   (default: `luajit`)
 local reader = require('memprof.read.stream')
@@ -224,9 +225,17 @@ local function hosts(lua)
         error('no host ' .. name .. ' (' .. binary .. '): make hosts')
       end
       file:close()
+      -- (An arm64 host has its own build of the module and of Debian's
+      -- C modules: .ci/build-hosts.)
+      local cpath = './build/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so'
+      file = io.open(dir .. '/memprof.so')
+      if file then
+        file:close()
+        cpath = dir .. '/?.so;' .. dir ..
+          '/deps/usr/lib/aarch64-linux-gnu/lua/5.1/?.so'
+      end
       list[#list + 1] = { name = name, binary = binary, env = string.format(
-        'LUA_CPATH=%s LUA_PATH=%s ',
-        shell_quote('./build/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so'),
+        'LUA_CPATH=%s LUA_PATH=%s ', shell_quote(cpath),
         shell_quote('./lua/?.lua;' .. dir .. '/lua/?.lua;' ..
           '/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua')) }
     end
