@@ -236,7 +236,7 @@ cached_site(struct profiler *p, const struct vm_layout *lay,
   const struct symbols *s = &p->syms;
   struct tl_place *pl;
   if (site->exit || site->traceno >= s->trace_cap || TL_MCODE_UNIT != 1)
-    return NULL; /* (arm64: found by a search, on the full path.) */
+    return NULL; /* (arm64: found by an unwind, on the full path.) */
   pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
                        (uintptr_t)__builtin_frame_address(0),
                        s->trace_obj[site->traceno], s->trace_frees);

@@ -93,19 +93,18 @@ static int in_trace(void *ud, uintptr_t ip)
 uintptr_t tl_unwind_trace(const struct vm_layout *lay, int safe, uintptr_t g,
                           struct unwind_steps *steps, uintptr_t ip0,
                           uintptr_t cfa0, uint32_t *traceno, uintptr_t *ret,
-                          uintptr_t *mcode, uintptr_t *cfa)
+                          uintptr_t *mcode, uintptr_t *cfa, uintptr_t *cf)
 {
   struct tl_code c;
-  uintptr_t L, cf, T, mc;
+  uintptr_t T, mc;
   uint32_t n, sz;
   memset(&c, 0, sizeof(c));
   c.lay = lay;
   c.safe = safe;
   c.lo = ~(uintptr_t)0;
-  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
-      !vm_ptr(safe, L + lay->L_cframe, &cf) ||
-      !vm_ptr(safe, g + lay->g_trace, &c.arr) || c.arr == 0 ||
-      !vm_u32(safe, g + lay->g_sizetrace, &c.size) || c.size > 65536)
+  if (!tl_cframe(lay, safe, g, cf) || !vm_ptr(safe, g + lay->g_trace, &c.arr) ||
+      c.arr == 0 || !vm_u32(safe, g + lay->g_sizetrace, &c.size) ||
+      c.size > 65536)
     return 0;
   for (n = 1; n < c.size; n++) { /* The span of all machine code. */
     if (!vm_ref(lay, safe, c.arr + (uintptr_t)n * lay->ref_size, &T))
@@ -118,8 +117,7 @@ uintptr_t tl_unwind_trace(const struct vm_layout *lay, int safe, uintptr_t g,
     c.lo = mc < c.lo ? mc : c.lo;
     c.hi = mc + sz > c.hi ? mc + sz : c.hi;
   }
-  if (!unwind_find(in_trace, &c, cf & ~(uintptr_t)3, steps, ip0, cfa0, ret,
-                   cfa))
+  if (!unwind_find(in_trace, &c, *cf, steps, ip0, cfa0, ret, cfa))
     return 0;
   *traceno = c.traceno;
   *mcode = c.mcode;
@@ -135,20 +133,16 @@ replay_cached(struct trace_lines *t, const struct vm_layout *lay, uintptr_t g,
               uint32_t *traceno, uintptr_t ip0, uintptr_t cfa0,
               const uintptr_t *described, uint32_t ndescribed, unsigned frees)
 {
-  uintptr_t L, cf, ret, cfa;
+  uintptr_t cf, ret, cfa;
   struct tl_cache_slot *s;
-  if (!vm_ref(lay, 0, g + lay->g_cur_L, &L) || L == 0 ||
-      !vm_ptr(0, L + lay->L_cframe, &cf))
-    return NULL;
-  cf &= ~(uintptr_t)3;
-  if (cf <= cfa0 || cf - cfa0 > TL_STACK_SPAN ||
+  if (!tl_cframe(lay, 0, g, &cf) || cf <= cfa0 || cf - cfa0 > TL_STACK_SPAN ||
       !unwind_replay(t->steps, ip0, cfa0, cf, &ret, &cfa))
     return NULL;
   s = &t->slot[tl_slot_of(ret)];
   if (ret == 0 || s->key != ret || s->frees != frees ||
       s->traceno >= ndescribed || described[s->traceno] != s->T ||
       vm_trace_object(lay, 0, g, s->traceno) != s->T ||
-      cfa != tl_trace_sp(lay, 0, g, s->T))
+      cfa != tl_trace_sp(lay, 0, cf, s->T))
     return NULL;
   *traceno = s->traceno;
   return &s->place;
@@ -172,7 +166,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     /* This function's return address and CFA start the C frames between
     ** it and the trace (it is never inlined: its callers are elsewhere). */
     uintptr_t ip0 = (uintptr_t)__builtin_return_address(0),
-              cfa0 = (uintptr_t)__builtin_dwarf_cfa(), cfa;
+              cfa0 = (uintptr_t)__builtin_dwarf_cfa(), cfa, cf;
     struct tl_place *pl = replay_cached(t, lay, g, traceno, ip0, cfa0,
                                         described, ndescribed, frees);
     (void)low;
@@ -180,8 +174,8 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
       return pl;
     t->unwinds++;
     T = tl_unwind_trace(lay, 0, g, t->steps, ip0, cfa0, traceno, &ret, &mcode,
-                        &cfa);
-    if (T == 0 || cfa != tl_trace_sp(lay, 0, g, T))
+                        &cfa, &cf);
+    if (T == 0 || cfa != tl_trace_sp(lay, 0, cf, T))
       return NULL;
 #else
     T = tl_locate(lay, 0, g, traceno, low, &ret, &mcode);

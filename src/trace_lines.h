@@ -98,6 +98,31 @@ VM_INLINE int tl_jit_base(const struct vm_layout *lay, int safe, uintptr_t g,
   return 1;
 }
 
+/* The C frame the running thread's Lua code runs on (cur_L->cframe).
+** Returns 1 with *cf set. */
+VM_INLINE int tl_cframe(const struct vm_layout *lay, int safe, uintptr_t g,
+                        uintptr_t *cf)
+{
+  uintptr_t L;
+  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
+      !vm_ptr(safe, L + lay->L_cframe, cf))
+    return 0;
+  *cf &= ~(uintptr_t)3;
+  return 1;
+}
+
+/* The stack pointer of trace T at a helper call, run on C frame cf: cf
+** less JLOOP's adjustment and the trace's own. Returns 0 if unreadable. */
+VM_INLINE uintptr_t tl_trace_sp(const struct vm_layout *lay, int safe,
+                                uintptr_t cf, uintptr_t T)
+{
+  uint16_t spadjust;
+  if (!vm_u16(safe, T + lay->tl.tr_spadjust, &spadjust) ||
+      cf < TL_JLOOP_ADJUST + (uintptr_t)spadjust)
+    return 0;
+  return cf - TL_JLOOP_ADJUST - spadjust;
+}
+
 /* The return address into T's machine code of the helper call now
 ** running, or 0. `low` is an address in the caller's own frame: the slot
 ** read lies between it and the C frame the trace runs on. */
@@ -106,19 +131,13 @@ VM_INLINE uintptr_t tl_return_address(const struct vm_layout *lay, int safe,
                                       uintptr_t *mcode_out)
 {
   const struct vm_trace_layout *tl = &lay->tl;
-  uintptr_t L, cf, slot, ret, mcode;
+  uintptr_t cf, sp, slot, ret, mcode;
   uint32_t szmcode;
-  uint16_t spadjust;
   uint8_t b[2];
-  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
-      !vm_ptr(safe, L + lay->L_cframe, &cf))
+  if (!tl_cframe(lay, safe, g, &cf) || (sp = tl_trace_sp(lay, safe, cf, T)) < 8)
     return 0;
-  cf &= ~(uintptr_t)3;
-  if (!vm_u16(safe, T + tl->tr_spadjust, &spadjust))
-    return 0;
-  slot = cf - TL_JLOOP_ADJUST - spadjust - 8;
-  if (cf < TL_JLOOP_ADJUST + 8 + (uintptr_t)spadjust || slot <= low ||
-      slot - low > TL_STACK_SPAN || !vm_ptr(safe, slot, &ret) ||
+  slot = sp - 8;
+  if (slot <= low || slot - low > TL_STACK_SPAN || !vm_ptr(safe, slot, &ret) ||
       !vm_ptr(safe, T + tl->tr_mcode, &mcode) ||
       !vm_u32(safe, T + tl->tr_szmcode, &szmcode))
     return 0;
@@ -143,37 +162,21 @@ VM_INLINE int tl_called_before(int safe, uintptr_t ret, uintptr_t mcode)
          (ins & 0xfffffc1fu) == 0xd63f0000u;
 }
 
-/* The trace's stack pointer at a helper call: the C frame less JLOOP's
-** adjustment and the trace's own. Returns 0 if unreadable. */
-VM_INLINE uintptr_t tl_trace_sp(const struct vm_layout *lay, int safe,
-                                uintptr_t g, uintptr_t T)
-{
-  uintptr_t L, cf;
-  uint16_t spadjust;
-  if (!vm_ref(lay, safe, g + lay->g_cur_L, &L) || L == 0 ||
-      !vm_ptr(safe, L + lay->L_cframe, &cf) ||
-      !vm_u16(safe, T + lay->tl.tr_spadjust, &spadjust))
-    return 0;
-  cf &= ~(uintptr_t)3;
-  if (cf < TL_JLOOP_ADJUST + (uintptr_t)spadjust)
-    return 0;
-  return cf - TL_JLOOP_ADJUST - spadjust;
-}
-
 #if defined(__aarch64__)
 /*
 ** arm64 (compiled code runs under vmstate 0): the trace whose helper call
 ** is now running, found by unwinding the C frames (unwind.h) from the
 ** caller's to the first return address into a trace's machine code after
-** a call. Sets *traceno, *ret, *mcode and *cfa (the trace's stack pointer
-** at the call, unchecked: tl_locate checks it). With `steps`, the frames
+** a call. Sets *traceno, *ret, *mcode, *cfa (the trace's stack pointer
+** at the call, unchecked: see tl_trace_sp) and *cf (the C frame). With
+** `steps`, the frames
 ** from the one returning to ip0 with CFA cfa0 are learned. Returns the
 ** trace, or 0. Bounded: the trace array's size per frame, UNWIND_FRAMES.
 */
 uintptr_t tl_unwind_trace(const struct vm_layout *lay, int safe, uintptr_t g,
                           struct unwind_steps *steps, uintptr_t ip0,
                           uintptr_t cfa0, uint32_t *traceno, uintptr_t *ret,
-                          uintptr_t *mcode, uintptr_t *cfa);
+                          uintptr_t *mcode, uintptr_t *cfa, uintptr_t *cf);
 #endif
 
 /* The snapshot whose region of T's machine code holds byte `ofs`: the last
@@ -699,10 +702,11 @@ VM_INLINE uintptr_t tl_locate(const struct vm_layout *lay, int safe,
 {
 #if defined(__aarch64__)
   /* The frame found must be the running trace's: its stack pointer. */
-  uintptr_t cfa,
-      T = tl_unwind_trace(lay, safe, g, NULL, 0, 0, traceno, ret, mcode, &cfa);
+  uintptr_t cfa, cf,
+      T = tl_unwind_trace(lay, safe, g, NULL, 0, 0, traceno, ret, mcode, &cfa,
+                          &cf);
   (void)low;
-  return T != 0 && cfa == tl_trace_sp(lay, safe, g, T) ? T : 0;
+  return T != 0 && cfa == tl_trace_sp(lay, safe, cf, T) ? T : 0;
 #else
   uintptr_t T = vm_trace_object(lay, safe, g, *traceno);
   uint16_t no;

@@ -59,32 +59,17 @@ static size_t step_slot(uintptr_t ip)
   return (size_t)((ip >> 2) ^ (ip >> 11)) & (UNWIND_STEP_SLOTS - 1);
 }
 
-/* The step of ip, or NULL. Steps are kept in the first free slot of a
-** short run from ip's own (a path's few return addresses must not evict
-** each other). */
-static const struct unwind_step *find_step(const struct unwind_steps *s,
-                                           uintptr_t ip)
+/* The slot of ip's step, else the first free slot of the short run from
+** ip's own where it would go, else (the run full) NULL. Steps are never
+** removed, so a lookup can stop at a free slot; a path's few return
+** addresses cannot evict each other. */
+static struct unwind_step *probe(const struct unwind_steps *s, uintptr_t ip)
 {
   size_t i, at = step_slot(ip);
   for (i = 0; i < UNWIND_PROBES; i++) {
     const struct unwind_step *st = &s->slot[(at + i) & (UNWIND_STEP_SLOTS - 1)];
-    if (st->ip == ip)
-      return st;
-    if (st->ip == 0)
-      return NULL;
-  }
-  return NULL;
-}
-
-/* The slot for ip: its own step, else the first free slot of its run,
-** else (the run full) NULL. */
-static struct unwind_step *slot_for(struct unwind_steps *s, uintptr_t ip)
-{
-  size_t i, at = step_slot(ip);
-  for (i = 0; i < UNWIND_PROBES; i++) {
-    struct unwind_step *st = &s->slot[(at + i) & (UNWIND_STEP_SLOTS - 1)];
     if (st->ip == ip || st->ip == 0)
-      return st;
+      return (struct unwind_step *)st;
   }
   return NULL;
 }
@@ -96,7 +81,7 @@ static struct unwind_step *slot_for(struct unwind_steps *s, uintptr_t ip)
 static void learn_step(struct unwind_steps *s, uintptr_t ip, uintptr_t cfa,
                        uintptr_t next, uintptr_t to)
 {
-  struct unwind_step *st = slot_for(s, ip);
+  struct unwind_step *st = probe(s, ip);
   uintptr_t a, at = 0;
   int seen = 0;
   if (st == NULL || next <= cfa || next - cfa > UNWIND_MAX_FRAME ||
@@ -152,9 +137,9 @@ int unwind_replay(const struct unwind_steps *s, uintptr_t ip, uintptr_t cfa,
 {
   int n;
   for (n = 0; n < UNWIND_FRAMES; n++) {
-    const struct unwind_step *st = find_step(s, ip);
+    const struct unwind_step *st = probe(s, ip);
     uintptr_t next, at;
-    if (st == NULL || st->size == 0) {
+    if (st == NULL || st->ip != ip || st->size == 0) {
       *ret = ip;
       *ret_cfa = cfa;
       return 1;

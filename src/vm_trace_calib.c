@@ -172,7 +172,6 @@ static void take_stack(struct tlc *t, uint32_t traceno, uintptr_t low)
   s->traceno = traceno;
   s->cf = cf;
   s->from = from;
-
   s->nwords = (int)((cf - from) / 8);
   if (safe_read(from, s->words, cf - from))
     t->nsamples++;
@@ -272,15 +271,14 @@ static void note_target(struct tlc *t, uint32_t traceno, uintptr_t low)
 static void unwound_sp(struct tlc *t)
 {
   const struct vm_layout *lay = &t->c->lay;
-  uintptr_t L, cf, ret, mcode, sp, T;
+  uintptr_t cf, ret, mcode, sp, T;
   uint32_t traceno = 0;
-  if (t->nsps >= TLC_SAMPLES || !vm_ref(lay, 1, t->c->g + lay->g_cur_L, &L) ||
-      !vm_ptr(1, L + lay->L_cframe, &cf) ||
+  if (t->nsps >= TLC_SAMPLES ||
       (T = tl_unwind_trace(lay, 1, t->c->g, NULL, 0, 0, &traceno, &ret, &mcode,
-                           &sp)) == 0 ||
+                           &sp, &cf)) == 0 ||
       !safe_read(T, t->sps[t->nsps].window, TLC_WINDOW))
     return;
-  t->sps[t->nsps].adj = (cf & ~(uintptr_t)3) - TL_JLOOP_ADJUST - sp;
+  t->sps[t->nsps].adj = cf - TL_JLOOP_ADJUST - sp;
   t->nsps++;
 }
 #endif
