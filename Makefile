@@ -12,6 +12,8 @@ LUA_LMOD_DIR ?= $(PREFIX)/share/lua/$(LUA_VERSION)
 BIN_DIR ?= $(PREFIX)/bin
 LUAJIT ?= luajit
 BUSTED ?= /usr/bin/busted
+# busted's output, then the slowest spec files and specs.
+SPEC_OUT = -o spec/support/timed_output.lua
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -40,7 +42,7 @@ LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
-# For the names of C functions (spec/symbols_spec.lua): a host program
+# For the names of C functions (spec/module/symbols_spec.lua): a host program
 # with a static C function, and a stripped copy of it; copies of the C
 # module, stripped, and stripped with a separate debug file found through
 # its debug link (in .debug/ next to it) or its build-id (the spec puts it
@@ -50,8 +52,9 @@ NAMES_FIXTURES = build/static_host build/static_host_stripped \
   build/buildid/test_cmodule.so build/buildid/test_cmodule.debug
 
 .PHONY: test-valgrind test-sanitizers
-.PHONY: all fixtures faults-module hosts test test-suites test-luajit \
-  test-luajit2 test-tarantool test-lua51 test-hosts test-host test-arm64 \
+.PHONY: all fixtures faults-module hosts test test-reporter test-module \
+  test-hosts test-matrix test-luajit2 test-tarantool test-lua51 test-build \
+  test-reporter-host test-arm64 \
   arm64-module bench demo install uninstall clean format check-format
 
 # The module alone; the specs' fixtures are built by the test targets.
@@ -83,7 +86,7 @@ build/threads_host_luajit2: spec/support/threads_host.c
 	  $(LUAJIT2_LIB)/libluajit-5.1.so.2 -Wl,-rpath,$(CURDIR)/$(LUAJIT2_LIB) \
 	  -lpthread
 
-# The writer's LEB128 encoders against a plain loop (spec/writer_spec.lua).
+# The writer's LEB128 encoders against a plain loop (spec/module/writer_spec.lua).
 build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
 	@mkdir -p build
 	$(CC) $(ALL_CFLAGS) -o $@ spec/support/leb128_check.c src/writer.c -lpthread
@@ -125,7 +128,7 @@ build/buildid/test_cmodule.debug: build/test_cmodule.so
 	@mkdir -p $(dir $@)
 	objcopy --only-keep-debug $< $@
 
-# The module with fault injection (src/fault.h), for spec/faults_spec.lua.
+# The module with fault injection (src/fault.h), for spec/module/faults_spec.lua.
 faults-module:
 	$(MAKE) --no-print-directory BUILD=build/faults \
 	  CFLAGS='$(CFLAGS) -DMEMPROF_FAULTS' build/faults/memprof.so
@@ -164,53 +167,86 @@ SPEC_CPATH = ./build/?.so;;
 SPEC_PATH = ./lua/?.lua;./spec/?.lua;;
 SPEC_ENV = LUA_CPATH='$(SPEC_CPATH)' LUA_PATH='$(SPEC_PATH)'
 
-# Every suite, after building the hosts that can be built here (a host
-# that fails to build is left out, and said so).
-test: fixtures hosts
-	$(MAKE) --no-print-directory test-suites
+# The specs live in three folders, by what they depend on:
+#   spec/reporter  the Lua reporter alone: built streams and files, no VM
+#                  of ours (it runs on any LuaJIT: once per run)
+#   spec/module    memprof.so in a VM: recording, snapshots, layouts,
+#                  trace lines (they run under every LuaJIT build)
+#   spec/hosts     programs end to end: nginx, Tarantool's console,
+#                  Neovim, C hosts, browsers and pprof, install, the CLI
+# `make test` runs the three under Debian's luajit, side by side (their
+# outputs kept apart: spec/support/suites); `make test-matrix` runs the
+# module's specs under every other build, the reporter's under a
+# non-GC64 one, valgrind and the sanitizers, two at a time.
+TEST_JOBS ?= 3
+MATRIX_JOBS ?= 2
+DEBIAN_BUILD = Debian bookworm luajit 2.1.0~beta3+git20220320
+SUITES = spec/support/suites
+# The non-GC64 build that runs the reporter's specs in the matrix.
+NONGC64_HOST ?= upstream-2026-nongc64
 
-test-suites: test-luajit $(if $(wildcard $(LUAJIT2)),test-luajit2) \
-  $(if $(shell command -v $(TARANTOOL)),test-tarantool) test-lua51 \
-  $(if $(HOSTS),test-hosts) $(if $(wildcard $(ARM64_LUA)),test-arm64)
+test: fixtures
+	$(SUITES) $(TEST_JOBS) module:test-module hosts:test-hosts \
+	  reporter:test-reporter lua51:test-lua51
+
+test-reporter:
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_BUILD='$(DEBIAN_BUILD)' \
+	  $(LUAJIT) $(BUSTED) $(SPEC_OUT) spec/reporter
+
+test-module: fixtures
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_BUILD='$(DEBIAN_BUILD)' \
+	  $(LUAJIT) $(BUSTED) $(SPEC_OUT) spec/module
+
+test-hosts: fixtures
+	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_BUILD='$(DEBIAN_BUILD)' \
+	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_CONSOLE=1 MEMPROF_TEST_INSTALL=1 \
+	  $(LUAJIT) $(BUSTED) $(SPEC_OUT) spec/hosts
+
+# Every build of the matrix that is here: the hosts of .ci/hosts (built
+# first; a host that fails to build is left out, and said so, and its
+# suite fails), OpenResty's luajit2, Tarantool.
+MATRIX_SUITES = $(if $(wildcard $(LUAJIT2)),luajit2:test-luajit2) \
+  $(if $(shell command -v $(TARANTOOL)),tarantool:test-tarantool) \
+  valgrind:test-valgrind sanitizers:test-sanitizers \
+  $(foreach h,$(HOST_NAMES),$(h):test-build:HOST=$(h)) \
+  reporter-$(NONGC64_HOST):test-reporter-host:HOST=$(NONGC64_HOST) \
+  $(foreach h,$(shell .ci/host-list arm64),$(h):test-arm64:ARM64_HOST=$(h))
+
+test-matrix: fixtures hosts
+	$(SUITES) $(MATRIX_JOBS) $(MATRIX_SUITES)
 
 hosts:
 	.ci/build-hosts $(HOSTS_DIR) || \
 	  echo "make hosts: some hosts did not build (see above)" >&2
 
-test-luajit: fixtures
-	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) \
-	  MEMPROF_TEST_BUILD='Debian bookworm luajit 2.1.0~beta3+git20220320' \
-	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_CONSOLE=1 MEMPROF_TEST_INSTALL=1 $(LUAJIT) $(BUSTED) spec
-
 test-luajit2: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) \
 	  MEMPROF_TEST_BUILD='OpenResty luajit2 2.1-20230119' \
-	  $(LUAJIT2) $(BUSTED) spec
+	  $(LUAJIT2) $(BUSTED) $(SPEC_OUT) spec/module
 
 # An uncaught error in tarantool can hang it: hence the time limit.
 test-tarantool: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(TARANTOOL) \
 	  MEMPROF_TEST_BUILD='Tarantool 2.6.0' timeout 900 \
-	  $(TARANTOOL) $(BUSTED) spec
+	  $(TARANTOOL) $(BUSTED) $(SPEC_OUT) spec/module
 
-# `make test-host HOST=NAME` runs the spec suite under one host,
-# `make test-hosts` under each that is built (all of them, even after a
-# failure). Each run has a time limit, as a broken VM can hang.
-test-hosts: fixtures
-	@test -n "$(HOSTS)" || { echo "no hosts in $(HOSTS_DIR): run make hosts"; exit 1; }
-	@rc=0; for h in $(HOSTS); do \
-	  echo "== host $$h"; \
-	  $(MAKE) --no-print-directory test-host HOST=$$h || rc=1; \
-	done; exit $$rc
+# `make test-build HOST=NAME` runs the module's specs under one build of
+# .ci/hosts, with a time limit, as a broken VM can hang;
+# `make test-reporter-host HOST=NAME` the reporter's.
+HOST_ENV = LUA_CPATH='$(SPEC_CPATH)$(DEBIAN_LUA_CPATH)' \
+  LUA_PATH='$(SPEC_PATH)$(HOST_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
+  MEMPROF_TEST_BUILD="$(call known_build,$(HOST))" \
+  MEMPROF_TEST_LUA=$(HOST_DIR)/luajit timeout $(HOST_TIMEOUT)
+HOST_CHECK = @test -n "$(HOST)" -a -x "$(HOST_DIR)/luajit" || \
+  { echo "no host '$(HOST)' in $(HOSTS_DIR) (HOST=NAME of .ci/hosts; make hosts)"; exit 1; }
 
-test-host: fixtures
-	@test -n "$(HOST)" -a -x "$(HOST_DIR)/luajit" || \
-	  { echo "no host '$(HOST)' in $(HOSTS_DIR) (HOST=NAME of .ci/hosts; make hosts)"; exit 1; }
-	LUA_CPATH='$(SPEC_CPATH)$(DEBIAN_LUA_CPATH)' \
-	  LUA_PATH='$(SPEC_PATH)$(HOST_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
-	  MEMPROF_TEST_BUILD="$(call known_build,$(HOST))" \
-	  MEMPROF_TEST_LUA=$(HOST_DIR)/luajit timeout $(HOST_TIMEOUT) \
-	  $(HOST_DIR)/luajit $(BUSTED) spec
+test-build: fixtures
+	$(HOST_CHECK)
+	$(HOST_ENV) $(HOST_DIR)/luajit $(BUSTED) $(SPEC_OUT) spec/module
+
+test-reporter-host:
+	$(HOST_CHECK)
+	$(HOST_ENV) $(HOST_DIR)/luajit $(BUSTED) $(SPEC_OUT) spec/reporter
 
 # Upstream LuaJIT for arm64 under qemu (see .ci/build-hosts): the
 # recording specs, with memprof.so and test_cmodule.so cross-built for
@@ -218,9 +254,14 @@ test-host: fixtures
 # and Debian's arm64 builds of busted's C modules; no x86_64 C module
 # can load there, so the default cpath is left out.
 ARM64_CC ?= aarch64-linux-gnu-gcc
-ARM64_SPECS ?= spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
-  spec/vm_layout_spec.lua spec/heap_walk_spec.lua spec/dominators_spec.lua \
-  spec/trace_lines_spec.lua
+ARM64_SPECS ?= spec/module/binding_spec.lua spec/module/hook_spec.lua \
+  spec/module/stacks_spec.lua spec/module/vm_layout_spec.lua \
+  spec/module/heap_walk_spec.lua spec/module/dominators_spec.lua \
+  spec/module/trace_lines_spec.lua
+# With branch protection (a host named *-pac), return addresses are signed
+# on the stack: the specs of compiled code by line, which unwind C frames
+# (every C function authenticates there, so the whole list is too slow).
+ARM64_PAC_SPECS ?= spec/module/hook_spec.lua spec/module/trace_lines_spec.lua
 ARM64_TIMEOUT ?= 1800
 
 arm64-module:
@@ -235,17 +276,17 @@ test-arm64: arm64-module
 	  LUA_PATH='$(SPEC_PATH)$(ARM64_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
 	  MEMPROF_TEST_BUILD="$(call known_build,$(ARM64_HOST))" \
 	  MEMPROF_TEST_LUA=$(ARM64_LUA) timeout $(ARM64_TIMEOUT) \
-	  $(ARM64_LUA) $(BUSTED) $(ARM64_SPECS)
+	  $(ARM64_LUA) $(BUSTED) $(SPEC_OUT) $(if $(filter %-pac,$(ARM64_HOST)),$(ARM64_PAC_SPECS),$(ARM64_SPECS))
 
 # The specs that load the module, run once under valgrind's memcheck (only
 # errors in the module's own code count: spec/support/valgrind_ours.lua)
 # and once with the module built with AddressSanitizer and UBSan.
-MODULE_SPECS = spec/binding_spec.lua spec/hook_spec.lua spec/stacks_spec.lua \
-  spec/vm_layout_spec.lua spec/vm_learn_spec.lua spec/writer_spec.lua \
-  spec/symbols_spec.lua spec/alloc_chain_spec.lua spec/sample_spec.lua \
-  spec/stats_spec.lua spec/snapshot_spec.lua spec/heap_walk_spec.lua \
-  spec/heap_join_spec.lua spec/dominators_spec.lua spec/heap_diff_spec.lua \
-  spec/trace_lines_spec.lua spec/snapshot_names_spec.lua
+MODULE_SPECS = $(addprefix spec/module/,binding_spec.lua hook_spec.lua \
+  stacks_spec.lua vm_layout_spec.lua vm_learn_spec.lua writer_spec.lua \
+  symbols_spec.lua alloc_chain_spec.lua sample_spec.lua stats_spec.lua \
+  snapshot_spec.lua heap_walk_spec.lua heap_join_spec.lua \
+  dominators_spec.lua heap_diff_spec.lua trace_lines_spec.lua \
+  snapshot_names_spec.lua)
 VALGRIND_LOG = build/valgrind-specs.log
 SANITIZED = build/sanitized
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
@@ -254,7 +295,7 @@ test-valgrind: fixtures
 	rm -f $(VALGRIND_LOG)
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_VALGRIND=1 \
 	  timeout 2400 valgrind --tool=memcheck --trace-children=no --fair-sched=yes \
-	  --log-file=$(VALGRIND_LOG) $(LUAJIT) $(BUSTED) $(MODULE_SPECS)
+	  --log-file=$(VALGRIND_LOG) $(LUAJIT) $(BUSTED) $(SPEC_OUT) $(MODULE_SPECS)
 	$(LUAJIT) spec/support/valgrind_ours.lua $(VALGRIND_LOG)
 
 test-sanitizers:
@@ -265,12 +306,12 @@ test-sanitizers:
 	LUA_CPATH='./$(SANITIZED)/?.so;$(SPEC_CPATH)' LUA_PATH='$(SPEC_PATH)' \
 	  LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 MEMPROF_TEST_SANITIZERS=1 \
-	  MEMPROF_TEST_LUA=$(LUAJIT) timeout 1800 $(LUAJIT) $(BUSTED) $(MODULE_SPECS)
+	  MEMPROF_TEST_LUA=$(LUAJIT) timeout 1800 $(LUAJIT) $(BUSTED) $(SPEC_OUT) $(MODULE_SPECS)
 
 # The reporter runs on LuaJIT only: under plain Lua 5.1, its library and
-# commands say so (spec/plain_lua_spec.lua).
+# commands say so (spec/hosts/plain_lua_spec.lua).
 test-lua51:
-	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) spec/plain_lua_spec.lua
+	LUA_PATH='./lua/?.lua;./spec/?.lua;;' lua5.1 $(BUSTED) $(SPEC_OUT) spec/hosts/plain_lua_spec.lua
 
 # bench/callgrind.lua preloads build/fixed_seed.so into its runs.
 # BENCH_REPORTER=only: the reporter's section alone (bench/reporter.lua).

@@ -1,6 +1,6 @@
 -- memprof.version: memprof's version, kept here and nowhere else (the
 -- rockspec's version and CHANGELOG.md agree with it: see
--- spec/version_spec.lua).
+-- spec/reporter/version_spec.lua).
 --
 --   version.VERSION             '0.1.0-dev': a version still in the
 --                               making ends in -dev

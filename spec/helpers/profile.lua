@@ -10,10 +10,19 @@ M.lua = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
 
 local counter = 0
 
+-- This process's id (suites run side by side: names must not collide).
+local function process_id()
+  local f = io.open('/proc/self/stat', 'r')
+  local pid = f and f:read('*n')
+  if f then f:close() end
+  return pid or 0
+end
+local PID = process_id()
+
 function M.tmpname(suffix)
   counter = counter + 1
   local dir = os.getenv('TMPDIR') or '/tmp'
-  return string.format('%s/memprof-spec-%d-%d%s', dir,
+  return string.format('%s/memprof-spec-%d-%d-%d%s', dir, PID,
     math.floor(os.clock() * 1e6) % 1e9, counter, suffix or '.bin')
 end
 

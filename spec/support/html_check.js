@@ -1,6 +1,6 @@
 // Checks a memprof HTML page from inside the browser.
 //
-// spec/report_html_spec.lua appends this script (after the page's own)
+// spec/reporter/report/html_spec.lua appends this script (after the page's own)
 // to a copy of a page, runs it in headless Chromium with --dump-dom and
 // reads what it found from the element "memprof-check" this script adds
 // at the end of the body: the JSON of `report` below.

@@ -2,7 +2,7 @@
 -- by plain Lua (as LuaRocks' wrapper starts them) run again under the
 -- luajit found along PATH, with the same arguments, and exit with its
 -- status.  Needs Debian's lua5.1 and luajit; run from the top of the
--- source tree.  spec/install_spec.lua does the same through LuaRocks.
+-- source tree.  spec/hosts/install_spec.lua does the same through LuaRocks.
 
 local launch = require('memprof.cli.launch')
 local C = require('helpers.command')

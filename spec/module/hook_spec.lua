@@ -364,7 +364,7 @@ local t = {}
 for i = 1, 2000 do t[i] = {i, i} end
 return t
 ]], '@jit.lua')
-    -- (The trace's start, not its lines: spec/trace_lines_spec.lua.)
+    -- (The trace's start, not its lines: spec/module/trace_lines_spec.lua.)
     local events = h.profile_with({ trace_lines = false }, payload)
     local at_line = h.at(events, '@jit.lua:2', 'alloc')
     local size = at_line[1].nsize -- The first {1, 1}.

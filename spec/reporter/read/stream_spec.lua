@@ -1,5 +1,5 @@
 -- Specs for memprof.read.stream:
---   LUA_PATH='./lua/?.lua;./spec/?.lua;;' luajit /usr/bin/busted spec/read/stream_spec.lua
+--   LUA_PATH='./lua/?.lua;./spec/?.lua;;' luajit /usr/bin/busted spec/reporter/read/stream_spec.lua
 
 local reader = require('memprof.read.stream')
 local B = require('helpers.stream_builder')

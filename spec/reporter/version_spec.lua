@@ -1,6 +1,6 @@
 -- Specs for memprof.version: the one place of memprof's version, and the
 -- places that must agree with it (the rockspec, CHANGELOG.md).  What
--- --version prints is specified in spec/cli_spec.lua and spec/run_spec.lua.
+-- --version prints is specified in spec/reporter/cli/report_spec.lua and spec/hosts/run_spec.lua.
 
 local version = require('memprof.version')
 local C = require('helpers.command')

@@ -1,5 +1,5 @@
 -- A heap snapshot from a request handler of an nginx worker (OpenResty's
--- Lua module, see spec/nginx_spec.lua), read back with what holds the
+-- Lua module, see spec/hosts/nginx_spec.lua), read back with what holds the
 -- memory at the top: a module that keeps every rendered page.
 --
 -- nginx runs its own VM (OpenResty's luajit2), so this runs in the suite

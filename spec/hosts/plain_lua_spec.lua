@@ -1,6 +1,6 @@
 -- The reporter runs on LuaJIT only: under plain Lua its library and its
 -- commands say so (make test-lua51 runs this spec under lua5.1; the
--- commands' way back to LuaJIT is in spec/cli/launch_spec.lua).  Needs
+-- commands' way back to LuaJIT is in spec/hosts/launch_spec.lua).  Needs
 -- Debian's lua5.1.
 local C = require('helpers.command')
 

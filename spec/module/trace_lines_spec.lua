@@ -60,7 +60,7 @@ end
 local PCALL_LINE
 do
   local n = 0
-  for text in io.lines('spec/trace_lines_spec.lua') do
+  for text in io.lines('spec/module/trace_lines_spec.lua') do
     n = n + 1
     if text:find('local ok, err = pcall(run, n or 3000)', 1, true) then
       PCALL_LINE = n

@@ -30,7 +30,7 @@ local WORK_LINE = 12
 -- Compiled code is charged to its trace, not to a line: the workload runs
 -- in the interpreter (jit.off for this chunk and every function in it).
 local WORKLOAD = [[
--- The workload of spec/nginx_spec.lua.
+-- The workload of spec/hosts/nginx_spec.lua.
 local M = {}
 if jit then jit.off(true, true) end
 

@@ -26,7 +26,7 @@ local WORK_LINE = 8
 -- and its array part, 2 allocations), so that line WORK_LINE makes the
 -- tables only.
 local APP = [[
--- The application of spec/tarantool_console_spec.lua.
+-- The application of spec/hosts/tarantool_console_spec.lua.
 local new_table = require('table.new')
 jit.off(true, true)
 kept = new_table(8, 0)

@@ -1,5 +1,5 @@
 -- A heap snapshot taken from Tarantool's administrative console (see
--- spec/tarantool_console_spec.lua), read back with what holds the memory
+-- spec/hosts/tarantool_console_spec.lua), read back with what holds the memory
 -- at the top: a fiber that appends every event to a closure's upvalue.
 --
 -- The application runs its own VM (the tarantool on PATH), so this runs
@@ -14,7 +14,7 @@ local dom = require('memprof.analysis.dominators')
 local EVENTS = 400
 
 local APP = string.format([[
--- The application of spec/heap_tarantool_spec.lua.
+-- The application of spec/hosts/heap_tarantool_spec.lua.
 local fiber = require('fiber')
 local function recorder()
   local history = {}
