@@ -153,7 +153,8 @@ TARANTOOL ?= tarantool
 HOSTS_DIR ?= build/hosts
 HOST_NAMES = $(shell .ci/host-list names)
 HOSTS = $(foreach h,$(HOST_NAMES),$(if $(wildcard $(HOSTS_DIR)/$(h)/luajit),$(h)))
-HOST_TIMEOUT ?= 900
+# Seconds one spec file may run (a broken VM can hang).
+FILE_TIMEOUT ?= 600
 DEBIAN_LUA_PATH = /usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua
 DEBIAN_LUA_CPATH = /usr/lib/x86_64-linux-gnu/lua/5.1/?.so
 HOST_DIR = $(abspath $(HOSTS_DIR)/$(HOST))
@@ -182,6 +183,11 @@ TEST_JOBS ?= 3
 MATRIX_JOBS ?= 2
 DEBIAN_BUILD = Debian bookworm luajit 2.1.0~beta3+git20220320
 SUITES = spec/support/suites
+# Each spec file in a busted process of its own (a fresh VM), SPEC_JOBS at
+# a time: `$(EACH) 'INTERPRETER' PATH...`.
+EACH = BUSTED=$(BUSTED) spec/support/busted_each
+SPEC_JOBS ?= 1
+export SPEC_JOBS
 # The non-GC64 build that runs the reporter's specs in the matrix.
 NONGC64_HOST ?= upstream-2026-nongc64
 
@@ -191,16 +197,16 @@ test: fixtures
 
 test-reporter:
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_BUILD='$(DEBIAN_BUILD)' \
-	  $(LUAJIT) $(BUSTED) $(SPEC_OUT) spec/reporter
+	  $(EACH) 'timeout $(FILE_TIMEOUT) $(LUAJIT)' spec/reporter
 
 test-module: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_BUILD='$(DEBIAN_BUILD)' \
-	  $(LUAJIT) $(BUSTED) $(SPEC_OUT) spec/module
+	  $(EACH) 'timeout $(FILE_TIMEOUT) $(LUAJIT)' spec/module
 
 test-hosts: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_BUILD='$(DEBIAN_BUILD)' \
 	  MEMPROF_TEST_NGINX=1 MEMPROF_TEST_CONSOLE=1 MEMPROF_TEST_INSTALL=1 \
-	  $(LUAJIT) $(BUSTED) $(SPEC_OUT) spec/hosts
+	  $(EACH) 'timeout $(FILE_TIMEOUT) $(LUAJIT)' spec/hosts
 
 # Every build of the matrix that is here: the hosts of .ci/hosts (built
 # first; a host that fails to build is left out, and said so, and its
@@ -222,13 +228,13 @@ hosts:
 test-luajit2: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(CURDIR)/$(LUAJIT2) \
 	  MEMPROF_TEST_BUILD='OpenResty luajit2 2.1-20230119' \
-	  $(LUAJIT2) $(BUSTED) $(SPEC_OUT) spec/module
+	  $(EACH) 'timeout $(FILE_TIMEOUT) $(LUAJIT2)' spec/module
 
-# An uncaught error in tarantool can hang it: hence the time limit.
+# (An uncaught error in tarantool can hang it: FILE_TIMEOUT ends it.)
 test-tarantool: fixtures
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(TARANTOOL) \
-	  MEMPROF_TEST_BUILD='Tarantool 2.6.0' timeout 900 \
-	  $(TARANTOOL) $(BUSTED) $(SPEC_OUT) spec/module
+	  MEMPROF_TEST_BUILD='Tarantool 2.6.0' \
+	  $(EACH) 'timeout $(FILE_TIMEOUT) $(TARANTOOL)' spec/module
 
 # `make test-build HOST=NAME` runs the module's specs under one build of
 # .ci/hosts, with a time limit, as a broken VM can hang;
@@ -236,17 +242,17 @@ test-tarantool: fixtures
 HOST_ENV = LUA_CPATH='$(SPEC_CPATH)$(DEBIAN_LUA_CPATH)' \
   LUA_PATH='$(SPEC_PATH)$(HOST_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
   MEMPROF_TEST_BUILD="$(call known_build,$(HOST))" \
-  MEMPROF_TEST_LUA=$(HOST_DIR)/luajit timeout $(HOST_TIMEOUT)
+  MEMPROF_TEST_LUA=$(HOST_DIR)/luajit
 HOST_CHECK = @test -n "$(HOST)" -a -x "$(HOST_DIR)/luajit" || \
   { echo "no host '$(HOST)' in $(HOSTS_DIR) (HOST=NAME of .ci/hosts; make hosts)"; exit 1; }
 
 test-build: fixtures
 	$(HOST_CHECK)
-	$(HOST_ENV) $(HOST_DIR)/luajit $(BUSTED) $(SPEC_OUT) spec/module
+	$(HOST_ENV) $(EACH) 'timeout $(FILE_TIMEOUT) $(HOST_DIR)/luajit' spec/module
 
 test-reporter-host:
 	$(HOST_CHECK)
-	$(HOST_ENV) $(HOST_DIR)/luajit $(BUSTED) $(SPEC_OUT) spec/reporter
+	$(HOST_ENV) $(EACH) 'timeout $(FILE_TIMEOUT) $(HOST_DIR)/luajit' spec/reporter
 
 # Upstream LuaJIT for arm64 under qemu (see .ci/build-hosts): the
 # recording specs, with memprof.so and test_cmodule.so cross-built for
@@ -275,8 +281,9 @@ test-arm64: arm64-module
 	LUA_CPATH='$(ARM64_DIR)/?.so;$(ARM64_DIR)/deps/usr/lib/aarch64-linux-gnu/lua/5.1/?.so' \
 	  LUA_PATH='$(SPEC_PATH)$(ARM64_DIR)/lua/?.lua;$(DEBIAN_LUA_PATH)' \
 	  MEMPROF_TEST_BUILD="$(call known_build,$(ARM64_HOST))" \
-	  MEMPROF_TEST_LUA=$(ARM64_LUA) timeout $(ARM64_TIMEOUT) \
-	  $(ARM64_LUA) $(BUSTED) $(SPEC_OUT) $(if $(filter %-pac,$(ARM64_HOST)),$(ARM64_PAC_SPECS),$(ARM64_SPECS))
+	  MEMPROF_TEST_LUA=$(ARM64_LUA) \
+	  $(EACH) 'timeout $(ARM64_TIMEOUT) $(ARM64_LUA)' \
+	  $(if $(filter %-pac,$(ARM64_HOST)),$(ARM64_PAC_SPECS),$(ARM64_SPECS))
 
 # The specs that load the module, run once under valgrind's memcheck (only
 # errors in the module's own code count: spec/support/valgrind_ours.lua)

@@ -106,9 +106,11 @@ end
 
 local shell_quote = command.quote
 
--- Runs a Lua script in a child interpreter; returns its output (stdout and
--- stderr together) and exit code (124 if it ran for over two minutes).
-function M.run_script(source, env)
+-- Starts a Lua script in a child interpreter; returns a function that
+-- waits for it and returns its output (stdout and stderr together) and
+-- exit code (124 if it ran for over two minutes). Children started one
+-- after another run side by side until waited for.
+function M.start_script(source, env)
   local script = M.tmpname('.lua')
   local f = assert(io.open(script, 'w'))
   f:write(source)
@@ -116,11 +118,18 @@ function M.run_script(source, env)
   -- A hung child fails the spec instead of hanging the suite.
   local pipe = assert(io.popen(command.CLEAN_ENV .. (env or '') .. ' timeout 120 ' .. M.lua .. ' ' ..
     shell_quote(script) .. ' 2>&1; echo "exit=$?"'))
-  local out = pipe:read('*a')
-  pipe:close()
-  os.remove(script)
-  local code = tonumber(out:match('exit=(%d+)%s*$'))
-  return out:gsub('exit=%d+%s*$', ''), code
+  return function()
+    local out = pipe:read('*a')
+    pipe:close()
+    os.remove(script)
+    local code = tonumber(out:match('exit=(%d+)%s*$'))
+    return out:gsub('exit=%d+%s*$', ''), code
+  end
+end
+
+-- Runs a Lua script in a child interpreter (M.start_script) and waits.
+function M.run_script(source, env)
+  return M.start_script(source, env)()
 end
 
 M.shell_quote = shell_quote

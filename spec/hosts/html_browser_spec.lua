@@ -5,6 +5,7 @@
 -- and build/html-report.png. Needs Debian's chromium (`apt-get install
 -- chromium`; MEMPROF_CHROMIUM names another binary). The page's structure
 -- and data are specified in spec/reporter/report/html_spec.lua.
+local cjson = require('cjson')
 local C = require('helpers.command')
 local reader = require('memprof.read.stream')
 local analyze = require('memprof.analysis.analyze')

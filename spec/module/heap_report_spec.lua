@@ -152,7 +152,7 @@ describe('memprof-report of a heap snapshot of this VM', function()
     local section = text:sub(at)
     local place = line_of(section, '@catalog.lua:3: ')
     assert.matches('^@catalog%.lua:3: 2,%d%d%d objects, %d+B %(from ' ..
-      '@catalog%.lua:4 <%- @spec/heap_report_spec%.lua:%d+', place)
+      '@catalog%.lua:4 <%- @spec/module/heap_report_spec%.lua:%d+', place)
     local next_line = section:sub(section:find(place, 1, true) + #place + 1)
     local held = '    held by package.loaded["spec_catalog"].rendered_cache' ..
       '[*]: 2,000 objects, '
