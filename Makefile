@@ -294,16 +294,20 @@ MODULE_SPECS = $(addprefix spec/module/,binding_spec.lua hook_spec.lua \
   snapshot_spec.lua heap_walk_spec.lua heap_join_spec.lua \
   dominators_spec.lua heap_diff_spec.lua trace_lines_spec.lua \
   snapshot_names_spec.lua)
-VALGRIND_LOG = build/valgrind-specs.log
+VALGRIND_DIR = build/valgrind
 SANITIZED = build/sanitized
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
+# (A log per process, %p; the checker reads them as one.)
+VALGRIND = timeout 1200 valgrind --tool=memcheck --trace-children=no \
+  --fair-sched=yes --log-file=$(VALGRIND_DIR)/%p.log
 test-valgrind: fixtures
-	rm -f $(VALGRIND_LOG)
+	rm -rf $(VALGRIND_DIR) && mkdir -p $(VALGRIND_DIR)
 	$(SPEC_ENV) MEMPROF_TEST_LUA=$(LUAJIT) MEMPROF_TEST_VALGRIND=1 \
-	  timeout 2400 valgrind --tool=memcheck --trace-children=no --fair-sched=yes \
-	  --log-file=$(VALGRIND_LOG) $(LUAJIT) $(BUSTED) $(SPEC_OUT) $(MODULE_SPECS)
-	$(LUAJIT) spec/support/valgrind_ours.lua $(VALGRIND_LOG)
+	  $(EACH) '$(VALGRIND) $(LUAJIT)' $(MODULE_SPECS)
+	for log in $(VALGRIND_DIR)/*.log; do cat $$log; echo; done \
+	  >$(VALGRIND_DIR)/all
+	$(LUAJIT) spec/support/valgrind_ours.lua $(VALGRIND_DIR)/all
 
 test-sanitizers:
 	$(MAKE) --no-print-directory BUILD=$(SANITIZED) \
@@ -311,9 +315,9 @@ test-sanitizers:
 	  $(SANITIZED)/memprof.so $(SANITIZED)/test_cmodule.so
 	$(MAKE) --no-print-directory fixtures
 	LUA_CPATH='./$(SANITIZED)/?.so;$(SPEC_CPATH)' LUA_PATH='$(SPEC_PATH)' \
-	  LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 \
-	  UBSAN_OPTIONS=print_stacktrace=1 MEMPROF_TEST_SANITIZERS=1 \
-	  MEMPROF_TEST_LUA=$(LUAJIT) timeout 1800 $(LUAJIT) $(BUSTED) $(SPEC_OUT) $(MODULE_SPECS)
+	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  MEMPROF_TEST_SANITIZERS=1 MEMPROF_TEST_LUA=$(LUAJIT) \
+	  $(EACH) 'env LD_PRELOAD=$(LIBASAN) timeout 1800 $(LUAJIT)' $(MODULE_SPECS)
 
 # The reporter runs on LuaJIT only: under plain Lua 5.1, its library and
 # commands say so (spec/hosts/plain_lua_spec.lua).
@@ -358,7 +362,7 @@ clean:
 	rm -rf build/obj build/*.so build/threads_host build/threads_host_luajit2 \
 	  build/leb128_check build/static_host build/static_host_stripped \
 	  build/stripped build/debuglink build/buildid build/faults \
-	  build/sanitized build/fixed_seed.so build/demo.bin
+	  build/sanitized build/valgrind build/fixed_seed.so build/demo.bin
 
 # Profiles a small program that leaks (with its call stacks, the JIT off
 # so that every allocation is charged to its line) and prints what it
