@@ -633,9 +633,15 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
 int lifecycle_collector(lua_State *L)
 {
   /* With an argument: flushes the traces instead (trace_lines 'exact'). */
+  int running;
   if (lua_toboolean(L, 1))
     return flush_in(L);
+  /* A full collection restarts a stopped collector: stopped again
+  ** (LUA_GCISRUNNING, LuaJIT 2.1's C API; -1 from a VM without it). */
+  running = lua_gc(L, LUA_GCISRUNNING, 0);
   lua_gc(L, LUA_GCCOLLECT, 0);
+  if (running == 0)
+    lua_gc(L, LUA_GCSTOP, 0);
   return 0;
 }
 

@@ -136,6 +136,31 @@ print(#assert(io.open(%q, 'rb')):read('*a') > 0)
     assert.is_false(exists(path))
   end)
 
+  -- Stopped, the collector keeps every byte of garbage; running, it frees
+  -- garbage eight times the heap long before that much is made.
+  it('leaves a stopped collector stopped after collect_at_stop', function()
+    local function garbage_kept()
+      local before = collectgarbage('count')
+      local made = 8 * before
+      for i = 1, made do
+        local _ = string.rep('x', 1000) .. i -- Over 1 KiB each.
+      end
+      return collectgarbage('count') - before >= made
+    end
+    local path = h.tmpname()
+    collectgarbage('stop')
+    local started = memprof.start(path, { collect_at_stop = true })
+    local stopped = memprof.stop()
+    local kept = garbage_kept()
+    collectgarbage('restart')
+    assert(memprof.start(path, { collect_at_stop = true }))
+    assert(memprof.stop())
+    local kept_running = garbage_kept()
+    os.remove(path)
+    assert.same({ true, true, true, false },
+      { started, stopped, kept, kept_running })
+  end)
+
   -- The event stream's version (byte 11) and whether a note follows its
   -- header.
   local function version_and_note(options)
