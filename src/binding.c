@@ -20,6 +20,7 @@
 #include "snapshot.h"
 #include "stacks.h" /* MAX_STACK_DEPTH */
 #include "vm_learn.h"
+#include "writer.h" /* writer_strerror */
 
 #define SENTINEL_KEY "memprof.sentinel"
 #define MESSAGES_KEY "memprof.messages"
@@ -43,7 +44,7 @@ static int push_failure(lua_State *L, const char *msg, int err)
 static int push_file_failure(lua_State *L, const char *path, int err)
 {
   lua_pushnil(L);
-  lua_pushfstring(L, "%s: %s", path, strerror(err));
+  lua_pushfstring(L, "%s: %s", path, writer_strerror(err));
   lua_pushinteger(L, err);
   return 3;
 }

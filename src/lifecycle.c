@@ -222,16 +222,15 @@ static int open_stream(struct profiler *p)
 {
   int err;
   /* Without O_NONBLOCK, opening a FIFO that nobody reads would wait for a
-  ** reader for ever; with it, that open fails at once (ENXIO). The writer
-  ** thread then writes blocking, as to any file. */
+  ** reader for ever; with it, that open fails at once (ENXIO). It stays
+  ** non-blocking (our own open file; it changes nothing for a regular
+  ** one): a reader that stops reading fails the profile after
+  ** WRITER_STALL_SECONDS (writer_write_all) instead of holding the writer,
+  ** and then the hook, for ever. */
   int fd = open(p->path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK,
                 0644);
-  if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    err = errno;
-    if (fd >= 0)
-      close(fd);
-    return err;
-  }
+  if (fd < 0)
+    return errno;
   if ((err = writer_init(&p->out, fd, WRITE_BUFFER_SIZE, 1)) != 0) {
     close(fd);
     return err;

@@ -315,6 +315,32 @@ os.exit(7)
     assert.equal(100, #t)
   end)
 
+  -- In a child (before, it waited for ever in the allocator), under a
+  -- time limit: the child holds the FIFO's read end and never reads.
+  it('ends a profile into a FIFO whose reader never reads after 10 ' ..
+    'seconds', function()
+    local dir = C.temp_dir()
+    local fifo = dir .. '/fifo'
+    assert.equal(0, (C.run('mkfifo ' .. C.quote(fifo))))
+    local out, code = h.run_script(script(string.format([[
+local ffi = require('ffi')
+ffi.cdef('int open(const char *, int, ...);')
+jit.off()
+local memprof = require('memprof')
+assert(ffi.C.open(%q, 2048) >= 0) -- O_RDONLY | O_NONBLOCK
+local t = os.time()
+print(memprof.start(%q))
+keep = {}
+for i = 1, 300000 do keep[i] = { i } end -- Far more than a pipe holds.
+print(memprof.stop())
+print('waited', os.time() - t >= 9)
+]], fifo, fifo)))
+    C.remove_tree(dir)
+    assert.same({ 'true\nnil\t' .. fifo .. ': the reader took no byte for ' ..
+      '10 seconds (a write waits no longer)\t110\nwaited\ttrue\n', 0 },
+      { out, code })
+  end)
+
   it('stops writing after a write error in the middle of a profile',
     function()
     assert.is_true(memprof.start('/dev/full'))

@@ -619,7 +619,7 @@ os.remove(profile)
       local out, code = run_child(fifo, 'heap', 'never reads')
       C.remove_tree(dir)
       assert.are.same({ 'nil\t' .. fifo .. ': the reader took no byte ' ..
-        'for 10 seconds (a snapshot waits no longer)\t110\nwaited\ttrue\n',
+        'for 10 seconds (a write waits no longer)\t110\nwaited\ttrue\n',
         0 }, { out, code })
     end)
   end)
