@@ -20,6 +20,7 @@
 #include "snapshot.h"
 #include "stacks.h" /* MAX_STACK_DEPTH */
 #include "vm_learn.h"
+#include "writer.h" /* writer_strerror */
 
 #define SENTINEL_KEY "memprof.sentinel"
 #define MESSAGES_KEY "memprof.messages"
@@ -43,7 +44,7 @@ static int push_failure(lua_State *L, const char *msg, int err)
 static int push_file_failure(lua_State *L, const char *path, int err)
 {
   lua_pushnil(L);
-  lua_pushfstring(L, "%s: %s", path, strerror(err));
+  lua_pushfstring(L, "%s: %s", path, writer_strerror(err));
   lua_pushinteger(L, err);
   return 3;
 }
@@ -282,6 +283,8 @@ static int l_start(lua_State *L)
              (unsigned)strlen(path), (unsigned)len);
     return push_failure(L, msg, EINVAL);
   }
+  if (len == 0)
+    return push_failure(L, "the profile's path is empty", EINVAL);
 
   /* First, and without allocating: the VM's built-in misc.memprof may be
   ** running, and it charges every allocation made here heavily. */
@@ -401,6 +404,21 @@ static int read_snapshot_options(lua_State *L, int idx,
   return 1;
 }
 
+/* A full collection that leaves a stopped collector stopped: a full
+** collection sets a new threshold, which restarts it. LUA_GCISRUNNING
+** (LuaJIT 2.1's C API) tells whether it was stopped; a VM that does not
+** know that option answers -1 and is refused. Returns 1, or 0. */
+static int collect_keeping_state(lua_State *L)
+{
+  int running = lua_gc(L, LUA_GCISRUNNING, 0);
+  if (running < 0)
+    return 0;
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  if (running == 0)
+    lua_gc(L, LUA_GCSTOP, 0);
+  return 1;
+}
+
 /* A heap snapshot: the live object graph, with or without a profile; a
 ** running profile is noted with the bytes it has written so far. */
 static int heap_snapshot(lua_State *L, struct sentinel *s, const char *path,
@@ -411,8 +429,13 @@ static int heap_snapshot(lua_State *L, struct sentinel *s, const char *path,
   uint64_t sample_bytes;
   char msg[600];
   int err;
-  if (collect)
-    lua_gc(L, LUA_GCCOLLECT, 0);
+  if (collect && !collect_keeping_state(L))
+    return push_failure(L,
+                        "option 'collect': this VM's lua_gc does not tell "
+                        "whether its collector is stopped "
+                        "(LUA_GCISRUNNING), and a full collection would "
+                        "restart it",
+                        ENOTSUP);
   if (s != NULL)
     note.running = lifecycle_stats(L, &s->profiles, &stats, &sample_bytes,
                                    &note.written) == LIFE_OK;
@@ -440,6 +463,8 @@ static int l_snapshot(lua_State *L)
              (unsigned)strlen(path), (unsigned)len);
     return push_failure(L, msg, EINVAL);
   }
+  if (len == 0)
+    return push_failure(L, "the snapshot's path is empty", EINVAL);
   if (!read_snapshot_options(L, 2, &opts, msg, sizeof(msg)))
     return push_failure(L, msg, EINVAL);
   if (opts.format == SNAPSHOT_HEAP)

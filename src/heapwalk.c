@@ -890,8 +890,11 @@ int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
       epilogue(&w);
       out_flush(w.out);
     }
-    if (w.err == 0 && w.out->err != 0)
-      failed(&w, w.out->err, "%s", strerror(w.out->err));
+    if (w.err == 0 && w.out->err != 0) {
+      w.err = w.out->err; /* No message: the caller names the file. */
+      if (len > 0)
+        msg[0] = '\0';
+    }
   }
   free(w.out);
   free(w.seen);

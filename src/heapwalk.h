@@ -67,8 +67,8 @@ struct heap_profile_note {
 
 /*
 ** Writes the snapshot of L's VM to fd. Returns 0, or an errno with a
-** message in msg (a write error, memory, or an object that does not read
-** as the layout says).
+** message in msg (memory, or an object that does not read as the layout
+** says); a write error's message is empty, the caller names its file.
 */
 int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
                    const struct heap_profile_note *note, char *msg, size_t len);

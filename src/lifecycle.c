@@ -222,16 +222,15 @@ static int open_stream(struct profiler *p)
 {
   int err;
   /* Without O_NONBLOCK, opening a FIFO that nobody reads would wait for a
-  ** reader for ever; with it, that open fails at once (ENXIO). The writer
-  ** thread then writes blocking, as to any file. */
+  ** reader for ever; with it, that open fails at once (ENXIO). It stays
+  ** non-blocking (our own open file; it changes nothing for a regular
+  ** one): a reader that stops reading fails the profile after
+  ** WRITER_STALL_SECONDS (writer_write_all) instead of holding the writer,
+  ** and then the hook, for ever. */
   int fd = open(p->path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK,
                 0644);
-  if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    err = errno;
-    if (fd >= 0)
-      close(fd);
-    return err;
-  }
+  if (fd < 0)
+    return errno;
   if ((err = writer_init(&p->out, fd, WRITE_BUFFER_SIZE, 1)) != 0) {
     close(fd);
     return err;
@@ -633,9 +632,15 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
 int lifecycle_collector(lua_State *L)
 {
   /* With an argument: flushes the traces instead (trace_lines 'exact'). */
+  int running;
   if (lua_toboolean(L, 1))
     return flush_in(L);
+  /* A full collection restarts a stopped collector: stopped again
+  ** (LUA_GCISRUNNING, LuaJIT 2.1's C API; -1 from a VM without it). */
+  running = lua_gc(L, LUA_GCISRUNNING, 0);
   lua_gc(L, LUA_GCCOLLECT, 0);
+  if (running == 0)
+    lua_gc(L, LUA_GCSTOP, 0);
   return 0;
 }
 

@@ -7,9 +7,14 @@
 ** it as a profile stopped now. The running profile's file and writer go on
 ** as before: only their buffer was handed to the disk earlier than usual.
 **
-** A snapshot into a regular file is written to "PATH.tmp-PID" and renamed
-** to PATH once complete, so a reader never sees half a snapshot; a device
-** or FIFO is written in place (see open_target).
+** A snapshot into a regular file is written to a temporary file of its
+** own next to PATH ("PATH.tmp-PID-TID-N": each thread and each call has
+** its own, as VMs in several threads may write to one PATH at once) and
+** renamed to PATH once complete, so a reader never sees half a snapshot;
+** a device or FIFO is written in place (see open_target), non-blocking:
+** a FIFO that nobody reads is refused at once, and one whose reader stops
+** reading fails after WRITER_STALL_SECONDS (writer_write_all). SIGPIPE
+** never reaches the program: a reader gone is EPIPE.
 */
 #define _GNU_SOURCE
 #include "snapshot.h"
@@ -21,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "heapwalk.h"
@@ -43,8 +49,20 @@ static int fail(char *msg, size_t len, int err, const char *what,
 
 static int file_error(char *msg, size_t len, const char *path, int err)
 {
-  snprintf(msg, len, "%s: %s", path, strerror(err));
+  snprintf(msg, len, "%s: %s", path, writer_strerror(err));
   return err;
+}
+
+/* Why path cannot be opened: errno, with ENXIO for a FIFO explained. */
+static int open_error(char *msg, size_t len, const char *path, int err)
+{
+  struct stat st;
+  if (err == ENXIO && stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    snprintf(msg, len, "%s: no process reads this FIFO (%s)", path,
+             strerror(err));
+    return err;
+  }
+  return file_error(msg, len, path, err);
 }
 
 /* Copies the first `n` bytes of `from` to the end of `to`. Returns 0 or
@@ -174,45 +192,63 @@ static int is_profile_file(const struct profiler *p, const char *path)
          a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-/* "PATH.tmp-PID" (malloc'd), or NULL. */
+/* Calls of temp_name in this process. */
+static unsigned temp_calls;
+
+/* "PATH.tmp-PID-TID-N" (malloc'd), N this process's count of calls, or
+** NULL: no other call of any thread or process has it. */
 static char *temp_name(const char *path)
 {
-  size_t n = strlen(path) + 32;
+  size_t n = strlen(path) + 64;
   char *tmp = malloc(n);
+  unsigned call = __atomic_fetch_add(&temp_calls, 1, __ATOMIC_RELAXED);
   if (tmp != NULL)
-    snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
+    snprintf(tmp, n, "%s.tmp-%ld-%ld-%u", path, (long)getpid(),
+             (long)syscall(SYS_gettid), call);
   return tmp;
 }
 
+/* Creates the temporary file of a snapshot to path (*tmp, its malloc'd
+** name). O_EXCL: a file left by a process that died with this pid and
+** thread id is never shared, the next name is taken. Returns the
+** descriptor, or -1 with errno. */
+static int create_temp(const char *path, char **tmp)
+{
+  int tries, fd = -1;
+  for (tries = 0; tries < 16 && fd < 0; tries++) {
+    if ((*tmp = temp_name(path)) == NULL) {
+      errno = ENOMEM;
+      return -1;
+    }
+    fd = open(*tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      int saved = errno;
+      free(*tmp);
+      *tmp = NULL;
+      errno = saved;
+      if (saved != EEXIST)
+        break;
+    }
+  }
+  return fd;
+}
+
 /* Opens where the snapshot goes. A regular file (or a new one) is written
-** as "PATH.tmp-PID" (*tmp, malloc'd) and renamed once complete; anything
-** else that exists (a device such as /dev/full, a FIFO) is written in
-** place, *tmp NULL: renaming over it would replace the device node. A FIFO
-** that nobody reads is refused at once (ENXIO) rather than waited on.
-** Returns the descriptor, or -1 with errno. */
+** as a temporary file (*tmp, malloc'd: create_temp) and renamed once
+** complete; anything else that exists (a device such as /dev/full, a
+** FIFO) is written in place, *tmp NULL: renaming over it would replace
+** the device node. That descriptor stays non-blocking (it is our own open
+** file, the program's are not changed): a FIFO that nobody reads is
+** refused at once (ENXIO) rather than waited on, and a write waits at
+** most WRITER_STALL_SECONDS for a reader that stopped reading. Returns the
+** descriptor, or -1 with errno. */
 static int open_target(const char *path, char **tmp)
 {
   struct stat st;
-  int fd;
   *tmp = NULL;
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-    fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0)
-      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    return fd;
-  }
-  if ((*tmp = temp_name(path)) == NULL) {
-    errno = ENOMEM;
-    return -1;
-  }
-  fd = open(*tmp, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int saved = errno;
-    free(*tmp);
-    *tmp = NULL;
-    errno = saved;
-  }
-  return fd;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  return create_temp(path, tmp);
 }
 
 /* Closes fd and renames the temporary file tmp (if any) to path once the
@@ -243,7 +279,7 @@ int snapshot_write(struct profiler *p, const char *path,
                 "a snapshot cannot replace the running profile's own file",
                 path);
   if ((fd = open_target(path, &tmp)) < 0)
-    return file_error(msg, len, path, errno);
+    return open_error(msg, len, path, errno);
   if (format == SNAPSHOT_MEMPROF) {
     err = write_memprof(p, fd, path, msg, len);
     if (err == 0 &&
@@ -258,14 +294,17 @@ int snapshot_write(struct profiler *p, const char *path,
 
 /* Whether this process has the file at path open for writing: the running
 ** profile's own file, which a snapshot must not replace, is one (the
-** profile's writer is not reachable from here, its descriptor is). */
+** profile's writer is not reachable from here, its descriptor is). A
+** character device (/dev/null, a terminal) is no profile's own file: a
+** program may well have it open, as its output. */
 static int open_for_writing_here(const char *path)
 {
   struct stat target, st;
   struct dirent *e;
   DIR *dir;
   int found = 0;
-  if (stat(path, &target) != 0 || (dir = opendir("/proc/self/fd")) == NULL)
+  if (stat(path, &target) != 0 || S_ISCHR(target.st_mode) ||
+      (dir = opendir("/proc/self/fd")) == NULL)
     return 0;
   while (!found && (e = readdir(dir)) != NULL) {
     int fd = atoi(e->d_name), mode;
@@ -292,10 +331,13 @@ int snapshot_write_heap(lua_State *L, const char *path,
                 "a snapshot cannot replace the running profile's own file",
                 path);
   if ((fd = open_target(path, &tmp)) < 0)
-    return file_error(msg, len, path, errno);
+    return open_error(msg, len, path, errno);
   if (!heap_layout_learn(L, &h, why, sizeof(why)))
     err = fail(msg, len, ENOTSUP, why, NULL);
-  else if ((err = heapwalk_write(L, &h, fd, note, why, sizeof(why))) != 0)
+  else if ((err = heapwalk_write(L, &h, fd, note, why, sizeof(why))) != 0 &&
+           why[0] == '\0')
+    file_error(msg, len, path, err); /* Writing failed. */
+  else if (err != 0)
     snprintf(msg, len, "%s: heap snapshot: %s", path, why);
   return finish_target(fd, tmp, path, err, msg, len);
 }

@@ -5,6 +5,7 @@
 #include "writer.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -123,15 +124,79 @@ static void set_failed(struct writer *w, int err)
     __atomic_store_n(&w->failed_errno, err, __ATOMIC_RELAXED);
 }
 
-int writer_write_all(int fd, const void *data, size_t len)
+/* SIGPIPE held off the calling thread around a write, so that a pipe or
+** FIFO whose reader left fails the write with EPIPE instead of killing the
+** program. A SIGPIPE that the write raised is consumed before the mask is
+** restored, unless one was pending already (then it is the program's).
+** One sent by another process in that window is consumed too: the usual
+** price of this pattern. A thread that blocks SIGPIPE itself (the writer
+** thread blocks every signal) is left alone. */
+struct pipe_guard {
+  sigset_t old;
+  int restore;     /* SIGPIPE was unblocked, and is blocked here. */
+  int was_pending; /* A SIGPIPE was pending before the write. */
+};
+
+static void pipe_signal(sigset_t *set)
 {
-  const uint8_t *p = data;
+  sigemptyset(set);
+  sigaddset(set, SIGPIPE);
+}
+
+static void guard_pipe(struct pipe_guard *g)
+{
+  sigset_t pipe, pending;
+  pipe_signal(&pipe);
+  g->restore = pthread_sigmask(SIG_BLOCK, &pipe, &g->old) == 0 &&
+               !sigismember(&g->old, SIGPIPE);
+  g->was_pending =
+      g->restore && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+}
+
+static void unguard_pipe(const struct pipe_guard *g)
+{
+  static const struct timespec now = {0, 0};
+  sigset_t pipe, pending;
+  if (!g->restore)
+    return;
+  pipe_signal(&pipe);
+  if (!g->was_pending && sigpending(&pending) == 0 &&
+      sigismember(&pending, SIGPIPE)) {
+    while (sigtimedwait(&pipe, NULL, &now) < 0 && errno == EINTR)
+      ;
+  }
+  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* Waits until fd (non-blocking, full) takes bytes again, at most
+** WRITER_STALL_SECONDS. Returns 0, or ETIMEDOUT, or errno. */
+static int wait_writable(int fd)
+{
+  struct pollfd p;
+  int n;
+  p.fd = fd;
+  p.events = POLLOUT;
+  do
+    n = poll(&p, 1, WRITER_STALL_SECONDS * 1000);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return errno;
+  return n == 0 ? ETIMEDOUT : 0; /* POLLERR, POLLHUP: write says why. */
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len)
+{
+  int err;
   while (len > 0) {
     ssize_t n = write(fd, p, len);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return errno;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return errno;
+      if ((err = wait_writable(fd)) != 0)
+        return err;
+      continue;
     }
     if (n == 0)
       return EIO;
@@ -139,6 +204,23 @@ int writer_write_all(int fd, const void *data, size_t len)
     len -= (size_t)n;
   }
   return 0;
+}
+
+int writer_write_all(int fd, const void *data, size_t len)
+{
+  struct pipe_guard g;
+  int err;
+  guard_pipe(&g);
+  err = write_all(fd, data, len);
+  unguard_pipe(&g);
+  return err;
+}
+
+const char *writer_strerror(int err)
+{
+  if (err == ETIMEDOUT)
+    return WRITER_STALL_TEXT;
+  return strerror(err);
 }
 
 /* Writes what the hook has committed to the buffer it fills and the

@@ -50,6 +50,23 @@ describe('several VMs in threads', function()
       end
       os.remove(dir)
     end)
+
+    -- Four VMs, 50 heap snapshots each into one path, all at once: each
+    -- must succeed, and the file read back after each be a whole
+    -- snapshot (the host reads it with memprof.read.heap).
+    it('snapshot into one path at the same time, each a whole file (' ..
+      host .. ')', function()
+      local dir = h.tmpname('.d')
+      assert.equal(0, C.run('mkdir ' .. C.quote(dir)))
+      local out, code = run(host .. " '" .. CPATH .. "' " .. dir ..
+        " 4 50 './lua/?.lua;;'")
+      local _, listing = C.run('ls -A ' .. C.quote(dir))
+      C.remove_tree(dir)
+      assert.equal('', out)
+      assert.equal(0, code)
+      -- No temporary file is left behind.
+      assert.equal('shared.heap\n', listing)
+    end)
   end
 end)
 

@@ -136,6 +136,31 @@ print(#assert(io.open(%q, 'rb')):read('*a') > 0)
     assert.is_false(exists(path))
   end)
 
+  -- Stopped, the collector keeps every byte of garbage; running, it frees
+  -- garbage eight times the heap long before that much is made.
+  it('leaves a stopped collector stopped after collect_at_stop', function()
+    local function garbage_kept()
+      local before = collectgarbage('count')
+      local made = 8 * before
+      for i = 1, made do
+        local _ = string.rep('x', 1000) .. i -- Over 1 KiB each.
+      end
+      return collectgarbage('count') - before >= made
+    end
+    local path = h.tmpname()
+    collectgarbage('stop')
+    local started = memprof.start(path, { collect_at_stop = true })
+    local stopped = memprof.stop()
+    local kept = garbage_kept()
+    collectgarbage('restart')
+    assert(memprof.start(path, { collect_at_stop = true }))
+    assert(memprof.stop())
+    local kept_running = garbage_kept()
+    os.remove(path)
+    assert.same({ true, true, true, false },
+      { started, stopped, kept, kept_running })
+  end)
+
   -- The event stream's version (byte 11) and whether a note follows its
   -- header.
   local function version_and_note(options)
@@ -288,6 +313,32 @@ os.exit(7)
       { memprof.stop() })
     assert.is_false(memprof.is_running())
     assert.equal(100, #t)
+  end)
+
+  -- In a child (before, it waited for ever in the allocator), under a
+  -- time limit: the child holds the FIFO's read end and never reads.
+  it('ends a profile into a FIFO whose reader never reads after 10 ' ..
+    'seconds', function()
+    local dir = C.temp_dir()
+    local fifo = dir .. '/fifo'
+    assert.equal(0, (C.run('mkfifo ' .. C.quote(fifo))))
+    local out, code = h.run_script(script(string.format([[
+local ffi = require('ffi')
+ffi.cdef('int open(const char *, int, ...);')
+jit.off()
+local memprof = require('memprof')
+assert(ffi.C.open(%q, 2048) >= 0) -- O_RDONLY | O_NONBLOCK
+local t = os.time()
+print(memprof.start(%q))
+keep = {}
+for i = 1, 300000 do keep[i] = { i } end -- Far more than a pipe holds.
+print(memprof.stop())
+print('waited', os.time() - t >= 9)
+]], fifo, fifo)))
+    C.remove_tree(dir)
+    assert.same({ 'true\nnil\t' .. fifo .. ': the reader took no byte for ' ..
+      '10 seconds (a write waits no longer)\t110\nwaited\ttrue\n', 0 },
+      { out, code })
   end)
 
   it('stops writing after a write error in the middle of a profile',

@@ -164,6 +164,36 @@ describe('memprof.snapshot', function()
       assert.are.equal('', listing)
     end)
 
+    it('refuses an empty path, in every format, and start too', function()
+      local path = h.tmpname()
+      assert.is_true(memprof.start(path, { snapshots = true }))
+      local results = {}
+      for _, format in ipairs({ 'pprof', 'memprof', 'heap' }) do
+        results[#results + 1] = { memprof.snapshot('', { format = format }) }
+      end
+      assert.is_true(memprof.stop())
+      remove(path)
+      local empty = { nil, "the snapshot's path is empty", 22 }
+      assert.are.same({ empty, empty, empty }, results)
+      assert.are.same({ nil, "the profile's path is empty", 22 },
+        { memprof.start('') })
+      assert.is_false(memprof.is_running())
+    end)
+
+    -- A program may have /dev/null open as its output: a heap snapshot
+    -- into it is no snapshot into the running profile's own file.
+    it('writes a heap snapshot into /dev/null that this process writes',
+      function()
+      local path = h.tmpname()
+      local null = assert(io.open('/dev/null', 'w'))
+      assert.is_true(memprof.start(path))
+      local result = { memprof.snapshot('/dev/null', { format = 'heap' }) }
+      assert.is_true(memprof.stop())
+      null:close()
+      remove(path)
+      assert.are.same({ true }, result)
+    end)
+
     -- A device is written in place, never renamed over: /dev/full stays
     -- the device, and the snapshot says the disk is full.
     it('writes into a device in place: /dev/full is full, and stays a device',
@@ -469,6 +499,128 @@ print('parent stop', memprof.stop())
         '[%d.]+%%  main chunk of @prog.lua prog.lua:2\n'))
       assert.is_falsy(out:find('prog.lua:3', 1, true))
       assert.is_true(size > 0)
+    end)
+  end)
+  -- The collector's state is seen through what the heap does: stopped, it
+  -- keeps every byte of garbage; running, it frees garbage eight times the
+  -- heap long before that much is made (a cycle starts at twice the heap).
+  describe('with collect = true', function()
+    local function garbage_kept()
+      local before = collectgarbage('count')
+      local made = 8 * before
+      for i = 1, made do
+        local _ = string.rep('x', 1000) .. i -- Over 1 KiB each.
+      end
+      return collectgarbage('count') - before >= made
+    end
+
+    it('leaves a stopped collector stopped, and a running one running',
+      function()
+      local path = h.tmpname('.heap')
+      collectgarbage('stop')
+      local stopped = { memprof.snapshot(path, { format = 'heap',
+        collect = true }) }
+      local kept = garbage_kept()
+      collectgarbage('restart')
+      local running = { memprof.snapshot(path, { format = 'heap',
+        collect = true }) }
+      local kept_running = garbage_kept()
+      remove(path)
+      assert.are.same({ { true }, { true } }, { stopped, running })
+      assert.is_true(kept)
+      assert.is_false(kept_running)
+    end)
+  end)
+
+  -- Into a FIFO, in a child process (SIGPIPE would kill this one), each
+  -- run under a time limit (run_script). The child makes a snapshot of
+  -- each format far larger than a pipe holds (64 KiB).
+  describe('into a FIFO', function()
+    local CHILD = [[
+local fifo, format, reader = ...
+local ffi = require('ffi')
+ffi.cdef('int open(const char *, int, ...); int usleep(unsigned);')
+local O_RDONLY, O_WRONLY, O_NONBLOCK = 0, 1, 2048
+jit.off()
+local memprof = require('memprof')
+-- A heap snapshot refuses a file this process writes (the FIFO is one:
+-- the probe below) while a profile runs: it is taken without one.
+local profile = os.tmpname()
+if format ~= 'heap' then
+  assert(memprof.start(profile, { snapshots = true }))
+end
+keep = {}
+for i = 1, 100000 do keep[i] = { i } end
+-- Places with long names of their own: a pprof file of over 64 KiB.
+for i = 1, 3000 do
+  local name = '@' .. string.format('%08x', math.random(0, 2^31)):rep(6)
+  assert(loadstring('return {}', name))()
+end
+local probe = -1
+if reader == 'never reads' then
+  probe = ffi.C.open(fifo, O_RDONLY + O_NONBLOCK)
+else
+  -- A reader that reads one byte and leaves: open once it is there (the
+  -- probe stays open, so that it waits for that byte).
+  os.execute('timeout 60 head -c 1 < ' .. fifo .. ' > /dev/null &')
+  for _ = 1, 1000 do
+    probe = ffi.C.open(fifo, O_WRONLY + O_NONBLOCK)
+    if probe >= 0 then break end
+    ffi.C.usleep(10000)
+  end
+end
+assert(probe >= 0, 'no reader')
+local t = os.time()
+print(memprof.snapshot(fifo, { format = format }))
+print('waited', os.time() - t >= 9)
+if format ~= 'heap' then assert(memprof.stop()) end
+os.remove(profile)
+]]
+
+    local function run_child(fifo, format, reader)
+      return h.run_script('package.cpath = ' ..
+        string.format('%q', package.cpath) .. '\n' ..
+        'assert(loadstring(' .. string.format('%q', CHILD) .. '))(' ..
+        string.format('%q, %q, %q', fifo, format, reader) .. ')\n')
+    end
+
+    local function fifo_in(dir)
+      local fifo = dir .. '/fifo'
+      assert.are.equal(0, (C.run('mkfifo ' .. C.quote(fifo))))
+      return fifo
+    end
+
+    it('whose reader left fails with EPIPE, and the program lives on',
+      function()
+      local dir = C.temp_dir()
+      local fifo = fifo_in(dir)
+      local results = {}
+      for _, format in ipairs({ 'heap', 'memprof', 'pprof' }) do
+        results[#results + 1] = { run_child(fifo, format, 'leaves') }
+      end
+      C.remove_tree(dir)
+      local broken = { 'nil\t' .. fifo .. ': Broken pipe\t32\n' ..
+        'waited\tfalse\n', 0 }
+      assert.are.same({ broken, broken, broken }, results)
+    end)
+
+    it('that nobody reads is refused at once', function()
+      local dir = C.temp_dir()
+      local fifo = fifo_in(dir)
+      local result = { memprof.snapshot(fifo, { format = 'heap' }) }
+      C.remove_tree(dir)
+      assert.are.same({ nil, fifo .. ': no process reads this FIFO (No ' ..
+        'such device or address)', 6 }, result)
+    end)
+
+    it('whose reader never reads fails after 10 seconds', function()
+      local dir = C.temp_dir()
+      local fifo = fifo_in(dir)
+      local out, code = run_child(fifo, 'heap', 'never reads')
+      C.remove_tree(dir)
+      assert.are.same({ 'nil\t' .. fifo .. ': the reader took no byte ' ..
+        'for 10 seconds (a write waits no longer)\t110\nwaited\ttrue\n',
+        0 }, { out, code })
     end)
   end)
 end)

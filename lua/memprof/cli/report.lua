@@ -651,8 +651,10 @@ function M.main(args, out, err)
     out:write(version.line(PROGRAM), '\n')
     return 0
   end
-  -- A heap snapshot (its magic) has a report of its own.
-  if heap_report.any(files) then
+  -- A heap snapshot (its magic) has a report of its own; so has
+  -- --profile=P, which only a heap snapshot takes: its reader then says
+  -- what is wrong with a file that is not one.
+  if heap_report.any(files) or opts.heap_profile then
     return heap_report.main(opts, files, out, err, PROGRAM)
   end
   local problem = file_problem(opts, files) or conflict(opts)

@@ -202,6 +202,21 @@ Formats (--format=NAME; docs/formats.md):
     end
   end)
 
+  it('says what is wrong with a file given with --profile (a heap ' ..
+    'snapshot\'s option) that is not a heap snapshot', function()
+    local bad = another_file('xyzabcdef')
+    local code, stdout, stderr = report('--profile=' .. path, bad)
+    assert.are.equal(1, code)
+    assert.are.equal('', stdout)
+    assert.are.equal('memprof-report: ' .. bad .. ': byte 0: expected the ' ..
+      'magic "ljh" of a heap snapshot, got "xyz"\n', stderr)
+    -- A profile given where the heap snapshot goes: the same.
+    code, stdout, stderr = report('--profile=' .. path, path)
+    assert.are.equal(1, code)
+    assert.are.equal('memprof-report: ' .. path .. ': byte 0: expected the ' ..
+      'magic "ljh" of a heap snapshot, got "ljs"\n', stderr)
+  end)
+
   it('prints its version and the interpreter it runs on', function()
     local _, interpreter = run("luajit -e 'io.write(jit.version)'")
     local code, stdout, stderr = report('--version')
