@@ -406,7 +406,7 @@ static int read_snapshot_options(lua_State *L, int idx,
 static int heap_snapshot(lua_State *L, struct sentinel *s, const char *path,
                          int collect)
 {
-  struct heap_profile_note note = {0, 0};
+  struct heap_profile_note note = {0, 0, 0};
   struct profile_stats stats;
   uint64_t sample_bytes;
   char msg[600];
