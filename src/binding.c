@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "heap_remote.h"
 #include "heapwalk.h"
 #include "lifecycle.h"
 #include "lua.h"
@@ -825,6 +826,7 @@ __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
                                  {"info", l_info},
                                  {"stats", l_stats},
                                  {"snapshot", l_snapshot},
+                                 {"heap_of_process", heap_remote_l_snapshot},
                                  {NULL, NULL}};
   lifecycle_init_process();
   pin_module();
