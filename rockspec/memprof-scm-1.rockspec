@@ -106,6 +106,7 @@ build = {
     ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",
     ["memprof.cli.progress"] = "lua/memprof/cli/progress.lua",
     ["memprof.cli.run"] = "lua/memprof/cli/run.lua",
+    ["memprof.cli.heap_pid"] = "lua/memprof/cli/heap_pid.lua",
     ["memprof.cli.launch"] = "lua/memprof/cli/launch.lua",
     ["memprof.encode.utf8"] = "lua/memprof/encode/utf8.lua",
     ["memprof.encode.json_text"] = "lua/memprof/encode/json_text.lua",

@@ -587,6 +587,17 @@ struct job {
   const struct roots_layout *rl;
 };
 
+/* Fault injection: the target ends while it is stopped (killed, and
+** waited for, so that its memory is gone before it is read). */
+static void exit_now(pid_t pid)
+{
+  int st = 0;
+  kill(pid, SIGKILL);
+  while (waitpid(pid, &st, __WALL) == pid && !WIFEXITED(st) &&
+         !WIFSIGNALED(st))
+    ;
+}
+
 /* One stop: the threads checked, the memory copied, the target let go.
 ** Returns 0 with the copy made, EAGAIN (not a safe moment: why), or a
 ** failure. */
@@ -600,7 +611,7 @@ static int one_stop(const struct job *j, struct mirror *mr,
     return err;
   t0 = now_ns();
   if (fault_remote_exit())
-    kill(j->pid, SIGKILL);
+    exit_now(j->pid);
   if (!threads_outside(&s, j->maps, j->lj, msg, len))
     err = EAGAIN;
   else
