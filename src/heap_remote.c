@@ -593,8 +593,7 @@ static void exit_now(pid_t pid)
 {
   int st = 0;
   kill(pid, SIGKILL);
-  while (waitpid(pid, &st, __WALL) == pid && !WIFEXITED(st) &&
-         !WIFSIGNALED(st))
+  while (waitpid(pid, &st, __WALL) == pid && !WIFEXITED(st) && !WIFSIGNALED(st))
     ;
 }
 
