@@ -630,7 +630,7 @@ struct child_report {
 struct job {
   pid_t pid;
   int vm, fd;
-  const struct remote_maps *maps;
+  struct remote_maps *maps; /* Read again when they changed. */
   const struct luajit_file *lj;
   const struct heap_layout *h;
   const struct roots_layout *rl;
@@ -644,6 +644,43 @@ static void exit_now(pid_t pid)
   kill(pid, SIGKILL);
   while (waitpid(pid, &st, __WALL) == pid && !WIFEXITED(st) && !WIFSIGNALED(st))
     ;
+}
+
+/* Whether the copyable mappings of a and b are the same. */
+static int same_copyable(const struct remote_maps *a,
+                         const struct remote_maps *b)
+{
+  size_t i = 0, k = 0;
+  for (;;) {
+    while (i < a->n && !copyable(&a->m[i]))
+      i++;
+    while (k < b->n && !copyable(&b->m[k]))
+      k++;
+    if (i == a->n || k == b->n)
+      return i == a->n && k == b->n;
+    if (a->m[i].lo != b->m[k].lo || a->m[i].hi != b->m[k].hi ||
+        a->m[i].inode != b->m[k].inode)
+      return 0;
+    i++, k++;
+  }
+}
+
+/* Whether the stopped process still has the mappings the copy was mapped
+** for (it may have mapped memory since they were read); if not, the new
+** ones replace them for the next stop. */
+static int maps_hold(struct remote_maps *maps, pid_t pid, char *why, size_t len)
+{
+  struct remote_maps now;
+  if (remote_maps_read(pid, &now) != 0)
+    return 1; /* Gone: the copy says so. */
+  if (same_copyable(maps, &now)) {
+    remote_maps_free(&now);
+    return 1;
+  }
+  remote_maps_free(maps);
+  *maps = now;
+  snprintf(why, len, "its memory mappings changed while it ran");
+  return 0;
 }
 
 /* One stop: the threads checked, the memory copied, the target let go.
@@ -664,7 +701,8 @@ static int one_stop(const struct job *j, struct mirror *mr,
   t0 = now_ns();
   if (fault_remote_exit())
     exit_now(j->pid);
-  if (!threads_outside(&s, j->maps, j->lj, msg, len))
+  if (!maps_hold(j->maps, j->pid, msg, len) ||
+      !threads_outside(&s, j->maps, j->lj, msg, len))
     err = EAGAIN;
   else
     err = mirror_fill(j->pid, j->maps, mr, msg, len);

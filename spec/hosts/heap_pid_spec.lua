@@ -48,6 +48,29 @@ while true do
 end
 ]]
 
+-- Two VMs in one process: the second made through the FFI.
+local TWO_VMS = [[
+local ffi = require('ffi')
+ffi.cdef[=[
+typedef struct lua_State lua_State;
+lua_State *luaL_newstate(void);
+void luaL_openlibs(lua_State *L);
+int luaL_loadstring(lua_State *L, const char *s);
+int lua_pcall(lua_State *L, int nargs, int nresults, int errfunc);
+]=]
+local L2 = ffi.C.luaL_newstate()
+ffi.C.luaL_openlibs(L2)
+assert(ffi.C.luaL_loadstring(L2,
+  'second = {} for i = 1, 500 do second[i] = { i } end') == 0)
+assert(ffi.C.lua_pcall(L2, 0, 0, 0) == 0)
+first = {}
+for i = 1, 300 do first[i] = { i, i } end
+local f = assert(io.open(arg[1] .. '/ready', 'w'))
+f:write('ready')
+f:close()
+while true do os.execute('sleep 0.05') end
+]]
+
 -- A target that never stops running Lua code.
 local BUSY = [[
 local dir = arg[1]
@@ -188,6 +211,40 @@ describe('memprof heap PID', function()
       rows[5])
     assert.are.equal('_G.graph.items: 1 table, 8264B', rows[6])
     assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
+  it('finds each VM of a process with two', function()
+    C.write_file(dir .. '/two.lua', TWO_VMS)
+    pid = start(dir, 'luajit ' .. dir .. '/two.lua ' .. dir)
+    local rows = {}
+    for vm = 1, 2 do
+      local path = dir .. '/vm' .. vm .. '.heap'
+      local code, out, err = memprof_heap({ '--vm=' .. vm, tostring(pid),
+        '-o', path })
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find('(VM ' .. vm .. ' of 2, ', 1, true), out)
+      assert.truthy(out:find('process ' .. pid .. ' has 2 LuaJIT VMs: ' ..
+        '--vm=N for another\n', 1, true), out)
+      local _, report = graph_rows(path)
+      for line in report:gmatch('[^\n]+') do
+        if line:match('^_G%.first') or line:match('^_G%.second') then
+          rows[#rows + 1] = line
+        end
+      end
+    end
+    table.sort(rows)
+    assert.are.same({
+      '_G.first: 1 table, 4168B, retaining 30568B',
+      '_G.first[*]: 300 tables, 26400B',
+      '_G.second: 1 table, 4168B, retaining 48168B',
+      '_G.second[*]: 500 tables, 44000B',
+    }, rows)
+    local code, _, err = memprof_heap({ '--vm=3', tostring(pid), '-o',
+      dir .. '/vm3.heap' })
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: process ' .. pid ..
+      ' has 2 LuaJIT VMs, not 3\n', err)
+    assert.is_nil(C.read_file(dir .. '/vm3.heap'))
   end)
 
   it('refuses a process that is not LuaJIT, and leaves it running',

@@ -66,6 +66,10 @@ local function report(out, pid, path, info)
   out:write(format('%s: process %d was stopped %.1f ms (%d stop%s, %d ' ..
     'bytes copied); the walk took %.1f ms\n', PROGRAM, pid, info.pause_ms,
     info.tries, info.tries == 1 and '' or 's', info.copied, info.walk_ms))
+  if info.vms > 1 then
+    out:write(format('%s: process %d has %d LuaJIT VMs: --vm=N for ' ..
+      'another\n', PROGRAM, pid, info.vms))
+  end
   out:write(format('%s: see memprof-report %s\n', PROGRAM, path))
 end
 
