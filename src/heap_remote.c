@@ -454,6 +454,33 @@ static int each_copied(pid_t pid, const struct remote_maps *maps,
   return err;
 }
 
+/* Frees [lo, hi) of this process's address space where it is only this
+** process's own VM memory without GC64: anonymous, below 4 GiB (where such
+** a LuaJIT keeps its objects, and nothing else of this process is). Only
+** the child that makes the copy calls it: it runs no Lua, and a target of
+** the same build keeps its objects at the same low addresses. Returns
+** whether the range is free now. */
+static int free_own_low(uintptr_t lo, uintptr_t hi)
+{
+  struct remote_maps own;
+  size_t i;
+  int ok = 1;
+  if (hi > ((uintptr_t)1 << 32) || remote_maps_read(0, &own) != 0)
+    return 0;
+  for (i = 0; i < own.n && ok; i++)
+    if (own.m[i].lo < hi && own.m[i].hi > lo)
+      ok = own.m[i].inode == 0 && own.m[i].path[0] == '\0';
+  remote_maps_free(&own);
+  return ok && munmap((void *)lo, hi - lo) == 0;
+}
+
+static void *map_at(uintptr_t lo, size_t size)
+{
+  return mmap((void *)lo, size, PROT_READ | PROT_WRITE,
+              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+              -1, 0);
+}
+
 /* Maps the copy's memory at the addresses of process pid's private
 ** writable memory, its pages made, before the process is stopped. */
 static int mirror_map(pid_t pid, const struct remote_maps *maps,
@@ -467,9 +494,9 @@ static int mirror_map(pid_t pid, const struct remote_maps *maps,
     void *p;
     if (!copyable(m))
       continue;
-    p = mmap((void *)m->lo, size, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
-             -1, 0);
+    p = map_at(m->lo, size);
+    if (p == MAP_FAILED && errno == EEXIST && free_own_low(m->lo, m->hi))
+      p = map_at(m->lo, size);
     if (p == MAP_FAILED || p != (void *)m->lo) {
       if (p != MAP_FAILED)
         munmap(p, size);
