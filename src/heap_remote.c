@@ -28,6 +28,7 @@
 
 #include "fault.h"
 #include "heap_layout.h"
+#include "heap_remote_host.h"
 #include "heapwalk.h"
 #include "lauxlib.h"
 #include "remote_proc.h"
@@ -885,8 +886,10 @@ static int target_maps(pid_t pid, struct remote_maps *maps, char *msg,
 }
 
 int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
-                         struct heap_remote_result *res, char *msg, size_t len)
+                         int hosted, struct heap_remote_result *res, char *msg,
+                         size_t len)
 {
+  char lib[320];
   struct remote_maps maps = {NULL, 0};
   struct luajit_file lj;
   struct heap_layout h;
@@ -902,7 +905,13 @@ int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
                 pid);
   if ((err = target_maps(pid, &maps, msg, len)) != 0)
     return err;
-  if ((err = target_luajit(pid, &maps, &lj, msg, len)) != 0 ||
+  err = target_luajit(pid, &maps, &lj, msg, len);
+  if (err == ENOTSUP && !hosted &&
+      heap_host_library(pid, &maps, lib, sizeof(lib))) {
+    remote_maps_free(&maps);
+    return heap_host_run(lib, pid, path, vm, res, msg, len);
+  }
+  if (err != 0 ||
       (!heap_layout_learn(L, &h, msg, len) && (err = ENOTSUP) != 0) ||
       (err = learn_roots(&h, &rl, msg, len)) != 0) {
     remote_maps_free(&maps);
@@ -944,9 +953,10 @@ int heap_remote_l_snapshot(lua_State *L)
   int pid = (int)luaL_checkinteger(L, 1);
   const char *path = luaL_checkstring(L, 2);
   int vm = (int)luaL_optinteger(L, 3, 1), err;
+  int hosted = lua_toboolean(L, 4);
   if (vm < 1)
     return luaL_argerror(L, 3, "a VM's number counts from 1");
-  err = heap_remote_snapshot(L, pid, path, vm, &res, msg, sizeof(msg));
+  err = heap_remote_snapshot(L, pid, path, vm, hosted, &res, msg, sizeof(msg));
   if (err != 0) {
     lua_pushnil(L);
     lua_pushstring(L, msg);

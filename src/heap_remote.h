@@ -35,13 +35,16 @@ struct heap_remote_result {
 ** learn the layout. Returns 0, or an errno with a message naming the
 ** failed check in msg (EPERM: not permitted; ESRCH: no such process or it
 ** exited; ENOTSUP: not a LuaJIT of this build, or a layout that does not
-** hold there; EAGAIN: never at a safe moment).
+** hold there; EAGAIN: never at a safe moment). A target whose LuaJIT is
+** another build's shared library is read by a helper process on that
+** library (heap_remote_host.h), unless `hosted` (this is that helper).
 */
 int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
-                         struct heap_remote_result *res, char *msg, size_t len);
+                         int hosted, struct heap_remote_result *res, char *msg,
+                         size_t len);
 
-/* memprof.heap_of_process(pid, path [, vm]) -> info table | nil, message,
-** errno (binding.c registers it). */
+/* memprof.heap_of_process(pid, path [, vm [, hosted]]) -> info table |
+** nil, message, errno (binding.c registers it). */
 int heap_remote_l_snapshot(lua_State *L);
 
 #endif
