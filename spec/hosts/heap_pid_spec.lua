@@ -296,6 +296,35 @@ describe('memprof heap PID', function()
     assert.is_true(running(pid))
   end)
 
+  it('prints its usage, and refuses arguments that are not one process id',
+      function()
+    local code, out, err = memprof_heap({ '--help' })
+    assert.are.equal(0, code, err)
+    assert.are.equal([[
+Usage: memprof heap [OPTIONS] PID
+
+Write a heap snapshot of running process PID, read from outside:
+every thread is stopped for as long as its memory takes to copy
+(ptrace), then runs on; no code is run in it and nothing in it is
+written.  Its LuaJIT must be the build memprof runs on, or a shared
+libluajit (then loaded by a helper process).  Read the file with
+memprof-report (holders, retained sizes, --diff).
+
+Options:
+  -o, --output=FILE      write the snapshot there (default memprof-PID.heap)
+  --vm=N                 of a process with several LuaJIT VMs, the Nth (default 1)
+  -h, --help             show this help and exit
+
+]], out)
+    for _, args in ipairs({ {}, { '12', '13' }, { 'nginx' }, { '0' } }) do
+      code, _, err = memprof_heap(args)
+      assert.are.equal(1, code)
+      assert.are.equal('memprof heap: expected one process id, found ' ..
+        (#args == 0 and 'none' or table.concat(args, ' ')) ..
+        ' (see memprof heap --help)\n', err)
+    end
+  end)
+
   it('refuses a process that does not exist', function()
     local _, out = C.run('sh -c \'echo $$\'')
     local gone = tonumber(out) -- That shell has exited.

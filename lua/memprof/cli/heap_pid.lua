@@ -34,8 +34,9 @@ local function usage()
     'Write a heap snapshot of running process PID, read from outside:',
     'every thread is stopped for as long as its memory takes to copy',
     '(ptrace), then runs on; no code is run in it and nothing in it is',
-    'written.  Its LuaJIT must be the build that runs memprof.  Read the',
-    'file with memprof-report (holders, retained sizes, --diff).',
+    'written.  Its LuaJIT must be the build memprof runs on, or a shared',
+    'libluajit (then loaded by a helper process).  Read the file with',
+    'memprof-report (holders, retained sizes, --diff).',
     '',
     'Options:',
   }, M.OPTIONS, {})
