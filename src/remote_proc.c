@@ -191,12 +191,33 @@ static int has_cap_ptrace(void)
   return (eff >> 19) & 1;
 }
 
+/* The process tracing pid (TracerPid in /proc/PID/status), or 0. */
+static long tracer_of(pid_t pid)
+{
+  char name[64], line[256];
+  long tracer = 0;
+  int found = 0;
+  FILE *f;
+  snprintf(name, sizeof(name), "/proc/%d/status", (int)pid);
+  if ((f = fopen(name, "re")) == NULL)
+    return 0;
+  while (!found && fgets(line, sizeof(line), f) != NULL)
+    found = sscanf(line, "TracerPid: %ld", &tracer) == 1;
+  fclose(f);
+  return tracer;
+}
+
 void remote_explain_refusal(pid_t pid, int err, char *msg, size_t len)
 {
-  long uid = owner_of(pid);
+  long uid = owner_of(pid), tracer = tracer_of(pid);
   int scope = yama_scope(), cap = has_cap_ptrace();
   if (err == ESRCH || uid < 0)
     snprintf(msg, len, "process %d is gone", (int)pid);
+  else if (tracer != 0)
+    snprintf(msg, len,
+             "process %d is already traced by process %ld (a debugger, "
+             "strace?): a process has one tracer at a time",
+             (int)pid, tracer);
   else if (uid != (long)geteuid() && !cap)
     snprintf(msg, len,
              "process %d runs as user %ld and memprof as user %ld, without "

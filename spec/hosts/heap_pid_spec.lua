@@ -370,6 +370,33 @@ os.exit(require('memprof.cli.heap_pid').main({ %q, '-o', %q }, io.stdout,
     assert.are.equal(tostring(ITEMS), answers(dir))
   end)
 
+  it('refuses a process another tracer traces, and leaves it running',
+      function()
+    if not C.have('strace') then
+      return
+    end
+    pid = start_daemon(dir)
+    assert(os.execute('timeout 20 strace -p ' .. pid ..
+      ' -o /dev/null 2>/dev/null &'))
+    local tracer
+    for _ = 1, 100 do
+      tracer = C.read_file('/proc/' .. pid .. '/status'):match(
+        'TracerPid:%s+(%d+)')
+      if tracer ~= '0' then
+        break
+      end
+      os.execute('sleep 0.05')
+    end
+    local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' })
+    os.execute('kill ' .. tracer)
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: process ' .. pid .. ' is already ' ..
+      'traced by process ' .. tracer .. ' (a debugger, strace?): a process ' ..
+      'has one tracer at a time\n', err)
+    assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
+    assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
   it('gives up on a process that always runs Lua code, and leaves it ' ..
       'running', function()
     C.write_file(dir .. '/busy.lua', BUSY)
