@@ -605,6 +605,14 @@ static int check_vm(const struct mirror *mr, const struct heap_layout *h,
   uint8_t gct;
   int k;
   const struct remote_map *m;
+  size_t gsize = (size_t)lay->g_vmstate + 4;
+  if ((size_t)lay->g_allocf + 8 > gsize)
+    gsize = (size_t)lay->g_allocf + 8;
+  if (!mirror_has(mr, g, gsize))
+    return fail(why, len, ENOTSUP,
+                "check 'global_State' failed: its first %zu bytes are not in "
+                "the copy",
+                gsize);
   stack = heap_ref(h, L + lay->L_stack);
   memcpy(&size, (const void *)(L + lay->L_stacksize), sizeof(size));
   memcpy(&base, (const void *)(L + lay->L_base), sizeof(base));
