@@ -502,12 +502,18 @@ static int mirror_map(pid_t pid, const struct remote_maps *maps,
       if (p != MAP_FAILED)
         munmap(p, size);
       mirror_drop(mr);
+      /* A file's data at the same address in both: a program not built as
+      ** position-independent (Tarantool), the same every run. */
       return fail(msg, len, EADDRINUSE,
                   "check 'address space' failed: the target's memory at "
-                  "0x%llx-0x%llx %s overlaps memprof's own; run memprof "
-                  "again (its addresses are chosen at random)",
-                  (unsigned long long)m->lo, (unsigned long long)m->hi,
-                  m->path);
+                  "0x%llx-0x%llx %s overlaps memprof's own; %s",
+                  (unsigned long long)m->lo, (unsigned long long)m->hi, m->path,
+                  m->inode != 0
+                      ? "that file is mapped at a fixed address (not built "
+                        "as position-independent), in memprof's process "
+                        "too"
+                      : "run memprof again (its addresses are chosen at "
+                        "random)");
     }
     if (!mirror_add(mr, m->lo, m->hi)) {
       munmap(p, size);
@@ -774,6 +780,8 @@ static int walk_copy(const struct job *j, struct mirror *mr,
   if ((err = check_vm(mr, j->h, j->rl, j->maps, L, &roots, msg, len)) != 0)
     return err;
   t0 = now_ns();
+  if (fault_remote_crash())
+    raise(SIGSEGV);
   err = heapwalk_write_at(L, &roots, j->h, j->fd, &note, msg, len);
   res->walk_ns = (uint64_t)(now_ns() - t0);
   return err;

@@ -335,21 +335,37 @@ Options:
     assert.are.equal('', files_in(dir))
   end)
 
-  it('fails cleanly when the process exits while it is read', function()
-    pid = start_daemon(dir)
-    local faults = C.ROOT .. '/build/faults/memprof.so'
-    local code, _, err = C.run('MEMPROF_FAULT_REMOTE_EXIT=1 ' ..
-      C.command('luajit', '-e', string.format([[
+  -- memprof heap PID through build/faults/memprof.so, with the fault of
+  -- env (fault.h).
+  local function with_fault(env, target)
+    return C.run(env .. ' ' .. C.command('luajit', '-e', string.format([[
 package.path = %q .. '/lua/?.lua;' .. package.path
 os.exit(require('memprof.cli.heap_pid').main({ %q, '-o', %q }, io.stdout,
   io.stderr, { load = function(_, entry)
-    return package.loadlib(%q, entry) end }))]], C.ROOT, tostring(pid),
-      dir .. '/x.heap', faults)))
+    return package.loadlib(%q, entry) end }))]], C.ROOT, tostring(target),
+      dir .. '/x.heap', C.ROOT .. '/build/faults/memprof.so')))
+  end
+
+  it('fails cleanly when the process exits while it is read', function()
+    pid = start_daemon(dir)
+    local code, _, err = with_fault('MEMPROF_FAULT_REMOTE_EXIT=1', pid)
     assert.are.equal(1, code)
     assert.are.equal('memprof heap: process ' .. pid ..
       ' exited while it was being read\n', err)
     assert.is_nil(state(pid))
     assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
+  end)
+
+  it('fails cleanly when the walk of the copy faults, and leaves the ' ..
+      'process running', function()
+    pid = start_daemon(dir)
+    local code, _, err = with_fault('MEMPROF_FAULT_REMOTE_CRASH=1', pid)
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: the reader of process ' .. pid ..
+      '\'s copy ended (signal 11) before it finished; process ' .. pid ..
+      ' runs on untouched\n', err)
+    assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
+    assert.are.equal(tostring(ITEMS), answers(dir))
   end)
 
   it('explains a refusal to trace another user\'s process, and leaves it ' ..
@@ -368,6 +384,26 @@ os.exit(require('memprof.cli.heap_pid').main({ %q, '-o', %q }, io.stdout,
       'user 0, or as root\n', err)
     assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
     assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
+  it('refuses a Tarantool, whose data is at fixed addresses, and leaves ' ..
+      'it running', function()
+    if not C.have('tarantool') then
+      return
+    end
+    C.write_file(dir .. '/tt.lua', "local fiber = require('fiber')\n" ..
+      "io.open(arg[1] .. '/ready', 'w'):close()\n" ..
+      "while true do fiber.sleep(0.05) end\n")
+    pid = start(dir, 'tarantool ' .. dir .. '/tt.lua ' .. dir)
+    local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' },
+      nil, 'tarantool')
+    assert.are.equal(1, code)
+    assert.truthy(err:find("^memprof heap: check 'address space' failed: " ..
+      "the target's memory at 0x%x+%-0x%x+ /usr/bin/tarantool overlaps " ..
+      "memprof's own; that file is mapped at a fixed address %(not built " ..
+      "as position%-independent%), in memprof's process too\n$"), err)
+    assert.are.equal('out\npid\nready\ntt.lua\n', files_in(dir))
+    assert.is_true(running(pid))
   end)
 
   it('refuses a process another tracer traces, and leaves it running',
