@@ -168,6 +168,17 @@ local function graph_rows(path)
   return rows, out
 end
 
+-- Whether this runs as root with setpriv, in a tree that user nobody can
+-- read (memprof then runs as nobody).
+local function as_nobody()
+  return C.have('setpriv') and C.run('test "$(id -u)" = 0') == 0 and
+    C.run('setpriv --reuid=nobody --regid=nogroup --clear-groups ' ..
+      C.command('luajit', C.ROOT .. '/bin/memprof', '--version') ..
+      ' >/dev/null') == 0 and
+    C.run('setpriv --reuid=nobody --regid=nogroup --clear-groups test -r ' ..
+      C.quote(C.ROOT .. '/build/memprof.so')) == 0
+end
+
 local function files_in(dir)
   local _, out = C.run('ls ' .. C.quote(dir))
   return out
@@ -227,8 +238,8 @@ describe('memprof heap PID', function()
 
   it('writes memprof-PID.heap by default, and runs as the same user ' ..
       'without privileges', function()
-    if not C.have('setpriv') or C.run('test "$(id -u)" = 0') ~= 0 then
-      return -- Needs root to start both as another user.
+    if not as_nobody() then
+      return -- Needs root, and a tree user nobody can read.
     end
     pid = start_daemon(dir, nil, 'nobody')
     local code, _, err = C.run('cd ' .. C.quote(dir) .. ' && setpriv ' ..
@@ -370,8 +381,8 @@ os.exit(require('memprof.cli.heap_pid').main({ %q, '-o', %q }, io.stdout,
 
   it('explains a refusal to trace another user\'s process, and leaves it ' ..
       'running', function()
-    if not C.have('setpriv') or C.run('test "$(id -u)" = 0') ~= 0 then
-      return -- Needs root to run the tool as another user.
+    if not as_nobody() then
+      return -- Needs root, and a tree user nobody can read.
     end
     pid = start_daemon(dir)
     local code, _, err = C.run('setpriv --reuid=nobody --regid=nogroup ' ..
