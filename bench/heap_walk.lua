@@ -17,6 +17,8 @@
 --   BENCH_HEAP=only               this section alone
 --   BENCH_HEAP_RECORDS            records (default 200,000: 5 objects each)
 --   BENCH_HEAP_GIB=on             then a heap of 1 GiB (bench/heap_gib.lua)
+--   BENCH_HEAP_PID=off            without `memprof heap PID`'s pause
+--                                 (bench/heap_pid.lua, after the rest)
 local toolkit = require('toolkit')
 local shell_quote = toolkit.shell_quote
 
@@ -176,6 +178,7 @@ function M.run(lua)
   if os.getenv('BENCH_HEAP_GIB') == 'on' then
     require('heap_gib').run(lua, M.report_cost)
   end
+  require('heap_pid').run(lua)
 end
 
 return M

@@ -23,9 +23,12 @@ build = {
     memprof = {
       sources = {
         "src/binding.c", "src/builtin_memprof.c", "src/cnames.c",
-        "src/heap_layout.c", "src/heap_traces.c", "src/heapwalk.c",
+        "src/heap_layout.c", "src/heap_remote.c", "src/heap_remote_host.c",
+        "src/heap_traces.c",
+        "src/heapwalk.c",
         "src/hook.c",
         "src/lifecycle.c", "src/live.c", "src/places.c", "src/pprof.c",
+        "src/remote_proc.c", "src/remote_stop.c",
         "src/safe_read.c", "src/sample.c", "src/snapshot.c",
         "src/source_names.c", "src/stacks.c",
         "src/symbols.c", "src/trace_lines.c", "src/unwind.c",
@@ -104,6 +107,7 @@ build = {
     ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",
     ["memprof.cli.progress"] = "lua/memprof/cli/progress.lua",
     ["memprof.cli.run"] = "lua/memprof/cli/run.lua",
+    ["memprof.cli.heap_pid"] = "lua/memprof/cli/heap_pid.lua",
     ["memprof.cli.launch"] = "lua/memprof/cli/launch.lua",
     ["memprof.encode.utf8"] = "lua/memprof/encode/utf8.lua",
     ["memprof.encode.json_text"] = "lua/memprof/encode/json_text.lua",

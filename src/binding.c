@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "heap_remote.h"
 #include "heapwalk.h"
 #include "lifecycle.h"
 #include "lua.h"
@@ -424,7 +425,7 @@ static int collect_keeping_state(lua_State *L)
 static int heap_snapshot(lua_State *L, struct sentinel *s, const char *path,
                          int collect)
 {
-  struct heap_profile_note note = {0, 0};
+  struct heap_profile_note note = {0, 0, 0};
   struct profile_stats stats;
   uint64_t sample_bytes;
   char msg[600];
@@ -850,6 +851,7 @@ __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
                                  {"info", l_info},
                                  {"stats", l_stats},
                                  {"snapshot", l_snapshot},
+                                 {"heap_of_process", heap_remote_l_snapshot},
                                  {NULL, NULL}};
   lifecycle_init_process();
   pin_module();

@@ -6,7 +6,10 @@
 ** allocation in the middle of an event, which nothing else reaches. With
 ** MEMPROF_FAULT_TRACES set, the heap calibration reads every trace
 ** constant's object 8 bytes off, as on a build whose trace layout differs:
-** traces cannot be verified.
+** traces cannot be verified. With MEMPROF_FAULT_REMOTE_EXIT set, `memprof
+** heap PID` kills its target once it is stopped: a process that exits
+** while it is read; with MEMPROF_FAULT_REMOTE_CRASH set, the child that
+** walks the copy faults before the walk: a copy that reads inconsistently.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -27,6 +30,16 @@ static inline int fault_traces(void)
 {
   return getenv("MEMPROF_FAULT_TRACES") != NULL;
 }
+
+static inline int fault_remote_exit(void)
+{
+  return getenv("MEMPROF_FAULT_REMOTE_EXIT") != NULL;
+}
+
+static inline int fault_remote_crash(void)
+{
+  return getenv("MEMPROF_FAULT_REMOTE_CRASH") != NULL;
+}
 #else
 static inline int fault_in_source(const char *name, size_t len)
 {
@@ -36,6 +49,16 @@ static inline int fault_in_source(const char *name, size_t len)
 }
 
 static inline int fault_traces(void)
+{
+  return 0;
+}
+
+static inline int fault_remote_exit(void)
+{
+  return 0;
+}
+
+static inline int fault_remote_crash(void)
 {
   return 0;
 }

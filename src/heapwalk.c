@@ -779,15 +779,31 @@ static void roots(struct walk *w, lua_State *L)
     basemt_root(w, L, "metatable of functions");
 }
 
+/* The roots read from the VM's memory (another process's VM: no API call
+** can run there), under the names the API roots have. */
+static void roots_at(struct walk *w, const struct heap_roots *r)
+{
+  static const char *const names[HEAP_BASEMT_N] = {
+      "metatable of nil",      "metatable of booleans",
+      "metatable of numbers",  "metatable of light userdata",
+      "metatable of strings",  "metatable of threads",
+      "metatable of functions"};
+  int i;
+  root(w, r->registry, "registry");
+  root(w, r->main, "main thread");
+  root(w, r->running, "running thread");
+  for (i = 0; i < HEAP_BASEMT_N; i++)
+    root(w, r->basemt[i], names[i]);
+}
+
 /* ---- The file ---------------------------------------------------------- */
 
 /* The JIT traces alive in L's VM, plus one (0: unknown, the trace array
 ** was not verified). With a verified trace layout they are kept, sorted
 ** by what holds them, for the walk to visit from their holders. */
-static uint64_t traces(struct walk *w, lua_State *L)
+static uint64_t traces(struct walk *w, uintptr_t g)
 {
   const struct vm_layout *lay = &w->h->base;
-  uintptr_t g = heap_ref(w->h, (uintptr_t)L + lay->L_glref);
   uint32_t size, i;
   uint64_t n = 0;
   if (!lay->trace_ok || !vm_u32(1, g + lay->g_sizetrace, &size))
@@ -826,8 +842,7 @@ static uint64_t traces(struct walk *w, lua_State *L)
   return n + 1;
 }
 
-static void header(struct walk *w, lua_State *L,
-                   const struct heap_profile_note *note)
+static void header(struct walk *w, const struct heap_profile_note *note)
 {
   time_t now;
   out_bytes(w->out, HEAP_MAGIC, 3);
@@ -837,13 +852,14 @@ static void header(struct walk *w, lua_State *L,
   out_uleb(w->out, note != NULL && note->running);
   if (note != NULL && note->running)
     out_uleb(w->out, note->written);
-  out_uleb(w->out, traces(w, L));
+  out_uleb(w->out, traces(w, w->g));
   out_uleb(w->out, w->h->tr_ok);
   if (!w->h->tr_ok)
     out_text(w->out, w->h->tr_why);
   now = time(NULL);
   out_uleb(w->out, now > 0 ? (uint64_t)now : 0);
-  out_uleb(w->out, (uint64_t)getpid());
+  out_uleb(w->out,
+           note != NULL && note->pid != 0 ? note->pid : (uint64_t)getpid());
 }
 
 static void epilogue(struct walk *w)
@@ -858,8 +874,11 @@ static void epilogue(struct walk *w)
 #define FIRST_SEEN 4096
 #define FIRST_TODO 1024
 
-int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
-                   const struct heap_profile_note *note, char *msg, size_t len)
+/* The walk from L's VM's roots: through the API (r NULL) or as read. */
+static int walk_from(lua_State *L, const struct heap_roots *r,
+                     const struct heap_layout *h, int fd,
+                     const struct heap_profile_note *note, char *msg,
+                     size_t len)
 {
   struct walk w;
   memset(&w, 0, sizeof(w));
@@ -880,8 +899,11 @@ int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
     w.peak = memory(&w);
     w.g = heap_ref(h, (uintptr_t)L + h->base.L_glref);
     w.cd_known = heap_cdata_known(h, w.g, &w.ctypes);
-    header(&w, L, note);
-    roots(&w, L);
+    header(&w, note);
+    if (r != NULL)
+      roots_at(&w, r);
+    else
+      roots(&w, L);
     while (w.err == 0 && w.todo_n > 0 && w.out->err == 0) {
       w.cur = w.todo[--w.todo_n];
       walk_object(&w, w.cur);
@@ -901,4 +923,18 @@ int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
   free(w.todo);
   free(w.traces);
   return w.err;
+}
+
+int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
+                   const struct heap_profile_note *note, char *msg, size_t len)
+{
+  return walk_from(L, NULL, h, fd, note, msg, len);
+}
+
+int heapwalk_write_at(uintptr_t L, const struct heap_roots *r,
+                      const struct heap_layout *h, int fd,
+                      const struct heap_profile_note *note, char *msg,
+                      size_t len)
+{
+  return walk_from((lua_State *)L, r, h, fd, note, msg, len);
 }

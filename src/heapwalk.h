@@ -63,6 +63,17 @@ enum heap_ref_kind {
 struct heap_profile_note {
   int running;
   uint64_t written;
+  uint64_t pid; /* The process the VM is in (0: this one). */
+};
+
+/* The roots of a VM as read from its global_State (heap_remote.h), for a
+** VM where no API call can run. 0: none. */
+#define HEAP_BASEMT_N 7
+struct heap_roots {
+  uintptr_t registry, main, running;
+  /* The metatables of nil, booleans, numbers, light userdata, strings,
+  ** threads and functions. */
+  uintptr_t basemt[HEAP_BASEMT_N];
 };
 
 /*
@@ -72,5 +83,15 @@ struct heap_profile_note {
 */
 int heapwalk_write(lua_State *L, const struct heap_layout *h, int fd,
                    const struct heap_profile_note *note, char *msg, size_t len);
+
+/*
+** The same walk of a VM that is not this process's own: a copy of another
+** process's memory at its own addresses (heap_remote.c), where L is that
+** VM's main thread and r its roots. Calls no API function.
+*/
+int heapwalk_write_at(uintptr_t L, const struct heap_roots *r,
+                      const struct heap_layout *h, int fd,
+                      const struct heap_profile_note *note, char *msg,
+                      size_t len);
 
 #endif

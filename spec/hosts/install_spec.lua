@@ -69,6 +69,31 @@ describe('memprof installed', function()
       '%d+ allocs)')
   end
 
+  -- What memprof heap PID of a daemon holding ten tables, then
+  -- memprof-report of its file, print with the commands of bin.
+  local function heap_app(env, bin)
+    C.write_file(dir .. '/daemon.lua', SCRIPT .. "io.open(arg[1] .. " ..
+      "'/ready', 'w'):close()\nwhile true do os.execute('sleep 0.05') end\n")
+    assert(os.execute(string.format("timeout 60 sh -c 'echo $$ > %s/pid; " ..
+      "exec luajit %s/daemon.lua %s' >/dev/null 2>&1 &", dir, dir, dir)))
+    for _ = 1, 200 do
+      if C.read_file(dir .. '/ready') and C.read_file(dir .. '/pid') then
+        break
+      end
+      os.execute('sleep 0.05')
+    end
+    local pid = C.read_file(dir .. '/pid'):match('%d+')
+    local code, _, stderr = from_root(env, C.command(bin .. '/memprof',
+      'heap', pid, '-o', dir .. '/app.heap'))
+    os.execute('kill ' .. pid)
+    assert.are.same({ 0, '' }, { code, stderr })
+    local stdout
+    code, stdout = from_root(env, C.command(bin .. '/memprof-report',
+      '--all', dir .. '/app.heap'))
+    assert.are.equal(0, code)
+    return stdout:match('\n(_G%.keep: 1 table, 200B, retaining 1080B)\n')
+  end
+
   it('by make install', function()
     local prefix = dir .. '/prefix'
     local code, _, stderr = C.run('make install PREFIX=' .. C.quote(prefix) ..
@@ -92,6 +117,7 @@ describe('memprof installed', function()
     assert.are.same(HTML_FILES, page_parts(stdout))
     assert.truthy(run_app('LUA_CPATH=' .. C.quote(prefix ..
       '/lib/lua/5.1/?.so;;'), bin))
+    assert.truthy(heap_app('', bin))
   end)
 
   it('by LuaRocks, whose wrapper starts plain Lua', function()
@@ -123,5 +149,6 @@ describe('memprof installed', function()
     assert.are.same({ 0, '' }, { code, stderr })
     assert.are.same(HTML_FILES, page_parts(stdout))
     assert.truthy(run_app(env, bin))
+    assert.truthy(heap_app(env, bin))
   end)
 end)

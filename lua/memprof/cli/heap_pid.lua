@@ -1,0 +1,109 @@
+-- memprof.cli.heap_pid: `memprof heap PID [-o FILE] [--vm=N]`, a heap
+-- snapshot of a running process, read from outside (docs/attach.md).
+--
+--   heap_pid.main(args, out, err, how) -> exit code
+--     how.dir         the directory of the memprof script (to find
+--                     memprof.so next to it)
+--     how.load(path)  loads memprof.so (default package.loadlib)
+--
+-- The work is memprof.so's heap_of_process: this process's LuaJIT must
+-- be the target's build, which it checks.  Nothing is written to the
+-- target; on any failure it runs on, nothing is left of the file, and
+-- the exit code is 1.
+
+local option_parser = require('memprof.cli.options')
+
+local M = {}
+
+local PROGRAM = 'memprof heap'
+local format = string.format
+
+M.OPTIONS = {
+  { name = 'output', short = 'o', value = 'FILE', key = 'output',
+    help = 'write the snapshot there (default memprof-PID.heap)' },
+  { name = 'vm', value = 'N', key = 'vm',
+    check = option_parser.whole_number(1, 64),
+    help = 'of a process with several LuaJIT VMs, the Nth (default 1)' },
+  { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
+}
+
+local function usage()
+  return option_parser.help({
+    'Usage: memprof heap [OPTIONS] PID',
+    '',
+    'Write a heap snapshot of running process PID, read from outside:',
+    'every thread is stopped for as long as its memory takes to copy',
+    '(ptrace), then runs on; no code is run in it and nothing in it is',
+    'written.  Its LuaJIT must be the build memprof runs on, or a shared',
+    'libluajit (then loaded by a helper process).  Read the file with',
+    'memprof-report (holders, retained sizes, --diff).',
+    '',
+    'Options:',
+  }, M.OPTIONS, {})
+end
+
+-- The snapshot function of memprof.so, or nil and why not.
+local function load_module(how)
+  local path = require('memprof.cli.run').find_module(how.dir)
+  if not path then
+    return nil, 'cannot find memprof.so (next to this program or along ' ..
+      'package.cpath)'
+  end
+  local open, why = (how.load or package.loadlib)(path, 'luaopen_memprof')
+  if not open then
+    return nil, format('cannot load %s: %s', path, tostring(why))
+  end
+  local memprof = open()
+  if type(memprof.heap_of_process) ~= 'function' then
+    return nil, format('%s has no heap_of_process (an older build)', path)
+  end
+  return memprof.heap_of_process
+end
+
+local function report(out, pid, path, info)
+  out:write(format('%s: wrote %s: the heap of process %d (VM %d of %d, ' ..
+    'main thread %s)\n', PROGRAM, path, pid, info.vm, info.vms,
+    info.main_thread))
+  out:write(format('%s: process %d was stopped %.1f ms (%d stop%s, %d ' ..
+    'bytes copied); the walk took %.1f ms\n', PROGRAM, pid, info.pause_ms,
+    info.tries, info.tries == 1 and '' or 's', info.copied, info.walk_ms))
+  if info.vms > 1 then
+    out:write(format('%s: process %d has %d LuaJIT VMs: --vm=N for ' ..
+      'another\n', PROGRAM, pid, info.vms))
+  end
+  out:write(format('%s: see memprof-report %s\n', PROGRAM, path))
+end
+
+function M.main(args, out, err, how)
+  how = how or {}
+  local opts, words = option_parser.parse(M.OPTIONS, args)
+  local status = option_parser.stop_status(opts, words, out, err,
+    { prefix = PROGRAM .. ': ', see = 'memprof heap --help', help = usage })
+  if status then
+    return status
+  end
+  local pid = tonumber(words[1] or '')
+  if #words ~= 1 or not pid or pid ~= math.floor(pid) or pid < 1 then
+    err:write(PROGRAM, ': expected one process id, found ',
+      #words == 0 and 'none' or table.concat(words, ' '),
+      ' (see memprof heap --help)\n')
+    return 1
+  end
+  local snapshot, why = load_module(how)
+  if not snapshot then
+    err:write(PROGRAM, ': ', why, '\n')
+    return 1
+  end
+  local path = opts.output or format('memprof-%d.heap', pid)
+  local vm = opts.vm or 1
+  local info, message = snapshot(pid, path, vm)
+  if not info then
+    err:write(PROGRAM, ': ', message, '\n')
+    return 1
+  end
+  info.vm = vm
+  report(out, pid, path, info)
+  return 0
+end
+
+return M

@@ -1,0 +1,459 @@
+-- `memprof heap PID`: a heap snapshot of a running plain luajit process,
+-- read from outside (docs/attach.md), against the snapshot the process
+-- takes of itself; and the hostile cases, each of which must leave the
+-- target running, exit 1 with a message naming what failed, and leave no
+-- file.  Targets run under `timeout` and are killed at the end of each
+-- test.
+local C = require('helpers.command')
+
+local LUAJIT = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
+if LUAJIT ~= 'luajit' or not C.have('luajit') or not C.have('timeout') then
+  return -- The CLI runs under the same luajit as its targets.
+end
+
+local ITEMS = 1000
+
+-- A daemon that holds a known graph, writes its own heap snapshot
+-- (arg[2], unless '-'), says ready, then sleeps in C (os.execute) until
+-- killed; it answers a ping file with a pong file that counts its graph.
+local DAEMON = [[
+local dir, own, n = arg[1], arg[2], tonumber(arg[3])
+graph = { items = {}, index = {} }
+for i = 1, n do
+  local item = { id = i, name = 'item' .. i, tags = { 'a', 'b' } }
+  graph.items[i] = item
+  graph.index['k' .. i] = item
+end
+collectgarbage('collect')
+if own ~= '-' then
+  assert(require('memprof').snapshot(own, { format = 'heap' }))
+end
+local function write(name, text)
+  local f = assert(io.open(dir .. '/' .. name .. '.tmp', 'w'))
+  f:write(text)
+  f:close()
+  os.rename(dir .. '/' .. name .. '.tmp', dir .. '/' .. name)
+end
+write('ready', 'ready')
+while true do
+  os.execute('sleep 0.05')
+  local ping = io.open(dir .. '/ping')
+  if ping then
+    ping:close()
+    os.remove(dir .. '/ping')
+    local count = 0
+    for _ in pairs(graph.index) do count = count + 1 end
+    write('pong', tostring(count))
+  end
+end
+]]
+
+-- Two VMs in one process: the second made through the FFI.
+local TWO_VMS = [[
+local ffi = require('ffi')
+ffi.cdef[=[
+typedef struct lua_State lua_State;
+lua_State *luaL_newstate(void);
+void luaL_openlibs(lua_State *L);
+int luaL_loadstring(lua_State *L, const char *s);
+int lua_pcall(lua_State *L, int nargs, int nresults, int errfunc);
+]=]
+local L2 = ffi.C.luaL_newstate()
+ffi.C.luaL_openlibs(L2)
+assert(ffi.C.luaL_loadstring(L2,
+  'second = {} for i = 1, 500 do second[i] = { i } end') == 0)
+assert(ffi.C.lua_pcall(L2, 0, 0, 0) == 0)
+first = {}
+for i = 1, 300 do first[i] = { i, i } end
+local f = assert(io.open(arg[1] .. '/ready', 'w'))
+f:write('ready')
+f:close()
+while true do os.execute('sleep 0.05') end
+]]
+
+-- A target that never stops running Lua code.
+local BUSY = [[
+local dir = arg[1]
+local f = assert(io.open(dir .. '/ready', 'w'))
+f:write('ready')
+f:close()
+local t = {}
+while true do
+  for i = 1, 1000 do t[i] = i end
+end
+]]
+
+local function wait_for(path, seconds)
+  for _ = 1, seconds * 20 do
+    local text = C.read_file(path)
+    if text then
+      return text
+    end
+    os.execute('sleep 0.05')
+  end
+  return nil
+end
+
+-- Starts `line` (a shell command) in the background, as `user` (or this
+-- user), under timeout; returns its process id once it wrote dir/ready.
+local function start(dir, line, user)
+  local as = user and ('setpriv --reuid=' .. user ..
+    ' --regid=nogroup --clear-groups ') or ''
+  local wrapped = string.format(
+    "%stimeout 60 sh -c 'echo $$ > %s/pid; exec %s' >%s/out 2>&1 &", as,
+    dir, line, dir)
+  assert(os.execute(C.CLEAN_ENV .. wrapped))
+  assert(wait_for(dir .. '/ready', 20) and wait_for(dir .. '/pid', 20),
+    'the target did not start: ' .. tostring(C.read_file(dir .. '/out')))
+  return tonumber(C.read_file(dir .. '/pid'))
+end
+
+local function start_daemon(dir, own, user, lua)
+  C.write_file(dir .. '/daemon.lua', DAEMON)
+  return start(dir, string.format(
+    "env LUA_CPATH=%s/build/?.so\\;\\; %s %s/daemon.lua %s %s %d",
+    C.ROOT, lua or 'luajit', dir, dir, own or '-', ITEMS), user)
+end
+
+-- Debian's luajit, and each LuaJIT build of .ci/hosts that is built here
+-- (make hosts): the target and memprof run on the same one.
+local function builds()
+  local list = { { name = 'luajit', lua = 'luajit' } }
+  local _, names = C.run(C.ROOT .. '/.ci/host-list names')
+  for name in (names or ''):gmatch('%S+') do
+    local lua = C.ROOT .. '/build/hosts/' .. name .. '/luajit'
+    if C.read_file(lua) then
+      list[#list + 1] = { name = name, lua = lua }
+    end
+  end
+  return list
+end
+
+local function state(pid)
+  local status = C.read_file('/proc/' .. pid .. '/status')
+  return status and status:match('State:%s+(%a)')
+end
+
+-- Whether pid runs: it exists, and is neither stopped nor traced.
+local function running(pid)
+  local s = state(pid)
+  return s ~= nil and s ~= 'T' and s ~= 't' and s ~= 'Z'
+end
+
+-- Whether the daemon answers a ping with the size of its graph.
+local function answers(dir)
+  os.remove(dir .. '/pong')
+  C.write_file(dir .. '/ping', 'ping')
+  return wait_for(dir .. '/pong', 10)
+end
+
+local function memprof_heap(args, env, lua)
+  return C.run((env or '') .. ' LUA_CPATH=' .. C.quote(C.ROOT ..
+    '/build/?.so;;') .. ' ' .. C.command(lua or 'luajit',
+    C.ROOT .. '/bin/memprof', 'heap', unpack(args)))
+end
+
+-- The rows of a report that hold the graph (the thread's own frames
+-- differ between the two snapshots).
+local function graph_rows(path)
+  local code, out, err = C.run(C.command(C.ROOT .. '/bin/memprof-report',
+    path))
+  assert(code == 0, err)
+  local rows = {}
+  for line in out:gmatch('[^\n]+') do
+    if line:match('^_G%.graph') then
+      rows[#rows + 1] = line
+    end
+  end
+  return rows, out
+end
+
+-- Whether this runs as root with setpriv, in a tree that user nobody can
+-- read (memprof then runs as nobody).
+local function as_nobody()
+  return C.have('setpriv') and C.run('test "$(id -u)" = 0') == 0 and
+    C.run('setpriv --reuid=nobody --regid=nogroup --clear-groups ' ..
+      C.command('luajit', C.ROOT .. '/bin/memprof', '--version') ..
+      ' >/dev/null') == 0 and
+    C.run('setpriv --reuid=nobody --regid=nogroup --clear-groups test -r ' ..
+      C.quote(C.ROOT .. '/build/memprof.so')) == 0
+end
+
+local function files_in(dir)
+  local _, out = C.run('ls ' .. C.quote(dir))
+  return out
+end
+
+describe('memprof heap PID', function()
+  local dir, pid
+
+  before_each(function()
+    dir = C.temp_dir()
+    assert(os.execute('chmod 777 ' .. C.quote(dir)))
+    pid = nil
+  end)
+
+  after_each(function()
+    if pid then
+      os.execute('kill -9 ' .. pid .. ' 2>/dev/null')
+    end
+    C.remove_tree(dir)
+  end)
+
+  for _, build in ipairs(builds()) do
+    it('gives the holders and retained sizes of the snapshot the process ' ..
+        'takes of itself, and leaves it running: ' .. build.name, function()
+      pid = start_daemon(dir, dir .. '/own.heap', nil, build.lua)
+      local outside = dir .. '/outside.heap'
+      local code, out, err = memprof_heap({ tostring(pid), '-o', outside },
+        nil, build.lua)
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find('wrote ' .. outside .. ': the heap of process ' ..
+        pid .. ' %(VM 1 of 1', 1))
+      local own_rows = graph_rows(dir .. '/own.heap')
+      local rows, report = graph_rows(outside)
+      -- An item is reached through items or index, whichever the walk
+      -- takes first: the same in both snapshots.
+      local via = rows[1]:match('^_G%.graph%.(i%a+)%[')
+      assert.truthy(via == 'items' or via == 'index', rows[1])
+      assert.are.equal(6, #rows, report)
+      assert.truthy(rows[1]:find('^_G%.graph%.' .. via ..
+        '%[%*%]: 1,000 tables, %d+B, retaining %d+B$'), rows[1])
+      if build.name == 'luajit' then
+        assert.are.same({
+          '_G.graph.' .. via .. '[*]: 1,000 tables, 160000B, retaining 280004B',
+          '_G.graph.' .. via .. '[*].tags: 1,000 tables, 88000B',
+          '_G.graph.' .. via .. '[*].name: 1,000 strings, 32004B',
+          '_G.graph.index<key>: 1,000 strings, 31604B',
+          '_G.graph.index: 1 table, 24640B, retaining 56244B',
+          '_G.graph.items: 1 table, 8264B',
+        }, rows)
+      end
+      assert.are.same(own_rows, rows)
+      assert.truthy(report:find('by process ' .. pid .. ',', 1, true))
+      assert.is_true(running(pid))
+      assert.are.equal(tostring(ITEMS), answers(dir))
+    end)
+  end
+
+  it('writes memprof-PID.heap by default, and runs as the same user ' ..
+      'without privileges', function()
+    if not as_nobody() then
+      return -- Needs root, and a tree user nobody can read.
+    end
+    pid = start_daemon(dir, nil, 'nobody')
+    local code, _, err = C.run('cd ' .. C.quote(dir) .. ' && setpriv ' ..
+      '--reuid=nobody --regid=nogroup --clear-groups --inh-caps=-all ' ..
+      C.command('luajit', C.ROOT .. '/bin/memprof', 'heap', tostring(pid)))
+    assert.are.equal(0, code, err)
+    local rows = graph_rows(dir .. '/memprof-' .. pid .. '.heap')
+    assert.are.equal('_G.graph.index: 1 table, 24640B, retaining 56244B',
+      rows[5])
+    assert.are.equal('_G.graph.items: 1 table, 8264B', rows[6])
+    assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
+  it('finds each VM of a process with two', function()
+    C.write_file(dir .. '/two.lua', TWO_VMS)
+    pid = start(dir, 'luajit ' .. dir .. '/two.lua ' .. dir)
+    local rows = {}
+    for vm = 1, 2 do
+      local path = dir .. '/vm' .. vm .. '.heap'
+      local code, out, err = memprof_heap({ '--vm=' .. vm, tostring(pid),
+        '-o', path })
+      assert.are.equal(0, code, err)
+      assert.truthy(out:find('(VM ' .. vm .. ' of 2, ', 1, true), out)
+      assert.truthy(out:find('process ' .. pid .. ' has 2 LuaJIT VMs: ' ..
+        '--vm=N for another\n', 1, true), out)
+      local _, report = graph_rows(path)
+      for line in report:gmatch('[^\n]+') do
+        if line:match('^_G%.first') or line:match('^_G%.second') then
+          rows[#rows + 1] = line
+        end
+      end
+    end
+    table.sort(rows)
+    assert.are.same({
+      '_G.first: 1 table, 4168B, retaining 30568B',
+      '_G.first[*]: 300 tables, 26400B',
+      '_G.second: 1 table, 4168B, retaining 48168B',
+      '_G.second[*]: 500 tables, 44000B',
+    }, rows)
+    local code, _, err = memprof_heap({ '--vm=3', tostring(pid), '-o',
+      dir .. '/vm3.heap' })
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: process ' .. pid ..
+      ' has 2 LuaJIT VMs, not 3\n', err)
+    assert.is_nil(C.read_file(dir .. '/vm3.heap'))
+  end)
+
+  it('refuses a process that is not LuaJIT, and leaves it running',
+      function()
+    C.write_file(dir .. '/ready', 'ready')
+    pid = start(dir, 'sleep 30')
+    for _ = 1, 100 do -- Until the shell has become sleep.
+      local _, exe = C.run('readlink /proc/' .. pid .. '/exe')
+      if exe == '/usr/bin/sleep\n' then
+        break
+      end
+      os.execute('sleep 0.02')
+    end
+    local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' })
+    assert.are.equal(1, code)
+    assert.truthy(err:find("check 'same LuaJIT build' failed: process " ..
+      pid .. ' (/usr/bin/sleep) maps no file of the LuaJIT memprof runs on',
+      1, true), err)
+    assert.are.equal('out\npid\nready\n', files_in(dir))
+    assert.is_true(running(pid))
+  end)
+
+  it('prints its usage, and refuses arguments that are not one process id',
+      function()
+    local code, out, err = memprof_heap({ '--help' })
+    assert.are.equal(0, code, err)
+    assert.are.equal([[
+Usage: memprof heap [OPTIONS] PID
+
+Write a heap snapshot of running process PID, read from outside:
+every thread is stopped for as long as its memory takes to copy
+(ptrace), then runs on; no code is run in it and nothing in it is
+written.  Its LuaJIT must be the build memprof runs on, or a shared
+libluajit (then loaded by a helper process).  Read the file with
+memprof-report (holders, retained sizes, --diff).
+
+Options:
+  -o, --output=FILE      write the snapshot there (default memprof-PID.heap)
+  --vm=N                 of a process with several LuaJIT VMs, the Nth (default 1)
+  -h, --help             show this help and exit
+
+]], out)
+    for _, args in ipairs({ {}, { '12', '13' }, { 'nginx' }, { '0' } }) do
+      code, _, err = memprof_heap(args)
+      assert.are.equal(1, code)
+      assert.are.equal('memprof heap: expected one process id, found ' ..
+        (#args == 0 and 'none' or table.concat(args, ' ')) ..
+        ' (see memprof heap --help)\n', err)
+    end
+  end)
+
+  it('refuses a process that does not exist', function()
+    local _, out = C.run('sh -c \'echo $$\'')
+    local gone = tonumber(out) -- That shell has exited.
+    local code, _, err = memprof_heap({ tostring(gone), '-o',
+      dir .. '/x.heap' })
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: no process ' .. gone .. '\n', err)
+    assert.are.equal('', files_in(dir))
+  end)
+
+  -- memprof heap PID through build/faults/memprof.so, with the fault of
+  -- env (fault.h).
+  local function with_fault(env, target)
+    return C.run(env .. ' ' .. C.command('luajit', '-e', string.format([[
+package.path = %q .. '/lua/?.lua;' .. package.path
+os.exit(require('memprof.cli.heap_pid').main({ %q, '-o', %q }, io.stdout,
+  io.stderr, { load = function(_, entry)
+    return package.loadlib(%q, entry) end }))]], C.ROOT, tostring(target),
+      dir .. '/x.heap', C.ROOT .. '/build/faults/memprof.so')))
+  end
+
+  it('fails cleanly when the process exits while it is read', function()
+    pid = start_daemon(dir)
+    local code, _, err = with_fault('MEMPROF_FAULT_REMOTE_EXIT=1', pid)
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: process ' .. pid ..
+      ' exited while it was being read\n', err)
+    assert.is_nil(state(pid))
+    assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
+  end)
+
+  it('fails cleanly when the walk of the copy faults, and leaves the ' ..
+      'process running', function()
+    pid = start_daemon(dir)
+    local code, _, err = with_fault('MEMPROF_FAULT_REMOTE_CRASH=1', pid)
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: the reader of process ' .. pid ..
+      '\'s copy ended (signal 11) before it finished; process ' .. pid ..
+      ' runs on untouched\n', err)
+    assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
+    assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
+  it('explains a refusal to trace another user\'s process, and leaves it ' ..
+      'running', function()
+    if not as_nobody() then
+      return -- Needs root, and a tree user nobody can read.
+    end
+    pid = start_daemon(dir)
+    local code, _, err = C.run('setpriv --reuid=nobody --regid=nogroup ' ..
+      '--clear-groups --inh-caps=-all ' .. C.command('luajit',
+        C.ROOT .. '/bin/memprof', 'heap', tostring(pid), '-o',
+        dir .. '/x.heap'))
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: process ' .. pid .. ' runs as user 0 ' ..
+      'and memprof as user 65534, without CAP_SYS_PTRACE: run memprof as ' ..
+      'user 0, or as root\n', err)
+    assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
+    assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
+  it('refuses a Tarantool, whose data is at fixed addresses, and leaves ' ..
+      'it running', function()
+    if not C.have('tarantool') then
+      return
+    end
+    C.write_file(dir .. '/tt.lua', "local fiber = require('fiber')\n" ..
+      "io.open(arg[1] .. '/ready', 'w'):close()\n" ..
+      "while true do fiber.sleep(0.05) end\n")
+    pid = start(dir, 'tarantool ' .. dir .. '/tt.lua ' .. dir)
+    local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' },
+      nil, 'tarantool')
+    assert.are.equal(1, code)
+    assert.truthy(err:find("^memprof heap: check 'address space' failed: " ..
+      "the target's memory at 0x%x+%-0x%x+ /usr/bin/tarantool overlaps " ..
+      "memprof's own; that file is mapped at a fixed address %(not built " ..
+      "as position%-independent%), in memprof's process too\n$"), err)
+    assert.are.equal('out\npid\nready\ntt.lua\n', files_in(dir))
+    assert.is_true(running(pid))
+  end)
+
+  it('refuses a process another tracer traces, and leaves it running',
+      function()
+    if not C.have('strace') then
+      return
+    end
+    pid = start_daemon(dir)
+    assert(os.execute('timeout 20 strace -p ' .. pid ..
+      ' -o /dev/null 2>/dev/null &'))
+    local tracer
+    for _ = 1, 100 do
+      tracer = C.read_file('/proc/' .. pid .. '/status'):match(
+        'TracerPid:%s+(%d+)')
+      if tracer ~= '0' then
+        break
+      end
+      os.execute('sleep 0.05')
+    end
+    local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' })
+    os.execute('kill ' .. tracer)
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: process ' .. pid .. ' is already ' ..
+      'traced by process ' .. tracer .. ' (a debugger, strace?): a process ' ..
+      'has one tracer at a time\n', err)
+    assert.are.equal('daemon.lua\nout\npid\nready\n', files_in(dir))
+    assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
+  it('gives up on a process that always runs Lua code, and leaves it ' ..
+      'running', function()
+    C.write_file(dir .. '/busy.lua', BUSY)
+    pid = start(dir, 'luajit ' .. dir .. '/busy.lua ' .. dir)
+    local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' })
+    assert.are.equal(1, code)
+    assert.truthy(err:find('memprof heap: process ' .. pid .. ' was never ' ..
+      'at a safe moment in 25 stops (the last time: ', 1, true), err)
+    assert.truthy(err:find('); it runs on untouched\n', 1, true), err)
+    assert.is_true(running(pid))
+    assert.are.equal('busy.lua\nout\npid\nready\n', files_in(dir))
+  end)
+end)
