@@ -1,52 +1,20 @@
--- `memprof heap PID`: a heap snapshot of a running plain luajit process,
--- read from outside (docs/attach.md), against the snapshot the process
--- takes of itself; and the hostile cases, each of which must leave the
--- target running, exit 1 with a message naming what failed, and leave no
--- file.  Targets run under `timeout` and are killed at the end of each
--- test.
+-- `memprof heap PID` (docs/attach.md): its command line, two VMs, and the
+-- hostile cases, each of which must leave the target running, exit 1 with
+-- a message naming what failed, and leave no file. Targets run under
+-- `timeout` and are killed at the end of each test. The snapshot of each
+-- LuaJIT build against the one the process takes of itself is
+-- spec/module/heap_pid_spec.lua's.
 local C = require('helpers.command')
+local D = require('helpers.daemon')
+local ITEMS, wait_for, start, start_daemon = D.ITEMS, D.wait_for, D.start,
+  D.start_daemon
+local state, running, answers = D.state, D.running, D.answers
+local memprof_heap, graph_rows = D.memprof_heap, D.graph_rows
 
 local LUAJIT = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
 if LUAJIT ~= 'luajit' or not C.have('luajit') or not C.have('timeout') then
   return -- The CLI runs under the same luajit as its targets.
 end
-
-local ITEMS = 1000
-
--- A daemon that holds a known graph, writes its own heap snapshot
--- (arg[2], unless '-'), says ready, then sleeps in C (os.execute) until
--- killed; it answers a ping file with a pong file that counts its graph.
-local DAEMON = [[
-local dir, own, n = arg[1], arg[2], tonumber(arg[3])
-graph = { items = {}, index = {} }
-for i = 1, n do
-  local item = { id = i, name = 'item' .. i, tags = { 'a', 'b' } }
-  graph.items[i] = item
-  graph.index['k' .. i] = item
-end
-collectgarbage('collect')
-if own ~= '-' then
-  assert(require('memprof').snapshot(own, { format = 'heap' }))
-end
-local function write(name, text)
-  local f = assert(io.open(dir .. '/' .. name .. '.tmp', 'w'))
-  f:write(text)
-  f:close()
-  os.rename(dir .. '/' .. name .. '.tmp', dir .. '/' .. name)
-end
-write('ready', 'ready')
-while true do
-  os.execute('sleep 0.05')
-  local ping = io.open(dir .. '/ping')
-  if ping then
-    ping:close()
-    os.remove(dir .. '/ping')
-    local count = 0
-    for _ in pairs(graph.index) do count = count + 1 end
-    write('pong', tostring(count))
-  end
-end
-]]
 
 -- Two VMs in one process: the second made through the FFI.
 local TWO_VMS = [[
@@ -83,91 +51,6 @@ while true do
 end
 ]]
 
-local function wait_for(path, seconds)
-  for _ = 1, seconds * 20 do
-    local text = C.read_file(path)
-    if text then
-      return text
-    end
-    os.execute('sleep 0.05')
-  end
-  return nil
-end
-
--- Starts `line` (a shell command) in the background, as `user` (or this
--- user), under timeout; returns its process id once it wrote dir/ready.
-local function start(dir, line, user)
-  local as = user and ('setpriv --reuid=' .. user ..
-    ' --regid=nogroup --clear-groups ') or ''
-  local wrapped = string.format(
-    "%stimeout 60 sh -c 'echo $$ > %s/pid; exec %s' >%s/out 2>&1 &", as,
-    dir, line, dir)
-  assert(os.execute(C.CLEAN_ENV .. wrapped))
-  assert(wait_for(dir .. '/ready', 20) and wait_for(dir .. '/pid', 20),
-    'the target did not start: ' .. tostring(C.read_file(dir .. '/out')))
-  return tonumber(C.read_file(dir .. '/pid'))
-end
-
-local function start_daemon(dir, own, user, lua)
-  C.write_file(dir .. '/daemon.lua', DAEMON)
-  return start(dir, string.format(
-    "env LUA_CPATH=%s/build/?.so\\;\\; %s %s/daemon.lua %s %s %d",
-    C.ROOT, lua or 'luajit', dir, dir, own or '-', ITEMS), user)
-end
-
--- Debian's luajit, and each LuaJIT build of .ci/hosts that is built here
--- (make hosts): the target and memprof run on the same one.
-local function builds()
-  local list = { { name = 'luajit', lua = 'luajit' } }
-  local _, names = C.run(C.ROOT .. '/.ci/host-list names')
-  for name in (names or ''):gmatch('%S+') do
-    local lua = C.ROOT .. '/build/hosts/' .. name .. '/luajit'
-    if C.read_file(lua) then
-      list[#list + 1] = { name = name, lua = lua }
-    end
-  end
-  return list
-end
-
-local function state(pid)
-  local status = C.read_file('/proc/' .. pid .. '/status')
-  return status and status:match('State:%s+(%a)')
-end
-
--- Whether pid runs: it exists, and is neither stopped nor traced.
-local function running(pid)
-  local s = state(pid)
-  return s ~= nil and s ~= 'T' and s ~= 't' and s ~= 'Z'
-end
-
--- Whether the daemon answers a ping with the size of its graph.
-local function answers(dir)
-  os.remove(dir .. '/pong')
-  C.write_file(dir .. '/ping', 'ping')
-  return wait_for(dir .. '/pong', 10)
-end
-
-local function memprof_heap(args, env, lua)
-  return C.run((env or '') .. ' LUA_CPATH=' .. C.quote(C.ROOT ..
-    '/build/?.so;;') .. ' ' .. C.command(lua or 'luajit',
-    C.ROOT .. '/bin/memprof', 'heap', unpack(args)))
-end
-
--- The rows of a report that hold the graph (the thread's own frames
--- differ between the two snapshots).
-local function graph_rows(path)
-  local code, out, err = C.run(C.command(C.ROOT .. '/bin/memprof-report',
-    path))
-  assert(code == 0, err)
-  local rows = {}
-  for line in out:gmatch('[^\n]+') do
-    if line:match('^_G%.graph') then
-      rows[#rows + 1] = line
-    end
-  end
-  return rows, out
-end
-
 -- Whether this runs as root with setpriv, in a tree that user nobody can
 -- read (memprof then runs as nobody).
 local function as_nobody()
@@ -199,42 +82,6 @@ describe('memprof heap PID', function()
     end
     C.remove_tree(dir)
   end)
-
-  for _, build in ipairs(builds()) do
-    it('gives the holders and retained sizes of the snapshot the process ' ..
-        'takes of itself, and leaves it running: ' .. build.name, function()
-      pid = start_daemon(dir, dir .. '/own.heap', nil, build.lua)
-      local outside = dir .. '/outside.heap'
-      local code, out, err = memprof_heap({ tostring(pid), '-o', outside },
-        nil, build.lua)
-      assert.are.equal(0, code, err)
-      assert.truthy(out:find('wrote ' .. outside .. ': the heap of process ' ..
-        pid .. ' %(VM 1 of 1', 1))
-      local own_rows = graph_rows(dir .. '/own.heap')
-      local rows, report = graph_rows(outside)
-      -- An item is reached through items or index, whichever the walk
-      -- takes first: the same in both snapshots.
-      local via = rows[1]:match('^_G%.graph%.(i%a+)%[')
-      assert.truthy(via == 'items' or via == 'index', rows[1])
-      assert.are.equal(6, #rows, report)
-      assert.truthy(rows[1]:find('^_G%.graph%.' .. via ..
-        '%[%*%]: 1,000 tables, %d+B, retaining %d+B$'), rows[1])
-      if build.name == 'luajit' then
-        assert.are.same({
-          '_G.graph.' .. via .. '[*]: 1,000 tables, 160000B, retaining 280004B',
-          '_G.graph.' .. via .. '[*].tags: 1,000 tables, 88000B',
-          '_G.graph.' .. via .. '[*].name: 1,000 strings, 32004B',
-          '_G.graph.index<key>: 1,000 strings, 31604B',
-          '_G.graph.index: 1 table, 24640B, retaining 56244B',
-          '_G.graph.items: 1 table, 8264B',
-        }, rows)
-      end
-      assert.are.same(own_rows, rows)
-      assert.truthy(report:find('by process ' .. pid .. ',', 1, true))
-      assert.is_true(running(pid))
-      assert.are.equal(tostring(ITEMS), answers(dir))
-    end)
-  end
 
   it('writes memprof-PID.heap by default, and runs as the same user ' ..
       'without privileges', function()
