@@ -16,7 +16,8 @@
 #include "heapwalk.h"
 #include "lifecycle.h"
 #include "lua.h"
-#include "profiler.h" /* struct profile_stats */
+#include "profiler.h"  /* struct profile_stats */
+#include "safe_read.h" /* safe_read_calls */
 #include "snapshot.h"
 #include "stacks.h" /* MAX_STACK_DEPTH */
 #include "vm_learn.h"
@@ -638,6 +639,8 @@ static int l_info(lua_State *L)
   struct vm_layout lay;
   struct vm_learn_status st;
   char error[512];
+  /* The reads made before this call (its own check makes a few). */
+  unsigned long reads = safe_read_calls();
   int ok = vm_learn_layout(L, &lay, error, sizeof(error));
   vm_learn_status(&st);
   lua_newtable(L);
@@ -651,6 +654,8 @@ static int l_info(lua_State *L)
   lua_pushboolean(L, ok);
   lua_setfield(L, -2, "calibrated");
   set_int(L, "calibrations", st.calibrations);
+  lua_pushnumber(L, (lua_Number)reads);
+  lua_setfield(L, -2, "reads");
   if (st.where != NULL) {
     lua_pushstring(L, st.where);
     lua_setfield(L, -2, "calibrated_in");

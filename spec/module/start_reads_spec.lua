@@ -1,0 +1,72 @@
+-- The first start of a process reads what it needs once: the system calls
+-- its fault-safe reads make (memprof.info().reads) stay under a bound, for
+-- each kind of start and for a first heap snapshot, and a second start
+-- reads only its check of the VM.
+local h = require('helpers.profile')
+
+-- Measured on every CI build (docs/performance.md): from 2,900 to 5,700
+-- for a first start or heap snapshot, where 26,000 to 88,000 were made
+-- before reads were batched. The bound leaves a margin for a busy VM.
+local FIRST_BOUND = 8000
+-- A second start checks the VM it profiles with a few dozen reads.
+local AGAIN_BOUND = 200
+
+local function script(body)
+  return 'package.cpath = ' .. string.format('%q', package.cpath) .. '\n' ..
+    'package.path = ' .. string.format('%q', package.path) .. '\n' .. body
+end
+
+-- In a fresh process: the reads after the first start (or snapshot) and
+-- after a second one, on one line.
+local PROGRAM = [[
+local memprof = require('memprof')
+local path = os.tmpname()
+local function once()
+  if KIND == 'heap' then
+    assert(memprof.snapshot(path, { format = 'heap' }))
+  else
+    assert(memprof.start(path, OPTIONS))
+    assert(memprof.stop())
+  end
+end
+once()
+local first = memprof.info().reads
+once()
+local again = memprof.info().reads
+os.remove(path)
+print(string.format('reads %d %d', first, again))
+]]
+
+local function reads(kind, options)
+  local body = PROGRAM:gsub('KIND', string.format('%q', kind))
+    :gsub('OPTIONS', options)
+  local out, code = h.run_script(script(body))
+  assert.equal(0, code, out)
+  local first, again = out:match('reads (%d+) (%d+)')
+  assert.is_not_nil(first, out)
+  return tonumber(first), tonumber(again)
+end
+
+describe('the reads of a first start', function()
+  local kinds = {
+    { 'a default start', 'start', 'nil' },
+    { 'a start without trace lines', 'start', '{ trace_lines = false }' },
+    { 'a sampled start', 'start', '{ sample_bytes = true, seed = 1 }' },
+    { 'a first heap snapshot', 'heap', 'nil' },
+  }
+  for _, k in ipairs(kinds) do
+    it('are counted and bounded for ' .. k[1], function()
+      -- (info() reports the reads made before it, its own check left out.)
+      local first, again = reads(k[2], k[3])
+      -- A start reads (the count counts), within the bound.
+      assert.is_true(first > 0, 'no read counted')
+      assert.is_true(first <= FIRST_BOUND, string.format(
+        'the first %s made %d reads (bound %d)', k[1], first, FIRST_BOUND))
+      -- What was learned is kept: a second one checks, and calibrates
+      -- nothing again.
+      assert.is_true(again - first <= AGAIN_BOUND, string.format(
+        'a second %s made %d reads (bound %d)', k[1], again - first,
+        AGAIN_BOUND))
+    end)
+  end
+end)
