@@ -607,17 +607,21 @@ static int run_loop(lua_State *L, struct calib *c, const char *code,
 uint32_t calib_trace_number(struct calib *c, const struct vm_layout *lay,
                             uintptr_t want, int line)
 {
-  uint32_t size, n;
+  uint32_t size, n, found = 0;
+  int batch;
   if (want == 0 || !vm_u32(1, c->g + lay->g_sizetrace, &size) || size > 65536)
     return 0;
-  for (n = 1; n < size; n++) {
+  /* A scan in C alone (the trace array can hold 65,536): one batch. */
+  batch = safe_read_batch_begin();
+  for (n = 1; n < size && found == 0; n++) {
     uintptr_t pt = 0;
     uint32_t tline = 0;
     if (vm_trace_start(lay, 1, c->g, n, &pt, &tline) && pt == want &&
         (int)tline == line)
-      return n;
+      found = n;
   }
-  return 0;
+  safe_read_batch_end(batch);
+  return found;
 }
 
 /* Traces: compiles hot loops (when the JIT compiler is on) and finds

@@ -87,6 +87,8 @@ static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
 {
   char name[256];
   uint8_t ffid;
+  /* lua_next and the reads allocate nothing in the VM: one batch. */
+  int batch = safe_read_batch_begin();
   lua_pushnil(L);
   while (lua_next(L, -2)) {
     if (lua_type(L, -2) == LUA_TSTRING) {
@@ -101,6 +103,7 @@ static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
     }
     lua_pop(L, 1);
   }
+  safe_read_batch_end(batch);
 }
 
 /* Names the C functions of the array package[field] ("package.loaders[2]":

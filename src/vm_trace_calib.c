@@ -35,6 +35,7 @@
 #define TLC_RESULTS 256
 #define TLC_WINDOW 160
 #define TLC_MEMOS 32
+#define TLC_MCODE_MAX (1u << 20) /* A trace's machine code, at most. */
 
 /* The chunk. Each allocation the check expects is on a line marked with a
 ** tag; every allocation follows a store, after which the compiler takes a
@@ -372,7 +373,7 @@ static uintptr_t thread_fields_end(const struct vm_layout *lay)
 ** the layout's calibration read whole (GG_State holds more); the running
 ** lua_State's known fields and its Lua stack, found as the hook finds
 ** them, through offsets verified before this calibration. */
-static void tlc_trust(const struct tlc *t, int batch, uintptr_t low)
+static void tlc_trust(const struct tlc *t, int batch, uintptr_t low, int32_t st)
 {
   const struct vm_layout *lay = &t->c->lay;
   struct vm_thread th;
@@ -384,6 +385,22 @@ static void tlc_trust(const struct tlc *t, int batch, uintptr_t low)
     safe_read_batch_trust(batch, th.L, th.L + thread_fields_end(lay));
     safe_read_batch_trust(batch, th.stack, th.limit);
   }
+#if !defined(__aarch64__)
+  /* In the runs that check (the trace's fields are found, checked against
+  ** jit.util.tracemc for every trace): the running trace's machine code,
+  ** mapped while the trace lives. */
+  if (t->check != 0 && IN_TRACE(st)) {
+    uintptr_t T = vm_trace_object(lay, 1, t->c->g, (uint32_t)st), mcode;
+    uint32_t size;
+    if (vm_is_gc(lay, 1, T, GCT_TRACE) &&
+        vm_ptr(1, T + lay->tl.tr_mcode, &mcode) &&
+        vm_u32(1, T + lay->tl.tr_szmcode, &size) && mcode != 0 &&
+        size <= TLC_MCODE_MAX)
+      safe_read_batch_trust(batch, mcode, mcode + size);
+  }
+#else
+  (void)st;
+#endif
 }
 
 /* The VM stands still in its allocator: the reads of one call are one
@@ -406,7 +423,7 @@ static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return t->orig(t->orig_ud, ptr, osize, nsize);
   }
   batch = safe_read_batch_begin();
-  tlc_trust(t, batch, low);
+  tlc_trust(t, batch, low, st);
   if (!IN_TRACE(st))
     resolve_exit(t);
   else if (t->check == 2)
@@ -1577,26 +1594,17 @@ done:
 /* One known-answer run: 1 if it proved the layout, 0 if a read went wrong
 ** (after tl_fail), -1 if it saw too little (the loop's recording aborted
 ** and the callee got a trace of its own, say): worth another run. */
-static int known_run(lua_State *L, struct tlc *t)
+/* The known-answer run's events, judged (no Lua code runs: one batch of
+** reads). */
+static int judge_known(struct tlc *t, uintptr_t run_pt, uintptr_t inner_pt,
+                       uintptr_t outer_pt)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
-  int top = lua_gettop(L), i, hits[3] = {0, 0, 0};
+  int i, hits[3] = {0, 0, 0};
   int l_table = tag_line("--@table"), l_concat = tag_line("--@concat"),
       l_inner = tag_line("--@inner"), l_call = tag_line("--@call");
-  uintptr_t run_pt, inner_pt, outer_pt;
   int based = 0, l_outer = tag_line("--@outer");
-  t->check = 1;
-  t->nresults = t->dropped = 0;
-  if (!run_known(L, t, "=memprof.calibration.lines")) {
-    lua_settop(L, top);
-    tl_fail(tl, "the known-answer chunk does not run");
-    return 0;
-  }
-  run_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
-  inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
-  outer_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -3));
-  lua_settop(L, top);
   for (i = 0; i < t->nresults; i++) {
     const struct tlc_result *r = &t->results[i];
     const struct tl_place *p = &r->place;
@@ -1638,6 +1646,28 @@ static int known_run(lua_State *L, struct tlc *t)
   /* A build that does not compile the concatenation leaves it to the
   ** interpreter: only the table and the inlined callee must be seen. */
   return hits[0] > 0 && hits[2] > 0 ? 1 : -1;
+}
+
+static int known_run(lua_State *L, struct tlc *t)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  int top = lua_gettop(L), batch, r;
+  uintptr_t run_pt, inner_pt, outer_pt;
+  t->check = 1;
+  t->nresults = t->dropped = 0;
+  if (!run_known(L, t, "=memprof.calibration.lines")) {
+    lua_settop(L, top);
+    tl_fail(&t->c->lay.tl, "the known-answer chunk does not run");
+    return 0;
+  }
+  run_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
+  inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
+  outer_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -3));
+  lua_settop(L, top);
+  batch = safe_read_batch_begin();
+  r = judge_known(t, run_pt, inner_pt, outer_pt);
+  safe_read_batch_end(batch);
+  return r;
 }
 
 static int check_known(lua_State *L, struct tlc *t)
@@ -1823,7 +1853,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
 {
   struct vm_trace_layout *tl = &c->lay.tl;
   struct tlc *t;
-  int top = lua_gettop(L), ju;
+  int top = lua_gettop(L), ju, batch, found;
   uint32_t n, size;
   memset(tl, 0, sizeof(*tl));
   prof_fail(tl, "compiled-code attribution is not verified");
@@ -1865,8 +1895,12 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   }
   tl->ok = 1;
   find_jit_base(t);
-  if (!find_trace_fields(t) || !find_stack_adjust(L, t) ||
-      !find_header_op(L, t, ju) || !check_known(L, t))
+  /* The searches read the traces in C alone: one batch. */
+  batch = safe_read_batch_begin();
+  found = find_trace_fields(t);
+  safe_read_batch_end(batch);
+  if (!found || !find_stack_adjust(L, t) || !find_header_op(L, t, ju) ||
+      !check_known(L, t))
     goto done;
   tl->base_ok = t->based;
   check_exits(L, t);
