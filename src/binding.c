@@ -292,7 +292,9 @@ static int l_start(lua_State *L)
     return push_failure(L, msg, EINVAL);
   if (s == NULL)
     return push_failure(L, "module state is missing", ENOTSUP);
-  if (!vm_learn_layout(L, &layout, error, sizeof(error))) {
+  /* (Compiled code by line is calibrated only for a start that asks.) */
+  if (!vm_learn_layout_for(L, opts.trace_lines != TRACE_LINES_START, &layout,
+                           error, sizeof(error))) {
     snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }

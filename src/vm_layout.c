@@ -981,7 +981,8 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
   if (!ok && c->given == 0)
     ok = calibrate_once(L, c, err, errlen);
   if (ok) {
-    calibrate_trace_lines(L, c, apart);
+    (void)apart; /* (The trace lines' calibration comes apart.) */
+    vm_layout_trace_lines_unknown(&c->lay);
     match_known(&c->lay);
 #if defined(__aarch64__)
     c->lay.family = c->lay.gc64 ? "LuaJIT 2.1 GC64 arm64" : "LuaJIT 2.1 arm64";
@@ -993,4 +994,39 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
   }
   free(c);
   return ok;
+}
+
+void vm_layout_trace_lines_unknown(struct vm_layout *lay)
+{
+  memset(&lay->tl, 0, sizeof(lay->tl));
+  snprintf(lay->tl.why, sizeof(lay->tl.why),
+           "compiled-code attribution is not calibrated yet");
+  snprintf(lay->tl.prof_why, sizeof(lay->tl.prof_why),
+           "compiled-code attribution is not calibrated yet");
+}
+
+void vm_layout_calibrate_trace_lines(lua_State *L, struct vm_layout *lay,
+                                     int apart)
+{
+  struct calib *c = calloc(1, sizeof(*c));
+  char err[256];
+  if (c == NULL) {
+    vm_layout_trace_lines_unknown(lay);
+    snprintf(lay->tl.why, sizeof(lay->tl.why), "out of memory");
+    return;
+  }
+  c->lay = *lay;
+  c->L = L;
+  c->err = err;
+  c->errlen = sizeof(err);
+  err[0] = '\0';
+  /* g of this VM, as a check of a learned layout finds it. */
+  if (check_global_state(c, L))
+    calibrate_trace_lines(L, c, apart);
+  else {
+    vm_layout_trace_lines_unknown(&c->lay);
+    snprintf(c->lay.tl.why, sizeof(c->lay.tl.why), "%.150s", err);
+  }
+  lay->tl = c->lay.tl;
+  free(c);
 }

@@ -16,8 +16,8 @@ local function script(body)
     'package.path = ' .. string.format('%q', package.path) .. '\n' .. body
 end
 
--- In a fresh process: the reads after the first start (or snapshot) and
--- after a second one, on one line.
+-- In a fresh process: the reads of the first start (or snapshot) and of a
+-- second one, on one line.
 local PROGRAM = [[
 local memprof = require('memprof')
 local path = os.tmpname()
@@ -31,10 +31,12 @@ local function once()
 end
 once()
 local first = memprof.info().reads
+-- (info() learns what a start without trace lines left: counted here.)
+local mid = memprof.info().reads
 once()
 local again = memprof.info().reads
 os.remove(path)
-print(string.format('reads %d %d', first, again))
+print(string.format('reads %d %d', first, again - mid))
 ]]
 
 local function reads(kind, options)
@@ -42,9 +44,9 @@ local function reads(kind, options)
     :gsub('OPTIONS', options)
   local out, code = h.run_script(script(body))
   assert.equal(0, code, out)
-  local first, again = out:match('reads (%d+) (%d+)')
+  local first, second = out:match('reads (%d+) (%d+)')
   assert.is_not_nil(first, out)
-  return tonumber(first), tonumber(again)
+  return tonumber(first), tonumber(second)
 end
 
 describe('the reads of a first start', function()
@@ -57,16 +59,15 @@ describe('the reads of a first start', function()
   for _, k in ipairs(kinds) do
     it('are counted and bounded for ' .. k[1], function()
       -- (info() reports the reads made before it, its own check left out.)
-      local first, again = reads(k[2], k[3])
+      local first, second = reads(k[2], k[3])
       -- A start reads (the count counts), within the bound.
       assert.is_true(first > 0, 'no read counted')
       assert.is_true(first <= FIRST_BOUND, string.format(
         'the first %s made %d reads (bound %d)', k[1], first, FIRST_BOUND))
       -- What was learned is kept: a second one checks, and calibrates
       -- nothing again.
-      assert.is_true(again - first <= AGAIN_BOUND, string.format(
-        'a second %s made %d reads (bound %d)', k[1], again - first,
-        AGAIN_BOUND))
+      assert.is_true(second <= AGAIN_BOUND, string.format(
+        'a second %s made %d reads (bound %d)', k[1], second, AGAIN_BOUND))
     end)
   end
 end)
