@@ -4,10 +4,10 @@
 -- reads only its check of the VM.
 local h = require('helpers.profile')
 
--- Measured on every CI build (docs/performance.md): from 2,900 to 5,700
--- for a first start or heap snapshot, where 26,000 to 88,000 were made
--- before reads were batched. The bound leaves a margin for a busy VM.
-local FIRST_BOUND = 8000
+-- Measured on every CI build (docs/performance.md): from 658 to 1,915 for
+-- a first start or heap snapshot, where 4,900 to 88,000 were made before
+-- reads were batched. The bound leaves a margin for a busy VM.
+local FIRST_BOUND = 3000
 -- A second start checks the VM it profiles with a few dozen reads.
 local AGAIN_BOUND = 200
 
