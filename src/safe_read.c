@@ -235,10 +235,12 @@ static int batch_read(uintptr_t addr, void *dst, size_t n)
 
 void safe_read_forget_pid(void)
 {
+  uintptr_t owner;
   __atomic_store_n(&own_pid, 0, __ATOMIC_RELAXED);
-  /* A batch of a thread that the child does not have is over. */
-  if (__atomic_load_n(&batch_owner, __ATOMIC_RELAXED) !=
-      (uintptr_t)pthread_self()) {
+  /* A batch of a thread that the child does not have is over (its lock,
+  ** held by no thread of the child, is made anew). */
+  owner = __atomic_load_n(&batch_owner, __ATOMIC_RELAXED);
+  if (owner != 0 && owner != (uintptr_t)pthread_self()) {
     __atomic_store_n(&batch_owner, 0, __ATOMIC_RELAXED);
     pthread_mutex_init(&batch_lock, NULL);
   }

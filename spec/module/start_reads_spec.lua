@@ -71,3 +71,62 @@ describe('the reads of a first start', function()
     end)
   end
 end)
+
+-- What info() says of compiled code by line, as one line.
+local TRACE_LINES = [[
+local function trace_lines()
+  local t, keys = require('memprof').info().trace_lines, {}
+  for k, v in pairs(t) do
+    if type(v) ~= 'table' then keys[#keys + 1] = k .. '=' .. tostring(v) end
+  end
+  for k, v in pairs(t.offsets or {}) do keys[#keys + 1] = k .. '=' .. v end
+  table.sort(keys)
+  return table.concat(keys, ' ')
+end
+]]
+
+describe('compiled code by line', function()
+  -- A process whose first start asks for no trace lines, then one that
+  -- does; and a process whose first start asks for them.
+  local LATER = [[
+local memprof = require('memprof')
+local path = os.tmpname()
+assert(memprof.start(path, { trace_lines = false }))
+assert(memprof.stop())
+-- The reads of info() itself: the first learns the trace lines, the
+-- second only checks the VM.
+local r0 = memprof.info().reads
+local r1 = memprof.info().reads
+local r2 = memprof.info().reads
+assert(memprof.start(path))
+assert(memprof.stop())
+os.remove(path)
+print('learning ' .. (r1 - r0) .. ' checking ' .. (r2 - r1))
+print('lines ' .. trace_lines())
+]]
+  local FIRST = [[
+local memprof = require('memprof')
+local path = os.tmpname()
+assert(memprof.start(path))
+assert(memprof.stop())
+os.remove(path)
+print('lines ' .. trace_lines())
+]]
+
+  it('is calibrated at the first start that asks, as at a first start',
+    function()
+      local later, code = h.run_script(script(TRACE_LINES .. LATER))
+      assert.equal(0, code, later)
+      local first
+      first, code = h.run_script(script(TRACE_LINES .. FIRST))
+      assert.equal(0, code, first)
+      -- The same verified offsets and support, learned later.
+      assert.equal(first:match('lines ([^\n]*)'), later:match('lines ([^\n]*)'))
+      -- Where the build supports them, the start without them left their
+      -- calibration to info(), whose reads are then far more than a check.
+      if first:match('resume=true') then
+        local learning, checking = later:match('learning (%d+) checking (%d+)')
+        assert.is_true(tonumber(learning) > tonumber(checking) + 50, later)
+      end
+    end)
+end)
