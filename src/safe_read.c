@@ -150,6 +150,9 @@ NO_ASAN static void plain_copy(void *dst, uintptr_t addr, size_t n)
   case 2:
     __builtin_memcpy(dst, (const void *)addr, 2);
     return;
+  case 1:
+    __builtin_memcpy(dst, (const void *)addr, 1);
+    return;
   default:
     for (i = 0; i < n; i++)
       to[i] = from[i];
