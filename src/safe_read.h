@@ -23,11 +23,10 @@ void safe_read_batch_end(int began);
 
 /*
 ** Within the batch begun (began: what begin returned), reads of at most 8
-** bytes inside [from, to) are plain loads: only for memory known to be readable
-*and to
-** stay so until the batch ends (this thread's own stack, a live object of
-** a VM stopped in its allocator, found through verified offsets). At most
-** a few ranges; more are read as before.
+** bytes inside [from, to) are plain loads: only for memory known to be
+** readable and to stay so until the batch ends (this thread's own stack, a
+** live object of a VM stopped in its allocator, found through verified
+** offsets). At most a few ranges; more are read as before.
 */
 void safe_read_batch_trust(int began, uintptr_t from, uintptr_t to);
 
