@@ -4,7 +4,7 @@
 -- reads only its check of the VM.
 local h = require('helpers.profile')
 
--- Measured on every CI build (docs/performance.md): from 658 to 1,915 for
+-- Measured on every CI build (docs/performance.md): from 658 to 1,828 for
 -- a first start or heap snapshot, where 4,900 to 88,000 were made before
 -- reads were batched. The bound leaves a margin for a busy VM.
 local FIRST_BOUND = 3000
