@@ -36,6 +36,11 @@
 -- Then the heap walk of a heap snapshot (bench/heap_walk.lua):
 --   BENCH_HEAP=off                  without the heap section
 --   BENCH_HEAP=only                 the heap section alone
+--
+-- Then the CPU time of the first start of a process, per build
+-- (bench/first_start.lua; BENCH_START_HOSTS names the builds):
+--   BENCH_START=off                 without the first start section
+--   BENCH_START=only                the first start section alone
 local memprof = require('memprof')
 local reader = require('memprof.read.stream')
 local callgrind = require('callgrind')
@@ -43,6 +48,7 @@ local reporter = require('reporter')
 local programs = require('programs')
 local trace_lines = require('trace_lines')
 local heap_walk = require('heap_walk')
+local first_start = require('first_start')
 local toolkit = require('toolkit')
 local median = toolkit.median
 local file_size = toolkit.file_size
@@ -58,6 +64,7 @@ local REPORTER = os.getenv('BENCH_REPORTER') or 'on'
 local PROGRAMS = os.getenv('BENCH_PROGRAMS') or 'on'
 local TRACE_LINES = os.getenv('BENCH_TRACE_LINES') or 'on'
 local HEAP = os.getenv('BENCH_HEAP') or 'on'
+local START = os.getenv('BENCH_START') or 'on'
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
@@ -269,7 +276,8 @@ local function main(args)
   local names = #args > 0 and args or WORKLOADS
   local lua = arg and arg[-1] or 'luajit'
   local only = REPORTER == 'only' or CALLGRIND == 'only' or
-    PROGRAMS == 'only' or TRACE_LINES == 'only' or HEAP == 'only'
+    PROGRAMS == 'only' or TRACE_LINES == 'only' or HEAP == 'only' or
+    START == 'only'
   if not only or CALLGRIND == 'only' then
     if CALLGRIND ~= 'only' then timings(names) end
     if CALLGRIND ~= 'off' then instructions(names) end
@@ -285,6 +293,9 @@ local function main(args)
   end
   if HEAP ~= 'off' and (not only or HEAP == 'only') then
     heap_walk.run(lua)
+  end
+  if START ~= 'off' and (not only or START == 'only') then
+    first_start.run(lua)
   end
 end
 

@@ -17,7 +17,8 @@
 #include "heapwalk.h"
 #include "lifecycle.h"
 #include "lua.h"
-#include "profiler.h" /* struct profile_stats */
+#include "profiler.h"  /* struct profile_stats */
+#include "safe_read.h" /* safe_read_calls */
 #include "snapshot.h"
 #include "stacks.h" /* MAX_STACK_DEPTH */
 #include "vm_learn.h"
@@ -295,7 +296,9 @@ static int l_start(lua_State *L)
     return push_failure(L, msg, EINVAL);
   if (s == NULL)
     return push_failure(L, "module state is missing", ENOTSUP);
-  if (!vm_learn_layout(L, &layout, error, sizeof(error))) {
+  /* (Compiled code by line is calibrated only for a start that asks.) */
+  if (!vm_learn_layout_for(L, opts.trace_lines != TRACE_LINES_START, &layout,
+                           error, sizeof(error))) {
     snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }
@@ -664,6 +667,8 @@ static int l_info(lua_State *L)
   struct vm_layout lay;
   struct vm_learn_status st;
   char error[512];
+  /* The reads made before this call (its own check makes a few). */
+  unsigned long reads = safe_read_calls();
   int ok = vm_learn_layout(L, &lay, error, sizeof(error));
   vm_learn_status(&st);
   lua_newtable(L);
@@ -677,6 +682,8 @@ static int l_info(lua_State *L)
   lua_pushboolean(L, ok);
   lua_setfield(L, -2, "calibrated");
   set_int(L, "calibrations", st.calibrations);
+  lua_pushnumber(L, (lua_Number)reads);
+  lua_setfield(L, -2, "reads");
   if (st.where != NULL) {
     lua_pushstring(L, st.where);
     lua_setfield(L, -2, "calibrated_in");

@@ -73,8 +73,8 @@ static int kgc_object(const struct heap_layout *h, uintptr_t ir, uint32_t ref,
   return 1;
 }
 
-int heap_trace_next_kgc(const struct heap_layout *h, uintptr_t T, uint32_t *ref,
-                        uint32_t *at, uintptr_t *obj)
+static int next_kgc(const struct heap_layout *h, uintptr_t T, uint32_t *ref,
+                    uint32_t *at, uintptr_t *obj)
 {
   uintptr_t ir;
   uint32_t nk, r = *ref;
@@ -98,6 +98,16 @@ int heap_trace_next_kgc(const struct heap_layout *h, uintptr_t T, uint32_t *ref,
   }
   *ref = r;
   return r == HT_REF_TRUE ? 0 : -1;
+}
+
+/* The trace stands still while C code reads it: the reads of one call are
+** one batch, each block of its IR read once. */
+int heap_trace_next_kgc(const struct heap_layout *h, uintptr_t T, uint32_t *ref,
+                        uint32_t *at, uintptr_t *obj)
+{
+  int batch = safe_read_batch_begin(), r = next_kgc(h, T, ref, at, obj);
+  safe_read_batch_end(batch);
+  return r;
 }
 
 /* Where a trace's snapshot counts are and how large a snapshot is. */

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -36,10 +38,8 @@ static int pipe_read(uintptr_t addr, void *dst, size_t n)
 ** fork handler), before any of its code can read. */
 static pid_t own_pid;
 
-void safe_read_forget_pid(void)
-{
-  __atomic_store_n(&own_pid, 0, __ATOMIC_RELAXED);
-}
+/* System calls made by reads, for memprof.info(). */
+static unsigned long read_calls;
 
 static pid_t self_pid(void)
 {
@@ -51,13 +51,13 @@ static pid_t self_pid(void)
   return pid;
 }
 
-int safe_read(uintptr_t addr, void *dst, size_t n)
+/* One read of the kernel's. */
+static int read_once(uintptr_t addr, void *dst, size_t n)
 {
   struct iovec local = {dst, n}, remote = {(void *)addr, n};
   int saved = errno, ok;
   ssize_t got;
-  if (addr < 4096)
-    return 0;
+  __atomic_add_fetch(&read_calls, 1, __ATOMIC_RELAXED);
   got = process_vm_readv(self_pid(), &local, 1, &remote, 1, 0);
   if (got == (ssize_t)n)
     ok = 1;
@@ -67,4 +67,206 @@ int safe_read(uintptr_t addr, void *dst, size_t n)
     ok = 0;
   errno = saved;
   return ok;
+}
+
+/* ---- Batches ------------------------------------------------------------ */
+
+/* A batch keeps copies of whole blocks: BATCH_BLOCK bytes aligned, so
+** that a block never spans two pages and reads whole exactly when any
+** byte of it reads (pages are the unit of mapping; 4096 bytes is the
+** smallest page of x86-64 and arm64). One thread owns the batch at a
+** time; another one's reads go to the kernel as before. */
+#define BATCH_BLOCK 4096u
+#define BATCH_SLOTS 16
+#define BATCH_TRUSTED 6
+
+static pthread_mutex_t batch_lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t batch_owner; /* The owner's pthread_self(), 0: none. */
+static struct {
+  unsigned used, next; /* Slots filled; the next one to replace. */
+  unsigned last;       /* The slot found last. */
+  unsigned ntrusted;   /* Ranges read in place (safe_read_batch_trust). */
+  uintptr_t trusted[BATCH_TRUSTED][2];
+  struct {
+    uintptr_t base;
+    int ok; /* The block was readable. */
+  } slot[BATCH_SLOTS];
+  uint8_t data[BATCH_SLOTS][BATCH_BLOCK];
+} batch;
+
+int safe_read_batch_begin(void)
+{
+  if (pthread_mutex_trylock(&batch_lock) != 0)
+    return 0;
+  batch.used = batch.next = batch.last = batch.ntrusted = 0;
+  __atomic_store_n(&batch_owner, (uintptr_t)pthread_self(), __ATOMIC_RELEASE);
+  return 1;
+}
+
+void safe_read_batch_end(int began)
+{
+  if (!began)
+    return;
+  __atomic_store_n(&batch_owner, 0, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&batch_lock);
+}
+
+void safe_read_batch_trust(int began, uintptr_t from, uintptr_t to)
+{
+  if (began && from >= 4096 && from < to && batch.ntrusted < BATCH_TRUSTED) {
+    batch.trusted[batch.ntrusted][0] = from;
+    batch.trusted[batch.ntrusted][1] = to;
+    batch.ntrusted++;
+  }
+}
+
+/* A trusted range may be another frame of this thread's stack: the copy
+** is left out of AddressSanitizer's checks (which would call a caller's
+** padding an overflow) and is not a memcpy it intercepts. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NO_ASAN __attribute__((no_sanitize("address")))
+#endif
+#endif
+#if !defined(NO_ASAN) && defined(__SANITIZE_ADDRESS__)
+#define NO_ASAN __attribute__((no_sanitize_address))
+#endif
+#ifndef NO_ASAN
+#define NO_ASAN
+#endif
+NO_ASAN static void plain_copy(void *dst, uintptr_t addr, size_t n)
+{
+  const volatile uint8_t *from = (const volatile uint8_t *)addr;
+  uint8_t *to = dst;
+  size_t i;
+  /* (The reads of a field: one load each.) */
+  switch (n) {
+  case 8:
+    __builtin_memcpy(dst, (const void *)addr, 8);
+    return;
+  case 4:
+    __builtin_memcpy(dst, (const void *)addr, 4);
+    return;
+  case 2:
+    __builtin_memcpy(dst, (const void *)addr, 2);
+    return;
+  case 1:
+    __builtin_memcpy(dst, (const void *)addr, 1);
+    return;
+  default:
+    for (i = 0; i < n; i++)
+      to[i] = from[i];
+  }
+}
+
+/* A copy out of a block, with the sizes of fields inlined. */
+static void block_copy(void *dst, const uint8_t *from, size_t n)
+{
+  switch (n) {
+  case 8:
+    memcpy(dst, from, 8);
+    return;
+  case 4:
+    memcpy(dst, from, 4);
+    return;
+  case 2:
+    memcpy(dst, from, 2);
+    return;
+  case 1:
+    memcpy(dst, from, 1);
+    return;
+  default:
+    memcpy(dst, from, n);
+  }
+}
+
+/* Whether [addr, addr + n) lies in a trusted range. */
+static int trusted(uintptr_t addr, size_t n)
+{
+  unsigned i;
+  for (i = 0; i < batch.ntrusted; i++)
+    if (addr >= batch.trusted[i][0] && n <= batch.trusted[i][1] - addr)
+      return 1;
+  return 0;
+}
+
+static int in_batch(void)
+{
+  uintptr_t owner = __atomic_load_n(&batch_owner, __ATOMIC_ACQUIRE);
+  return owner != 0 && owner == (uintptr_t)pthread_self();
+}
+
+/* The slot holding the block at base, read at first use. */
+static unsigned batch_slot(uintptr_t base)
+{
+  unsigned i = batch.last;
+  if (i < batch.used && batch.slot[i].base == base)
+    return i;
+  for (i = 0; i < batch.used; i++)
+    if (batch.slot[i].base == base)
+      return batch.last = i;
+  if (batch.used < BATCH_SLOTS)
+    i = batch.used++;
+  else {
+    i = batch.next;
+    batch.next = (batch.next + 1) % BATCH_SLOTS;
+  }
+  batch.slot[i].base = base;
+  batch.slot[i].ok = read_once(base, batch.data[i], BATCH_BLOCK);
+  return batch.last = i;
+}
+
+/* A read of at most one block's size, from the batch's copies. */
+static int batch_read(uintptr_t addr, void *dst, size_t n)
+{
+  size_t done = 0;
+  while (done < n) {
+    uintptr_t at = addr + done, base = at & ~(uintptr_t)(BATCH_BLOCK - 1);
+    size_t k = base + BATCH_BLOCK - at;
+    unsigned i = batch_slot(base);
+    if (!batch.slot[i].ok)
+      return 0;
+    if (k > n - done)
+      k = n - done;
+    block_copy((char *)dst + done, batch.data[i] + (at - base), k);
+    done += k;
+  }
+  return 1;
+}
+
+/* ---- Reads -------------------------------------------------------------- */
+
+void safe_read_forget_pid(void)
+{
+  uintptr_t owner;
+  __atomic_store_n(&own_pid, 0, __ATOMIC_RELAXED);
+  /* A batch of a thread that the child does not have is over (its lock,
+  ** held by no thread of the child, is made anew). */
+  owner = __atomic_load_n(&batch_owner, __ATOMIC_RELAXED);
+  if (owner != 0 && owner != (uintptr_t)pthread_self()) {
+    __atomic_store_n(&batch_owner, 0, __ATOMIC_RELAXED);
+    pthread_mutex_init(&batch_lock, NULL);
+  }
+}
+
+unsigned long safe_read_calls(void)
+{
+  return __atomic_load_n(&read_calls, __ATOMIC_RELAXED);
+}
+
+int safe_read(uintptr_t addr, void *dst, size_t n)
+{
+  if (addr < 4096 || addr + n < addr)
+    return 0;
+  if (n <= BATCH_BLOCK && in_batch()) {
+    /* (Fields only: a larger copy of a stack may hold slots never
+    ** written, which valgrind would follow; the kernel's copy it does
+    ** not.) */
+    if (n <= 8 && trusted(addr, n)) {
+      plain_copy(dst, addr, n);
+      return 1;
+    }
+    return batch_read(addr, dst, n);
+  }
+  return read_once(addr, dst, n);
 }

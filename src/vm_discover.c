@@ -711,7 +711,7 @@ int discover_place(struct calib *c, lua_State *L, int line, int sample)
 {
   struct calib_place *p;
   lua_Debug ar;
-  int flags;
+  int flags, batch, ok;
   if (c->nplaces >= CALIB_PLACES)
     return 1;
   p = &c->places[c->nplaces];
@@ -731,7 +731,12 @@ int discover_place(struct calib *c, lua_State *L, int line, int sample)
   lua_pop(L, 1);
   if (++c->nplaces < CALIB_PLACES)
     return 1;
-  return find_proto(c) && find_lines(c);
+  /* The searches run no Lua code: the functions and prototypes they read
+  ** do not change, and each block of them is read once. */
+  batch = safe_read_batch_begin();
+  ok = find_proto(c) && find_lines(c);
+  safe_read_batch_end(batch);
+  return ok;
 }
 
 /* ---- global_State: the running thread and the VM state ------------------ */

@@ -607,17 +607,21 @@ static int run_loop(lua_State *L, struct calib *c, const char *code,
 uint32_t calib_trace_number(struct calib *c, const struct vm_layout *lay,
                             uintptr_t want, int line)
 {
-  uint32_t size, n;
+  uint32_t size, n, found = 0;
+  int batch;
   if (want == 0 || !vm_u32(1, c->g + lay->g_sizetrace, &size) || size > 65536)
     return 0;
-  for (n = 1; n < size; n++) {
+  /* A scan in C alone (the trace array can hold 65,536): one batch. */
+  batch = safe_read_batch_begin();
+  for (n = 1; n < size && found == 0; n++) {
     uintptr_t pt = 0;
     uint32_t tline = 0;
     if (vm_trace_start(lay, 1, c->g, n, &pt, &tline) && pt == want &&
         (int)tline == line)
-      return n;
+      found = n;
   }
-  return 0;
+  safe_read_batch_end(batch);
+  return found;
 }
 
 /* Traces: compiles hot loops (when the JIT compiler is on) and finds
@@ -977,7 +981,8 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
   if (!ok && c->given == 0)
     ok = calibrate_once(L, c, err, errlen);
   if (ok) {
-    calibrate_trace_lines(L, c, apart);
+    (void)apart; /* (The trace lines' calibration comes apart.) */
+    vm_layout_trace_lines_unknown(&c->lay);
     match_known(&c->lay);
 #if defined(__aarch64__)
     c->lay.family = c->lay.gc64 ? "LuaJIT 2.1 GC64 arm64" : "LuaJIT 2.1 arm64";
@@ -989,4 +994,39 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
   }
   free(c);
   return ok;
+}
+
+void vm_layout_trace_lines_unknown(struct vm_layout *lay)
+{
+  memset(&lay->tl, 0, sizeof(lay->tl));
+  snprintf(lay->tl.why, sizeof(lay->tl.why),
+           "compiled-code attribution is not calibrated yet");
+  snprintf(lay->tl.prof_why, sizeof(lay->tl.prof_why),
+           "compiled-code attribution is not calibrated yet");
+}
+
+void vm_layout_calibrate_trace_lines(lua_State *L, struct vm_layout *lay,
+                                     int apart)
+{
+  struct calib *c = calloc(1, sizeof(*c));
+  char err[256];
+  if (c == NULL) {
+    vm_layout_trace_lines_unknown(lay);
+    snprintf(lay->tl.why, sizeof(lay->tl.why), "out of memory");
+    return;
+  }
+  c->lay = *lay;
+  c->L = L;
+  c->err = err;
+  c->errlen = sizeof(err);
+  err[0] = '\0';
+  /* g of this VM, as a check of a learned layout finds it. */
+  if (check_global_state(c, L))
+    calibrate_trace_lines(L, c, apart);
+  else {
+    vm_layout_trace_lines_unknown(&c->lay);
+    snprintf(c->lay.tl.why, sizeof(c->lay.tl.why), "%.150s", err);
+  }
+  lay->tl = c->lay.tl;
+  free(c);
 }

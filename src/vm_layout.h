@@ -203,6 +203,18 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
                         size_t errlen, int apart);
 
 /*
+** Learns lay->tl, the attribution of compiled code by line, for a layout
+** verified by vm_layout_calibrate, in L's VM (a VM of the same build; the
+** same conditions). Until then lay->tl says it is not calibrated. Whatever
+** fails leaves lay->tl.ok = 0 with the reason in lay->tl.why.
+*/
+void vm_layout_calibrate_trace_lines(lua_State *L, struct vm_layout *lay,
+                                     int apart);
+
+/* A layout's tl before vm_layout_calibrate_trace_lines. */
+void vm_layout_trace_lines_unknown(struct vm_layout *lay);
+
+/*
 ** Checks a layout verified in another VM of the same build against L's VM:
 ** global state and allocator, stack, current thread and C frame, and the
 ** VM state of C code. Reads only, allocating nothing in L's VM; called from

@@ -22,6 +22,7 @@ static struct {
   int calibrated;
   int calibrations;       /* Calibrations run, for the layout ... */
   int trace_calibrations; /* ... and again for its traces. */
+  int traced;             /* The trace lines' calibration ran (layout.tl). */
   const char *where;
   struct vm_layout layout;
   char error[512];
@@ -87,6 +88,8 @@ static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
 {
   char name[256];
   uint8_t ffid;
+  /* lua_next and the reads allocate nothing in the VM: one batch. */
+  int batch = safe_read_batch_begin();
   lua_pushnil(L);
   while (lua_next(L, -2)) {
     if (lua_type(L, -2) == LUA_TSTRING) {
@@ -101,6 +104,7 @@ static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
     }
     lua_pop(L, 1);
   }
+  safe_read_batch_end(batch);
 }
 
 /* Names the C functions of the array package[field] ("package.loaders[2]":
@@ -207,16 +211,32 @@ struct job {
   char *err;
   size_t errlen;
   int ok;
+  int lines_only; /* Only the trace lines of layout (verified). */
+  int lines;      /* The layout, then its trace lines. */
 };
+
+/* The calibration of one job in T (the throw-away VM, or L's). */
+static void run_job(lua_State *T, struct job *j, int apart)
+{
+  if (j->lines_only) {
+    vm_layout_calibrate_trace_lines(T, &j->layout, apart);
+    j->ok = 1;
+    return;
+  }
+  j->ok = vm_layout_calibrate(T, &j->layout, j->err, j->errlen, apart);
+  if (j->ok && !learned.named)
+    name_builtins(T, &j->layout);
+  /* Asked for already: in the same VM. */
+  if (j->ok && j->lines)
+    vm_layout_calibrate_trace_lines(T, &j->layout, apart);
+}
 
 /* In the throw-away VM (protected). */
 static int calibrate_in(lua_State *T)
 {
   struct job *j = lua_touserdata(T, 1);
   j->openlibs(T);
-  j->ok = vm_layout_calibrate(T, &j->layout, j->err, j->errlen, 1);
-  if (j->ok && !learned.named)
-    name_builtins(T, &j->layout);
+  run_job(T, j, 1);
   return 0;
 }
 
@@ -245,9 +265,7 @@ static int calibrate_apart(struct job *j)
 static void calibrate_here(lua_State *L, struct job *j)
 {
   int running = lua_gc(L, LUA_GCISRUNNING, 0) != 0;
-  j->ok = vm_layout_calibrate(L, &j->layout, j->err, j->errlen, 0);
-  if (j->ok && !learned.named)
-    name_builtins(L, &j->layout);
+  run_job(L, j, 0);
   lua_gc(L, LUA_GCCOLLECT, 0);
   if (!running)
     lua_gc(L, LUA_GCSTOP, 0);
@@ -260,8 +278,10 @@ static int profiled_vm_asked(void)
   return v != NULL && strcmp(v, "profiled-vm") == 0;
 }
 
+/* Calibrates *out, and its trace lines if `lines`; or (lines_only) the
+** trace lines of the verified layout *out. */
 static int calibrate(lua_State *L, struct vm_layout *out, char *err,
-                     size_t errlen)
+                     size_t errlen, int lines_only, int lines)
 {
   struct job *j = calloc(1, sizeof(*j));
   int ok;
@@ -271,11 +291,20 @@ static int calibrate(lua_State *L, struct vm_layout *out, char *err,
   }
   j->err = err;
   j->errlen = errlen;
+  j->lines_only = lines_only;
+  j->lines = lines;
+  if (lines_only)
+    j->layout = *out;
   /* MEMPROF_CALIBRATE=profiled-vm: as where no VM can be made. */
   if (profiled_vm_asked() || !calibrate_apart(j))
     calibrate_here(L, j);
   ok = j->ok;
-  if (ok)
+  if (lines_only && !ok) {
+    /* (Raised in the middle: nothing of it is kept.) */
+    vm_layout_trace_lines_unknown(&j->layout);
+    snprintf(j->layout.tl.why, sizeof(j->layout.tl.why), "%.150s", err);
+  }
+  if (ok || lines_only)
     *out = j->layout;
   free(j);
   return ok;
@@ -284,29 +313,39 @@ static int calibrate(lua_State *L, struct vm_layout *out, char *err,
 /* Learns the layout, or tries again (see vm_learn.h). Traces are looked
 ** for again only in a separate VM: in the profiled one, every try would
 ** leave its garbage in the profile. */
-static void learn(lua_State *L)
+static void learn(lua_State *L, int lines)
 {
   if (!learned.calibrated && learned.calibrations < VM_LEARN_ATTEMPTS) {
     learned.calibrations++;
-    learned.calibrated =
-        calibrate(L, &learned.layout, learned.error, sizeof(learned.error));
+    learned.calibrated = calibrate(L, &learned.layout, learned.error,
+                                   sizeof(learned.error), 0, lines);
+    learned.traced = lines;
   } else if (learned.calibrated && !learned.layout.trace_ok &&
              learned.trace_calibrations < VM_LEARN_ATTEMPTS &&
              strcmp(learned.where, "separate VM") == 0) {
     struct vm_layout again;
     char error[sizeof(learned.error)];
     learned.trace_calibrations++;
-    if (calibrate(L, &again, error, sizeof(error)) && again.trace_ok)
+    if (calibrate(L, &again, error, sizeof(error), 0, lines) &&
+        again.trace_ok) {
       learned.layout = again;
+      learned.traced = lines;
+    }
+  }
+  /* Compiled code by line: calibrated once, when first asked for. */
+  if (lines && learned.calibrated && !learned.traced) {
+    char error[sizeof(learned.error)];
+    learned.traced = 1;
+    calibrate(L, &learned.layout, error, sizeof(error), 1, 1);
   }
 }
 
-int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
-                    size_t errlen)
+int vm_learn_layout_for(lua_State *L, int lines, struct vm_layout *out,
+                        char *err, size_t errlen)
 {
   int ok;
   pthread_mutex_lock(&learn_lock);
-  learn(L);
+  learn(L, lines);
   ok = learned.calibrated;
   if (ok)
     *out = learned.layout;
@@ -314,6 +353,12 @@ int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
     snprintf(err, errlen, "%s", learned.error);
   pthread_mutex_unlock(&learn_lock);
   return ok && vm_layout_check_vm(L, out, err, errlen);
+}
+
+int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
+                    size_t errlen)
+{
+  return vm_learn_layout_for(L, 1, out, err, errlen);
 }
 
 void vm_learn_status(struct vm_learn_status *st)

@@ -38,6 +38,12 @@ struct vm_learn_status {
 int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
                     size_t errlen);
 
+/* The same; with lines = 0, what compiled code by line needs (out->tl) is
+** left uncalibrated until a call asks for it (a start with trace_lines =
+** false needs none): out->tl then says so. */
+int vm_learn_layout_for(lua_State *L, int lines, struct vm_layout *out,
+                        char *err, size_t errlen);
+
 #define VM_LEARN_ATTEMPTS 3
 
 /* Gives s the names of the built-ins learned with the layout, and of the

@@ -34,6 +34,8 @@
 #define TLC_WORDS 512
 #define TLC_RESULTS 256
 #define TLC_WINDOW 160
+#define TLC_MEMOS 32
+#define TLC_MCODE_MAX (1u << 20) /* A trace's machine code, at most. */
 
 /* The chunk. Each allocation the check expects is on a line marked with a
 ** tag; every allocation follows a store, after which the compiler takes a
@@ -110,12 +112,24 @@ struct tlc_trace {
   uint32_t maplen; /* At least the snapshot map's length. */
 };
 
+/* A place resolved in this run (check 1 or 3), by its key. */
+struct tlc_memo {
+  uintptr_t T, ret;
+  uint32_t traceno;
+  int ok;
+  struct tl_place place;
+};
+
 struct tlc {
   struct calib *c;
   lua_Alloc orig;
   void *orig_ud;
   int check;
   int nsamples, nresults, dropped;
+  int nmemo;           /* Emptied by each run. */
+  int vmdef;           /* The stack index of jit.vmdef, or 0. */
+  uintptr_t stack_end; /* In the calibration's own C frame. */
+  struct tlc_memo memo[TLC_MEMOS];
   struct tlc_sample samples[TLC_SAMPLES];
   struct tlc_result results[TLC_RESULTS];
   int ntraces;
@@ -203,9 +217,28 @@ static void base_frames(struct tlc *t, struct tlc_result *r)
                &r->below_line);
 }
 
+/* The memo of (T, traceno, ret), or a free one with T = 0 to fill, or
+** NULL if full. A place depends on nothing else: a trace's snapshots, IR
+** and prototypes do not change while it lives, and a run frees no trace
+** (the hook caches places on the same key). */
+static struct tlc_memo *tlc_memo_of(struct tlc *t, uintptr_t T,
+                                    uint32_t traceno, uintptr_t ret)
+{
+  int i;
+  for (i = 0; i < t->nmemo; i++)
+    if (t->memo[i].T == T && t->memo[i].traceno == traceno &&
+        t->memo[i].ret == ret)
+      return &t->memo[i];
+  if (t->nmemo == TLC_MEMOS)
+    return NULL;
+  t->memo[t->nmemo].T = 0;
+  return &t->memo[t->nmemo++];
+}
+
 static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
 {
   const struct vm_layout *lay = &t->c->lay;
+  struct tlc_memo *m;
   struct tlc_result *r;
   uintptr_t T, ret, snap, mcode;
   int sn;
@@ -219,11 +252,23 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
   r->traceno = traceno;
   if (T == 0)
     return;
-  sn = tl_snapshot_at(lay, 1, T, tl_mcode_ofs(ret, mcode), &snap);
-  r->ok = sn >= 0 && tl_snapshot_place(lay, 1, T, snap, sn, &r->place);
-  if (r->ok && t->check == 3)
-    tl_builtin_frame(lay, 1, T, snap, sn, tl_call_target(1, ret, mcode),
-                     &r->place);
+  if ((m = tlc_memo_of(t, T, traceno, ret)) != NULL && m->T == T) {
+    r->ok = m->ok;
+    r->place = m->place;
+  } else {
+    sn = tl_snapshot_at(lay, 1, T, tl_mcode_ofs(ret, mcode), &snap);
+    r->ok = sn >= 0 && tl_snapshot_place(lay, 1, T, snap, sn, &r->place);
+    if (r->ok && t->check == 3)
+      tl_builtin_frame(lay, 1, T, snap, sn, tl_call_target(1, ret, mcode),
+                       &r->place);
+    if (m != NULL) {
+      m->T = T;
+      m->traceno = traceno;
+      m->ret = ret;
+      m->ok = r->ok;
+      m->place = r->place;
+    }
+  }
   base_frames(t, r);
 }
 
@@ -291,28 +336,107 @@ static void unwound_sp(struct tlc *t)
 #define IN_TRACE(st) ((st) > 0)
 #endif
 
+/* Whether an event of compiled code is still wanted by the run: each
+** kind of run keeps a bounded number of them. */
+static int tlc_wants(const struct tlc *t)
+{
+  switch (t->check) {
+  case 0:
+    return t->nsamples < TLC_SAMPLES;
+  case 2:
+    return t->ntargets < 64;
+#if defined(__aarch64__)
+  case 4:
+    return t->nsps < TLC_SAMPLES;
+#endif
+  default:
+    return t->nresults < TLC_RESULTS;
+  }
+}
+
+/* The end of lua_State's fields that the layout knows. */
+static uintptr_t thread_fields_end(const struct vm_layout *lay)
+{
+  uint16_t o[] = {lay->L_glref,    lay->L_base,  lay->L_top,
+                  lay->L_maxstack, lay->L_stack, lay->L_cframe};
+  uintptr_t end = (uintptr_t)lay->L_stacksize + 4;
+  size_t i;
+  for (i = 0; i < sizeof(o) / sizeof(o[0]); i++)
+    if ((uintptr_t)o[i] + 8 > end)
+      end = (uintptr_t)o[i] + 8;
+  return end;
+}
+
+/* What a batch may read in place, being readable until the allocator
+** returns: this thread's stack from the hook's frame up to the
+** calibration's (the chunks run on it); the VM's global state, as much as
+** the layout's calibration read whole (GG_State holds more); the running
+** lua_State's known fields and its Lua stack, found as the hook finds
+** them, through offsets verified before this calibration. */
+static void tlc_trust(const struct tlc *t, int batch, uintptr_t low, int32_t st)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  struct vm_thread th;
+  if (!batch)
+    return;
+  safe_read_batch_trust(batch, low, t->stack_end);
+  safe_read_batch_trust(batch, t->c->g, t->c->g + CALIB_G_WINDOW);
+  if (vm_current_thread(lay, 0, t->c->g + lay->g_cur_L, &th)) {
+    safe_read_batch_trust(batch, th.L, th.L + thread_fields_end(lay));
+    safe_read_batch_trust(batch, th.stack, th.limit);
+  }
+#if !defined(__aarch64__)
+  /* In the runs that check (the trace's fields are found, checked against
+  ** jit.util.tracemc for every trace): the running trace's machine code,
+  ** mapped while the trace lives. */
+  if (t->check != 0 && IN_TRACE(st)) {
+    uintptr_t T = vm_trace_object(lay, 1, t->c->g, (uint32_t)st), mcode;
+    uint32_t size;
+    if (vm_is_gc(lay, 1, T, GCT_TRACE) &&
+        vm_ptr(1, T + lay->tl.tr_mcode, &mcode) &&
+        vm_u32(1, T + lay->tl.tr_szmcode, &size) && mcode != 0 &&
+        size <= TLC_MCODE_MAX)
+      safe_read_batch_trust(batch, mcode, mcode + size);
+  }
+#else
+  (void)st;
+#endif
+}
+
+/* The VM stands still in its allocator: the reads of one call are one
+** batch. The state is read as the hook reads it: the layout's calibration
+** verified g and g->vmstate before this one starts. */
 static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
   struct tlc *t = ud;
-  int32_t st;
+  int32_t st = 0;
   uintptr_t low = (uintptr_t)__builtin_frame_address(0);
-  if (nsize != 0 && vm_i32(1, t->c->g + t->c->lay.g_vmstate, &st) &&
-      IN_TRACE(st)) {
-    if (t->check == 2)
-      note_target(t, (uint32_t)st, low);
-#if defined(__aarch64__)
-    else if (t->check == 4)
-      unwound_sp(t);
-#endif
-    else if (t->check)
-      resolve_now(t, (uint32_t)st, low);
-    else
-      take_stack(t, (uint32_t)st, low);
-  } else if (nsize != 0 && t->check && st < 0 &&
-             (uint32_t)~st < VM_STATE_SLOTS &&
-             t->c->lay.state_class[~st] == STATE_EXIT) {
-    resolve_exit(t);
+  int batch;
+  if (nsize != 0)
+    vm_i32(0, t->c->g + t->c->lay.g_vmstate, &st);
+  if (nsize == 0 ||
+      !(IN_TRACE(st) || (t->check && st < 0 && (uint32_t)~st < VM_STATE_SLOTS &&
+                         t->c->lay.state_class[~st] == STATE_EXIT)))
+    return t->orig(t->orig_ud, ptr, osize, nsize);
+  if (!tlc_wants(t)) {
+    t->dropped += t->check != 0;
+    return t->orig(t->orig_ud, ptr, osize, nsize);
   }
+  batch = safe_read_batch_begin();
+  tlc_trust(t, batch, low, st);
+  if (!IN_TRACE(st))
+    resolve_exit(t);
+  else if (t->check == 2)
+    note_target(t, (uint32_t)st, low);
+#if defined(__aarch64__)
+  else if (t->check == 4)
+    unwound_sp(t);
+#endif
+  else if (t->check)
+    resolve_now(t, (uint32_t)st, low);
+  else
+    take_stack(t, (uint32_t)st, low);
+  safe_read_batch_end(batch);
   return t->orig(t->orig_ud, ptr, osize, nsize);
 }
 
@@ -329,6 +453,7 @@ static int run_known(lua_State *L, struct tlc *t, const char *name)
   lua_pushvalue(L, -3);
   lua_pushinteger(L, 400);
   t->orig = lua_getallocf(L, &t->orig_ud);
+  t->nmemo = 0;
   lua_setallocf(L, tlc_alloc, t);
   status = lua_pcall(L, 1, 0, 0);
   lua_setallocf(L, t->orig, t->orig_ud);
@@ -968,6 +1093,7 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
   if (luaL_loadbuffer(L, adds, sizeof(adds) - 1, "=memprof.calibration.adds"))
     return;
   t->orig = lua_getallocf(L, &t->orig_ud);
+  t->nmemo = 0;
   lua_setallocf(L, tlc_alloc, t);
   status = lua_pcall(L, 0, 1, 0);
   lua_setallocf(L, t->orig, t->orig_ud);
@@ -1002,7 +1128,7 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
 /* jit.vmdef (the build's names of IR ops and IR calls), loaded from
 ** package.path as require would find it, without registering it. Leaves
 ** it on the stack, or returns 0 with the stack as it was. */
-static int push_vmdef(lua_State *L)
+static int load_vmdef(lua_State *L)
 {
   int top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
@@ -1024,6 +1150,16 @@ static int push_vmdef(lua_State *L)
   }
   lua_settop(L, top);
   return 0;
+}
+
+/* Pushes jit.vmdef, loaded once by the calibration (t->vmdef: its index,
+** 0 if it could not be). */
+static int push_vmdef(lua_State *L, const struct tlc *t)
+{
+  if (t->vmdef == 0)
+    return 0;
+  lua_pushvalue(L, t->vmdef);
+  return 1;
 }
 
 /* The number of `name` in the list of names vmdef[field] (6 characters a
@@ -1165,6 +1301,7 @@ static uintptr_t run_builtin_chunk(lua_State *L, struct tlc *t, int fn, int run,
   lua_pushvalue(L, fn);
   lua_pushinteger(L, run == 1 ? 1000000 : 2000000);
   t->orig = lua_getallocf(L, &t->orig_ud);
+  t->nmemo = 0;
   lua_setallocf(L, tlc_alloc, t);
   status = lua_pcall(L, 2, 0, 0);
   lua_setallocf(L, t->orig, t->orig_ud);
@@ -1232,7 +1369,7 @@ static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   uint32_t n, size;
   uintptr_t pt;
   uint8_t ffid;
-  if (!push_vmdef(L))
+  if (!push_vmdef(L, t))
     return;
   vmdef = lua_gettop(L);
   ops[0] = vmdef_op(L, vmdef, "BUFHDR");
@@ -1339,7 +1476,7 @@ static void find_format_frame(lua_State *L, struct tlc *t)
   int top = lua_gettop(L), vmdef, fn, i, bufput;
   uintptr_t pt;
   uint8_t ffid;
-  if (!tl->concat_ok || !push_vmdef(L))
+  if (!tl->concat_ok || !push_vmdef(L, t))
     return;
   vmdef = lua_gettop(L);
   bufput = vmdef_op(L, vmdef, "BUFPUT");
@@ -1423,7 +1560,7 @@ static void find_after_return(lua_State *L, struct tlc *t)
   struct vm_trace_layout *tl = &t->c->lay.tl;
   int top = lua_gettop(L), vmdef, prof;
   memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
-  if (tl->bc_mov == 0 || !push_vmdef(L))
+  if (tl->bc_mov == 0 || !push_vmdef(L, t))
     return;
   vmdef = lua_gettop(L);
   if (vmdef_bc(L, vmdef, "FUNCF") != tl->bc_funcf ||
@@ -1457,26 +1594,17 @@ done:
 /* One known-answer run: 1 if it proved the layout, 0 if a read went wrong
 ** (after tl_fail), -1 if it saw too little (the loop's recording aborted
 ** and the callee got a trace of its own, say): worth another run. */
-static int known_run(lua_State *L, struct tlc *t)
+/* The known-answer run's events, judged (no Lua code runs: one batch of
+** reads). */
+static int judge_known(struct tlc *t, uintptr_t run_pt, uintptr_t inner_pt,
+                       uintptr_t outer_pt)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
-  int top = lua_gettop(L), i, hits[3] = {0, 0, 0};
+  int i, hits[3] = {0, 0, 0};
   int l_table = tag_line("--@table"), l_concat = tag_line("--@concat"),
       l_inner = tag_line("--@inner"), l_call = tag_line("--@call");
-  uintptr_t run_pt, inner_pt, outer_pt;
   int based = 0, l_outer = tag_line("--@outer");
-  t->check = 1;
-  t->nresults = t->dropped = 0;
-  if (!run_known(L, t, "=memprof.calibration.lines")) {
-    lua_settop(L, top);
-    tl_fail(tl, "the known-answer chunk does not run");
-    return 0;
-  }
-  run_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
-  inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
-  outer_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -3));
-  lua_settop(L, top);
   for (i = 0; i < t->nresults; i++) {
     const struct tlc_result *r = &t->results[i];
     const struct tl_place *p = &r->place;
@@ -1520,6 +1648,28 @@ static int known_run(lua_State *L, struct tlc *t)
   return hits[0] > 0 && hits[2] > 0 ? 1 : -1;
 }
 
+static int known_run(lua_State *L, struct tlc *t)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  int top = lua_gettop(L), batch, r;
+  uintptr_t run_pt, inner_pt, outer_pt;
+  t->check = 1;
+  t->nresults = t->dropped = 0;
+  if (!run_known(L, t, "=memprof.calibration.lines")) {
+    lua_settop(L, top);
+    tl_fail(&t->c->lay.tl, "the known-answer chunk does not run");
+    return 0;
+  }
+  run_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
+  inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
+  outer_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -3));
+  lua_settop(L, top);
+  batch = safe_read_batch_begin();
+  r = judge_known(t, run_pt, inner_pt, outer_pt);
+  safe_read_batch_end(batch);
+  return r;
+}
+
 static int check_known(lua_State *L, struct tlc *t)
 {
   int attempt, r = -1;
@@ -1561,6 +1711,7 @@ static void check_exits(lua_State *L, struct tlc *t)
     }
     pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -1));
     t->orig = lua_getallocf(L, &t->orig_ud);
+    t->nmemo = 0;
     lua_setallocf(L, tlc_alloc, t);
     status = lua_pcall(L, 0, 1, 0);
     lua_setallocf(L, t->orig, t->orig_ud);
@@ -1702,7 +1853,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
 {
   struct vm_trace_layout *tl = &c->lay.tl;
   struct tlc *t;
-  int top = lua_gettop(L), ju;
+  int top = lua_gettop(L), ju, batch, found;
   uint32_t n, size;
   memset(tl, 0, sizeof(*tl));
   prof_fail(tl, "compiled-code attribution is not verified");
@@ -1727,6 +1878,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
     return;
   }
   t->c = c;
+  t->stack_end = (uintptr_t)&top;
   if (!run_known(L, t, "=memprof.calibration.lines")) {
     tl_fail(tl, "the known-answer chunk does not run");
     goto done;
@@ -1743,11 +1895,16 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   }
   tl->ok = 1;
   find_jit_base(t);
-  if (!find_trace_fields(t) || !find_stack_adjust(L, t) ||
-      !find_header_op(L, t, ju) || !check_known(L, t))
+  /* The searches read the traces in C alone: one batch. */
+  batch = safe_read_batch_begin();
+  found = find_trace_fields(t);
+  safe_read_batch_end(batch);
+  if (!found || !find_stack_adjust(L, t) || !find_header_op(L, t, ju) ||
+      !check_known(L, t))
     goto done;
   tl->base_ok = t->based;
   check_exits(L, t);
+  t->vmdef = load_vmdef(L) ? lua_gettop(L) : 0;
   find_store_after_return(L, t, ju);
   find_builtin_frames(L, t, ju);
   find_format_frame(L, t);

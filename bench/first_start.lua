@@ -1,0 +1,131 @@
+-- The first start of a process (make bench, the first start section): the
+-- CPU time of the first memprof.start of a fresh process, or of its first
+-- heap snapshot (os.clock around the call, which learns the build's layout
+-- and checks the VM), and the reads it made (memprof.info().reads), under
+-- each build named. Each kind is run in BENCH_START_ROUNDS processes
+-- (default 7); the median is printed beside the target (10 ms).
+--
+--   BENCH_START=off                 without this section
+--   BENCH_START=only                this section alone
+--   BENCH_START_HOSTS='luajit luajit2 tarantool upstream-2017-gc64 ...'
+--                                   the builds (default: BENCH_TRACE_HOSTS,
+--                                   else `luajit`): `luajit` is the Lua
+--                                   running the bench, `luajit2` OpenResty's
+--                                   in build/luajit2, `tarantool` the one on
+--                                   PATH, other names build/hosts/NAME
+local toolkit = require('toolkit')
+local shell_quote, median = toolkit.shell_quote, toolkit.median
+
+local M = {}
+
+local ROUNDS = tonumber(os.getenv('BENCH_START_ROUNDS')) or 7
+local TARGET_MS = 10
+
+local KINDS = {
+  { name = 'default', call = 'start', options = 'nil' },
+  { name = 'trace_lines=false', call = 'start',
+    options = '{ trace_lines = false }' },
+  { name = 'sampled', call = 'start',
+    options = '{ sample_bytes = true, seed = 1 }' },
+  { name = 'heap snapshot', call = 'heap', options = 'nil' },
+}
+
+-- The child: one first call, timed; prints its CPU ms and reads.
+local CHILD = [[
+local memprof = require('memprof')
+local path = os.tmpname()
+local c0 = os.clock()
+local ok, err
+if CALL == 'heap' then
+  ok, err = memprof.snapshot(path, { format = 'heap' })
+else
+  ok, err = memprof.start(path, OPTIONS)
+end
+local c1 = os.clock()
+assert(ok, err)
+if CALL ~= 'heap' then assert(memprof.stop()) end
+os.remove(path)
+io.write(string.format('first %.3f %d\n', (c1 - c0) * 1e3,
+  memprof.info().reads))
+]]
+
+local function host(name, lua)
+  local paths = './lua/?.lua;'
+  if name == 'luajit' then return { name = name, binary = lua, env = '' } end
+  if name == 'luajit2' then
+    return { name = name, binary = 'build/luajit2/usr/bin/luajit',
+      env = 'LUA_CPATH=' .. shell_quote('./build/?.so;;') .. ' LUA_PATH=' ..
+        shell_quote(paths .. ';') .. ' ' }
+  end
+  if name == 'tarantool' then
+    return { name = name, binary = 'tarantool',
+      env = 'LUA_CPATH=' .. shell_quote('./build/?.so;;') .. ' LUA_PATH=' ..
+        shell_quote(paths .. ';') .. ' ' }
+  end
+  local dir = 'build/hosts/' .. name
+  local file = io.open(dir .. '/luajit')
+  if not file then
+    error('no host ' .. name .. ' (' .. dir .. '/luajit): make hosts')
+  end
+  file:close()
+  return { name = name, binary = dir .. '/luajit', env = 'LUA_CPATH=' ..
+    shell_quote('./build/?.so;;') .. ' LUA_PATH=' ..
+    shell_quote(paths .. dir .. '/lua/?.lua;;') .. ' ' }
+end
+
+local function hosts(lua)
+  local list = {}
+  local names = os.getenv('BENCH_START_HOSTS') or
+    os.getenv('BENCH_TRACE_HOSTS') or 'luajit'
+  for name in names:gmatch('[^%s,]+') do list[#list + 1] = host(name, lua) end
+  return list
+end
+
+-- One fresh process; returns the CPU ms and the reads, or nil.
+local function once(h, kind, script)
+  local source = CHILD:gsub('CALL', string.format('%q', kind.call))
+    :gsub('OPTIONS', kind.options)
+  local f = assert(io.open(script, 'w'))
+  f:write(source)
+  f:close()
+  local pipe = assert(io.popen(h.env .. 'timeout 120 ' ..
+    shell_quote(h.binary) .. ' ' .. shell_quote(script) .. ' 2>&1'))
+  local out = pipe:read('*a')
+  pipe:close()
+  local ms, reads = out:match('first (%S+) (%d+)')
+  if not ms then
+    print(string.format('  %s, %s: failed: %s', h.name, kind.name, out))
+    return nil
+  end
+  return tonumber(ms), tonumber(reads)
+end
+
+function M.run(lua)
+  local script = os.tmpname()
+  local worst = -math.huge
+  print(string.format('\nfirst start of a process: CPU ms (os.clock around ' ..
+    'the call), the median of %d processes, and its reads ' ..
+    '(memprof.info().reads):', ROUNDS))
+  print(string.format('%-26s %-18s %8s %8s', 'build', 'first', 'cpu ms',
+    'reads'))
+  for _, h in ipairs(hosts(lua)) do
+    for _, kind in ipairs(KINDS) do
+      local ms, reads = {}, {}
+      for i = 1, ROUNDS do
+        ms[i], reads[i] = once(h, kind, script)
+        if not ms[i] then break end
+      end
+      if #ms == ROUNDS then
+        local m = median(ms)
+        worst = math.max(worst, m)
+        print(string.format('%-26s %-18s %8.1f %8d', h.name, kind.name, m,
+          median(reads)))
+      end
+    end
+  end
+  os.remove(script)
+  print(string.format('slowest first start: %.1f ms CPU (target <= %d): %s',
+    worst, TARGET_MS, worst <= TARGET_MS and 'met' or 'MISSED'))
+end
+
+return M
