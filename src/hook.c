@@ -369,29 +369,6 @@ static void model_place(struct profiler *p, struct recorded_as *as,
   as->stack = stack;
 }
 
-/*
-** Whether J->trace[traceno] is still T, the trace the stream described
-** (jit.flush() empties the array and leaves the objects to the collector,
-** so a number can be reused while the described trace lives). T != 0 came
-** from vm_trace_object (symbols.c), so the layout's trace offsets are
-** verified: what is left of it is the array's bounds. `lay` gives the
-** reference's size (a family's constant); `rt`, global_State's offsets.
-*/
-static inline __attribute__((always_inline)) int
-trace_still_described(const struct vm_layout *lay, const struct vm_layout *rt,
-                      uintptr_t g, uint32_t traceno, uintptr_t T)
-{
-  uintptr_t arr, now;
-  uint32_t size;
-  if (T == 0)
-    return 0;
-  memcpy(&arr, (const void *)(g + rt->g_trace), sizeof(arr));
-  memcpy(&size, (const void *)(g + rt->g_sizetrace), sizeof(size));
-  return arr != 0 && traceno < size &&
-         vm_ref(lay, 0, arr + (uintptr_t)traceno * lay->ref_size, &now) &&
-         now == T;
-}
-
 /* What the fast path returns for an event it leaves to the full one. */
 #define FULL_PATH ((uint8_t *)1)
 
@@ -448,8 +425,9 @@ record_before(struct profiler *p, const struct vm_layout *lay,
         (site.source == SOURCE_LUA && site.addr == p->syms.last_proto &&
          (compiled == NULL || fast)) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
-         trace_still_described(lay, &p->layout, p->g, site.traceno,
-                               p->syms.trace_obj[site.traceno])))) {
+         p->syms.trace_obj[site.traceno] != 0 &&
+         p->syms.trace_obj[site.traceno] ==
+             vm_trace_object(&p->layout, 0, p->g, site.traceno)))) {
     if (fast)
       return FULL_PATH;
     err = symbols_describe(&p->syms, &p->out, &p->layout, p->g, &site);
