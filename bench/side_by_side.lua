@@ -15,10 +15,14 @@
 --
 -- with --dump-after=lj_cf_os_clock, which cuts the run's counts at each
 -- marker: the second part is the start, the third the work and the stop.
--- Added instructions per event: the third part's total, minus the
--- unprofiled run's, divided by the events in the profile (every thread
--- of the process is counted, memprof's writer thread included; the
--- system calls' own work is not). The start is printed apart: a later
+-- Instructions per event: the self cost of each profiler's own code in
+-- the third part (memprof.so's functions, the writer thread's included;
+-- the built-in's functions in the luajit binary, BUILTIN_FUNCTIONS),
+-- divided by the events in its profile; the ratio is memprof's over the
+-- built-in's. Neither counts the C library (the write calls) nor the
+-- kernel. Also printed: the third part's total minus the unprofiled
+-- run's, per event, which counts everything but moves with the JIT's
+-- decisions (the heap's addresses differ from run to run). The start is printed apart: a later
 -- start, as the calibration of the first one is the subject of its own
 -- target.
 --
@@ -152,11 +156,79 @@ end
 
 -- ---- Running ---------------------------------------------------------------
 
--- The total of a callgrind dump.
-local function dump_total(path)
-  local text = read_all(path)
-  local total = text and text:match('\ntotals:%s*(%d+)')
-  return assert(tonumber(total), path .. ': no totals')
+-- The built-in's own functions in Tarantool's luajit (lj_memprof.c,
+-- lj_wbuf.c, lj_symtab.c, the line look-up of its Lua events, and the
+-- writer of lib_misc.c).
+local BUILTIN_FUNCTIONS = { '^memprof_', '^lj_memprof_', '^lj_wbuf_',
+  '^lj_symtab_', '^write_c_symtab$', '^buffer_writer_default$',
+  '^lj_utils_write_uleb128$', '^lj_debug_frameline$', '^lj_debug_line$',
+  '^lj_cf_misc_memprof_' }
+
+local function is_builtin_function(name)
+  for _, pattern in ipairs(BUILTIN_FUNCTIONS) do
+    if name:match(pattern) then return true end
+  end
+  return false
+end
+
+-- Compressed names ("(12) name" defines 12, "(12)" refers to it).
+local NAME_SPACE = { ob = 'ob', cob = 'ob', fn = 'fn', cfn = 'fn' }
+
+-- Reads a callgrind dump: its total, and the self cost of the profilers'
+-- own code: memprof.so's functions, and the built-in's (see
+-- BUILTIN_FUNCTIONS). The cost line after a calls= line is a call's
+-- inclusive cost, not self cost.
+local function read_dump(path)
+  local names = { ob = {}, fn = {} }
+  local current = { ob = '', fn = '' }
+  local r = { total = 0, memprof = 0, builtin = 0 }
+  local after_call, ir_column = false, nil
+  local positions = 1
+  for line in io.lines(path) do
+    local key, value = line:match('^(%a+)=(.*)$')
+    if key then
+      local space = NAME_SPACE[key]
+      if space then
+        local id, name = value:match('^%((%d+)%)%s*(.*)$')
+        if id and name ~= '' then
+          names[space][id] = name
+        elseif id then
+          name = names[space][id] or ''
+        else
+          name = value
+        end
+        if key == 'ob' or key == 'fn' then current[key] = name end
+      elseif key == 'calls' then
+        after_call = true
+      end
+    elseif line:match('^[%d%+%-%*]') then
+      if after_call then
+        after_call = false
+      else
+        local columns = {}
+        for word in line:gmatch('%S+') do columns[#columns + 1] = word end
+        local ir = tonumber(columns[positions + ir_column]) or 0
+        local ob = current.ob:match('([^/]+)$') or current.ob
+        if ob == 'memprof.so' then
+          r.memprof = r.memprof + ir
+        elseif ob == 'luajit' and is_builtin_function(current.fn) then
+          r.builtin = r.builtin + ir
+        end
+      end
+    elseif line:match('^positions:') then
+      positions = select(2, line:gsub('%s%a+', ''))
+    elseif line:match('^events:') then
+      local i = 0
+      for event in line:sub(8):gmatch('%S+') do
+        i = i + 1
+        if event == 'Ir' then ir_column = i end
+      end
+    elseif line:match('^totals:') then
+      r.total = tonumber(line:match('%d+'))
+    end
+  end
+  assert(ir_column and r.total, path .. ': not a callgrind dump')
+  return r
 end
 
 -- The environment of a run on a host.
@@ -187,7 +259,9 @@ local function measure(host, kind, name, dir, config)
     error(string.format('callgrind run of %s on %s (%s) failed:\n%s', name,
       host, kind, (read_all(log) or ''):sub(-2000)), 0)
   end
-  local r = { start = dump_total(out .. '.2'), work = dump_total(out .. '.3') }
+  local start, work = read_dump(out .. '.2'), read_dump(out .. '.3')
+  local r = { start = start.total, work = work.total,
+    own = kind == 'memprof' and work.memprof or work.builtin }
   if kind ~= 'off' then r.events = config.count_events(profile) end
   execute('rm -f ' .. shell_quote(out) .. '* ' .. shell_quote(log) .. ' ' ..
     shell_quote(profile))
@@ -222,15 +296,15 @@ local function measure_all(host, name, dir, config)
   if BUILTIN_RUNS_AWAY[name] then
     local m = measure(host, 'memprof', name, dir, config)
     r.memprof = { events = m.events, start = m.start,
-      per_event = (m.work - off.work) / m.events }
+      per_event = (m.work - off.work) / m.events, own = m.own / m.events }
     return r
   end
   for _, kind in ipairs({ 'builtin', 'memprof' }) do
     local m = measure(host, kind, name, dir, config)
     r[kind] = { events = m.events, start = m.start,
-      per_event = (m.work - off.work) / m.events }
+      per_event = (m.work - off.work) / m.events, own = m.own / m.events }
   end
-  r.ratio = r.memprof.per_event / r.builtin.per_event
+  r.ratio = r.memprof.own / r.builtin.own
   if config.rounds > 0 then
     r.timed = timed(host, name, dir, config)
     r.timed.ratio = r.timed.memprof.per_event / r.timed.builtin.per_event
@@ -240,24 +314,29 @@ end
 
 local function report(results, config, seconds)
   print(string.format('\nside by side with the built-in misc.memprof ' ..
-    '(callgrind, scale %g, seed %d): instructions the profile adds per ' ..
-    'event, the work and the stop (a later start apart, in instructions):',
+    '(callgrind, scale %g, seed %d): instructions per event of each ' ..
+    'profiler\'s own code (memprof.so; the built-in\'s functions), the ' ..
+    'work and the stop; added: the whole process\'s instructions minus ' ..
+    'an unprofiled run\'s, per event (JIT decisions differ between runs: ' ..
+    'noisy); a later start apart, in instructions:',
     config.scale, config.seed))
-  print(string.format('%-23s %-11s %9s %9s %9s %9s %7s %11s %11s', 'host',
-    'workload', 'events', 'built-in', 'events', 'memprof', 'ratio',
-    'start b-in', 'start ours'))
+  print(string.format('%-23s %-11s %8s %8s %8s %8s %8s %8s %6s %10s %8s',
+    'host', 'workload', 'events', 'built-in', 'added', 'events', 'memprof',
+    'added', 'ratio', 'start b-in', 'start'))
   local worst
   for _, r in ipairs(results) do
-    if r.builtin then
-      print(string.format('%-23s %-11s %9d %9.1f %9d %9.1f %7.3f %11d %11d',
-        r.host, r.name, r.builtin.events, r.builtin.per_event,
-        r.memprof.events, r.memprof.per_event, r.ratio, r.builtin.start,
-        r.memprof.start))
+    local b, m = r.builtin, r.memprof
+    if b then
+      print(string.format(
+        '%-23s %-11s %8d %8.1f %8.1f %8d %8.1f %8.1f %6.3f %10d %8d', r.host,
+        r.name, b.events, b.own, b.per_event, m.events, m.own, m.per_event,
+        r.ratio, b.start, m.start))
       if not worst or r.ratio > worst.ratio then worst = r end
     else
-      print(string.format('%-23s %-11s %9s %9s %9d %9.1f %7s %11s %11d',
-        r.host, r.name, '-', '-', r.memprof.events, r.memprof.per_event, '-',
-        '-', r.memprof.start))
+      print(string.format(
+        '%-23s %-11s %8s %8s %8s %8d %8.1f %8.1f %6s %10s %8d', r.host,
+        r.name, '-', '-', '-', m.events, m.own, m.per_event, '-', '-',
+        m.start))
     end
   end
   local noted = {}
