@@ -20,6 +20,21 @@
 --   BENCH_CALLGRIND_SEED            the seed of LuaJIT's PRNG in its runs
 --                                   (default 1)
 --
+-- Then, side by side with the built-in misc.memprof of Tarantool's fork on
+-- its own binary (hosts of build/hosts; bench/side_by_side.lua): the
+-- instructions per event under callgrind, and the CPU time per event:
+--   BENCH_SIDE=off                  without the side-by-side section
+--   BENCH_SIDE=only                 the side-by-side section alone
+--   BENCH_SIDE_HOSTS                the hosts (default: Tarantool 2.11's,
+--                                   non-GC64 and GC64)
+--   BENCH_SIDE_WORKLOADS            default: trees tables closures
+--                                   coroutines json
+--   BENCH_SIDE_ROUNDS               timed rounds (default 7; 0: no timing)
+--   BENCH_SIDE_SCALE                the timed runs' scale (default 1)
+--   BENCH_SIDE_MODULE_DIR           where its runs load memprof.so from
+--                                   (default ./build: another build's, to
+--                                   compare before and after a change)
+--
 -- Then the slowdown of whole programs (bench/programs.lua):
 --   BENCH_PROGRAMS=off              without the programs section
 --   BENCH_PROGRAMS=only             the programs section alone
@@ -44,6 +59,7 @@
 local memprof = require('memprof')
 local reader = require('memprof.read.stream')
 local callgrind = require('callgrind')
+local side_by_side = require('side_by_side')
 local reporter = require('reporter')
 local programs = require('programs')
 local trace_lines = require('trace_lines')
@@ -65,6 +81,7 @@ local PROGRAMS = os.getenv('BENCH_PROGRAMS') or 'on'
 local TRACE_LINES = os.getenv('BENCH_TRACE_LINES') or 'on'
 local HEAP = os.getenv('BENCH_HEAP') or 'on'
 local START = os.getenv('BENCH_START') or 'on'
+local SIDE = os.getenv('BENCH_SIDE') or 'on'
 local TARGET_NS_PER_EVENT = 20
 local TARGET_PARSER_MBS = 30
 local WORKLOADS = { 'trees', 'strings', 'tables', 'closures', 'coroutines',
@@ -272,15 +289,34 @@ local function instructions(names)
   })
 end
 
+local function side(lua)
+  local pipe = assert(io.popen('pwd'))
+  local dir = pipe:read('*l')
+  pipe:close()
+  side_by_side.run({
+    scale = CALLGRIND_SCALE,
+    timed_scale = tonumber(os.getenv('BENCH_SIDE_SCALE')) or 1,
+    rounds = tonumber(os.getenv('BENCH_SIDE_ROUNDS')) or 7,
+    seed = CALLGRIND_SEED,
+    seed_library = dir .. '/build/fixed_seed.so',
+    hosts_dir = 'build/hosts',
+    module = 'side_by_side',
+    count_events = function(path) return (parse(path)) end,
+  })
+end
+
 local function main(args)
   local names = #args > 0 and args or WORKLOADS
   local lua = arg and arg[-1] or 'luajit'
   local only = REPORTER == 'only' or CALLGRIND == 'only' or
     PROGRAMS == 'only' or TRACE_LINES == 'only' or HEAP == 'only' or
-    START == 'only'
+    START == 'only' or SIDE == 'only'
   if not only or CALLGRIND == 'only' then
     if CALLGRIND ~= 'only' then timings(names) end
     if CALLGRIND ~= 'off' then instructions(names) end
+  end
+  if SIDE ~= 'off' and (not only or SIDE == 'only') then
+    side(lua)
   end
   if PROGRAMS ~= 'off' and (not only or PROGRAMS == 'only') then
     programs.run(lua)

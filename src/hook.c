@@ -719,14 +719,23 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return record_alloc(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,  \
                         nsize, name##_alloc);                                  \
   }                                                                            \
+  static __attribute__((noinline)) void *name##_free_fast(                     \
+      struct profiler *p, void *ptr, size_t osize)                             \
+  {                                                                            \
+    if (ptr == NULL)                                                           \
+      return p->orig_alloc(p->orig_ud, ptr, osize, 0);                         \
+    return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
+                       name##_free);                                           \
+  }                                                                            \
+  /* Saves no register: both fast paths are tail calls. */                     \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
-    RETURN_IF_NOT_RECORDED(p, ptr, osize, nsize);                              \
+    if (forward_only(p))                                                       \
+      return forward(p, ptr, osize, nsize);                                    \
     if (nsize != 0)                                                            \
       return name##_alloc_fast(p, ptr, osize, nsize);                          \
-    return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
-                       name##_free);                                           \
+    return name##_free_fast(p, ptr, osize);                                    \
   }
 /* The sampling twin of a hook of the extended format (sampling forces
 ** it). */
