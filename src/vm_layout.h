@@ -48,6 +48,7 @@ enum vm_internal_kind {
 struct vm_trace_layout {
   int ok;        /* Every check passed, the known-answer run too. */
   char why[160]; /* Why not, when !ok (for memprof.info()). */
+  int no_mcofs;  /* !ok because SnapShot has no mcofs (before 2021-03). */
   int prof_ok;   /* J->prof_mode was found (the 'exact' mode). */
   char prof_why[96];
   uint16_t g_prof_mode; /* J->prof_mode (int), from g. */

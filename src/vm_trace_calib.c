@@ -618,6 +618,7 @@ static int find_snapshots(struct tlc *t)
               tl->snap_nent = (uint8_t)no;
               tl->snap_ref = (uint8_t)ro;
               if (size < 12) {
+                tl->no_mcofs = tl->why[0] == '\0';
                 tl_fail(tl,
                         "no snapshot offsets in this build (before 2021-03): "
                         "SnapShot is %d bytes, without mcofs",
@@ -657,6 +658,7 @@ static int find_snapshots(struct tlc *t)
                     return 1;
                   }
                 }
+                tl->no_mcofs = tl->why[0] == '\0';
                 tl_fail(tl,
                         "no snapshot offsets in this build (before 2021-03): "
                         "no field of SnapShot (%d bytes) holds machine code "
