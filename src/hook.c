@@ -898,6 +898,8 @@ int profiler_write_prologue(struct profiler *p)
   }
   if (p->extended && vm_heap_size(&p->layout, 0, p->g, &heap))
     write_note(p, NOTE_HEAP_AT_START, heap);
+  if (p->extended)
+    write_note(p, NOTE_COMPILED_CODE, p->attribution);
   if (p->timestamps) {
     p->clock_start = now_ns();
     mark_time(p, 1); /* Time 0. */

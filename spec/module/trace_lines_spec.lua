@@ -52,6 +52,8 @@ local function read(path)
       r.exit_internal = r.exit_internal + 1
     end
   end
+  r.compiled_code = stream.compiled_code
+  r.compiled_bytes = stream.compiled_bytes
   os.remove(path)
   return r
 end
@@ -177,6 +179,37 @@ if not tl.resume then
       assert.is_true(r.trace_sites > 0, 'events at trace starts')
       assert.is_nil(next(r.compiled))
     end)
+
+    it('refuses an explicit trace_lines it cannot do, naming why', function()
+      for _, mode in ipairs({ 'exact', 'resume' }) do
+        local path = h.tmpname()
+        local ok, err, code = memprof.start(path, { trace_lines = mode })
+        assert.is_nil(ok)
+        assert.equal(("option 'trace_lines' = '%s' is not supported by " ..
+          'this build: %s (memprof.info().trace_lines; false charges ' ..
+          "compiled code to its trace's start)"):format(mode, tl.why), err)
+        assert.is_number(code)
+        assert.is_nil(io.open(path))
+      end
+    end)
+
+    it('says in the profile and its report why events are at trace starts',
+      function()
+        local code = case('    keep[i % 64 + 1] = {i, i} --@t\n')
+        local r = profile(code, { stack_depth = 2 }, true)
+        local why = tl.why:find('no snapshot offsets', 1, true) and
+          'no_mcofs' or 'not_verified'
+        assert.same({ mode = 'start', why = why }, r.compiled_code)
+        local layout = require('memprof.report.layout')
+        local note = layout.compiled_note(r)
+        assert.truthy(note:find('^Compiled code: its allocations are ' ..
+          'charged to the start of their trace %(the TRACE rows%), as '), note)
+        if why == 'no_mcofs' then
+          assert.truthy(note:find('Tarantool 2.6 and 2.11', 1, true), note)
+        end
+        r = profile(code, { stack_depth = 2, trace_lines = false }, true)
+        assert.same({ mode = 'start', why = 'asked' }, r.compiled_code)
+      end)
   end)
   return
 end
@@ -579,6 +612,32 @@ end
       { trace_lines = false, timestamps = true }, true)
     assert.is_nil(next(r.compiled))
     assert.is_true(r.trace_sites > 1000)
+  end)
+
+  it('says in the profile how compiled code was attributed', function()
+    local layout = require('memprof.report.layout')
+    local code = case('    keep[i % 64 + 1] = {i, i} --@t\n')
+    local r = compiled_profile(code, { 't' }, { timestamps = true })
+    assert.same({ mode = tl.exact and 'exact' or 'resume',
+      why = tl.exact and 'asked' or 'no_prof_mode' }, r.compiled_code)
+    assert.is_true(r.compiled_bytes > 0)
+    if tl.exact then
+      assert.equal('Compiled code: its allocations are charged to their ' ..
+        "lines and inlined frames (trace_lines 'exact').",
+        layout.compiled_note(r))
+    end
+    r = profile(code, { timestamps = true, trace_lines = 'resume' }, true)
+    assert.same({ mode = 'resume', why = 'asked' }, r.compiled_code)
+    r = profile(code, { timestamps = true, sample_bytes = 64 }, true)
+    assert.same({ mode = 'resume', why = 'asked' }, r.compiled_code)
+    r = profile(code, { timestamps = true, trace_lines = false }, true)
+    assert.same({ mode = 'start', why = 'asked' }, r.compiled_code)
+    assert.equal('Compiled code: its allocations are charged to the start ' ..
+      'of their trace (the TRACE rows) (trace_lines = false).',
+      layout.compiled_note(r))
+    r = profile(code, nil, true)
+    assert.equal(3, r.version)
+    assert.is_nil(r.compiled_code)
   end)
 
   it('writes Lua-line events in Tarantool\'s format', function()
