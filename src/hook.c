@@ -276,7 +276,8 @@ compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
                              &p->stacks.walk, &e, &same);
     if (below > 0 && same)
       below = vm_walk_output(e, frames + n - 1);
-    if (below > 0 && frames[n - 1].obj == pl->frames[n - 1].obj)
+    if (below > 0 &&
+        (frames[n - 1].obj == pl->frames[n - 1].obj || pl->base_replaced))
       n += below - 1;
     frames[pl->nframes - 1] = pl->frames[pl->nframes - 1];
   }

@@ -53,6 +53,10 @@ struct tl_place {
   struct vm_raw_frame frames[TL_MAX_FRAMES];
   uint32_t stack_id; /* Of these frames in the stream, 0 until known
                         (stack ids stay valid for the whole stream). */
+  /* The outermost frame is the trace's base frame (every link of the
+  ** snapshot was followed), whose function the trace replaced by a tail
+  ** call: the stack's slot still holds the function called before. */
+  uint8_t base_replaced;
 };
 
 /* The prototype whose bytecode holds pc: the nearest function header at
@@ -292,30 +296,39 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
   pl->frames[0].pc = pc + 4;
   pl->frames[0].ffid = FFID_LUA;
   pl->nframes = 1;
+  pl->base_replaced = 0;
   /* The inlined callers, innermost first; the chain ends at the first
-  ** frame that is not a Lua call (a continuation, a vararg frame). */
+  ** frame that is not a Lua call (a continuation, a vararg frame). An
+  ** entry for the base frame's function slot (slot 0: FR2's function
+  ** slot, else the frame slot) is a tail call made there. */
   if (lay->fr2) {
+    int whole = 1, base = 0;
     for (k = nent; k-- > 0;) {
       uintptr_t link;
       if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
         return 0;
-      if (!(e & TL_SNAP_FRAME) || (e >> 24) < 2)
+      base |= (e >> 24) == 0;
+      if (!whole || !(e & TL_SNAP_FRAME) || (e >> 24) < 2)
         continue;
       if (!tl_fr2_link(lay, safe, T, e, &link) ||
           !tl_add_caller(lay, safe, pl, link))
-        break;
+        whole = 0;
     }
+    pl->base_replaced = (uint8_t)(whole && base);
   } else {
+    int base = 0;
     for (k = 0; k < nent; k++) {
       if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
         return 0;
       depth += (e & (TL_SNAP_FRAME | TL_SNAP_CONT)) && (e >> 24) != 0;
+      base |= (e & TL_SNAP_FRAME) && (e >> 24) == 0;
     }
     for (k = 0; k < depth && mapofs + nent + 1 + k < end; k++) {
       if (!vm_u32(safe, map + 4 * ((uintptr_t)nent + 1 + k), &e) ||
           !tl_add_caller(lay, safe, pl, e))
         break;
     }
+    pl->base_replaced = (uint8_t)(k == depth && base);
   }
   return 1;
 }

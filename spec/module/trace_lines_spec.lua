@@ -338,6 +338,73 @@ describe('compiled code by line', function()
     return on
   end
 
+  it('gives a tail-called function at a trace\'s base its callers', function()
+    -- The trace stitched after string.find starts in `outer`, whose frame
+    -- the tail call gives to `inner`: the stack's slot still holds outer.
+    local code = [[
+local find = string.find
+local function inner(i)
+  return { i } --@t
+end
+local function outer(i)
+  local at = find('a b', '%s')
+  return inner(i + at)
+end
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+return function(n)
+  for i = 1, n do
+    keep[i % 64 + 1] = outer(i) --@call
+  end
+  return keep
+end
+]]
+    local on = same_stacks(code, { 't' })
+    local line = line_of(code, 't')
+    for key in pairs(stacks_at(on, line, true)) do
+      assert.equal(('@tl_case.lua:%d <- @tl_case.lua:%d'):format(line,
+        line_of(code, 'call')), key)
+    end
+  end)
+
+  it('cuts the stacks of compiled code at stack_depth', function()
+    -- A walk of the frames below a trace was cut at another depth than
+    -- the interpreter's, and each reused the other's.
+    local code = [[
+local function build(d)
+  if d == 0 then return { 0 } end --@leaf
+  local t = { build(d - 1), d } --@t
+  return t
+end
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+return function(n)
+  for i = 1, n do
+    keep[i % 64 + 1] = build(6)
+  end
+  return keep
+end
+]]
+    for _, depth in ipairs({ 2, 4, 8 }) do
+      local on = compiled_profile(code, { 't', 'leaf' },
+        { trace_lines = 'exact', stack_depth = depth })
+      local off = profile(code, { trace_lines = 'exact', stack_depth = depth },
+        false)
+      local deepest, compiled = 0, 0
+      for _, ev in ipairs(on.events) do
+        deepest = math.max(deepest, #ev.stack.frames)
+        compiled = compiled + (ev.trace and 1 or 0)
+      end
+      assert.is_true(compiled > 1000, compiled .. ' compiled events')
+      assert.equal(depth, deepest)
+      for _, tag in ipairs({ 't', 'leaf' }) do
+        local line = line_of(code, tag)
+        local all_on, all_off = stacks_at(on, line), stacks_at(off, line)
+        assert.same(all_off, all_on, tag .. ' at depth ' .. depth)
+      end
+    end
+  end)
+
   it('gives table.concat\'s string the built-in\'s frame', function()
     if not tl.builtin_frames then
       pending('table.concat\'s helpers are not verified in this build')
