@@ -87,6 +87,9 @@ struct vm_trace_layout {
   int after_ok;
   uint8_t ir_prof;
   uint8_t bc_kind[256];
+  /* A new key stored in a loop's copied body (trace_lines.h): the IR ops
+  ** LOOP and NEWREF, 0xff where jit.vmdef does not name them. */
+  uint8_t ir_loop, ir_newref;
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

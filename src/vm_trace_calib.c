@@ -1423,8 +1423,9 @@ static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
 static void find_after_return(lua_State *L, struct tlc *t)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
-  int top = lua_gettop(L), vmdef, prof;
+  int top = lua_gettop(L), vmdef, prof, loop, newref;
   memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
+  tl->ir_loop = tl->ir_newref = 0xff;
   if (tl->bc_mov == 0 || !push_vmdef(L))
     return;
   vmdef = lua_gettop(L);
@@ -1447,6 +1448,10 @@ static void find_after_return(lua_State *L, struct tlc *t)
     goto done;
   /* (Without PROF no trace has per-line snapshots: 0xff is no op.) */
   tl->ir_prof = prof < 0 ? 0xff : (uint8_t)prof;
+  loop = vmdef_op(L, vmdef, "LOOP");
+  newref = vmdef_op(L, vmdef, "NEWREF");
+  tl->ir_loop = loop < 0 || newref < 0 ? 0xff : (uint8_t)loop;
+  tl->ir_newref = loop < 0 || newref < 0 ? 0xff : (uint8_t)newref;
   tl->after_ok = 1;
 done:
   if (!tl->after_ok)
