@@ -585,6 +585,134 @@ VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
   return 1;
 }
 
+/* IR instructions scanned back from a snapshot to the trace's LOOP. */
+#define TL_MAX_LOOP_SCAN 4096
+
+/* Snapshot i's first IR reference and the word of its PC (with FR2 the
+** PC and base slot, else the PC). Returns 1 on success. */
+VM_INLINE int tl_snap_key(const struct vm_layout *lay, int safe, uintptr_t T,
+                          uintptr_t snap, uint32_t i, uint16_t *ref,
+                          uint64_t *pcword)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = snap + (uintptr_t)i * tl->snap_size, map;
+  uint32_t mapofs, w;
+  uint8_t nent;
+  if (!vm_u16(safe, s + tl->snap_ref, ref) ||
+      !vm_u32(safe, s + tl->snap_mapofs, &mapofs) ||
+      !vm_u8(safe, s + tl->snap_nent, &nent) ||
+      !vm_ptr(safe, T + tl->tr_snapmap, &map))
+    return 0;
+  map += 4 * ((uintptr_t)mapofs + nent);
+  if (lay->fr2)
+    return vm_u64(safe, map, pcword);
+  if (!vm_u32(safe, map, &w))
+    return 0;
+  *pcword = w;
+  return 1;
+}
+
+/* The IR instructions of op `o` in [from, to): their number (stopping at
+** 2), the first's reference in *at. -1 if unreadable. */
+VM_INLINE int tl_count_op(int safe, uintptr_t ir, uint32_t from, uint32_t to,
+                          uint8_t o, uint32_t *at)
+{
+  uint32_t ref;
+  uint16_t op1, op2;
+  uint8_t x;
+  int n = 0;
+  if (to < from || to - from > TL_MAX_REGION)
+    return -1;
+  for (ref = from; ref < to && n < 2; ref++) {
+    if (!tl_ir_ins(safe, ir, ref, &x, &op1, &op2))
+      return -1;
+    if (x == o && n++ == 0)
+      *at = ref;
+  }
+  return n;
+}
+
+/*
+** A new key stored in the copied body of a loop (after IR LOOP): LuaJIT's
+** loop optimisation drops a copied snapshot that no guard follows, the
+** per-line one of the store too, so its region can be the snapshot of an
+** earlier line. The body is a copy of the first pass, in order, and each
+** snapshot kept is a copy of one there (the same PC): when the call went
+** to lj_tab_newkey, the region holds one NEWREF, and the first pass
+** between the copies' sources holds one too, the event is charged to the
+** first pass's snapshot of that NEWREF. Bounded scans of live IR; returns
+** 1 if the place moved.
+*/
+VM_INLINE int tl_loop_newkey(const struct vm_layout *lay, int safe, uintptr_t T,
+                             uintptr_t snap, int sn, uintptr_t target,
+                             struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  struct tl_place first;
+  uintptr_t ir;
+  uint64_t w1, w2, w;
+  uint32_t loop, r, at, i, j, k, j2;
+  uint16_t nsnap, from, to, ref, ref_j;
+  uint16_t op1, op2;
+  uint8_t o;
+  int f;
+  if (!tl->after_ok || !tl->newkey_ok || target != tl->newkey ||
+      tl->ir_loop == 0xff || !vm_u16(safe, T + tl->tr_nsnap, &nsnap) ||
+      (uint32_t)sn + 1 >= nsnap || !vm_ptr(safe, T + tl->tr_ir, &ir) ||
+      ir == 0 || !tl_snap_key(lay, safe, T, snap, (uint32_t)sn, &from, &w1) ||
+      !tl_snap_key(lay, safe, T, snap, (uint32_t)sn + 1, &to, &w2) ||
+      from <= TL_REF_BIAS || from - TL_REF_BIAS > TL_MAX_LOOP_SCAN)
+    return 0;
+  for (loop = from; --loop > TL_REF_BIAS;) {
+    if (!tl_ir_ins(safe, ir, loop, &o, &op1, &op2))
+      return 0;
+    if (o == tl->ir_loop)
+      break;
+  }
+  if (loop == TL_REF_BIAS ||
+      tl_count_op(safe, ir, from, to, tl->ir_newref, &at) != 1)
+    return 0;
+  /* The copies' sources: the last snapshot of the first pass with sn's PC
+  ** that a later one with sn + 1's PC follows. */
+  for (j = (uint32_t)sn; j-- > 0;) {
+    if (!tl_snap_key(lay, safe, T, snap, j, &ref_j, &w))
+      return 0;
+    if (ref_j >= loop || w != w1)
+      continue;
+    for (j2 = j + 1; j2 < (uint32_t)sn; j2++) {
+      if (!tl_snap_key(lay, safe, T, snap, j2, &ref, &w))
+        return 0;
+      if (ref >= loop)
+        break;
+      if (w == w2)
+        break;
+    }
+    if (j2 < (uint32_t)sn && ref < loop && w == w2)
+      break;
+  }
+  if (j == (uint32_t)-1 ||
+      tl_count_op(safe, ir, ref_j, ref, tl->ir_newref, &r) != 1)
+    return 0;
+  /* The first pass's snapshot of that NEWREF: the last at or before it. */
+  for (k = j, i = j + 1; i < j2; i++) {
+    if (!tl_snap_key(lay, safe, T, snap, i, &ref, &w))
+      return 0;
+    if (ref <= r)
+      k = i;
+  }
+  if (k == j || !tl_snapshot_place(lay, safe, T, snap, (int)k, &first) ||
+      first.nframes < pl->nframes)
+    return 0;
+  /* It runs in the same frames, or in callees inlined above them. */
+  for (f = 1; f <= pl->nframes - 1; f++)
+    if (first.frames[first.nframes - f].obj != pl->frames[pl->nframes - f].obj)
+      return 0;
+  (void)at;
+  first.stack_id = pl->stack_id;
+  *pl = first;
+  return 1;
+}
+
 /* Whether IR call `id` is one that only string.format's recorder emits. */
 VM_INLINE int tl_format_call(const struct vm_trace_layout *tl, uint16_t id)
 {

@@ -367,6 +367,50 @@ end
     end
   end)
 
+  it('charges a new key stored in a loop\'s copied body to the store',
+    function()
+      if not tl.after_returns or not tl.stores_after_calls then
+        pending('jit.vmdef or lj_tab_newkey is not known in this build')
+        return
+      end
+      -- The loop's body, copied, keeps no snapshot for the store of the
+      -- inlined recursive call: its region was the comparison's.
+      local code = [[
+local function infer(def, read_only)
+  local deep = not def.other or read_only
+  if def.fields then
+    for _, field in pairs(def.fields) do
+      local ro = read_only
+      if field.read_only ~= nil then --@cmp
+        ro = field.read_only
+      end
+      infer(field, ro)
+      deep = deep and ro and field.deep
+    end
+  end
+  if deep then
+    def.deep = true --@store
+  end
+end
+return function(n)
+  local keep
+  for i = 1, n / 30 do
+    local fields = {} --@list
+    for k = 1, 30 do
+      fields['f' .. k] = {} --@leaf
+    end
+    local def = { fields = fields } --@def
+    infer(def, true)
+    keep = def
+  end
+  return keep
+end
+]]
+      local on = same_stacks(code, { 'store', 'leaf', 'list', 'def' })
+      assert.is_nil(on.compiled[line_of(code, 'cmp')])
+      assert.is_true(on.count[line_of(code, 'store')] > 1000)
+    end)
+
   it('cuts the stacks of compiled code at stack_depth', function()
     -- A walk of the frames below a trace was cut at another depth than
     -- the interpreter's, and each reused the other's.
