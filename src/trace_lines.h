@@ -374,7 +374,9 @@ enum {
   TL_BC_STOP = 0, /* Anything else: a branch, a loop, a closure... */
   TL_BC_QUIET,    /* Moves and constants: no call, no allocation. */
   TL_BC_EFFECT,   /* Straight on, but may call a helper or a metamethod. */
-  TL_BC_RETURN    /* RET, RET0, RET1, RETM. */
+  TL_BC_RETURN,   /* RET, RET0, RET1, RETM. */
+  TL_BC_CALL,     /* CALL, CALLM: straight on once the callee returns. */
+  TL_BC_TAILCALL  /* CALLT, CALLMT: the callee takes the caller's frame. */
 };
 
 /* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
@@ -566,7 +568,8 @@ VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
     kind = tl->bc_kind[op];
     if (kind == TL_BC_QUIET)
       continue;
-    if (kind != TL_BC_EFFECT || (first != 0 && l != line))
+    if ((kind != TL_BC_EFFECT && kind != TL_BC_CALL) ||
+        (first != 0 && l != line))
       return 0;
     if (first == 0) {
       first = pc;
@@ -763,6 +766,50 @@ VM_INLINE int tl_format_string(const struct vm_trace_layout *tl, int safe,
 }
 
 /*
+** A built-in called by a tail call (`return table.concat(t)`) takes its
+** caller's frame in the interpreter: the event is then the caller's
+** caller's, at its call. Proven when, from the place's PC on its line,
+** the first call is a tail call and the place has an inlined caller
+** (else the caller's caller is below the trace, unknown here: the frame
+** is added as for a call). Returns 1 if frame 0 became the built-in's,
+** with its caller's place. Bounded scan of live bytecode.
+*/
+VM_INLINE int tl_tail_builtin(const struct vm_layout *lay, int safe,
+                              struct tl_place *pl, uint8_t ffid)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t pt = pl->frames[0].obj, pc, end, caller;
+  uint32_t sizebc, k, l, pos;
+  uint8_t op, kind = TL_BC_STOP;
+  if (!tl->after_ok || pl->nframes < 2 ||
+      !vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
+  for (pc = pl->frames[0].pc - 4, k = 0; k < TL_MAX_AFTER && pc < end;
+       k++, pc += 4) {
+    pos = (uint32_t)((pc - (pt + lay->pt_size)) / 4);
+    if (!vm_u8(safe, pc, &op) ||
+        !vm_proto_line(lay, safe, pt, pos, sizebc, &l) || l != pl->line)
+      return 0;
+    kind = tl->bc_kind[op];
+    if (kind != TL_BC_QUIET && kind != TL_BC_EFFECT)
+      break;
+  }
+  caller = pl->frames[1].obj;
+  if (kind != TL_BC_TAILCALL || !vm_u32(safe, caller + lay->pt_sizebc, &sizebc))
+    return 0;
+  pos = (uint32_t)((pl->frames[1].pc - 4 - (caller + lay->pt_size)) / 4);
+  if (!vm_proto_line(lay, safe, caller, pos, sizebc, &l))
+    return 0;
+  pl->frames[0].obj = BUILTIN_ADDR(ffid);
+  pl->frames[0].pc = 0;
+  pl->frames[0].ffid = ffid;
+  pl->pt = caller;
+  pl->line = l;
+  return 1;
+}
+
+/*
 ** A built-in's frame for an event of compiled code, where the call proves
 ** which built-in made it: compiled code calls the helpers of a built-in it
 ** runs inline, while the interpreter's stack holds the built-in's frame
@@ -811,6 +858,8 @@ VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
     if (formats > 0)
       ffid = tl->format_ffid;
   }
+  if (tl_tail_builtin(lay, safe, pl, ffid))
+    return;
   for (i = pl->nframes; i > 0; i--)
     pl->frames[i] = pl->frames[i - 1];
   pl->frames[0].obj = BUILTIN_ADDR(ffid);

@@ -1393,14 +1393,16 @@ static int vmdef_bc(lua_State *L, int vmdef, const char *name)
 /* The kinds of the bytecode ops walked (trace_lines.h, TL_BC_*), by their
 ** names in jit.vmdef: those that run straight on without calling, those
 ** that run straight on but may call (a helper, a built-in, a metamethod),
-** and returns. Every other op stops a walk. */
+** calls, tail calls and returns. Every other op stops a walk. */
 static const char *const quiet_ops[] = {"MOV",  "KSTR", "KSHORT", "KNUM",
                                         "KPRI", "KNIL", "UGET"};
 static const char *const effect_ops[] = {
     "NOT",   "UNM",   "LEN",   "ADDVN", "SUBVN", "MULVN", "DIVVN", "MODVN",
     "ADDNV", "SUBNV", "MULNV", "DIVNV", "MODNV", "ADDVV", "SUBVV", "MULVV",
     "DIVVV", "MODVV", "POW",   "CAT",   "TNEW",  "TDUP",  "GGET",  "GSET",
-    "TGETV", "TGETS", "TGETB", "TSETV", "TSETS", "TSETB", "CALL",  "CALLM"};
+    "TGETV", "TGETS", "TGETB", "TSETV", "TSETS", "TSETB"};
+static const char *const call_ops[] = {"CALL", "CALLM"};
+static const char *const tail_ops[] = {"CALLT", "CALLMT"};
 static const char *const return_ops[] = {"RET", "RET0", "RET1", "RETM"};
 
 static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
@@ -1443,6 +1445,10 @@ static void find_after_return(lua_State *L, struct tlc *t)
                  sizeof(quiet_ops) / sizeof(quiet_ops[0]), TL_BC_QUIET) ||
       !set_kinds(L, vmdef, tl, effect_ops,
                  sizeof(effect_ops) / sizeof(effect_ops[0]), TL_BC_EFFECT) ||
+      !set_kinds(L, vmdef, tl, call_ops, sizeof(call_ops) / sizeof(call_ops[0]),
+                 TL_BC_CALL) ||
+      !set_kinds(L, vmdef, tl, tail_ops, sizeof(tail_ops) / sizeof(tail_ops[0]),
+                 TL_BC_TAILCALL) ||
       !set_kinds(L, vmdef, tl, return_ops,
                  sizeof(return_ops) / sizeof(return_ops[0]), TL_BC_RETURN))
     goto done;

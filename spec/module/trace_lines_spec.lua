@@ -468,6 +468,31 @@ end
     end
   end)
 
+  it('gives a built-in called by a tail call its caller\'s frame', function()
+    if not tl.builtin_frames or not tl.after_returns then
+      pending('table.concat\'s helpers or jit.vmdef are not verified')
+      return
+    end
+    -- The interpreter's table.concat takes the frame of `join`, which
+    -- returns its call: the string is the loop's line's, as its stack.
+    local code = case([[
+    local t = {i, i + 1} --@t
+    keep[i % 64 + 1] = t
+    keep[(i + 1) % 64 + 1] = join(t) --@c
+]], "local concat = table.concat\n" ..
+      "local function join(t) return concat(t, ',') end\n")
+    local on = same_stacks(code, { 't', 'c' })
+    local line, seen = line_of(code, 'c'), 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == line then
+        assert.equal('table.concat', ev.stack.frames[1].name)
+        assert.equal('@tl_case.lua:' .. line, ev.stack.frames[2].name)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 1000, seen .. ' compiled events')
+  end)
+
   it('gives string.format\'s string the built-in\'s frame', function()
     if not tl.format_frames then
       pending('string.format\'s helpers are not verified in this build')
