@@ -270,7 +270,9 @@ compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
   /* The walk's first frame is the base frame, already there with its
   ** line (its PC in the C frame is not the trace's). */
   if (vm_current_thread(&p->layout, 0, p->g + p->layout.g_cur_L, &th) &&
-      tl_jit_base(&p->layout, 0, p->g, &th, &base)) {
+      tl_jit_base(&p->layout, 0, p->g, &th, &base) &&
+      (base += TVALUE_SIZE * (uintptr_t)(pl->base_ofs > 0 ? pl->base_ofs : 0)) <
+          th.limit) {
     below = vm_walk_stack_at(&p->layout, 0, p->g + p->layout.g_cur_L, base, 0,
                              frames + n - 1, p->stack_depth - n + 1,
                              &p->stacks.walk, &e, &same);

@@ -53,9 +53,12 @@ struct tl_place {
   struct vm_raw_frame frames[TL_MAX_FRAMES];
   uint32_t stack_id; /* Of these frames in the stream, 0 until known
                         (stack ids stay valid for the whole stream). */
-  /* The outermost frame is the trace's base frame (every link of the
-  ** snapshot was followed), whose function the trace replaced by a tail
-  ** call: the stack's slot still holds the function called before. */
+  /* The outermost frame's base, in slots above the trace's base frame's
+  ** (g->jit_base): a frame a stitched trace began in lies above it; -1
+  ** if not known (then the outermost frame is taken to be the base's). */
+  int16_t base_ofs;
+  /* The trace replaced the outermost frame's function by a tail call: the
+  ** stack's slot still holds the function called before. */
   uint8_t base_replaced;
 };
 
@@ -259,7 +262,7 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
 {
   const struct vm_trace_layout *tl = &lay->tl;
   uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, map, pc, pt;
-  uint32_t mapofs, nsnapmap, end, pos, sizebc, k, depth = 0, e;
+  uint32_t mapofs, nsnapmap, end, pos, sizebc, k, depth = 0, e, cur = 0;
   uint16_t nsnap;
   uint8_t nent;
   if (!vm_u32(safe, s + tl->snap_mapofs, &mapofs) ||
@@ -281,6 +284,7 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
     if (!vm_u64(safe, map + 4 * (uintptr_t)nent, &w))
       return 0;
     pc = (uintptr_t)(w >> 8);
+    cur = (uint32_t)(w & 0xff) + 2; /* The innermost frame's base slot. */
   } else {
     uint32_t w;
     if (!vm_u32(safe, map + 4 * (uintptr_t)nent, &w))
@@ -296,25 +300,41 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
   pl->frames[0].pc = pc + 4;
   pl->frames[0].ffid = FFID_LUA;
   pl->nframes = 1;
+  pl->base_ofs = 0;
   pl->base_replaced = 0;
   /* The inlined callers, innermost first; the chain ends at the first
-  ** frame that is not a Lua call (a continuation, a vararg frame). An
-  ** entry for the base frame's function slot (slot 0: FR2's function
-  ** slot, else the frame slot) is a tail call made there. */
+  ** frame that is not a Lua call (a continuation, a vararg frame). With
+  ** FR2 each frame's base slot follows from its callee's and the call's
+  ** A operand (the link of the frame based at slot b is at b - 1), and an
+  ** entry for the outermost frame's function slot (two below its base) is
+  ** a tail call made there; without FR2, one for slot 0 is (the base
+  ** frame's slot), and the outermost frame is taken to be the base's. */
   if (lay->fr2) {
-    int whole = 1, base = 0;
+    int whole = 1, known = 1;
     for (k = nent; k-- > 0;) {
       uintptr_t link;
+      uint32_t call;
       if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
         return 0;
-      base |= (e >> 24) == 0;
       if (!whole || !(e & TL_SNAP_FRAME) || (e >> 24) < 2)
         continue;
       if (!tl_fr2_link(lay, safe, T, e, &link) ||
-          !tl_add_caller(lay, safe, pl, link))
+          !tl_add_caller(lay, safe, pl, link)) {
         whole = 0;
+        continue;
+      }
+      known = known && (e >> 24) + 1 == cur && vm_u32(safe, link - 4, &call) &&
+              cur >= 4 + ((call >> 8) & 0xff);
+      if (known)
+        cur -= 2 + ((call >> 8) & 0xff);
     }
-    pl->base_replaced = (uint8_t)(whole && base);
+    pl->base_ofs = (int16_t)(whole && known ? (int)cur - 2 : -1);
+    for (k = 0; pl->base_ofs >= 0 && k < nent; k++) {
+      if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
+        return 0;
+      if ((e >> 24) == cur - 2)
+        pl->base_replaced = 1;
+    }
   } else {
     int base = 0;
     for (k = 0; k < nent; k++) {

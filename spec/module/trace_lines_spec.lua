@@ -406,9 +406,14 @@ return function(n)
   return keep
 end
 ]]
-      local on = same_stacks(code, { 'store', 'leaf', 'list', 'def' })
+      local opts = { trace_lines = 'exact', stack_depth = 8 }
+      local on = compiled_profile(code, { 'store' }, opts)
+      local off = profile(code, opts, false)
+      local store = line_of(code, 'store')
       assert.is_nil(on.compiled[line_of(code, 'cmp')])
-      assert.is_true(on.count[line_of(code, 'store')] > 1000)
+      assert.is_true(on.count[store] > 1000)
+      assert.equal(off.bytes[store], on.bytes[store])
+      assert.same(stacks_at(off, store), stacks_at(on, store))
     end)
 
   it('cuts the stacks of compiled code at stack_depth', function()
