@@ -12,6 +12,9 @@ local json = require('dkjson')
 local RECORDS = 500
 local ROUNDS = math.floor(40 * (tonumber(arg and arg[1]) or 1))
 
+local ORDER = { keyorder = { 'records', 'total', 'id', 'name', 'email',
+  'tags', 'score', 'active', 'seen' } }
+
 local function document()
   local records = {}
   for i = 1, RECORDS do
@@ -26,9 +29,6 @@ local function document()
   end
   return json.encode({ records = records, total = RECORDS }, ORDER)
 end
-
-local ORDER = { keyorder = { 'records', 'total', 'id', 'name', 'email',
-  'tags', 'score', 'active', 'seen' } }
 
 local function update(doc, round)
   for _, record in ipairs(doc.records) do
