@@ -60,6 +60,9 @@ struct tl_place {
   /* The trace replaced the outermost frame's function by a tail call: the
   ** stack's slot still holds the function called before. */
   uint8_t base_replaced;
+  /* frames[0] is a built-in that the outermost frame tail-called: the
+  ** event is that frame's caller's (see tl_tail_builtin). */
+  uint8_t tail_base;
 };
 
 /* The prototype whose bytecode holds pc: the nearest function header at
@@ -302,6 +305,7 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
   pl->nframes = 1;
   pl->base_ofs = 0;
   pl->base_replaced = 0;
+  pl->tail_base = 0;
   /* The inlined callers, innermost first; the chain ends at the first
   ** frame that is not a Lua call (a continuation, a vararg frame). With
   ** FR2 each frame's base slot follows from its callee's and the call's
@@ -789,10 +793,13 @@ VM_INLINE int tl_format_string(const struct vm_trace_layout *tl, int safe,
 ** A built-in called by a tail call (`return table.concat(t)`) takes its
 ** caller's frame in the interpreter: the event is then the caller's
 ** caller's, at its call. Proven when, from the place's PC on its line,
-** the first call is a tail call and the place has an inlined caller
-** (else the caller's caller is below the trace, unknown here: the frame
-** is added as for a call). Returns 1 if frame 0 became the built-in's,
-** with its caller's place. Bounded scan of live bytecode.
+** the first call is a tail call and the place has an inlined caller.
+** When the caller is the outermost frame, whose caller lies below and is
+** known only event by event, the frame is added as for a call and
+** `tail_base` set: the hook's full path then charges the event to that
+** frame's caller and drops the caller's frame from the stack. Returns 1
+** if frame 0 became the built-in's, with its caller's place. Bounded
+** scan of live bytecode.
 */
 VM_INLINE int tl_tail_builtin(const struct vm_layout *lay, int safe,
                               struct tl_place *pl, uint8_t ffid)
@@ -801,7 +808,7 @@ VM_INLINE int tl_tail_builtin(const struct vm_layout *lay, int safe,
   uintptr_t pt = pl->frames[0].obj, pc, end, caller;
   uint32_t sizebc, k, l, pos;
   uint8_t op, kind = TL_BC_STOP;
-  if (!tl->after_ok || pl->nframes < 2 ||
+  if (!tl->after_ok || (pl->nframes < 2 && (pl->base_ofs < 0 || !lay->fr2)) ||
       !vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
     return 0;
   end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
@@ -815,8 +822,14 @@ VM_INLINE int tl_tail_builtin(const struct vm_layout *lay, int safe,
     if (kind != TL_BC_QUIET && kind != TL_BC_EFFECT)
       break;
   }
+  if (kind != TL_BC_TAILCALL)
+    return 0;
+  if (pl->nframes < 2) {
+    pl->tail_base = 1;
+    return 0;
+  }
   caller = pl->frames[1].obj;
-  if (kind != TL_BC_TAILCALL || !vm_u32(safe, caller + lay->pt_sizebc, &sizebc))
+  if (!vm_u32(safe, caller + lay->pt_sizebc, &sizebc))
     return 0;
   pos = (uint32_t)((pl->frames[1].pc - 4 - (caller + lay->pt_size)) / 4);
   if (!vm_proto_line(lay, safe, caller, pos, sizebc, &l))
@@ -926,6 +939,28 @@ VM_INLINE uintptr_t tl_locate(const struct vm_layout *lay, int safe,
   *ret = tl_return_address(lay, safe, g, T, low, mcode);
   return *ret != 0 ? T : 0;
 #endif
+}
+
+/* The Lua function and line that called the outermost frame of place pl
+** (at pl->base_ofs above the trace's base, g->jit_base): read from that
+** frame's link, which the trace has not changed. Returns 1 on success. */
+VM_INLINE int tl_base_caller(const struct vm_layout *lay, int safe, uintptr_t g,
+                             const struct vm_thread *th,
+                             const struct tl_place *pl, uintptr_t *pt,
+                             uint32_t *line)
+{
+  uintptr_t base, ret;
+  intptr_t link;
+  uint32_t pos, sizebc;
+  if (pl->base_ofs < 0 || !tl_jit_base(lay, safe, g, th, &base) ||
+      (base += TVALUE_SIZE * (uintptr_t)pl->base_ofs) >= th->limit ||
+      !vm_frame_link(lay, safe, base - TVALUE_SIZE, &link) || (link & 3) != 0)
+    return 0;
+  ret = vm_link_pc(lay, link);
+  if ((*pt = tl_proto_of_pc(lay, safe, ret - 4, &pos)) == 0 ||
+      !vm_u32(safe, *pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  return vm_proto_line(lay, safe, *pt, pos, sizebc, line);
 }
 
 /* ---- The hook's side: a cache of places (trace_lines.c) ----------------- */

@@ -498,6 +498,48 @@ end
     assert.is_true(seen > 1000, seen .. ' compiled events')
   end)
 
+  it('gives a built-in tail-called in a trace\'s base frame its caller\'s',
+    function()
+      if not tl.builtin_frames or not tl.after_returns or not tl.stacks then
+        pending('table.concat\'s helpers, jit.vmdef or the stacks of ' ..
+          'compiled code are not verified')
+        return
+      end
+      if not info.gc64 then
+        pending('only FR2 (GC64) snapshots say where their frames lie')
+        return
+      end
+      -- The side trace of join's loop runs join's tail call: join is its
+      -- base frame, and the interpreter's table.concat takes join's frame.
+      local code = [[
+local concat = table.concat
+local function join(t, n, i)
+  local buffer = { i }
+  for k = 1, n do buffer[k + 1] = t[k] end --@b
+  return concat(buffer, ',')
+end
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+local t = { 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h' }
+return function(n)
+  for i = 1, n do
+    keep[i % 64 + 1] = join(t, 8, i) --@c
+  end
+  return keep
+end
+]]
+      local opts = { trace_lines = 'exact', stack_depth = 8 }
+      local on = compiled_profile(code, { 'c' }, opts)
+      local off = profile(code, opts, false)
+      local line = line_of(code, 'c')
+      assert.is_true((on.count[line] or 0) > 1000, 'compiled events at the call')
+      assert.equal(off.bytes[line], on.bytes[line])
+      assert.same(stacks_at(off, line), stacks_at(on, line))
+      for key in pairs(stacks_at(on, line)) do
+        assert.equal('table.concat <- @tl_case.lua:' .. line, key)
+      end
+    end)
+
   it('gives string.format\'s string the built-in\'s frame', function()
     if not tl.format_frames then
       pending('string.format\'s helpers are not verified in this build')
