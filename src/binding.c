@@ -267,6 +267,30 @@ static int push_status(lua_State *L, enum life_status st)
 }
 
 /* memprof.start(path [, options]) -> true | nil, message, errno */
+/* An explicit trace_lines this build cannot do is refused, naming why
+** (the default falls back, and the profile's note says so). */
+static int trace_lines_supported(const struct vm_layout *lay,
+                                 const struct profile_options *o, char *msg,
+                                 size_t len)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  const char *why = NULL;
+  if ((o->trace_lines == TRACE_LINES_RESUME ||
+       o->trace_lines == TRACE_LINES_EXACT) &&
+      !tl->ok)
+    why = tl->why;
+  else if (o->trace_lines == TRACE_LINES_EXACT && !tl->prof_ok)
+    why = tl->prof_why;
+  if (why == NULL)
+    return 1;
+  snprintf(msg, len,
+           "option 'trace_lines' = '%s' is not supported by this build: %s "
+           "(memprof.info().trace_lines; false charges compiled code to its "
+           "trace's start)",
+           o->trace_lines == TRACE_LINES_EXACT ? "exact" : "resume", why);
+  return 0;
+}
+
 static int l_start(lua_State *L)
 {
   size_t len;
@@ -302,6 +326,8 @@ static int l_start(lua_State *L)
     snprintf(msg, sizeof(msg), "cannot verify this VM's layout: %s", error);
     return push_failure(L, msg, ENOTSUP);
   }
+  if (!trace_lines_supported(&layout, &opts, msg, sizeof(msg)))
+    return push_failure(L, msg, ENOTSUP);
   if (lifecycle_start(L, &s->profiles, &layout, &opts, path,
                       lua_upvalueindex(1), &err) != LIFE_OK) {
     char *file = lifecycle_file_name(path);

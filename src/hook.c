@@ -224,7 +224,18 @@ compiled_site(struct profiler *p, struct vm_site *site)
                          site->exit ? (int)exitno : -1,
                          (uintptr_t)__builtin_frame_address(0), s->trace_obj,
                          s->trace_cap, s->trace_frees);
-  return at_place(site, pl);
+  if (at_place(site, pl) != NULL && pl->tail_base) {
+    /* A built-in the outermost frame tail-called: its caller's event. */
+    struct vm_thread th;
+    uintptr_t pt;
+    uint32_t line;
+    if (vm_current_thread(&p->layout, 0, p->g + p->layout.g_cur_L, &th) &&
+        tl_base_caller(&p->layout, 0, p->g, &th, pl, &pt, &line)) {
+      site->addr = pt;
+      site->line = line;
+    }
+  }
+  return pl;
 }
 
 /* The fast path's part of compiled_site: a cached place only (loads, no
@@ -240,7 +251,7 @@ cached_site(struct profiler *p, const struct vm_layout *lay,
   pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
                        (uintptr_t)__builtin_frame_address(0),
                        s->trace_obj[site->traceno], s->trace_frees);
-  return at_place(site, pl);
+  return pl != NULL && pl->tail_base ? NULL : at_place(site, pl);
 }
 
 /* The stack of an event of compiled code: its place's frames, the
@@ -270,15 +281,24 @@ compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
   /* The walk's first frame is the base frame, already there with its
   ** line (its PC in the C frame is not the trace's). */
   if (vm_current_thread(&p->layout, 0, p->g + p->layout.g_cur_L, &th) &&
-      tl_jit_base(&p->layout, 0, p->g, &th, &base)) {
+      tl_jit_base(&p->layout, 0, p->g, &th, &base) &&
+      (base += TVALUE_SIZE * (uintptr_t)(pl->base_ofs > 0 ? pl->base_ofs : 0)) <
+          th.limit) {
     below = vm_walk_stack_at(&p->layout, 0, p->g + p->layout.g_cur_L, base, 0,
                              frames + n - 1, p->stack_depth - n + 1,
                              &p->stacks.walk, &e, &same);
     if (below > 0 && same)
       below = vm_walk_output(e, frames + n - 1);
-    if (below > 0 && frames[n - 1].obj == pl->frames[n - 1].obj)
+    if (below > 0 &&
+        (frames[n - 1].obj == pl->frames[n - 1].obj || pl->base_replaced))
       n += below - 1;
     frames[pl->nframes - 1] = pl->frames[pl->nframes - 1];
+    /* A built-in the outermost frame tail-called took that frame. */
+    if (pl->tail_base && below > 1 && n == pl->nframes + below - 1) {
+      memmove(frames + pl->nframes - 1, frames + pl->nframes,
+              (size_t)(n - pl->nframes) * sizeof(frames[0]));
+      n--;
+    }
   }
   return stacks_id(&p->stacks, &p->syms, &p->out, &p->layout, frames, n, err);
 }
@@ -907,6 +927,8 @@ int profiler_write_prologue(struct profiler *p)
   }
   if (p->extended && vm_heap_size(&p->layout, 0, p->g, &heap))
     write_note(p, NOTE_HEAP_AT_START, heap);
+  if (p->extended)
+    write_note(p, NOTE_COMPILED_CODE, p->attribution);
   if (p->timestamps) {
     p->clock_start = now_ns();
     mark_time(p, 1); /* Time 0. */

@@ -60,6 +60,7 @@
 #include "luajit.h"
 #include "profiler.h"
 #include "snapshot.h"
+#include "stream_format.h"
 #include "vm_inspect.h"
 #include "vm_learn.h"
 
@@ -345,6 +346,25 @@ static int trace_lines_mode(const struct vm_layout *lay,
   return mode;
 }
 
+/* The note of how events of compiled code are attributed (mode, as
+** trace_lines_mode chose it) and why, when that is not what was asked. */
+static uint8_t attribution_note(const struct vm_layout *lay,
+                                const struct profile_options *opts, int mode)
+{
+  int asked = opts->trace_lines, why = NOTE_WHY_ASKED;
+  if (asked == TRACE_LINES_DEFAULT)
+    asked = opts->sample_bytes > 0 ? TRACE_LINES_RESUME : TRACE_LINES_FULL;
+  if (mode != asked)
+    why = !lay->tl.ok
+              ? (lay->tl.no_mcofs ? NOTE_WHY_NO_MCOFS : NOTE_WHY_NOT_VERIFIED)
+              : NOTE_WHY_NO_PROF_MODE;
+  if (mode == TRACE_LINES_START)
+    return (uint8_t)(NOTE_COMPILED_AT_START + 4 * why);
+  return (uint8_t)((mode == TRACE_LINES_EXACT ? NOTE_COMPILED_EXACT
+                                              : NOTE_COMPILED_RESUME) +
+                   4 * why);
+}
+
 typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
 
 static int flush_in(lua_State *L)
@@ -377,8 +397,13 @@ static void flush_traces(lua_State *L, int collector)
 static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
 {
   int32_t *mode = (int32_t *)(p->g + p->layout.tl.g_prof_mode);
-  if (p->trace_lines != TRACE_LINES_EXACT || *mode != 0)
+  if (p->trace_lines != TRACE_LINES_EXACT)
     return;
+  if (*mode != 0) { /* Per-line snapshots only in the program's 'l'. */
+    if (*mode != 'l')
+      p->attribution = NOTE_COMPILED_RESUME + 4 * NOTE_WHY_PROGRAM_PROF;
+    return;
+  }
   *mode = 'l';
   p->prof_mode_set = 1;
   flush_traces(L, collector);
@@ -427,6 +452,7 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
     memset(p->layout.internal_kind, INTERNAL_UNKNOWN,
            sizeof(p->layout.internal_kind));
   p->trace_lines = trace_lines_mode(lay, opts);
+  p->attribution = attribution_note(lay, opts, p->trace_lines);
   if (opts->sample_bytes > 0)
     sampler_init(&p->sampler, opts->sample_bytes,
                  opts->has_seed ? opts->seed : sampler_default_seed());

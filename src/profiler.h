@@ -87,8 +87,9 @@ struct profiler {
 
   /* Compiled code by line (the start option trace_lines). */
   struct trace_lines tlines;
-  int trace_lines;   /* TRACE_LINES_* (lifecycle.h). */
-  int prof_mode_set; /* We set J->prof_mode to 'l' ('exact'). */
+  int trace_lines;     /* TRACE_LINES_* (lifecycle.h). */
+  int prof_mode_set;   /* We set J->prof_mode to 'l' ('exact'). */
+  uint8_t attribution; /* The value of NOTE_COMPILED_CODE. */
 
   /* The totals since start that memprof.stats() reads. */
   struct profile_stats stats;

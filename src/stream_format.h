@@ -42,6 +42,17 @@
 #define RECORD_NOTE 0x1C
 #define NOTE_HEAP_AT_START 1
 #define NOTE_COLLECTED_AT_STOP 2
+/* How events of compiled code are attributed: NOTE_COMPILED_* plus 4 times
+** why (NOTE_WHY_*), right after the heap at start. */
+#define NOTE_COMPILED_CODE 3
+#define NOTE_COMPILED_AT_START 0 /* The trace's start. */
+#define NOTE_COMPILED_RESUME 1   /* The snapshot's resume point. */
+#define NOTE_COMPILED_EXACT 2    /* Per-line snapshots. */
+#define NOTE_WHY_ASKED 0         /* As the option (or its default) says. */
+#define NOTE_WHY_NO_MCOFS 1      /* The build's snapshots have no mcofs. */
+#define NOTE_WHY_NOT_VERIFIED 2  /* Another check of the calibration. */
+#define NOTE_WHY_NO_PROF_MODE 3  /* J->prof_mode was not found. */
+#define NOTE_WHY_PROGRAM_PROF 4  /* The program runs LuaJIT's profiler. */
 #define RECORD_STACK 0x14
 #define RECORD_TIME 0x18
 

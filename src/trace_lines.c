@@ -213,7 +213,8 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     return NULL;
   if (exitno < 0) {
     uintptr_t target = tl_call_target(0, ret, mcode);
-    if (!tl_after_return(lay, 0, T, snap, sn, &s->place))
+    if (!tl_loop_newkey(lay, 0, T, snap, sn, target, &s->place) &&
+        !tl_after_return(lay, 0, T, snap, sn, &s->place))
       tl_store_after_return(lay, 0, target, &s->place);
     tl_builtin_frame(lay, 0, T, snap, sn, target, &s->place);
   }

@@ -53,6 +53,16 @@ struct tl_place {
   struct vm_raw_frame frames[TL_MAX_FRAMES];
   uint32_t stack_id; /* Of these frames in the stream, 0 until known
                         (stack ids stay valid for the whole stream). */
+  /* The outermost frame's base, in slots above the trace's base frame's
+  ** (g->jit_base): a frame a stitched trace began in lies above it; -1
+  ** if not known (then the outermost frame is taken to be the base's). */
+  int16_t base_ofs;
+  /* The trace replaced the outermost frame's function by a tail call: the
+  ** stack's slot still holds the function called before. */
+  uint8_t base_replaced;
+  /* frames[0] is a built-in that the outermost frame tail-called: the
+  ** event is that frame's caller's (see tl_tail_builtin). */
+  uint8_t tail_base;
 };
 
 /* The prototype whose bytecode holds pc: the nearest function header at
@@ -255,7 +265,7 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
 {
   const struct vm_trace_layout *tl = &lay->tl;
   uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, map, pc, pt;
-  uint32_t mapofs, nsnapmap, end, pos, sizebc, k, depth = 0, e;
+  uint32_t mapofs, nsnapmap, end, pos, sizebc, k, depth = 0, e, cur = 0;
   uint16_t nsnap;
   uint8_t nent;
   if (!vm_u32(safe, s + tl->snap_mapofs, &mapofs) ||
@@ -277,6 +287,7 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
     if (!vm_u64(safe, map + 4 * (uintptr_t)nent, &w))
       return 0;
     pc = (uintptr_t)(w >> 8);
+    cur = (uint32_t)(w & 0xff) + 2; /* The innermost frame's base slot. */
   } else {
     uint32_t w;
     if (!vm_u32(safe, map + 4 * (uintptr_t)nent, &w))
@@ -292,30 +303,56 @@ VM_INLINE int tl_snapshot_place(const struct vm_layout *lay, int safe,
   pl->frames[0].pc = pc + 4;
   pl->frames[0].ffid = FFID_LUA;
   pl->nframes = 1;
+  pl->base_ofs = 0;
+  pl->base_replaced = 0;
+  pl->tail_base = 0;
   /* The inlined callers, innermost first; the chain ends at the first
-  ** frame that is not a Lua call (a continuation, a vararg frame). */
+  ** frame that is not a Lua call (a continuation, a vararg frame). With
+  ** FR2 each frame's base slot follows from its callee's and the call's
+  ** A operand (the link of the frame based at slot b is at b - 1), and an
+  ** entry for the outermost frame's function slot (two below its base) is
+  ** a tail call made there; without FR2, one for slot 0 is (the base
+  ** frame's slot), and the outermost frame is taken to be the base's. */
   if (lay->fr2) {
+    int whole = 1, known = 1;
     for (k = nent; k-- > 0;) {
       uintptr_t link;
+      uint32_t call;
       if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
         return 0;
-      if (!(e & TL_SNAP_FRAME) || (e >> 24) < 2)
+      if (!whole || !(e & TL_SNAP_FRAME) || (e >> 24) < 2)
         continue;
       if (!tl_fr2_link(lay, safe, T, e, &link) ||
-          !tl_add_caller(lay, safe, pl, link))
-        break;
+          !tl_add_caller(lay, safe, pl, link)) {
+        whole = 0;
+        continue;
+      }
+      known = known && (e >> 24) + 1 == cur && vm_u32(safe, link - 4, &call) &&
+              cur >= 4 + ((call >> 8) & 0xff);
+      if (known)
+        cur -= 2 + ((call >> 8) & 0xff);
+    }
+    pl->base_ofs = (int16_t)(whole && known ? (int)cur - 2 : -1);
+    for (k = 0; pl->base_ofs >= 0 && k < nent; k++) {
+      if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
+        return 0;
+      if ((e >> 24) == cur - 2)
+        pl->base_replaced = 1;
     }
   } else {
+    int base = 0;
     for (k = 0; k < nent; k++) {
       if (!vm_u32(safe, map + 4 * (uintptr_t)k, &e))
         return 0;
       depth += (e & (TL_SNAP_FRAME | TL_SNAP_CONT)) && (e >> 24) != 0;
+      base |= (e & TL_SNAP_FRAME) && (e >> 24) == 0;
     }
     for (k = 0; k < depth && mapofs + nent + 1 + k < end; k++) {
       if (!vm_u32(safe, map + 4 * ((uintptr_t)nent + 1 + k), &e) ||
           !tl_add_caller(lay, safe, pl, e))
         break;
     }
+    pl->base_replaced = (uint8_t)(k == depth && base);
   }
   return 1;
 }
@@ -361,7 +398,9 @@ enum {
   TL_BC_STOP = 0, /* Anything else: a branch, a loop, a closure... */
   TL_BC_QUIET,    /* Moves and constants: no call, no allocation. */
   TL_BC_EFFECT,   /* Straight on, but may call a helper or a metamethod. */
-  TL_BC_RETURN    /* RET, RET0, RET1, RETM. */
+  TL_BC_RETURN,   /* RET, RET0, RET1, RETM. */
+  TL_BC_CALL,     /* CALL, CALLM: straight on once the callee returns. */
+  TL_BC_TAILCALL  /* CALLT, CALLMT: the callee takes the caller's frame. */
 };
 
 /* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
@@ -553,7 +592,8 @@ VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
     kind = tl->bc_kind[op];
     if (kind == TL_BC_QUIET)
       continue;
-    if (kind != TL_BC_EFFECT || (first != 0 && l != line))
+    if ((kind != TL_BC_EFFECT && kind != TL_BC_CALL) ||
+        (first != 0 && l != line))
       return 0;
     if (first == 0) {
       first = pc;
@@ -569,6 +609,134 @@ VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
   pl->frames[0].pc = first + 4;
   pl->pt = pt;
   pl->line = line;
+  return 1;
+}
+
+/* IR instructions scanned back from a snapshot to the trace's LOOP. */
+#define TL_MAX_LOOP_SCAN 4096
+
+/* Snapshot i's first IR reference and the word of its PC (with FR2 the
+** PC and base slot, else the PC). Returns 1 on success. */
+VM_INLINE int tl_snap_key(const struct vm_layout *lay, int safe, uintptr_t T,
+                          uintptr_t snap, uint32_t i, uint16_t *ref,
+                          uint64_t *pcword)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = snap + (uintptr_t)i * tl->snap_size, map;
+  uint32_t mapofs, w;
+  uint8_t nent;
+  if (!vm_u16(safe, s + tl->snap_ref, ref) ||
+      !vm_u32(safe, s + tl->snap_mapofs, &mapofs) ||
+      !vm_u8(safe, s + tl->snap_nent, &nent) ||
+      !vm_ptr(safe, T + tl->tr_snapmap, &map))
+    return 0;
+  map += 4 * ((uintptr_t)mapofs + nent);
+  if (lay->fr2)
+    return vm_u64(safe, map, pcword);
+  if (!vm_u32(safe, map, &w))
+    return 0;
+  *pcword = w;
+  return 1;
+}
+
+/* The IR instructions of op `o` in [from, to): their number (stopping at
+** 2), the first's reference in *at. -1 if unreadable. */
+VM_INLINE int tl_count_op(int safe, uintptr_t ir, uint32_t from, uint32_t to,
+                          uint8_t o, uint32_t *at)
+{
+  uint32_t ref;
+  uint16_t op1, op2;
+  uint8_t x;
+  int n = 0;
+  if (to < from || to - from > TL_MAX_REGION)
+    return -1;
+  for (ref = from; ref < to && n < 2; ref++) {
+    if (!tl_ir_ins(safe, ir, ref, &x, &op1, &op2))
+      return -1;
+    if (x == o && n++ == 0)
+      *at = ref;
+  }
+  return n;
+}
+
+/*
+** A new key stored in the copied body of a loop (after IR LOOP): LuaJIT's
+** loop optimisation drops a copied snapshot that no guard follows, the
+** per-line one of the store too, so its region can be the snapshot of an
+** earlier line. The body is a copy of the first pass, in order, and each
+** snapshot kept is a copy of one there (the same PC): when the call went
+** to lj_tab_newkey, the region holds one NEWREF, and the first pass
+** between the copies' sources holds one too, the event is charged to the
+** first pass's snapshot of that NEWREF. Bounded scans of live IR; returns
+** 1 if the place moved.
+*/
+VM_INLINE int tl_loop_newkey(const struct vm_layout *lay, int safe, uintptr_t T,
+                             uintptr_t snap, int sn, uintptr_t target,
+                             struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  struct tl_place first;
+  uintptr_t ir;
+  uint64_t w1, w2, w;
+  uint32_t loop, r, at, i, j, k, j2;
+  uint16_t nsnap, from, to, ref, ref_j;
+  uint16_t op1, op2;
+  uint8_t o;
+  int f;
+  if (!tl->after_ok || !tl->newkey_ok || target != tl->newkey ||
+      tl->ir_loop == 0xff || !vm_u16(safe, T + tl->tr_nsnap, &nsnap) ||
+      (uint32_t)sn + 1 >= nsnap || !vm_ptr(safe, T + tl->tr_ir, &ir) ||
+      ir == 0 || !tl_snap_key(lay, safe, T, snap, (uint32_t)sn, &from, &w1) ||
+      !tl_snap_key(lay, safe, T, snap, (uint32_t)sn + 1, &to, &w2) ||
+      from <= TL_REF_BIAS || from - TL_REF_BIAS > TL_MAX_LOOP_SCAN)
+    return 0;
+  for (loop = from; --loop > TL_REF_BIAS;) {
+    if (!tl_ir_ins(safe, ir, loop, &o, &op1, &op2))
+      return 0;
+    if (o == tl->ir_loop)
+      break;
+  }
+  if (loop == TL_REF_BIAS ||
+      tl_count_op(safe, ir, from, to, tl->ir_newref, &at) != 1)
+    return 0;
+  /* The copies' sources: the last snapshot of the first pass with sn's PC
+  ** that a later one with sn + 1's PC follows. */
+  for (j = (uint32_t)sn; j-- > 0;) {
+    if (!tl_snap_key(lay, safe, T, snap, j, &ref_j, &w))
+      return 0;
+    if (ref_j >= loop || w != w1)
+      continue;
+    for (j2 = j + 1; j2 < (uint32_t)sn; j2++) {
+      if (!tl_snap_key(lay, safe, T, snap, j2, &ref, &w))
+        return 0;
+      if (ref >= loop)
+        break;
+      if (w == w2)
+        break;
+    }
+    if (j2 < (uint32_t)sn && ref < loop && w == w2)
+      break;
+  }
+  if (j == (uint32_t)-1 ||
+      tl_count_op(safe, ir, ref_j, ref, tl->ir_newref, &r) != 1)
+    return 0;
+  /* The first pass's snapshot of that NEWREF: the last at or before it. */
+  for (k = j, i = j + 1; i < j2; i++) {
+    if (!tl_snap_key(lay, safe, T, snap, i, &ref, &w))
+      return 0;
+    if (ref <= r)
+      k = i;
+  }
+  if (k == j || !tl_snapshot_place(lay, safe, T, snap, (int)k, &first) ||
+      first.nframes < pl->nframes)
+    return 0;
+  /* It runs in the same frames, or in callees inlined above them. */
+  for (f = 1; f <= pl->nframes - 1; f++)
+    if (first.frames[first.nframes - f].obj != pl->frames[pl->nframes - f].obj)
+      return 0;
+  (void)at;
+  first.stack_id = pl->stack_id;
+  *pl = first;
   return 1;
 }
 
@@ -622,6 +790,59 @@ VM_INLINE int tl_format_string(const struct vm_trace_layout *tl, int safe,
 }
 
 /*
+** A built-in called by a tail call (`return table.concat(t)`) takes its
+** caller's frame in the interpreter: the event is then the caller's
+** caller's, at its call. Proven when, from the place's PC on its line,
+** the first call is a tail call and the place has an inlined caller.
+** When the caller is the outermost frame, whose caller lies below and is
+** known only event by event, the frame is added as for a call and
+** `tail_base` set: the hook's full path then charges the event to that
+** frame's caller and drops the caller's frame from the stack. Returns 1
+** if frame 0 became the built-in's, with its caller's place. Bounded
+** scan of live bytecode.
+*/
+VM_INLINE int tl_tail_builtin(const struct vm_layout *lay, int safe,
+                              struct tl_place *pl, uint8_t ffid)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t pt = pl->frames[0].obj, pc, end, caller;
+  uint32_t sizebc, k, l, pos;
+  uint8_t op, kind = TL_BC_STOP;
+  if (!tl->after_ok || (pl->nframes < 2 && (pl->base_ofs < 0 || !lay->fr2)) ||
+      !vm_u32(safe, pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  end = pt + lay->pt_size + 4 * (uintptr_t)sizebc;
+  for (pc = pl->frames[0].pc - 4, k = 0; k < TL_MAX_AFTER && pc < end;
+       k++, pc += 4) {
+    pos = (uint32_t)((pc - (pt + lay->pt_size)) / 4);
+    if (!vm_u8(safe, pc, &op) ||
+        !vm_proto_line(lay, safe, pt, pos, sizebc, &l) || l != pl->line)
+      return 0;
+    kind = tl->bc_kind[op];
+    if (kind != TL_BC_QUIET && kind != TL_BC_EFFECT)
+      break;
+  }
+  if (kind != TL_BC_TAILCALL)
+    return 0;
+  if (pl->nframes < 2) {
+    pl->tail_base = 1;
+    return 0;
+  }
+  caller = pl->frames[1].obj;
+  if (!vm_u32(safe, caller + lay->pt_sizebc, &sizebc))
+    return 0;
+  pos = (uint32_t)((pl->frames[1].pc - 4 - (caller + lay->pt_size)) / 4);
+  if (!vm_proto_line(lay, safe, caller, pos, sizebc, &l))
+    return 0;
+  pl->frames[0].obj = BUILTIN_ADDR(ffid);
+  pl->frames[0].pc = 0;
+  pl->frames[0].ffid = ffid;
+  pl->pt = caller;
+  pl->line = l;
+  return 1;
+}
+
+/*
 ** A built-in's frame for an event of compiled code, where the call proves
 ** which built-in made it: compiled code calls the helpers of a built-in it
 ** runs inline, while the interpreter's stack holds the built-in's frame
@@ -670,6 +891,8 @@ VM_INLINE void tl_builtin_frame(const struct vm_layout *lay, int safe,
     if (formats > 0)
       ffid = tl->format_ffid;
   }
+  if (tl_tail_builtin(lay, safe, pl, ffid))
+    return;
   for (i = pl->nframes; i > 0; i--)
     pl->frames[i] = pl->frames[i - 1];
   pl->frames[0].obj = BUILTIN_ADDR(ffid);
@@ -716,6 +939,28 @@ VM_INLINE uintptr_t tl_locate(const struct vm_layout *lay, int safe,
   *ret = tl_return_address(lay, safe, g, T, low, mcode);
   return *ret != 0 ? T : 0;
 #endif
+}
+
+/* The Lua function and line that called the outermost frame of place pl
+** (at pl->base_ofs above the trace's base, g->jit_base): read from that
+** frame's link, which the trace has not changed. Returns 1 on success. */
+VM_INLINE int tl_base_caller(const struct vm_layout *lay, int safe, uintptr_t g,
+                             const struct vm_thread *th,
+                             const struct tl_place *pl, uintptr_t *pt,
+                             uint32_t *line)
+{
+  uintptr_t base, ret;
+  intptr_t link;
+  uint32_t pos, sizebc;
+  if (pl->base_ofs < 0 || !tl_jit_base(lay, safe, g, th, &base) ||
+      (base += TVALUE_SIZE * (uintptr_t)pl->base_ofs) >= th->limit ||
+      !vm_frame_link(lay, safe, base - TVALUE_SIZE, &link) || (link & 3) != 0)
+    return 0;
+  ret = vm_link_pc(lay, link);
+  if ((*pt = tl_proto_of_pc(lay, safe, ret - 4, &pos)) == 0 ||
+      !vm_u32(safe, *pt + lay->pt_sizebc, &sizebc))
+    return 0;
+  return vm_proto_line(lay, safe, *pt, pos, sizebc, line);
 }
 
 /* ---- The hook's side: a cache of places (trace_lines.c) ----------------- */

@@ -444,9 +444,10 @@ struct vm_walk_entry {
   uintptr_t top_pc;          /* The top frame's PC in that walk. */
   int top_step;              /* The step whose PC is read afresh, or -1. */
   int frames;                /* The number of frames the walk returned. */
-  int count;                 /* Steps; 0: the entry is empty. */
-  unsigned used;             /* When it was last used (cache.clock). */
-  uint32_t stack_id;         /* The hook's id for its stack, 0: none yet. */
+  int max; /* The most it could return (a walk cut there is no other max's). */
+  int count;         /* Steps; 0: the entry is empty. */
+  unsigned used;     /* When it was last used (cache.clock). */
+  uint32_t stack_id; /* The hook's id for its stack, 0: none yet. */
   struct vm_walk_step step[MAX_WALK_STEPS];
 };
 
@@ -585,13 +586,13 @@ VM_INLINE int vm_walk_output(const struct vm_walk_entry *e,
 /* The entry that holds the current stack unchanged, or NULL. */
 VM_INLINE struct vm_walk_entry *
 vm_walk_find(const struct vm_layout *lay, int safe, struct vm_walk_cache *cache,
-             const struct vm_thread *th, uintptr_t frame)
+             const struct vm_thread *th, uintptr_t frame, int max)
 {
   int i;
   for (i = 0; i < VM_WALK_WAYS; i++) {
     struct vm_walk_entry *e = &cache->entry[(cache->last + i) % VM_WALK_WAYS];
-    if (e->count > 0 && e->step[0].frame == frame && e->L == th->L &&
-        e->stack == th->stack && e->limit == th->limit &&
+    if (e->count > 0 && e->max == max && e->step[0].frame == frame &&
+        e->L == th->L && e->stack == th->stack && e->limit == th->limit &&
         vm_walk_same_steps(lay, safe, e, frame))
       return e;
   }
@@ -657,7 +658,7 @@ VM_INLINE int vm_walk_stack_at(const struct vm_layout *lay, int safe,
     th.base = base;
   frame = th.base - TVALUE_SIZE;
   cache->clock++;
-  if ((e = vm_walk_find(lay, safe, cache, &th, frame)) != NULL) {
+  if ((e = vm_walk_find(lay, safe, cache, &th, frame, max)) != NULL) {
     uintptr_t top_pc = e->top_step >= 0 ? vm_top_pc(lay, safe, &th) : 0;
     cache->last = (int)(e - cache->entry);
     e->used = cache->clock;
@@ -712,6 +713,7 @@ VM_INLINE int vm_walk_stack_at(const struct vm_layout *lay, int safe,
   }
   e->count = k;
   e->frames = n;
+  e->max = max;
   e->top_pc = e->top_step >= 0 ? vm_top_pc(lay, safe, &th) : 0;
   e->used = cache->clock;
   cache->last = (int)(e - cache->entry);

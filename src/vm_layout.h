@@ -48,6 +48,7 @@ enum vm_internal_kind {
 struct vm_trace_layout {
   int ok;        /* Every check passed, the known-answer run too. */
   char why[160]; /* Why not, when !ok (for memprof.info()). */
+  int no_mcofs;  /* !ok because SnapShot has no mcofs (before 2021-03). */
   int prof_ok;   /* J->prof_mode was found (the 'exact' mode). */
   char prof_why[96];
   uint16_t g_prof_mode; /* J->prof_mode (int), from g. */
@@ -86,6 +87,9 @@ struct vm_trace_layout {
   int after_ok;
   uint8_t ir_prof;
   uint8_t bc_kind[256];
+  /* A new key stored in a loop's copied body (trace_lines.h): the IR ops
+  ** LOOP and NEWREF, 0xff where jit.vmdef does not name them. */
+  uint8_t ir_loop, ir_newref;
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

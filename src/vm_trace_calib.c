@@ -743,6 +743,7 @@ static int find_snapshots(struct tlc *t)
               tl->snap_nent = (uint8_t)no;
               tl->snap_ref = (uint8_t)ro;
               if (size < 12) {
+                tl->no_mcofs = tl->why[0] == '\0';
                 tl_fail(tl,
                         "no snapshot offsets in this build (before 2021-03): "
                         "SnapShot is %d bytes, without mcofs",
@@ -782,6 +783,7 @@ static int find_snapshots(struct tlc *t)
                     return 1;
                   }
                 }
+                tl->no_mcofs = tl->why[0] == '\0';
                 tl_fail(tl,
                         "no snapshot offsets in this build (before 2021-03): "
                         "no field of SnapShot (%d bytes) holds machine code "
@@ -1528,14 +1530,16 @@ static int vmdef_bc(lua_State *L, int vmdef, const char *name)
 /* The kinds of the bytecode ops walked (trace_lines.h, TL_BC_*), by their
 ** names in jit.vmdef: those that run straight on without calling, those
 ** that run straight on but may call (a helper, a built-in, a metamethod),
-** and returns. Every other op stops a walk. */
+** calls, tail calls and returns. Every other op stops a walk. */
 static const char *const quiet_ops[] = {"MOV",  "KSTR", "KSHORT", "KNUM",
                                         "KPRI", "KNIL", "UGET"};
 static const char *const effect_ops[] = {
     "NOT",   "UNM",   "LEN",   "ADDVN", "SUBVN", "MULVN", "DIVVN", "MODVN",
     "ADDNV", "SUBNV", "MULNV", "DIVNV", "MODNV", "ADDVV", "SUBVV", "MULVV",
     "DIVVV", "MODVV", "POW",   "CAT",   "TNEW",  "TDUP",  "GGET",  "GSET",
-    "TGETV", "TGETS", "TGETB", "TSETV", "TSETS", "TSETB", "CALL",  "CALLM"};
+    "TGETV", "TGETS", "TGETB", "TSETV", "TSETS", "TSETB"};
+static const char *const call_ops[] = {"CALL", "CALLM"};
+static const char *const tail_ops[] = {"CALLT", "CALLMT"};
 static const char *const return_ops[] = {"RET", "RET0", "RET1", "RETM"};
 
 static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
@@ -1558,8 +1562,9 @@ static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
 static void find_after_return(lua_State *L, struct tlc *t)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
-  int top = lua_gettop(L), vmdef, prof;
+  int top = lua_gettop(L), vmdef, prof, loop, newref;
   memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
+  tl->ir_loop = tl->ir_newref = 0xff;
   if (tl->bc_mov == 0 || !push_vmdef(L, t))
     return;
   vmdef = lua_gettop(L);
@@ -1577,11 +1582,19 @@ static void find_after_return(lua_State *L, struct tlc *t)
                  sizeof(quiet_ops) / sizeof(quiet_ops[0]), TL_BC_QUIET) ||
       !set_kinds(L, vmdef, tl, effect_ops,
                  sizeof(effect_ops) / sizeof(effect_ops[0]), TL_BC_EFFECT) ||
+      !set_kinds(L, vmdef, tl, call_ops, sizeof(call_ops) / sizeof(call_ops[0]),
+                 TL_BC_CALL) ||
+      !set_kinds(L, vmdef, tl, tail_ops, sizeof(tail_ops) / sizeof(tail_ops[0]),
+                 TL_BC_TAILCALL) ||
       !set_kinds(L, vmdef, tl, return_ops,
                  sizeof(return_ops) / sizeof(return_ops[0]), TL_BC_RETURN))
     goto done;
   /* (Without PROF no trace has per-line snapshots: 0xff is no op.) */
   tl->ir_prof = prof < 0 ? 0xff : (uint8_t)prof;
+  loop = vmdef_op(L, vmdef, "LOOP");
+  newref = vmdef_op(L, vmdef, "NEWREF");
+  tl->ir_loop = loop < 0 || newref < 0 ? 0xff : (uint8_t)loop;
+  tl->ir_newref = loop < 0 || newref < 0 ? 0xff : (uint8_t)newref;
   tl->after_ok = 1;
 done:
   if (!tl->after_ok)

@@ -162,7 +162,7 @@ end
 
 -- A note (extended format): B.HEAP_AT_START or B.COLLECTED_AT_STOP, and
 -- the heap's size in bytes.
-B.HEAP_AT_START, B.COLLECTED_AT_STOP = 1, 2
+B.HEAP_AT_START, B.COLLECTED_AT_STOP, B.COMPILED_CODE = 1, 2, 3
 function Builder:note(kind, bytes)
   return self:raw(char(0x1c)):numbers(kind, bytes)
 end

@@ -52,6 +52,8 @@ local function read(path)
       r.exit_internal = r.exit_internal + 1
     end
   end
+  r.compiled_code = stream.compiled_code
+  r.compiled_bytes = stream.compiled_bytes
   os.remove(path)
   return r
 end
@@ -177,6 +179,37 @@ if not tl.resume then
       assert.is_true(r.trace_sites > 0, 'events at trace starts')
       assert.is_nil(next(r.compiled))
     end)
+
+    it('refuses an explicit trace_lines it cannot do, naming why', function()
+      for _, mode in ipairs({ 'exact', 'resume' }) do
+        local path = h.tmpname()
+        local ok, err, code = memprof.start(path, { trace_lines = mode })
+        assert.is_nil(ok)
+        assert.equal(("option 'trace_lines' = '%s' is not supported by " ..
+          'this build: %s (memprof.info().trace_lines; false charges ' ..
+          "compiled code to its trace's start)"):format(mode, tl.why), err)
+        assert.is_number(code)
+        assert.is_nil(io.open(path))
+      end
+    end)
+
+    it('says in the profile and its report why events are at trace starts',
+      function()
+        local code = case('    keep[i % 64 + 1] = {i, i} --@t\n')
+        local r = profile(code, { stack_depth = 2 }, true)
+        local why = tl.why:find('no snapshot offsets', 1, true) and
+          'no_mcofs' or 'not_verified'
+        assert.same({ mode = 'start', why = why }, r.compiled_code)
+        local layout = require('memprof.report.layout')
+        local note = layout.compiled_note(r)
+        assert.truthy(note:find('^Compiled code: its allocations are ' ..
+          'charged to the start of their trace %(the TRACE rows%), as '), note)
+        if why == 'no_mcofs' then
+          assert.truthy(note:find('Tarantool 2.6 and 2.11', 1, true), note)
+        end
+        r = profile(code, { stack_depth = 2, trace_lines = false }, true)
+        assert.same({ mode = 'start', why = 'asked' }, r.compiled_code)
+      end)
   end)
   return
 end
@@ -305,6 +338,122 @@ describe('compiled code by line', function()
     return on
   end
 
+  it('gives a tail-called function at a trace\'s base its callers', function()
+    -- The trace stitched after string.find starts in `outer`, whose frame
+    -- the tail call gives to `inner`: the stack's slot still holds outer.
+    local code = [[
+local find = string.find
+local function inner(i)
+  return { i } --@t
+end
+local function outer(i)
+  local at = find('a b', '%s')
+  return inner(i + at)
+end
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+return function(n)
+  for i = 1, n do
+    keep[i % 64 + 1] = outer(i) --@call
+  end
+  return keep
+end
+]]
+    local on = same_stacks(code, { 't' })
+    local line = line_of(code, 't')
+    for key in pairs(stacks_at(on, line, true)) do
+      assert.equal(('@tl_case.lua:%d <- @tl_case.lua:%d'):format(line,
+        line_of(code, 'call')), key)
+    end
+  end)
+
+  it('charges a new key stored in a loop\'s copied body to the store',
+    function()
+      if not tl.after_returns or not tl.stores_after_calls then
+        pending('jit.vmdef or lj_tab_newkey is not known in this build')
+        return
+      end
+      -- The loop's body, copied, keeps no snapshot for the store of the
+      -- inlined recursive call: its region was the comparison's.
+      local code = [[
+local function infer(def, read_only)
+  local deep = not def.other or read_only
+  if def.fields then
+    for _, field in pairs(def.fields) do
+      local ro = read_only
+      if field.read_only ~= nil then --@cmp
+        ro = field.read_only
+      end
+      infer(field, ro)
+      deep = deep and ro and field.deep
+    end
+  end
+  if deep then
+    def.deep = true --@store
+  end
+end
+return function(n)
+  local keep
+  for i = 1, n / 30 do
+    local fields = {} --@list
+    for k = 1, 30 do
+      fields['f' .. k] = {} --@leaf
+    end
+    local def = { fields = fields } --@def
+    infer(def, true)
+    keep = def
+  end
+  return keep
+end
+]]
+      local opts = { trace_lines = 'exact', stack_depth = 8 }
+      local on = compiled_profile(code, { 'store' }, opts)
+      local off = profile(code, opts, false)
+      local store = line_of(code, 'store')
+      assert.is_nil(on.compiled[line_of(code, 'cmp')])
+      assert.is_true(on.count[store] > 1000)
+      assert.equal(off.bytes[store], on.bytes[store])
+      assert.same(stacks_at(off, store), stacks_at(on, store))
+    end)
+
+  it('cuts the stacks of compiled code at stack_depth', function()
+    -- A walk of the frames below a trace was cut at another depth than
+    -- the interpreter's, and each reused the other's.
+    local code = [[
+local function build(d)
+  if d == 0 then return { 0 } end --@leaf
+  local t = { build(d - 1), d } --@t
+  return t
+end
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+return function(n)
+  for i = 1, n do
+    keep[i % 64 + 1] = build(6)
+  end
+  return keep
+end
+]]
+    for _, depth in ipairs({ 2, 4, 8 }) do
+      local on = compiled_profile(code, { 't', 'leaf' },
+        { trace_lines = 'exact', stack_depth = depth })
+      local off = profile(code, { trace_lines = 'exact', stack_depth = depth },
+        false)
+      local deepest, compiled = 0, 0
+      for _, ev in ipairs(on.events) do
+        deepest = math.max(deepest, #ev.stack.frames)
+        compiled = compiled + (ev.trace and 1 or 0)
+      end
+      assert.is_true(compiled > 1000, compiled .. ' compiled events')
+      assert.equal(depth, deepest)
+      for _, tag in ipairs({ 't', 'leaf' }) do
+        local line = line_of(code, tag)
+        local all_on, all_off = stacks_at(on, line), stacks_at(off, line)
+        assert.same(all_off, all_on, tag .. ' at depth ' .. depth)
+      end
+    end
+  end)
+
   it('gives table.concat\'s string the built-in\'s frame', function()
     if not tl.builtin_frames then
       pending('table.concat\'s helpers are not verified in this build')
@@ -323,6 +472,73 @@ describe('compiled code by line', function()
       assert.is_nil(key:find('table.concat', 1, true), key)
     end
   end)
+
+  it('gives a built-in called by a tail call its caller\'s frame', function()
+    if not tl.builtin_frames or not tl.after_returns then
+      pending('table.concat\'s helpers or jit.vmdef are not verified')
+      return
+    end
+    -- The interpreter's table.concat takes the frame of `join`, which
+    -- returns its call: the string is the loop's line's, as its stack.
+    local code = case([[
+    local t = {i, i + 1} --@t
+    keep[i % 64 + 1] = t
+    keep[(i + 1) % 64 + 1] = join(t) --@c
+]], "local concat = table.concat\n" ..
+      "local function join(t) return concat(t, ',') end\n")
+    local on = same_stacks(code, { 't', 'c' })
+    local line, seen = line_of(code, 'c'), 0
+    for _, ev in ipairs(on.events) do
+      if ev.trace and ev.line == line then
+        assert.equal('table.concat', ev.stack.frames[1].name)
+        assert.equal('@tl_case.lua:' .. line, ev.stack.frames[2].name)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 1000, seen .. ' compiled events')
+  end)
+
+  it('gives a built-in tail-called in a trace\'s base frame its caller\'s',
+    function()
+      if not tl.builtin_frames or not tl.after_returns or not tl.stacks then
+        pending('table.concat\'s helpers, jit.vmdef or the stacks of ' ..
+          'compiled code are not verified')
+        return
+      end
+      if not info.gc64 then
+        pending('only FR2 (GC64) snapshots say where their frames lie')
+        return
+      end
+      -- The side trace of join's loop runs join's tail call: join is its
+      -- base frame, and the interpreter's table.concat takes join's frame.
+      local code = [[
+local concat = table.concat
+local function join(t, n, i)
+  local buffer = { i }
+  for k = 1, n do buffer[k + 1] = t[k] end --@b
+  return concat(buffer, ',')
+end
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+local t = { 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h' }
+return function(n)
+  for i = 1, n do
+    keep[i % 64 + 1] = join(t, 8, i) --@c
+  end
+  return keep
+end
+]]
+      local opts = { trace_lines = 'exact', stack_depth = 8 }
+      local on = compiled_profile(code, { 'c' }, opts)
+      local off = profile(code, opts, false)
+      local line = line_of(code, 'c')
+      assert.is_true((on.count[line] or 0) > 1000, 'compiled events at the call')
+      assert.equal(off.bytes[line], on.bytes[line])
+      assert.same(stacks_at(off, line), stacks_at(on, line))
+      for key in pairs(stacks_at(on, line)) do
+        assert.equal('table.concat <- @tl_case.lua:' .. line, key)
+      end
+    end)
 
   it('gives string.format\'s string the built-in\'s frame', function()
     if not tl.format_frames then
@@ -579,6 +795,32 @@ end
       { trace_lines = false, timestamps = true }, true)
     assert.is_nil(next(r.compiled))
     assert.is_true(r.trace_sites > 1000)
+  end)
+
+  it('says in the profile how compiled code was attributed', function()
+    local layout = require('memprof.report.layout')
+    local code = case('    keep[i % 64 + 1] = {i, i} --@t\n')
+    local r = compiled_profile(code, { 't' }, { timestamps = true })
+    assert.same({ mode = tl.exact and 'exact' or 'resume',
+      why = tl.exact and 'asked' or 'no_prof_mode' }, r.compiled_code)
+    assert.is_true(r.compiled_bytes > 0)
+    if tl.exact then
+      assert.equal('Compiled code: its allocations are charged to their ' ..
+        "lines and inlined frames (trace_lines 'exact').",
+        layout.compiled_note(r))
+    end
+    r = profile(code, { timestamps = true, trace_lines = 'resume' }, true)
+    assert.same({ mode = 'resume', why = 'asked' }, r.compiled_code)
+    r = profile(code, { timestamps = true, sample_bytes = 64 }, true)
+    assert.same({ mode = 'resume', why = 'asked' }, r.compiled_code)
+    r = profile(code, { timestamps = true, trace_lines = false }, true)
+    assert.same({ mode = 'start', why = 'asked' }, r.compiled_code)
+    assert.equal('Compiled code: its allocations are charged to the start ' ..
+      'of their trace (the TRACE rows) (trace_lines = false).',
+      layout.compiled_note(r))
+    r = profile(code, nil, true)
+    assert.equal(3, r.version)
+    assert.is_nil(r.compiled_code)
   end)
 
   it('writes Lua-line events in Tarantool\'s format', function()

@@ -128,7 +128,10 @@
 -- bytes when the profile started, read with the headers; nil without
 -- the note, and in version 3), collected_at_stop (true once the note
 -- that garbage was collected at stop is read) and heap_after_collection
--- (the heap's size in bytes after that collection, or nil).
+-- (the heap's size in bytes after that collection, or nil), and
+-- compiled_code ({ mode = 'exact', 'resume' or 'start', why = 'asked',
+-- 'no_mcofs', 'not_verified', 'no_prof_mode' or 'program_profiler' }:
+-- how events of compiled code were attributed; nil without the note).
 --
 -- The reader runs on LuaJIT: it reads bytes through an FFI pointer into
 -- its buffer (memprof.read.buffer).  Numbers are kept as Lua numbers:
@@ -144,6 +147,7 @@ local record = require('memprof.record')
 local M = {}
 
 local format = string.format
+local floor = math.floor
 
 local CHUNK_SIZE = 1024 * 1024
 
@@ -165,6 +169,12 @@ local SOURCE_INTERNAL, SOURCE_LUA, SOURCE_C, SOURCE_TRACE = 1, 2, 3, 4
 -- Sources of the extended records of kind 0.
 local SOURCE_STACK, SOURCE_TIME, SOURCE_NOTE = 5, 6, 7
 local NOTE_HEAP_AT_START, NOTE_COLLECTED_AT_STOP = 1, 2
+-- How events of compiled code were attributed: a mode, plus 4 times why
+-- it is not the one asked for (docs/format.md, "Notes").
+local NOTE_COMPILED_CODE = 3
+local COMPILED_MODES = { [0] = 'start', 'resume', 'exact' }
+local COMPILED_WHYS = { [0] = 'asked', 'no_mcofs', 'not_verified',
+  'no_prof_mode', 'program_profiler' }
 local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3
 -- The names by kind (KIND_ALLOC, KIND_FREE, KIND_REALLOC: 1 to 3), by
 -- position, so that they are in the array part: the fast path looks one
@@ -439,15 +449,21 @@ function common:read_headers()
   self:read_heap_at_start()
 end
 
--- The note of the heap at start, when the extended stream begins with
--- one: read now, so that the heap is known before the first event.
+-- The notes of the heap at start and of compiled code, when the extended
+-- stream begins with them: read now, so that both are known before the
+-- first event.
 function common:read_heap_at_start()
   if self.version ~= EXTENDED_VERSION then
     return
   end
-  self:fill(1)
-  local cursor = self.cursor
-  if cursor.pos <= cursor.last and self:byte_at(cursor.pos) == 0x1c then
+  for i = 1, 2 do
+    self:fill(2)
+    local cursor = self.cursor
+    if cursor.pos > cursor.last or self:byte_at(cursor.pos) ~= 0x1c or
+        (i == 2 and (cursor.pos + 1 > cursor.last or
+          self:byte_at(cursor.pos + 1) ~= NOTE_COMPILED_CODE)) then
+      return
+    end
     self:record(0x1c, cursor.pos)
   end
 end
@@ -630,6 +646,23 @@ end
 
 -- A note (0x1c): its kind, then a number.  The heap at start comes
 -- first, right after the headers; the collection at stop once, last.
+-- The note of how compiled code was attributed: once, before any event.
+function common:read_compiled_note(pos)
+  local value_at = self:offset_of(self.cursor.pos)
+  local value = self:read_uleb('the attribution of compiled code of a note')
+  if self.compiled_code or self.cursor.events > 0 or self.has_time or
+      self.has_stacks then
+    self:fail(self:offset_of(pos), 'expected the note of compiled code ' ..
+      'only once, before any event')
+  end
+  local mode, why = COMPILED_MODES[value % 4], COMPILED_WHYS[floor(value / 4)]
+  if not mode or not why then
+    self:fail(value_at, format('expected the attribution of compiled ' ..
+      'code (a mode 0 to 2 plus 4 times a reason 0 to 4), found %d', value))
+  end
+  self.compiled_code = { mode = mode, why = why }
+end
+
 function common:read_note_body(pos)
   local kind_at = self:offset_of(self.cursor.pos)
   local kind = self:read_uleb('the kind of a note')
@@ -649,9 +682,12 @@ function common:read_note_body(pos)
     end
     self.collected_at_stop = true
     self.heap_after_collection = heap
+  elseif kind == NOTE_COMPILED_CODE then
+    self:read_compiled_note(pos)
   else
     self:fail(kind_at, format('expected the kind of a note (1 for the ' ..
-      'heap at start, 2 for the collection at stop), found %d', kind))
+      'heap at start, 2 for the collection at stop, 3 for compiled ' ..
+      'code), found %d', kind))
   end
 end
 
@@ -1003,6 +1039,7 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     heap_at_start = nil,
     collected_at_stop = false,
     heap_after_collection = nil,
+    compiled_code = nil,
     compiled = { alloc = {}, realloc = {} },
     compiled_bytes = 0,
     -- reading state

@@ -212,6 +212,50 @@ function M.write_sampling(out, stream)
   end
 end
 
+local COMPILED_MODES = {
+  exact = 'Compiled code: its allocations are charged to their lines and ' ..
+    "inlined frames (trace_lines 'exact')",
+  resume = 'Compiled code: its allocations are charged to the line where ' ..
+    "the interpreter would resume, often a line early (trace_lines 'resume')",
+  start = 'Compiled code: its allocations are charged to the start of ' ..
+    'their trace (the TRACE rows)',
+}
+
+local COMPILED_WHYS = {
+  asked = '',
+  no_mcofs = ", as this build's snapshots do not say where their machine " ..
+    'code begins (LuaJIT before 2021-03: 2.1.0-beta3, Tarantool 2.6 and 2.11)',
+  not_verified = ', as a check of this build failed ' ..
+    '(memprof.info().trace_lines.why names it)',
+  no_prof_mode = ", as 'exact' needs the JIT compiler's per-line mode, " ..
+    'not found in this build',
+  program_profiler = ", as 'exact' would change the mode of LuaJIT's " ..
+    'profiler, which the program runs',
+}
+
+-- The line that says how events of compiled code were attributed (the
+-- note of the extended format): at trace starts, not as asked, or with
+-- events of compiled code by line; else ''.
+function M.compiled_note(stream)
+  local cc = stream.compiled_code
+  if not cc or (cc.mode ~= 'start' and cc.why == 'asked' and
+      (stream.compiled_bytes or 0) == 0) then
+    return ''
+  end
+  local why = COMPILED_WHYS[cc.why]
+  if cc.mode == 'start' and cc.why == 'asked' then
+    why = ' (trace_lines = false)'
+  end
+  return COMPILED_MODES[cc.mode] .. why .. '.'
+end
+
+function M.write_compiled(out, stream)
+  local note = M.compiled_note(stream)
+  if note ~= '' then
+    out:write(note, '\n\n')
+  end
+end
+
 -- The line that says a report shows only some blocks (--focus,
 -- --ignore: memprof.analysis.focus), or ''.
 function M.focus_note(opts)

@@ -198,6 +198,7 @@ function M.write(result, out, opts)
     out = paths.shortening(out, prefix)
   end
   layout.write_sampling(out, result.stream)
+  layout.write_compiled(out, result.stream)
   layout.write_focus(out, opts)
   if opts.views and next(opts.views) then
     return views.write(result, out, opts)

@@ -1197,13 +1197,50 @@ describe('reader errors (extended format)', function()
 
   it('rejects a note of an unknown kind, naming the offset of the kind',
     function()
-      for _, kind in ipairs({ 0, 3 }) do
+      for _, kind in ipairs({ 0, 4 }) do
         local s = extended()
         local at = s:size() + 1
         s:raw('\28'):numbers(kind, 5):epilogue()
         assert.are.equal(('out.bin: byte %d: expected the kind of a note (1 ' ..
-          'for the heap at start, 2 for the collection at stop), found %d')
-          :format(at, kind), next_error(s))
+          'for the heap at start, 2 for the collection at stop, 3 for ' ..
+          'compiled code), found %d'):format(at, kind), next_error(s))
+      end
+    end)
+
+  it('reads the note of how compiled code was attributed', function()
+    local cases = { [2] = { 'exact', 'asked' }, [1] = { 'resume', 'asked' },
+      [0] = { 'start', 'asked' }, [4] = { 'start', 'no_mcofs' },
+      [8] = { 'start', 'not_verified' }, [13] = { 'resume', 'no_prof_mode' },
+      [17] = { 'resume', 'program_profiler' } }
+    for value, want in pairs(cases) do
+      local s = B.new():events({ version = B.EXTENDED })
+        :note(B.HEAP_AT_START, 1):note(B.COMPILED_CODE, value)
+        :alloc(B.internal(), 1, 8):epilogue()
+      local stream = reader.from_string(s:bytes(), 'out.bin')
+      collect(stream)
+      assert.are.same({ mode = want[1], why = want[2] }, stream.compiled_code)
+    end
+    local stream = reader.from_string(extended():epilogue():bytes(), 'out.bin')
+    collect(stream)
+    assert.is_nil(stream.compiled_code)
+  end)
+
+  it('rejects a note of compiled code after an event or of no known value',
+    function()
+      local s = extended()
+      local at = s:size()
+      s:note(B.COMPILED_CODE, 2):epilogue()
+      assert.are.equal(('out.bin: byte %d: expected the note of compiled ' ..
+        'code only once, before any event'):format(at), next_error(s))
+      for _, value in ipairs({ 3, 20 }) do
+        s = B.new():events({ version = B.EXTENDED })
+        at = s:size() + 2
+        s:note(B.COMPILED_CODE, value):epilogue()
+        local ok, err = pcall(reader.from_string, s:bytes(), 'out.bin')
+        assert.is_false(ok)
+        assert.are.equal(('out.bin: byte %d: expected the attribution of ' ..
+          'compiled code (a mode 0 to 2 plus 4 times a reason 0 to 4), ' ..
+          'found %d'):format(at, value), err)
       end
     end)
 

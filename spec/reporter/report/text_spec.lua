@@ -584,3 +584,35 @@ TOTAL holds 10100B (net bytes of the stream)
 ]], report(B.sampled()))
   end)
 end)
+
+describe('text report of how compiled code was attributed', function()
+  local function with_note(value)
+    return B.new():lfunc(0x100, '@a.lua', 0):events({ version = B.EXTENDED })
+      :note(B.HEAP_AT_START, 1000):note(B.COMPILED_CODE, value)
+      :define_trace(1, 0x100, 3):alloc(B.trace(1), 0x1000, 16)
+      :epilogue()
+  end
+
+  it('says why events are at trace starts', function()
+    local out = report(with_note(4))
+    assert.are.equal('Compiled code: its allocations are charged to the ' ..
+      'start of their trace (the TRACE rows), as this build\'s snapshots ' ..
+      'do not say where their machine code begins (LuaJIT before ' ..
+      '2021-03: 2.1.0-beta3, Tarantool 2.6 and 2.11).\n\nALLOCATIONS',
+      out:sub(1, out:find('ALLOCATIONS', 1, true) + 10))
+    out = report(with_note(0))
+    assert.truthy(out:find('^Compiled code: its allocations are charged ' ..
+      'to the start of their trace %(the TRACE rows%) %(trace_lines = ' ..
+      'false%)%.\n\nALLOCATIONS'), out)
+  end)
+
+  it('says nothing of a mode as asked with no event of compiled code',
+    function()
+      assert.truthy(report(with_note(2)):find('^ALLOCATIONS'))
+      assert.truthy(report(with_note(13)):find('^Compiled code: its ' ..
+        "allocations are charged to the line where the interpreter would " ..
+        "resume, often a line early %(trace_lines 'resume'%), as 'exact' " ..
+        "needs the JIT compiler's per%-line mode, not found in this " ..
+        'build%.\n\n'))
+    end)
+end)
