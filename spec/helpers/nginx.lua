@@ -279,4 +279,27 @@ function M.with(opts, fn)
   end
 end
 
+-- A module that leaks: every page rendered is kept, under its key (the
+-- heap snapshot specs' application).
+M.CATALOG = [[
+local M = { rendered_cache = {} }
+
+function M.render(key)
+  local body = string.rep('<li>' .. key .. '</li>', 50)
+  M.rendered_cache[key] = body
+  return #body
+end
+
+return M
+]]
+
+-- Requests path and checks that the answer is 200 with body `expected`.
+function M.expect(server, path, expected)
+  local status, body = server:get(path)
+  body = body:gsub('\n$', '')
+  assert(status == 200 and body == expected, string.format(
+    'GET %s: expected 200 %q, got %d %q; error.log:\n%s', path, expected,
+    status, body, server:error_log()))
+end
+
 return M

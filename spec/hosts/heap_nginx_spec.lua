@@ -13,26 +13,9 @@ local dom = require('memprof.analysis.dominators')
 
 local PAGES = 300
 
--- The module: every page rendered is kept, under its key.
-local CATALOG = [[
-local M = { rendered_cache = {} }
+local CATALOG = nginx.CATALOG
 
-function M.render(key)
-  local body = string.rep('<li>' .. key .. '</li>', 50)
-  M.rendered_cache[key] = body
-  return #body
-end
-
-return M
-]]
-
-local function expect(server, path, expected)
-  local status, body = server:get(path)
-  body = body:gsub('\n$', '')
-  assert(status == 200 and body == expected, string.format(
-    'GET %s: expected 200 %q, got %d %q; error.log:\n%s', path, expected,
-    status, body, server:error_log()))
-end
+local expect = nginx.expect
 
 describe('a heap snapshot of an nginx worker', function()
   it('names the module-level cache as the largest holder', function()

@@ -15,25 +15,9 @@ end
 
 local PAGES = 300
 
-local CATALOG = [[
-local M = { rendered_cache = {} }
+local CATALOG = nginx.CATALOG
 
-function M.render(key)
-  local body = string.rep('<li>' .. key .. '</li>', 50)
-  M.rendered_cache[key] = body
-  return #body
-end
-
-return M
-]]
-
-local function expect(server, path, expected)
-  local status, body = server:get(path)
-  body = body:gsub('\n$', '')
-  assert(status == 200 and body == expected, string.format(
-    'GET %s: expected 200 %q, got %d %q; error.log:\n%s', path, expected,
-    status, body, server:error_log()))
-end
+local expect = nginx.expect
 
 -- The worker's process id: the one child of the master.
 local function worker_pid(server)
