@@ -97,13 +97,23 @@ local function resized(ctype, arr, used, size, width)
   return out
 end
 
-local function new_graph()
+-- The most objects, references and bytes of kept texts a graph holds:
+-- its arrays are indexed by 32-bit numbers (node 1 is the root, and a
+-- row's end is one past its last entry).
+local MOST = 2 ^ 31 - 3
+
+-- Refuses the file at byte `at` (as memprof.read.heap does).
+local function refuse(g, at, message)
+  error(format('%s: byte %d: %s', g.name, at or 0, message), 0)
+end
+
+local function new_graph(name)
   local cap = 1024
-  return { n = 1, cap = cap, node = node_index.new(), addr = DOUBLES(cap),
-    type = BYTES(cap), size = DOUBLES(cap), toff = INT32S(cap),
-    tlen = BYTES(cap), count = INT32S(cap + 1), text = BYTES(4096),
-    text_cap = 4096, text_used = 0, nrefs = 0, names = {}, name_ids = {},
-    wide = {} }
+  return { name = name, n = 1, cap = cap, node = node_index.new(),
+    addr = DOUBLES(cap), type = BYTES(cap), size = DOUBLES(cap),
+    toff = INT32S(cap), tlen = BYTES(cap), count = INT32S(cap + 1),
+    text = BYTES(4096), text_cap = 4096, text_used = 0, nrefs = 0,
+    later = {}, names = {}, name_ids = {}, wide = {} }
 end
 
 local function grow_nodes(g)
@@ -118,9 +128,13 @@ local function grow_nodes(g)
 end
 
 -- Keeps a string's text (tlen: its length plus one; 0: not kept).
-local function keep_text(g, v, text)
+local function keep_text(g, v, text, offset)
   local len = #text
   local at = g.text_used
+  if at + len > MOST then
+    refuse(g, offset, format('the texts of strings exceed %d bytes, the ' ..
+      'most this reporter keeps', MOST))
+  end
   if at + len > g.text_cap then
     local cap = g.text_cap
     while at + len > cap do cap = cap * 2 end
@@ -132,13 +146,17 @@ local function keep_text(g, v, text)
   g.text_used = at + len
 end
 
-local function add_object(g, addr, t, size, text)
+local function add_object(g, addr, t, size, text, offset)
   local v = g.n + 1
+  if v > MOST then
+    refuse(g, offset, format('more than %d objects, the most this ' ..
+      'reporter reads', MOST - 1))
+  end
   if v >= g.cap then grow_nodes(g) end
   g.n = v
   g.addr[v], g.type[v], g.size[v] = addr, TYPE_CODE[t], size
   g.node:put(g.addr, v)
-  if text and #text <= KEEP_TEXT then keep_text(g, v, text) end
+  if text and #text <= KEEP_TEXT then keep_text(g, v, text, offset) end
 end
 
 -- The text of the string object at addr, if it was kept.
@@ -148,12 +166,31 @@ local function text_of(g, addr)
   return ffi.string(g.text + g.toff[v], g.tlen[v] - 1)
 end
 
--- The first pass counts each source's strong references.
-local function count_ref(g, from, weak)
+-- The first pass counts each source's strong references; those of a
+-- source whose record has not come yet (the format puts it first, a file
+-- may not) are counted by its address, and added once every object is
+-- read (count_later), so that the rows fit whatever the order.
+local function count_ref(g, from, weak, offset)
   g.nrefs = g.nrefs + 1
+  if g.nrefs > MOST then
+    refuse(g, offset, format('more than %d references, the most this ' ..
+      'reporter reads', MOST))
+  end
   if weak then return end
   local v = from == 0 and 1 or g.node:get(g.addr, from)
-  if v then g.count[v] = g.count[v] + 1 end
+  if v then
+    g.count[v] = g.count[v] + 1
+  else
+    g.later[from] = (g.later[from] or 0) + 1
+  end
+end
+
+local function count_later(g)
+  for from, n in pairs(g.later) do
+    local v = g.node:get(g.addr, from)
+    if v then g.count[v] = g.count[v] + n end
+  end
+  g.later = nil
 end
 
 -- Where each node's run starts in rows of count[v] entries for nodes
@@ -188,6 +225,7 @@ local function start_refs(g)
   g.toff = resized(INT32S, g.toff, used, used, 4)
   g.text = resized(BYTES, g.text, g.text_used, g.text_used + 1, 1)
   g.cap, g.text_cap = used, g.text_used + 1
+  count_later(g)
   local first, fill = row_starts(g.count, g.n)
   g.count = nil
   release()
@@ -207,12 +245,18 @@ local function name_id(g, text)
 end
 
 -- The second pass puts each strong reference to an object in its row,
--- with its name, one value: what a path shows of it.
-local function add_ref(g, from, to, kind, weak, a, b, c)
+-- with its name, one value: what a path shows of it.  A row already full
+-- means that the file changed between the passes: refused, never written
+-- past.
+local function add_ref(g, from, to, kind, weak, a, b, c, offset)
   if weak then return end
   local v = from == 0 and 1 or g.node:get(g.addr, from)
   local w = g.node:get(g.addr, to)
   if not (v and w) then return end
+  if g.fill[v] >= g.first[v + 1] then
+    refuse(g, offset, 'more references from an object than when the ' ..
+      'file was first read: it changed while it was read')
+  end
   local code = KIND_CODE[kind]
   local name = a
   if kind == 'upvalue' then
@@ -683,11 +727,11 @@ local function read_file(path, visit_object, visit_ref)
   local pause = collectgarbage('setpause', READING_GC_PAUSE)
   local ok, err = pcall(function()
     while true do
-      local rec, x, y, z, a, b, c, d = r:next_values()
+      local rec, x, y, z, a, b, c, d, e = r:next_values()
       if rec == 'object' then
-        if visit_object then visit_object(x, y, z, a, b, c) end
+        if visit_object then visit_object(x, y, z, a, b, c, d) end
       elseif rec == 'ref' then
-        if visit_ref then visit_ref(x, y, z, a, b, c, d) end
+        if visit_ref then visit_ref(x, y, z, a, b, c, d, e) end
       else
         break
       end
@@ -704,15 +748,15 @@ end
 -- immediate dominator (0: the root), retained size and pattern; its path
 -- (a.path(addr)); the groups.
 function M.analyse_file(path)
-  local g = new_graph()
-  local r = read_file(path, function(addr, t, size, _, text)
-    add_object(g, addr, t, size, t == 'string' and text or nil)
-  end, function(from, _, _, weak)
-    count_ref(g, from, weak)
+  local g = new_graph(path)
+  local r = read_file(path, function(addr, t, size, _, text, _, at)
+    add_object(g, addr, t, size, t == 'string' and text or nil, at)
+  end, function(from, _, _, weak, _, _, _, at)
+    count_ref(g, from, weak, at)
   end)
   start_refs(g)
-  read_file(path, nil, function(from, to, kind, weak, a, b, c)
-    add_ref(g, from, to, kind, weak, a, b, c)
+  read_file(path, nil, function(from, to, kind, weak, a, b, c, at)
+    add_ref(g, from, to, kind, weak, a, b, c, at)
   end)
   local out = analyse_graph(g)
   out.header, out.epilogue = r.header, r.epilogue
@@ -744,14 +788,15 @@ end
 
 -- The same for a loaded snapshot (memprof.read.heap.load).
 function M.analyse(s)
-  local g = new_graph()
+  local g = new_graph(s.name or 'the snapshot')
   for _, o in ipairs(s.list) do
-    add_object(g, o.addr, o.type, o.size, o.text)
+    add_object(g, o.addr, o.type, o.size, o.text, o.offset)
   end
-  for _, r in ipairs(s.refs) do count_ref(g, r.from, r.weak) end
+  for _, r in ipairs(s.refs) do count_ref(g, r.from, r.weak, r.offset) end
   start_refs(g)
   for _, r in ipairs(s.refs) do
-    add_ref(g, r.from, r.to, r.kind, r.weak, name_values(r))
+    local a, b, c = name_values(r)
+    add_ref(g, r.from, r.to, r.kind, r.weak, a, b, c, r.offset)
   end
   local out = analyse_graph(g)
   out.header, out.epilogue = s.header, s.epilogue
