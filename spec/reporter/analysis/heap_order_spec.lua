@@ -8,7 +8,7 @@ local heap = require('memprof.read.heap')
 
 local temp = {}
 local function temp_path()
-  local p = os.tmpname() .. '.heap'
+  local p = os.tmpname()
   temp[#temp + 1] = p
   return p
 end
