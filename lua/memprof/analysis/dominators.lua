@@ -5,9 +5,9 @@
 --
 -- The graph has a virtual root whose edges are the snapshot's roots; weak
 -- references are not edges (they hold nothing).  Immediate dominators are
--- computed by the iterative algorithm of Cooper, Harvey and Kennedy ("A
--- Simple, Fast Dominance Algorithm") over a reverse postorder: a few passes
--- over the nodes and their predecessors on the graphs of programs.  The
+-- computed by the algorithm of Lengauer and Tarjan: near-linear time
+-- whatever the graph's depth; path patterns are kept as a tree
+-- (memprof.analysis.path_patterns), their texts made when read.  The
 -- graph is kept in C arrays indexed by node and by reference (no table per
 -- object), so memory is proportional to objects and references.
 --
@@ -19,7 +19,13 @@
 --   each reachable object's addr, pattern and retained size, in the
 --   file's order), a.groups (largest first), a.total (bytes reachable),
 --   a.roots, a.references, a.header and a.epilogue (the file's),
---   a.patterns (the patterns by number), a.nodes: the objects by node
+--   a.patterns (the patterns' texts by number, made when read: each
+--   group has its number as pattern_id, and its text as pattern),
+--   a.pattern_before(x, y) (whether pattern x sorts before y, by text),
+--   a.with_pattern(row) (row.pattern: row.pattern_id's text, made when
+--   read), a.pattern_count, by pattern number: a.group_objects and
+--   a.group_retained (C arrays), a.group_types(id) (the objects by type
+--   name), a.nodes: the objects by node
 --   2 .. nodes.n, in C arrays: addr, type (the type byte, named by
 --   nodes.TYPES), size, pattern (its number; 0: unreachable), retained
 --   dom.sort_largest(list, count, name) -- sorts by list[i][count]
@@ -29,6 +35,7 @@ local heap = require('memprof.read.heap')
 local ffi = require('ffi')
 local tobit = require('bit').tobit
 local node_index = require('memprof.analysis.node_index')
+local path_patterns = require('memprof.analysis.path_patterns')
 
 local format = string.format
 
@@ -319,42 +326,45 @@ end
 
 -- ---- Dominators ---------------------------------------------------------
 
--- Postorder numbers of the nodes reachable from the root (an explicit
--- stack: the graph can be deep; 0: not reached), and the nodes by number
--- (order[1 .. count]).
-local function postorder(g)
+-- A depth-first walk from the root (an explicit stack: the graph can be
+-- deep): the reachable nodes' preorder numbers (pre[v], 0: not reached),
+-- the nodes by preorder (vertex[1 .. count]) and their parents in the
+-- walk's tree, and the nodes in postorder (order[1 .. count]).
+local function walk(g)
   local first, succ, n = g.first, g.succ, g.n
-  local post, order = INT32S(n + 1), INT32S(n + 1)
-  local seen = BYTES(n + 1)
+  local pre, vertex, parent = INT32S(n + 1), INT32S(n + 1), INT32S(n + 1)
+  local order = INT32S(n + 1)
   local stack, next_edge = INT32S(n + 1), INT32S(n + 1)
-  stack[1], next_edge[1], seen[1] = 1, first[1], 1
-  local top, k = 1, 0
+  stack[1], next_edge[1], pre[1], vertex[1] = 1, first[1], 1, 1
+  local top, k, count = 1, 0, 1
   while top > 0 do
     local v = stack[top]
     local e = next_edge[top]
     if e < first[v + 1] then
       next_edge[top] = e + 1
       local w = succ[e]
-      if seen[w] == 0 then
-        seen[w] = 1
+      if pre[w] == 0 then
+        count = count + 1
+        pre[w], vertex[count], parent[w] = count, w, v
         top = top + 1
         stack[top], next_edge[top] = w, first[w]
       end
     else
       k = k + 1
-      post[v], order[k] = k, v
+      order[k] = v
       top = top - 1
     end
   end
-  return post, order, k
+  return { pre = pre, vertex = vertex, parent = parent, order = order,
+    count = count }
 end
 
 -- Predecessors of the reachable nodes, in compressed rows.
-local function predecessors(g, post)
+local function predecessors(g, pre)
   local n, first, succ = g.n, g.first, g.succ
   local count = INT32S(n + 1)
   for v = 1, n do
-    if post[v] ~= 0 then
+    if pre[v] ~= 0 then
       for e = first[v], first[v + 1] - 1 do
         local w = succ[e]
         count[w] = count[w] + 1
@@ -364,7 +374,7 @@ local function predecessors(g, post)
   local pfirst, fill = row_starts(count, n)
   local pred = INT32S(pfirst[n + 1])
   for v = 1, n do
-    if post[v] ~= 0 then
+    if pre[v] ~= 0 then
       for e = first[v], first[v + 1] - 1 do
         local w = succ[e]
         pred[fill[w]] = v
@@ -375,37 +385,70 @@ local function predecessors(g, post)
   return pfirst, pred
 end
 
-local function intersect(idom, post, a, b)
-  while a ~= b do
-    while post[a] < post[b] do a = idom[a] end
-    while post[b] < post[a] do b = idom[b] end
+-- The forest of processed nodes (Lengauer and Tarjan's "simple" version:
+-- path compression, no balancing): the node of least semidominator on the
+-- path from v up to its tree's root, the path compressed on the way (an
+-- explicit stack: a path can be as long as the graph is deep).
+local function eval(t, v)
+  local ancestor, label, semi, stack = t.ancestor, t.label, t.semi, t.stack
+  if ancestor[v] == 0 then return v end
+  local top = 0
+  local u = v
+  while ancestor[ancestor[u]] ~= 0 do
+    top = top + 1
+    stack[top] = u
+    u = ancestor[u]
   end
-  return a
+  while top > 0 do
+    local x = stack[top]
+    top = top - 1
+    local a = ancestor[x]
+    if semi[label[a]] < semi[label[x]] then label[x] = label[a] end
+    ancestor[x] = ancestor[a]
+  end
+  return label[v]
 end
 
--- Immediate dominators by node (the root's is itself; 0: not reached).
-local function dominators(g, post, order, count)
-  local pfirst, pred = predecessors(g, post)
-  local idom = INT32S(g.n + 1)
-  idom[1] = 1
-  local changed = true
-  while changed do
-    changed = false
-    for k = count - 1, 1, -1 do
-      local b = order[k]
-      local new = 0
-      for e = pfirst[b], pfirst[b + 1] - 1 do
-        local p = pred[e]
-        if idom[p] ~= 0 then
-          new = new ~= 0 and intersect(idom, post, p, new) or p
-        end
-      end
-      if idom[b] ~= new then
-        idom[b] = new
-        changed = true
-      end
+-- Immediate dominators by node (the root's is itself; 0: not reached), by
+-- the algorithm of Lengauer and Tarjan ("A Fast Algorithm for Finding
+-- Dominators in a Flowgraph"): near-linear time whatever the graph's
+-- shape (the iterative algorithm is quadratic in the depth of a list
+-- whose nodes share a key string).  Semidominators are preorder numbers.
+local function dominators(g, w)
+  local pfirst, pred = predecessors(g, w.pre)
+  local n, vertex, parent = g.n, w.vertex, w.parent
+  local t = { ancestor = INT32S(n + 1), label = INT32S(n + 1),
+    semi = INT32S(n + 1), stack = INT32S(n + 1) }
+  local semi, label, ancestor = t.semi, t.label, t.ancestor
+  local idom = INT32S(n + 1)
+  local bucket, bnext = INT32S(n + 1), INT32S(n + 1)
+  for i = 1, w.count do
+    local v = vertex[i]
+    semi[v], label[v] = i, v
+  end
+  for i = w.count, 2, -1 do
+    local x = vertex[i]
+    for e = pfirst[x], pfirst[x + 1] - 1 do
+      local u = eval(t, pred[e])
+      if semi[u] < semi[x] then semi[x] = semi[u] end
+    end
+    local s = vertex[semi[x]]
+    bnext[x], bucket[s] = bucket[s], x
+    local p = parent[x]
+    ancestor[x] = p
+    local y = bucket[p]
+    bucket[p] = 0
+    while y ~= 0 do
+      local u = eval(t, y)
+      idom[y] = semi[u] < semi[y] and u or p
+      y = bnext[y]
     end
   end
+  for i = 2, w.count do
+    local x = vertex[i]
+    if idom[x] ~= vertex[semi[x]] then idom[x] = idom[idom[x]] end
+  end
+  idom[1] = 1
   return idom
 end
 
@@ -533,19 +576,6 @@ local function starts(g)
   return names, queue, #registry
 end
 
--- Patterns by number (1 ..), each text once; a node's pattern is its
--- parent's and a step, looked up by child[parent's number][step], so that
--- the text is made once per pattern, not once per node.
-local function pattern_id(pats, text)
-  local id = pats.ids[text]
-  if not id then
-    id = #pats.list + 1
-    pats.list[id], pats.ids[text] = text, id
-    pats.child[id] = {}
-  end
-  return id
-end
-
 -- Shortest paths from the starts (breadth first): each node's parent on
 -- its path (itself for a start, 0 when not reached), the kind and name of
 -- the reference from it, and its pattern's number (0: not reached).
@@ -557,10 +587,12 @@ local function paths(g)
   local parent, via_kind, via_name = INT32S(n + 1), BYTES(n + 1),
     INT32S(n + 1)
   local pid, queue = INT32S(n + 1), INT32S(n + 1)
-  local pats = { list = {}, ids = {}, child = {} }
+  -- Patterns by number (1 ..): a node's is its parent's and a step, kept
+  -- as such (memprof.analysis.path_patterns), at most one per node.
+  local pats = path_patterns.new(n)
   local tail = 0
   for _, v in ipairs(list) do
-    parent[v], pid[v] = v, pattern_id(pats, names[v])
+    parent[v], pid[v] = v, pats:start(names[v])
     tail = tail + 1
     queue[tail] = v
   end
@@ -571,26 +603,19 @@ local function paths(g)
     local p = pid[v]
     local under_loaded = names[v] == 'package.loaded'
     local is_many = many[v] == 1
-    local child = pats.child[p]
     for e = first[v], first[v + 1] - 1 do
       local w = succ[e]
       if parent[w] == 0 then
         local kind, name = ref_of(g, rkind[e], rname[e])
         parent[w], via_kind[w], via_name[w] = v, rkind[e], rname[e]
-        local s = step(g, kind, name, is_many, under_loaded)
-        local id = child[s]
-        if not id then
-          id = pattern_id(pats, pats.list[p] .. s)
-          child[s] = id
-        end
-        pid[w] = id
+        pid[w] = pats:child(p, step(g, kind, name, is_many, under_loaded))
         tail = tail + 1
         queue[tail] = w
       end
     end
   end
   return { names = names, parent = parent, via_kind = via_kind,
-    via_name = via_name, pid = pid, patterns = pats.list, roots = nroots }
+    via_name = via_name, pid = pid, patterns = pats, roots = nroots }
 end
 
 -- The path from a start to node v.
@@ -611,34 +636,111 @@ end
 
 -- ---- The analysis --------------------------------------------------------
 
--- Groups of objects by pattern: count, retained bytes, their types;
--- largest first. A member dominated by another member (a closure's upvalue
--- object and its value share a pattern) adds no retained bytes of its own:
--- its holder's count them. One group may hold another.
-local function groups(g, order, count, idom, retained, p)
-  local by, list = {}, {}
-  local pid, patterns, typ = p.pid, p.patterns, g.type
+-- Groups of objects by pattern, in arrays by pattern number: objects,
+-- retained bytes, and the type code of their objects (SEVERAL: more than
+-- one type, counted in `several`).  A member dominated by another member
+-- (a closure's upvalue object and its value share a pattern) adds no
+-- retained bytes of its own: its holder's count them. One group may hold
+-- another.
+local SEVERAL = 255
+local function group_counts(g, order, count, idom, retained, p)
+  local n = p.patterns.count
+  local objects, bytes, gtype = INT32S(n + 1), DOUBLES(n + 1), BYTES(n + 1)
+  local several = {}
+  local pid, typ = p.pid, g.type
   for k = 1, count - 1 do
     local v = order[k]
     local id = pid[v]
     if id ~= 0 then
-      local grp = by[id]
-      if not grp then
-        grp = { pattern = patterns[id], objects = 0, retained = 0,
-          types = {} }
-        by[id] = grp
-        list[#list + 1] = grp
+      local t = typ[v]
+      if objects[id] == 0 then
+        gtype[id] = t
+      elseif gtype[id] ~= t and gtype[id] ~= SEVERAL then
+        several[id] = { [TYPES[gtype[id]]] = objects[id] }
+        gtype[id] = SEVERAL
       end
-      local t = TYPES[typ[v]]
-      grp.objects = grp.objects + 1
+      if gtype[id] == SEVERAL then
+        local types = several[id]
+        types[TYPES[t]] = (types[TYPES[t]] or 0) + 1
+      end
+      objects[id] = objects[id] + 1
       local d = idom[v]
-      if d == 1 or pid[d] ~= id then
-        grp.retained = grp.retained + retained[v]
-      end
-      grp.types[t] = (grp.types[t] or 0) + 1
+      if d == 1 or pid[d] ~= id then bytes[id] = bytes[id] + retained[v] end
     end
   end
-  return M.sort_largest(list, 'retained', 'pattern')
+  return { objects = objects, retained = bytes, type = gtype,
+    several = several }
+end
+
+-- A group's count of objects by type name.
+local function group_types(c, id)
+  if c.type[id] == SEVERAL then
+    local out = {}
+    for t, k in pairs(c.several[id]) do out[t] = k end
+    return out
+  end
+  return { [TYPES[c.type[id]]] = c.objects[id] }
+end
+
+-- The groups as tables (pattern_id, pattern, objects, retained, types),
+-- largest first, ties in the order of the patterns' texts.
+local function group_list(c, patterns, texts)
+  local meta = { __index = function(row, key)
+    if key == 'pattern' then return texts[rawget(row, 'pattern_id')] end
+  end }
+  local list = {}
+  for id = 1, patterns.count do
+    if c.objects[id] > 0 then
+      list[#list + 1] = setmetatable({ pattern_id = id,
+        objects = c.objects[id], retained = c.retained[id],
+        types = group_types(c, id) }, meta)
+    end
+  end
+  table.sort(list, function(x, y)
+    if x.retained ~= y.retained then return x.retained > y.retained end
+    return patterns:before(x.pattern_id, y.pattern_id)
+  end)
+  return list
+end
+
+-- A row's `pattern` made from its pattern_id when read: the texts of a
+-- deep graph's patterns together grow as the square of its depth.
+local function pattern_rows(patterns)
+  local meta = { __index = function(row, key)
+    if key == 'pattern' then
+      return patterns:text(rawget(row, 'pattern_id'))
+    end
+  end }
+  return function(row) return setmetatable(row, meta) end
+end
+
+-- The patterns' texts by number, made when read and kept, each from its
+-- parent's (a.patterns, a.pattern, a.objects and a.groups: what compares
+-- the patterns of two snapshots reads them all, as it did when every text
+-- was made with the analysis).  A report's rows make theirs without
+-- keeping them (a.with_pattern): a few of millions.
+local function pattern_texts(patterns)
+  local parent, step, steps = patterns.parent, patterns.step, patterns.steps
+  local function text(memo, id)
+    local chain, x = {}, id
+    while x ~= 0 and rawget(memo, x) == nil do
+      chain[#chain + 1] = x
+      x = parent[x]
+    end
+    local t = x ~= 0 and rawget(memo, x) or ''
+    for i = #chain, 1, -1 do
+      local y = chain[i]
+      t = t .. steps[step[y]]
+      rawset(memo, y, t)
+    end
+    return t
+  end
+  return setmetatable({}, { __index = function(memo, id)
+    if type(id) == 'number' and id >= 1 and id <= patterns.count and
+      id % 1 == 0 then
+      return text(memo, id)
+    end
+  end })
 end
 
 -- A table whose t[addr] is f(v) for the node v of a reachable object at
@@ -654,12 +756,28 @@ end
 -- The analysis' result: what the graph keeps for it (the nodes, the
 -- texts, each node's dominator, retained size and path), the rows of
 -- references dropped.
-local function result(g, idom, retained, p, total, groups_list)
-  local pid, patterns, addr = p.pid, p.patterns, g.addr
-  local out = { total = total, roots = p.roots, references = g.nrefs,
-    groups = groups_list, patterns = patterns,
+local function result(g, idom, retained, p, total, counts, with_pattern)
+  local pid, set, addr = p.pid, p.patterns, g.addr
+  local patterns = pattern_texts(set)
+  -- a.groups is made when first read: a deep graph has as many groups
+  -- as objects, which a report counts in the arrays below.
+  local out = setmetatable({ total = total, roots = p.roots,
+    references = g.nrefs, patterns = patterns, pattern_count = set.count,
+    group_objects = counts.objects, group_retained = counts.retained,
     nodes = { n = g.n, addr = addr, type = g.type, size = g.size,
-      pattern = pid, retained = retained, TYPES = TYPES } }
+      pattern = pid, retained = retained, TYPES = TYPES } },
+    { __index = function(t, key)
+      if key == 'groups' then
+        local list = group_list(counts, set, patterns)
+        rawset(t, 'groups', list)
+        return list
+      end
+    end })
+  function out.group_types(id) return group_types(counts, id) end
+  -- Whether pattern x's text sorts before y's (equal ones by number),
+  -- without making the texts; a row given its pattern when read.
+  function out.pattern_before(x, y) return set:before(x, y) end
+  out.with_pattern = with_pattern
   out.idom = by_address(g, pid, function(v)
     local d = idom[v]
     return d == 1 and 0 or addr[d]
@@ -685,13 +803,14 @@ end
 
 -- The nodes in postorder, their immediate dominators and retained sizes.
 local function dominator_tree(g)
-  local post, order, count = postorder(g)
-  release()
-  local idom = dominators(g, post, order, count)
+  local w = walk(g)
+  local idom = dominators(g, w)
+  local pre, order, count = w.pre, w.order, w.count
+  w = nil
   release()
   local n = g.n
   local retained = DOUBLES(n + 1)
-  for v = 2, n do retained[v] = post[v] ~= 0 and g.size[v] or 0 end
+  for v = 2, n do retained[v] = pre[v] ~= 0 and g.size[v] or 0 end
   for k = 1, count - 1 do
     local v = order[k]
     local d = idom[v]
@@ -708,8 +827,9 @@ local function analyse_graph(g)
   local p = paths(g)
   g.first, g.succ, g.rkind, g.rname = nil, nil, nil, nil
   release()
-  local groups_list = groups(g, order, count, idom, retained, p)
-  return result(g, idom, retained, p, retained[1], groups_list)
+  local counts = group_counts(g, order, count, idom, retained, p)
+  return result(g, idom, retained, p, retained[1], counts,
+    pattern_rows(p.patterns))
 end
 
 -- Reads the records of the snapshot at `path` once for each of the
