@@ -13,7 +13,8 @@
 --   FUZZ_KEEP     where the cases that failed are kept (default
 --                 build/fuzz-failures)
 -- Prints the count of each outcome; exits 1 if any case crashed, hung or
--- failed with anything but `FILE: byte N: ...`.
+-- failed with anything but a message of one line (`FILE: byte N: ...`,
+-- or the command's own, as --diff's for a file that is no snapshot).
 
 local fuzz = require('helpers.heap_fuzz')
 
@@ -70,7 +71,8 @@ local function main()
   for i, b in ipairs(bases) do
     base_paths[i] = write(string.format('%s/base-%d.heap', DIR, i), b.bytes)
   end
-  local counts = { ok = 0, refused = 0, crash = 0, hang = 0, uncaught = 0 }
+  local counts = { ok = 0, refused = 0, rejected = 0, crash = 0, hang = 0,
+    uncaught = 0 }
   local kept, started, n = 0, os.time(), 0
   local rng = fuzz.rng(SEED)
   local path = DIR .. '/case.heap'
@@ -89,7 +91,8 @@ local function main()
     end
     local outcome, detail = fuzz.run(path, { args = args })
     counts[outcome] = counts[outcome] + 1
-    if outcome ~= 'ok' and outcome ~= 'refused' then
+    if outcome ~= 'ok' and outcome ~= 'refused' and
+      outcome ~= 'rejected' then
       kept = kept + 1
       os.execute('mkdir -p ' .. KEEP)
       local name = string.format('%s/case-%d-%d.heap', KEEP, SEED, n)
@@ -104,9 +107,10 @@ local function main()
   os.execute('rmdir ' .. DIR)
   print(string.format('fuzz: %d mutated heap snapshots from %d bases ' ..
     '(seed %d) in %d s: %d reported, %d refused with FILE: byte N, ' ..
-    '%d crashes, %d hangs, %d uncaught errors', n, #bases, SEED,
-    os.time() - started, counts.ok, counts.refused, counts.crash,
-    counts.hang, counts.uncaught))
+    '%d refused otherwise (one line), %d crashes, %d hangs, ' ..
+    '%d uncaught errors', n, #bases, SEED, os.time() - started, counts.ok,
+    counts.refused, counts.rejected, counts.crash, counts.hang,
+    counts.uncaught))
   assert(keep_alive or not from_module)
   return kept == 0 and 0 or 1
 end

@@ -8,8 +8,10 @@
 --   local bytes, how = fuzz.mutate(base, rng)
 --   local outcome, detail = fuzz.run(path, { args = '--format=json' })
 --     outcome: 'ok' (exit 0), 'refused' (exit 1 with `FILE: byte N: ...`),
---     'crash' (a signal), 'hang' (the time limit), 'uncaught' (any other
---     failure: a traceback, a message without its byte)
+--     'rejected' (exit 1 with another message of one line: `--diff` says
+--     a file whose magic changed is not a heap snapshot), 'crash' (a
+--     signal), 'hang' (the time limit), 'uncaught' (any other failure: a
+--     traceback, a Lua error's position, out of memory)
 --   fuzz.bases()   -- valid snapshots built byte by byte
 --   fuzz.objects_later(base, rng)  -- the same graph, objects moved later
 --
@@ -334,13 +336,18 @@ function M.run(path, opts)
   elseif code == nil or code > 128 then
     return 'crash', string.format('exit %s: %s', tostring(code), line)
   end
+  -- One line of the program's, not a Lua error's (a traceback, a
+  -- `file.lua:N:` position, out of memory).
   local plain = path:gsub('%p', '%%%0')
-  if code == 1 and not text:find('traceback', 1, true) and
-    line:match('^memprof%-report: ' .. plain .. ': byte %d+: .') and
-    not text:find('\n.', 1) then
+  if code ~= 1 or text:find('\n.', 1) or text:find('traceback', 1, true) or
+    line:find('%.lua:%d+:') or line:find('not enough memory', 1, true) or
+    not line:match('^memprof%-report: .') then
+    return 'uncaught', text
+  end
+  if line:match('^memprof%-report: ' .. plain .. ': byte %d+: .') then
     return 'refused', line
   end
-  return 'uncaught', text
+  return 'rejected', line
 end
 
 return M

@@ -34,6 +34,14 @@ describe('memprof-report on mutated heap snapshots', function()
       "is truncated: expected the time the snapshot was taken", line)
     outcome = fuzz.run(path, { lua = 'luajit -e "error(1)"' })
     assert.are.equal('uncaught', outcome)
+    local known = write(path .. '.known', base.bytes)
+    outcome, line = fuzz.run(write(path, 'no snapshot'),
+      { args = '--diff ' .. known })
+    os.remove(known)
+    assert.are.equal('rejected', outcome)
+    assert.are.equal('memprof-report: ' .. path .. ' is not a heap ' ..
+      'snapshot: --diff compares two heap snapshots or two profiles (see ' ..
+      '--help)', line)
     outcome = fuzz.run(path, { lua = 'luajit -e "local ffi = ' ..
       'require([[ffi]]); ffi.cdef([[int raise(int)]]); ffi.C.raise(11)"' })
     assert.are.equal('crash', outcome)
@@ -67,7 +75,8 @@ describe('memprof-report on mutated heap snapshots', function()
       for kind in how:gmatch('[^+]+') do kinds[kind] = true end
       local outcome, detail = fuzz.run(write(path, bytes))
       counts[outcome] = (counts[outcome] or 0) + 1
-      if outcome ~= 'ok' and outcome ~= 'refused' then
+      if outcome ~= 'ok' and outcome ~= 'refused' and
+        outcome ~= 'rejected' then
         bad[#bad + 1] = string.format('case %d (%s, %s): %s: %s', i,
           base.name, how, outcome, detail)
       end
