@@ -438,7 +438,9 @@ local function write_section(out, title, rows, top, line, size)
   end
   for _, row in ipairs(shown) do
     out:write(line(row), '\n')
-    if row.holders then write_main_holders(out, row, size) end
+    if rawget(row, 'holders_top') or row.holders then
+      write_main_holders(out, row, size)
+    end
   end
   return rest
 end
