@@ -386,27 +386,36 @@ local function predecessors(g, pre)
 end
 
 -- The forest of processed nodes (Lengauer and Tarjan's "simple" version:
--- path compression, no balancing): the node of least semidominator on the
--- path from v up to its tree's root, the path compressed on the way (an
--- explicit stack: a path can be as long as the graph is deep).
-local function eval(t, v)
-  local ancestor, label, semi, stack = t.ancestor, t.label, t.semi, t.stack
-  if ancestor[v] == 0 then return v end
-  local top = 0
-  local u = v
-  while ancestor[ancestor[u]] ~= 0 do
-    top = top + 1
-    stack[top] = u
-    u = ancestor[u]
+-- path compression, no balancing): eval(v) is the node of least
+-- semidominator on the path from v up to its tree's root, the path
+-- compressed on the way (an explicit stack: a path can be as long as the
+-- graph is deep).  Loops here are functions that call themselves in tail
+-- position: LuaJIT gives up compiling a loop whose body holds loops of
+-- its own (as node_index.lua's probe).
+local function forest(n, semi)
+  local ancestor, label, stack = INT32S(n + 1), INT32S(n + 1), INT32S(n + 1)
+  -- Pushes the path from u up to the node below its tree's root.
+  local function climb(u, top)
+    if ancestor[ancestor[u]] == 0 then return top end
+    stack[top + 1] = u
+    return climb(ancestor[u], top + 1)
   end
-  while top > 0 do
+  -- Compresses the pushed path, the node nearest the root first.
+  local function unwind(top)
+    if top == 0 then return end
     local x = stack[top]
-    top = top - 1
     local a = ancestor[x]
     if semi[label[a]] < semi[label[x]] then label[x] = label[a] end
     ancestor[x] = ancestor[a]
+    return unwind(top - 1)
   end
-  return label[v]
+  local function eval(v)
+    local a = ancestor[v]
+    if a == 0 then return v end
+    if ancestor[a] ~= 0 then unwind(climb(v, 0)) end
+    return label[v]
+  end
+  return ancestor, label, eval
 end
 
 -- Immediate dominators by node (the root's is itself; 0: not reached), by
@@ -417,32 +426,38 @@ end
 local function dominators(g, w)
   local pfirst, pred = predecessors(g, w.pre)
   local n, vertex, parent = g.n, w.vertex, w.parent
-  local t = { ancestor = INT32S(n + 1), label = INT32S(n + 1),
-    semi = INT32S(n + 1), stack = INT32S(n + 1) }
-  local semi, label, ancestor = t.semi, t.label, t.ancestor
+  local semi = INT32S(n + 1)
+  local ancestor, label, eval = forest(n, semi)
   local idom = INT32S(n + 1)
   local bucket, bnext = INT32S(n + 1), INT32S(n + 1)
+  -- The least semidominator of the evaluated predecessors e .. stop - 1.
+  local function least(e, stop, s)
+    if e >= stop then return s end
+    local su = semi[eval(pred[e])]
+    return least(e + 1, stop, su < s and su or s)
+  end
+  -- Each node y of a bucket of parent p: its dominator, or a node with
+  -- the same one (settled in the last pass).
+  local function settle(y, p)
+    if y == 0 then return end
+    local u = eval(y)
+    idom[y] = semi[u] < semi[y] and u or p
+    return settle(bnext[y], p)
+  end
   for i = 1, w.count do
     local v = vertex[i]
     semi[v], label[v] = i, v
   end
   for i = w.count, 2, -1 do
     local x = vertex[i]
-    for e = pfirst[x], pfirst[x + 1] - 1 do
-      local u = eval(t, pred[e])
-      if semi[u] < semi[x] then semi[x] = semi[u] end
-    end
+    semi[x] = least(pfirst[x], pfirst[x + 1], semi[x])
     local s = vertex[semi[x]]
     bnext[x], bucket[s] = bucket[s], x
     local p = parent[x]
     ancestor[x] = p
     local y = bucket[p]
     bucket[p] = 0
-    while y ~= 0 do
-      local u = eval(t, y)
-      idom[y] = semi[u] < semi[y] and u or p
-      y = bnext[y]
-    end
+    settle(y, p)
   end
   for i = 2, w.count do
     local x = vertex[i]
