@@ -372,3 +372,13 @@ demo: $(MODULE)
 	  $(LUAJIT) -joff bench/demo.lua build/demo.bin
 	bin/memprof-report --leaks --human-readable --heap=build/demo.bin.heap \
 	  build/demo.bin
+
+# memprof-report on mutated heap snapshots for FUZZ_SECONDS (default 60):
+# each run in a child with a time limit; fails on a crash, a hang or an
+# error other than `FILE: byte N: ...` (bench/fuzz_heap.lua; FUZZ_CASES,
+# FUZZ_SEED, FUZZ_KEEP). spec/reporter/heap_fuzz_spec.lua runs a few.
+.PHONY: fuzz
+fuzz: $(MODULE)
+	LUA_CPATH='./build/?.so;;' \
+	  LUA_PATH='./lua/?.lua;./bench/?.lua;./spec/?.lua;;' \
+	  FUZZ_SECONDS=$${FUZZ_SECONDS:-60} $(LUAJIT) bench/fuzz_heap.lua

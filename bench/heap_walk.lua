@@ -19,6 +19,9 @@
 --   BENCH_HEAP_GIB=on             then a heap of 1 GiB (bench/heap_gib.lua)
 --   BENCH_HEAP_PID=off            without `memprof heap PID`'s pause
 --                                 (bench/heap_pid.lua, after the rest)
+--   BENCH_HEAP_LIST               the depth of the list whose snapshot is
+--                                 reported last (default 2,000,000:
+--                                 `{ next = ... }`; the same targets)
 local toolkit = require('toolkit')
 local shell_quote = toolkit.shell_quote
 
@@ -117,6 +120,36 @@ print(string.format('%d %d %.4f %.4f %d %d %.2f %.2f %.0f', r.epilogue.objects,
   r.epilogue.c_bytes, bytes, read, analysis, lua_mb))
 ]]
 
+-- A snapshot of a process holding a list `depth` deep (arg[1]) at arg[2].
+local LIST = [[
+local memprof = require('memprof')
+local list
+for _ = 1, tonumber(arg[1]) do list = { next = list } end
+assert(memprof.snapshot(arg[2], { format = 'heap' }))
+]]
+
+-- memprof-report's text report of a snapshot of a deep list: the path
+-- patterns and dominators of a graph as deep as it is large.
+local function deep_list(lua, report_line)
+  local depth = tonumber(os.getenv('BENCH_HEAP_LIST')) or 2000000
+  local script, path = os.tmpname(), os.tmpname()
+  local f = assert(io.open(script, 'w'))
+  f:write(LIST)
+  f:close()
+  local ok = os.execute('timeout 600 ' .. lua .. ' ' .. shell_quote(script) ..
+    ' ' .. depth .. ' ' .. shell_quote(path))
+  os.remove(script)
+  if ok ~= 0 and ok ~= true then
+    os.remove(path)
+    return report_line(string.format('of a list %d deep', depth), nil,
+      'the snapshot failed')
+  end
+  local seconds, mb, cpu = M.report_cost(lua, path)
+  os.remove(path)
+  report_line(string.format('of a list %d deep (text)', depth), seconds, mb,
+    cpu)
+end
+
 function M.run(lua)
   local records = tonumber(os.getenv('BENCH_HEAP_RECORDS')) or 200000
   local rounds = 5
@@ -175,6 +208,7 @@ function M.run(lua)
   report_line('(text)', report_seconds, report_mb, report_cpu)
   report_line('--profile (text, joined with the profile)', joined_seconds,
     joined_mb, joined_cpu)
+  deep_list(lua, report_line)
   if os.getenv('BENCH_HEAP_GIB') == 'on' then
     require('heap_gib').run(lua, M.report_cost)
   end

@@ -47,6 +47,7 @@ build = {
     ["memprof.analysis.blocks"] = "lua/memprof/analysis/blocks.lua",
     ["memprof.analysis.address_map"] = "lua/memprof/analysis/address_map.lua",
     ["memprof.analysis.node_index"] = "lua/memprof/analysis/node_index.lua",
+    ["memprof.analysis.path_patterns"] = "lua/memprof/analysis/path_patterns.lua",
     ["memprof.analysis.analyze"] = "lua/memprof/analysis/analyze.lua",
     ["memprof.cli.report"] = "lua/memprof/cli/report.lua",
     ["memprof.cli.options"] = "lua/memprof/cli/options.lua",

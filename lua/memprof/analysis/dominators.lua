@@ -5,9 +5,9 @@
 --
 -- The graph has a virtual root whose edges are the snapshot's roots; weak
 -- references are not edges (they hold nothing).  Immediate dominators are
--- computed by the iterative algorithm of Cooper, Harvey and Kennedy ("A
--- Simple, Fast Dominance Algorithm") over a reverse postorder: a few passes
--- over the nodes and their predecessors on the graphs of programs.  The
+-- computed by the algorithm of Lengauer and Tarjan: near-linear time
+-- whatever the graph's depth; path patterns are kept as a tree
+-- (memprof.analysis.path_patterns), their texts made when read.  The
 -- graph is kept in C arrays indexed by node and by reference (no table per
 -- object), so memory is proportional to objects and references.
 --
@@ -19,7 +19,13 @@
 --   each reachable object's addr, pattern and retained size, in the
 --   file's order), a.groups (largest first), a.total (bytes reachable),
 --   a.roots, a.references, a.header and a.epilogue (the file's),
---   a.patterns (the patterns by number), a.nodes: the objects by node
+--   a.patterns (the patterns' texts by number, made when read: each
+--   group has its number as pattern_id, and its text as pattern),
+--   a.pattern_before(x, y) (whether pattern x sorts before y, by text),
+--   a.with_pattern(row) (row.pattern: row.pattern_id's text, made when
+--   read), a.pattern_count, by pattern number: a.group_objects and
+--   a.group_retained (C arrays), a.group_types(id) (the objects by type
+--   name), a.nodes: the objects by node
 --   2 .. nodes.n, in C arrays: addr, type (the type byte, named by
 --   nodes.TYPES), size, pattern (its number; 0: unreachable), retained
 --   dom.sort_largest(list, count, name) -- sorts by list[i][count]
@@ -29,6 +35,7 @@ local heap = require('memprof.read.heap')
 local ffi = require('ffi')
 local tobit = require('bit').tobit
 local node_index = require('memprof.analysis.node_index')
+local path_patterns = require('memprof.analysis.path_patterns')
 
 local format = string.format
 
@@ -97,13 +104,23 @@ local function resized(ctype, arr, used, size, width)
   return out
 end
 
-local function new_graph()
+-- The most objects, references and bytes of kept texts a graph holds:
+-- its arrays are indexed by 32-bit numbers (node 1 is the root, and a
+-- row's end is one past its last entry).
+local MOST = 2 ^ 31 - 3
+
+-- Refuses the file at byte `at` (as memprof.read.heap does).
+local function refuse(g, at, message)
+  error(format('%s: byte %d: %s', g.name, at or 0, message), 0)
+end
+
+local function new_graph(name)
   local cap = 1024
-  return { n = 1, cap = cap, node = node_index.new(), addr = DOUBLES(cap),
-    type = BYTES(cap), size = DOUBLES(cap), toff = INT32S(cap),
-    tlen = BYTES(cap), count = INT32S(cap + 1), text = BYTES(4096),
-    text_cap = 4096, text_used = 0, nrefs = 0, names = {}, name_ids = {},
-    wide = {} }
+  return { name = name, n = 1, cap = cap, node = node_index.new(),
+    addr = DOUBLES(cap), type = BYTES(cap), size = DOUBLES(cap),
+    toff = INT32S(cap), tlen = BYTES(cap), count = INT32S(cap + 1),
+    text = BYTES(4096), text_cap = 4096, text_used = 0, nrefs = 0,
+    later = {}, names = {}, name_ids = {}, wide = {} }
 end
 
 local function grow_nodes(g)
@@ -118,9 +135,13 @@ local function grow_nodes(g)
 end
 
 -- Keeps a string's text (tlen: its length plus one; 0: not kept).
-local function keep_text(g, v, text)
+local function keep_text(g, v, text, offset)
   local len = #text
   local at = g.text_used
+  if at + len > MOST then
+    refuse(g, offset, format('the texts of strings exceed %d bytes, the ' ..
+      'most this reporter keeps', MOST))
+  end
   if at + len > g.text_cap then
     local cap = g.text_cap
     while at + len > cap do cap = cap * 2 end
@@ -132,13 +153,17 @@ local function keep_text(g, v, text)
   g.text_used = at + len
 end
 
-local function add_object(g, addr, t, size, text)
+local function add_object(g, addr, t, size, text, offset)
   local v = g.n + 1
+  if v > MOST then
+    refuse(g, offset, format('more than %d objects, the most this ' ..
+      'reporter reads', MOST - 1))
+  end
   if v >= g.cap then grow_nodes(g) end
   g.n = v
   g.addr[v], g.type[v], g.size[v] = addr, TYPE_CODE[t], size
   g.node:put(g.addr, v)
-  if text and #text <= KEEP_TEXT then keep_text(g, v, text) end
+  if text and #text <= KEEP_TEXT then keep_text(g, v, text, offset) end
 end
 
 -- The text of the string object at addr, if it was kept.
@@ -148,12 +173,31 @@ local function text_of(g, addr)
   return ffi.string(g.text + g.toff[v], g.tlen[v] - 1)
 end
 
--- The first pass counts each source's strong references.
-local function count_ref(g, from, weak)
+-- The first pass counts each source's strong references; those of a
+-- source whose record has not come yet (the format puts it first, a file
+-- may not) are counted by its address, and added once every object is
+-- read (count_later), so that the rows fit whatever the order.
+local function count_ref(g, from, weak, offset)
   g.nrefs = g.nrefs + 1
+  if g.nrefs > MOST then
+    refuse(g, offset, format('more than %d references, the most this ' ..
+      'reporter reads', MOST))
+  end
   if weak then return end
   local v = from == 0 and 1 or g.node:get(g.addr, from)
-  if v then g.count[v] = g.count[v] + 1 end
+  if v then
+    g.count[v] = g.count[v] + 1
+  else
+    g.later[from] = (g.later[from] or 0) + 1
+  end
+end
+
+local function count_later(g)
+  for from, n in pairs(g.later) do
+    local v = g.node:get(g.addr, from)
+    if v then g.count[v] = g.count[v] + n end
+  end
+  g.later = nil
 end
 
 -- Where each node's run starts in rows of count[v] entries for nodes
@@ -188,6 +232,7 @@ local function start_refs(g)
   g.toff = resized(INT32S, g.toff, used, used, 4)
   g.text = resized(BYTES, g.text, g.text_used, g.text_used + 1, 1)
   g.cap, g.text_cap = used, g.text_used + 1
+  count_later(g)
   local first, fill = row_starts(g.count, g.n)
   g.count = nil
   release()
@@ -207,12 +252,18 @@ local function name_id(g, text)
 end
 
 -- The second pass puts each strong reference to an object in its row,
--- with its name, one value: what a path shows of it.
-local function add_ref(g, from, to, kind, weak, a, b, c)
+-- with its name, one value: what a path shows of it.  A row already full
+-- means that the file changed between the passes: refused, never written
+-- past.
+local function add_ref(g, from, to, kind, weak, a, b, c, offset)
   if weak then return end
   local v = from == 0 and 1 or g.node:get(g.addr, from)
   local w = g.node:get(g.addr, to)
   if not (v and w) then return end
+  if g.fill[v] >= g.first[v + 1] then
+    refuse(g, offset, 'more references from an object than when the ' ..
+      'file was first read: it changed while it was read')
+  end
   local code = KIND_CODE[kind]
   local name = a
   if kind == 'upvalue' then
@@ -275,42 +326,45 @@ end
 
 -- ---- Dominators ---------------------------------------------------------
 
--- Postorder numbers of the nodes reachable from the root (an explicit
--- stack: the graph can be deep; 0: not reached), and the nodes by number
--- (order[1 .. count]).
-local function postorder(g)
+-- A depth-first walk from the root (an explicit stack: the graph can be
+-- deep): the reachable nodes' preorder numbers (pre[v], 0: not reached),
+-- the nodes by preorder (vertex[1 .. count]) and their parents in the
+-- walk's tree, and the nodes in postorder (order[1 .. count]).
+local function walk(g)
   local first, succ, n = g.first, g.succ, g.n
-  local post, order = INT32S(n + 1), INT32S(n + 1)
-  local seen = BYTES(n + 1)
+  local pre, vertex, parent = INT32S(n + 1), INT32S(n + 1), INT32S(n + 1)
+  local order = INT32S(n + 1)
   local stack, next_edge = INT32S(n + 1), INT32S(n + 1)
-  stack[1], next_edge[1], seen[1] = 1, first[1], 1
-  local top, k = 1, 0
+  stack[1], next_edge[1], pre[1], vertex[1] = 1, first[1], 1, 1
+  local top, k, count = 1, 0, 1
   while top > 0 do
     local v = stack[top]
     local e = next_edge[top]
     if e < first[v + 1] then
       next_edge[top] = e + 1
       local w = succ[e]
-      if seen[w] == 0 then
-        seen[w] = 1
+      if pre[w] == 0 then
+        count = count + 1
+        pre[w], vertex[count], parent[w] = count, w, v
         top = top + 1
         stack[top], next_edge[top] = w, first[w]
       end
     else
       k = k + 1
-      post[v], order[k] = k, v
+      order[k] = v
       top = top - 1
     end
   end
-  return post, order, k
+  return { pre = pre, vertex = vertex, parent = parent, order = order,
+    count = count }
 end
 
 -- Predecessors of the reachable nodes, in compressed rows.
-local function predecessors(g, post)
+local function predecessors(g, pre)
   local n, first, succ = g.n, g.first, g.succ
   local count = INT32S(n + 1)
   for v = 1, n do
-    if post[v] ~= 0 then
+    if pre[v] ~= 0 then
       for e = first[v], first[v + 1] - 1 do
         local w = succ[e]
         count[w] = count[w] + 1
@@ -320,7 +374,7 @@ local function predecessors(g, post)
   local pfirst, fill = row_starts(count, n)
   local pred = INT32S(pfirst[n + 1])
   for v = 1, n do
-    if post[v] ~= 0 then
+    if pre[v] ~= 0 then
       for e = first[v], first[v + 1] - 1 do
         local w = succ[e]
         pred[fill[w]] = v
@@ -331,37 +385,85 @@ local function predecessors(g, post)
   return pfirst, pred
 end
 
-local function intersect(idom, post, a, b)
-  while a ~= b do
-    while post[a] < post[b] do a = idom[a] end
-    while post[b] < post[a] do b = idom[b] end
+-- The forest of processed nodes (Lengauer and Tarjan's "simple" version:
+-- path compression, no balancing): eval(v) is the node of least
+-- semidominator on the path from v up to its tree's root, the path
+-- compressed on the way (an explicit stack: a path can be as long as the
+-- graph is deep).  Loops here are functions that call themselves in tail
+-- position: LuaJIT gives up compiling a loop whose body holds loops of
+-- its own (as node_index.lua's probe).
+local function forest(n, semi)
+  local ancestor, label, stack = INT32S(n + 1), INT32S(n + 1), INT32S(n + 1)
+  -- Pushes the path from u up to the node below its tree's root.
+  local function climb(u, top)
+    if ancestor[ancestor[u]] == 0 then return top end
+    stack[top + 1] = u
+    return climb(ancestor[u], top + 1)
   end
-  return a
+  -- Compresses the pushed path, the node nearest the root first.
+  local function unwind(top)
+    if top == 0 then return end
+    local x = stack[top]
+    local a = ancestor[x]
+    if semi[label[a]] < semi[label[x]] then label[x] = label[a] end
+    ancestor[x] = ancestor[a]
+    return unwind(top - 1)
+  end
+  local function eval(v)
+    local a = ancestor[v]
+    if a == 0 then return v end
+    if ancestor[a] ~= 0 then unwind(climb(v, 0)) end
+    return label[v]
+  end
+  return ancestor, label, eval
 end
 
--- Immediate dominators by node (the root's is itself; 0: not reached).
-local function dominators(g, post, order, count)
-  local pfirst, pred = predecessors(g, post)
-  local idom = INT32S(g.n + 1)
-  idom[1] = 1
-  local changed = true
-  while changed do
-    changed = false
-    for k = count - 1, 1, -1 do
-      local b = order[k]
-      local new = 0
-      for e = pfirst[b], pfirst[b + 1] - 1 do
-        local p = pred[e]
-        if idom[p] ~= 0 then
-          new = new ~= 0 and intersect(idom, post, p, new) or p
-        end
-      end
-      if idom[b] ~= new then
-        idom[b] = new
-        changed = true
-      end
-    end
+-- Immediate dominators by node (the root's is itself; 0: not reached), by
+-- the algorithm of Lengauer and Tarjan ("A Fast Algorithm for Finding
+-- Dominators in a Flowgraph"): near-linear time whatever the graph's
+-- shape (the iterative algorithm is quadratic in the depth of a list
+-- whose nodes share a key string).  Semidominators are preorder numbers.
+local function dominators(g, w)
+  local pfirst, pred = predecessors(g, w.pre)
+  local n, vertex, parent = g.n, w.vertex, w.parent
+  local semi = INT32S(n + 1)
+  local ancestor, label, eval = forest(n, semi)
+  local idom = INT32S(n + 1)
+  local bucket, bnext = INT32S(n + 1), INT32S(n + 1)
+  -- The least semidominator of the evaluated predecessors e .. stop - 1.
+  local function least(e, stop, s)
+    if e >= stop then return s end
+    local su = semi[eval(pred[e])]
+    return least(e + 1, stop, su < s and su or s)
   end
+  -- Each node y of a bucket of parent p: its dominator, or a node with
+  -- the same one (settled in the last pass).
+  local function settle(y, p)
+    if y == 0 then return end
+    local u = eval(y)
+    idom[y] = semi[u] < semi[y] and u or p
+    return settle(bnext[y], p)
+  end
+  for i = 1, w.count do
+    local v = vertex[i]
+    semi[v], label[v] = i, v
+  end
+  for i = w.count, 2, -1 do
+    local x = vertex[i]
+    semi[x] = least(pfirst[x], pfirst[x + 1], semi[x])
+    local s = vertex[semi[x]]
+    bnext[x], bucket[s] = bucket[s], x
+    local p = parent[x]
+    ancestor[x] = p
+    local y = bucket[p]
+    bucket[p] = 0
+    settle(y, p)
+  end
+  for i = 2, w.count do
+    local x = vertex[i]
+    if idom[x] ~= vertex[semi[x]] then idom[x] = idom[idom[x]] end
+  end
+  idom[1] = 1
   return idom
 end
 
@@ -489,19 +591,6 @@ local function starts(g)
   return names, queue, #registry
 end
 
--- Patterns by number (1 ..), each text once; a node's pattern is its
--- parent's and a step, looked up by child[parent's number][step], so that
--- the text is made once per pattern, not once per node.
-local function pattern_id(pats, text)
-  local id = pats.ids[text]
-  if not id then
-    id = #pats.list + 1
-    pats.list[id], pats.ids[text] = text, id
-    pats.child[id] = {}
-  end
-  return id
-end
-
 -- Shortest paths from the starts (breadth first): each node's parent on
 -- its path (itself for a start, 0 when not reached), the kind and name of
 -- the reference from it, and its pattern's number (0: not reached).
@@ -513,10 +602,12 @@ local function paths(g)
   local parent, via_kind, via_name = INT32S(n + 1), BYTES(n + 1),
     INT32S(n + 1)
   local pid, queue = INT32S(n + 1), INT32S(n + 1)
-  local pats = { list = {}, ids = {}, child = {} }
+  -- Patterns by number (1 ..): a node's is its parent's and a step, kept
+  -- as such (memprof.analysis.path_patterns), at most one per node.
+  local pats = path_patterns.new(n)
   local tail = 0
   for _, v in ipairs(list) do
-    parent[v], pid[v] = v, pattern_id(pats, names[v])
+    parent[v], pid[v] = v, pats:start(names[v])
     tail = tail + 1
     queue[tail] = v
   end
@@ -527,26 +618,19 @@ local function paths(g)
     local p = pid[v]
     local under_loaded = names[v] == 'package.loaded'
     local is_many = many[v] == 1
-    local child = pats.child[p]
     for e = first[v], first[v + 1] - 1 do
       local w = succ[e]
       if parent[w] == 0 then
         local kind, name = ref_of(g, rkind[e], rname[e])
         parent[w], via_kind[w], via_name[w] = v, rkind[e], rname[e]
-        local s = step(g, kind, name, is_many, under_loaded)
-        local id = child[s]
-        if not id then
-          id = pattern_id(pats, pats.list[p] .. s)
-          child[s] = id
-        end
-        pid[w] = id
+        pid[w] = pats:child(p, step(g, kind, name, is_many, under_loaded))
         tail = tail + 1
         queue[tail] = w
       end
     end
   end
   return { names = names, parent = parent, via_kind = via_kind,
-    via_name = via_name, pid = pid, patterns = pats.list, roots = nroots }
+    via_name = via_name, pid = pid, patterns = pats, roots = nroots }
 end
 
 -- The path from a start to node v.
@@ -567,34 +651,111 @@ end
 
 -- ---- The analysis --------------------------------------------------------
 
--- Groups of objects by pattern: count, retained bytes, their types;
--- largest first. A member dominated by another member (a closure's upvalue
--- object and its value share a pattern) adds no retained bytes of its own:
--- its holder's count them. One group may hold another.
-local function groups(g, order, count, idom, retained, p)
-  local by, list = {}, {}
-  local pid, patterns, typ = p.pid, p.patterns, g.type
+-- Groups of objects by pattern, in arrays by pattern number: objects,
+-- retained bytes, and the type code of their objects (SEVERAL: more than
+-- one type, counted in `several`).  A member dominated by another member
+-- (a closure's upvalue object and its value share a pattern) adds no
+-- retained bytes of its own: its holder's count them. One group may hold
+-- another.
+local SEVERAL = 255
+local function group_counts(g, order, count, idom, retained, p)
+  local n = p.patterns.count
+  local objects, bytes, gtype = INT32S(n + 1), DOUBLES(n + 1), BYTES(n + 1)
+  local several = {}
+  local pid, typ = p.pid, g.type
   for k = 1, count - 1 do
     local v = order[k]
     local id = pid[v]
     if id ~= 0 then
-      local grp = by[id]
-      if not grp then
-        grp = { pattern = patterns[id], objects = 0, retained = 0,
-          types = {} }
-        by[id] = grp
-        list[#list + 1] = grp
+      local t = typ[v]
+      if objects[id] == 0 then
+        gtype[id] = t
+      elseif gtype[id] ~= t and gtype[id] ~= SEVERAL then
+        several[id] = { [TYPES[gtype[id]]] = objects[id] }
+        gtype[id] = SEVERAL
       end
-      local t = TYPES[typ[v]]
-      grp.objects = grp.objects + 1
+      if gtype[id] == SEVERAL then
+        local types = several[id]
+        types[TYPES[t]] = (types[TYPES[t]] or 0) + 1
+      end
+      objects[id] = objects[id] + 1
       local d = idom[v]
-      if d == 1 or pid[d] ~= id then
-        grp.retained = grp.retained + retained[v]
-      end
-      grp.types[t] = (grp.types[t] or 0) + 1
+      if d == 1 or pid[d] ~= id then bytes[id] = bytes[id] + retained[v] end
     end
   end
-  return M.sort_largest(list, 'retained', 'pattern')
+  return { objects = objects, retained = bytes, type = gtype,
+    several = several }
+end
+
+-- A group's count of objects by type name.
+local function group_types(c, id)
+  if c.type[id] == SEVERAL then
+    local out = {}
+    for t, k in pairs(c.several[id]) do out[t] = k end
+    return out
+  end
+  return { [TYPES[c.type[id]]] = c.objects[id] }
+end
+
+-- The groups as tables (pattern_id, pattern, objects, retained, types),
+-- largest first, ties in the order of the patterns' texts.
+local function group_list(c, patterns, texts)
+  local meta = { __index = function(row, key)
+    if key == 'pattern' then return texts[rawget(row, 'pattern_id')] end
+  end }
+  local list = {}
+  for id = 1, patterns.count do
+    if c.objects[id] > 0 then
+      list[#list + 1] = setmetatable({ pattern_id = id,
+        objects = c.objects[id], retained = c.retained[id],
+        types = group_types(c, id) }, meta)
+    end
+  end
+  table.sort(list, function(x, y)
+    if x.retained ~= y.retained then return x.retained > y.retained end
+    return patterns:before(x.pattern_id, y.pattern_id)
+  end)
+  return list
+end
+
+-- A row's `pattern` made from its pattern_id when read: the texts of a
+-- deep graph's patterns together grow as the square of its depth.
+local function pattern_rows(patterns)
+  local meta = { __index = function(row, key)
+    if key == 'pattern' then
+      return patterns:text(rawget(row, 'pattern_id'))
+    end
+  end }
+  return function(row) return setmetatable(row, meta) end
+end
+
+-- The patterns' texts by number, made when read and kept, each from its
+-- parent's (a.patterns, a.pattern, a.objects and a.groups: what compares
+-- the patterns of two snapshots reads them all, as it did when every text
+-- was made with the analysis).  A report's rows make theirs without
+-- keeping them (a.with_pattern): a few of millions.
+local function pattern_texts(patterns)
+  local parent, step, steps = patterns.parent, patterns.step, patterns.steps
+  local function text(memo, id)
+    local chain, x = {}, id
+    while x ~= 0 and rawget(memo, x) == nil do
+      chain[#chain + 1] = x
+      x = parent[x]
+    end
+    local t = x ~= 0 and rawget(memo, x) or ''
+    for i = #chain, 1, -1 do
+      local y = chain[i]
+      t = t .. steps[step[y]]
+      rawset(memo, y, t)
+    end
+    return t
+  end
+  return setmetatable({}, { __index = function(memo, id)
+    if type(id) == 'number' and id >= 1 and id <= patterns.count and
+      id % 1 == 0 then
+      return text(memo, id)
+    end
+  end })
 end
 
 -- A table whose t[addr] is f(v) for the node v of a reachable object at
@@ -610,12 +771,28 @@ end
 -- The analysis' result: what the graph keeps for it (the nodes, the
 -- texts, each node's dominator, retained size and path), the rows of
 -- references dropped.
-local function result(g, idom, retained, p, total, groups_list)
-  local pid, patterns, addr = p.pid, p.patterns, g.addr
-  local out = { total = total, roots = p.roots, references = g.nrefs,
-    groups = groups_list, patterns = patterns,
+local function result(g, idom, retained, p, total, counts, with_pattern)
+  local pid, set, addr = p.pid, p.patterns, g.addr
+  local patterns = pattern_texts(set)
+  -- a.groups is made when first read: a deep graph has as many groups
+  -- as objects, which a report counts in the arrays below.
+  local out = setmetatable({ total = total, roots = p.roots,
+    references = g.nrefs, patterns = patterns, pattern_count = set.count,
+    group_objects = counts.objects, group_retained = counts.retained,
     nodes = { n = g.n, addr = addr, type = g.type, size = g.size,
-      pattern = pid, retained = retained, TYPES = TYPES } }
+      pattern = pid, retained = retained, TYPES = TYPES } },
+    { __index = function(t, key)
+      if key == 'groups' then
+        local list = group_list(counts, set, patterns)
+        rawset(t, 'groups', list)
+        return list
+      end
+    end })
+  function out.group_types(id) return group_types(counts, id) end
+  -- Whether pattern x's text sorts before y's (equal ones by number),
+  -- without making the texts; a row given its pattern when read.
+  function out.pattern_before(x, y) return set:before(x, y) end
+  out.with_pattern = with_pattern
   out.idom = by_address(g, pid, function(v)
     local d = idom[v]
     return d == 1 and 0 or addr[d]
@@ -641,13 +818,14 @@ end
 
 -- The nodes in postorder, their immediate dominators and retained sizes.
 local function dominator_tree(g)
-  local post, order, count = postorder(g)
-  release()
-  local idom = dominators(g, post, order, count)
+  local w = walk(g)
+  local idom = dominators(g, w)
+  local pre, order, count = w.pre, w.order, w.count
+  w = nil
   release()
   local n = g.n
   local retained = DOUBLES(n + 1)
-  for v = 2, n do retained[v] = post[v] ~= 0 and g.size[v] or 0 end
+  for v = 2, n do retained[v] = pre[v] ~= 0 and g.size[v] or 0 end
   for k = 1, count - 1 do
     local v = order[k]
     local d = idom[v]
@@ -664,8 +842,9 @@ local function analyse_graph(g)
   local p = paths(g)
   g.first, g.succ, g.rkind, g.rname = nil, nil, nil, nil
   release()
-  local groups_list = groups(g, order, count, idom, retained, p)
-  return result(g, idom, retained, p, retained[1], groups_list)
+  local counts = group_counts(g, order, count, idom, retained, p)
+  return result(g, idom, retained, p, retained[1], counts,
+    pattern_rows(p.patterns))
 end
 
 -- Reads the records of the snapshot at `path` once for each of the
@@ -683,11 +862,11 @@ local function read_file(path, visit_object, visit_ref)
   local pause = collectgarbage('setpause', READING_GC_PAUSE)
   local ok, err = pcall(function()
     while true do
-      local rec, x, y, z, a, b, c, d = r:next_values()
+      local rec, x, y, z, a, b, c, d, e = r:next_values()
       if rec == 'object' then
-        if visit_object then visit_object(x, y, z, a, b, c) end
+        if visit_object then visit_object(x, y, z, a, b, c, d) end
       elseif rec == 'ref' then
-        if visit_ref then visit_ref(x, y, z, a, b, c, d) end
+        if visit_ref then visit_ref(x, y, z, a, b, c, d, e) end
       else
         break
       end
@@ -704,15 +883,15 @@ end
 -- immediate dominator (0: the root), retained size and pattern; its path
 -- (a.path(addr)); the groups.
 function M.analyse_file(path)
-  local g = new_graph()
-  local r = read_file(path, function(addr, t, size, _, text)
-    add_object(g, addr, t, size, t == 'string' and text or nil)
-  end, function(from, _, _, weak)
-    count_ref(g, from, weak)
+  local g = new_graph(path)
+  local r = read_file(path, function(addr, t, size, _, text, _, at)
+    add_object(g, addr, t, size, t == 'string' and text or nil, at)
+  end, function(from, _, _, weak, _, _, _, at)
+    count_ref(g, from, weak, at)
   end)
   start_refs(g)
-  read_file(path, nil, function(from, to, kind, weak, a, b, c)
-    add_ref(g, from, to, kind, weak, a, b, c)
+  read_file(path, nil, function(from, to, kind, weak, a, b, c, at)
+    add_ref(g, from, to, kind, weak, a, b, c, at)
   end)
   local out = analyse_graph(g)
   out.header, out.epilogue = r.header, r.epilogue
@@ -744,14 +923,15 @@ end
 
 -- The same for a loaded snapshot (memprof.read.heap.load).
 function M.analyse(s)
-  local g = new_graph()
+  local g = new_graph(s.name or 'the snapshot')
   for _, o in ipairs(s.list) do
-    add_object(g, o.addr, o.type, o.size, o.text)
+    add_object(g, o.addr, o.type, o.size, o.text, o.offset)
   end
-  for _, r in ipairs(s.refs) do count_ref(g, r.from, r.weak) end
+  for _, r in ipairs(s.refs) do count_ref(g, r.from, r.weak, r.offset) end
   start_refs(g)
   for _, r in ipairs(s.refs) do
-    add_ref(g, r.from, r.to, r.kind, r.weak, name_values(r))
+    local a, b, c = name_values(r)
+    add_ref(g, r.from, r.to, r.kind, r.weak, a, b, c, r.offset)
   end
   local out = analyse_graph(g)
   out.header, out.epilogue = s.header, s.epilogue

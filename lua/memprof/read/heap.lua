@@ -395,8 +395,8 @@ function M.load(path)
         refs[#refs + 1] = rec
       end
     end
-    return { header = r.header, objects = objects, list = list, refs = refs,
-      epilogue = r.epilogue }
+    return { name = path, header = r.header, objects = objects,
+      list = list, refs = refs, epilogue = r.epilogue }
   end)
   r:close()
   if not ok then

@@ -24,9 +24,11 @@
 --             its stack and its main holders
 --
 -- Time is linear in objects and references (one pass over the analysis'
--- nodes), memory proportional to objects and groups.
+-- nodes), memory proportional to objects and groups; the rows of groups
+-- are made when read (a text report makes those it shows).
 
 local dom = require('memprof.analysis.dominators')
+local ffi = require('ffi')
 local join = require('memprof.analysis.heap_join')
 local layout = require('memprof.report.layout')
 
@@ -132,35 +134,89 @@ local function callers_text(site, stack)
 end
 
 
--- One pass over the reachable objects: by type and by place, and for each
--- group the places of its members.
--- Counts an object of `size` bytes under `pattern` in the row of `key`
--- in `rows` (made { [field] = key, objects, bytes, by } when new).
-local function count_into(rows, field, key, pattern, size)
+-- The first k of `ids` in the order of `before` (k below #ids), by one
+-- pass that keeps them sorted: a text report shows a few of millions.
+local function best(ids, k, before)
+  local out = {}
+  for _, id in ipairs(ids) do
+    if #out < k or before(id, out[#out]) then
+      local i = math.min(#out, k - 1)
+      while i > 0 and before(id, out[i]) do
+        out[i + 1] = out[i]
+        i = i - 1
+      end
+      out[i + 1] = id
+    end
+  end
+  return out
+end
+
+-- Rows of patterns, made when read: a deep graph has as many patterns
+-- as objects, and the texts of their patterns together grow as the square
+-- of its depth, so the text report makes the rows it shows
+-- (rows.top(k): the first k rows, all without k, and how many are left
+-- out), json and html all of them.  `ids` are pattern numbers, sorted by
+-- `before`; make(id) is the row of one.
+local function lazy_rows(ids, before, make)
+  local rows = {}
+  function rows.top(k)
+    local first
+    if k and k < #ids then
+      first = best(ids, k, before)
+    else
+      table.sort(ids, before)
+      first = ids
+    end
+    local shown = {}
+    for i = 1, #first do shown[i] = make(first[i]) end
+    return shown, #ids - #first
+  end
+  return rows
+end
+
+-- A table whose `field` is made by rows.top() when first read.
+local function all_rows_as(t, field, rows)
+  t[field .. '_top'] = rows.top
+  return setmetatable(t, { __index = function(self, key)
+    if key == field then
+      local list = rows.top(nil)
+      rawset(self, key, list)
+      return list
+    end
+  end })
+end
+
+-- One pass over the reachable objects: by type and by place (the objects
+-- and bytes of each pattern, by number), own bytes by pattern, and for
+-- each group the places of its members.
+local function count_into(rows, field, key, id, size)
   local row = rows[key]
   if not row then
-    row = { [field] = key, objects = 0, bytes = 0, by = {} }
+    row = { [field] = key, objects = 0, bytes = 0, by_objects = {},
+      by_bytes = {} }
     rows[key] = row
   end
   row.objects, row.bytes = row.objects + 1, row.bytes + size
-  add_to(row.by, pattern, size)
+  row.by_objects[id] = (row.by_objects[id] or 0) + 1
+  row.by_bytes[id] = (row.by_bytes[id] or 0) + size
 end
 
 local function tally(a, live)
   local nodes = a.nodes
   local addr_of, type_of, size_of = nodes.addr, nodes.type, nodes.size
-  local pattern_of, patterns, names = nodes.pattern, a.patterns, nodes.TYPES
-  local types, places, group_places, own = {}, {}, {}, {}
+  local pattern_of, names = nodes.pattern, nodes.TYPES
+  local types, places, group_places = {}, {}, {}
+  local own = ffi.new('double[?]', a.pattern_count + 1)
   local callers = {}
   local objects = 0
   for v = 2, nodes.n do
     local id = pattern_of[v]
     if id ~= 0 then
-      local addr, pattern = addr_of[v], patterns[id]
+      local addr = addr_of[v]
       objects = objects + 1
       local t, size = names[type_of[v]], size_of[v]
-      own[pattern] = (own[pattern] or 0) + size
-      count_into(types, 'type', t, pattern, size)
+      own[id] = own[id] + size
+      count_into(types, 'type', t, id, size)
       if live then
         -- The place that allocated it; the callers of the first stack
         -- seen of each place.
@@ -169,11 +225,11 @@ local function tally(a, live)
         if callers[name] == nil then
           callers[name] = at and callers_text(at.site, at.stack) or false
         end
-        count_into(places, 'place', name, pattern, size)
-        local gp = group_places[pattern]
+        count_into(places, 'place', name, id, size)
+        local gp = group_places[id]
         if not gp then
           gp = {}
-          group_places[pattern] = gp
+          group_places[id] = gp
         end
         add_to(gp, name, size)
       end
@@ -182,13 +238,27 @@ local function tally(a, live)
   return types, places, group_places, callers, objects, own
 end
 
-local function rows_of(set, name_key)
+-- A row's holders: { pattern, objects, bytes } of each pattern of its
+-- objects, the most bytes first, ties in the order of the patterns'
+-- texts; made when read (holders, holders_top).
+local function with_holders(a, row)
+  local objects, bytes = row.by_objects, row.by_bytes
+  row.by_objects, row.by_bytes = nil, nil
+  local ids = {}
+  for id in pairs(objects) do ids[#ids + 1] = id end
+  local before = a.pattern_before
+  return all_rows_as(row, 'holders', lazy_rows(ids, function(x, y)
+    if bytes[x] ~= bytes[y] then return bytes[x] > bytes[y] end
+    return before(x, y)
+  end, function(id)
+    return a.with_pattern({ pattern_id = id, objects = objects[id],
+      bytes = bytes[id] })
+  end))
+end
+
+local function rows_of(a, set, name_key)
   local list = {}
-  for _, row in pairs(set) do
-    row.holders = tally_list(row.by, 'pattern')
-    row.by = nil
-    list[#list + 1] = row
-  end
+  for _, row in pairs(set) do list[#list + 1] = with_holders(a, row) end
   return by_count_then_name(list, 'bytes', name_key)
 end
 
@@ -206,32 +276,37 @@ local function header_of(a, path, objects, profile)
 end
 
 -- The model of an analysis (dominators.analyse_file) of the snapshot at
--- `path`; `live` (heap_join.live_at) gives the allocating places.
+-- `path`; `live` (heap_join.live_at) gives the allocating places.  Its
+-- holders (and each row's) are made when read (see lazy_rows).
 function M.from_analysis(a, path, live, profile)
   local types, places, group_places, callers, objects, own = tally(a, live)
-  local holders = {}
-  for i, g in ipairs(a.groups) do
-    local row = { pattern = g.pattern, objects = g.objects,
-      retained = g.retained, bytes = own[g.pattern],
-      types = M.types_list(g.types) }
-    local gp = group_places[g.pattern]
+  local gobjects, gretained = a.group_objects, a.group_retained
+  local ids = {}
+  for id = 1, a.pattern_count do
+    if gobjects[id] > 0 then ids[#ids + 1] = id end
+  end
+  local before = a.pattern_before
+  local rows = lazy_rows(ids, function(x, y)
+    if own[x] ~= own[y] then return own[x] > own[y] end
+    if gretained[x] ~= gretained[y] then return gretained[x] > gretained[y] end
+    return before(x, y)
+  end, function(id)
+    local row = a.with_pattern({ pattern_id = id, objects = gobjects[id],
+      retained = gretained[id], bytes = own[id],
+      types = M.types_list(a.group_types(id)) })
+    local gp = group_places[id]
     if gp then
       local list = tally_list(gp, 'place')
       row.place = list[1].place
       row.callers = callers[row.place] or nil
       row.places = #list
     end
-    holders[i] = row
-  end
-  table.sort(holders, function(x, y)
-    if x.bytes ~= y.bytes then return x.bytes > y.bytes end
-    if x.retained ~= y.retained then return x.retained > y.retained end
-    return x.pattern < y.pattern
+    return row
   end)
-  local model = { header = header_of(a, path, objects, profile),
-    holders = holders, by_type = rows_of(types, 'type') }
+  local model = all_rows_as({ header = header_of(a, path, objects, profile),
+    by_type = rows_of(a, types, 'type') }, 'holders', rows)
   if live then
-    model.by_place = rows_of(places, 'place')
+    model.by_place = rows_of(a, places, 'place')
     for _, row in ipairs(model.by_place) do
       row.callers = callers[row.place] or nil
     end
@@ -335,7 +410,12 @@ function M.holder_line(row, size)
 end
 
 local function write_main_holders(out, row, size)
-  local shown, rest = first(row.holders, M.MAIN_HOLDERS)
+  local shown, rest
+  if row.holders_top then
+    shown, rest = row.holders_top(M.MAIN_HOLDERS)
+  else
+    shown, rest = first(row.holders, M.MAIN_HOLDERS)
+  end
   for _, h in ipairs(shown) do
     out:write(format('    held by %s: %s, %s\n', h.pattern,
       counted(h.objects, 'object'), size(h.bytes)))
@@ -346,12 +426,21 @@ local function write_main_holders(out, row, size)
   end
 end
 
+-- `rows`: a list, or a function of `top` giving the rows shown and the
+-- count of those left out.
 local function write_section(out, title, rows, top, line, size)
   out:write('\n', title, '\n')
-  local shown, rest = first(rows, top)
+  local shown, rest
+  if type(rows) == 'function' then
+    shown, rest = rows(top)
+  else
+    shown, rest = first(rows, top)
+  end
   for _, row in ipairs(shown) do
     out:write(line(row), '\n')
-    if row.holders then write_main_holders(out, row, size) end
+    if rawget(row, 'holders_top') or row.holders then
+      write_main_holders(out, row, size)
+    end
   end
   return rest
 end
@@ -365,7 +454,8 @@ function M.write(model, out, opts)
   local left = write_section(out, 'WHAT HOLDS THE MEMORY (objects by ' ..
     'their path from a root, the most bytes first; retaining: freed if ' ..
     'they went)',
-    model.holders, opts.top, function(row) return M.holder_line(row, size) end)
+    model.holders_top or model.holders, opts.top,
+    function(row) return M.holder_line(row, size) end)
   left = left + write_section(out, 'OBJECTS BY TYPE', model.by_type, opts.top,
     function(row)
       return format('%s: %s, %s', row.type, counted(row.objects, 'object'),
