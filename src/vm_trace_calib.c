@@ -1617,7 +1617,7 @@ static int judge_known(struct tlc *t, uintptr_t run_pt, uintptr_t inner_pt,
   int i, hits[3] = {0, 0, 0};
   int l_table = tag_line("--@table"), l_concat = tag_line("--@concat"),
       l_inner = tag_line("--@inner"), l_call = tag_line("--@call");
-  int based = 0, l_outer = tag_line("--@outer");
+  int based = 0, traced = 0, l_outer = tag_line("--@outer");
   for (i = 0; i < t->nresults; i++) {
     const struct tlc_result *r = &t->results[i];
     const struct tl_place *p = &r->place;
@@ -1648,14 +1648,19 @@ static int judge_known(struct tlc *t, uintptr_t run_pt, uintptr_t inner_pt,
       return 0;
     }
   }
-  /* The interpreter frames below the trace: every event's base frame is
-  ** run's, called from outer's line. */
+  /* The interpreter frames below the trace: every event of a trace has
+  ** run's base frame, called from outer's line, or (the callee in a trace
+  ** of its own) inner's, called from run's. (An exit's event is the
+  ** restore of a sunk object, made while no trace runs: not one.) */
   for (i = 0; i < t->nresults; i++) {
     const struct tlc_result *r = &t->results[i];
-    based += r->base_pt == run_pt && r->below_pt == outer_pt &&
-             (int)r->below_line == l_outer;
+    traced += !r->exit;
+    based += !r->exit && ((r->base_pt == run_pt && r->below_pt == outer_pt &&
+                           (int)r->below_line == l_outer) ||
+                          (r->base_pt == inner_pt && r->below_pt == run_pt &&
+                           (int)r->below_line == l_call));
   }
-  t->based = t->nresults > 0 && based == t->nresults;
+  t->based = traced > 0 && based == traced;
   /* A build that does not compile the concatenation leaves it to the
   ** interpreter: only the table and the inlined callee must be seen. */
   return hits[0] > 0 && hits[2] > 0 ? 1 : -1;
