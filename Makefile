@@ -211,12 +211,15 @@ test-hosts: fixtures
 # Every build of the matrix that is here: the hosts of .ci/hosts (built
 # first; a host that fails to build is left out, and said so, and its
 # suite fails), OpenResty's luajit2, Tarantool.
-MATRIX_SUITES = $(if $(wildcard $(LUAJIT2)),luajit2:test-luajit2) \
-  $(if $(shell command -v $(TARANTOOL)),tarantool:test-tarantool) \
+# (The longest first, so that the last to end do not run alone: arm64
+# under qemu, valgrind, the sanitizers.)
+MATRIX_SUITES = \
+  $(foreach h,$(shell .ci/host-list arm64),$(h):test-arm64:ARM64_HOST=$(h)) \
   valgrind:test-valgrind sanitizers:test-sanitizers \
+  $(if $(shell command -v $(TARANTOOL)),tarantool:test-tarantool) \
+  $(if $(wildcard $(LUAJIT2)),luajit2:test-luajit2) \
   $(foreach h,$(HOST_NAMES),$(h):test-build:HOST=$(h)) \
-  reporter-$(NONGC64_HOST):test-reporter-host:HOST=$(NONGC64_HOST) \
-  $(foreach h,$(shell .ci/host-list arm64),$(h):test-arm64:ARM64_HOST=$(h))
+  reporter-$(NONGC64_HOST):test-reporter-host:HOST=$(NONGC64_HOST)
 
 test-matrix: fixtures hosts
 	$(SUITES) $(MATRIX_JOBS) $(MATRIX_SUITES)
