@@ -226,7 +226,7 @@ static int open_stream(struct profiler *p)
   ** reader for ever; with it, that open fails at once (ENXIO). It stays
   ** non-blocking (our own open file; it changes nothing for a regular
   ** one): a reader that stops reading fails the profile after
-  ** WRITER_STALL_SECONDS (writer_write_all) instead of holding the writer,
+  ** the stall bound (writer_write_all) instead of holding the writer,
   ** and then the hook, for ever. */
   int fd = open(p->path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NONBLOCK,
                 0644);

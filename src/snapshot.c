@@ -13,7 +13,7 @@
 ** renamed to PATH once complete, so a reader never sees half a snapshot;
 ** a device or FIFO is written in place (see open_target), non-blocking:
 ** a FIFO that nobody reads is refused at once, and one whose reader stops
-** reading fails after WRITER_STALL_SECONDS (writer_write_all). SIGPIPE
+** reading fails after the stall bound (writer_write_all). SIGPIPE
 ** never reaches the program: a reader gone is EPIPE.
 */
 #define _GNU_SOURCE
@@ -240,7 +240,7 @@ static int create_temp(const char *path, char **tmp)
 ** the device node. That descriptor stays non-blocking (it is our own open
 ** file, the program's are not changed): a FIFO that nobody reads is
 ** refused at once (ENXIO) rather than waited on, and a write waits at
-** most WRITER_STALL_SECONDS for a reader that stopped reading. Returns the
+** most the stall bound for a reader that stopped reading. Returns the
 ** descriptor, or -1 with errno. */
 static int open_target(const char *path, char **tmp)
 {

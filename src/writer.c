@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,16 +169,38 @@ static void unguard_pipe(const struct pipe_guard *g)
   pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
-/* Waits until fd (non-blocking, full) takes bytes again, at most
-** WRITER_STALL_SECONDS. Returns 0, or ETIMEDOUT, or errno. */
+/* The bound of a stalled write (MEMPROF_STALL_SECONDS, 1 to 3600, else
+** WRITER_STALL_SECONDS) and its message, set once per process. */
+static int stall_seconds = WRITER_STALL_SECONDS;
+static char stall_text[96];
+static pthread_once_t stall_once = PTHREAD_ONCE_INIT;
+
+static void stall_init(void)
+{
+  const char *v = getenv("MEMPROF_STALL_SECONDS");
+  char *end;
+  long n;
+  if (v != NULL && *v != '\0') {
+    n = strtol(v, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= 3600)
+      stall_seconds = (int)n;
+  }
+  snprintf(stall_text, sizeof(stall_text),
+           "the reader took no byte for %d second%s (a write waits no longer)",
+           stall_seconds, stall_seconds == 1 ? "" : "s");
+}
+
+/* Waits until fd (non-blocking, full) takes bytes again, at most the
+** stall bound. Returns 0, or ETIMEDOUT, or errno. */
 static int wait_writable(int fd)
 {
   struct pollfd p;
   int n;
+  pthread_once(&stall_once, stall_init);
   p.fd = fd;
   p.events = POLLOUT;
   do
-    n = poll(&p, 1, WRITER_STALL_SECONDS * 1000);
+    n = poll(&p, 1, stall_seconds * 1000);
   while (n < 0 && errno == EINTR);
   if (n < 0)
     return errno;
@@ -218,8 +241,10 @@ int writer_write_all(int fd, const void *data, size_t len)
 
 const char *writer_strerror(int err)
 {
-  if (err == ETIMEDOUT)
-    return WRITER_STALL_TEXT;
+  if (err == ETIMEDOUT) {
+    pthread_once(&stall_once, stall_init);
+    return stall_text;
+  }
   return strerror(err);
 }
 

@@ -224,18 +224,14 @@ static inline void writer_put_uleb128(struct writer *w, uint64_t v)
 void writer_string(struct writer *w, const char *s, size_t len);
 
 /* How long a write to a non-blocking descriptor (a FIFO: a snapshot's, a
-** profile's) may wait for its reader to take a byte, and the message when
-** it waited so long in vain (its errno: ETIMEDOUT). */
+** profile's) may wait for its reader to take a byte, unless the
+** environment's MEMPROF_STALL_SECONDS (1 to 3600) says otherwise; a write
+** that waited so long in vain fails with ETIMEDOUT. */
 #define WRITER_STALL_SECONDS 10
-#define WRITER_STRING_(x) #x
-#define WRITER_STRING(x) WRITER_STRING_(x)
-#define WRITER_STALL_TEXT                                                      \
-  "the reader took no byte for " WRITER_STRING(                                \
-      WRITER_STALL_SECONDS) " seconds (a write waits no longer)"
 
 /* Writes len bytes to fd, retrying short writes and EINTR (the stream's
 ** buffers, and the snapshots' files). On a non-blocking descriptor it
-** waits for room, WRITER_STALL_SECONDS at most without progress. SIGPIPE
+** waits for room, the stall bound at most without progress. SIGPIPE
 ** never reaches the program: a reader gone is EPIPE. Returns 0 or errno. */
 int writer_write_all(int fd, const void *data, size_t len);
 
