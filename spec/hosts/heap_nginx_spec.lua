@@ -3,7 +3,7 @@
 -- memory at the top: a module that keeps every rendered page.
 --
 -- nginx runs its own VM (OpenResty's luajit2), so this runs in the suite
--- that sets MEMPROF_TEST_NGINX only (make test-luajit).
+-- that sets MEMPROF_TEST_NGINX only (make test-hosts).
 local nginx = require('helpers.nginx')
 if not nginx.available() or os.getenv('MEMPROF_TEST_NGINX') == nil then
   return

@@ -4,7 +4,7 @@
 -- cache is the first holder, as in the snapshot the worker takes of
 -- itself, and the worker serves requests before and after.
 --
--- Runs in the suite that sets MEMPROF_TEST_NGINX only (make test-luajit),
+-- Runs in the suite that sets MEMPROF_TEST_NGINX only (make test-hosts),
 -- as spec/hosts/heap_nginx_spec.lua does.
 local nginx = require('helpers.nginx')
 local C = require('helpers.command')

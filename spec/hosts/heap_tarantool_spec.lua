@@ -3,7 +3,7 @@
 -- at the top: a fiber that appends every event to a closure's upvalue.
 --
 -- The application runs its own VM (the tarantool on PATH), so this runs
--- in the suite that sets MEMPROF_TEST_CONSOLE only (make test-luajit).
+-- in the suite that sets MEMPROF_TEST_CONSOLE only (make test-hosts).
 local console = require('helpers.tarantool_console')
 if not console.available() or os.getenv('MEMPROF_TEST_CONSOLE') == nil then
   return

@@ -7,7 +7,7 @@
 --
 -- Installing takes a while (LuaRocks compiles the module), and does not
 -- depend on the VM running the suite, so these specs run in one suite
--- only: the one that sets MEMPROF_TEST_INSTALL (make test-luajit).  They
+-- only: the one that sets MEMPROF_TEST_INSTALL (make test-hosts).  They
 -- need Debian's lua5.1, luajit and luarocks (.ci/install-deps --tests).
 if os.getenv('MEMPROF_TEST_INSTALL') == nil then
   return

@@ -13,7 +13,7 @@
 --
 -- nginx runs its own VM (OpenResty's luajit2), whichever VM runs the suite,
 -- so these specs run in one suite only: the one that sets
--- MEMPROF_TEST_NGINX (make test-luajit).
+-- MEMPROF_TEST_NGINX (make test-hosts).
 local nginx = require('helpers.nginx')
 if not nginx.available() or os.getenv('MEMPROF_TEST_NGINX') == nil then
   return

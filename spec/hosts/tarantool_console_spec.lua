@@ -6,7 +6,7 @@
 --
 -- The application runs its own VM (the tarantool on PATH), whichever VM
 -- runs the suite, so these specs run in one suite only: the one that sets
--- MEMPROF_TEST_CONSOLE (make test-luajit).
+-- MEMPROF_TEST_CONSOLE (make test-hosts).
 local console = require('helpers.tarantool_console')
 if not console.available() or os.getenv('MEMPROF_TEST_CONSOLE') == nil then
   return
