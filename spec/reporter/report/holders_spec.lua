@@ -21,8 +21,11 @@ local function report(...)
 end
 
 local temp = {}
+-- (os.tmpname makes its file: it goes with the ones named after it.)
 local function temp_path(suffix)
-  local p = os.tmpname() .. (suffix or '.heap')
+  local base = os.tmpname()
+  local p = base .. (suffix or '.heap')
+  temp[#temp + 1] = base
   temp[#temp + 1] = p
   return p
 end
