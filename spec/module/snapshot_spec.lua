@@ -539,7 +539,13 @@ print('parent stop', memprof.stop())
     local CHILD = [[
 local fifo, format, reader = ...
 local ffi = require('ffi')
-ffi.cdef('int open(const char *, int, ...); int usleep(unsigned);')
+ffi.cdef('int open(const char *, int, ...); int usleep(unsigned);' ..
+  'struct spec_ts { long s, ns; }; int clock_gettime(int, struct spec_ts *);')
+local function now() -- CLOCK_MONOTONIC, in seconds
+  local ts = ffi.new('struct spec_ts')
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.s) + tonumber(ts.ns) * 1e-9
+end
 local O_RDONLY, O_WRONLY, O_NONBLOCK = 0, 1, 2048
 jit.off()
 local memprof = require('memprof')
@@ -570,20 +576,20 @@ else
   end
 end
 assert(probe >= 0, 'no reader')
-local t = os.time()
+local t = now()
 print(memprof.snapshot(fifo, { format = format }))
-print('waited', os.time() - t >= 1)
+print('waited', now() - t >= 2.5)
 if format ~= 'heap' then assert(memprof.stop()) end
 os.remove(profile)
 ]]
 
-    -- (A stalled write waits 2 seconds, not the default 10.)
+    -- (A stalled write waits 3 seconds, not the default 10.)
     local function run_child(fifo, format, reader)
       return h.run_script('package.cpath = ' ..
         string.format('%q', package.cpath) .. '\n' ..
         'assert(loadstring(' .. string.format('%q', CHILD) .. '))(' ..
         string.format('%q, %q, %q', fifo, format, reader) .. ')\n',
-        'MEMPROF_STALL_SECONDS=2')
+        'MEMPROF_STALL_SECONDS=3')
     end
 
     local function fifo_in(dir)
@@ -622,7 +628,7 @@ os.remove(profile)
       local out, code = run_child(fifo, 'heap', 'never reads')
       C.remove_tree(dir)
       assert.are.same({ 'nil\t' .. fifo .. ': the reader took no byte ' ..
-        'for 2 seconds (a write waits no longer)\t110\nwaited\ttrue\n',
+        'for 3 seconds (a write waits no longer)\t110\nwaited\ttrue\n',
         0 }, { out, code })
     end)
   end)
