@@ -808,7 +808,7 @@ static void child(const struct job *j, struct child_report *rep)
   if (err == EAGAIN)
     snprintf(rep->msg, sizeof(rep->msg),
              "process %d was never at a safe moment in %d stops (the last "
-             "time: %s); it runs on untouched",
+             "time: %.400s); it runs on untouched",
              (int)j->pid, rep->res.tries, why);
   rep->err = err;
 }

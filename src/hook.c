@@ -30,9 +30,8 @@ static void halt(struct profiler *p, int err)
 /* The location's address (a prototype or C function) repeats from event
 ** to event; its encoding is kept for the next event from the same place
 ** (profiler.last_location). */
-static inline __attribute__((always_inline)) uint8_t *
-put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr,
-                  int pdep)
+HOT_INLINE uint8_t *put_location_addr(struct location_cache *lc, uint8_t *p,
+                                      uintptr_t addr, int pdep)
 {
   if (!ULEB128_WORDS || addr < 0x80 || addr >= (1ULL << 56))
     return uleb128_put_with(p, addr, pdep);
@@ -60,11 +59,11 @@ put_location_addr(struct location_cache *lc, uint8_t *p, uintptr_t addr,
 ** new block goes, or NULL if the writer has failed. `reserved`: the caller
 ** has checked that the buffer has room and the writer has not failed.
 */
-static inline __attribute__((always_inline)) uint8_t *
-begin_event(struct writer *w, struct location_cache *lc,
-            const struct vm_site *site, const struct vm_layout *rt, uintptr_t g,
-            uint32_t stack, uintptr_t ptr, size_t osize, size_t nsize, int pdep,
-            int ext, int reserved)
+HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
+                                const struct vm_site *site,
+                                const struct vm_layout *rt, uintptr_t g,
+                                uint32_t stack, uintptr_t ptr, size_t osize,
+                                size_t nsize, int pdep, int ext, int reserved)
 {
   uint8_t kind, internal_kind, *p;
   if (nsize == 0)
@@ -105,8 +104,8 @@ begin_event(struct writer *w, struct location_cache *lc,
 
 /* Adds the new block (alloc, realloc) to an event begun at `p`; returns
 ** its end, for writer_commit. */
-static inline __attribute__((always_inline)) uint8_t *
-put_new_block(uint8_t *p, uintptr_t nptr, size_t nsize, int pdep)
+HOT_INLINE uint8_t *put_new_block(uint8_t *p, uintptr_t nptr, size_t nsize,
+                                  int pdep)
 {
   if (nsize != 0) {
     p = uleb128_put_with(p, nptr, pdep);
@@ -143,9 +142,9 @@ static void mark_time(struct profiler *p, int force)
 
 /* The id of the call stack of an event at a Lua line or in a C function
 ** (0: none). Reads the VM, so it runs before the real allocator. */
-static inline __attribute__((always_inline)) uint32_t
-record_stack(struct profiler *p, const struct vm_layout *lay, void *ptr,
-             int *err)
+HOT_INLINE uint32_t record_stack(struct profiler *p,
+                                 const struct vm_layout *lay, void *ptr,
+                                 int *err)
 {
   struct vm_raw_frame frames[MAX_STACK_DEPTH];
   struct vm_walk_entry *e;
@@ -195,8 +194,7 @@ FAMILY_STACK(stack_nongc64, VM_CANDIDATE_NONGC64)
 
 /* Makes site an event of the Lua line of place pl made in compiled code,
 ** when pl is not NULL; returns pl. */
-static inline __attribute__((always_inline)) struct tl_place *
-at_place(struct vm_site *site, struct tl_place *pl)
+HOT_INLINE struct tl_place *at_place(struct vm_site *site, struct tl_place *pl)
 {
   if (pl == NULL)
     return NULL;
@@ -240,9 +238,9 @@ compiled_site(struct profiler *p, struct vm_site *site)
 
 /* The fast path's part of compiled_site: a cached place only (loads, no
 ** call). Exits go to the full path. */
-static inline __attribute__((always_inline)) struct tl_place *
-cached_site(struct profiler *p, const struct vm_layout *lay,
-            struct vm_site *site)
+HOT_INLINE struct tl_place *cached_site(struct profiler *p,
+                                        const struct vm_layout *lay,
+                                        struct vm_site *site)
 {
   const struct symbols *s = &p->syms;
   struct tl_place *pl;
@@ -308,10 +306,10 @@ compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
 ** its call stack. The writer thread ticks every millisecond; without it,
 ** events are counted between two readings of the clock.
 */
-static inline __attribute__((always_inline)) uint32_t
-record_extended(struct profiler *p, stack_fn stack_of,
-                const struct vm_site *site, struct tl_place *compiled,
-                void *ptr, int *err)
+HOT_INLINE uint32_t record_extended(struct profiler *p, stack_fn stack_of,
+                                    const struct vm_site *site,
+                                    struct tl_place *compiled, void *ptr,
+                                    int *err)
 {
   uint32_t stack = 0;
   if (p->timestamps && (writer_ticked(&p->out) || --p->clock_countdown == 0))
@@ -337,8 +335,7 @@ static inline int time_mark_due(const struct profiler *p)
 
 /* The extended part of an event that needs neither a stack nor a time
 ** mark (see time_mark_due): what record_extended does then. */
-static inline __attribute__((always_inline)) void
-count_extended(struct profiler *p, void *ptr)
+HOT_INLINE void count_extended(struct profiler *p, void *ptr)
 {
   if (p->timestamps)
     p->clock_countdown--;
@@ -360,8 +357,8 @@ struct recorded_as {
 };
 
 /* Counts an event (memprof.stats) by its kind and source bits `i`. */
-static inline __attribute__((always_inline)) void
-count_event(struct profiler *p, unsigned i, size_t osize, size_t nsize)
+HOT_INLINE void count_event(struct profiler *p, unsigned i, size_t osize,
+                            size_t nsize)
 {
   p->stats.events[i]++;
   p->stats.allocated[i] += nsize;
@@ -409,10 +406,11 @@ static void model_place(struct profiler *p, struct recorded_as *as,
 ** out of the hooks of Tarantool's format all that the extended format
 ** adds.
 */
-static inline __attribute__((always_inline)) uint8_t *
-record_before(struct profiler *p, const struct vm_layout *lay,
-              stack_fn stack_of, int pdep, int ext, int fast, void *ptr,
-              size_t osize, size_t nsize, struct recorded_as *as)
+HOT_INLINE uint8_t *record_before(struct profiler *p,
+                                  const struct vm_layout *lay,
+                                  stack_fn stack_of, int pdep, int ext,
+                                  int fast, void *ptr, size_t osize,
+                                  size_t nsize, struct recorded_as *as)
 {
   struct vm_site site;
   struct tl_place *compiled = NULL;
@@ -533,10 +531,10 @@ static void check_cap(struct profiler *p, uint64_t at)
 /* A free (of a block, not NULL) cannot fail: its event is committed before
 ** the real allocator, which is then a tail call. The fast path leaves what
 ** it cannot record to `full`. */
-static inline __attribute__((always_inline)) void *
-record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
-            int pdep, int ext, int fast, void *ptr, size_t osize,
-            void *(*full)(struct profiler *, void *, size_t))
+HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
+                             stack_fn stack_of, int pdep, int ext, int fast,
+                             void *ptr, size_t osize,
+                             void *(*full)(struct profiler *, void *, size_t))
 {
   uint64_t at = fast ? 0 : writer_total(&p->out);
   uint8_t *event =
@@ -553,7 +551,7 @@ record_free(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
 /* An allocation or reallocation is committed once it has succeeded (a
 ** failed one changes nothing; LuaJIT raises the error itself). The fast
 ** path leaves what it cannot record to `full`. */
-static inline __attribute__((always_inline)) void *
+HOT_INLINE void *
 record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
              int pdep, int ext, int fast, void *ptr, size_t osize, size_t nsize,
              void *(*full)(struct profiler *, void *, size_t, size_t))
@@ -639,10 +637,9 @@ static void count_sampled(struct profiler *p, const struct recorded_as *as)
 ** sampled block; a realloc of a block that was not sampled into one that
 ** is, an allocation. The live table follows the blocks.
 */
-static inline __attribute__((always_inline)) void *
-record_sampled(struct profiler *p, const struct vm_layout *lay,
-               stack_fn stack_of, int pdep, void *ptr, size_t osize,
-               size_t nsize, int held, int fresh)
+HOT_INLINE void *record_sampled(struct profiler *p, const struct vm_layout *lay,
+                                stack_fn stack_of, int pdep, void *ptr,
+                                size_t osize, size_t nsize, int held, int fresh)
 {
   uint64_t at = writer_total(&p->out);
   struct recorded_as as;

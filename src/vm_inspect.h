@@ -16,13 +16,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hot_inline.h"
 #include "safe_read.h"
 #include "stream_format.h"
 #include "vm_layout.h"
 
 /* Everything here is inlined into its caller, so that a constant `safe`
 ** flag and a constant layout fold away. */
-#define VM_INLINE static inline __attribute__((always_inline))
+#define VM_INLINE HOT_INLINE
 
 /* Where the VM was when the allocator was called. */
 struct vm_site {

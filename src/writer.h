@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hot_inline.h"
+
 /* Longest encoding of one unsigned 64-bit LEB128 number. */
 #define ULEB128_MAX 10
 
@@ -159,8 +161,7 @@ extern int writer_fast_pdep;
 ** only where writer_fast_pdep is) one PDEP instruction spreads them;
 ** otherwise three halving steps do, without a data-dependent loop.
 */
-static inline __attribute__((always_inline)) uint64_t
-uleb128_word_with(uint64_t v, unsigned *len, int pdep)
+HOT_INLINE uint64_t uleb128_word_with(uint64_t v, unsigned *len, int pdep)
 {
   unsigned lz = (unsigned)__builtin_clzll(v);
   uint64_t x;
@@ -189,8 +190,7 @@ uleb128_word_with(uint64_t v, unsigned *len, int pdep)
 ** 2^56 (every address and size on x86_64) is stored as one 8-byte word;
 ** the caller's reservation (ULEB128_MAX bytes per number) covers the bytes
 ** past the encoding. */
-static inline __attribute__((always_inline)) uint8_t *
-uleb128_put_with(uint8_t *p, uint64_t v, int pdep)
+HOT_INLINE uint8_t *uleb128_put_with(uint8_t *p, uint64_t v, int pdep)
 {
   if (v < 0x80) {
     *p = (uint8_t)v;

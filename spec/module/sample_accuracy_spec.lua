@@ -7,7 +7,7 @@ local analyze = require('memprof.analysis.analyze')
 describe('the accuracy of a sampled profile', function()
   local h = require('helpers.profile')
 
-  -- Twelve places that allocate from 0.2 to 7 MB each, in blocks from 16
+  -- Twelve places that allocate from 50 KB to 2 MB each, in blocks from 16
   -- bytes to 20 KB; one block in five is kept to the end. The collector
   -- runs only at the end: otherwise whether a string is interned anew
   -- depends on whether its twin was collected yet, which depends on the
@@ -16,17 +16,17 @@ describe('the accuracy of a sampled profile', function()
 collectgarbage('stop')
 local keep, n = {}, 0
 local function hold(x) n = n + 1; if n % 5 == 0 then keep[#keep + 1] = x end end
-for i = 1, 40000 do hold(string.rep('a', 24 + i % 97) .. i) end
-for i = 1, 60000 do hold({}) end
-for i = 1, 20000 do hold({ i, i + 1, i + 2, i + 3 }) end
-for i = 1, 3000 do local t = {} for j = 1, i % 200 do t[j] = j end hold(t) end
-for i = 1, 30000 do hold(tostring(i) .. ':' .. tostring(i * 7)) end
-for i = 1, 20000 do hold(function() return i end) end
-for i = 1, 300 do hold(string.rep('b', 5000 + i * 50)) end
-for i = 1, 8000 do hold({ x = i, y = i, z = i, name = 'p' .. i }) end
-for i = 1, 5000 do local parts = {} for j = 1, 10 do parts[j] = j * i end hold(table.concat(parts, ',')) end
+for i = 1, 10000 do hold(string.rep('a', 24 + i % 97) .. i) end
+for i = 1, 3750 do hold({}) end
+for i = 1, 5000 do hold({ i, i + 1, i + 2, i + 3 }) end
+for i = 1, 750 do local t = {} for j = 1, i % 200 do t[j] = j end hold(t) end
+for i = 1, 7500 do hold(tostring(i) .. ':' .. tostring(i * 7)) end
+for i = 1, 5000 do hold(function() return i end) end
+for i = 1, 75 do hold(string.rep('b', 5000 + i * 50)) end
+for i = 1, 2000 do hold({ x = i, y = i, z = i, name = 'p' .. i }) end
+for i = 1, 1250 do local parts = {} for j = 1, 10 do parts[j] = j * i end hold(table.concat(parts, ',')) end
 for i = 1, 15000 do hold(string.format('%08d-%s', i, 'row')) end
-for i = 1, 2000 do hold(setmetatable({}, { __index = keep })) end
+for i = 1, 500 do hold(setmetatable({}, { __index = keep })) end
 collectgarbage()
 collectgarbage('restart')
 return keep
@@ -44,7 +44,7 @@ return keep
 collectgarbage()
 collectgarbage('stop')
 local strings = {}
-for i = 1, 2 ^ 19 do strings[i] = 'made before the profile ' .. i end
+for i = 1, 2 ^ 17 do strings[i] = 'made before the profile ' .. i end
 ]]
 
   -- Starts profiling PROGRAM in a child with `options`; returns a
@@ -86,7 +86,7 @@ for i = 1, 2 ^ 19 do strings[i] = 'made before the profile ' .. i end
     -- (In the extended format too, so that internal events are named alike.)
     local runs = { profile('{ timestamps = true }') }
     for seed = 1, 3 do
-      runs[seed + 1] = profile('{ sample_bytes = 512, seed = ' .. seed .. ' }')
+      runs[seed + 1] = profile('{ sample_bytes = 128, seed = ' .. seed .. ' }')
     end
     -- (Every child is waited for and its file removed before a check.)
     local results = {}
@@ -97,10 +97,10 @@ for i = 1, 2 ^ 19 do strings[i] = 'made before the profile ' .. i end
     for name in pairs(truth) do places[#places + 1] = name end
     table.sort(places, function(a, b) return truth[a] > truth[b] end)
     -- Each of the ten gets a thousand samples or more.
-    assert.is_true(truth[places[10]] > 512 * 1000)
+    assert.is_true(truth[places[10]] > 128 * 1000)
     for _, seed in ipairs({ 1, 2, 3 }) do
       local estimate, live, stream = unpack(results[seed + 1], 2)
-      assert.are.equal(512, stream.sample_bytes)
+      assert.are.equal(128, stream.sample_bytes)
       for i = 1, 10 do
         local name = places[i]
         local ratio = (estimate[name] or 0) / truth[name]
