@@ -8,6 +8,9 @@
 --     opts.window   how many samples back the rates look (default 5:
 --                   with a sample a second, the last 5 seconds)
 --     opts.history  how many heap sizes are kept (default 120)
+--     opts.stacks   false: no rows by stack (each event then costs a
+--                   third: the block tracker keeps no facts); default
+--                   true for a stream of the extended format
 --   state:consume([limit]) -> true when the stream has no more events
 --                   now (it waits for the file to grow, or ended), false
 --                   when it stopped after the first event at or past
@@ -17,9 +20,10 @@
 --                   monotonic clock): the heap's size and every place's
 --                   figures are kept for the rates
 --   state:rows(grouping) -> every place of a grouping ('line',
---                   'function' or 'stack'), unsorted: records with
+--                   'function' or 'stack'), unsorted, one per name (as
+--                   the reports' rows are): records with
 --                   name, group (a memprof.analysis.groups group, or a
---                   site), live (bytes), blocks (live blocks), allocated
+--                   site or function: the first of the name), live (bytes), blocks (live blocks), allocated
 --                   (bytes since the start), live_rate and alloc_rate
 --                   (bytes per second over the window; nil before two
 --                   samples)
@@ -30,6 +34,8 @@
 --                   sizes, oldest first), samples }
 --   state.has_stacks -- whether the 'stack' grouping can say more than
 --                   the places (the stream defined a stack)
+--   state.by_stack  -- whether rows by stack are kept
+--   state.events    -- the events consumed
 --
 -- The figures come from the report's own passes (memprof.analysis.heap
 -- and .sites, behind the block tracker, memprof.analysis.blocks), fed
@@ -66,7 +72,8 @@ end
 
 function M.new(stream, opts)
   opts = opts or {}
-  local by_stack = stream.version == read_stream.EXTENDED_VERSION
+  local by_stack = stream.version == read_stream.EXTENDED_VERSION and
+    opts.stacks ~= false
   local self = setmetatable({
     stream = stream,
     window = opts.window or 5,
@@ -76,6 +83,8 @@ function M.new(stream, opts)
     samples = {},   -- the last window + 1 samples, oldest first
     history = {},   -- the last heap sizes, oldest first
     has_stacks = false,
+    by_stack = by_stack,
+    events = 0,
   }, Live)
   self.tracker = blocks.new({ facts = by_stack, sites = stream.sites,
     stream = stream })
@@ -93,13 +102,16 @@ function Live:consume(limit)
     self.feed, self.scale
   local next_values = stream.next_values
   limit = limit or math.huge
+  local count = 0
   while true do
     local kind, site, oaddr, osize, naddr, nsize, stack, offset =
       next_values(stream)
     if not kind then
       self.has_stacks = stream.has_stacks
+      self.events = self.events + count
       return true
     end
+    count = count + 1
     local oweight, nweight
     osize, nsize, oweight, nweight = scale(oaddr, osize, naddr, nsize)
     local owner_id, facts = track(kind, site, stack, oaddr, osize, naddr,
@@ -107,6 +119,7 @@ function Live:consume(limit)
     feed(kind, site, stack, osize, nsize, oweight, nweight, owner_id, facts)
     if offset >= limit then
       self.has_stacks = stream.has_stacks
+      self.events = self.events + count
       return false
     end
   end
@@ -189,11 +202,13 @@ local function slot_rows(passes, name, first, seconds)
   return rows
 end
 
--- The rows of lines summed by function, as --group=function names them.
-local function by_function(line_rows)
+-- Rows summed by name: the places of one name (the same line of code
+-- loaded twice, a symbol described again), or the lines of each function
+-- (of_function), as the reports name their rows.
+local function summed(line_rows, of_function)
   local rows, index = {}, {}
   for _, line in ipairs(line_rows) do
-    local func = line.group.func or line.group
+    local func = of_function and line.group.func or line.group
     local name = func.name
     local row = index[name]
     if not row then
@@ -221,11 +236,8 @@ function Live:rows(grouping)
     end
     return slot_rows(self.stack, 'stack', first, seconds)
   end
-  local rows = slot_rows(self.line, 'line', first, seconds)
-  if grouping == 'function' then
-    return by_function(rows)
-  end
-  return rows
+  return summed(slot_rows(self.line, 'line', first, seconds),
+    grouping == 'function')
 end
 
 function Live:heap()

@@ -26,7 +26,10 @@
 --   f:changed() -> why, or nil: whether the file at path is no longer
 --             the one read (after an error of the stream, this tells a
 --             file replaced under the reader from a bad one)
---   f:restart(why)  drops the stream: the next poll reads from the start
+--   f:restart([why])  drops the stream: the next poll reads from the
+--             start (why: what made it, for f.why and f.restarts; nil
+--             when the reader itself wants to read it again)
+--   f:size()  the file's size now
 --   f:close()
 --
 -- How a file is told to be another one (checked at every poll):
@@ -186,6 +189,14 @@ local function open(self)
   self.stream, self.state = stream, 'reading'
 end
 
+-- The file's size now (0 when none is open).
+function Follower:size()
+  if self.fd < 0 then
+    return 0
+  end
+  return math.max(0, tonumber(ffi.C.lseek(self.fd, 0, SEEK_END)))
+end
+
 function Follower:changed()
   if self.fd < 0 then
     return nil
@@ -218,7 +229,9 @@ function Follower:restart(why)
     ffi.C.close(self.fd)
     self.fd = -1
   end
-  self.why, self.restarts = why, self.restarts + 1
+  if why then
+    self.why, self.restarts = why, self.restarts + 1
+  end
   self.state = 'missing'
 end
 

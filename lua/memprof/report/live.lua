@@ -13,6 +13,8 @@
 --     opts.status    what the reader is doing ('following', 'profile
 --                    ended', ...), shown at the right of the title
 --     opts.message   a line of news (a restart, a key not known), or nil
+--     opts.events, opts.bytes_read  what was read (default the stream's
+--                    counts, which lag a chunk behind)
 --     opts.prefix    a directory that long chunk names share (memprof.report.paths),
 --                    left out of the names shown
 --   screen.lines(model, width, height [, opts]) -> lines, styles
@@ -121,7 +123,8 @@ function M.model(state, opts)
   local stream = state.stream or {}
   return { path = opts.path or stream.name or '', view = view,
     grouping = grouping, columns = spec.columns, by = spec.by, heap = state:heap(), rows = rows, rest = rest,
-    events = stream.events or 0, bytes_read = stream.bytes_read or 0,
+    events = opts.events or stream.events or 0,
+    bytes_read = opts.bytes_read or stream.bytes_read or 0,
     sampled = stream.sample_bytes ~= nil, status = opts.status or '',
     message = opts.message, note = note }
 end
