@@ -236,6 +236,9 @@ local function heap_line(model, width, utf8)
   return text
 end
 
+-- The columns are 10 characters wide, and a space apart: the longest
+-- figure ('+1023.99KiB') takes one more, and is still apart from the
+-- next.
 local COLUMN = 10
 
 local function row_line(columns, values, name, width, as_text)
@@ -245,7 +248,7 @@ local function row_line(columns, values, name, width, as_text)
     parts[i] = format('%' .. COLUMN .. 's', as_text and value or
       cell(field, value))
   end
-  return clip(table.concat(parts) .. '  ' .. name, width)
+  return clip(table.concat(parts, ' ') .. '  ' .. name, width)
 end
 
 function M.lines(model, width, height, opts)

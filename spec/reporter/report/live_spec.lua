@@ -52,10 +52,10 @@ describe('live screen', function()
       'heap 6MiB  +100KiB/s over the last 5 seconds  __..-=#',
       'lines by live bytes; 123,456 events (2.38MiB) read',
       '',
-      '      LIVE    BLOCKS  GROWTH/s   ALLOC/s  LINE <heading',
-      '      5MiB    51,234   +100KiB    200KiB  @handler.lua:42',
-      '  29.30KiB        12     -512B        0B  @cache.lua:7',
-      '      100B         1        0B        0B  ... and 1 more place',
+      '      LIVE     BLOCKS   GROWTH/s    ALLOC/s  LINE <heading',
+      '      5MiB     51,234    +100KiB     200KiB  @handler.lua:42',
+      '  29.30KiB         12      -512B         0B  @cache.lua:7',
+      '      100B          1         0B         0B  ... and 1 more place',
       '',
       '',
       'l live  a allocated  1 line  2 function  3 stack  q quit',
@@ -74,16 +74,16 @@ describe('live screen', function()
         '\u{2582}\u{2583}\u{2585}\u{2588}',
       'lines by bytes allocated per second; 123,456 events (2.38MiB) read',
       'the file was replaced: reading it from the start',
-      '   ALLOC/s ALLOCATED      LIVE  GROWTH/s  LINE <heading',
-      '    200KiB      9MiB      5MiB   +100KiB  @/srv/app/handler.lua:42',
-      '      1KiB      4KiB        0B        0B  INTERNAL (garbage collector)',
-      '        0B  58.59KiB  29.30KiB     -512B  @/srv/app/cache.lua:7',
-      '        0B      100B      100B        0B  ... and 1 more place',
+      '   ALLOC/s  ALLOCATED       LIVE   GROWTH/s  LINE <heading',
+      '    200KiB       9MiB       5MiB    +100KiB  @/srv/app/handler.lua:42',
+      '      1KiB       4KiB         0B         0B  INTERNAL (garbage collector)',
+      '        0B   58.59KiB   29.30KiB      -512B  @/srv/app/cache.lua:7',
+      '        0B       100B       100B         0B  ... and 1 more place',
       'l live  a allocated  1 line  2 function  3 stack  q quit',
     }, '\n'), text(lines, styles))
     -- Narrow: every line clipped to the width, names ending in '...'.
     lines = screen.lines(model, 50, 10)
-    assert.are.equal('    200KiB      9MiB      5MiB   +100KiB  @/srv...',
+    assert.are.equal('    200KiB       9MiB       5MiB    +100KiB  @/...',
       lines[6])
     for _, line in ipairs(lines) do
       assert.is_true(#line <= 50, line)
@@ -101,9 +101,9 @@ describe('live screen', function()
       'heap 6MiB  +100KiB/s over the last 5 seconds  __..-=#',
       'stacks by live bytes; 123,456 events (2.38MiB) read',
       'this profile has no call stacks (profile with stack_depth...',
-      '      LIVE    BLOCKS  GROWTH/s   ALLOC/s  STACK',
-      '      5MiB    51,234   +100KiB    200KiB  @/srv/app/handl...',
-      '  29.39KiB        13     -512B        0B  ... and 2 more ...',
+      '      LIVE     BLOCKS   GROWTH/s    ALLOC/s  STACK',
+      '      5MiB     51,234    +100KiB     200KiB  @/srv/app/ha...',
+      '  29.39KiB         13      -512B         0B  ... and 2 mo...',
     }, '\n') .. '\n', screen.plain(lines))
   end)
 
@@ -132,9 +132,9 @@ describe('live screen', function()
     state:sample(0)
     local model = screen.model(state, { top = 5, status = 'following' })
     local lines = screen.lines(model, 60, 8, { keys = false })
-    assert.are.equal('      LIVE    BLOCKS  GROWTH/s   ALLOC/s  LINE',
+    assert.are.equal('      LIVE     BLOCKS   GROWTH/s    ALLOC/s  LINE',
       lines[5])
-    assert.are.equal('   1.95KiB        10                      @leak.lua:3',
+    assert.are.equal('   1.95KiB         10                        @leak.lua:3',
       lines[6])
     assert.are.equal(6, #lines)
     assert.are.equal('heap 2.93KiB', lines[2])
