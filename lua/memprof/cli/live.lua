@@ -447,6 +447,8 @@ end
 
 function M.watch(path, options, on_quit)
   options = options or {}
+  -- (As memprof-report: the loop over events has many side traces.)
+  require('memprof.cli.report').raise_jit_limits()
   local out, err = options.out or io.stdout, options.err or io.stderr
   local on_undo, undo = undoer()
   local view = new_view(path, options)
