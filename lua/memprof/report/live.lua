@@ -168,21 +168,38 @@ local function cell(field, value)
   return CELLS[field](value)
 end
 
+-- The characters of UTF-8 text: its bytes less the continuation bytes.
+local function length(text)
+  local continuations = 0
+  for _ in text:gmatch('[\128-\191]') do
+    continuations = continuations + 1
+  end
+  return #text - continuations
+end
+
+-- The byte where the character after the first `count` of text begins.
+local function byte_after(text, count)
+  local seen, i = 0, 1
+  while i <= #text and seen < count do
+    i = i + 1
+    while i <= #text and text:byte(i) >= 0x80 and text:byte(i) < 0xc0 do
+      i = i + 1
+    end
+    seen = seen + 1
+  end
+  return i
+end
+
 -- The first `width` characters of text (UTF-8 sequences kept whole),
 -- with '...' at the end when it is cut.
 local function clip(text, width)
-  if #text <= width then
+  if length(text) <= width then
     return text
   end
   if width <= 3 then
-    return text:sub(1, max(width, 0))
+    return text:sub(1, byte_after(text, max(width, 0)) - 1)
   end
-  local cut = width - 3
-  while cut > 0 and text:byte(cut + 1) and text:byte(cut + 1) >= 0x80 and
-      text:byte(cut + 1) < 0xc0 do
-    cut = cut - 1
-  end
-  return text:sub(1, cut) .. '...'
+  return text:sub(1, byte_after(text, width - 3) - 1) .. '...'
 end
 M.clip = clip
 
@@ -213,12 +230,12 @@ end
 
 -- Left and right texts on one line of `width`, the left one clipped.
 local function spread(left, right, width)
-  if #right + 2 >= width then
+  if length(right) + 2 >= width then
     return clip(left, width)
   end
-  local room = width - #right - 1
-  left = clip(left, room)
-  return left .. string.rep(' ', width - #left - #right) .. right
+  left = clip(left, width - length(right) - 1)
+  return left .. string.rep(' ', width - length(left) - length(right)) ..
+    right
 end
 
 local function heap_line(model, width, utf8)
@@ -285,6 +302,10 @@ function M.lines(model, width, height, opts)
     add('')
   end
   add(M.KEYS)
+  -- (A screen lower than the lines that are not rows: its first lines.)
+  for i = #lines, max(height, 1) + 1, -1 do
+    lines[i], styles[i] = nil, nil
+  end
   return lines, styles
 end
 

@@ -107,6 +107,26 @@ describe('live screen', function()
     }, '\n') .. '\n', screen.plain(lines))
   end)
 
+  it('fits a small screen, counting characters rather than bytes',
+      function()
+    local model = screen.model(fake_state(true), { top = 5,
+      status = 'following' })
+    local lines = screen.lines(model, 40, 4, { utf8 = true })
+    assert.are.same({
+      'memprof live out.bin           following',
+      'heap 6MiB  +100KiB/s over the last 5 ...',
+      'lines by live bytes; 123,456 events (...',
+      '',
+    }, lines)
+    lines = screen.lines(model, 60, 9, { utf8 = true })
+    assert.are.equal('heap 6MiB  +100KiB/s over the last 5 seconds  ' ..
+      '\u{2581}\u{2581}\u{2582}\u{2582}\u{2583}\u{2585}\u{2588}', lines[2])
+    assert.are.equal(9, #lines)
+    assert.are.equal('ab...', screen.clip('ab\u{2581}\u{2582}\u{2583}c', 5))
+    assert.are.equal('ab\u{2581}\u{2582}\u{2583}c',
+      screen.clip('ab\u{2581}\u{2582}\u{2583}c', 6))
+  end)
+
   it('draws lines over the terminal with ANSI sequences', function()
     assert.are.equal('\27[H\27[1mtitle\27[0m\27[K\r\n\27[7mhead\27[0m' ..
       '\27[K\r\nrow\27[K\27[J', screen.ansi({ 'title', 'head', 'row' },
