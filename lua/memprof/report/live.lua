@@ -177,10 +177,10 @@ local function length(text)
   return #text - continuations
 end
 
--- The byte where the character after the first `count` of text begins.
-local function byte_after(text, count)
+-- The byte where the character after the first `n` of text begins.
+local function byte_after(text, n)
   local seen, i = 0, 1
-  while i <= #text and seen < count do
+  while i <= #text and seen < n do
     i = i + 1
     while i <= #text and text:byte(i) >= 0x80 and text:byte(i) < 0xc0 do
       i = i + 1
