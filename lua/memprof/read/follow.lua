@@ -147,13 +147,17 @@ local function source(self)
     end
     return got
   end
-  local function close()
-    if self.fd >= 0 then
-      ffi.C.close(self.fd)
-      self.fd = -1
-    end
-  end
+  -- (The follower closes the file: a stream that fails closes its
+  -- source, and changed() must still be able to tell why it failed.)
+  local function close() end
   return read_into, close
+end
+
+local function close_file(self)
+  if self.fd >= 0 then
+    ffi.C.close(self.fd)
+    self.fd = -1
+  end
 end
 
 -- Opens the file and reads its headers; state 'missing', 'starting' or
@@ -179,7 +183,7 @@ local function open(self)
   local ok, stream = pcall(stream_reader.from_source, self.path, read_into,
     close, opts)
   if not ok then
-    close()
+    close_file(self)
     if stream == errors.TRUNCATED then
       self.state = 'starting'
       return
@@ -225,10 +229,7 @@ function Follower:restart(why)
     self.stream:close()
   end
   self.stream = false
-  if self.fd >= 0 then
-    ffi.C.close(self.fd)
-    self.fd = -1
-  end
+  close_file(self)
   if why then
     self.why, self.restarts = why, self.restarts + 1
   end
@@ -260,10 +261,7 @@ function Follower:close()
     self.stream:close()
     self.stream = false
   end
-  if self.fd >= 0 then
-    ffi.C.close(self.fd)
-    self.fd = -1
-  end
+  close_file(self)
 end
 
 return M

@@ -259,6 +259,11 @@ describe('follow', function()
       'set, valid only on a Lua-line event) that this reader cannot skip',
       err)
     assert.is_nil(f:changed())
+    -- A file replaced under the reader is told apart from a bad one even
+    -- after the stream failed.
+    append(path .. '.new', good)
+    assert(os.rename(path .. '.new', path))
+    assert.are.equal('the file was replaced', f:changed())
     f:close()
   end)
 
