@@ -46,9 +46,9 @@ describe('memprof live (command)', function()
       end)
     assert.are.equal(0, code)
     assert.are.same({ { 'ended' } }, quits)
-    assert.are.equal('', errors())
     local text = output()
     local last = text:match('.*\n\n(memprof live .*)$') or text
+    assert.are.equal('', errors())
     assert.are.equal(table.concat({
       'memprof live ' .. path .. (' '):rep(60 - 13 - #path - 17) ..
         'the profile ended',
@@ -59,6 +59,14 @@ describe('memprof live (command)', function()
       '     1000B          1                        @app.lua:3',
       '       24B          1                        @app.lua:4',
     }, '\n') .. '\n', last)
+    -- Started again on the same profile: read again from its start, the
+    -- same frame.
+    out, output = sink()
+    err, errors = sink()
+    assert.are.equal(0, live.watch(path, { out = out, err = err, width = 60,
+      top = 5, interval = 0.1 }))
+    assert.are.equal(text, output())
+    assert.are.equal('', errors())
   end)
 
   it('stops with the error of a bad file, naming its byte', function()
