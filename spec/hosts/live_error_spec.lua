@@ -20,9 +20,10 @@ describe('memprof live on a terminal', function()
       function()
     -- A header that no version has, after a whole symbol table.
     C.write_file(run.profile, 'ljs\3\0\0\0\x80ljm\3\0\0\0\x03')
-    run:start_live({ tty = true, after = 'echo "exit $?"; stty -a' })
+    run:start_live({ tty = true, after = 'echo "exit $?"; stty -a; echo "stty done"' })
     local output = run:wait_for(function(text)
-      return text:find('speed', 1, true) ~= nil
+      -- (The whole of stty's output.)
+      return text:find('stty done', 1, true) ~= nil
     end, 5)
     assert.is_truthy(output, run:output())
     local tail = output:match('\27%[%?25h\27%[%?1049l(.*)$')

@@ -32,7 +32,7 @@ describe('memprof live on a terminal', function()
     assert.is_true(C.have('script'))
     run:start_leaker(10)
     -- After memprof live, the terminal's settings as stty says them.
-    run:start_live({ tty = true, after = 'stty -a' })
+    run:start_live({ tty = true, after = 'stty -a; echo "stty done"' })
     -- The leak first within 3 refreshes (the writer writes a second
     -- after the start; a refresh a second).
     local output = run:wait_for(function(text)
@@ -77,7 +77,8 @@ describe('memprof live on a terminal', function()
     run:keys('q')
     assert.is_true(run:exited(3))
     output = run:wait_for(function(text)
-      return text:find('speed', 1, true) ~= nil
+      -- (The whole of stty's output.)
+      return text:find('stty done', 1, true) ~= nil
     end, 3)
     assert.is_truthy(output, run:output())
     local tail = output:match('\27%[%?25h\27%[%?1049l(.*)$')
