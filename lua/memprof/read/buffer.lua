@@ -7,7 +7,7 @@
 --   stream:reserve(size), stream:fill(need), stream:need(count, what, at)
 --   stream:byte_at(i), stream:bytes(i, j)  -- buffer positions
 --   stream:offset_of(pos), stream:file_size_so_far(), stream:count_read()
---   stream.mark    -- nil, or a file offset whose bytes fill() keeps
+--   stream.mark    -- false, or a file offset whose bytes fill() keeps
 --   stream:release()                       -- frees the buffer
 -- and the sources a stream reads from:
 --   buffer.file(path [, on_read]) -> read_into, close   (raises
