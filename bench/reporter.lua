@@ -11,6 +11,8 @@
 --                report's throughput (MB of profile a second of wall
 --                time, and of CPU time: user and system), the median of
 --                BENCH_REPORTER_ROUNDS runs (default 5)
+--                and memprof live's reading of the one with stacks
+--                (bench/live_read.lua), by line and by stack
 --   places       400,000 distinct places (bench/places.lua), without and
 --                with stacks: the peak RSS of every format, once each
 -- and compares them with the targets (500 MB for the places; 200 MB/s
@@ -106,6 +108,33 @@ local function throughput(path, label, lua)
   return mbs
 end
 
+-- memprof live's reading of the profile at path (bench/live_read.lua),
+-- by line and by stack: CPU time, MB of profile and events a second of
+-- it, peak RSS.
+local function live_reading(path, label, lua)
+  local size = file_size(path)
+  for _, grouping in ipairs({ 'line', 'stack' }) do
+    local times = os.tmpname()
+    local out = os.tmpname()
+    local cmd = string.format('/usr/bin/time -f "%%M" -o %s timeout %d %s ' ..
+      'bench/live_read.lua %s %s > %s 2>&1', times, CHILD_TIMEOUT_S, lua,
+      shell_quote(path), grouping, out)
+    local status = os.execute(cmd)
+    local cpu, events = read_all(out):match('^([%d.]+) (%d+)')
+    local kb = read_all(times):match('(%d+)')
+    os.remove(times)
+    os.remove(out)
+    if (status ~= 0 and status ~= true) or not cpu or not kb then
+      print(label .. ', memprof live by ' .. grouping .. ': failed: ' .. cmd)
+    else
+      cpu, events = tonumber(cpu), tonumber(events)
+      print(string.format('%-18s %-6s %6.2f s CPU %8.1f MB/s %6.2f us/event ' ..
+        '%6.0f MB', label, grouping, cpu, size / 1e6 / cpu,
+        cpu * 1e6 / events, tonumber(kb) / 1024))
+    end
+  end
+end
+
 local function large(lua)
   local path = os.tmpname()
   print(string.format('text report of a large profile (scale %d; medians ' ..
@@ -117,6 +146,8 @@ local function large(lua)
   local default = throughput(path, 'default format', lua)
   large_profile(path, 16)
   throughput(path, 'stack_depth = 16', lua)
+  print('\nmemprof live reading the same profiles (CPU time, peak RSS):')
+  live_reading(path, 'stack_depth = 16', lua)
   os.remove(path)
   if default then
     print(string.format('text report, default format: %.1f MB/s of CPU ' ..

@@ -13,6 +13,8 @@
 --                    -- the views asked for (see each module)
 --   result.cumulative -- rows grouped by function or stack: each row's
 --                    -- figures with its callees' (memprof.analysis.cumulative)
+--   analyze.chain(passes, 1) -> feed(...): one function that feeds every
+--                    -- pass of a list in turn (for memprof.analysis.live)
 --
 -- opts (all optional):
 --   group     'line' (default) | 'function' | 'caller' | 'stack': what the
@@ -174,6 +176,8 @@ local function chain(passes, first)
       facts)
   end
 end
+
+M.chain = chain
 
 -- next_values for a stream that has only next() (a table per event).
 local function values_of_next(stream)

@@ -6,6 +6,7 @@
 --               [REPORT OPTIONS] SCRIPT [ARGS...]
 --   memprof report [OPTIONS] FILE     (the same as memprof-report)
 --   memprof heap [-o FILE] [--vm=N] PID (memprof.cli.heap_pid)
+--   memprof live [OPTIONS] FILE      (memprof.cli.live)
 --
 --   run.main(args, out, err [, how]) -> exit code
 --     how.self   the interpreter running memprof (default: the lowest
@@ -106,6 +107,7 @@ local function usage()
     'Usage: ' .. PROGRAM .. ' run [OPTIONS] SCRIPT [ARGS...]',
     '       ' .. PROGRAM .. ' report [OPTIONS] FILE  (as memprof-report)',
     '       ' .. PROGRAM .. ' heap [-o FILE] PID     (a running process\'s heap)',
+    '       ' .. PROGRAM .. ' live [OPTIONS] FILE    (watch a profile being written)',
     '',
     'Run a Lua script under the profiler, without editing it, then print',
     'the report of its profile (or the --format asked for) on stderr, or',
@@ -413,6 +415,8 @@ function M.main(args, out, err, how)
     return run_main(rest, out, err, how)
   elseif command == 'report' then
     return cli.main(rest, out, err)
+  elseif command == 'live' then
+    return require('memprof.cli.live').main(rest, out, err)
   elseif command == 'heap' then
     return require('memprof.cli.heap_pid').main(rest, out, err, how)
   elseif command == '--help' or command == '-h' then

@@ -7,6 +7,7 @@
 --   stream:reserve(size), stream:fill(need), stream:need(count, what, at)
 --   stream:byte_at(i), stream:bytes(i, j)  -- buffer positions
 --   stream:offset_of(pos), stream:file_size_so_far(), stream:count_read()
+--   stream.mark    -- false, or a file offset whose bytes fill() keeps
 --   stream:release()                       -- frees the buffer
 -- and the sources a stream reads from:
 --   buffer.file(path [, on_read]) -> read_into, close   (raises
@@ -155,15 +156,23 @@ function methods:append()
 end
 
 -- Make sure at least `need` unread bytes are buffered, unless the file
--- ends first (the unread bytes move to the buffer's start).
+-- ends first (the unread bytes move to the buffer's start).  A stream
+-- that follows a growing file keeps the bytes from its mark on too (the
+-- file offset where the record being read began), so that a record cut
+-- by the file's end can be read again from its start once it grows.
 function methods:fill(need)
-  while self.cursor.last - self.cursor.pos + 1 < need and not self.eof do
-    local keep = self.cursor.last - self.cursor.pos + 1
-    if self.cursor.pos > 1 and keep > 0 then
-      ffi.C.memmove(self.cbuf, self.cbuf + self.cursor.pos - 1, keep)
+  local cursor = self.cursor
+  while cursor.last - cursor.pos + 1 < need and not self.eof do
+    local from = cursor.pos
+    if self.mark then
+      from = math.min(from, self.mark - cursor.base + 1)
     end
-    self.cursor.base = self.cursor.base + self.cursor.pos - 1
-    self.cursor.pos, self.cursor.last = 1, keep
+    local keep = cursor.last - from + 1
+    if from > 1 and keep > 0 then
+      ffi.C.memmove(self.cbuf, self.cbuf + from - 1, keep)
+    end
+    cursor.base = cursor.base + from - 1
+    cursor.pos, cursor.last = cursor.pos - from + 1, keep
     if not self:append() then
       self.eof = true
     end

@@ -33,9 +33,11 @@ function methods:fail(offset, message)
   error(format('%s: byte %d: %s', self.name, offset, message), 0)
 end
 
--- The file ends at `offset`, where `what` was expected.
+-- The file ends at `offset`, where `what` was expected.  A stream that
+-- follows a growing file (opts.follow) raises TRUNCATED in its headers
+-- too: they are read again once the file has grown.
 function methods:truncated(what, offset)
-  if self.in_events then
+  if self.in_events or self.follow then
     self.truncated_what = what
     error(TRUNCATED, 0)
   end
@@ -52,12 +54,18 @@ local function covered(count, before)
 end
 
 function methods:stop_in_event(what)
+  if self.follow then
+    return self:pause()
+  end
   return self:stop(format('%s: the stream ends at byte %d in the middle ' ..
     'of an event (expected %s); %s', self.name, self:file_size_so_far(),
     what, covered(self.cursor.events, ' before it')))
 end
 
 function methods:stop_without_epilogue()
+  if self.follow then
+    return self:pause()
+  end
   return self:stop(format('%s: the stream has no epilogue (the profile ' ..
     'was not stopped cleanly); %s', self.name,
     self.cursor.events == 0 and 'it holds no events' or

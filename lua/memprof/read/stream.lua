@@ -16,6 +16,9 @@
 --                                           -- so far), after each chunk,
 --                                           -- opts.split_traces (below)
 --   reader.from_string(bytes [, name [, opts]])
+--   reader.from_source(name, read_into, close [, opts])  -- any source;
+--                                           -- opts.follow: a file being
+--                                           -- written (memprof.read.follow)
 --   stream:next()   -> the next allocation event, or nil at the end
 --   stream:next_values() -> the same event as values: kind, site, oaddr,
 --                      osize, naddr, nsize, stack, offset, trace (the
@@ -132,6 +135,13 @@
 -- compiled_code ({ mode = 'exact', 'resume' or 'start', why = 'asked',
 -- 'no_mcofs', 'not_verified', 'no_prof_mode' or 'program_profiler' }:
 -- how events of compiled code were attributed; nil without the note).
+--
+-- A stream that follows a growing file (opts.follow) stops at the end
+-- of the bytes written so far instead: next() returns nil with
+-- stream.waiting set, and a record cut there is read again from its
+-- start after stream:resume(); its headers cut short raise
+-- memprof.read.errors.TRUNCATED from the constructor (read them again
+-- later).  The epilogue still ends it (stream.done).
 --
 -- The reader runs on LuaJIT: it reads bytes through an FFI pointer into
 -- its buffer (memprof.read.buffer).  Numbers are kept as Lua numbers:
@@ -323,6 +333,10 @@ function common:expect_magic(magic, what)
     self.cursor.pos = self.cursor.pos + #magic
     return
   end
+  if self.follow and #found < #magic and magic:sub(1, #found) == found then
+    -- (A file being written: the rest comes later.)
+    error(TRUNCATED, 0)
+  end
   local shown
   if found == '' then
     shown = 'the end of the file'
@@ -418,6 +432,10 @@ end
 function common:read_headers()
   self:fill(1)
   if self.cursor.last == 0 then
+    if self.follow then
+      -- (A profile being written: its headers come with its first write.)
+      error(TRUNCATED, 0)
+    end
     -- What a process leaves when it ends before its first write.
     self.in_events = true
     self:stop(format('%s: the file is empty: the process wrote no profile ' ..
@@ -439,6 +457,11 @@ function common:read_headers()
   if self.version == EXTENDED_VERSION then
     self:fill(1)
     local cursor = self.cursor
+    if self.follow and cursor.pos > cursor.last then
+      -- A sampling record or the note of the heap at start follows: the
+      -- headers are not whole yet.
+      error(TRUNCATED, 0)
+    end
     if cursor.pos <= cursor.last and
         self:byte_at(cursor.pos) == SAMPLING_RECORD then
       self:read_sampling()
@@ -716,8 +739,12 @@ end
 -- update the stream's state.  Returns false when the file ends inside it
 -- (the stream is then stopped with a warning).
 function common:record(header, pos)
+  if self.follow then
+    self.mark = self:offset_of(pos)
+  end
   local ok, err = pcall(self.read_record_body, self, header, pos)
   if ok then
+    self.mark = false
     self:count_read()
     return true
   end
@@ -745,6 +772,9 @@ function common:diagnose_event(header, pos)
   for _, what in ipairs(EVENT_FIELDS[self.header_kind[header]]) do
     fields[#fields + 1] = what
   end
+  if self.follow then
+    self.mark = self:offset_of(pos)
+  end
   self.cursor.pos = pos + 1
   local ok, err = pcall(function()
     for _, what in ipairs(fields) do
@@ -759,6 +789,29 @@ function common:diagnose_event(header, pos)
     error(err, 0)
   end
   return self:stop_in_event(self.truncated_what)
+end
+
+-- A stream that follows a growing file (opts.follow), at the end of
+-- the bytes written so far: the record cut there (if any) is read again
+-- from its start by the next call once resume() has been called; next()
+-- returns nil until then, and stream.waiting is true.
+function common:pause()
+  local cursor = self.cursor
+  if self.mark then
+    cursor.pos = self.mark - cursor.base + 1
+    self.mark = false
+  end
+  self.waiting = true
+  self:count_read()
+  return nil
+end
+
+-- The file may have grown: the next call reads on from where the last
+-- whole record ended.
+function common:resume()
+  if not self.done then
+    self.waiting, self.eof = false, false
+  end
 end
 
 -- Stop reading and release the file (done automatically at its end).
@@ -1048,6 +1101,7 @@ local function new_stream(name, read_chunk, close_source, opts, read_into)
     chunk_size = opts.chunk_size or CHUNK_SIZE,
     close_source = close_source,
     eof = false, done = false,
+    follow = opts.follow or false, waiting = false, mark = false,
     cursor = false, cursor_record = false, next = false,
     next_values = false,
     in_events = false,
@@ -1091,6 +1145,13 @@ function M.open(path, opts)
   file:close()
   local read_into, close = buffer.file(path, opts.on_read)
   return new_stream(path, nil, close, opts, read_into)
+end
+
+-- A stream over another source: read_into(pointer, count) -> bytes put
+-- there (0 at the end), close().  With opts.follow (memprof.read.follow):
+-- the source may grow after it ended; see pause() and resume().
+function M.from_source(name, read_into, close, opts)
+  return new_stream(name, nil, close, opts or {}, read_into)
 end
 
 -- A stream over bytes in memory (for tests).  opts as for open().
