@@ -6,6 +6,7 @@
 --               [REPORT OPTIONS] SCRIPT [ARGS...]
 --   memprof report [OPTIONS] FILE     (the same as memprof-report)
 --   memprof heap [-o FILE] [--vm=N] PID (memprof.cli.heap_pid)
+--   memprof attach [OPTIONS] PID, memprof detach PID (memprof.cli.attach)
 --
 --   run.main(args, out, err [, how]) -> exit code
 --     how.self   the interpreter running memprof (default: the lowest
@@ -106,6 +107,8 @@ local function usage()
     'Usage: ' .. PROGRAM .. ' run [OPTIONS] SCRIPT [ARGS...]',
     '       ' .. PROGRAM .. ' report [OPTIONS] FILE  (as memprof-report)',
     '       ' .. PROGRAM .. ' heap [-o FILE] PID     (a running process\'s heap)',
+    '       ' .. PROGRAM .. ' attach [OPTIONS] PID   (profile a running process)',
+    '       ' .. PROGRAM .. ' detach PID             (stop that profile)',
     '',
     'Run a Lua script under the profiler, without editing it, then print',
     'the report of its profile (or the --format asked for) on stderr, or',
@@ -415,6 +418,10 @@ function M.main(args, out, err, how)
     return cli.main(rest, out, err)
   elseif command == 'heap' then
     return require('memprof.cli.heap_pid').main(rest, out, err, how)
+  elseif command == 'attach' then
+    return require('memprof.cli.attach').main(rest, out, err, how)
+  elseif command == 'detach' then
+    return require('memprof.cli.attach').detach_main(rest, out, err, how)
   elseif command == '--help' or command == '-h' then
     out:write(usage())
     return 0
