@@ -20,6 +20,7 @@
 
 #include "lifecycle.h"
 #include "lua.h"
+#include "remote_proc.h"
 
 #define ATTACH_MAGIC 0x4d504154u /* "MPAT" */
 #define ATTACH_PCS_MAX 64
@@ -52,6 +53,11 @@ struct attach_call {
 
 /* The entry point memprof runs in the target (exported by memprof.so). */
 int memprof_attach_call(struct attach_call *c);
+
+/* The address in this process of what address addr of process pid is in
+** the memprof.so both map (the same file); 0 if it is not in it. */
+uintptr_t attach_own_address(pid_t pid, const struct remote_maps *maps,
+                             uintptr_t addr);
 
 /* Lua bindings of attach_inject.c (binding.c registers them):
 ** memprof.attach_process(pid, path, options) -> info | nil, message, errno

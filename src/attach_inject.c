@@ -132,6 +132,18 @@ static uintptr_t in_target(const struct object *o, const void *own)
   return o->target_base + ((uintptr_t)own - o->own_base);
 }
 
+uintptr_t attach_own_address(pid_t pid, const struct remote_maps *maps,
+                             uintptr_t addr)
+{
+  struct object self;
+  const struct remote_map *m = remote_maps_find(maps, addr);
+  if (m == NULL || !own_object((const void *)attach_own_address, &self) ||
+      !target_object(pid, maps, &self) || m->inode != self.inode ||
+      m->dev_major != self.dev_major || m->dev_minor != self.dev_minor)
+    return 0;
+  return addr - self.target_base + self.own_base;
+}
+
 /* ---- One thread, taken over -------------------------------------------- */
 
 #if defined(__x86_64__)
@@ -515,10 +527,17 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
       if (call(&t, &s, lf.dlerror, 0, 0, &ret, msg, len) == 0 && ret != 0)
         remote_read(t.tid, (uintptr_t)ret, why, sizeof(why) - 1);
       why[sizeof(why) - 1] = '\0';
+      char exe[256] = "?", link[64];
+      ssize_t n;
+      snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
+      if ((n = readlink(link, exe, sizeof(exe) - 1)) > 0)
+        exe[n] = '\0';
       err = fail(msg, len, ENOTSUP,
-                 "process %d could not load %s: %s (is its LuaJIT's API "
-                 "exported to the objects it loads?)",
-                 (int)pid, so, why[0] ? why : "dlopen failed");
+                 "check 'LuaJIT API' failed: process %d (%s) cannot load "
+                 "memprof.so (%s): memprof attaches to a process whose "
+                 "LuaJIT exports its Lua API to the modules it loads; it "
+                 "runs on untouched",
+                 (int)pid, exe, why[0] ? why : "dlopen failed");
       goto out;
     }
     remote_maps_free(&maps);
@@ -526,9 +545,9 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
       goto out;
     if (!target_object(pid, &maps, self)) {
       err = fail(msg, len, ENOTSUP,
-                 "memprof.so is not mapped in process %d "
-                 "after dlopen",
-                 (int)pid);
+                 "process %d holds another file loaded as %s (a memprof.so "
+                 "replaced since?), not this one",
+                 (int)pid, so);
       goto out;
     }
   }

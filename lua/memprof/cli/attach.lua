@@ -27,6 +27,7 @@ local run = require('memprof.cli.run')
 local M = {}
 
 local format = string.format
+local ESRCH = 3
 
 local function load_module(how)
   how = how or {}
@@ -220,9 +221,11 @@ function M.main(args, out, err, how)
     return 0
   end
   local completed = wait(opts.duration)
-  local file, stopped = M.stop(pid, how)
+  local file, stopped, errno = M.stop(pid, how)
   if not file then
-    err:write(PROGRAM, ': ', stopped, '\n')
+    err:write(PROGRAM, ': ', stopped, errno == ESRCH and format(
+      ': it ended while profiled (an exit completes %s; a kill loses the ' ..
+      'last second of it)', path) or '', '\n')
     return 1
   end
   detached(out, PROGRAM, pid, file, stopped)
