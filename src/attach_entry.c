@@ -375,7 +375,12 @@ static int start(struct attach_call *c, const struct remote_maps *maps)
     err = fail(c, EBUSY, "a profile of this module runs in the VM already");
     goto out;
   }
-  if (c->opts.trace_lines == TRACE_LINES_EXACT)
+  /* 'exact' (the default of a full profile): traces compiled from now on
+  ** keep a snapshot per line; those compiled before go first. */
+  attached.flush =
+      lifecycle_trace_lines_mode(&h->base, &c->opts) == TRACE_LINES_EXACT &&
+      *(const int32_t *)(g + h->base.tl.g_prof_mode) == 0;
+  if (attached.flush)
     flush_traces(L, g, &h->base);
   if (lifecycle_start(L, &attached.vm, &h->base, &c->opts, c->path, 0, &err) !=
       LIFE_OK) {
@@ -388,7 +393,6 @@ static int start(struct attach_call *c, const struct remote_maps *maps)
   attached.L = L;
   attached.g = g;
   attached.lay = h->base;
-  attached.flush = c->opts.trace_lines == TRACE_LINES_EXACT;
   {
     char *file = lifecycle_file_name(c->path);
     snprintf(c->file, sizeof(c->file), "%s", file != NULL ? file : c->path);
