@@ -58,13 +58,6 @@ static int fail(char *msg, size_t len, int err, const char *fmt, ...)
   return err;
 }
 
-static long long now_ns(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 /* ---- Addresses in the target ------------------------------------------- */
 
 /* A file mapped here, and where the same file is mapped in the target. */
@@ -127,11 +120,6 @@ static int target_object(pid_t pid, const struct remote_maps *maps,
   return 0;
 }
 
-static uintptr_t in_target(const struct object *o, const void *own)
-{
-  return o->target_base + ((uintptr_t)own - o->own_base);
-}
-
 uintptr_t attach_own_address(pid_t pid, const struct remote_maps *maps,
                              uintptr_t addr)
 {
@@ -147,6 +135,18 @@ uintptr_t attach_own_address(pid_t pid, const struct remote_maps *maps,
 /* ---- One thread, taken over -------------------------------------------- */
 
 #if defined(__x86_64__)
+
+static uintptr_t in_target(const struct object *o, const void *own)
+{
+  return o->target_base + ((uintptr_t)own - o->own_base);
+}
+
+static long long now_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 struct thread_state {
   pid_t tid;
@@ -430,6 +430,24 @@ struct libc_fns {
   uintptr_t dlopen, dlerror;
 };
 
+static int target_maps(pid_t pid, struct remote_maps *maps, char *msg,
+                       size_t len)
+{
+  int err = remote_maps_read(pid, maps);
+  if (err == ENOENT || err == ESRCH)
+    return fail(msg, len, ESRCH, "no process %d", (int)pid);
+  if (err == EACCES || err == EPERM) {
+    remote_explain_refusal(pid, EPERM, msg, len);
+    return EPERM;
+  }
+  if (err != 0)
+    return fail(msg, len, err, "cannot read process %d's mappings: %s",
+                (int)pid, strerror(err));
+  return 0;
+}
+
+#if defined(__x86_64__)
+
 static int libc_in_target(pid_t pid, const struct remote_maps *maps,
                           struct libc_fns *f, char *msg, size_t len)
 {
@@ -448,24 +466,6 @@ static int libc_in_target(pid_t pid, const struct remote_maps *maps,
   f->dlerror = in_target(&o, err);
   return 0;
 }
-
-static int target_maps(pid_t pid, struct remote_maps *maps, char *msg,
-                       size_t len)
-{
-  int err = remote_maps_read(pid, maps);
-  if (err == ENOENT || err == ESRCH)
-    return fail(msg, len, ESRCH, "no process %d", (int)pid);
-  if (err == EACCES || err == EPERM) {
-    remote_explain_refusal(pid, EPERM, msg, len);
-    return EPERM;
-  }
-  if (err != 0)
-    return fail(msg, len, err, "cannot read process %d's mappings: %s",
-                (int)pid, strerror(err));
-  return 0;
-}
-
-#if defined(__x86_64__)
 
 /* One stop: dlopen if memprof.so is not loaded yet, then the entry point.
 ** Returns the entry point's answer (EAGAIN: not a safe moment) or a

@@ -216,6 +216,10 @@ function M.main(args, out, err, how)
     '%s) into %s; it was stopped %.1f ms (%d stop%s)\n', PROGRAM, pid,
     opts.vm or 1, info.vms, info.main_thread, path, info.pause_ms,
     info.tries, info.tries == 1 and '' or 's'))
+  if info.vms > 1 then
+    out:write(format('%s: process %d has %d LuaJIT VMs: --vm=N for ' ..
+      'another\n', PROGRAM, pid, info.vms))
+  end
   if not opts.duration then
     out:write(format('%s: memprof detach %d stops it\n', PROGRAM, pid))
     return 0
