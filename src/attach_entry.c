@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "builtin_memprof.h"
+#include "fault.h"
 #include "heap_layout.h"
 #include "lauxlib.h"
 #include "luajit.h"
@@ -462,6 +464,8 @@ memprof_attach_call(struct attach_call *c)
     return EINVAL;
   c->err = 0;
   c->msg[0] = '\0';
+  if (fault_attach_crash())
+    raise(SIGSEGV);
   lifecycle_init_process();
   if (c->op == ATTACH_STATUS) {
     c->main_thread = (uint64_t)(uintptr_t)attached.L;

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "lauxlib.h"
 #include "remote_proc.h"
 #include "remote_stop.h"
@@ -487,8 +488,16 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   if ((err = remote_stop_all(&s, pid, msg, len)) != 0)
     return err;
   t0 = now_ns();
-  if ((err = target_maps(pid, &maps, msg, len)) != 0)
+  if (fault_remote_exit()) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+      ;
+  }
+  if ((err = target_maps(pid, &maps, msg, len)) != 0) {
+    if (err == ESRCH)
+      fail(msg, len, ESRCH, "process %d exited while it was stopped", (int)pid);
     goto out;
+  }
   if ((i = pick_thread(&s)) < 0) {
     err = fail(msg, len, EAGAIN,
                "no thread was waiting in a system call (epoll_wait, poll, "

@@ -39,10 +39,15 @@ while true do
 end
 ]]
 
-function M.daemon(dir, before, inside)
+-- Writes the daemon (with code before its loop and inside it) into dir.
+function M.write_daemon(dir, before, inside)
   local text = M.DAEMON:gsub('%-%- BEFORE', function() return before or '' end)
     :gsub('%-%- INSIDE', function() return inside or '' end)
   C.write_file(dir .. '/daemon.lua', text)
+end
+
+function M.daemon(dir, before, inside)
+  M.write_daemon(dir, before, inside)
   return start(dir, 'luajit ' .. dir .. '/daemon.lua ' .. dir)
 end
 

@@ -5,10 +5,8 @@
 local C = require('helpers.command')
 local D = require('helpers.daemon')
 local A = require('helpers.attach')
-local wait_for, start, running, state = D.wait_for, D.start, D.running,
-  D.state
-local daemon, answers, memprof, report = A.daemon, A.answers, A.memprof,
-  A.report
+local start, running = D.start, D.running
+local daemon, answers, memprof = A.daemon, A.answers, A.memprof
 
 if not C.have('luajit') or not C.have('timeout') then
   return
@@ -79,50 +77,6 @@ assert(require('memprof').start(dir .. '/own.bin'))]], C.ROOT))
     assert.are.equal('memprof attach: no process ' .. tonumber(shell) .. '\n',
       err)
     assert.is_nil(C.read_file(dir .. '/a.bin'))
-  end)
-
-  it('says so when the target exits while attached', function()
-    pid = daemon(dir, nil, "if io.open(dir .. '/exit') then os.exit(0) end")
-    local profile = dir .. '/x.bin'
-    local code, _, err = memprof('attach', '-o', profile, tostring(pid))
-    assert.are.equal(0, code, err)
-    C.write_file(dir .. '/exit', 'exit')
-    for _ = 1, 100 do
-      if not state(pid) then
-        break
-      end
-      os.execute('sleep 0.02')
-    end
-    code, _, err = memprof('detach', tostring(pid))
-    assert.are.equal(1, code)
-    assert.are.equal('memprof detach: no process ' .. pid .. '\n', err)
-    -- Its exit completed the profile: no warning of a cut stream.
-    local out
-    code, out, err = C.run(C.command(C.ROOT .. '/bin/memprof-report', profile))
-    assert.are.equal(0, code, err)
-    assert.are.equal('', err)
-    assert.truthy(out:find('\n@daemon.lua:4: %d+ events'), out)
-  end)
-
-  it('leaves the profile with the parent when the target forks', function()
-    pid = daemon(dir, "local ffi = require('ffi')\n" ..
-      "ffi.cdef('int fork(void); int getpid(void);')",
-      "if io.open(dir .. '/fork') and not forked then forked = true\n" ..
-      "  if ffi.C.fork() == 0 then write('child', ffi.C.getpid()) end end")
-    local profile = dir .. '/f.bin'
-    local code, _, err = memprof('attach', '-o', profile, tostring(pid))
-    assert.are.equal(0, code, err)
-    C.write_file(dir .. '/fork', 'fork')
-    local child = assert(tonumber(wait_for(dir .. '/child', 10)))
-    others[1] = child
-    code, _, err = memprof('detach', tostring(child))
-    assert.are.equal(1, code)
-    assert.are.equal('memprof detach: no profile ran (in a child after ' ..
-      'fork(), the profile stays with the parent)\n', err)
-    assert.is_true(running(child))
-    code, _, err = memprof('detach', tostring(pid))
-    assert.are.equal(0, code, err)
-    assert.truthy(report('--leaks', profile):find('\n@daemon.lua:5: '))
   end)
 
   it('explains a refusal to trace another user\'s process', function()
