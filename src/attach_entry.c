@@ -266,6 +266,23 @@ static int check_vm(struct attach_call *c, const struct vm_layout *lay,
   return 0;
 }
 
+/* Whether the object of info is a memprof.so (another file than this
+** one): it exports luaopen_memprof itself. */
+static int another_memprof(const Dl_info *info)
+{
+  Dl_info at;
+  void *h, *open;
+  int found = 0;
+  if (info->dli_fname == NULL ||
+      (h = dlopen(info->dli_fname, RTLD_NOW | RTLD_NOLOAD)) == NULL)
+    return 0;
+  open = dlsym(h, "luaopen_memprof");
+  found =
+      open != NULL && dladdr(open, &at) != 0 && at.dli_fbase == info->dli_fbase;
+  dlclose(h);
+  return found;
+}
+
 /* Why a profile may not start in L's VM: one of ours or another runs. */
 static int check_free(struct attach_call *c, lua_State *L)
 {
@@ -275,8 +292,7 @@ static int check_free(struct attach_call *c, lua_State *L)
     return fail(c, EBUSY,
                 "a profile started by the program's own code runs in this VM "
                 "(its allocator is memprof's hook); stop it there first");
-  if (dladdr((void *)f, &info) != 0 && info.dli_fname != NULL &&
-      strstr(info.dli_fname, "memprof") != NULL)
+  if (dladdr((void *)f, &info) != 0 && another_memprof(&info))
     return fail(c, EBUSY,
                 "a profile of another memprof (%s) runs in this VM; stop it "
                 "first",

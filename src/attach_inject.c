@@ -729,10 +729,12 @@ int attach_l_start(lua_State *L)
   char msg[ATTACH_MSG_MAX + 200];
   if (path[0] != '/' || plen >= ATTACH_PATH_MAX || strlen(path) != plen)
     return luaL_argerror(L, 2, "an absolute path shorter than 1024 bytes");
-  if (!lua_isnoneornil(L, 3))
+  if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-  else
-    lua_newtable(L), lua_replace(L, 3);
+  } else {
+    lua_settop(L, 2);
+    lua_newtable(L); /* At index 3. */
+  }
   if ((c = new_call(ATTACH_START)) == NULL)
     return push_error(L, "out of memory", ENOMEM);
   memcpy(c->path, path, plen + 1);

@@ -46,9 +46,10 @@ function M.write_daemon(dir, before, inside)
   C.write_file(dir .. '/daemon.lua', text)
 end
 
-function M.daemon(dir, before, inside)
+-- Starts it (under lua, default luajit); returns its process id.
+function M.daemon(dir, before, inside, lua)
   M.write_daemon(dir, before, inside)
-  return start(dir, 'luajit ' .. dir .. '/daemon.lua ' .. dir)
+  return start(dir, (lua or 'luajit') .. ' ' .. dir .. '/daemon.lua ' .. dir)
 end
 
 -- Whether the daemon answers a ping (its cache's size, which grows).
