@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -195,29 +196,68 @@ static int readable(const struct remote_maps *maps, uintptr_t a, size_t n)
   return m != NULL && scannable(m) && a + n <= m->hi;
 }
 
-/* Main threads: a thread object whose global_State names it as its main
-** thread. Nothing is allocated or freed during the scan, so the mappings
-** read before it hold. */
+#define PAGE 4096
+#define PM_BATCH 512
+#define PM_IN ((1ULL << 63) | (1ULL << 62)) /* Present or swapped. */
+
+/* The main threads in [lo, hi): a thread object whose global_State names
+** it as its main thread. */
+static int scan_range(const struct remote_maps *maps,
+                      const struct heap_layout *h, uintptr_t lo, uintptr_t hi,
+                      uintptr_t *out, int n)
+{
+  uintptr_t a;
+  for (a = lo; a + 64 <= hi && n < VMS_MAX; a += 8) {
+    uintptr_t g;
+    if (*(const uint8_t *)(a + h->base.gct) != GCT_THREAD)
+      continue;
+    g = heap_ref(h, a + h->base.L_glref);
+    if ((g & 7) == 0 && g != 0 && readable(maps, g, G_WINDOW) &&
+        heap_ref(h, g + h->g_mainth) == a)
+      out[n++] = a;
+  }
+  return n;
+}
+
+/* The main threads of the process's anonymous writable memory, in the
+** pages that hold anything (present or swapped, from pagemap: untouched
+** memory is not made resident by the scan). Nothing is allocated or freed
+** during the scan, so the mappings read before it hold. */
 static int find_vms(const struct remote_maps *maps, const struct heap_layout *h,
                     uintptr_t *out)
 {
+  static uint64_t pm[PM_BATCH];
   size_t r;
-  int n = 0;
+  int n = 0, fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   for (r = 0; r < maps->n && n < VMS_MAX; r++) {
     const struct remote_map *m = &maps->m[r];
-    uintptr_t a;
+    uintptr_t at = m->lo;
     if (!scannable(m) || m->hi - m->lo < 64)
       continue;
-    for (a = m->lo; a + 64 <= m->hi && n < VMS_MAX; a += 8) {
-      uintptr_t g;
-      if (*(const uint8_t *)(a + h->base.gct) != GCT_THREAD)
-        continue;
-      g = heap_ref(h, a + h->base.L_glref);
-      if ((g & 7) == 0 && g != 0 && readable(maps, g, G_WINDOW) &&
-          heap_ref(h, g + h->g_mainth) == a)
-        out[n++] = a;
+    while (at < m->hi && n < VMS_MAX) {
+      size_t pages = (m->hi - at) / PAGE, i, run = 0;
+      if (pages > PM_BATCH)
+        pages = PM_BATCH;
+      if (fd < 0 || pread(fd, pm, pages * sizeof(pm[0]),
+                          (off_t)(at / PAGE * sizeof(pm[0]))) !=
+                        (ssize_t)(pages * sizeof(pm[0]))) {
+        n = scan_range(maps, h, at, m->hi, out, n); /* No pagemap: all. */
+        break;
+      }
+      for (i = 0; i <= pages; i++) {
+        if (i < pages && (pm[i] & PM_IN) != 0) {
+          run++;
+        } else if (run > 0) {
+          uintptr_t lo = at + (i - run) * PAGE;
+          n = scan_range(maps, h, lo, lo + run * PAGE, out, n);
+          run = 0;
+        }
+      }
+      at += pages * PAGE;
     }
   }
+  if (fd >= 0)
+    close(fd);
   return n;
 }
 
