@@ -69,9 +69,11 @@ struct object {
   char path[256];
 };
 
-/* The file mapped here that holds addr, and its base (offset 0). */
+/* The file mapped here that holds addr, and the base (offset 0) of the
+** copy that holds it. */
 static int own_object(const void *addr, struct object *o)
 {
+  Dl_info info;
   struct remote_maps maps;
   const struct remote_map *m;
   size_t i;
@@ -84,6 +86,14 @@ static int own_object(const void *addr, struct object *o)
     o->dev_major = m->dev_major, o->dev_minor = m->dev_minor;
     o->inode = m->inode;
     snprintf(o->path, sizeof(o->path), "%s", m->path);
+    /* The copy that holds addr: a file loaded twice (a helper's
+    ** dlmopen namespace) is mapped twice. */
+    if (dladdr(addr, &info) != 0 && info.dli_fbase != NULL) {
+      const struct remote_map *b =
+          remote_maps_find(&maps, (uintptr_t)info.dli_fbase);
+      if (b != NULL && b->inode == o->inode && b->offset == 0)
+        o->own_base = b->lo, ok = 1;
+    }
     for (i = 0; i < maps.n && !ok; i++)
       if (maps.m[i].inode == o->inode && maps.m[i].offset == 0 &&
           maps.m[i].dev_major == o->dev_major &&
