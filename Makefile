@@ -40,6 +40,7 @@ LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js
 LUAJIT_LIBS = $(shell pkg-config --libs luajit 2>/dev/null)
 LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
+ATTACH_REGS_HOST = $(if $(filter x86_64,$(shell uname -m)),build/attach_regs_host)
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
 # For the names of C functions (spec/module/symbols_spec.lua): a host program
@@ -64,6 +65,7 @@ all: $(MODULE)
 # copies, the module with fault injection (src/fault.h).
 fixtures: $(MODULE) $(BUILD)/test_cmodule.so build/alloc_wrapper.so \
   build/threads_host build/leb128_check $(LUAJIT2_HOST) $(NAMES_FIXTURES) \
+  $(ATTACH_REGS_HOST) \
   faults-module
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -80,6 +82,12 @@ $(MODULE): $(OBJS)
 build/threads_host: spec/support/threads_host.c
 	@mkdir -p build
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -lpthread
+
+# A host whose one thread checks its registers around each sleep, for
+# spec/hosts/attach_regs_spec.lua (x86_64 only).
+build/attach_regs_host: spec/support/attach_regs_host.c
+	@mkdir -p build
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS)
 
 build/threads_host_luajit2: spec/support/threads_host.c
 	$(CC) $(ALL_CFLAGS) -I$(LUAJIT2_DIR)/include/luajit-2.1 -o $@ $< \

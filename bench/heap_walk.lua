@@ -213,6 +213,7 @@ function M.run(lua)
     require('heap_gib').run(lua, M.report_cost)
   end
   require('heap_pid').run(lua)
+  require('attach_pid').run(lua)
 end
 
 return M

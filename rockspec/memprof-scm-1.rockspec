@@ -22,6 +22,7 @@ build = {
   modules = {
     memprof = {
       sources = {
+        "src/attach_entry.c", "src/attach_inject.c",
         "src/binding.c", "src/builtin_memprof.c", "src/cnames.c",
         "src/heap_layout.c", "src/heap_remote.c", "src/heap_remote_host.c",
         "src/heap_traces.c",
@@ -113,6 +114,7 @@ build = {
     ["memprof.cli.progress"] = "lua/memprof/cli/progress.lua",
     ["memprof.cli.run"] = "lua/memprof/cli/run.lua",
     ["memprof.cli.heap_pid"] = "lua/memprof/cli/heap_pid.lua",
+    ["memprof.cli.attach"] = "lua/memprof/cli/attach.lua",
     ["memprof.cli.launch"] = "lua/memprof/cli/launch.lua",
     ["memprof.encode.utf8"] = "lua/memprof/encode/utf8.lua",
     ["memprof.encode.json_text"] = "lua/memprof/encode/json_text.lua",

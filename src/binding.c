@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "attach.h"
 #include "heap_remote.h"
 #include "heapwalk.h"
 #include "lifecycle.h"
@@ -885,6 +886,9 @@ __attribute__((visibility("default"))) int luaopen_memprof(lua_State *L)
                                  {"stats", l_stats},
                                  {"snapshot", l_snapshot},
                                  {"heap_of_process", heap_remote_l_snapshot},
+                                 {"attach_process", attach_l_start},
+                                 {"detach_process", attach_l_stop},
+                                 {"attached_process", attach_l_status},
                                  {NULL, NULL}};
   lifecycle_init_process();
   pin_module();

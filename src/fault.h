@@ -9,7 +9,10 @@
 ** traces cannot be verified. With MEMPROF_FAULT_REMOTE_EXIT set, `memprof
 ** heap PID` kills its target once it is stopped: a process that exits
 ** while it is read; with MEMPROF_FAULT_REMOTE_CRASH set, the child that
-** walks the copy faults before the walk: a copy that reads inconsistently.
+** walks the copy faults before the walk: a copy that reads inconsistently
+** (and `memprof attach PID` kills its target once it is stopped). With
+** MEMPROF_FAULT_ATTACH_CRASH set in the target, the entry point memprof
+** attach calls there faults at once: a call that never returns to 0.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -40,6 +43,11 @@ static inline int fault_remote_crash(void)
 {
   return getenv("MEMPROF_FAULT_REMOTE_CRASH") != NULL;
 }
+
+static inline int fault_attach_crash(void)
+{
+  return getenv("MEMPROF_FAULT_ATTACH_CRASH") != NULL;
+}
 #else
 static inline int fault_in_source(const char *name, size_t len)
 {
@@ -59,6 +67,11 @@ static inline int fault_remote_exit(void)
 }
 
 static inline int fault_remote_crash(void)
+{
+  return 0;
+}
+
+static inline int fault_attach_crash(void)
 {
   return 0;
 }

@@ -26,11 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attach.h"
 #include "fault.h"
 #include "heap_layout.h"
 #include "heap_remote_host.h"
 #include "heapwalk.h"
 #include "lauxlib.h"
+#include "profiler.h"
 #include "remote_proc.h"
 #include "remote_stop.h"
 #include "vm_inspect.h"
@@ -756,6 +758,32 @@ static int one_stop(const struct job *j, struct mirror *mr,
   return err;
 }
 
+/* A profile of memprof's that runs in the VM (one memprof attach started,
+** or the program's own, with the same memprof.so): its hook is the VM's
+** allocator. The snapshot then notes how much of its stream was written
+** at the stop, as memprof.snapshot does, so that the two can be joined. */
+static void note_profile(const struct job *j, const struct mirror *mr,
+                         uintptr_t L, struct heap_profile_note *note)
+{
+  const struct vm_layout *lay = &j->h->base;
+  uintptr_t g = heap_ref(j->h, L + lay->L_glref), f, ud, own;
+  const struct profiler *p;
+  if (!mirror_has(mr, g + lay->g_allocf, 8) ||
+      !mirror_has(mr, g + lay->g_allocd, 8))
+    return;
+  memcpy(&f, (const void *)(g + lay->g_allocf), sizeof(f));
+  memcpy(&ud, (const void *)(g + lay->g_allocd), sizeof(ud));
+  own = attach_own_address(j->pid, j->maps, f);
+  if (own == 0 || !profiler_is_hook((lua_Alloc)own) ||
+      !mirror_has(mr, ud, sizeof(struct profiler)))
+    return;
+  p = (const struct profiler *)ud;
+  if (p->state != PROFILER_RECORDING)
+    return;
+  note->running = 1;
+  note->written = p->capped ? p->cut_at : writer_total(&p->out);
+}
+
 static int walk_copy(const struct job *j, struct mirror *mr,
                      struct heap_remote_result *res, char *msg, size_t len)
 {
@@ -779,6 +807,7 @@ static int walk_copy(const struct job *j, struct mirror *mr,
   res->main = L;
   if ((err = check_vm(mr, j->h, j->rl, j->maps, L, &roots, msg, len)) != 0)
     return err;
+  note_profile(j, mr, L, &note);
   t0 = now_ns();
   if (fault_remote_crash())
     raise(SIGSEGV);

@@ -333,8 +333,8 @@ static void free_link(struct chain_link *l)
 ** for a sampled one, which changes nothing in the compiled code; each
 ** limited to what the build supports (memprof.info().trace_lines).
 */
-static int trace_lines_mode(const struct vm_layout *lay,
-                            const struct profile_options *opts)
+int lifecycle_trace_lines_mode(const struct vm_layout *lay,
+                               const struct profile_options *opts)
 {
   int mode = opts->trace_lines;
   if (mode == TRACE_LINES_DEFAULT)
@@ -451,7 +451,7 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
   if (!p->extended)
     memset(p->layout.internal_kind, INTERNAL_UNKNOWN,
            sizeof(p->layout.internal_kind));
-  p->trace_lines = trace_lines_mode(lay, opts);
+  p->trace_lines = lifecycle_trace_lines_mode(lay, opts);
   p->attribution = attribution_note(lay, opts, p->trace_lines);
   if (opts->sample_bytes > 0)
     sampler_init(&p->sampler, opts->sample_bytes,

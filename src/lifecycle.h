@@ -112,6 +112,11 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct profile_options *opts,
                                  const char *path, int collector, int *err);
 
+/* The trace_lines mode (TRACE_LINES_*) a start with opts takes on a build
+** of layout lay: the default resolved, limited to what the build does. */
+int lifecycle_trace_lines_mode(const struct vm_layout *lay,
+                               const struct profile_options *opts);
+
 /* A full collection, for collect_at_stop. The binding makes its closure
 ** when the module loads and passes its stack index to lifecycle_stop, so
 ** that stop allocates nothing to run it. */

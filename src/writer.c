@@ -12,6 +12,7 @@
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "stream_format.h"
@@ -293,6 +294,9 @@ static void *thread_main(void *arg)
 {
   struct writer *w = arg;
   struct writer_thread *t = w->thread;
+  /* Named, so that memprof detach lets it run while it stops the others:
+  ** stopping a profile waits for it (attach_inject.c). */
+  prctl(PR_SET_NAME, WRITER_THREAD_NAME, 0, 0, 0);
   pthread_mutex_lock(&t->lock);
   t->synced = deadline_after(SYNC_EVERY_NS);
   t->running = 1;

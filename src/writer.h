@@ -238,4 +238,7 @@ int writer_write_all(int fd, const void *data, size_t len);
 /* strerror, with the text of a write that waited too long (ETIMEDOUT). */
 const char *writer_strerror(int err);
 
+/* The name of the writer thread (/proc/PID/task/TID/comm). */
+#define WRITER_THREAD_NAME "memprof-writer"
+
 #endif

@@ -228,6 +228,8 @@ Usage: memprof run [OPTIONS] SCRIPT [ARGS...]
        memprof report [OPTIONS] FILE  (as memprof-report)
        memprof heap [-o FILE] PID     (a running process's heap)
        memprof live [OPTIONS] FILE    (watch a profile being written)
+       memprof attach [OPTIONS] PID   (profile a running process)
+       memprof detach PID             (stop that profile)
 
 Run a Lua script under the profiler, without editing it, then print
 the report of its profile (or the --format asked for) on stderr, or

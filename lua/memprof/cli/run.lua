@@ -7,6 +7,7 @@
 --   memprof report [OPTIONS] FILE     (the same as memprof-report)
 --   memprof heap [-o FILE] [--vm=N] PID (memprof.cli.heap_pid)
 --   memprof live [OPTIONS] FILE      (memprof.cli.live)
+--   memprof attach [OPTIONS] PID, memprof detach PID (memprof.cli.attach)
 --
 --   run.main(args, out, err [, how]) -> exit code
 --     how.self   the interpreter running memprof (default: the lowest
@@ -108,6 +109,8 @@ local function usage()
     '       ' .. PROGRAM .. ' report [OPTIONS] FILE  (as memprof-report)',
     '       ' .. PROGRAM .. ' heap [-o FILE] PID     (a running process\'s heap)',
     '       ' .. PROGRAM .. ' live [OPTIONS] FILE    (watch a profile being written)',
+    '       ' .. PROGRAM .. ' attach [OPTIONS] PID   (profile a running process)',
+    '       ' .. PROGRAM .. ' detach PID             (stop that profile)',
     '',
     'Run a Lua script under the profiler, without editing it, then print',
     'the report of its profile (or the --format asked for) on stderr, or',
@@ -419,6 +422,10 @@ function M.main(args, out, err, how)
     return require('memprof.cli.live').main(rest, out, err)
   elseif command == 'heap' then
     return require('memprof.cli.heap_pid').main(rest, out, err, how)
+  elseif command == 'attach' then
+    return require('memprof.cli.attach').main(rest, out, err, how)
+  elseif command == 'detach' then
+    return require('memprof.cli.attach').detach_main(rest, out, err, how)
   elseif command == '--help' or command == '-h' then
     out:write(usage())
     return 0

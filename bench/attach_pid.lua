@@ -1,0 +1,140 @@
+-- `memprof attach PID` (make bench, after the heap walk): a plain luajit
+-- daemon that handles requests (spec/helpers/attach.lua's, its cache
+-- bounded),
+-- attached to ROUNDS times by `memprof attach`: the wall time from the
+-- command's start to the first event in the file (the writer flushes once
+-- a second), and the target's pause; then CYCLES attach/detach cycles
+-- through memprof.cli.attach in this process, and the target's resident
+-- memory before the first attach, after the first cycle and after the
+-- last. Targets: a first event within 2 s; RSS after the cycles within 5%.
+--
+--   BENCH_ATTACH=off              without this part
+--   BENCH_ATTACH_CYCLES           the cycles (default 100)
+local toolkit = require('toolkit')
+local shell_quote = toolkit.shell_quote
+local A = require('helpers.attach')
+
+local M = {}
+
+local ROUNDS = 5
+local CYCLES = tonumber(os.getenv('BENCH_ATTACH_CYCLES') or '100')
+
+local function read(path)
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  local text = f:read('*a')
+  f:close()
+  return text
+end
+
+local function now()
+  local pipe = io.popen('date +%s.%N')
+  local t = tonumber(pipe:read('*l'))
+  pipe:close()
+  return t
+end
+
+local function rss_kb(pid)
+  local status = read('/proc/' .. pid .. '/status') or ''
+  return tonumber(status:match('VmRSS:%s+(%d+)'))
+end
+
+local function start(lua, dir)
+  local f = assert(io.open(dir .. '/daemon.lua', 'w'))
+  -- Its cache bounded: the resident memory measured is memprof's.
+  f:write((A.DAEMON:gsub('%-%- BEFORE', ''):gsub('%-%- INSIDE', '')
+    :gsub('cache%[#cache %+ 1%]', 'cache[request %% 1000 + 1]')))
+  f:close()
+  os.execute(string.format("timeout 600 sh -c 'echo $$ > %s/pid; exec %s " ..
+    "%s/daemon.lua %s' >/dev/null 2>&1 &", dir, lua, dir, dir))
+  for _ = 1, 400 do
+    if read(dir .. '/ready') and read(dir .. '/pid') then
+      return tonumber(read(dir .. '/pid'))
+    end
+    os.execute('sleep 0.05')
+  end
+  return nil
+end
+
+-- Seconds from the command's start to the first event in the file, and
+-- the pause the command reports.
+local function first_event(lua, pid, path)
+  local t0 = now()
+  local pipe = assert(io.popen(lua .. ' bin/memprof attach -o ' ..
+    shell_quote(path) .. ' ' .. pid .. ' 2>&1'))
+  local out = pipe:read('*a')
+  pipe:close()
+  local pause = out:match('it was stopped ([%d.]+) ms')
+  if not pause then
+    return nil, out
+  end
+  local headers = #(read(path) or '')
+  local seconds
+  for _ = 1, 500 do
+    if #(read(path) or '') > headers then
+      seconds = now() - t0
+      break
+    end
+    os.execute('sleep 0.01')
+  end
+  os.execute(lua .. ' bin/memprof detach ' .. pid .. ' >/dev/null 2>&1')
+  return seconds, tonumber(pause) / 1000
+end
+
+function M.run(lua)
+  if os.getenv('BENCH_ATTACH') == 'off' then
+    return
+  end
+  local attach = require('memprof.cli.attach')
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute('mkdir ' .. shell_quote(dir))
+  local pid = start(lua, dir)
+  print('\nmemprof attach PID of a luajit daemon (' ..
+    (pid and rss_kb(pid) or '?') .. ' kB resident)')
+  local firsts, pauses, failed = {}, {}, nil
+  local before = pid and rss_kb(pid)
+  for _ = 1, pid and ROUNDS or 0 do
+    local seconds, pause = first_event(lua, pid, dir .. '/p.bin')
+    if not seconds then
+      failed = pause or 'no event within 5 s'
+      break
+    end
+    firsts[#firsts + 1], pauses[#pauses + 1] = seconds, pause
+  end
+  local after_first, after
+  for i = 1, (pid and not failed) and CYCLES or 0 do
+    local path, why = attach.start(pid, { output = dir .. '/c.bin',
+      dir = 'bin' })
+    if path then
+      path, why = attach.stop(pid, { dir = 'bin' })
+    end
+    if not path then
+      failed = why
+      break
+    end
+    if i == 1 then
+      after_first = rss_kb(pid)
+    end
+  end
+  after = pid and rss_kb(pid)
+  if pid then
+    os.execute('kill ' .. pid)
+  end
+  os.execute('rm -rf ' .. shell_quote(dir))
+  if not pid or failed then
+    print('  failed: ' .. tostring(failed or 'the target did not start'))
+    return
+  end
+  local first = toolkit.median(firsts)
+  print(string.format('  attach to first event: %.3f s (median of %d; ' ..
+    'target 2 s): %s; the target stopped %.1f ms', first, ROUNDS,
+    first <= 2 and 'ok' or 'OVER', toolkit.median(pauses) * 1000))
+  print(string.format('  resident memory: %d kB before the first attach, ' ..
+    '%d kB after one attach/detach cycle, %d kB after %d more: %+.1f%% ' ..
+    '(target within 5%%): %s', before, after_first, after, CYCLES - 1,
+    (after - after_first) * 100 / after_first,
+    math.abs(after - after_first) <= after_first * 0.05 and 'ok' or 'OVER'))
+end
+
+return M

@@ -1,0 +1,255 @@
+-- memprof.cli.attach: `memprof attach PID` and `memprof detach PID`, an
+-- allocation profile of a running process that never loaded memprof
+-- (docs/attach.md).
+--
+--   attach.start(pid, options) -> path, info | nil, message, errno
+--     options.output        the profile's path (default memprof-PID.bin;
+--                           made absolute: the target writes it from its
+--                           own directory)
+--     options.stack_depth, timestamps, max_bytes, sample_bytes, seed,
+--     trace_lines ('exact', 'resume', 'start'), vm (from 1): as for
+--                           memprof.start and `memprof heap --vm`
+--     options.dir, options.load  where memprof.so is (see heap_pid)
+--     info: file, main_thread, vms, tries, pause_ms
+--   attach.stop(pid [, how]) -> path, info | nil, message, errno
+--   attach.attached(pid [, how]) -> path | nil, message, errno
+--   attach.main(args, out, err, how) -> exit code   (memprof attach)
+--   attach.detach_main(args, out, err, how) -> exit code (memprof detach)
+--
+-- The work is memprof.so's attach_process and detach_process: a call
+-- made by a thread of the target through ptrace, which loads memprof.so
+-- there and starts (or stops) a profile of its VM.  On any failure the
+-- target runs on as it was, and the exit code is 1.
+
+local option_parser = require('memprof.cli.options')
+local run = require('memprof.cli.run')
+
+local M = {}
+
+local format = string.format
+local ESRCH = 3
+
+local function load_module(how)
+  how = how or {}
+  local path = run.find_module(how.dir)
+  if not path then
+    return nil, 'cannot find memprof.so (next to this program or along ' ..
+      'package.cpath)'
+  end
+  local open, why = (how.load or package.loadlib)(path, 'luaopen_memprof')
+  if not open then
+    return nil, format('cannot load %s: %s', path, tostring(why))
+  end
+  local memprof = open()
+  if type(memprof.attach_process) ~= 'function' then
+    return nil, format('%s has no attach_process (an older build)', path)
+  end
+  return memprof
+end
+
+local function absolute(path)
+  if path:sub(1, 1) == '/' then
+    return path
+  end
+  local pipe = io.popen('pwd')
+  local cwd = pipe and pipe:read('*l')
+  if pipe then
+    pipe:close()
+  end
+  return (cwd or '.') .. '/' .. path
+end
+
+function M.start(pid, options)
+  options = options or {}
+  local memprof, why = load_module(options)
+  if not memprof then
+    return nil, why, 2
+  end
+  local path = absolute(options.output or format('memprof-%d.bin', pid))
+  local info, message, errno = memprof.attach_process(pid, path, {
+    stack_depth = options.stack_depth, timestamps = options.timestamps and 1,
+    max_bytes = options.max_bytes, sample_bytes = options.sample_bytes,
+    seed = options.seed, trace_lines = options.trace_lines,
+    vm = options.vm })
+  if not info then
+    return nil, message, errno
+  end
+  return info.file, info
+end
+
+function M.stop(pid, how)
+  local memprof, why = load_module(how)
+  if not memprof then
+    return nil, why, 2
+  end
+  local info, message, errno = memprof.detach_process(pid)
+  if not info then
+    return nil, message, errno
+  end
+  return info.file, info
+end
+
+function M.attached(pid, how)
+  local memprof, why = load_module(how)
+  if not memprof then
+    return nil, why, 2
+  end
+  local info, message, errno = memprof.attached_process(pid)
+  if not info then
+    return nil, message, errno
+  end
+  return info.file
+end
+
+-- The command line -----------------------------------------------------------
+
+local function run_option(name)
+  for _, option in ipairs(run.RUN_OPTIONS) do
+    if option.name == name then
+      return option
+    end
+  end
+  error('no option ' .. name)
+end
+
+M.OPTIONS = {
+  { name = 'output', short = 'o', value = 'FILE', key = 'output',
+    help = 'write the profile there (default memprof-PID.bin)' },
+  { name = 'duration', value = 'S', key = 'duration',
+    check = option_parser.whole_number(1, 86400),
+    help = 'detach after S seconds (default: at memprof detach PID)' },
+  run_option('stack-depth'), run_option('timestamps'),
+  run_option('max-bytes'), run_option('sample-bytes'), run_option('seed'),
+  run_option('trace-lines'),
+  { name = 'vm', value = 'N', key = 'vm',
+    check = option_parser.whole_number(1, 64),
+    help = 'of a process with several LuaJIT VMs, the Nth (default 1)' },
+  { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
+}
+
+M.DETACH_OPTIONS = {
+  { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
+}
+
+local function usage()
+  return option_parser.help({
+    'Usage: memprof attach [OPTIONS] PID',
+    '',
+    'Profile the allocations of running process PID, which need not have',
+    'loaded memprof: its threads are stopped (ptrace) while one of them',
+    'loads memprof.so and wraps its LuaJIT VM\'s allocator, then it runs',
+    'on, profiled, until --duration ends or `memprof detach PID`, which',
+    'puts the allocator back.  The file is an ordinary profile: read it',
+    'with memprof-report (--leaks --heap= joins it with memprof heap PID).',
+    '',
+    'Options:',
+  }, M.OPTIONS, {})
+end
+
+local function detach_usage()
+  return option_parser.help({
+    'Usage: memprof detach PID',
+    '',
+    'Stop the profile memprof attach started in process PID, complete its',
+    'file and put the VM\'s allocator back.',
+    '',
+    'Options:',
+  }, M.DETACH_OPTIONS, {})
+end
+
+local function parse(program, options, help, args, out, err)
+  local opts, words = option_parser.parse(options, args)
+  local status = option_parser.stop_status(opts, words, out, err,
+    { prefix = program .. ': ', see = program .. ' --help', help = help })
+  if status then
+    return nil, status
+  end
+  local pid = tonumber(words[1] or '')
+  if #words ~= 1 or not pid or pid ~= math.floor(pid) or pid < 1 then
+    err:write(program, ': expected one process id, found ',
+      #words == 0 and 'none' or table.concat(words, ' '),
+      ' (see ', program, ' --help)\n')
+    return nil, 1
+  end
+  return opts, pid
+end
+
+-- Sleeps s seconds (poll); false if interrupted (Ctrl-C).
+local function wait(seconds)
+  local ffi = require('ffi')
+  pcall(ffi.cdef, 'int poll(void *fds, unsigned long n, int timeout);')
+  return pcall(function()
+    local deadline = os.time() + seconds
+    repeat
+      local left = deadline - os.time()
+      ffi.C.poll(nil, 0, math.min(left, 1) * 1000)
+    until os.time() >= deadline
+  end)
+end
+
+local function detached(out, program, pid, path, info)
+  out:write(format('%s: detached from process %d: wrote %s\n', program, pid,
+    path))
+  if info.note then
+    out:write(format('%s: %s\n', program, info.note))
+  end
+  out:write(format('%s: see memprof-report %s\n', program, path))
+end
+
+function M.main(args, out, err, how)
+  local PROGRAM = 'memprof attach'
+  local opts, pid = parse(PROGRAM, M.OPTIONS, usage, args, out, err)
+  if not opts then
+    return pid
+  end
+  how = how or {}
+  opts.dir, opts.load = how.dir, how.load
+  if opts.trace_lines == 'start' then
+    opts.trace_lines = false
+  end
+  local path, info = M.start(pid, opts)
+  if not path then
+    err:write(PROGRAM, ': ', info, '\n')
+    return 1
+  end
+  out:write(format('%s: profiling process %d (VM %d of %d, main thread ' ..
+    '%s) into %s; it was stopped %.1f ms (%d stop%s)\n', PROGRAM, pid,
+    opts.vm or 1, info.vms, info.main_thread, path, info.pause_ms,
+    info.tries, info.tries == 1 and '' or 's'))
+  if info.vms > 1 then
+    out:write(format('%s: process %d has %d LuaJIT VMs: --vm=N for ' ..
+      'another\n', PROGRAM, pid, info.vms))
+  end
+  if not opts.duration then
+    out:write(format('%s: memprof detach %d stops it\n', PROGRAM, pid))
+    return 0
+  end
+  local completed = wait(opts.duration)
+  local file, stopped, errno = M.stop(pid, how)
+  if not file then
+    err:write(PROGRAM, ': ', stopped, errno == ESRCH and format(
+      ': it ended while profiled (an exit completes %s; a kill loses the ' ..
+      'last second of it)', path) or '', '\n')
+    return 1
+  end
+  detached(out, PROGRAM, pid, file, stopped)
+  return completed and 0 or 130
+end
+
+function M.detach_main(args, out, err, how)
+  local PROGRAM = 'memprof detach'
+  local opts, pid = parse(PROGRAM, M.DETACH_OPTIONS, detach_usage, args, out,
+    err)
+  if not opts then
+    return pid
+  end
+  local path, info = M.stop(pid, how)
+  if not path then
+    err:write(PROGRAM, ': ', info, '\n')
+    return 1
+  end
+  detached(out, PROGRAM, pid, path, info)
+  return 0
+end
+
+return M

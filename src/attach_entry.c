@@ -1,0 +1,541 @@
+/*
+** The entry point memprof calls inside a target it attaches to (see
+** attach.h). It runs on a thread of the target taken over by ptrace while
+** every other thread is stopped, so nothing here may wait for another
+** thread, and the target's VM is never entered: no Lua runs in it. What
+** this file reads of the target's VM is verified first, and any failure
+** leaves the VM as it was.
+*/
+#define _GNU_SOURCE
+#include "attach.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "builtin_memprof.h"
+#include "fault.h"
+#include "heap_layout.h"
+#include "lauxlib.h"
+#include "luajit.h"
+#include "profiler.h"
+#include "remote_proc.h"
+#include "safe_read.h"
+#include "vm_inspect.h"
+
+/* At most this many VMs are told apart (by the address of their main
+** thread), as memprof heap does. */
+#define VMS_MAX 64
+#define G_WINDOW 1024
+
+/* The profile attached in this process. Only memprof_attach_call touches
+** it, and it is called only while the target's other threads are stopped. */
+static struct {
+  int active;
+  lua_State *L;
+  uintptr_t g;
+  struct vm_profiles vm; /* Kept: a parked hook stays listed here. */
+  struct vm_layout lay;
+  int flush; /* trace_lines 'exact': flush the traces at stop too. */
+  char file[ATTACH_PATH_MAX];
+} attached;
+
+static int fail(struct attach_call *c, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct attach_call *c, int err, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
+  va_end(ap);
+  c->err = err;
+  return err;
+}
+
+/* ---- A safe moment ------------------------------------------------------ */
+
+/* The executable segments of the object that holds lua_newstate: the
+** target's LuaJIT, whichever file it is (the executable, libluajit). */
+struct code_ranges {
+  uintptr_t probe, lo[8], hi[8];
+  int n;
+};
+
+static int find_code(struct dl_phdr_info *info, size_t size, void *data)
+{
+  struct code_ranges *r = data;
+  int i, holds = 0;
+  (void)size;
+  for (i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && r->probe >= lo && r->probe < lo + ph->p_memsz)
+      holds = 1;
+  }
+  if (!holds)
+    return 0;
+  for (i = 0; i < info->dlpi_phnum && r->n < 8; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      r->lo[r->n] = info->dlpi_addr + ph->p_vaddr;
+      r->hi[r->n] = r->lo[r->n] + ph->p_memsz;
+      r->n++;
+    }
+  }
+  return 1;
+}
+
+/* Whether every thread was outside LuaJIT's code (the interpreter, the
+** collector, the allocator, an API call) and outside anonymous executable
+** memory (compiled traces). */
+static int threads_outside(struct attach_call *c,
+                           const struct remote_maps *maps)
+{
+  struct code_ranges r;
+  uint32_t i;
+  int k;
+  int luajit;
+  memset(&r, 0, sizeof(r));
+  r.probe = (uintptr_t)&lua_newstate;
+  dl_iterate_phdr(find_code, &r);
+  luajit = r.n;
+  /* memprof.so's own code too: a thread in the hook (or in what it calls
+  ** from there, which this cannot see) must not find its profile gone. */
+  r.probe = (uintptr_t)&memprof_attach_call;
+  dl_iterate_phdr(find_code, &r);
+  if (luajit == 0)
+    return fail(c, ENOTSUP,
+                "check 'LuaJIT code' failed: no loaded object holds "
+                "lua_newstate (0x%llx)",
+                (unsigned long long)r.probe);
+  for (i = 0; i < c->npcs && i < ATTACH_PCS_MAX; i++) {
+    uintptr_t pc = (uintptr_t)c->pcs[i];
+    const struct remote_map *m = remote_maps_find(maps, pc);
+    for (k = 0; k < r.n; k++)
+      if (pc >= r.lo[k] && pc < r.hi[k])
+        return fail(c, EAGAIN, "a thread was running %s code (at 0x%llx)",
+                    k < luajit ? "LuaJIT's" : "memprof's",
+                    (unsigned long long)pc);
+    if (m != NULL && m->inode == 0 && m->path[0] != '[')
+      return fail(c, EAGAIN,
+                  "a thread was running code outside any file (at 0x%llx: "
+                  "compiled Lua?)",
+                  (unsigned long long)pc);
+  }
+  return 0;
+}
+
+/* ---- The layout, learned in a throw-away VM of the target's build ------ */
+
+struct learn_job {
+  struct heap_layout h;
+  int ok;
+  char err[400];
+};
+
+static int learn_in(lua_State *T)
+{
+  struct learn_job *j = lua_touserdata(T, 1);
+  j->ok = heap_layout_learn(T, &j->h, j->err, sizeof(j->err));
+  return 0;
+}
+
+static int learn(struct attach_call *c, struct heap_layout *h)
+{
+  lua_State *(*newstate)(void);
+  struct learn_job *j = calloc(1, sizeof(*j));
+  lua_State *T;
+  int ok;
+  if (j == NULL)
+    return fail(c, ENOMEM, "out of memory");
+  *(void **)&newstate = dlsym(RTLD_DEFAULT, "luaL_newstate");
+  if (newstate == NULL || (T = newstate()) == NULL) {
+    free(j);
+    return fail(c, ENOTSUP,
+                "check 'throw-away VM' failed: luaL_newstate is not exported "
+                "by the target or made no VM");
+  }
+  if (lua_cpcall(T, learn_in, j) != 0 && j->err[0] == '\0')
+    snprintf(j->err, sizeof(j->err), "learning the layout raised %s",
+             lua_isstring(T, -1) ? lua_tostring(T, -1) : "an error");
+  lua_close(T);
+  ok = j->ok;
+  if (ok)
+    *h = j->h;
+  else
+    fail(c, ENOTSUP, "cannot verify the target's LuaJIT layout: %s", j->err);
+  free(j);
+  return ok ? 0 : c->err;
+}
+
+/* ---- The VMs of this process, by structure ----------------------------- */
+
+static int scannable(const struct remote_map *m)
+{
+  if (m->perms[0] != 'r' || m->perms[1] != 'w' || m->perms[3] != 'p')
+    return 0;
+  /* Anonymous memory and the brk heap: no file page that may be past the
+  ** end of its file (a read there would raise SIGBUS). */
+  return m->inode == 0 &&
+         (m->path[0] == '\0' || strcmp(m->path, "[heap]") == 0 ||
+          strncmp(m->path, "[anon:", 6) == 0);
+}
+
+static int readable(const struct remote_maps *maps, uintptr_t a, size_t n)
+{
+  const struct remote_map *m = remote_maps_find(maps, a);
+  return m != NULL && scannable(m) && a + n <= m->hi;
+}
+
+#define PAGE 4096
+#define PM_BATCH 512
+#define PM_IN ((1ULL << 63) | (1ULL << 62)) /* Present or swapped. */
+
+/* The main threads in [lo, hi): a thread object whose global_State names
+** it as its main thread. */
+static int scan_range(const struct remote_maps *maps,
+                      const struct heap_layout *h, uintptr_t lo, uintptr_t hi,
+                      uintptr_t *out, int n)
+{
+  uintptr_t a;
+  for (a = lo; a + 64 <= hi && n < VMS_MAX; a += 8) {
+    uintptr_t g;
+    if (*(const uint8_t *)(a + h->base.gct) != GCT_THREAD)
+      continue;
+    g = heap_ref(h, a + h->base.L_glref);
+    if ((g & 7) == 0 && g != 0 && readable(maps, g, G_WINDOW) &&
+        heap_ref(h, g + h->g_mainth) == a)
+      out[n++] = a;
+  }
+  return n;
+}
+
+/* The main threads of the process's anonymous writable memory, in the
+** pages that hold anything (present or swapped, from pagemap: untouched
+** memory is not made resident by the scan). Nothing is allocated or freed
+** during the scan, so the mappings read before it hold. */
+static int find_vms(const struct remote_maps *maps, const struct heap_layout *h,
+                    uintptr_t *out)
+{
+  static uint64_t pm[PM_BATCH];
+  size_t r;
+  int n = 0, fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  for (r = 0; r < maps->n && n < VMS_MAX; r++) {
+    const struct remote_map *m = &maps->m[r];
+    uintptr_t at = m->lo;
+    if (!scannable(m) || m->hi - m->lo < 64)
+      continue;
+    while (at < m->hi && n < VMS_MAX) {
+      size_t pages = (m->hi - at) / PAGE, i, run = 0;
+      if (pages > PM_BATCH)
+        pages = PM_BATCH;
+      if (fd < 0 || pread(fd, pm, pages * sizeof(pm[0]),
+                          (off_t)(at / PAGE * sizeof(pm[0]))) !=
+                        (ssize_t)(pages * sizeof(pm[0]))) {
+        n = scan_range(maps, h, at, m->hi, out, n); /* No pagemap: all. */
+        break;
+      }
+      for (i = 0; i <= pages; i++) {
+        if (i < pages && (pm[i] & PM_IN) != 0) {
+          run++;
+        } else if (run > 0) {
+          uintptr_t lo = at + (i - run) * PAGE;
+          n = scan_range(maps, h, lo, lo + run * PAGE, out, n);
+          run = 0;
+        }
+      }
+      at += pages * PAGE;
+    }
+  }
+  if (fd >= 0)
+    close(fd);
+  return n;
+}
+
+/* The VM's state as the checks read it: what the profile relies on. */
+static int check_vm(struct attach_call *c, const struct vm_layout *lay,
+                    lua_State *L, uintptr_t *gout)
+{
+  uintptr_t l = (uintptr_t)L, g, base, top, stack, maxstack, af, ad;
+  uint32_t size;
+  int32_t state;
+  void *ud = NULL;
+  lua_Alloc f;
+  Dl_info info;
+  if (!vm_ref(lay, 1, l + lay->L_glref, &g) || g == 0)
+    return fail(c, ENOTSUP, "check 'global state' failed: L+%u is unreadable",
+                lay->L_glref);
+  f = lua_getallocf(L, &ud);
+  if (!vm_ptr(1, g + lay->g_allocf, &af) ||
+      !vm_ptr(1, g + lay->g_allocd, &ad) || af != (uintptr_t)f ||
+      ad != (uintptr_t)ud || dladdr((void *)f, &info) == 0)
+    return fail(c, ENOTSUP,
+                "check 'allocator' failed: g+%u is no function of a loaded "
+                "object",
+                lay->g_allocf);
+  if (!vm_ptr(1, l + lay->L_base, &base) || !vm_ptr(1, l + lay->L_top, &top) ||
+      !vm_ref(lay, 1, l + lay->L_stack, &stack) ||
+      !vm_ref(lay, 1, l + lay->L_maxstack, &maxstack) ||
+      !vm_u32(1, l + lay->L_stacksize, &size) ||
+      maxstack !=
+          stack + TVALUE_SIZE * ((uintptr_t)size - 1 - lay->stack_extra) ||
+      base < stack || top < base || top > maxstack)
+    return fail(c, ENOTSUP,
+                "check 'main thread stack' failed: stack, base, top and "
+                "maxstack are inconsistent");
+  if (!vm_u32(1, g + lay->g_vmstate, (uint32_t *)&state))
+    return fail(c, ENOTSUP, "check 'VM state' failed: g+%u is unreadable",
+                lay->g_vmstate);
+  if (state != lay->st_c)
+    return fail(c, EAGAIN, "the VM was not in C code (vmstate %d: %s)",
+                (int)state,
+                state >= 0             ? "compiled code"
+                : state == lay->st_lua ? "the interpreter"
+                : state == lay->st_gc  ? "the collector"
+                                       : "VM-internal work");
+  *gout = g;
+  return 0;
+}
+
+/* Whether the object of info is a memprof.so (another file than this
+** one): it exports luaopen_memprof itself. */
+static int another_memprof(const Dl_info *info)
+{
+  Dl_info at;
+  void *h, *open;
+  int found = 0;
+  if (info->dli_fname == NULL ||
+      (h = dlopen(info->dli_fname, RTLD_NOW | RTLD_NOLOAD)) == NULL)
+    return 0;
+  open = dlsym(h, "luaopen_memprof");
+  found =
+      open != NULL && dladdr(open, &at) != 0 && at.dli_fbase == info->dli_fbase;
+  dlclose(h);
+  return found;
+}
+
+/* Why a profile may not start in L's VM: one of ours or another runs. */
+static int check_free(struct attach_call *c, lua_State *L)
+{
+  lua_Alloc f = lua_getallocf(L, NULL);
+  Dl_info info;
+  if (profiler_is_hook(f))
+    return fail(c, EBUSY,
+                "a profile started by the program's own code runs in this VM "
+                "(its allocator is memprof's hook); stop it there first");
+  if (dladdr((void *)f, &info) != 0 && another_memprof(&info))
+    return fail(c, EBUSY,
+                "a profile of another memprof (%s) runs in this VM; stop it "
+                "first",
+                info.dli_fname);
+  if (builtin_memprof_state(L) == BUILTIN_RUNNING)
+    return fail(c, EBUSY, "the VM's built-in misc.memprof is running");
+  return 0;
+}
+
+/* ---- Traces ------------------------------------------------------------ */
+
+typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
+
+static int flush_in(lua_State *L)
+{
+  setmode_fn set;
+  *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
+  if (set != NULL)
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+  return 0;
+}
+
+/* Throws the traces away (trace_lines 'exact': the next ones are compiled
+** with per-line snapshots), in a protected call; the VM's current thread
+** is put back, since a protected call from C makes L the current one. */
+static void flush_traces(lua_State *L, uintptr_t g, const struct vm_layout *lay)
+{
+  uintptr_t cur = 0;
+  int saved = vm_ptr(1, g + lay->g_cur_L, &cur);
+  if (lua_cpcall(L, flush_in, NULL) != 0)
+    lua_pop(L, 1);
+  if (saved)
+    memcpy((void *)(g + lay->g_cur_L), &cur, lay->ref_size);
+}
+
+/* ---- Start and stop ---------------------------------------------------- */
+
+static int trace_lines_ok(struct attach_call *c, const struct vm_layout *lay)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  int mode = c->opts.trace_lines;
+  if ((mode == TRACE_LINES_RESUME || mode == TRACE_LINES_EXACT) && !tl->ok)
+    return fail(c, ENOTSUP,
+                "option 'trace_lines' is not supported by this build: %s",
+                tl->why);
+  if (mode == TRACE_LINES_EXACT && !tl->prof_ok)
+    return fail(c, ENOTSUP,
+                "option 'trace_lines' = 'exact' is not supported by this "
+                "build: %s",
+                tl->prof_why);
+  return 0;
+}
+
+static int compare_addr(const void *a, const void *b)
+{
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The main thread of VM number c->vm (from 1), found and checked. */
+static int pick_vm(struct attach_call *c, const struct heap_layout *h,
+                   const struct remote_maps *maps, lua_State **L, uintptr_t *g)
+{
+  uintptr_t vms[VMS_MAX];
+  int n = find_vms(maps, h, vms);
+  c->vms = n;
+  if (n == 0)
+    return fail(c, ENOTSUP,
+                "check 'find VMs' failed: no thread in the process's memory "
+                "is the main thread of its global_State");
+  qsort(vms, (size_t)n, sizeof(vms[0]), compare_addr);
+  if (c->vm < 1 || c->vm > n)
+    return fail(c, EINVAL, "the process has %d LuaJIT VM%s, not %d", n,
+                n == 1 ? "" : "s", (int)c->vm);
+  *L = (lua_State *)vms[c->vm - 1];
+  c->main_thread = (uint64_t)vms[c->vm - 1];
+  return check_vm(c, &h->base, *L, g);
+}
+
+static int start(struct attach_call *c, const struct remote_maps *maps)
+{
+  struct heap_layout *h;
+  lua_State *L;
+  uintptr_t g;
+  int err = 0;
+  struct timespec t;
+  if (attached.active)
+    return fail(c, EALREADY,
+                "memprof is attached already (its profile to %s runs): "
+                "memprof detach first",
+                attached.file);
+  if ((h = calloc(1, sizeof(*h))) == NULL)
+    return fail(c, ENOMEM, "out of memory");
+  if ((err = learn(c, h)) != 0 || (err = pick_vm(c, h, maps, &L, &g)) != 0 ||
+      (err = check_free(c, L)) != 0 || (err = trace_lines_ok(c, &h->base)) != 0)
+    goto out;
+  if (lifecycle_may_start(L, &attached.vm) != LIFE_OK) {
+    err = fail(c, EBUSY, "a profile of this module runs in the VM already");
+    goto out;
+  }
+  /* 'exact' (the default of a full profile): traces compiled from now on
+  ** keep a snapshot per line; those compiled before go first. */
+  attached.flush =
+      lifecycle_trace_lines_mode(&h->base, &c->opts) == TRACE_LINES_EXACT &&
+      *(const int32_t *)(g + h->base.tl.g_prof_mode) == 0;
+  if (attached.flush)
+    flush_traces(L, g, &h->base);
+  if (lifecycle_start(L, &attached.vm, &h->base, &c->opts, c->path, 0, &err) !=
+      LIFE_OK) {
+    err = fail(c, err, "%s: %s", c->path, strerror(err));
+    goto out;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  c->started_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+  attached.active = 1;
+  attached.L = L;
+  attached.g = g;
+  attached.lay = h->base;
+  {
+    char *file = lifecycle_file_name(c->path);
+    snprintf(c->file, sizeof(c->file), "%s", file != NULL ? file : c->path);
+    snprintf(attached.file, sizeof(attached.file), "%s", c->file);
+    free(file);
+  }
+out:
+  free(h);
+  return err;
+}
+
+/* Whether the VM attached to is still there: its main thread still names
+** the same global_State, which names it as its main thread. */
+static int still_there(void)
+{
+  uintptr_t g = 0, main = 0;
+  const struct vm_layout *lay = &attached.lay;
+  return vm_ref(lay, 1, (uintptr_t)attached.L + lay->L_glref, &g) &&
+         g == attached.g && vm_ptr(1, g + lay->g_allocf, &main);
+}
+
+static int stop(struct attach_call *c)
+{
+  struct life_ended ended = {0, NULL, 0};
+  enum life_status st;
+  uintptr_t g;
+  if (!attached.active)
+    return fail(c, ENOENT, "memprof is not attached to this process");
+  if (!still_there())
+    return fail(c, ENOTSUP,
+                "the VM attached to is gone (closed?); its profile is "
+                "completed when the process exits");
+  c->main_thread = (uint64_t)(uintptr_t)attached.L;
+  if (check_vm(c, &attached.lay, attached.L, &g) != 0)
+    return c->err;
+  st = lifecycle_stop(attached.L, &attached.vm, 0, &ended);
+  attached.active = 0;
+  if (attached.flush)
+    flush_traces(attached.L, g, &attached.lay);
+  snprintf(c->file, sizeof(c->file), "%s", attached.file);
+  free(ended.path);
+  switch (st) {
+  case LIFE_OK:
+    return 0;
+  case LIFE_MAX_BYTES:
+    return fail(c, 0, "the profile had reached max_bytes (%llu)",
+                (unsigned long long)ended.max_bytes);
+  case LIFE_FILE_ERROR:
+    return fail(c, ended.err, "%s: %s", c->file, strerror(ended.err));
+  case LIFE_DETACHED:
+    return fail(c, ENOTSUP,
+                "another allocator hook took memprof's out of the VM's "
+                "allocator chain during the profile; the profile ended then");
+  default:
+    return fail(c, ENOENT,
+                "no profile ran (in a child after fork(), the profile stays "
+                "with the parent)");
+  }
+}
+
+__attribute__((visibility("default"))) int
+memprof_attach_call(struct attach_call *c)
+{
+  struct remote_maps maps = {NULL, 0};
+  int err;
+  if (c == NULL || c->magic != ATTACH_MAGIC || c->size != sizeof(*c))
+    return EINVAL;
+  c->err = 0;
+  c->msg[0] = '\0';
+  if (fault_attach_crash())
+    raise(SIGSEGV);
+  lifecycle_init_process();
+  if (c->op == ATTACH_STATUS) {
+    c->main_thread = (uint64_t)(uintptr_t)attached.L;
+    snprintf(c->file, sizeof(c->file), "%s", attached.file);
+    return c->err = attached.active ? 0 : ENOENT;
+  }
+  if ((err = remote_maps_read(0, &maps)) != 0)
+    return fail(c, err, "cannot read /proc/self/maps: %s", strerror(err));
+  if ((err = threads_outside(c, &maps)) == 0)
+    err = c->op == ATTACH_START ? start(c, &maps)
+          : c->op == ATTACH_STOP
+              ? stop(c)
+              : fail(c, EINVAL, "unknown request %d", (int)c->op);
+  remote_maps_free(&maps);
+  c->err = err;
+  return err;
+}
