@@ -8,7 +8,8 @@
 --   run:start_leaker(seconds)           -- the child; profile at run.profile
 --   run:start_live(how)                 -- how.tty (under script), how.args
 --                                       -- (more words), how.after (a shell
---                                       -- line run after it, under script too)
+--                                       -- line run after it, under script too),
+--                                       -- how.target (the FILE or PID watched)
 --   run:keys(text)                      -- written to the keys' FIFO
 --   run:stop_leaker()                   -- the child stops its profile
 --   run:wait_for(test, seconds) -> output or nil   -- test(output)
@@ -90,18 +91,19 @@ function Run:start_leaker(seconds)
 end
 
 -- memprof live's command line.
-function Run:live_command(args)
+-- memprof live's command line (of target, default the leaker's profile).
+function Run:live_command(args, target)
   local words = { LUA, ROOT .. '/bin/memprof', 'live' }
   for _, word in ipairs(args or {}) do
     words[#words + 1] = word
   end
-  words[#words + 1] = self.profile
+  words[#words + 1] = target or self.profile
   return C.command(unpack(words))
 end
 
 function Run:start_live(how)
   assert(os.execute('mkfifo ' .. C.quote(self.fifo)))
-  local command = self:live_command(how.args)
+  local command = self:live_command(how.args, how.target)
   -- memprof live's own process id, written by the shell that execs it.
   self.live_pid = self.dir .. '/live.pid'
   local inner = 'sh -c ' .. C.quote('echo $$ > ' .. C.quote(self.live_pid) ..

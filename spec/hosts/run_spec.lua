@@ -227,7 +227,7 @@ print(ffi.C.getpid(), pid)
 Usage: memprof run [OPTIONS] SCRIPT [ARGS...]
        memprof report [OPTIONS] FILE  (as memprof-report)
        memprof heap [-o FILE] PID     (a running process's heap)
-       memprof live [OPTIONS] FILE    (watch a profile being written)
+       memprof live [OPTIONS] FILE|PID (watch a profile being written)
        memprof attach [OPTIONS] PID   (profile a running process)
        memprof detach PID             (stop that profile)
 

@@ -1,7 +1,9 @@
 -- memprof.cli.live: `memprof live FILE`, a terminal view of a profile
--- being written (docs/live.md).
+-- being written, and `memprof live PID`, the same of a profile attached
+-- to a running process (docs/live.md).
 --
---   live.main(args, out, err) -> exit code
+--   live.main(args, out, err [, how]) -> exit code (how: dir, load, as
+--       memprof.cli.attach takes them)
 --   live.watch(path, options, on_quit) -> exit code (0, or 1 after an
 --       error, whose message went to options.err)
 --     options (all optional):
@@ -109,12 +111,18 @@ M.OPTIONS = {
   { name = 'top', value = 'N', key = 'top',
     check = option_parser.whole_number(1, 1000),
     help = 'rows of each plain text frame (10)' },
+  { name = 'output', short = 'o', value = 'FILE', key = 'output',
+    help = 'of a PID: the profile attach writes (memprof-PID.bin)' },
+  { name = 'stack-depth', value = 'N', key = 'stack_depth',
+    check = option_parser.whole_number(1, 255),
+    help = 'of a PID: frames of each stack the profile records (8)' },
   { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
 }
 
 local function usage()
   return option_parser.help({
     'Usage: memprof live [OPTIONS] FILE',
+    '       memprof live [OPTIONS] PID',
     '',
     'Watch a profile while it is written (memprof.start, memprof run):',
     'the places that hold the most live bytes or allocate the most per',
@@ -125,6 +133,10 @@ local function usage()
     'on quit; with stdout not a terminal (or --plain) it prints a frame',
     'of text every interval, reads keys from stdin (q, Enter) and ends',
     'with the profile.',
+    '',
+    'Given the PID of a running process, it attaches to it first',
+    '(memprof attach PID -o FILE), and detaches when it quits; a process',
+    'attached already is watched as it is and stays attached.',
     '',
     'Options:',
   }, M.OPTIONS, {})
@@ -492,7 +504,54 @@ function M.watch(path, options, on_quit)
   return reason == 'error' and 1 or 0
 end
 
-function M.main(args, out, err)
+-- A word that names a process and no file: a PID.
+local function pid_of(word)
+  if not word:match('^%d+$') then
+    return nil
+  end
+  local file = io.open(word, 'rb')
+  if file then
+    file:close()
+    return nil
+  end
+  return tonumber(word)
+end
+
+-- `memprof live PID`: the profile of an attach (made here, and undone at
+-- quit, or found running, and left so).
+local function watch_process(pid, opts, how)
+  local attach = require('memprof.cli.attach')
+  local out, err = opts.out, opts.err
+  local path = attach.attached(pid, how)
+  if path then
+    out:write(format('%s: process %d is attached already: watching %s\n',
+      PROGRAM, pid, path))
+    return M.watch(path, opts, function()
+      out:write(format('%s: process %d stays attached (memprof detach %d ' ..
+        'stops it)\n', PROGRAM, pid, pid))
+    end)
+  end
+  local info, errno
+  path, info, errno = attach.start(pid, { output = opts.output,
+    stack_depth = opts.stack_depth or 8, dir = how.dir, load = how.load })
+  if not path then
+    err:write(PROGRAM, ': ', info, '\n')
+    return 1
+  end
+  local status = M.watch(path, opts, function()
+    local file, stopped = attach.stop(pid, how)
+    if file then
+      out:write(format('%s: detached from process %d: wrote %s\n', PROGRAM,
+        pid, file))
+    else
+      err:write(PROGRAM, ': ', stopped, '\n')
+      errno = 1
+    end
+  end)
+  return errno == 1 and 1 or status
+end
+
+function M.main(args, out, err, how)
   local opts, words = option_parser.parse(M.OPTIONS, args)
   local status = option_parser.stop_status(opts, words, out, err,
     { prefix = PROGRAM .. ': ', see = 'memprof live --help', help = usage })
@@ -500,12 +559,21 @@ function M.main(args, out, err)
     return status
   end
   if #words ~= 1 then
-    err:write(PROGRAM, ': expected one profile file, found ',
+    err:write(PROGRAM, ': expected one profile file or PID, found ',
       #words == 0 and 'none' or table.concat(words, ' '),
       ' (see memprof live --help)\n')
     return 1
   end
   opts.out, opts.err = out, err
+  local pid = pid_of(words[1])
+  if pid then
+    return watch_process(pid, opts, how or {})
+  end
+  if opts.output or opts.stack_depth then
+    err:write(PROGRAM, ': --', opts.output and 'output' or 'stack-depth',
+      ' applies to a PID, not to a file (see memprof live --help)\n')
+    return 1
+  end
   return M.watch(words[1], opts)
 end
 

@@ -6,7 +6,7 @@
 --               [REPORT OPTIONS] SCRIPT [ARGS...]
 --   memprof report [OPTIONS] FILE     (the same as memprof-report)
 --   memprof heap [-o FILE] [--vm=N] PID (memprof.cli.heap_pid)
---   memprof live [OPTIONS] FILE      (memprof.cli.live)
+--   memprof live [OPTIONS] FILE|PID  (memprof.cli.live)
 --   memprof attach [OPTIONS] PID, memprof detach PID (memprof.cli.attach)
 --
 --   run.main(args, out, err [, how]) -> exit code
@@ -108,7 +108,7 @@ local function usage()
     'Usage: ' .. PROGRAM .. ' run [OPTIONS] SCRIPT [ARGS...]',
     '       ' .. PROGRAM .. ' report [OPTIONS] FILE  (as memprof-report)',
     '       ' .. PROGRAM .. ' heap [-o FILE] PID     (a running process\'s heap)',
-    '       ' .. PROGRAM .. ' live [OPTIONS] FILE    (watch a profile being written)',
+    '       ' .. PROGRAM .. ' live [OPTIONS] FILE|PID (watch a profile being written)',
     '       ' .. PROGRAM .. ' attach [OPTIONS] PID   (profile a running process)',
     '       ' .. PROGRAM .. ' detach PID             (stop that profile)',
     '',
@@ -419,7 +419,7 @@ function M.main(args, out, err, how)
   elseif command == 'report' then
     return cli.main(rest, out, err)
   elseif command == 'live' then
-    return require('memprof.cli.live').main(rest, out, err)
+    return require('memprof.cli.live').main(rest, out, err, how)
   elseif command == 'heap' then
     return require('memprof.cli.heap_pid').main(rest, out, err, how)
   elseif command == 'attach' then
