@@ -163,7 +163,13 @@ local function add_object(g, addr, t, size, text, offset)
   g.n = v
   g.addr[v], g.type[v], g.size[v] = addr, TYPE_CODE[t], size
   g.node:put(g.addr, v)
-  if text and #text <= KEEP_TEXT then keep_text(g, v, text, offset) end
+  if text then
+    if #text <= KEEP_TEXT then
+      keep_text(g, v, text, offset)
+    elseif g.prefix then
+      g.prefix[v] = text:sub(1, KEEP_TEXT)
+    end
+  end
 end
 
 -- The text of the string object at addr, if it was kept.
@@ -256,11 +262,11 @@ end
 -- means that the file changed between the passes: refused, never written
 -- past.
 local function add_ref(g, from, to, kind, weak, a, b, c, offset)
-  if weak then return end
+  if weak and not g.weak then return end
   local v = from == 0 and 1 or g.node:get(g.addr, from)
   local w = g.node:get(g.addr, to)
   if not (v and w) then return end
-  if g.fill[v] >= g.first[v + 1] then
+  if not weak and g.fill[v] >= g.first[v + 1] then
     refuse(g, offset, 'more references from an object than when the ' ..
       'file was first read: it changed while it was read')
   end
@@ -285,6 +291,12 @@ local function add_ref(g, from, to, kind, weak, a, b, c, offset)
     local wide = g.wide
     wide[#wide + 1] = name
     code, name = code + WIDE, #wide
+  end
+  if weak then
+    local list = g.weak
+    list[#list + 1], list[#list + 2], list[#list + 3], list[#list + 4] =
+      v, w, code, name
+    return
   end
   local e = g.fill[v]
   g.fill[v] = e + 1
@@ -834,17 +846,50 @@ local function dominator_tree(g)
   return order, count, idom, retained
 end
 
+-- What a writer of the whole graph reads (analyse_file's keep_graph):
+-- the rows of strong references (first, succ, and ref(e): the kind and
+-- name of reference e), the weak ones (weak: v, w, kind code, name, four
+-- entries each, in the file's order; weak_ref(i) the kind and name of the
+-- i-th), the kept text of a string node (text(v); prefix[v]: the first
+-- bytes of a longer one), and the last step of each node's path
+-- (via(v): nil for a start, else the kind and name of the reference).
+local function graph_view(g, p, kept)
+  local rkind, rname, weak = kept.rkind, kept.rname, kept.weak
+  local view = { first = kept.first, succ = kept.succ, weak = weak,
+    prefix = g.prefix, start_names = p.names }
+  function view.ref(e) return ref_of(g, rkind[e], rname[e]) end
+  function view.weak_ref(i) return ref_of(g, weak[i + 2], weak[i + 3]) end
+  function view.text(v)
+    if g.tlen[v] == 0 then return nil end
+    return ffi.string(g.text + g.toff[v], g.tlen[v] - 1)
+  end
+  function view.text_of(addr) return text_of(g, addr) end
+  function view.type_of(addr)
+    local v = g.node:get(g.addr, addr)
+    return v and TYPES[g.type[v]]
+  end
+  function view.via(v)
+    if p.parent[v] == v or p.parent[v] == 0 then return nil end
+    return ref_of(g, p.via_kind[v], p.via_name[v])
+  end
+  return view
+end
+
 -- Each phase's arrays are dropped, and released, as soon as the next
 -- phases need them no more.
 local function analyse_graph(g)
   finish_graph(g)
   local order, count, idom, retained = dominator_tree(g)
   local p = paths(g)
+  local kept = g.weak and { first = g.first, succ = g.succ, rkind = g.rkind,
+    rname = g.rname, weak = g.weak }
   g.first, g.succ, g.rkind, g.rname = nil, nil, nil, nil
   release()
   local counts = group_counts(g, order, count, idom, retained, p)
-  return result(g, idom, retained, p, retained[1], counts,
+  local out = result(g, idom, retained, p, retained[1], counts,
     pattern_rows(p.patterns))
+  if kept then out.graph = graph_view(g, p, kept) end
+  return out
 end
 
 -- Reads the records of the snapshot at `path` once for each of the
@@ -882,10 +927,16 @@ end
 -- objects, then the references): by address, each reachable object's
 -- immediate dominator (0: the root), retained size and pattern; its path
 -- (a.path(addr)); the groups.
-function M.analyse_file(path)
+-- opts.keep_graph: the references kept, and what a writer of the whole
+-- graph needs (a.graph, see graph_view; opts.object(v, addr, type, a, b,
+-- c) is told each object's values as it is read).
+function M.analyse_file(path, opts)
   local g = new_graph(path)
-  local r = read_file(path, function(addr, t, size, _, text, _, at)
+  local seen = opts and opts.object
+  if opts and opts.keep_graph then g.weak, g.prefix = {}, {} end
+  local r = read_file(path, function(addr, t, size, x, text, z, at)
     add_object(g, addr, t, size, t == 'string' and text or nil, at)
+    if seen then seen(g.n, addr, t, x, text, z) end
   end, function(from, _, _, weak, _, _, _, at)
     count_ref(g, from, weak, at)
   end)

@@ -2,7 +2,8 @@
 -- (docs/holders.md).  cli/report.lua hands a command line over when a
 -- file it names begins with the snapshot's magic ("ljh"):
 --
---   memprof-report [--format=text|json|html] [--profile=PROFILE] HEAP
+--   memprof-report [--format=text|json|html|heapsnapshot]
+--                  [--profile=PROFILE] HEAP
 --   memprof-report --diff [--format=text|json|html] OLD.heap NEW.heap
 --
 -- --profile names the profile that ran when the snapshot was taken (the
@@ -42,7 +43,8 @@ end
 local TAKES = {
   report = { keys = { format = true, top = true, all = true,
     human_readable = true, output = true, heap_profile = true },
-    formats = { text = true, json = true, html = true } },
+    formats = { text = true, json = true, html = true,
+      heapsnapshot = true } },
   diff = { keys = { format = true, top = true, all = true,
     human_readable = true, output = true, diff = true },
     formats = { text = true, json = true, html = true } },
@@ -136,6 +138,17 @@ local function run(opts, files, out, err, program)
     end)
   end
   local profile = opts.heap_profile
+  if name == 'heapsnapshot' then
+    if opts.top or opts.all or opts.human_readable then
+      error('--format=heapsnapshot writes every object: leave out --top, ' ..
+        '--all and --human-readable', 0)
+    end
+    local v8 = require('memprof.report.heapsnapshot')
+    local snapshot = v8.model(files[1], { profile = profile })
+    return write_to(opts, out, err, program, function(handle)
+      v8.write(snapshot, handle)
+    end)
+  end
   local model = holders.model(files[1], { profile = profile,
     option = profile and '--profile=' .. profile })
   return write_to(opts, out, err, program, function(handle)

@@ -92,6 +92,9 @@ M.FORMATS = {
   { name = 'html', help = 'a page of every view, for a browser',
     takes = keys({ 'group', 'top', 'all', 'sort', 'temporary', 'output',
       'split_traces', 'heap' }) },
+  { name = 'heapsnapshot', help = 'of a heap snapshot: V8\'s ' ..
+      '.heapsnapshot, for Chrome DevTools and memlab', heap_only = true,
+    takes = keys({ 'output' }) },
 }
 
 local FORMAT_NAMES = {}
@@ -566,6 +569,10 @@ local function conflict(opts)
       'a report sorts by bytes or count'
   end
   local name = opts.format or 'text'
+  if format_entry(name).heap_only then
+    return format('--format=%s is for heap snapshots (memprof.snapshot(' ..
+      "path, {format = 'heap'})), not profiles", name)
+  end
   local stray = stray_option(opts, format_entry(name).takes)
   if stray then
     return format('%s does not apply to --format=%s', spelling_of(stray),

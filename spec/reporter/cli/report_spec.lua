@@ -146,6 +146,7 @@ Formats (--format=NAME; docs/formats.md):
   pprof                  gzipped profile.proto for go tool pprof
   chrome                 the heap over time as a Chrome trace
   html                   a page of every view, for a browser
+  heapsnapshot           of a heap snapshot: V8's .heapsnapshot, for Chrome DevTools and memlab
 ]], stdout)
     end
   end)
@@ -787,7 +788,8 @@ describe('memprof-report --format', function()
     local v3 = file_of(B.crafted())
     local cases = {
       { { '--format=xml' }, "memprof-report: option '--format': expected " ..
-        'text, json, folded, pprof, chrome, html, found xml (see --help)\n' },
+        'text, json, folded, pprof, chrome, html, heapsnapshot, found xml ' ..
+        '(see --help)\n' },
       { { '--format=json', '--top=2' }, 'memprof-report: --top does not ' ..
         'apply to --format=json (see --help)\n' },
       { { '--format=chrome', '--leaks' }, 'memprof-report: --leaks does not ' ..
