@@ -29,7 +29,8 @@
 --   2 .. nodes.n, in C arrays: addr, type (the type byte, named by
 --   nodes.TYPES), size, pattern (its number; 0: unreachable), retained
 --   dom.sort_largest(list, count, name) -- sorts by list[i][count]
---   descending, ties by list[i][name]
+--   descending, ties by list[i][name] (indices in numeric order:
+--   path_patterns.order_key)
 
 local heap = require('memprof.read.heap')
 local ffi = require('ffi')
@@ -52,9 +53,13 @@ local KEEP_TEXT = 64
 -- Sorts `list` largest `count` field first, ties in the order of their
 -- `name` field (the groups, the rows of growth, the types of a row).
 function M.sort_largest(list, count, name)
+  local order = {}
+  for _, row in ipairs(list) do
+    order[row] = path_patterns.order_key(row[name])
+  end
   table.sort(list, function(a, b)
     if a[count] ~= b[count] then return a[count] > b[count] end
-    return a[name] < b[name]
+    return order[a] < order[b]
   end)
   return list
 end
@@ -529,19 +534,31 @@ local function step(g, kind, name, many, under_loaded)
 end
 
 -- Whether each node is a collection whose entries are one group (1): more
--- than M.MANY entries, nine in ten of them objects of one type other than
--- functions (a cache of strings, a list of records; not a module's or the
--- globals' table, whose entries are names of their own).
+-- than M.MANY entries, and either nine in ten of them by number (an
+-- array: of records, of closures such as a list of listeners, of
+-- anything) or nine in ten of them objects of one type other than
+-- functions (a cache of strings; not a module's or the globals' table,
+-- whose entries, functions by name, are names of their own).
 local FUNCTION = TYPE_CODE['function']
+local BY_NUMBER = {}
+for _, kind in ipairs({ 'index', 'by_number' }) do
+  BY_NUMBER[KIND_CODE[kind]], BY_NUMBER[KIND_CODE[kind] + WIDE] = true, true
+end
 local function collections(g)
   local first, rkind, succ, typ = g.first, g.rkind, g.succ, g.type
   local out, types = BYTES(g.n + 1), INT32S(256)
   for v = 1, g.n do
-    local n = 0
+    local n, numbered = 0, 0
     for e = first[v], first[v + 1] - 1 do
-      if ENTRY_CODE[rkind[e]] then n = n + 1 end
+      local code = rkind[e]
+      if ENTRY_CODE[code] then
+        n = n + 1
+        if BY_NUMBER[code] then numbered = numbered + 1 end
+      end
     end
-    if n > M.MANY then
+    if n > M.MANY and numbered * 10 >= n * 9 then
+      out[v] = 1
+    elseif n > M.MANY then
       ffi.fill(types, 256 * 4)
       for e = first[v], first[v + 1] - 1 do
         if ENTRY_CODE[rkind[e]] then

@@ -48,12 +48,7 @@ M.CALLERS = 3
 -- ---- Words ----------------------------------------------------------------
 
 -- 1234567 -> '1,234,567'.
-function M.commas(n)
-  local text = format('%d', n)
-  local sign, digits = text:match('^(%-?)(%d+)$')
-  digits = digits:reverse():gsub('(%d%d%d)', '%1,'):reverse()
-  return sign .. digits:gsub('^,', '')
-end
+M.commas = require('memprof.words').commas
 
 local PLURALS = { string = 'strings', upvalue = 'upvalues',
   thread = 'threads', proto = 'prototypes', ['function'] = 'functions',
