@@ -91,6 +91,18 @@ describe('memprof run', function()
     stream:close()
   end)
 
+  it('fails as the interpreter would on a script it cannot open, and ' ..
+    'leaves no file', function()
+      local code, stdout, stderr = memprof('run', 'nosuch.lua')
+      assert.are.same({ 1, '', 'memprof run: cannot open nosuch.lua: No ' ..
+        'such file or directory\n' }, { code, stdout, stderr })
+      code, stdout, stderr = memprof('run', '.')
+      assert.are.same({ 1, '', 'memprof run: cannot read .: Is a ' ..
+        'directory\n' }, { code, stdout, stderr })
+      local _, listing = C.run('ls -A ' .. C.quote(dir))
+      assert.are.equal('app.lua\n', listing)
+    end)
+
   it('passes on the exit status of the script', function()
     local code, stdout, stderr = memprof('run', '-o', 'exit.bin',
       '--leak-only', 'app.lua', 'args.txt', 'exit', '7')

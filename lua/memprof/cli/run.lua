@@ -323,7 +323,25 @@ local function script_pid(pid_file)
   return pid
 end
 
+-- Why the interpreter could not run the script (as luajit says it), or
+-- nil: checked before the profile starts, so that a missing script
+-- leaves no profile and no report of nothing.  '-' is the standard input.
+local function script_problem(script)
+  if script == '-' then return nil end
+  local file, message = io.open(script, 'rb')
+  if not file then return 'cannot open ' .. message end
+  local _, failed = file:read(1)
+  file:close()
+  if failed then return format('cannot read %s: %s', script, failed) end
+  return nil
+end
+
 local function run(opts, words, out, err, how)
+  local unreadable = script_problem(words[1])
+  if unreadable then
+    err:write(PROGRAM, ' run: ', unreadable, '\n')
+    return 1
+  end
   local module_path = M.find_module(how.dir)
   if not module_path then
     err:write(PROGRAM, ': cannot find memprof.so (next to this program or ',
