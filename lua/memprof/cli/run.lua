@@ -242,8 +242,7 @@ function M.wrapper(module_path, profile, opts, pid_file)
     options[#options + 1] = format('max_bytes = %d', opts.max_bytes)
   end
   if opts.trace_lines then
-    options[#options + 1] = 'trace_lines = ' .. (opts.trace_lines == 'start'
-      and 'false' or literal(opts.trace_lines))
+    options[#options + 1] = 'trace_lines = ' .. literal(opts.trace_lines)
   end
   if opts.sample_bytes then
     options[#options + 1] = format('sample_bytes = %d', opts.sample_bytes)

@@ -246,7 +246,7 @@ function M.compiled_note(stream)
   end
   local why = COMPILED_WHYS[cc.why]
   if cc.mode == 'start' and cc.why == 'asked' then
-    why = ' (trace_lines = false)'
+    why = " (trace_lines 'start')"
   end
   return COMPILED_MODES[cc.mode] .. why .. '.'
 end

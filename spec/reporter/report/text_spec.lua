@@ -602,8 +602,8 @@ describe('text report of how compiled code was attributed', function()
       out:sub(1, out:find('ALLOCATIONS', 1, true) + 10))
     out = report(with_note(0))
     assert.truthy(out:find('^Compiled code: its allocations are charged ' ..
-      'to the start of their trace %(the TRACE rows%) %(trace_lines = ' ..
-      'false%)%.\n\nALLOCATIONS'), out)
+      "to the start of their trace %(the TRACE rows%) %(trace_lines " ..
+      "'start'%)%.\n\nALLOCATIONS"), out)
   end)
 
   it('says nothing of a mode as asked with no event of compiled code',
