@@ -451,6 +451,9 @@ local function report(path, opts, out, err)
   end
   -- With --heap: who holds what the places allocated (docs/holders.md).
   result.holders = opts.heap and heap_report.who_holds(opts.heap, path)
+  if result.holders and result.holders.warning then
+    err:write(PROGRAM, ': warning: ', result.holders.warning, '\n')
+  end
   -- The passes' own tables (maps of records by group, indexes) are
   -- garbage once they have finished, but LuaJIT's compiled traces hold
   -- the tables they were specialised on: throw the traces away, so that

@@ -245,10 +245,10 @@ function M.model(path, opts)
   opts = opts or {}
   local notes, seen = object_notes()
   local a = dom.analyse_file(path, { keep_graph = true, object = seen })
-  local live = holders.live_blocks(a, opts.profile,
-    opts.profile and '--profile=' .. opts.profile)
+  local live, warning = holders.live_blocks(a, opts.profile,
+    opts.profile and '--profile=' .. opts.profile, path)
   return { analysis = a, graph = a.graph, notes = notes, live = live,
-    file = path }
+    file = path, warning = warning }
 end
 
 -- ---- The file -------------------------------------------------------------

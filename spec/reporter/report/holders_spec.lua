@@ -495,3 +495,48 @@ describe('memprof-report of arrays', function()
         out:match('WHAT GREW[^\n]*\n(.-)\n'))
     end)
 end)
+
+describe('memprof-report of a heap snapshot joined with a profile', function()
+  local B = require('helpers.stream_builder')
+
+  after_each(remove_temp)
+
+  -- A profile of `n` allocations at @other.lua:1 (another run's).
+  local function other_profile(path, n)
+    local s = B.new():lfunc(0x100, '@other.lua', 1)
+      :events({ version = B.EXTENDED })
+    for i = 1, n do s:alloc(B.lua(0x100, 1), 0x70000 + 0x100 * i, 64) end
+    local file = assert(io.open(path, 'wb'))
+    file:write(s:epilogue():bytes())
+    file:close()
+    return path
+  end
+
+  it('warns, naming both files, when the profile does not hold the ' ..
+    "snapshot's moment", function()
+      local profile = temp_path('.bin')
+      local heap = graphs.known({ profile = graphs.known_profile(profile) })
+        :write(temp_path())
+      local code, _, err = report('--profile=' .. profile, heap)
+      assert.same({ 0, '' }, { code, err })
+      local short = other_profile(temp_path('.bin'), 3)
+      code, _, err = report('--profile=' .. short, heap)
+      assert.equal(0, code)
+      assert.equal(('memprof-report: warning: %s was taken after byte 282 ' ..
+        "of its profile, but %s ends at byte 55: it is not that profile " ..
+        "(another run's?), so the places named may be wrong\n")
+        :format(heap, short), err)
+      local long = other_profile(temp_path('.bin'), 60)
+      code, _, err = report('--leaks', '--heap=' .. heap, long)
+      assert.equal(0, code)
+      assert.equal(('memprof-report: warning: %s was taken after byte 282 ' ..
+        'of its profile, but %s has no event that starts there (one ' ..
+        "starts at byte 286): it is not that profile (another run's?), " ..
+        'so the places named may be wrong\n'):format(heap, long), err)
+      code, _, err = report('--format=heapsnapshot', '--profile=' .. long,
+        '--output=' .. temp_path('.heapsnapshot'), heap)
+      assert.equal(0, code)
+      assert.truthy(err:find('^memprof%-report: warning: .- has no event ' ..
+        'that starts there'), err)
+    end)
+end)
