@@ -221,11 +221,11 @@ describe('memprof-report --leaks --heap of a program in a directory', function()
         dir .. '/p.bin')
       C.remove_tree(dir)
       assert.equal('Files under ' .. dir .. '/ are named from there on: ' ..
-        '@name.lua is @' .. dir .. '/name.lua.', lines_of(text)[1])
+        '@…/name.lua is @' .. dir .. '/name.lua.', lines_of(text)[1])
       local at = assert(text:find('WHO HOLDS IT', 1, true))
       local section = text:sub(at)
-      assert.equal('@app.lua:4: 300 objects, ',
-        lines_of(section)[2]:match('^@app%.lua:4: 300 objects, '))
+      assert.equal('@…/app.lua:4: 300 objects, ',
+        lines_of(section)[2]:match('^@…/app%.lua:4: 300 objects, '))
       assert.matches('^    held by _G%.CACHE%[%*%]: 300 objects, [%d,]+B$',
         lines_of(section)[3])
     end)
