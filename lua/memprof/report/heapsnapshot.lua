@@ -88,11 +88,16 @@ local function target_of(graph, v, kind)
   return nil
 end
 
--- '@catalog.lua:44' for a prototype node, or nil.
+-- '@catalog.lua:44' for a prototype node, or nil; '[builtin:move]' for
+-- a built-in LuaJIT writes in Lua (its first line 2^32 - 1 or 2^64 - 1,
+-- its bare name as chunk name: named as the profile's places name it).
 local function proto_place(graph, notes, proto)
   if not proto or notes[proto] == nil then return nil end
   local chunk = target_of(graph, proto, 'chunkname')
   local name = chunk and (graph.text(chunk) or graph.prefix[chunk])
+  if notes[proto] >= 2 ^ 32 - 1 then
+    return format('[builtin:%s]', name or '?')
+  end
   return format('%s:%d', name or '?', notes[proto])
 end
 
@@ -110,14 +115,6 @@ local function node_name(graph, notes, v, t)
   if t == 'string' then
     return quoted_text(graph, v)
   elseif t == 'function' then
-    local note = notes[v]
-    if note then
-      if note.ffid == 1 then
-        return note.cfunc and format('C function 0x%x', note.cfunc)
-          or 'C function'
-      end
-      return format('built-in function #%d', note.ffid)
-    end
     local kind, key = graph.via(v)
     local called
     if kind == 'field' then
@@ -125,6 +122,14 @@ local function node_name(graph, notes, v, t)
     elseif (kind == 'upvalue' or kind == 'stack') and type(key) == 'string'
     then
       called = key
+    end
+    local note = notes[v]
+    if note then
+      local what = note.ffid == 1 and (note.cfunc and
+        format('(C, 0x%x)', note.cfunc) or '(C)') or
+        format('(built-in #%d)', note.ffid)
+      return called and format('function %s %s', called, what) or
+        'function ' .. what
     end
     local place = proto_place(graph, notes, target_of(graph, v, 'proto'))
     local parts = { 'function' }
