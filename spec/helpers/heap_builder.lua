@@ -73,6 +73,13 @@ function Builder:func(size, nupvalues)
   return self:object('function', size, char(0) .. uleb(nupvalues or 0))
 end
 
+-- A built-in (fast function number ffid > 1), or with `cfunc` a C
+-- function (ffid 1) at that address (a built-in's is its handler's).
+function Builder:builtin(size, ffid, cfunc)
+  return self:object('function', size, char(cfunc and 1 or ffid) ..
+    uleb(0) .. uleb(cfunc or 0x5000))
+end
+
 function Builder:proto(size, firstline, numline)
   return self:object('proto', size, uleb(firstline) .. uleb(numline or 1))
 end

@@ -86,7 +86,9 @@ local function by_id(nodes, id)
 end
 
 -- A module `catalog` whose field `render` is a closure of the prototype
--- at @catalog.lua:44, with a long string in its upvalue `template`.
+-- at @catalog.lua:44, with a long string in its upvalue `template`; its
+-- fields `rep`, a built-in, `open`, a C function, and `move`, a built-in
+-- LuaJIT writes in Lua.
 local function named_graph(path)
   local b = H.new()
   local registry = b:table(100)
@@ -100,6 +102,13 @@ local function named_graph(path)
   local proto = b:proto(120, 44, 10)
   b:proto_ref(render, proto)
   b:chunkname(proto, b:string('@catalog.lua', 36))
+  b:named(catalog, 'rep', b:builtin(48, 81), 30)
+  b:named(catalog, 'open', b:builtin(48, nil, 0x7f0012345678), 30)
+  local move = b:func(40, 0)
+  b:named(catalog, 'move', move, 30)
+  local builtin = b:proto(64, 2 ^ 32 - 1, 0)
+  b:proto_ref(move, builtin)
+  b:chunkname(builtin, b:string('move', 28))
   local upvalue = b:upvalue(24)
   b:upvalue_ref(render, upvalue, 1, 'template')
   b:upvalue_value(upvalue, b:string(('<li>'):rep(40), 184))
@@ -171,6 +180,9 @@ describe('memprof-report --format=heapsnapshot', function()
       assert.equal('Function', names['function render @catalog.lua:44'])
       assert.equal('(compiled code)', names['prototype @catalog.lua:44'])
       assert.equal('upvalue', names['upvalue'])
+      assert.equal('Function', names['function rep (built-in #81)'])
+      assert.equal('Function', names['function open (C, 0x7f0012345678)'])
+      assert.equal('Function', names['function move [builtin:move]'])
       assert.equal('(string)', names[('<li>'):rep(16) .. '...'])
       local ml = consumers.memlab(named)
       local types = {}
