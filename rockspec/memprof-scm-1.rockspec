@@ -101,6 +101,10 @@ build = {
     ["memprof.analysis.diff"] = "lua/memprof/analysis/diff.lua",
     ["memprof.read.heap"] = "lua/memprof/read/heap.lua",
     ["memprof.analysis.dominators"] = "lua/memprof/analysis/dominators.lua",
+    ["memprof.analysis.heap_graph"] = "lua/memprof/analysis/heap_graph.lua",
+    ["memprof.analysis.dominator_tree"] =
+      "lua/memprof/analysis/dominator_tree.lua",
+    ["memprof.analysis.heap_paths"] = "lua/memprof/analysis/heap_paths.lua",
     ["memprof.analysis.heap_diff"] = "lua/memprof/analysis/heap_diff.lua",
     ["memprof.analysis.heap_join"] = "lua/memprof/analysis/heap_join.lua",
     ["memprof.report.holders"] = "lua/memprof/report/holders.lua",
@@ -108,6 +112,7 @@ build = {
     ["memprof.report.holders_html"] = "lua/memprof/report/holders_html.lua",
     ["memprof.report.heap_growth"] = "lua/memprof/report/heap_growth.lua",
     ["memprof.report.heap_growth_html"] = "lua/memprof/report/heap_growth_html.lua",
+    ["memprof.report.heapsnapshot"] = "lua/memprof/report/heapsnapshot.lua",
     ["memprof.report.html.holders_section"] =
       "lua/memprof/report/html/holders_section.lua",
     ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",

@@ -105,12 +105,14 @@ static int read_sample_bytes(lua_State *L, struct profile_options *o, char *msg,
   return read_integer(L, "sample_bytes", 1, &o->sample_bytes, msg, len);
 }
 
-/* trace_lines: 'resume', 'exact' or false. */
+/* trace_lines: 'exact', 'resume' or 'start' (memprof run's
+** --trace-lines spellings), or false, the same as 'start'. */
 static int read_trace_lines(lua_State *L, struct profile_options *o, char *msg,
                             size_t len)
 {
   const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-  if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1))
+  if ((lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) ||
+      (v != NULL && strcmp(v, "start") == 0))
     o->trace_lines = TRACE_LINES_START;
   else if (v != NULL && strcmp(v, "resume") == 0)
     o->trace_lines = TRACE_LINES_RESUME;
@@ -118,9 +120,10 @@ static int read_trace_lines(lua_State *L, struct profile_options *o, char *msg,
     o->trace_lines = TRACE_LINES_EXACT;
   else {
     snprintf(msg, len,
-             "option 'trace_lines' must be 'resume', 'exact' or false, got "
-             "%s",
-             v != NULL ? v : luaL_typename(L, -1));
+             "option 'trace_lines' must be 'exact', 'resume' or 'start' (or "
+             "false, the same as 'start'), got %s%.40s%s",
+             v != NULL ? "the string '" : "a ",
+             v != NULL ? v : luaL_typename(L, -1), v != NULL ? "'" : "");
     return 0;
   }
   return 1;
@@ -286,8 +289,8 @@ static int trace_lines_supported(const struct vm_layout *lay,
     return 1;
   snprintf(msg, len,
            "option 'trace_lines' = '%s' is not supported by this build: %s "
-           "(memprof.info().trace_lines; false charges compiled code to its "
-           "trace's start)",
+           "(memprof.info().trace_lines; 'start' charges compiled code to "
+           "its trace's start)",
            o->trace_lines == TRACE_LINES_EXACT ? "exact" : "resume", why);
   return 0;
 }

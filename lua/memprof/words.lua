@@ -4,6 +4,7 @@
 --   words.plural(3, 'event')        -> '3 events' ('1 event', '-1 row')
 --   words.either({ 'a', 'b', 'c' }) -> 'a, b or c' (any values, through
 --                                      tostring)
+--   words.commas(-1234567)          -> '-1,234,567' (a whole number)
 
 local M = {}
 
@@ -14,6 +15,14 @@ function M.plural(count, word)
     return format('%d %s', count, word)
   end
   return format('%d %ss', count, word)
+end
+
+function M.commas(n)
+  local sign, digits = format('%d', n):match('^(%-?)(%d+)$')
+  local head = #digits % 3
+  if head == 0 then head = 3 end
+  return sign .. digits:sub(1, head) ..
+    digits:sub(head + 1):gsub('(%d%d%d)', ',%1')
 end
 
 function M.either(items)

@@ -49,6 +49,34 @@ local function debian_binary()
   end
 end
 M.CHROMIUM = os.getenv('MEMPROF_CHROMIUM') or debian_binary() or 'chromium'
+-- memlab's heap API (npm @memlab/heap-analysis, in build/node_modules:
+-- .ci/install-deps --tests; MEMPROF_MEMLAB names another node_modules).
+M.MEMLAB = os.getenv('MEMPROF_MEMLAB') or 'build/node_modules'
+
+function M.have_memlab()
+  return C.have('node') and C.read_file(M.MEMLAB ..
+    '/@memlab/heap-analysis/package.json') ~= nil
+end
+
+-- What memlab computes of a .heapsnapshot file
+-- (spec/support/heapsnapshot_memlab.js).
+function M.memlab(path)
+  local code, stdout, stderr = C.run('NODE_PATH=' .. C.quote(M.MEMLAB) ..
+    ' timeout 120 ' .. C.command('node', 'spec/support/heapsnapshot_memlab.js',
+    path))
+  assert(code == 0, 'memlab: ' .. stderr)
+  return cjson.decode(stdout)
+end
+
+-- What Chrome DevTools' own loader computes of each .heapsnapshot file,
+-- in one headless Chromium (spec/support/heapsnapshot_devtools.js): a list.
+function M.devtools(...)
+  local code, stdout, stderr = C.run('timeout 120 ' .. C.command('node',
+    'spec/support/heapsnapshot_devtools.js', M.CHROMIUM, ...))
+  assert(code == 0, 'DevTools: ' .. stderr)
+  return cjson.decode(stdout)
+end
+
 local CHROMIUM_FLAGS = '--headless --no-sandbox --disable-gpu ' ..
   '--disable-background-networking --disable-component-update ' ..
   '--disable-sync --no-first-run --hide-scrollbars ' ..

@@ -16,7 +16,7 @@ local TYPES = { string = 4, upvalue = 5, thread = 6, proto = 7,
   ['function'] = 8, cdata = 10, table = 11, userdata = 12 }
 local KINDS = { root = 1, field = 2, index = 3, key = 4, by_key = 5,
   metatable = 9, env = 10, upvalue = 11, upvalue_value = 12, proto = 13,
-  constant = 14, stack = 16, frame_function = 17 }
+  constant = 14, chunkname = 15, stack = 16, frame_function = 17 }
 local WEAK = 0x80
 
 local function uleb(n)
@@ -73,6 +73,17 @@ function Builder:func(size, nupvalues)
   return self:object('function', size, char(0) .. uleb(nupvalues or 0))
 end
 
+-- A built-in (fast function number ffid > 1), or with `cfunc` a C
+-- function (ffid 1) at that address (a built-in's is its handler's).
+function Builder:builtin(size, ffid, cfunc)
+  return self:object('function', size, char(cfunc and 1 or ffid) ..
+    uleb(0) .. uleb(cfunc or 0x5000))
+end
+
+function Builder:proto(size, firstline, numline)
+  return self:object('proto', size, uleb(firstline) .. uleb(numline or 1))
+end
+
 function Builder:upvalue(size)
   return self:object('upvalue', size)
 end
@@ -91,6 +102,8 @@ function Builder:root(name, to) self:ref(0, to, 'root', text(name)) end
 function Builder:field(from, key, to) self:ref(from, to, 'field', uleb(key)) end
 function Builder:key(from, to, weak) self:ref(from, to, 'key', nil, weak) end
 function Builder:env(from, to) self:ref(from, to, 'env') end
+function Builder:proto_ref(from, to) self:ref(from, to, 'proto') end
+function Builder:chunkname(from, to) self:ref(from, to, 'chunkname') end
 function Builder:upvalue_value(from, to) self:ref(from, to, 'upvalue_value') end
 
 function Builder:index(from, i, to, weak)

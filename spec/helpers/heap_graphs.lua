@@ -57,4 +57,33 @@ function M.known(opts)
   return b
 end
 
+-- A profile (built byte by byte) of the known graph's pages (by
+-- string.rep at catalog.lua:46, called from handler.lua:7) and records
+-- (handler.lua:12); a block made and freed; after the byte the snapshot
+-- notes, a record freed and its address reused elsewhere (not read).
+function M.known_profile(path)
+  local B = require('helpers.stream_builder')
+  local s = B.new():lfunc(0x100, '@catalog.lua', 40)
+    :lfunc(0x200, '@handler.lua', 1):cfunc(0x900, 'string.rep')
+    :events({ version = B.EXTENDED })
+  s:stack(1, { B.c(0x900), B.lua(0x100, 46), B.lua(0x200, 7) })
+  s:stack(2, { B.lua(0x200, 12) })
+  local probe = M.known()
+  for _, addr in ipairs(probe.pages) do
+    s:alloc(B.lua(0x100, 46, 1), addr, 100)
+  end
+  for _, addr in ipairs(probe.records) do
+    s:alloc(B.lua(0x200, 12, 2), addr, 56)
+  end
+  s:alloc(B.lua(0x200, 12, 2), 0x99000, 56)
+  s:free(B.internal(), 0x99000, 56)
+  local written = s:size()
+  s:free(B.internal(), probe.records[1], 56)
+  s:alloc(B.lua(0x200, 99), probe.records[1], 56)
+  local file = assert(io.open(path, 'wb'))
+  file:write(s:epilogue():bytes())
+  file:close()
+  return written
+end
+
 return M

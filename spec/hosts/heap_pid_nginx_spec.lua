@@ -75,7 +75,7 @@ ngx.say(tostring(ok), ' ', tostring(err))
     local rows, report = catalog_rows(s:path('outside.heap'))
     local first = report:match('WHAT HOLDS THE MEMORY[^\n]*\n([^\n]*)\n')
     assert.are.equal('package.loaded["catalog"].rendered_cache[*]: ' ..
-      PAGES .. ' strings, 242820B', first)
+      PAGES .. ' strings, 242,820B', first)
     assert.are.same(catalog_rows(s:path('own.heap')), rows)
     expect(s, '/render', 'ok')
     assert.are.equal(pid, worker_pid(s))

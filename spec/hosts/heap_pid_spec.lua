@@ -94,9 +94,9 @@ describe('memprof heap PID', function()
       C.command('luajit', C.ROOT .. '/bin/memprof', 'heap', tostring(pid)))
     assert.are.equal(0, code, err)
     local rows = graph_rows(dir .. '/memprof-' .. pid .. '.heap')
-    assert.are.equal('_G.graph.index: 1 table, 24640B, retaining 56244B',
+    assert.are.equal('_G.graph.index: 1 table, 24,640B, retaining 56,244B',
       rows[5])
-    assert.are.equal('_G.graph.items: 1 table, 8264B', rows[6])
+    assert.are.equal('_G.graph.items: 1 table, 8,264B', rows[6])
     assert.are.equal(tostring(ITEMS), answers(dir))
   end)
 
@@ -121,10 +121,10 @@ describe('memprof heap PID', function()
     end
     table.sort(rows)
     assert.are.same({
-      '_G.first: 1 table, 4168B, retaining 30568B',
-      '_G.first[*]: 300 tables, 26400B',
-      '_G.second: 1 table, 4168B, retaining 48168B',
-      '_G.second[*]: 500 tables, 44000B',
+      '_G.first: 1 table, 4,168B, retaining 30,568B',
+      '_G.first[*]: 300 tables, 26,400B',
+      '_G.second: 1 table, 4,168B, retaining 48,168B',
+      '_G.second[*]: 500 tables, 44,000B',
     }, rows)
     local code, _, err = memprof_heap({ '--vm=3', tostring(pid), '-o',
       dir .. '/vm3.heap' })

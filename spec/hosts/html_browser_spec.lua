@@ -134,6 +134,40 @@ describe('html report in a browser', function()
         report.table_rows)
     end)
 
+  it("shortens a frame's label from its start, keeping its file:line",
+    function()
+      -- Eight lines of long file names side by side, luacheck's: their
+      -- frames are a few characters wide.
+      local s = B.new()
+        :lfunc(0x100, '@/usr/share/lua/5.1/luacheck/stages/' ..
+          'detect_cyclomatic_complexity.lua', 1)
+        :lfunc(0x200, '@/usr/share/lua/5.1/luacheck/parser.lua', 1)
+        :events({ version = B.EXTENDED })
+      for line = 1, 8 do
+        local fn = line % 2 == 0 and 0x100 or 0x200
+        s:stack(line, { B.lua(fn, 100 + line) })
+        s:alloc(B.lua(fn, 100 + line, line), 0x1000 * line, 1000)
+      end
+      s:epilogue()
+      local report, problems = browser_check(page(s), {
+        zoom = '@\226\128\166/stages/detect_cyclomatic_complexity.lua:102',
+        search = 'parser' })
+      assert.are.same({}, problems)
+      local shortened = 0
+      for _, item in ipairs(report.labels) do
+        local name, label, fits = item[1], item[2], item[3]
+        assert.is_true(fits, label)
+        if label ~= name and not name:find('^all allocations') then
+          shortened = shortened + 1
+          local tail = label:match('^\226\128\166(.+)$')
+          assert.truthy(tail, label)
+          assert.equal(tail, name:sub(-#tail))
+          assert.truthy(tail:find(':%d+$'), label)
+        end
+      end
+      assert.equal(8, shortened)
+    end)
+
   it('charts the heap over time with the peak marked', function()
     local report, problems = browser_check(page(stacks_and_time()),
       { zoom = '@m.lua:9', search = 'rep' })

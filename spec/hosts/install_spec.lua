@@ -65,7 +65,7 @@ describe('memprof installed', function()
       '--leak-only', 'app.lua')))
     assert.are.same({ 0, '' }, { code, stdout })
     return stderr:match('\nHEAP SUMMARY %(by bytes held%):\n' ..
-      '.*(@app.lua:2 holds %d+B: ' ..
+      '.*(@app.lua:2 holds [%d,]+B: ' ..
       '%d+ allocs)')
   end
 
@@ -91,7 +91,7 @@ describe('memprof installed', function()
     code, stdout = from_root(env, C.command(bin .. '/memprof-report',
       '--all', dir .. '/app.heap'))
     assert.are.equal(0, code)
-    return stdout:match('\n(_G%.keep: 1 table, 200B, retaining 1080B)\n')
+    return stdout:match('\n(_G%.keep: 1 table, 200B, retaining 1,080B)\n')
   end
 
   it('by make install', function()

@@ -34,7 +34,7 @@ local function heap_row(report, name)
   local summary = report:match('HEAP SUMMARY %(by bytes held%):\n(.*)$')
   for line in (summary or ''):gmatch('[^\n]+') do
     if line:sub(1, #name + 7) == name .. ' holds ' and
-        line:find('^.- holds %-?%d+B: %d+ allocs, %d+ frees') then
+        line:find('^.- holds %-?[%d,]+B: %d+ allocs, %d+ frees') then
       return line
     end
   end
@@ -82,7 +82,7 @@ describe('memprof run', function()
       lines_of(dir .. '/args.txt'))
     assert.truthy(stderr:find('^memprof: app.lua exited with 0; profile in ' ..
       'memprof%-app.bin\nALLOCATIONS %(by bytes allocated%)\n'))
-    assert.truthy(stderr:find('\n@app.lua:5: %d+ events\t%+%d+B\t%-0B\n'))
+    assert.truthy(stderr:find('\n@app.lua:5: %d+ events\t%+[%d,]+B\t%-0B\n'))
     -- (The byte counts depend on the VM and the JIT, the rows do not.)
     assert.truthy(heap_row(stderr, '@app.lua:5'))
     -- The profile is where it said.
@@ -90,6 +90,18 @@ describe('memprof run', function()
     assert.are.equal(3, stream.version)
     stream:close()
   end)
+
+  it('fails as the interpreter would on a script it cannot open, and ' ..
+    'leaves no file', function()
+      local code, stdout, stderr = memprof('run', 'nosuch.lua')
+      assert.are.same({ 1, '', 'memprof run: cannot open nosuch.lua: No ' ..
+        'such file or directory\n' }, { code, stdout, stderr })
+      code, stdout, stderr = memprof('run', '.')
+      assert.are.same({ 1, '', 'memprof run: cannot read .: Is a ' ..
+        'directory\n' }, { code, stdout, stderr })
+      local _, listing = C.run('ls -A ' .. C.quote(dir))
+      assert.are.equal('app.lua\n', listing)
+    end)
 
   it('passes on the exit status of the script', function()
     local code, stdout, stderr = memprof('run', '-o', 'exit.bin',

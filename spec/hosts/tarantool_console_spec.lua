@@ -141,7 +141,8 @@ describe('Tarantool\'s console', function()
     -- 20 * WORK_N tables of 56 bytes: about 8,750 samples, so the
     -- estimates are within 5% (more than 4 standard errors).
     local events, bytes = out:match('\n@app%.lua:' .. WORK_LINE ..
-      ': (%d+) events\t%+(%d+)B')
+      ': (%d+) events\t%+([%d,]+)B')
+    bytes = bytes and bytes:gsub(',', '')
     assert.truthy(events, out)
     assert.is_true(math.abs(tonumber(events) - WORK_N * 20) <= WORK_N,
       'estimated tables: ' .. events)

@@ -108,8 +108,8 @@ assert(memprof.stop())
     -- directory on.
     local dir, name = script:match('^(.*/)([^/]*)$')
     assert.are.equal('Files under ' .. dir .. ' are named from there on: ' ..
-      '@name.lua is @' .. dir .. 'name.lua.\n', report:match('^[^\n]*\n'))
-    assert.matches('\n@' .. name .. ':5: ', report, 1, true)
+      '@…/name.lua is @' .. dir .. 'name.lua.\n', report:match('^[^\n]*\n'))
+    assert.matches('\n@…/' .. name .. ':5: ', report, 1, true)
     os.remove(path)
   end)
 end)

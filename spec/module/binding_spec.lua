@@ -129,6 +129,24 @@ print(#assert(io.open(%q, 'rb')):read('*a') > 0)
     assert.is_false(memprof.is_running())
   end)
 
+  it("takes trace_lines 'start' as memprof run's --trace-lines does, " ..
+    'false too, and names the spellings of what it refuses', function()
+      for _, mode in ipairs({ 'start', false }) do
+        local path = h.tmpname()
+        assert.is_true(memprof.start(path, { trace_lines = mode }))
+        assert.is_true(memprof.stop())
+        os.remove(path)
+      end
+      local path = h.tmpname()
+      local must = "option 'trace_lines' must be 'exact', 'resume' or " ..
+        "'start' (or false, the same as 'start'), got "
+      assert.same({ nil, must .. "the string 'false'", EINVAL },
+        { memprof.start(path, { trace_lines = 'false' }) })
+      assert.same({ nil, must .. 'a boolean', EINVAL },
+        { memprof.start(path, { trace_lines = true }) })
+      assert.is_false(exists(path))
+    end)
+
   it('refuses a collect_at_stop that is not a boolean', function()
     local path = h.tmpname()
     assert.same({ nil, "option 'collect_at_stop' must be a boolean, got " ..

@@ -46,15 +46,15 @@ describe('memprof heap PID', function()
     assert.truthy(via == 'items' or via == 'index', rows[1])
     assert.are.equal(6, #rows, report)
     assert.truthy(rows[1]:find('^_G%.graph%.' .. via ..
-      '%[%*%]: 1,000 tables, %d+B, retaining %d+B$'), rows[1])
+      '%[%*%]: 1,000 tables, [%d,]+B, retaining [%d,]+B$'), rows[1])
     if LUA == 'luajit' then
       assert.are.same({
-        '_G.graph.' .. via .. '[*]: 1,000 tables, 160000B, retaining 280004B',
-        '_G.graph.' .. via .. '[*].tags: 1,000 tables, 88000B',
-        '_G.graph.' .. via .. '[*].name: 1,000 strings, 32004B',
-        '_G.graph.index<key>: 1,000 strings, 31604B',
-        '_G.graph.index: 1 table, 24640B, retaining 56244B',
-        '_G.graph.items: 1 table, 8264B',
+        '_G.graph.' .. via .. '[*]: 1,000 tables, 160,000B, retaining 280,004B',
+        '_G.graph.' .. via .. '[*].tags: 1,000 tables, 88,000B',
+        '_G.graph.' .. via .. '[*].name: 1,000 strings, 32,004B',
+        '_G.graph.index<key>: 1,000 strings, 31,604B',
+        '_G.graph.index: 1 table, 24,640B, retaining 56,244B',
+        '_G.graph.items: 1 table, 8,264B',
       }, rows)
     end
     assert.are.same(own_rows, rows)

@@ -526,8 +526,8 @@ return t
     -- Merged: one row, with the number of traces and their sums.
     local result = analyze.run(reader.open(path))
     local merged = string.format('TRACE started at @hot.lua:2 (%s): %d ' ..
-      'events\t+%dB\t-0B\n', traced == 1 and '1 trace' or traced ..
-      ' traces', count, bytes)
+      'events\t+%sB\t-0B\n', traced == 1 and '1 trace' or traced ..
+      ' traces', count, require('memprof.words').commas(bytes))
     local report = text.render(result, {})
     assert.truthy(report:find('\n' .. merged, 1, true), report)
     assert.is_nil(report:find('TRACE [', 1, true))
@@ -737,12 +737,13 @@ describe('heap at the start and collection at stop', function()
       assert.equal(result.peak.heap_bytes,
         result.stream.heap_at_start + result.peak.bytes)
       local text = views.render(result, { views = { peak = true } })
-      assert.truthy(text:find(('PEAK (by bytes): peak heap %dB after ' ..
+      local commas = require('memprof.words').commas
+      assert.truthy(text:find(('PEAK (by bytes): peak heap %sB after ' ..
         'event %d '):format(
-        at_peak, result.peak.event), 1, true), text)
-      assert.truthy(text:find((', of which %dB allocated before the ' ..
-        'profile. Held by:\n'):format(result.peak.before.live_bytes), 1,
-        true), text)
+        commas(at_peak), result.peak.event), 1, true), text)
+      assert.truthy(text:find((', of which %sB allocated before the ' ..
+        'profile. Held by:\n'):format(commas(result.peak.before.live_bytes)),
+        1, true), text)
     end)
 
   -- 10 strings of 777 characters kept, 30 dropped, all made in the

@@ -241,9 +241,9 @@ describe('a stack whose code is loaded again', function()
     -- The --leaks view lists the stack once, with all 30 blocks.
     local _, listed = leaks:gsub('\t\t@reload%.lua:2\n', '')
     assert.equal(1, listed)
-    local bytes = at[2].bytes
-    assert.truthy(leaks:find(string.format('@reload.lua:2: 30 blocks, %dB\n' ..
-      '\t30 blocks, %dB allocated at:\n\t\t@reload.lua:2\n' ..
+    local bytes = require('memprof.words').commas(at[2].bytes)
+    assert.truthy(leaks:find(string.format('@reload.lua:2: 30 blocks, %sB\n' ..
+      '\t30 blocks, %sB allocated at:\n\t\t@reload.lua:2\n' ..
       '\t\t@reload.lua:5\n', bytes, bytes), 1, true), leaks)
   end)
 

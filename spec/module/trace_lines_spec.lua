@@ -186,7 +186,7 @@ if not tl.resume then
         local ok, err, code = memprof.start(path, { trace_lines = mode })
         assert.is_nil(ok)
         assert.equal(("option 'trace_lines' = '%s' is not supported by " ..
-          'this build: %s (memprof.info().trace_lines; false charges ' ..
+          "this build: %s (memprof.info().trace_lines; 'start' charges " ..
           "compiled code to its trace's start)"):format(mode, tl.why), err)
         assert.is_number(code)
         assert.is_nil(io.open(path))
@@ -816,7 +816,7 @@ end
     r = profile(code, { timestamps = true, trace_lines = false }, true)
     assert.same({ mode = 'start', why = 'asked' }, r.compiled_code)
     assert.equal('Compiled code: its allocations are charged to the start ' ..
-      'of their trace (the TRACE rows) (trace_lines = false).',
+      "of their trace (the TRACE rows) (trace_lines 'start').",
       layout.compiled_note(r))
     r = profile(code, nil, true)
     assert.equal(3, r.version)

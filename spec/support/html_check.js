@@ -78,6 +78,14 @@
   step('frames', function () {
     return { allocated: frameNames('allocated'), live: frameNames('live') };
   });
+  // Each drawn frame of the allocated graph: its name, the label shown,
+  // and whether the label fits its box (no CSS ellipsis).
+  step('labels', function () {
+    return frames('allocated').map(function (frame) {
+      return [frame.dataset.name, frame.textContent,
+        frame.scrollWidth <= frame.clientWidth];
+    });
+  });
   step('peak_marker', function () {
     var marker = document.getElementById('peak-marker');
     return marker ? marker.textContent : null;

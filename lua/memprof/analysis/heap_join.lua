@@ -20,18 +20,30 @@ local reader = require('memprof.read.stream')
 local M = {}
 
 -- The blocks live at byte `written` of the profile at `path`: by address,
--- the site and stack of the event that made each.
+-- the site and stack of the event that made each; and when the profile
+-- cannot be the one that ran when the snapshot was taken (it ends before
+-- that byte, or no event of it starts there: the profile of another run),
+-- what is wrong, as a phrase about the profile.
 function M.live_at(path, written)
   local stream = reader.open(path)
   local live = {}
+  local kind, site, oaddr, naddr, stack, offset, _
   while true do
-    local kind, site, oaddr, _, naddr, _, stack, offset = stream:next_values()
+    kind, site, oaddr, _, naddr, _, stack, offset = stream:next_values()
     if kind == nil or offset >= written then break end
     if kind ~= 'alloc' then live[oaddr] = nil end
     if kind ~= 'free' then live[naddr] = { site = site, stack = stack } end
   end
+  local read = stream.bytes_read
   stream:close()
-  return live
+  local wrong
+  if kind == nil and read < written then
+    wrong = string.format('ends at byte %d', read)
+  elseif kind ~= nil and offset ~= written then
+    wrong = string.format('has no event that starts there (one starts ' ..
+      'at byte %d)', offset)
+  end
+  return live, wrong
 end
 
 -- The places of the objects of a loaded snapshot (memprof.read.heap.load),

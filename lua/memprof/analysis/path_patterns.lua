@@ -10,7 +10,8 @@
 --   set:child(p, step)      -- p's pattern and the step (p for '')
 --   set:text(id)            -- the pattern's text
 --   set:before(a, b)        -- whether a's text sorts before b's (equal
---                           -- texts: by number), without making them
+--                           -- texts: by number), without making them;
+--                           -- indices in numeric order (order_key)
 --   set.count
 
 local ffi = require('ffi')
@@ -114,8 +115,23 @@ local function child_rows(self)
   return first, kids
 end
 
+-- A text as it sorts: each index step's number widened to 20 digits, so
+-- that `[100]`, `[101]`, `[1000]` come in numeric order (and a text
+-- without indices is itself).
+local WIDTH = 20
+local function widened(digits)
+  if #digits >= WIDTH then return nil end
+  return '[' .. ('0'):rep(WIDTH - #digits) .. digits .. ']'
+end
+function M.order_key(text)
+  if type(text) ~= 'string' or not text:find('[', 1, true) then
+    return text
+  end
+  return (text:gsub('%[(%d+)%]', widened))
+end
+
 local function by_key(a, b)
-  if a.key ~= b.key then return a.key < b.key end
+  if a.key ~= b.key then return a.order < b.order end
   return a.id < b.id
 end
 
@@ -124,7 +140,8 @@ local function add_children(self, rows, id, out)
   local first, kids = rows[1], rows[2]
   for k = first[id], first[id + 1] - 1 do
     local c = kids[k]
-    out[#out + 1] = { key = self.steps[self.step[c]], id = c }
+    local key = self.steps[self.step[c]]
+    out[#out + 1] = { key = key, order = M.order_key(key), id = c }
   end
   return out
 end
@@ -159,6 +176,7 @@ local function arranged(list)
         merge_into(e, f)
       else
         f.key = sub(f.key, len + 1)
+        f.order = M.order_key(f.key)
         e.extra = e.extra or {}
         e.extra[#e.extra + 1] = f
       end

@@ -2,7 +2,8 @@
 -- (docs/holders.md).  cli/report.lua hands a command line over when a
 -- file it names begins with the snapshot's magic ("ljh"):
 --
---   memprof-report [--format=text|json|html] [--profile=PROFILE] HEAP
+--   memprof-report [--format=text|json|html|heapsnapshot]
+--                  [--profile=PROFILE] HEAP
 --   memprof-report --diff [--format=text|json|html] OLD.heap NEW.heap
 --
 -- --profile names the profile that ran when the snapshot was taken (the
@@ -42,7 +43,8 @@ end
 local TAKES = {
   report = { keys = { format = true, top = true, all = true,
     human_readable = true, output = true, heap_profile = true },
-    formats = { text = true, json = true, html = true } },
+    formats = { text = true, json = true, html = true,
+      heapsnapshot = true } },
   diff = { keys = { format = true, top = true, all = true,
     human_readable = true, output = true, diff = true },
     formats = { text = true, json = true, html = true } },
@@ -120,6 +122,10 @@ local function cut_note(out, options)
   end
 end
 
+local function warn(err, program, warning)
+  if warning then err:write(program, ': warning: ', warning, '\n') end
+end
+
 local function run(opts, files, out, err, program)
   local name = opts.format or 'text'
   if opts.diff then
@@ -136,8 +142,21 @@ local function run(opts, files, out, err, program)
     end)
   end
   local profile = opts.heap_profile
+  if name == 'heapsnapshot' then
+    if opts.top or opts.all or opts.human_readable then
+      error('--format=heapsnapshot writes every object: leave out --top, ' ..
+        '--all and --human-readable', 0)
+    end
+    local v8 = require('memprof.report.heapsnapshot')
+    local snapshot = v8.model(files[1], { profile = profile })
+    warn(err, program, snapshot.warning)
+    return write_to(opts, out, err, program, function(handle)
+      v8.write(snapshot, handle)
+    end)
+  end
   local model = holders.model(files[1], { profile = profile,
     option = profile and '--profile=' .. profile })
+  warn(err, program, model.warning)
   return write_to(opts, out, err, program, function(handle)
     if name == 'json' then
       return require('memprof.report.holders_json').write(model, handle)
@@ -152,8 +171,8 @@ end
 
 -- For a profile's report with --heap=SNAPSHOT: the places of the objects
 -- of a snapshot taken during the profile at `profile`, each with its
--- holders ({ heap = path, rows = the model's by_place }); raises when the
--- file is not a heap snapshot taken during a profile.
+-- holders ({ heap = path, rows = the model's by_place, warning }); raises
+-- when the file is not a heap snapshot taken during a profile.
 function M.who_holds(heap_path, profile)
   if not M.is_heap(heap_path) then
     error(format('--heap=%s: not a heap snapshot (made by ' ..
@@ -165,7 +184,7 @@ function M.who_holds(heap_path, profile)
   for _, row in ipairs(model.by_place) do
     if row.place ~= holders.BEFORE then rows[#rows + 1] = row end
   end
-  return { heap = heap_path, rows = rows }
+  return { heap = heap_path, rows = rows, warning = model.warning }
 end
 
 -- The WHO HOLDS IT section of the text report (options.top: places shown;

@@ -92,6 +92,9 @@ M.FORMATS = {
   { name = 'html', help = 'a page of every view, for a browser',
     takes = keys({ 'group', 'top', 'all', 'sort', 'temporary', 'output',
       'split_traces', 'heap' }) },
+  { name = 'heapsnapshot', help = 'of a heap snapshot: V8\'s ' ..
+      '.heapsnapshot, for Chrome DevTools and memlab', heap_only = true,
+    takes = keys({ 'output' }) },
 }
 
 local FORMAT_NAMES = {}
@@ -448,6 +451,9 @@ local function report(path, opts, out, err)
   end
   -- With --heap: who holds what the places allocated (docs/holders.md).
   result.holders = opts.heap and heap_report.who_holds(opts.heap, path)
+  if result.holders and result.holders.warning then
+    err:write(PROGRAM, ': warning: ', result.holders.warning, '\n')
+  end
   -- The passes' own tables (maps of records by group, indexes) are
   -- garbage once they have finished, but LuaJIT's compiled traces hold
   -- the tables they were specialised on: throw the traces away, so that
@@ -566,6 +572,10 @@ local function conflict(opts)
       'a report sorts by bytes or count'
   end
   local name = opts.format or 'text'
+  if format_entry(name).heap_only then
+    return format('--format=%s is for heap snapshots (memprof.snapshot(' ..
+      "path, {format = 'heap'})), not profiles", name)
+  end
   local stray = stray_option(opts, format_entry(name).takes)
   if stray then
     return format('%s does not apply to --format=%s', spelling_of(stray),

@@ -247,8 +247,7 @@ function M.wrapper(module_path, profile, opts, pid_file)
     options[#options + 1] = format('max_bytes = %d', opts.max_bytes)
   end
   if opts.trace_lines then
-    options[#options + 1] = 'trace_lines = ' .. (opts.trace_lines == 'start'
-      and 'false' or literal(opts.trace_lines))
+    options[#options + 1] = 'trace_lines = ' .. literal(opts.trace_lines)
   end
   if opts.sample_bytes then
     options[#options + 1] = format('sample_bytes = %d', opts.sample_bytes)
@@ -328,7 +327,25 @@ local function script_pid(pid_file)
   return pid
 end
 
+-- Why the interpreter could not run the script (as luajit says it), or
+-- nil: checked before the profile starts, so that a missing script
+-- leaves no profile and no report of nothing.  '-' is the standard input.
+local function script_problem(script)
+  if script == '-' then return nil end
+  local file, message = io.open(script, 'rb')
+  if not file then return 'cannot open ' .. message end
+  local _, failed = file:read(1)
+  file:close()
+  if failed then return format('cannot read %s: %s', script, failed) end
+  return nil
+end
+
 local function run(opts, words, out, err, how)
+  local unreadable = script_problem(words[1])
+  if unreadable then
+    err:write(PROGRAM, ' run: ', unreadable, '\n')
+    return 1
+  end
   local module_path = M.find_module(how.dir)
   if not module_path then
     err:write(PROGRAM, ': cannot find memprof.so (next to this program or ',

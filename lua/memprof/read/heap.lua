@@ -12,6 +12,7 @@
 --   r:next_values()                   -- the next record as values
 --   r.epilogue                        -- {objects, refs, c_bytes} at the end
 --   heap.load(path)                   -- everything, indexed by address
+--   heap.each_record(path, visit_object, visit_ref)  -- one pass, as values
 
 local format = string.format
 local byte, sub = string.byte, string.sub
@@ -379,6 +380,39 @@ function M.open(path, file)
     base = 0, objects = 0, refs = 0 }, Reader)
   self.header = read_header(self)
   return self
+end
+
+-- Reads the records of the snapshot at `path`, as a stream: each object's
+-- values (next_values' after 'object') to visit_object and each
+-- reference's to visit_ref (either may be nil); returns the reader (its
+-- header and epilogue).  A reader of a large file reads it once per
+-- pass, keeping only what each pass needs.
+-- The collector's pause while a file is read: the reader makes a string
+-- or two per record, garbage at once, and the live data are a few big
+-- arrays the collector does not look into, so a cycle costs little and
+-- the default pause (200: the heap doubles before a cycle starts) would
+-- only let the garbage pile up.
+local READING_GC_PAUSE = 100
+
+function M.each_record(path, visit_object, visit_ref)
+  local r = M.open(path)
+  local pause = collectgarbage('setpause', READING_GC_PAUSE)
+  local ok, err = pcall(function()
+    while true do
+      local rec, x, y, z, a, b, c, d, e = r:next_values()
+      if rec == 'object' then
+        if visit_object then visit_object(x, y, z, a, b, c, d) end
+      elseif rec == 'ref' then
+        if visit_ref then visit_ref(x, y, z, a, b, c, d, e) end
+      else
+        break
+      end
+    end
+  end)
+  collectgarbage('setpause', pause)
+  r:close()
+  if not ok then error(err, 0) end
+  return r
 end
 
 -- The whole snapshot: objects by address, references in file order, and

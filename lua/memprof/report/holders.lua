@@ -48,12 +48,7 @@ M.CALLERS = 3
 -- ---- Words ----------------------------------------------------------------
 
 -- 1234567 -> '1,234,567'.
-function M.commas(n)
-  local text = format('%d', n)
-  local sign, digits = text:match('^(%-?)(%d+)$')
-  digits = digits:reverse():gsub('(%d%d%d)', '%1,'):reverse()
-  return sign .. digits:gsub('^,', '')
-end
+M.commas = require('memprof.words').commas
 
 local PLURALS = { string = 'strings', upvalue = 'upvalues',
   thread = 'threads', proto = 'prototypes', ['function'] = 'functions',
@@ -314,27 +309,36 @@ function M.from_analysis(a, path, live, profile)
   return model
 end
 
--- The profile's blocks live when the snapshot was taken, or nil without a
--- profile; raises when a profile is given for a snapshot that has none
--- (`option` names the option that gave the file, for the message).
-function M.live_blocks(a, profile, option)
+-- The profile's blocks live when the snapshot at `path` was taken, or nil
+-- without a profile, and a warning naming both files when the profile
+-- does not hold that moment; raises when a profile is given for a
+-- snapshot that has none (`option` names the option that gave the file,
+-- for the message).
+function M.live_blocks(a, profile, option, path)
   if not profile then return nil end
   local note = a.header and a.header.profile
   if not note then
     error(format('%s: the heap snapshot was taken with no profile ' ..
       'running: it cannot be joined with one', option or profile), 0)
   end
-  return join.live_at(profile, note.written)
+  local live, wrong = join.live_at(profile, note.written)
+  local warning = wrong and format('%s was taken after byte %s of its ' ..
+    "profile, but %s %s: it is not that profile (another run's?), so " ..
+    'the places named may be wrong', path, M.commas(note.written), profile,
+    wrong)
+  return live, warning
 end
 
 -- The model of the snapshot at `path` (opts.profile: the profile that ran
 -- when it was taken; opts.option: the option that named a file, for a
--- message).
+-- message); model.warning: see live_blocks.
 function M.model(path, opts)
   opts = opts or {}
   local a = dom.analyse_file(path)
-  return M.from_analysis(a, path, M.live_blocks(a, opts.profile,
-    opts.option), opts.profile)
+  local live, warning = M.live_blocks(a, opts.profile, opts.option, path)
+  local model = M.from_analysis(a, path, live, opts.profile)
+  model.warning = warning
+  return model
 end
 
 -- ---- Text ----------------------------------------------------------------

@@ -175,7 +175,7 @@ local function facts_html(result, opts)
   local prefix = paths.common_prefix(stream)
   if prefix then
     facts[#facts + 1] = fact('files under', escape(prefix) ..
-      ' named from there on')
+      ' named from there on as ' .. paths.MARK)
   end
   local focus = layout.focus_note(opts)
   if focus ~= '' then

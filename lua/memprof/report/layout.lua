@@ -9,6 +9,7 @@ local grouping = require('memprof.report.model.grouping')
 local M = {}
 
 local format, floor, abs = string.format, math.floor, math.abs
+local commas = require('memprof.words').commas
 
 local UNITS = { 'B', 'KiB', 'MiB', 'GiB', 'TiB' }
 
@@ -23,12 +24,13 @@ function M.scale_size(bytes, most)
   return scaled, UNITS[unit], 1024 ^ (unit - 1)
 end
 
--- 1536 -> '1536B', or '1.50KiB' in human-readable form (up to GiB).
+-- 1536 -> '1,536B' (thousands separated, as counts are), or '1.50KiB'
+-- in human-readable form (up to GiB).
 function M.format_size(bytes, human_readable)
-  if not human_readable then
-    return format('%dB', bytes)
-  end
   local scaled, unit = M.scale_size(bytes, 4)
+  if not human_readable or unit == 'B' then
+    return commas(bytes) .. 'B'
+  end
   if scaled == floor(scaled) then
     return format('%d%s', scaled, unit)
   end
@@ -244,7 +246,7 @@ function M.compiled_note(stream)
   end
   local why = COMPILED_WHYS[cc.why]
   if cc.mode == 'start' and cc.why == 'asked' then
-    why = ' (trace_lines = false)'
+    why = " (trace_lines 'start')"
   end
   return COMPILED_MODES[cc.mode] .. why .. '.'
 end

@@ -1,16 +1,21 @@
 -- memprof.report.paths: long file names shortened by the directory that
--- every absolute chunk name of a profile shares, said once.
+-- every absolute chunk name of a profile shares, said once; a shortened
+-- name starts with M.MARK, so that nobody takes it for a name relative
+-- to the current directory.
 --
 --   local prefix = paths.common_prefix(stream)  -- '/usr/share/lua/5.1/',
 --     or nil: no absolute chunk name, or they share only '/'
 --   paths.note(prefix) -> the line that says how names are shortened
 --   out = paths.shortening(out, prefix)  -- an output whose writes name
---     '@/usr/share/lua/5.1/luacheck/main.lua' as '@luacheck/main.lua'
+--     '@/usr/share/lua/5.1/luacheck/main.lua' as '@…/luacheck/main.lua'
 --
 -- The chunk names of the sites keep the whole path: only the text of a
 -- report is shortened.
 
 local M = {}
+
+-- What stands for the common directory in a shortened name.
+M.MARK = '\226\128\166/' -- U+2026, the ellipsis, in UTF-8
 
 local function directory_of(chunkname)
   return chunkname:match('^@(/.*/)[^/]*$')
@@ -50,7 +55,7 @@ end
 
 function M.note(prefix)
   return 'Files under ' .. prefix .. ' are named from there on: @' ..
-    'name.lua is @' .. prefix .. 'name.lua.'
+    M.MARK .. 'name.lua is @' .. prefix .. 'name.lua.'
 end
 
 function M.shortening(out, prefix)
@@ -63,7 +68,7 @@ function M.shortening(out, prefix)
     for i = 1, n do
       local piece = pieces[i]
       if type(piece) == 'string' and piece:find(long, 1, true) then
-        pieces[i] = piece:gsub(pattern, '@')
+        pieces[i] = piece:gsub(pattern, '@' .. M.MARK)
       end
     end
     out:write(unpack(pieces, 1, n))

@@ -264,8 +264,8 @@ describe('diff of sampled profiles', function()
       'average; figures are estimates\n\n' ..
       'CHANGES from ' .. full .. ' to ' .. sampled ..
       ', by growth in live bytes at end\n', stdout:match('^(.-\n\n.-\n)'))
-    assert.is_truthy(stdout:find('\n@a.lua:3: allocated +101B (10000B -> ' ..
-      '10101B), allocations +101 (1 -> 102), live at end 0B (10000B -> ' ..
-      '10000B)\n', 1, true))
+    assert.is_truthy(stdout:find('\n@a.lua:3: allocated +101B (10,000B -> ' ..
+      '10,101B), allocations +101 (1 -> 102), live at end 0B (10,000B -> ' ..
+      '10,000B)\n', 1, true))
   end)
 end)

@@ -42,7 +42,27 @@ describe('path patterns', function()
         'registry.a[1]', 'registry.ab' }, texts)
     end)
 
-  it('orders random trees of steps as their texts', function()
+  it('orders indices by number: [2], [100], [101], [1000]', function()
+    local set = path_patterns.new(20)
+    local l = set:start('_G.listeners')
+    local ids = {}
+    for i, n in ipairs({ 1000, 101, 2, 100, 10 }) do
+      ids[i] = set:child(l, ('[%d]'):format(n))
+    end
+    ids[#ids + 1] = set:child(l, '["x"]')
+    ids[#ids + 1] = set:child(l, '.z')
+    table.sort(ids, function(x, y) return set:before(x, y) end)
+    local texts = {}
+    for i, id in ipairs(ids) do texts[i] = set:text(id) end
+    assert.are.same({ '_G.listeners.z', '_G.listeners["x"]',
+      '_G.listeners[2]', '_G.listeners[10]', '_G.listeners[100]',
+      '_G.listeners[101]', '_G.listeners[1000]' }, texts)
+    assert.are.equal('a[00000000000000000012].b',
+      path_patterns.order_key('a[12].b'))
+  end)
+
+  it('orders random trees of steps as their texts (indices by number)',
+    function()
     local rng = fuzz.rng(7)
     local steps = { '.a', '.ab', '.a.b', '.b', '[1]', '[12]', '[1]x', '<k>',
       '<k', 'a', '.', '' }
@@ -56,7 +76,9 @@ describe('path patterns', function()
       for _, x in ipairs(ids) do
         for _, y in ipairs(ids) do
           local tx, ty = set:text(x), set:text(y)
-          local want = tx < ty or (tx == ty and x < y)
+          local ox, oy = path_patterns.order_key(tx),
+            path_patterns.order_key(ty)
+          local want = ox < oy or (ox == oy and x < y)
           assert.are.equal(want, set:before(x, y), tx .. ' ' .. ty)
         end
       end

@@ -63,7 +63,7 @@ describe('memprof-report', function()
     assert.are.equal('', stderr)
     assert.are.equal([[
 ALLOCATIONS (by bytes allocated)
-@app.lua:3: 1 events	+2048B	-0B
+@app.lua:3: 1 events	+2,048B	-0B
 @app.lua:4: 1 events	+100B	-0B
 
 REALLOCATIONS (by bytes allocated)
@@ -75,8 +75,8 @@ INTERNAL: 1 events	+0B	-100B
 
 
 HEAP SUMMARY (by bytes held):
-@app.lua:3 holds 2048B: 1 allocs, 0 frees
-TOTAL holds 2048B (net bytes of the stream)
+@app.lua:3 holds 2,048B: 1 allocs, 0 frees
+TOTAL holds 2,048B (net bytes of the stream)
 
 ]], stdout)
   end)
@@ -146,6 +146,7 @@ Formats (--format=NAME; docs/formats.md):
   pprof                  gzipped profile.proto for go tool pprof
   chrome                 the heap over time as a Chrome trace
   html                   a page of every view, for a browser
+  heapsnapshot           of a heap snapshot: V8's .heapsnapshot, for Chrome DevTools and memlab
 ]], stdout)
     end
   end)
@@ -259,7 +260,7 @@ Formats (--format=NAME; docs/formats.md):
         'HEAP SUMMARY (by bytes held):\n' ..
         table.concat(heap) ..
         '... and 5 more hold 120B: 15 allocs, 0 frees\n' ..
-        'TOTAL holds 5040B (net bytes of the stream)\n\n' ..
+        'TOTAL holds 5,040B (net bytes of the stream)\n\n' ..
         '(10 rows left out: each list shows its first 30; --top=N shows ' ..
         'N, --all every row)\n', stdout)
       -- --all: every row, no note; --top=N: N rows, and no note either.
@@ -271,8 +272,8 @@ Formats (--format=NAME; docs/formats.md):
       assert.are.equal('HEAP SUMMARY (by bytes held):\n' ..
         '@many.lua:35 holds 280B: 35 allocs, ' ..
         '0 frees\n@many.lua:34 holds 272B: 34 allocs, 0 frees\n... and 33 ' ..
-        'more hold 4488B: 561 allocs, 0 frees (89% of the bytes)\n' ..
-        'TOTAL holds 5040B (net bytes of the stream)\n\n', top)
+        'more hold 4,488B: 561 allocs, 0 frees (89% of the bytes)\n' ..
+        'TOTAL holds 5,040B (net bytes of the stream)\n\n', top)
       -- The views and --diff are cut the same way.
       local _, leaks = report('--leaks', many)
       assert.truthy(leaks:find('\n... and 5 more: 15 blocks, 120B\n', 1,
@@ -787,7 +788,8 @@ describe('memprof-report --format', function()
     local v3 = file_of(B.crafted())
     local cases = {
       { { '--format=xml' }, "memprof-report: option '--format': expected " ..
-        'text, json, folded, pprof, chrome, html, found xml (see --help)\n' },
+        'text, json, folded, pprof, chrome, html, heapsnapshot, found xml ' ..
+        '(see --help)\n' },
       { { '--format=json', '--top=2' }, 'memprof-report: --top does not ' ..
         'apply to --format=json (see --help)\n' },
       { { '--format=chrome', '--leaks' }, 'memprof-report: --leaks does not ' ..

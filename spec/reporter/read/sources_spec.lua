@@ -134,9 +134,9 @@ describe('sources', function()
       local page = require('memprof.report.html').render(analyze.run(
         reader.from_string(s:bytes(), 'x.bin'), { views = { leaks = true } }),
         {})
-      assert.truthy(page:find('<span class="site">@hot.lua:4</span><code ' ..
+      assert.truthy(page:find('<span class="site">@…/hot.lua:4</span><code ' ..
         'class="source">local page = build(request)</code>', 1, true))
-      assert.truthy(page:find('@hot.lua:6 <code class="source">function ' ..
+      assert.truthy(page:find('@…/hot.lua:6 <code class="source">function ' ..
         'M.get(key) return key end</code><br>', 1, true))
     end)
 end)

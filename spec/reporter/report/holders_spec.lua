@@ -37,21 +37,21 @@ end
 
 local KNOWN_TEXT = [[
 HEAP SNAPSHOT %s
-41 objects, 4404B, 46 references from 2 roots; GC64; 3 JIT traces alive
+41 objects, 4,404B, 46 references from 2 roots; GC64; 3 JIT traces alive
 taken 2026-11-28 21:06:40 UTC by process 4242, with no profile running
 
 WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
-package.loaded["catalog"].rendered_cache[*]: 20 strings, 2000B
-package.loaded["catalog"].rendered_cache: 1 table, 500B, retaining 2500B
+package.loaded["catalog"].rendered_cache[*]: 20 strings, 2,000B
+package.loaded["catalog"].rendered_cache: 1 table, 500B, retaining 2,500B
 main thread: 1 thread, 400B
 registry[1]: 1 thread, 300B, retaining 450B
 _G: 1 table, 200B, retaining 686B
 registry[1]<local pending>: 1 table, 150B
 _G.record<upvalue history>: 2 objects (1 table, 1 upvalue), 144B, retaining 312B
-registry: 1 table, 100B, retaining 3318B
-package.loaded: 1 table, 80B, retaining 2738B
+registry: 1 table, 100B, retaining 3,318B
+package.loaded: 1 table, 80B, retaining 2,738B
 _G.seen: 1 table, 80B
-package.loaded["catalog"]: 1 table, 64B, retaining 2604B
+package.loaded["catalog"]: 1 table, 64B, retaining 2,604B
 _G.record<upvalue history>[1]: 1 table, 56B
 _G.record<upvalue history>[2]: 1 table, 56B
 _G.record<upvalue history>[3]: 1 table, 56B
@@ -62,12 +62,12 @@ package.loaded["catalog"]<key>: 1 string, 40B
 registry<key>: 1 string, 30B
 
 OBJECTS BY TYPE
-string: 26 objects, 2178B
-    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2000B
+string: 26 objects, 2,178B
+    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2,000B
     held by _G<key>: 2 objects, 54B
     held by package.loaded<key>: 2 objects, 54B
     and by 2 more paths
-table: 11 objects, 1462B
+table: 11 objects, 1,462B
     held by package.loaded["catalog"].rendered_cache: 1 object, 500B
     held by _G: 1 object, 200B
     held by registry[1]<local pending>: 1 object, 150B
@@ -97,7 +97,7 @@ describe('memprof-report of a heap snapshot', function()
     local path = graphs.known({ cdata_unknown = true, traces = 3 }):write(temp_path())
     local code, out = report(path)
     assert.equal(0, code)
-    assert.equal('41 objects, 4404B, 46 references from 2 roots; GC64; ' ..
+    assert.equal('41 objects, 4,404B, 46 references from 2 roots; GC64; ' ..
       '3 JIT traces alive; cdata sizes unknown ' ..
       "(the FFI's layout was not verified)", out:match('\n([^\n]*)\n'))
     code, out = report('--format=json', path)
@@ -208,16 +208,16 @@ string: 26 objects, 2.13KiB
     assert.equal(0, code)
     assert.equal(([[
 HEAP GROWTH from %s to %s
-before: 41 objects, 4404B; after: 46 objects, 4904B (+500B)
+before: 41 objects, 4,404B; after: 46 objects, 4,904B (+500B)
 
 WHAT GREW (the paths that hold new objects, by retained growth)
-package.loaded["catalog"].rendered_cache[*]: 5 new, 25 strings now (20 before), +500B retained (2500B now)
+package.loaded["catalog"].rendered_cache[*]: 5 new, 25 strings now (20 before), +500B retained (2,500B now)
 
 OTHER CHANGES (the paths to those, and groups that changed without new objects)
-package.loaded: +500B retained (3238B now), 1 object (1 before)
-package.loaded["catalog"]: +500B retained (3104B now), 1 object (1 before)
-package.loaded["catalog"].rendered_cache: +500B retained (3000B now), 1 object (1 before)
-registry: +500B retained (3818B now), 1 object (1 before)
+package.loaded: +500B retained (3,238B now), 1 object (1 before)
+package.loaded["catalog"]: +500B retained (3,104B now), 1 object (1 before)
+package.loaded["catalog"].rendered_cache: +500B retained (3,000B now), 1 object (1 before)
+registry: +500B retained (3,818B now), 1 object (1 before)
 ]]):format(old, new), out)
     code, out = report('--diff', '--format=json', old, new)
     assert.equal(0, code)
@@ -363,34 +363,7 @@ registry: +500B retained (3818B now), 1 object (1 before)
     assert.equal(C.read_file(css), page:match('<style>\n(.-)</style>'))
   end)
 
-  -- A profile (built byte by byte) of the known graph's pages (by
-  -- string.rep at catalog.lua:46, called from handler.lua:7) and records
-  -- (handler.lua:12); a block made and freed; after the byte the snapshot
-  -- notes, a record freed and its address reused elsewhere (not read).
-  local function known_profile(path)
-    local B = require('helpers.stream_builder')
-    local s = B.new():lfunc(0x100, '@catalog.lua', 40)
-      :lfunc(0x200, '@handler.lua', 1):cfunc(0x900, 'string.rep')
-      :events({ version = B.EXTENDED })
-    s:stack(1, { B.c(0x900), B.lua(0x100, 46), B.lua(0x200, 7) })
-    s:stack(2, { B.lua(0x200, 12) })
-    local probe = graphs.known()
-    for _, addr in ipairs(probe.pages) do
-      s:alloc(B.lua(0x100, 46, 1), addr, 100)
-    end
-    for _, addr in ipairs(probe.records) do
-      s:alloc(B.lua(0x200, 12, 2), addr, 56)
-    end
-    s:alloc(B.lua(0x200, 12, 2), 0x99000, 56)
-    s:free(B.internal(), 0x99000, 56)
-    local written = s:size()
-    s:free(B.internal(), probe.records[1], 56)
-    s:alloc(B.lua(0x200, 99), probe.records[1], 56)
-    local file = assert(io.open(path, 'wb'))
-    file:write(s:epilogue():bytes())
-    file:close()
-    return written
-  end
+  local known_profile = graphs.known_profile
 
   it('says where each group was allocated, given the profile', function()
     local profile = temp_path('.bin')
@@ -401,29 +374,29 @@ registry: +500B retained (3818B now), 1 object (1 before)
     assert.equal(0, code)
     assert.equal(([[
 HEAP SNAPSHOT %s
-41 objects, 4404B, 46 references from 2 roots; GC64
+41 objects, 4,404B, 46 references from 2 roots; GC64
 taken 2026-11-28 21:06:40 UTC by process 4242, during a profile (after its first 282 bytes); allocation places from %s
 
 WHAT HOLDS THE MEMORY (objects by their path from a root, the most bytes first; retaining: freed if they went)
-package.loaded["catalog"].rendered_cache[*]: 20 strings, 2000B, allocated at @catalog.lua:46 (from @handler.lua:7)
-package.loaded["catalog"].rendered_cache: 1 table, 500B, retaining 2500B, allocated before the profile
+package.loaded["catalog"].rendered_cache[*]: 20 strings, 2,000B, allocated at @catalog.lua:46 (from @handler.lua:7)
+package.loaded["catalog"].rendered_cache: 1 table, 500B, retaining 2,500B, allocated before the profile
 main thread: 1 thread, 400B, allocated before the profile
 registry[1]: 1 thread, 300B, retaining 450B, allocated before the profile
 _G: 1 table, 200B, retaining 686B, allocated before the profile
 registry[1]<local pending>: 1 table, 150B, allocated before the profile
 _G.record<upvalue history>: 2 objects (1 table, 1 upvalue), 144B, retaining 312B, allocated before the profile
-registry: 1 table, 100B, retaining 3318B, allocated before the profile
+registry: 1 table, 100B, retaining 3,318B, allocated before the profile
 
 ]]):format(path, profile), out:sub(1, out:find('\nOBJECTS BY TYPE')))
     assert.equal([[
 OBJECTS BY ALLOCATION PLACE
-allocated before the profile: 18 objects, 2236B
+allocated before the profile: 18 objects, 2,236B
     held by package.loaded["catalog"].rendered_cache: 1 object, 500B
     held by main thread: 1 object, 400B
     held by registry[1]: 1 object, 300B
     and by 12 more paths
-@catalog.lua:46: 20 objects, 2000B (from @handler.lua:7)
-    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2000B
+@catalog.lua:46: 20 objects, 2,000B (from @handler.lua:7)
+    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2,000B
 @handler.lua:12: 3 objects, 168B
     held by _G.record<upvalue history>[1]: 1 object, 56B
     held by _G.record<upvalue history>[2]: 1 object, 56B
@@ -472,8 +445,8 @@ allocated before the profile: 18 objects, 2236B
     assert.equal(0, code)
     assert.equal(([[
 WHO HOLDS IT (the objects of the heap snapshot %s by allocating place, with the paths that hold them)
-@catalog.lua:46: 20 objects, 2000B (from @handler.lua:7)
-    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2000B
+@catalog.lua:46: 20 objects, 2,000B (from @handler.lua:7)
+    held by package.loaded["catalog"].rendered_cache[*]: 20 objects, 2,000B
 @handler.lua:12: 3 objects, 168B
     held by _G.record<upvalue history>[1]: 1 object, 56B
     held by _G.record<upvalue history>[2]: 1 object, 56B
@@ -485,4 +458,85 @@ WHO HOLDS IT (the objects of the heap snapshot %s by allocating place, with the 
     assert.is_nil(require('cjson').decode(out).who_holds)
     assert.is_nil(out:find('who_holds', 1, true))
   end)
+end)
+
+describe('memprof-report of arrays', function()
+  -- _G.listeners, an array of `n` closures (an event listener list).
+  local function listeners(n, path)
+    local H = require('helpers.heap_builder')
+    local b = H.new()
+    local registry = b:table(100)
+    b:root('registry', registry)
+    local loaded = b:table(80)
+    b:named(registry, '_LOADED', loaded, 30)
+    local globals = b:table(200)
+    b:named(loaded, '_G', globals, 24)
+    local list = b:table(64 + 16 * n, { asize = n + 1 })
+    b:named(globals, 'listeners', list, 33)
+    for i = 1, n do b:index(list, i, b:func(40, 0)) end
+    return b:write(path)
+  end
+
+  after_each(remove_temp)
+
+  it('groups an array of closures as [*], in the report and in --diff',
+    function()
+      local old = listeners(500, temp_path())
+      local code, out = report('--top=2', old)
+      assert.equal(0, code)
+      assert.equal('_G.listeners[*]: 500 functions, 20,000B\n' ..
+        '_G.listeners: 1 table, 8,064B, retaining 28,064B',
+        out:match('WHAT HOLDS THE MEMORY[^\n]*\n(.-)\n\n'))
+      local new = listeners(501, temp_path())
+      code, out = report('--diff', old, new)
+      assert.equal(0, code)
+      assert.equal('_G.listeners[*]: 1 new, 501 functions now (500 ' ..
+        'before), +40B retained (20,040B now)',
+        out:match('WHAT GREW[^\n]*\n(.-)\n'))
+    end)
+end)
+
+describe('memprof-report of a heap snapshot joined with a profile', function()
+  local B = require('helpers.stream_builder')
+
+  after_each(remove_temp)
+
+  -- A profile of `n` allocations at @other.lua:1 (another run's).
+  local function other_profile(path, n)
+    local s = B.new():lfunc(0x100, '@other.lua', 1)
+      :events({ version = B.EXTENDED })
+    for i = 1, n do s:alloc(B.lua(0x100, 1), 0x70000 + 0x100 * i, 64) end
+    local file = assert(io.open(path, 'wb'))
+    file:write(s:epilogue():bytes())
+    file:close()
+    return path
+  end
+
+  it('warns, naming both files, when the profile does not hold the ' ..
+    "snapshot's moment", function()
+      local profile = temp_path('.bin')
+      local heap = graphs.known({ profile = graphs.known_profile(profile) })
+        :write(temp_path())
+      local code, _, err = report('--profile=' .. profile, heap)
+      assert.same({ 0, '' }, { code, err })
+      local short = other_profile(temp_path('.bin'), 3)
+      code, _, err = report('--profile=' .. short, heap)
+      assert.equal(0, code)
+      assert.equal(('memprof-report: warning: %s was taken after byte 282 ' ..
+        "of its profile, but %s ends at byte 55: it is not that profile " ..
+        "(another run's?), so the places named may be wrong\n")
+        :format(heap, short), err)
+      local long = other_profile(temp_path('.bin'), 60)
+      code, _, err = report('--leaks', '--heap=' .. heap, long)
+      assert.equal(0, code)
+      assert.equal(('memprof-report: warning: %s was taken after byte 282 ' ..
+        'of its profile, but %s has no event that starts there (one ' ..
+        "starts at byte 286): it is not that profile (another run's?), " ..
+        'so the places named may be wrong\n'):format(heap, long), err)
+      code, _, err = report('--format=heapsnapshot', '--profile=' .. long,
+        '--output=' .. temp_path('.heapsnapshot'), heap)
+      assert.equal(0, code)
+      assert.truthy(err:find('^memprof%-report: warning: .- has no event ' ..
+        'that starts there'), err)
+    end)
 end)

@@ -42,18 +42,18 @@ describe('paths', function()
     local result = analyze.run(reader.from_string(stream_of({
       '@/srv/app/main.lua', '@/srv/app/lib/cache.lua' }):bytes(), 'x.bin'))
     assert.are.equal([[
-Files under /srv/app/ are named from there on: @name.lua is @/srv/app/name.lua.
+Files under /srv/app/ are named from there on: @…/name.lua is @/srv/app/name.lua.
 
 HEAP SUMMARY (by bytes held):
-@lib/cache.lua:2 holds 16B: 1 allocs, 0 frees
-@main.lua:1 holds 8B: 1 allocs, 0 frees
+@…/lib/cache.lua:2 holds 16B: 1 allocs, 0 frees
+@…/main.lua:1 holds 8B: 1 allocs, 0 frees
 TOTAL holds 24B (net bytes of the stream)
 
 ]], text.render(result, { leak_only = true }))
     local page = html.render(result, {})
     assert.truthy(page:find('<li>files under <b>/srv/app/ named from ' ..
-      'there on</b></li>', 1, true))
+      'there on as …/</b></li>', 1, true))
     assert.is_nil(page:find('@/srv/app/', 1, true))
-    assert.truthy(page:find('@lib/cache.lua:2', 1, true))
+    assert.truthy(page:find('@…/lib/cache.lua:2', 1, true))
   end)
 end)

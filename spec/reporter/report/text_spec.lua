@@ -98,7 +98,7 @@ TOTAL holds -5.25GiB (net bytes of the stream)
 
   it('formats sizes: integer when exact, else two decimals', function()
     local cases = {
-      { 0, '0B' }, { 1023, '1023B' }, { 1024, '1KiB' }, { 1536, '1.50KiB' },
+      { 0, '0B' }, { 1023, '1,023B' }, { 1024, '1KiB' }, { 1536, '1.50KiB' },
       { 1025, '1.00KiB' }, { 1024 ^ 2, '1MiB' }, { 2.5 * 1024 ^ 2, '2.50MiB' },
       { 1024 ^ 3, '1GiB' }, { 4096 * 1024 ^ 3, '4096GiB' },
       { -1536, '-1.50KiB' }, { -100, '-100B' },
@@ -106,7 +106,7 @@ TOTAL holds -5.25GiB (net bytes of the stream)
     for _, case in ipairs(cases) do
       assert.are.equal(case[2], text.format_size(case[1], true))
     end
-    assert.are.equal('1536B', text.format_size(1536, false))
+    assert.are.equal('1,536B', text.format_size(1536, false))
   end)
 
   it('sorts by bytes, then name (the heap by holds), saying so in each ' ..
@@ -376,9 +376,9 @@ string.format: with callees 3 events +300B, live 0B in 0 blocks; self 3 events +
         B.nested_calls():bytes(), 'out.bin'), { group = 'function' })
       assert.are.equal([[
 CUMULATIVE: each function with the functions it called, by bytes allocated (self: its own events)
-main chunk of @m.lua: with callees 5 events +1710B, live 1610B in 4 blocks; self 1 events +10B
-function at @m.lua:3: with callees 4 events +1700B, live 1600B in 3 blocks; self 4 events +1700B
-string.rep: with callees 2 events +1500B, live 1500B in 2 blocks; self 0 events +0B
+main chunk of @m.lua: with callees 5 events +1,710B, live 1,610B in 4 blocks; self 1 events +10B
+function at @m.lua:3: with callees 4 events +1,700B, live 1,600B in 3 blocks; self 4 events +1,700B
+string.rep: with callees 2 events +1,500B, live 1,500B in 2 blocks; self 0 events +0B
 TRACE started at @m.lua:20 (1 trace): with callees 1 events +16B, live 16B in 1 block; self 1 events +16B
 
 ]], text.render(result):match('\n(CUMULATIVE:.*)$'))
@@ -386,10 +386,10 @@ TRACE started at @m.lua:20 (1 trace): with callees 1 events +16B, live 16B in 1 
         'out.bin'), { group = 'stack' })
       assert.are.equal([[
 CUMULATIVE: each stack with the functions called from its innermost line, by bytes allocated (self: its own events)
-@m.lua:9: with callees 4 events +1210B, live 1110B in 3 blocks; self 1 events +10B
-@m.lua:4: with callees 3 events +1200B, live 1100B in 2 blocks; self 2 events +200B
+@m.lua:9: with callees 4 events +1,210B, live 1,110B in 3 blocks; self 1 events +10B
+@m.lua:4: with callees 3 events +1,200B, live 1,100B in 2 blocks; self 2 events +200B
 	called from @m.lua:9
-string.rep: with callees 1 events +1000B, live 1000B in 1 block; self 1 events +1000B
+string.rep: with callees 1 events +1,000B, live 1,000B in 1 block; self 1 events +1,000B
 	called from @m.lua:4
 	called from @m.lua:9
 ... and 2 more
@@ -550,7 +550,7 @@ DEALLOCATIONS (by bytes freed)
       s:alloc(B.lua(0x100, 2), 0x10, 1000)
       s:alloc(B.compiled(0x100, 2, 1), 0x20, 4)
       s:epilogue()
-      assert.truthy(report(s):find('@a.lua:2: 2 events\t+1004B\t-0B\t' ..
+      assert.truthy(report(s):find('@a.lua:2: 2 events\t+1,004B\t-0B\t' ..
         '(<1% compiled)\n', 1, true))
     end)
 
@@ -565,7 +565,7 @@ describe('text report of a sampled profile', function()
 sampled: one sample per 100 bytes on average; figures are estimates
 
 ALLOCATIONS (by bytes allocated)
-@a.lua:3: 102 events	+10101B	-0B
+@a.lua:3: 102 events	+10,101B	-0B
 @a.lua:4: 100 events	+100B	-0B
 
 REALLOCATIONS (by bytes allocated)
@@ -577,9 +577,9 @@ DEALLOCATIONS (by bytes freed)
 
 
 HEAP SUMMARY (by bytes held):
-@a.lua:3 holds 10000B: 102 allocs, 101 frees
+@a.lua:3 holds 10,000B: 102 allocs, 101 frees
 @a.lua:4 holds 100B: 100 allocs, 0 frees
-TOTAL holds 10100B (net bytes of the stream)
+TOTAL holds 10,100B (net bytes of the stream)
 
 ]], report(B.sampled()))
   end)
@@ -602,8 +602,8 @@ describe('text report of how compiled code was attributed', function()
       out:sub(1, out:find('ALLOCATIONS', 1, true) + 10))
     out = report(with_note(0))
     assert.truthy(out:find('^Compiled code: its allocations are charged ' ..
-      'to the start of their trace %(the TRACE rows%) %(trace_lines = ' ..
-      'false%)%.\n\nALLOCATIONS'), out)
+      "to the start of their trace %(the TRACE rows%) %(trace_lines " ..
+      "'start'%)%.\n\nALLOCATIONS"), out)
   end)
 
   it('says nothing of a mode as asked with no event of compiled code',

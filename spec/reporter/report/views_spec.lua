@@ -53,7 +53,7 @@ Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
 The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
-PEAK (by bytes): 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
+PEAK (by bytes): 1,160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 @app.lua:20: 400B in 2 blocks
 @app.lua:10: 300B in 3 blocks
 @app.lua:30: 300B in 1 block
@@ -61,12 +61,12 @@ PEAK (by bytes): 1160B above the heap at the start (which this profile does not 
 @app.lua:60: 48B in 1 block
 @app.lua:5 (no Lua caller in the stack): 32B in 1 block
 TRACE started at @app.lua:70 (1 trace) (no Lua caller in the stack): 16B in 1 block
-TOTAL at the peak: 1160B above the heap at the start
+TOTAL at the peak: 1,160B above the heap at the start
 
 TEMPORARY BLOCKS (by bytes): freed with at most 1 other allocation between their own and their free, by where they were allocated
 @app.lua:5 (no Lua caller in the stack): 1 temporary, 32B; 0 freed later, 0B; 0 live at end, 0B
-(6 other rows with no temporary blocks: 9 blocks, 1128B)
-TOTAL: 10 blocks allocated, 1160B: 1 temporary (32B), 3 freed later (300B), 6 live at end (828B)
+(6 other rows with no temporary blocks: 9 blocks, 1,128B)
+TOTAL: 10 blocks allocated, 1,160B: 1 temporary (32B), 3 freed later (300B), 6 live at end (828B)
 
 ]] .. NO_TIME, report(B.three_callers(), 'caller'))
     end)
@@ -89,7 +89,7 @@ Freed during the profile, allocated before it: 24B
 Net bytes of the stream: 804B
 The profile ended without a collection at stop (only memprof.stop() with collect_at_stop = true collects; a profile completed at lua_close or exit does not): some of these blocks may be unreachable.
 
-PEAK (by bytes): 1160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
+PEAK (by bytes): 1,160B above the heap at the start (which this profile does not record), after event 10 (byte 222 of the file). Held by:
 string.format: 400B in 2 blocks
 	called from @log.lua:5
 	called from @app.lua:20
@@ -97,7 +97,7 @@ string.format: 300B in 3 blocks
 	called from @log.lua:5
 	called from @app.lua:10
 ... and 5 more: 460B in 5 blocks
-TOTAL at the peak: 1160B above the heap at the start
+TOTAL at the peak: 1,160B above the heap at the start
 
 ]], report(B.three_callers(), 'stack', { leaks = true, peak = true },
         { top = 2 }))
@@ -329,10 +329,10 @@ describe('views report of a sampled profile', function()
       :events({ version = B.EXTENDED, sample_bytes = 100 })
       :note(B.HEAP_AT_START, 5000):free(B.lua(0x100, 5), 2, 1):bytes()
     assert.are.equal(([[
-PEAK (by bytes): estimated peak heap 14899B after event 2 (byte %d of the file), of which 4899B allocated before the profile. Held by:
-@a.lua:3: 10000B in 1 block
-(blocks allocated before the profile): 4899B still live (101 blocks, 101B, freed before the peak)
-TOTAL at the peak: 14899B (the heap at the start, 5000B, and 9899B more)
+PEAK (by bytes): estimated peak heap 14,899B after event 2 (byte %d of the file), of which 4,899B allocated before the profile. Held by:
+@a.lua:3: 10,000B in 1 block
+(blocks allocated before the profile): 4,899B still live (101 blocks, 101B, freed before the peak)
+TOTAL at the peak: 14,899B (the heap at the start, 5,000B, and 9,899B more)
 
 ]]):format(at), text)
   end)

@@ -290,10 +290,37 @@ FlameGraph.prototype.visible = function () {
   return list;
 };
 
-FlameGraph.prototype.frameElement = function (item, index) {
+// The width of a character of the frames' monospace font, measured once.
+var charWidth = 0;
+function frameCharWidth(box) {
+  if (!charWidth) {
+    var probe = element('span', 'frame', '0000000000');
+    probe.style.visibility = 'hidden';
+    probe.style.padding = '0';
+    box.appendChild(probe);
+    charWidth = probe.getBoundingClientRect().width / 10;
+    box.removeChild(probe);
+  }
+  return charWidth;
+}
+
+// A frame's label in `px` pixels: the name, or when it does not fit, its
+// end after an ellipsis, so that a place keeps its file:line
+// ('\u2026parser.lua:230', where the CSS ellipsis would keep '@\u2026/sh').
+// Without a width (a hidden tab) the name, cut by the CSS.
+function fittedLabel(text, px, char) {
+  if (!px || !char) return text;
+  var fits = Math.floor((px - 9) / char);
+  if (text.length <= fits) return text;
+  if (fits < 3) return '';
+  return '\u2026' + text.slice(text.length - (fits - 1));
+}
+
+FlameGraph.prototype.frameElement = function (item, index, px, char) {
   var node = item.node;
   var label = node.source === 'root' ?
     node.name + ': ' + formatBytes(node.b) : node.name;
+  label = fittedLabel(label, item.width * px, char);
   var div = element('div', 'frame' + (item.ancestor ? ' ancestor' : '') +
     (node.source === 'other' ? ' other' : ''), label);
   div.style.left = (item.left * 100).toFixed(4) + '%';
@@ -315,10 +342,11 @@ FlameGraph.prototype.render = function () {
   var items = this.visible();
   var box = this.box, depth = 0;
   var fragment = document.createDocumentFragment();
+  var px = box.clientWidth, char = px ? frameCharWidth(box) : 0;
   this.nodes = items.map(function (item) { return item.node; });
   items.forEach(function (item, index) {
     depth = Math.max(depth, item.node.depth);
-    fragment.appendChild(this.frameElement(item, index));
+    fragment.appendChild(this.frameElement(item, index, px, char));
   }, this);
   box.textContent = '';
   box.appendChild(fragment);
@@ -459,6 +487,8 @@ function selectTab(graphs, name) {
     tab.tabIndex = selected ? 0 : -1;
     document.getElementById('panel-' + key).hidden = !selected;
   });
+  // Labels are fitted to the frames' widths, known once the panel shows.
+  graphs[name].render();
 }
 
 function listenToTabs(graphs) {

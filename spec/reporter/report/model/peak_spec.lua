@@ -28,7 +28,7 @@ describe('peak model', function()
       s:free(B.internal(), 0x9000, 24):alloc(B.lua(0x100, 1), 0x10, 64)
       local model = model_of(s:epilogue())
       assert.are.same({ false, true, 'peak heap', 'Peak heap', 1040, 40,
-        'live', 'peak heap 1040B' }, facts(model))
+        'live', 'peak heap 1,040B' }, facts(model))
       assert.are.same({ 976, 1, 24 }, { model.before.live_bytes,
         model.before.freed_blocks, model.before.freed_bytes })
     end)
