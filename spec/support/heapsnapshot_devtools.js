@@ -22,7 +22,8 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'memprof-devtools-'));
 const chrome = spawn(binary, ['--headless', '--no-sandbox', '--disable-gpu',
   '--disable-background-networking', '--disable-component-update',
   '--no-first-run', '--remote-debugging-pipe', '--user-data-dir=' + dir,
-  'about:blank'], {stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe']});
+  'about:blank'], {stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
+  detached: true});
 const toChrome = chrome.stdio[3];
 const fromChrome = chrome.stdio[4];
 let lastId = 0;
@@ -86,9 +87,18 @@ async function loadOne(snapshotText) {
   return {nodes, edges, stacks};
 }
 
+// Ends Chromium and every process it started (its own process group),
+// then removes its profile directory, which they may still be writing a
+// moment after the browser's exit.
 function finish(code, output) {
   chrome.on('exit', () => {
-    fs.rmSync(dir, {recursive: true, force: true});
+    try {
+      process.kill(-chrome.pid, 'SIGKILL');
+    } catch (e) {
+      // (The group is gone already.)
+    }
+    fs.rmSync(dir, {recursive: true, force: true, maxRetries: 50,
+      retryDelay: 100});
     if (output) process.stdout.write(output + '\n');
     process.exit(code);
   });
