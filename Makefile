@@ -64,9 +64,8 @@ all: $(MODULE)
 # What the specs build on: C modules and hosts of their own, stripped
 # copies, the module with fault injection (src/fault.h).
 fixtures: $(MODULE) $(BUILD)/test_cmodule.so build/alloc_wrapper.so \
-  build/threads_host build/leb128_check $(LUAJIT2_HOST) $(NAMES_FIXTURES) \
-  $(ATTACH_REGS_HOST) \
-  faults-module
+  build/threads_host build/leb128_check build/a64_const_check \
+  $(LUAJIT2_HOST) $(NAMES_FIXTURES) $(ATTACH_REGS_HOST) faults-module
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -98,6 +97,12 @@ build/threads_host_luajit2: spec/support/threads_host.c
 build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
 	@mkdir -p build
 	$(CC) $(ALL_CFLAGS) -o $@ spec/support/leb128_check.c src/writer.c -lpthread
+
+# arm64: a BLR's target from the loads before it, decoded on any host
+# (spec/module/trace_lines_spec.lua).
+build/a64_const_check: spec/support/a64_const_check.c src/trace_lines.h $(HDRS)
+	@mkdir -p build
+	$(CC) $(ALL_CFLAGS) -o $@ spec/support/a64_const_check.c
 
 # A fixed seed for LuaJIT's PRNG, for the callgrind runs of make bench.
 build/fixed_seed.so: bench/support/fixed_seed.c
@@ -371,7 +376,7 @@ check-format:
 # .ci/install-deps --tests) and build/hosts (make hosts).
 clean:
 	rm -rf build/obj build/*.so build/threads_host build/threads_host_luajit2 \
-	  build/leb128_check build/static_host build/static_host_stripped \
+	  build/leb128_check build/a64_const_check build/static_host build/static_host_stripped \
 	  build/stripped build/debuglink build/buildid build/faults \
 	  build/sanitized build/valgrind build/fixed_seed.so build/demo.bin
 

@@ -27,6 +27,12 @@
 -- line says how many bytes had a longer one (a defect whatever the
 -- agreement).
 --
+-- Then, per program, the bytes the JIT compiler allocated in each mode
+-- (INTERNAL (JIT compiler), from the runs with stacks) against those with
+-- trace starts, which change nothing in compiled code (target: at most
+-- 1.05 times for the default). On x86_64 every run preloads
+-- build/fixed_seed.so, so that the JIT compiler's random choices repeat.
+--
 -- Then the cost to the program: CPU time of each program unprofiled and
 -- profiled in each mode, JIT on, the median of BENCH_TRACE_ROUNDS runs
 -- (default 5; 0: the agreements alone).
@@ -43,6 +49,8 @@
 --                                   an arm64 one its own module); the costs
 --                                   are measured under the first only
 --                                   (default: `luajit`)
+--   HOSTS_DIR                       where those hosts are (default
+--                                   build/hosts)
 local reader = require('memprof.read.stream')
 local toolkit = require('toolkit')
 local shell_quote, read_all, median = toolkit.shell_quote, toolkit.read_all,
@@ -52,6 +60,8 @@ local M = {}
 
 local ROUNDS = tonumber(os.getenv('BENCH_TRACE_ROUNDS')) or 5
 local STACK_DEPTH = 16
+-- Where the hosts of BENCH_TRACE_HOSTS are (make's HOSTS_DIR).
+local HOSTS_DIR = os.getenv('HOSTS_DIR') or 'build/hosts'
 
 -- The modes compared with the JIT off: the options given to start.
 local MODES = {
@@ -142,11 +152,16 @@ local function stack_key(ev)
 end
 
 -- Allocated bytes of a profile by place (or stack), without INTERNAL;
--- by stack, also the bytes whose stack is longer than `depth`.
+-- by stack, also the bytes whose stack is longer than `depth`, and the
+-- bytes the JIT compiler allocated (INTERNAL (JIT compiler): the extended
+-- format, which stack_depth gives, says what the VM was doing).
 local function distribution(path, by_stack, depth)
   local stream = reader.open(path)
-  local bytes, total, too_deep = {}, 0, 0
+  local bytes, total, too_deep, compiler = {}, 0, 0, 0
   for ev in stream:each() do
+    if ev.kind ~= 'free' and ev.site.internal_kind == 'JIT compiler' then
+      compiler = compiler + ev.nsize
+    end
     if ev.kind ~= 'free' and ev.site.source ~= 'internal' then
       local key = by_stack and stack_key(ev) or ev.site.name
       bytes[key] = (bytes[key] or 0) + ev.nsize
@@ -157,7 +172,7 @@ local function distribution(path, by_stack, depth)
     end
   end
   stream:close()
-  return bytes, total, too_deep
+  return bytes, total, too_deep, compiler
 end
 
 -- 1 - total variation distance of two distributions.
@@ -176,16 +191,17 @@ local function compare(lua, program, mode, off, off_stacks, profile)
   local cpu, err = run(lua, '', program, profile, mode.options)
   if not cpu then return nil, err end
   local by_line = agreement(off.bytes, off.total, distribution(profile))
-  local by_stack, too_deep
+  local by_stack, too_deep, compiler
   if off_stacks then
     cpu, err = run(lua, '', program, profile, mode.options, STACK_DEPTH)
     if not cpu then return nil, err end
     local bytes, total
-    bytes, total, too_deep = distribution(profile, true, STACK_DEPTH)
+    bytes, total, too_deep, compiler = distribution(profile, true,
+      STACK_DEPTH)
     by_stack = agreement(off_stacks.bytes, off_stacks.total, bytes, total)
   end
   os.remove(profile)
-  return by_line, by_stack, too_deep
+  return by_line, by_stack, too_deep, compiler
 end
 
 local function verdict(value, target)
@@ -194,10 +210,11 @@ local function verdict(value, target)
     value >= target and 'met' or 'MISSED')
 end
 
--- Prints one mode's agreements with the JIT off.
+-- Prints one mode's agreements with the JIT off; returns the bytes the JIT
+-- compiler allocated in its run with stacks.
 local function report_mode(lua, program, mode, off, off_stacks, profile)
-  local by_line, by_stack, too_deep = compare(lua, program, mode, off,
-    off_stacks, profile)
+  local by_line, by_stack, too_deep, compiler = compare(lua, program, mode,
+    off, off_stacks, profile)
   if not by_line then
     print(string.format('%-9s %-8s not run: %s', program.name, mode.name,
       ((by_stack or ''):match('[^\n]*'))))
@@ -217,6 +234,28 @@ local function report_mode(lua, program, mode, off, off_stacks, profile)
     end
   end
   print(line)
+  return compiler
+end
+
+-- The JIT compiler's allocations in each mode, against those with trace
+-- starts (`trace_lines = false`, which changes nothing in compiled code).
+local function report_compiler(program, compiler)
+  local base = compiler.start
+  local parts = {}
+  for _, mode in ipairs(MODES) do
+    local bytes = compiler[mode.name]
+    if bytes then
+      local part = string.format('%s %d', mode.name, bytes)
+      if base and base > 0 then
+        part = part .. string.format(' (%.3fx)', bytes / base)
+      end
+      parts[#parts + 1] = part
+    end
+  end
+  if #parts > 0 then
+    print(string.format('%-9s JIT compiler\'s bytes: %s', program.name,
+      table.concat(parts, ', ')))
+  end
 end
 
 local function agreements(lua, program, profile)
@@ -229,11 +268,14 @@ local function agreements(lua, program, profile)
     off_stacks = {}
     off_stacks.bytes, off_stacks.total = distribution(profile, true)
   end
+  local compiler = {}
   for _, mode in ipairs(MODES) do
     if wanted('BENCH_TRACE_MODES', mode.name) then
-      report_mode(lua, program, mode, off, off_stacks, profile)
+      compiler[mode.name] = report_mode(lua, program, mode, off, off_stacks,
+        profile)
     end
   end
+  report_compiler(program, compiler)
 end
 
 -- CPU time of the program unprofiled and in each mode (JIT on).
@@ -264,12 +306,16 @@ end
 -- (jit.vmdef names its ops) and Debian's Lua modules (luacheck's).
 local function hosts(lua)
   local list = {}
+  -- The JIT compiler's random choices fixed (x86_64 hosts; make bench
+  -- builds it), so that its allocations compare between modes.
+  local seed = installed('build/fixed_seed.so') and
+    'LD_PRELOAD=./build/fixed_seed.so ' or ''
   for name in (os.getenv('BENCH_TRACE_HOSTS') or 'luajit'):gmatch('[^%s,]+')
   do
     if name == 'luajit' then
-      list[#list + 1] = { name = name, binary = lua, env = '' }
+      list[#list + 1] = { name = name, binary = lua, env = seed }
     else
-      local dir = 'build/hosts/' .. name
+      local dir = HOSTS_DIR .. '/' .. name
       local binary = dir .. '/luajit'
       local file = io.open(binary)
       if not file then
@@ -279,14 +325,16 @@ local function hosts(lua)
       -- (An arm64 host has its own build of the module and of Debian's
       -- C modules: .ci/build-hosts.)
       local cpath = './build/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so'
+      local env = seed
       file = io.open(dir .. '/memprof.so')
       if file then
         file:close()
+        env = ''
         cpath = dir .. '/?.so;' .. dir ..
           '/deps/usr/lib/aarch64-linux-gnu/lua/5.1/?.so'
       end
-      list[#list + 1] = { name = name, binary = binary, env = string.format(
-        'LUA_CPATH=%s LUA_PATH=%s ', shell_quote(cpath),
+      list[#list + 1] = { name = name, binary = binary, env = env ..
+        string.format('LUA_CPATH=%s LUA_PATH=%s ', shell_quote(cpath),
         shell_quote('./lua/?.lua;' .. dir .. '/lua/?.lua;' ..
           '/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua')) }
     end

@@ -570,6 +570,41 @@ end
     end
   end)
 
+  it('knows the helper a BLR calls: machine code out of BL\'s reach (arm64)',
+    function()
+      if jit.arch ~= 'arm64' then
+        pending('arm64 only (x86-64 calls a far helper by its address in ' ..
+          'the instruction before: spec of table.concat\'s frame)')
+        return
+      end
+      if not tl.builtin_frames then
+        pending('table.concat\'s helpers are not verified in this build')
+        return
+      end
+      -- A process whose machine code lies far from LuaJIT's helpers, so
+      -- that every helper call is a BLR (spec/support/far_mcode.lua).
+      local path = h.tmpname()
+      local code, out, err = C.run('timeout 300 ' ..
+        C.command(LUA, 'spec/support/far_mcode.lua', path))
+      assert.equal(0, code, err)
+      assert.is_true(tonumber(out:match('^far (%d+)')) > 128, out)
+      local stream = reader.open(path)
+      local compiled, framed = 0, 0
+      for ev in stream:each() do
+        if ev.kind ~= 'free' and ev.site.chunkname == '@far_case.lua' then
+          assert.equal(6, ev.site.line)
+          if ev.trace then
+            compiled = compiled + 1
+            framed = framed + (ev.stack[1].name == 'table.concat' and 1 or 0)
+          end
+        end
+      end
+      stream:close()
+      os.remove(path)
+      assert.is_true(compiled > 10000, compiled .. ' events of compiled code')
+      assert.equal(compiled, framed)
+    end)
+
   it('gives a concatenation (a helper shared with built-ins) no frame',
     function()
     local code = case([[
