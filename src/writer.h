@@ -135,9 +135,10 @@ static inline void writer_put_byte(struct writer *w, uint8_t b)
   writer_commit(w, w->pos + 1);
 }
 
-/* By the number of leading zero bits of a number of 8 to 56 significant
+/* By the number of leading zero bits of a number of 1 to 56 significant
 ** bits: its LEB128 length, and the continuation bits of all but its last
-** byte. Filled by writer_tables_init(), which also sets writer_fast_pdep. */
+** byte (none for a number of one byte). Filled by writer_tables_init(), which
+*also sets writer_fast_pdep. */
 extern uint8_t writer_uleb_length[64];
 extern uint64_t writer_uleb_more[64];
 void writer_tables_init(void);
@@ -153,16 +154,16 @@ extern int writer_fast_pdep;
 #endif
 
 /*
-** The LEB128 bytes of 0x80 <= v < 2^56 as one little-endian word, and
-** their number: v's 7-bit groups are spread one to a byte, then the
-** continuation bits are set. With `pdep` (a constant at every call, true
-** only where writer_fast_pdep is) one PDEP instruction spreads them;
-** otherwise three halving steps do, without a data-dependent loop.
+** The LEB128 bytes of v < 2^56 as one little-endian word, and their
+** number, given lz, the leading zero bits of v (of 1 for 0): v's 7-bit
+** groups are spread one to a byte, then the continuation bits are set.
+** With `pdep` (a constant at every call, true only where
+** writer_fast_pdep is) one PDEP instruction spreads them; otherwise three
+** halving steps do, without a data-dependent loop.
 */
 static inline __attribute__((always_inline)) uint64_t
-uleb128_word_with(uint64_t v, unsigned *len, int pdep)
+uleb128_word_lz(uint64_t v, unsigned lz, unsigned *len, int pdep)
 {
-  unsigned lz = (unsigned)__builtin_clzll(v);
   uint64_t x;
 #if WRITER_HAS_PDEP
   if (pdep) {
@@ -177,6 +178,12 @@ uleb128_word_with(uint64_t v, unsigned *len, int pdep)
   }
   *len = writer_uleb_length[lz];
   return x | writer_uleb_more[lz];
+}
+
+static inline __attribute__((always_inline)) uint64_t
+uleb128_word_with(uint64_t v, unsigned *len, int pdep)
+{
+  return uleb128_word_lz(v, (unsigned)__builtin_clzll(v), len, pdep);
 }
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -208,6 +215,33 @@ uleb128_put_with(uint8_t *p, uint64_t v, int pdep)
   }
   *p++ = (uint8_t)v;
   return p;
+}
+
+/* Whether every address and every block size is below 2^56: a 32-bit
+** build, or x86_64 and arm64, whose user addresses have at most 56 bits
+** (57-bit paging) and 52 bits. */
+#if ULEB128_WORDS && (UINTPTR_MAX <= 0xffffffffu || defined(__x86_64__) ||     \
+                      defined(__aarch64__))
+#define ULEB128_BLOCKS_WORDS 1
+#else
+#define ULEB128_BLOCKS_WORDS 0
+#endif
+
+/* As uleb128_put_with, for an address or the size of a block (below 2^56,
+** see ULEB128_BLOCKS_WORDS): always one word, without a test of the
+** number's range (0 too: its leading zeros are counted from 1, whose
+** encoding, one byte, is 0's). */
+static inline __attribute__((always_inline)) uint8_t *
+uleb128_put_block(uint8_t *p, uint64_t v, int pdep)
+{
+#if ULEB128_BLOCKS_WORDS
+  unsigned len;
+  uint64_t x = uleb128_word_lz(v, (unsigned)__builtin_clzll(v | 1), &len, pdep);
+  memcpy(p, &x, 8);
+  return p + len;
+#else
+  return uleb128_put_with(p, v, pdep);
+#endif
 }
 
 static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)
