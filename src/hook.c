@@ -137,13 +137,14 @@ begin_event(struct writer *w, struct location_cache *lc,
 }
 
 /* Adds the new block (alloc, realloc) to an event begun at `p`; returns
-** its end, for writer_commit. */
+** its end, for writer_commit. Called only once the allocation succeeded:
+** nptr is not NULL where nsize is not 0. */
 static inline __attribute__((always_inline)) uint8_t *
 put_new_block(uint8_t *p, uintptr_t nptr, size_t nsize, int pdep)
 {
-  if (nsize != 0) {
-    p = uleb128_put_block(p, nptr, pdep);
-    p = uleb128_put_block(p, nsize, pdep);
+  if (nsize != 0) { /* (Then nptr is not NULL either: see the callers.) */
+    p = uleb128_put_block_nonzero(p, nptr, pdep);
+    p = uleb128_put_block_nonzero(p, nsize, pdep);
   }
   return p;
 }
