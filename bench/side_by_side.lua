@@ -431,7 +431,12 @@ function M.run(config)
     local rows = {}
     for _, host in ipairs(hosts) do
       for _, name in ipairs(names) do
-        rows[#rows + 1] = measure_all(host, name, dir, config)
+        local r = measure_all(host, name, dir, config)
+        rows[#rows + 1] = r
+        -- (A run of every host takes an hour: its progress, as it goes.)
+        io.stderr:write(string.format('side by side: %s %s: ratio %s, ' ..
+          'CPU %s\n', host, name, r.ratio and string.format('%.3f', r.ratio)
+          or '-', r.timed and string.format('%.3f', r.timed.ratio) or '-'))
       end
     end
     return rows

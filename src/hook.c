@@ -791,9 +791,11 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
                         nsize, name##_alloc);                                  \
   }                                                                            \
   /* A new block (no old one): what depends on the old block folds away. */    \
+  /* (It takes the hook's arguments as they come, ptr NULL.) */                \
   static __attribute__((noinline)) void *name##_new_fast(                      \
-      struct profiler *p, size_t osize, size_t nsize)                          \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
+    (void)ptr;                                                                 \
     return record_alloc(p, family_layout, stack_of, pdep, ext, 1, NULL, osize, \
                         nsize, name##_alloc);                                  \
   }                                                                            \
@@ -811,11 +813,11 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     struct profiler *p = ud;                                                   \
     if (forward_only(p))                                                       \
       return forward(p, ptr, osize, nsize);                                    \
-    if (nsize != 0 && ptr == NULL)                                             \
-      return name##_new_fast(p, osize, nsize);                                 \
-    if (nsize != 0)                                                            \
-      return name##_alloc_fast(p, ptr, osize, nsize);                          \
-    return name##_free_fast(p, ptr, osize);                                    \
+    if (nsize == 0)                                                            \
+      return name##_free_fast(p, ptr, osize);                                  \
+    if (ptr == NULL)                                                           \
+      return name##_new_fast(p, ptr, osize, nsize);                            \
+    return name##_alloc_fast(p, ptr, osize, nsize);                            \
   }
 /* The sampling twin of a hook of the extended format (sampling forces
 ** it). */
