@@ -386,6 +386,20 @@ local function report(results, config, seconds)
     worst.timed.ratio, worst.name, worst.host, seconds))
 end
 
+-- One row's figures on a line: instructions per event (built-in, then
+-- memprof: own code, with the start), the ratio; CPU ns per event with
+-- the start, the ratio.
+local function progress(r)
+  local b, m, t = r.builtin, r.memprof, r.timed
+  return string.format('side by side: %s %s: instructions %s / %.1f ' ..
+    '%.1f, ratio %s; CPU ns %s / %s, ratio %s\n', r.host, r.name,
+    b and string.format('%.1f %.1f', b.own, b.with_start) or '-', m.own,
+    m.with_start, r.ratio and string.format('%.3f', r.ratio) or '-',
+    t and string.format('%.1f', t.builtin.with_start * 1e9) or '-',
+    t and string.format('%.1f', t.memprof.with_start * 1e9) or '-',
+    t and string.format('%.3f', t.ratio) or '-')
+end
+
 -- Whether a host's luajit has misc.memprof.
 local function has_builtin(lua)
   local pipe = io.popen(shell_quote(lua) .. ' -e ' .. shell_quote(
@@ -433,10 +447,8 @@ function M.run(config)
       for _, name in ipairs(names) do
         local r = measure_all(host, name, dir, config)
         rows[#rows + 1] = r
-        -- (A run of every host takes an hour: its progress, as it goes.)
-        io.stderr:write(string.format('side by side: %s %s: ratio %s, ' ..
-          'CPU %s\n', host, name, r.ratio and string.format('%.3f', r.ratio)
-          or '-', r.timed and string.format('%.3f', r.timed.ratio) or '-'))
+        -- (A run of every host takes an hour: its rows, as they come.)
+        io.stderr:write(progress(r))
       end
     end
     return rows
