@@ -296,31 +296,28 @@ static int restore_thread(struct thread_state *t)
 }
 
 /* Calls fn(a0, a1) on thread t; *ret is what it returned. */
-/* Whether thread tid of process pid is memprof's writer (by its name). */
-static int writer_thread(pid_t pid, pid_t tid)
-{
-  char name[64], comm[32] = "";
-  FILE *f;
-  snprintf(name, sizeof(name), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
-  if ((f = fopen(name, "re")) == NULL)
-    return 0;
-  if (fgets(comm, sizeof(comm), f) == NULL)
-    comm[0] = '\0';
-  fclose(f);
-  comm[strcspn(comm, "\n")] = '\0';
-  return strcmp(comm, WRITER_THREAD_NAME) == 0;
-}
-
 /* Lets every stopped thread go on but t's (and, with writers_only, only
 ** memprof's writer threads, which never touch the VM). */
 static void release_others(struct remote_stop *s, pid_t keep, int writers_only)
 {
   size_t i;
   for (i = 0; i < s->n; i++) {
+    char name[64], comm[32] = "";
+    FILE *f;
     if (!s->held[i] || s->tid[i] == keep)
       continue;
-    if (writers_only && !writer_thread(s->pid, s->tid[i]))
-      continue;
+    if (writers_only) {
+      snprintf(name, sizeof(name), "/proc/%d/task/%d/comm", (int)s->pid,
+               (int)s->tid[i]);
+      if ((f = fopen(name, "re")) == NULL)
+        continue;
+      if (fgets(comm, sizeof(comm), f) == NULL)
+        comm[0] = '\0';
+      fclose(f);
+      comm[strcspn(comm, "\n")] = '\0';
+      if (strcmp(comm, WRITER_THREAD_NAME) != 0)
+        continue;
+    }
     ptrace(PTRACE_DETACH, s->tid[i], NULL, (void *)(intptr_t)s->sig[i]);
     s->held[i] = 0;
   }
@@ -426,67 +423,6 @@ static int thread_pcs(const struct remote_stop *s, struct attach_call *c)
     c->pcs[c->npcs++] = pc;
   }
   return 1;
-}
-
-/* How much of each thread's stack, from its stack pointer up, is looked
-** through for a return into memprof.so. */
-#define STACK_SCAN_MAX (512 * 1024)
-
-/* The ranges of memprof.so's code in the target (the file mapped at
-** o->target_base); how many, at most max. */
-static size_t own_code(const struct remote_maps *maps, const struct object *o,
-                       uintptr_t *lo, uintptr_t *hi, size_t max)
-{
-  const struct remote_map *base = remote_maps_find(maps, o->target_base);
-  size_t i, n = 0;
-  for (i = 0; base != NULL && i < maps->n && n < max; i++) {
-    const struct remote_map *m = &maps->m[i];
-    if (m->perms[2] == 'x' && m->inode == base->inode &&
-        m->dev_major == base->dev_major && m->dev_minor == base->dev_minor) {
-      lo[n] = m->lo;
-      hi[n++] = m->hi;
-    }
-  }
-  return n;
-}
-
-/* Before a stop: whether some stopped thread's stack (the writer's aside:
-** it runs memprof's code, and the stop waits for it) holds an address of
-** memprof.so's code. A thread inside the hook, or inside what the hook
-** calls (malloc, a system call), would find the profile freed under it.
-** Conservative: a stale value in a live frame counts too, and the stop is
-** tried again later. The thread is named in msg. */
-static int hook_on_a_stack(const struct remote_stop *s,
-                           const struct remote_maps *maps,
-                           const struct object *o, char *msg, size_t len)
-{
-  uintptr_t words[4096], lo[8], hi[8];
-  size_t i, k, j, n, ncode = own_code(maps, o, lo, hi, 8);
-  for (i = 0; i < s->n; i++) {
-    uintptr_t sp, at, end;
-    const struct remote_map *m;
-    if (!s->held[i] || writer_thread(s->pid, s->tid[i]) ||
-        !remote_thread_sp(s->tid[i], &sp) ||
-        (m = remote_maps_find(maps, sp)) == NULL)
-      continue;
-    end = m->hi - sp > STACK_SCAN_MAX ? sp + STACK_SCAN_MAX : m->hi;
-    for (at = sp & ~(uintptr_t)7; at < end; at += n * sizeof(words[0])) {
-      n = (end - at) / sizeof(words[0]);
-      if (n > sizeof(words) / sizeof(words[0]))
-        n = sizeof(words) / sizeof(words[0]);
-      if (n == 0 || !remote_read(s->tid[i], at, words, n * sizeof(words[0])))
-        break;
-      for (k = 0; k < n; k++)
-        for (j = 0; j < ncode; j++)
-          if (words[k] >= lo[j] && words[k] < hi[j])
-            return fail(msg, len, EAGAIN,
-                        "thread %d's stack holds a return into memprof.so "
-                        "at 0x%llx (it may be inside the allocator hook)",
-                        (int)s->tid[i],
-                        (unsigned long long)(at + k * sizeof(words[0]))) != 0;
-    }
-  }
-  return 0;
 }
 
 #endif
@@ -633,10 +569,6 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
                  (int)pid, so);
       goto out;
     }
-  }
-  if (c->op == ATTACH_STOP && hook_on_a_stack(&s, &maps, self, msg, len)) {
-    err = EAGAIN;
-    goto out;
   }
   if (!write_mem(t.tid, at_call, c, sizeof(*c))) {
     err = fail(msg, len, EIO, "cannot write thread %d's stack", (int)t.tid);

@@ -12,11 +12,7 @@
 ** walks the copy faults before the walk: a copy that reads inconsistently
 ** (and `memprof attach PID` kills its target once it is stopped). With
 ** MEMPROF_FAULT_ATTACH_CRASH set in the target, the entry point memprof
-** attach calls there faults at once: a call that never returns to 0. With
-** MEMPROF_FAULT_HOOK_SLEEP set to a chunk name, the hook sleeps (system
-** calls) when it first describes a prototype of that chunk, for as long as
-** the file MEMPROF_FAULT_HOOK_HOLD names exists (20 s at most): a thread
-** inside the hook while `memprof detach` stops the profile.
+** attach calls there faults at once: a call that never returns to 0.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -26,8 +22,6 @@
 #ifdef MEMPROF_FAULTS
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 static inline int fault_in_source(const char *name, size_t len)
 {
@@ -53,19 +47,6 @@ static inline int fault_remote_crash(void)
 static inline int fault_attach_crash(void)
 {
   return getenv("MEMPROF_FAULT_ATTACH_CRASH") != NULL;
-}
-
-static inline void fault_hook_sleep(const char *name, size_t len)
-{
-  const char *chunk = getenv("MEMPROF_FAULT_HOOK_SLEEP");
-  const char *hold = getenv("MEMPROF_FAULT_HOOK_HOLD");
-  struct timespec t = {0, 10000000};
-  int i;
-  if (chunk == NULL || hold == NULL || strlen(chunk) != len ||
-      memcmp(chunk, name, len) != 0)
-    return;
-  for (i = 0; i < 2000 && access(hold, F_OK) == 0; i++)
-    nanosleep(&t, NULL);
 }
 #else
 static inline int fault_in_source(const char *name, size_t len)
@@ -93,12 +74,6 @@ static inline int fault_remote_crash(void)
 static inline int fault_attach_crash(void)
 {
   return 0;
-}
-
-static inline void fault_hook_sleep(const char *name, size_t len)
-{
-  (void)name;
-  (void)len;
 }
 #endif
 

@@ -2,8 +2,6 @@
 ** JIT traces in the heap walk (see heap_traces.h): reading a trace's GC
 ** constants and size, and verifying that reading in a throw-away VM.
 */
-#define _POSIX_C_SOURCE 200809L /* fault.h: nanosleep. */
-
 #include "heap_traces.h"
 
 #include <stdarg.h>

@@ -176,20 +176,6 @@ void remote_resume_all(struct remote_stop *s)
   memset(s, 0, sizeof(*s));
 }
 
-int remote_thread_sp(pid_t tid, uintptr_t *sp)
-{
-  struct user_regs_struct r;
-  struct iovec io = {&r, sizeof(r)};
-  if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_PRSTATUS, &io) != 0)
-    return 0;
-#if defined(__x86_64__)
-  *sp = (uintptr_t)r.rsp;
-#elif defined(__aarch64__)
-  *sp = (uintptr_t)r.sp;
-#endif
-  return 1;
-}
-
 int remote_thread_pc(pid_t tid, uintptr_t *pc)
 {
   struct user_regs_struct r;

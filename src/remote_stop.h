@@ -31,7 +31,4 @@ void remote_resume_all(struct remote_stop *s);
 /* The program counter of stopped thread tid. Returns 1 on success. */
 int remote_thread_pc(pid_t tid, uintptr_t *pc);
 
-/* The stack pointer of stopped thread tid; 0 if it cannot be read. */
-int remote_thread_sp(pid_t tid, uintptr_t *sp);
-
 #endif

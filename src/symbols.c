@@ -169,7 +169,6 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
     return 0;
   writer_put_uleb128(w, (uint64_t)(uint32_t)firstline);
   s->last_proto = pt;
-  fault_hook_sleep(name, len);
   if (fault_in_source(name, len))
     return ENOMEM;
   return remember(s, pt, 0);

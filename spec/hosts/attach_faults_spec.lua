@@ -29,17 +29,14 @@ describe('memprof attach PID, failing', function()
     C.remove_tree(dir)
   end)
 
-  -- memprof attach (or detach) through build/faults/memprof.so (fault.h),
-  -- with env.
-  local function with_fault(env, target, detach)
+  -- memprof attach through build/faults/memprof.so (fault.h), with env.
+  local function with_fault(env, target)
     return C.run(env .. ' ' .. C.command('luajit', '-e', string.format([[
 package.path = %q .. '/lua/?.lua;' .. package.path
-local attach = require('memprof.cli.attach')
-local how = { load = function(_, entry) return package.loadlib(%q, entry) end }
-os.exit(%s and attach.detach_main({ %q }, io.stdout, io.stderr, how) or
-  attach.main({ %q, '-o', %q }, io.stdout, io.stderr, how))]], C.ROOT,
-      C.ROOT .. '/build/faults/memprof.so', tostring(detach == true),
-      tostring(target), tostring(target), dir .. '/a.bin')))
+os.exit(require('memprof.cli.attach').main({ %q, '-o', %q }, io.stdout,
+  io.stderr, { load = function(_, entry)
+    return package.loadlib(%q, entry) end }))]], C.ROOT, tostring(target),
+      dir .. '/a.bin', C.ROOT .. '/build/faults/memprof.so')))
   end
 
   it('puts the thread back when the call faults in the target, which ' ..
@@ -111,44 +108,5 @@ os.exit(%s and attach.detach_main({ %q }, io.stdout, io.stderr, how) or
     code, _, err = memprof('detach', tostring(pid))
     assert.are.equal(0, code, err)
     assert.truthy(report('--leaks', profile):find('\n@daemon.lua:5: '))
-  end)
-
-  it('does not stop a profile under a thread inside the hook, and ' ..
-      'stops it once the thread is out', function()
-    -- Once dir/slow appears, the daemon runs a chunk @slow.lua, whose
-    -- first event keeps its thread inside the hook (in nanosleep) for as
-    -- long as dir/hold exists.
-    A.write_daemon(dir, nil, "if io.open(dir .. '/slow') then " ..
-      "os.remove(dir .. '/slow'); loadstring('return { 1 }', " ..
-      "'@slow.lua')() end")
-    C.write_file(dir .. '/hold', 'hold')
-    pid = start(dir, 'env MEMPROF_FAULT_HOOK_SLEEP=@slow.lua ' ..
-      'MEMPROF_FAULT_HOOK_HOLD=' .. dir .. '/hold luajit ' .. dir ..
-      '/daemon.lua ' .. dir)
-    local code, _, err = with_fault('', pid)
-    assert.are.equal(0, code, err)
-    assert.is_true(answers(dir))
-    C.write_file(dir .. '/slow', 'slow')
-    for _ = 1, 100 do
-      if not C.read_file(dir .. '/slow') then
-        break
-      end
-      os.execute('sleep 0.02')
-    end
-    code, _, err = with_fault('', pid, true)
-    assert.are.equal(1, code)
-    assert.truthy(err:find('^memprof detach: process ' .. pid .. ' was ' ..
-      'never at a safe moment in 25 stops %(the last time: thread ' .. pid ..
-      '\'s stack holds a return into memprof%.so at 0x%x+ %(it may be ' ..
-      'inside the allocator hook%)%); it runs on untouched\n$'), err)
-    assert.is_true(running(pid))
-    -- Out of the hook: the profile stops, with the event of @slow.lua.
-    os.remove(dir .. '/hold')
-    assert.is_true(answers(dir))
-    code, _, err = with_fault('', pid, true)
-    assert.are.equal(0, code, err)
-    assert.is_true(answers(dir))
-    local text = report('--all', dir .. '/a.bin')
-    assert.truthy(text:find('\n@slow.lua:1: 1 events', 1, true), text)
   end)
 end)
