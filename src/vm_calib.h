@@ -70,6 +70,7 @@ struct calib_place {
 struct calib {
   lua_State *L;
   uintptr_t g;
+  int g_read; /* The window of CALIB_G_WINDOW bytes at g read whole. */
   struct vm_layout lay;
   uint64_t given;   /* Fields set by MEMPROF_LAYOUT_OVERRIDE (bits). */
   int discover;     /* First pass: take samples, check nothing. */
