@@ -950,7 +950,7 @@ static int calibrate_once(lua_State *L, struct calib *c, char *err,
 int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
                        size_t errlen)
 {
-  struct calib *c = calloc(1, sizeof(*c));
+  struct calib *c = malloc(sizeof(*c));
   uintptr_t g;
   int32_t state;
   int ok;
@@ -958,6 +958,7 @@ int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
     snprintf(err, errlen, "check 'memory' failed: out of memory");
     return 0;
   }
+  memset(c, 0, CALIB_ARRAYS); /* (The checks use no array.) */
   c->lay = *lay;
   c->L = L;
   c->err = err;
@@ -1024,13 +1025,14 @@ void vm_layout_trace_lines_unknown(struct vm_layout *lay)
 void vm_layout_calibrate_trace_lines(lua_State *L, struct vm_layout *lay,
                                      int apart)
 {
-  struct calib *c = calloc(1, sizeof(*c));
+  struct calib *c = malloc(sizeof(*c));
   char err[256];
   if (c == NULL) {
     vm_layout_trace_lines_unknown(lay);
     snprintf(lay->tl.why, sizeof(lay->tl.why), "out of memory");
     return;
   }
+  memset(c, 0, CALIB_ARRAYS); /* (Its searches use no array of it.) */
   c->lay = *lay;
   c->L = L;
   c->err = err;

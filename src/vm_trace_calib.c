@@ -138,15 +138,17 @@ struct tlc {
   int nmemo;           /* Emptied by each run. */
   int vmdef;           /* The stack index of jit.vmdef, or 0. */
   uintptr_t stack_end; /* In the calibration's own C frame. */
+  int ntraces;
+  int based;    /* The known-answer run found the frames below its traces. */
+  int ntargets; /* Call targets of trace allocations (check == 2). */
+  int nsps;     /* arm64: stack pointers the C unwinder found (check == 4). */
+  /* The arrays, from here on, are not cleared: an entry is written whole
+  ** before its count covers it (then only the pages used are touched). */
   struct tlc_memo memo[TLC_MEMOS];
   struct tlc_sample samples[TLC_SAMPLES];
   struct tlc_result results[TLC_RESULTS];
-  int ntraces;
   struct tlc_trace traces[TLC_TRACES];
-  int based;    /* The known-answer run found the frames below its traces. */
-  int ntargets; /* Call targets of trace allocations (check == 2). */
   uintptr_t targets[TLC_TARGETS];
-  int nsps; /* arm64: stack pointers the C unwinder found (check == 4). */
   struct {
     uintptr_t adj; /* The C frame less JLOOP's adjustment and the sp. */
     uint8_t window[TLC_WINDOW]; /* Of the trace found. */
@@ -1912,11 +1914,12 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
     return;
   }
   ju = lua_gettop(L);
-  if ((t = calloc(1, sizeof(*t))) == NULL) {
+  if ((t = malloc(sizeof(*t))) == NULL) {
     lua_settop(L, top);
     tl_fail(tl, "out of memory");
     return;
   }
+  memset(t, 0, offsetof(struct tlc, memo));
   t->c = c;
   t->stack_end = (uintptr_t)&top;
   if (!run_known(L, t, "=memprof.calibration.lines")) {
