@@ -957,7 +957,19 @@ static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
 ** two 32-bit numbers after it; the other is the lowest free trace number,
 ** never larger: the larger one that fits is the size (on a tie, the later
 ** slot, as in every known build). */
+static int search_traces(struct calib *c);
+
 int discover_traces(struct calib *c)
+{
+  int batch = safe_read_batch_begin(), found;
+  /* A search in C alone, no Lua code runs: the VM's memory stands still,
+  ** and each block of it is read once. */
+  found = search_traces(c);
+  safe_read_batch_end(batch);
+  return found;
+}
+
+static int search_traces(struct calib *c)
 {
   struct vm_layout *lay = &c->lay;
   enum { WINDOW = 4096 };

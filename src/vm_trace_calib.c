@@ -965,8 +965,11 @@ static int find_stack_adjust(lua_State *L, struct tlc *t)
   return set_field(tl, &tl->tr_spadjust, fits_at == 1 ? found : -1,
                    "stack adjustment (seen by the C unwinder)");
 #else
+  /* The stack copies are searched in C alone: one batch. */
+  int batch = safe_read_batch_begin();
   (void)L;
   find_spadjust(t);
+  safe_read_batch_end(batch);
   return set_field(tl, &tl->tr_spadjust, find_field(t, WANT_SPADJUST, 2, hint),
                    "stack adjustment (seen on the stack)");
 #endif
