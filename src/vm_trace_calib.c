@@ -30,12 +30,12 @@
 #define TLC_TRACES 12
 #define TLC_SNAPS 48
 #define TLC_ENTRIES 24
-#define TLC_SAMPLES 16
+#define TLC_SAMPLES 8
 #define TLC_WORDS 512
 #define TLC_RESULTS 256
 /* Events resolved by a known-answer run (each must resolve right; the
 ** judges need a few of each kind), and call targets noted by one. */
-#define TLC_KNOWN_EVENTS 48
+#define TLC_KNOWN_EVENTS 24
 #define TLC_TARGETS 16
 /* Rounds of a known-answer loop that compiles it (LuaJIT's hotloop is
 ** 56), and of one whose traces are compiled already. */
