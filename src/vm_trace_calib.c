@@ -33,8 +33,11 @@
 #define TLC_SAMPLES 8
 #define TLC_WORDS 512
 #define TLC_RESULTS 256
-/* Events resolved by a known-answer run (each must resolve right; the
-** judges need a few of each kind), and call targets noted by one. */
+/* Events resolved by the known chunk's run (each must resolve right; the
+** judge needs the table's and the inlined callee's), and call targets
+** noted by a run. The built-ins' runs resolve up to TLC_RESULTS: their
+** first events can come from a trace that shows one line alone (the
+** string.format chunk's, on upstream-2026-gc64), the others later. */
 #define TLC_KNOWN_EVENTS 24
 #define TLC_TARGETS 16
 /* Rounds of a known-answer loop that compiles it (LuaJIT's hotloop is
@@ -135,6 +138,8 @@ struct tlc {
   int check;
   int nsamples, nresults, dropped;
   int want_results;    /* Results this run resolves, at most TLC_RESULTS. */
+  int want_bases;      /* ... with the frames below their trace (judged in the
+                       ** known chunk's run alone). */
   int nmemo;           /* Emptied by each run. */
   int vmdef;           /* The stack index of jit.vmdef, or 0. */
   uintptr_t stack_end; /* In the calibration's own C frame. */
@@ -280,7 +285,8 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
       m->place = r->place;
     }
   }
-  base_frames(t, r);
+  if (t->want_bases)
+    base_frames(t, r);
 }
 
 /* An exit restoring a sunk object: the place of snapshot J->exitno of
@@ -1457,7 +1463,7 @@ static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   tl->concat_ok = 1;
   t->check = 3;
   t->nresults = t->dropped = 0;
-  t->want_results = TLC_KNOWN_EVENTS;
+  t->want_results = TLC_RESULTS;
   pt = run_builtin_chunk(L, t, fn, 2, chunk);
   if (pt == 0 || !concat_known(t, pt))
     tl->concat_ok = 0;
@@ -1536,7 +1542,7 @@ static void find_format_frame(lua_State *L, struct tlc *t)
   tl->format_ok = 1;
   t->check = 3;
   t->nresults = t->dropped = 0;
-  t->want_results = TLC_KNOWN_EVENTS;
+  t->want_results = TLC_RESULTS;
   pt = run_builtin_chunk(L, t, fn, 2, chunk);
   if (pt == 0 || !format_known(t, pt))
     tl->format_ok = 0;
@@ -1699,7 +1705,9 @@ static int known_run(lua_State *L, struct tlc *t)
   t->check = 1;
   t->nresults = t->dropped = 0;
   t->want_results = TLC_KNOWN_EVENTS;
+  t->want_bases = 1;
   if (!run_known(L, t, "=memprof.calibration.lines")) {
+    t->want_bases = 0;
     lua_settop(L, top);
     tl_fail(&t->c->lay.tl, "the known-answer chunk does not run");
     return 0;
@@ -1708,6 +1716,7 @@ static int known_run(lua_State *L, struct tlc *t)
   inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
   outer_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -3));
   lua_settop(L, top);
+  t->want_bases = 0;
   batch = safe_read_batch_begin();
   r = judge_known(t, run_pt, inner_pt, outer_pt);
   safe_read_batch_end(batch);
