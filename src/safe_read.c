@@ -69,6 +69,43 @@ static int read_once(uintptr_t addr, void *dst, size_t n)
   return ok;
 }
 
+/* The kernel's reads of [addr, addr + n) into one buffer of SCRATCH bytes,
+** SCRATCH_PARTS parts a call. */
+#define SCRATCH 4096u
+#define SCRATCH_PARTS 128u
+int safe_readable(uintptr_t addr, size_t n)
+{
+  uint8_t scratch[SCRATCH];
+  struct iovec local[SCRATCH_PARTS], remote;
+  int saved = errno, ok = 1;
+  if (addr < 4096 || addr + n < addr)
+    return 0;
+  while (n > 0 && ok) {
+    size_t call = 0, k;
+    unsigned parts = 0;
+    for (; parts < SCRATCH_PARTS && call < n; parts++, call += k) {
+      k = n - call < SCRATCH ? n - call : SCRATCH;
+      local[parts].iov_base = scratch;
+      local[parts].iov_len = k;
+    }
+    remote.iov_base = (void *)addr;
+    remote.iov_len = call;
+    __atomic_add_fetch(&read_calls, 1, __ATOMIC_RELAXED);
+    ok = process_vm_readv(self_pid(), local, parts, &remote, 1, 0) ==
+         (ssize_t)call;
+    if (!ok && (errno == ENOSYS || errno == EPERM)) {
+      /* Where the kernel refuses: a part at a time through the pipe. */
+      for (k = 0, ok = 1; k < call && ok; k += SCRATCH)
+        ok = pipe_read(addr + k, scratch,
+                       call - k < SCRATCH ? call - k : SCRATCH);
+    }
+    addr += call;
+    n -= call;
+  }
+  errno = saved;
+  return ok;
+}
+
 /* ---- Batches ------------------------------------------------------------ */
 
 /* A batch keeps copies of whole blocks: BATCH_BLOCK bytes aligned, so

@@ -10,6 +10,10 @@
 /* Reads n bytes at addr without faulting. Returns 1 on success. */
 int safe_read(uintptr_t addr, void *dst, size_t n);
 
+/* Whether the n bytes at addr all read, without keeping them: for a range
+** too large to copy (each part is read into the same small buffer). */
+int safe_readable(uintptr_t addr, size_t n);
+
 /*
 ** A batch of reads: between begin and end, this thread's reads are served
 ** from copies of the aligned blocks that hold them, each read from the

@@ -70,6 +70,7 @@ struct calib_place {
 struct calib {
   lua_State *L;
   uintptr_t g;
+  int g_read; /* The window of CALIB_G_WINDOW bytes at g read whole. */
   struct vm_layout lay;
   uint64_t given;   /* Fields set by MEMPROF_LAYOUT_OVERRIDE (bits). */
   int discover;     /* First pass: take samples, check nothing. */
@@ -84,15 +85,10 @@ struct calib {
   int32_t also_state; /* ... and also this one (RECORD). */
   int record_walks;   /* Code run while recording was located right. */
   int nevents;
-  struct calib_event events[CALIB_EVENTS];
   int nsamples, nexit_samples;
-  struct calib_sample samples[CALIB_SAMPLES];
-  uint8_t exit_samples[CALIB_EXIT_SAMPLES][CALIB_J_WINDOW];
 
   /* Discovery's notes from the first pass. */
   int nprobes, nplaces;
-  struct calib_sample probes[CALIB_PROBES]; /* In C functions. */
-  struct calib_place places[CALIB_PLACES];
   int gc_sample;             /* A free by the collector, or -1. */
   uint64_t cf_L_slots;       /* C frame slots that held L in every probe. */
   uintptr_t trace_protos[2]; /* Prototypes of the hot loops. */
@@ -103,7 +99,18 @@ struct calib {
   char *err;
   size_t errlen;
   int failed;
+
+  /* The arrays last (CALIB_ARRAYS): a check that uses only the layout
+  ** clears the fields above them, and touches none of their pages. */
+  struct calib_event events[CALIB_EVENTS];
+  struct calib_sample samples[CALIB_SAMPLES];
+  uint8_t exit_samples[CALIB_EXIT_SAMPLES][CALIB_J_WINDOW];
+  struct calib_sample probes[CALIB_PROBES]; /* In C functions. */
+  struct calib_place places[CALIB_PLACES];
 };
+
+/* The size of struct calib's fields before its arrays. */
+#define CALIB_ARRAYS offsetof(struct calib, events)
 
 /* Records the first failed check in c->err. Returns 0. */
 int calib_fail(struct calib *c, const char *check, const char *fmt, ...)

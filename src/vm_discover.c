@@ -887,23 +887,30 @@ static int trace_hit(struct calib *c, const uint8_t *t, size_t tsize,
 #define TRACE_WINDOW 192
 
 /* Whether the array at `arr` with `size` entries holds traces of both hot
-** loops; sets the trace object offsets if so. */
+** loops; sets the trace object offsets if so. The entries are read a block
+** at a time as the walk needs them (a candidate's size is up to 65536
+** entries, and most candidates are not the array): the whole array must
+** still read, checked without a copy. */
+#define TRACE_REFS_BLOCK 4096
 static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
 {
   struct vm_layout *lay = &c->lay;
-  size_t r = lay->ref_size;
-  uint8_t *refs = malloc((size_t)size * r), t[TRACE_WINDOW];
+  size_t r = lay->ref_size, per = TRACE_REFS_BLOCK / r, first = 0, have = 0;
+  uint8_t refs[TRACE_REFS_BLOCK], t[TRACE_WINDOW];
   struct trace_hit hits[2];
   int seen = 0;
   uint32_t n;
-  if (refs == NULL || !safe_read(arr, refs, (size_t)size * r)) {
-    free(refs);
-    return 0;
-  }
   for (n = 1; n < size && seen != 3; n++) {
-    uintptr_t T = get_ref(lay, refs, (size_t)n * r);
+    uintptr_t T;
     struct trace_hit hit;
     uint8_t type;
+    if (n >= first + have) {
+      first = n;
+      have = size - n < per ? size - n : per;
+      if (!safe_read(arr + first * r, refs, have * r))
+        return 0;
+    }
+    T = get_ref(lay, refs, (n - first) * r);
     if (T == 0)
       continue;
     /* In the trace array every entry is empty or a trace. */
@@ -918,10 +925,10 @@ static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
       hits[hit.which] = hit;
     seen |= 1 << hit.which;
   }
-  free(refs);
   if (seen != 3 || hits[0].startpt != hits[1].startpt ||
       hits[0].startpc != hits[1].startpc ||
-      (hits[0].traceno_mask & hits[1].traceno_mask) == 0)
+      (hits[0].traceno_mask & hits[1].traceno_mask) == 0 ||
+      !safe_readable(arr, (size_t)size * r))
     return 0;
   {
     uint64_t mask = hits[0].traceno_mask & hits[1].traceno_mask;
@@ -950,7 +957,19 @@ static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
 ** two 32-bit numbers after it; the other is the lowest free trace number,
 ** never larger: the larger one that fits is the size (on a tie, the later
 ** slot, as in every known build). */
+static int search_traces(struct calib *c);
+
 int discover_traces(struct calib *c)
+{
+  int batch = safe_read_batch_begin(), found;
+  /* A search in C alone, no Lua code runs: the VM's memory stands still,
+  ** and each block of it is read once. */
+  found = search_traces(c);
+  safe_read_batch_end(batch);
+  return found;
+}
+
+static int search_traces(struct calib *c)
 {
   struct vm_layout *lay = &c->lay;
   enum { WINDOW = 4096 };

@@ -50,6 +50,8 @@ int calib_fail(struct calib *c, const char *check, const char *fmt, ...)
 int calib_given(const struct calib *c, size_t field)
 {
   int i;
+  if (c->given == 0) /* (No override: the searches ask thousands of times.) */
+    return 0;
   for (i = 0; vm_layout_fields[i].name != NULL; i++)
     if (vm_layout_fields[i].offset == field)
       return (c->given >> i) & 1;
@@ -61,6 +63,7 @@ void calib_take_sample(struct calib *c, uintptr_t L, struct calib_sample *s)
   uintptr_t cf;
   s->L = L;
   s->g_ok = c->g != 0 && safe_read(c->g, s->g, sizeof(s->g));
+  c->g_read = c->g_read || s->g_ok;
   s->cf_ok = 0;
   s->cf_addr = 0;
   if (c->have_thread && vm_ptr(1, L + c->lay.L_cframe, &cf) &&
@@ -78,6 +81,7 @@ static void *calib_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
   struct calib *c = ud;
   int32_t st = 0;
   struct calib_event *e;
+  int batch;
   /* Windows 1 and 3 look for one new block: a collector step run by the
   ** same allocation can free hundreds of objects in a busy VM, which must
   ** not take the places that block needs. */
@@ -85,10 +89,18 @@ static void *calib_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
       (c->only_ptr != 0 && (uintptr_t)ptr != c->only_ptr) ||
       ((c->window == 1 || c->window == 3) && (ptr != NULL || nsize == 0)))
     return c->orig_alloc(c->orig_ud, ptr, osize, nsize);
+  /* The VM stands still in its allocator: this event's reads are one
+  ** batch, and global_State's window (read whole once: a block of the VM
+  ** that lives as long as it) is read in place. */
+  batch = safe_read_batch_begin();
+  if (c->g_read)
+    safe_read_batch_trust(batch, c->g, c->g + CALIB_G_WINDOW);
   if (c->have_globals && !vm_i32(1, c->g + c->lay.g_vmstate, &st))
     st = 0;
-  if (c->only_state != 0 && st != c->only_state && st != c->also_state)
+  if (c->only_state != 0 && st != c->only_state && st != c->also_state) {
+    safe_read_batch_end(batch);
     return c->orig_alloc(c->orig_ud, ptr, osize, nsize);
+  }
   e = &c->events[c->nevents++];
   memset(e, 0, sizeof(*e));
   e->ptr = (uintptr_t)ptr;
@@ -113,6 +125,7 @@ static void *calib_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
       vm_locate_frame(&c->lay, 1, c->g + c->lay.g_cur_L, e->ptr, NULL,
                       &e->site);
   }
+  safe_read_batch_end(batch);
   e->nptr = (uintptr_t)c->orig_alloc(c->orig_ud, ptr, osize, nsize);
   return (void *)e->nptr;
 }
@@ -916,11 +929,14 @@ static int verify(lua_State *L, struct calib *c)
   return classify_states(c);
 }
 
-/* One calibration: discovery, then verification. */
+/* One calibration: discovery, then verification; c is zeroed (calloc's
+** pages are zero already: only a second try clears what the first
+** wrote, so that the first touches only the pages it uses). */
 static int calibrate_once(lua_State *L, struct calib *c, char *err,
-                          size_t errlen)
+                          size_t errlen, int again)
 {
-  memset(c, 0, sizeof(*c));
+  if (again)
+    memset(c, 0, sizeof(*c));
   c->L = L;
   c->err = err;
   c->errlen = errlen;
@@ -934,7 +950,7 @@ static int calibrate_once(lua_State *L, struct calib *c, char *err,
 int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
                        size_t errlen)
 {
-  struct calib *c = calloc(1, sizeof(*c));
+  struct calib *c = malloc(sizeof(*c));
   uintptr_t g;
   int32_t state;
   int ok;
@@ -942,6 +958,7 @@ int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
     snprintf(err, errlen, "check 'memory' failed: out of memory");
     return 0;
   }
+  memset(c, 0, CALIB_ARRAYS); /* (The checks use no array.) */
   c->lay = *lay;
   c->L = L;
   c->err = err;
@@ -970,16 +987,16 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
            "check 'architecture' failed: only x86_64 and arm64 are known");
   return 0;
 #endif
-  if ((c = malloc(sizeof(*c))) == NULL) {
+  if ((c = calloc(1, sizeof(*c))) == NULL) {
     snprintf(err, errlen, "check 'memory' failed: out of memory");
     return 0;
   }
   /* A busy VM can disturb one run of the probes (a collector step or a
   ** trace in the middle of a window), so a failed calibration is tried
   ** once more; what is accepted is always what the checks verified. */
-  ok = calibrate_once(L, c, err, errlen);
+  ok = calibrate_once(L, c, err, errlen, 0);
   if (!ok && c->given == 0)
-    ok = calibrate_once(L, c, err, errlen);
+    ok = calibrate_once(L, c, err, errlen, 1);
   if (ok) {
     (void)apart; /* (The trace lines' calibration comes apart.) */
     vm_layout_trace_lines_unknown(&c->lay);
@@ -1008,13 +1025,14 @@ void vm_layout_trace_lines_unknown(struct vm_layout *lay)
 void vm_layout_calibrate_trace_lines(lua_State *L, struct vm_layout *lay,
                                      int apart)
 {
-  struct calib *c = calloc(1, sizeof(*c));
+  struct calib *c = malloc(sizeof(*c));
   char err[256];
   if (c == NULL) {
     vm_layout_trace_lines_unknown(lay);
     snprintf(lay->tl.why, sizeof(lay->tl.why), "out of memory");
     return;
   }
+  memset(c, 0, CALIB_ARRAYS); /* (Its searches use no array of it.) */
   c->lay = *lay;
   c->L = L;
   c->err = err;

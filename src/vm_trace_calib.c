@@ -30,9 +30,20 @@
 #define TLC_TRACES 12
 #define TLC_SNAPS 48
 #define TLC_ENTRIES 24
-#define TLC_SAMPLES 32
+#define TLC_SAMPLES 8
 #define TLC_WORDS 512
 #define TLC_RESULTS 256
+/* Events resolved by the known chunk's run (each must resolve right; the
+** judge needs the table's and the inlined callee's), and call targets
+** noted by a run. The built-ins' runs resolve up to TLC_RESULTS: their
+** first events can come from a trace that shows one line alone (the
+** string.format chunk's, on upstream-2026-gc64), the others later. */
+#define TLC_KNOWN_EVENTS 24
+#define TLC_TARGETS 16
+/* Rounds of a known-answer loop that compiles it (LuaJIT's hotloop is
+** 56), and of one whose traces are compiled already. */
+#define TLC_COMPILE_ROUNDS 400
+#define TLC_COMPILED_ROUNDS 400
 #define TLC_WINDOW 160
 #define TLC_MEMOS 32
 #define TLC_MCODE_MAX (1u << 20) /* A trace's machine code, at most. */
@@ -126,18 +137,23 @@ struct tlc {
   void *orig_ud;
   int check;
   int nsamples, nresults, dropped;
+  int want_results;    /* Results this run resolves, at most TLC_RESULTS. */
+  int want_bases;      /* ... with the frames below their trace (judged in the
+                       ** known chunk's run alone). */
   int nmemo;           /* Emptied by each run. */
   int vmdef;           /* The stack index of jit.vmdef, or 0. */
   uintptr_t stack_end; /* In the calibration's own C frame. */
+  int ntraces;
+  int based;    /* The known-answer run found the frames below its traces. */
+  int ntargets; /* Call targets of trace allocations (check == 2). */
+  int nsps;     /* arm64: stack pointers the C unwinder found (check == 4). */
+  /* The arrays, from here on, are not cleared: an entry is written whole
+  ** before its count covers it (then only the pages used are touched). */
   struct tlc_memo memo[TLC_MEMOS];
   struct tlc_sample samples[TLC_SAMPLES];
   struct tlc_result results[TLC_RESULTS];
-  int ntraces;
   struct tlc_trace traces[TLC_TRACES];
-  int based;    /* The known-answer run found the frames below its traces. */
-  int ntargets; /* Call targets of trace allocations (check == 2). */
-  uintptr_t targets[64];
-  int nsps; /* arm64: stack pointers the C unwinder found (check == 4). */
+  uintptr_t targets[TLC_TARGETS];
   struct {
     uintptr_t adj; /* The C frame less JLOOP's adjustment and the sp. */
     uint8_t window[TLC_WINDOW]; /* Of the trace found. */
@@ -242,7 +258,7 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
   struct tlc_result *r;
   uintptr_t T, ret, snap, mcode;
   int sn;
-  if (t->nresults >= TLC_RESULTS) {
+  if (t->nresults >= t->want_results) {
     t->dropped++;
     return;
   }
@@ -269,7 +285,8 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
       m->place = r->place;
     }
   }
-  base_frames(t, r);
+  if (t->want_bases)
+    base_frames(t, r);
 }
 
 /* An exit restoring a sunk object: the place of snapshot J->exitno of
@@ -282,7 +299,7 @@ static void resolve_exit(struct tlc *t)
   uintptr_t T, snap;
   uint32_t parent, exitno;
   uint16_t nsnap;
-  if (!lay->exit_ok || t->nresults >= TLC_RESULTS)
+  if (!lay->exit_ok || t->nresults >= t->want_results)
     return;
   r = &t->results[t->nresults++];
   memset(r, 0, sizeof(*r));
@@ -304,7 +321,7 @@ static void note_target(struct tlc *t, uint32_t traceno, uintptr_t low)
 {
   const struct vm_layout *lay = &t->c->lay;
   uintptr_t T, ret = 0, mcode = 0;
-  if (t->ntargets >= 64)
+  if (t->ntargets >= TLC_TARGETS)
     return;
   T = tl_locate(lay, 1, t->c->g, &traceno, low, &ret, &mcode);
   t->targets[t->ntargets++] = T != 0 ? tl_call_target(1, ret, mcode) : 0;
@@ -344,13 +361,13 @@ static int tlc_wants(const struct tlc *t)
   case 0:
     return t->nsamples < TLC_SAMPLES;
   case 2:
-    return t->ntargets < 64;
+    return t->ntargets < TLC_TARGETS;
 #if defined(__aarch64__)
   case 4:
     return t->nsps < TLC_SAMPLES;
 #endif
   default:
-    return t->nresults < TLC_RESULTS;
+    return t->nresults < t->want_results;
   }
 }
 
@@ -451,7 +468,7 @@ static int run_known(lua_State *L, struct tlc *t, const char *name)
     return 0;
   }
   lua_pushvalue(L, -3);
-  lua_pushinteger(L, 400);
+  lua_pushinteger(L, TLC_COMPILE_ROUNDS);
   t->orig = lua_getallocf(L, &t->orig_ud);
   t->nmemo = 0;
   lua_setallocf(L, tlc_alloc, t);
@@ -954,8 +971,11 @@ static int find_stack_adjust(lua_State *L, struct tlc *t)
   return set_field(tl, &tl->tr_spadjust, fits_at == 1 ? found : -1,
                    "stack adjustment (seen by the C unwinder)");
 #else
+  /* The stack copies are searched in C alone: one batch. */
+  int batch = safe_read_batch_begin();
   (void)L;
   find_spadjust(t);
+  safe_read_batch_end(batch);
   return set_field(tl, &tl->tr_spadjust, find_field(t, WANT_SPADJUST, 2, hint),
                    "stack adjustment (seen on the stack)");
 #endif
@@ -1277,10 +1297,10 @@ static int concat_shape(lua_State *L, int ju, struct tlc *t, uint32_t n)
 /* The chunk: table.concat (given) on one line, a concatenation on another,
 ** each after a store (so a snapshot is taken at its line). Each run makes
 ** strings of its own (from `base`): an interned one is not allocated. */
-static const char concat_chunk[] = "local concat, base = ...\n"
+static const char concat_chunk[] = "local concat, base, rounds = ...\n"
                                    "local t, keep = {0, 'b'}, {0, 0, 0, 0}\n"
                                    "local other = {0, 0, 0, 0}\n"
-                                   "for i = base, base + 399 do\n"
+                                   "for i = base, base + rounds - 1 do\n"
                                    "  t[1] = i\n"
                                    "  local s = concat(t, ',') --@join\n"
                                    "  keep[i % 4 + 1] = s\n"
@@ -1288,24 +1308,30 @@ static const char concat_chunk[] = "local concat, base = ...\n"
                                    "  other[i % 4 + 1] = c\n"
                                    "end\n";
 
-/* Runs a known-answer chunk (chunk, size bytes, named name), given the
+/* Runs a known-answer chunk (the function at index `chunk`), given the
 ** built-in at index fn, under the recording allocator: the first (`run`
-** 1) or the second run. Returns the chunk's prototype, or 0. */
+** 1) or the second run. Each run is of a chunk loaded afresh: a second run
+** through the first's traces left string.format's frame unproven in some
+** processes (7 of 26 environments of OpenResty's luajit2). Returns the
+** chunk's prototype, or 0. */
 static uintptr_t run_builtin_chunk(lua_State *L, struct tlc *t, int fn, int run,
-                                   const char *chunk, size_t size,
-                                   const char *name)
+                                   int chunk)
 {
   uintptr_t pt;
   int top = lua_gettop(L), status;
-  if (luaL_loadbuffer(L, chunk, size, name) != 0)
+  pt = vm_func_proto(&t->c->lay, 1, (uintptr_t)lua_topointer(L, chunk));
+  if (pt == 0)
     return 0;
-  pt = vm_func_proto(&t->c->lay, 1, (uintptr_t)lua_topointer(L, -1));
+  lua_pushvalue(L, chunk);
   lua_pushvalue(L, fn);
   lua_pushinteger(L, run == 1 ? 1000000 : 2000000);
+  /* The first run compiles (the loop is hot after 56 rounds); the second
+  ** runs in its traces. */
+  lua_pushinteger(L, run == 1 ? TLC_COMPILE_ROUNDS : TLC_COMPILED_ROUNDS);
   t->orig = lua_getallocf(L, &t->orig_ud);
   t->nmemo = 0;
   lua_setallocf(L, tlc_alloc, t);
-  status = lua_pcall(L, 2, 0, 0);
+  status = lua_pcall(L, 3, 0, 0);
   lua_setallocf(L, t->orig, t->orig_ud);
   lua_settop(L, top);
   return status == 0 ? pt : 0;
@@ -1345,11 +1371,15 @@ static int builtin_known(const struct tlc *t, uintptr_t pt, const char *chunk,
   return framed_n >= 3 && cats >= 3;
 }
 
-static uintptr_t run_concat(lua_State *L, struct tlc *t, int fn, int run)
+/* Pushes a known-answer chunk of `size` bytes as a function named `name`,
+** or nil if it does not load. */
+static void push_chunk(lua_State *L, const char *chunk, size_t size,
+                       const char *name)
 {
-  return run_builtin_chunk(L, t, fn, run, concat_chunk,
-                           sizeof(concat_chunk) - 1,
-                           "=memprof.calibration.concat");
+  if (luaL_loadbuffer(L, chunk, size, name) != 0) {
+    lua_pop(L, 1);
+    lua_pushnil(L);
+  }
 }
 
 static int concat_known(const struct tlc *t, uintptr_t pt)
@@ -1368,6 +1398,7 @@ static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
   int top = lua_gettop(L), vmdef, fn, ops[4], tostr_id, puttab_id, i, shaped;
+  int chunk;
   uint32_t n, size;
   uintptr_t pt;
   uint8_t ffid;
@@ -1412,10 +1443,13 @@ static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
       ffid <= FFID_C)
     goto done;
   tl->concat_ffid = ffid;
+  push_chunk(L, concat_chunk, sizeof(concat_chunk) - 1,
+             "=memprof.calibration.concat");
+  chunk = lua_gettop(L);
   /* Every allocation of the chunk's trace goes to lj_buf_tostr. */
   t->check = 2;
   t->ntargets = 0;
-  if (run_concat(L, t, fn, 1) == 0 || t->ntargets < 3)
+  if (run_builtin_chunk(L, t, fn, 1, chunk) == 0 || t->ntargets < 3)
     goto done;
   for (i = 0; i < t->ntargets; i++)
     if (t->targets[i] != tl->buf_tostr)
@@ -1430,7 +1464,10 @@ static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   tl->concat_ok = 1;
   t->check = 3;
   t->nresults = t->dropped = 0;
-  pt = run_concat(L, t, fn, 2);
+  t->want_results = TLC_RESULTS;
+  push_chunk(L, concat_chunk, sizeof(concat_chunk) - 1,
+             "=memprof.calibration.concat");
+  pt = run_builtin_chunk(L, t, fn, 2, lua_gettop(L));
   if (pt == 0 || !concat_known(t, pt))
     tl->concat_ok = 0;
 done:
@@ -1442,21 +1479,14 @@ done:
 /* The chunk: string.format (given) on one line, a concatenation on
 ** another, each stored (so a snapshot is taken at its line); `%5.1f`
 ** calls lj_strfmt_putfnum. Each run makes strings of its own. */
-static const char format_chunk[] = "local format, base = ...\n"
+static const char format_chunk[] = "local format, base, rounds = ...\n"
                                    "local keep, other = {0, 0, 0, 0}, "
                                    "{0, 0, 0, 0}\n"
-                                   "for i = base, base + 399 do\n"
+                                   "for i = base, base + rounds - 1 do\n"
                                    "  keep[i % 4 + 1] = format('%5.1f', i + "
                                    "0.5) --@fmt\n"
                                    "  other[i % 4 + 1] = 'k' .. i --@cat\n"
                                    "end\n";
-
-static uintptr_t run_format(lua_State *L, struct tlc *t, int fn, int run)
-{
-  return run_builtin_chunk(L, t, fn, run, format_chunk,
-                           sizeof(format_chunk) - 1,
-                           "=memprof.calibration.format");
-}
 
 static int format_known(const struct tlc *t, uintptr_t pt)
 {
@@ -1475,7 +1505,7 @@ static void find_format_frame(lua_State *L, struct tlc *t)
       "lj_strfmt_putfstr",     "lj_strfmt_putfchar",     "lj_strfmt_putquoted"};
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
-  int top = lua_gettop(L), vmdef, fn, i, bufput;
+  int top = lua_gettop(L), vmdef, fn, i, bufput, chunk;
   uintptr_t pt;
   uint8_t ffid;
   if (!tl->concat_ok || !push_vmdef(L, t))
@@ -1504,15 +1534,21 @@ static void find_format_frame(lua_State *L, struct tlc *t)
       ffid <= FFID_C || ffid == tl->concat_ffid)
     goto done;
   tl->format_ffid = ffid;
+  push_chunk(L, format_chunk, sizeof(format_chunk) - 1,
+             "=memprof.calibration.format");
+  chunk = lua_gettop(L);
   /* A first run compiles the loop; the second is resolved. */
   t->check = 2;
   t->ntargets = 0;
-  if (run_format(L, t, fn, 1) == 0)
+  if (run_builtin_chunk(L, t, fn, 1, chunk) == 0)
     goto done;
   tl->format_ok = 1;
   t->check = 3;
   t->nresults = t->dropped = 0;
-  pt = run_format(L, t, fn, 2);
+  t->want_results = TLC_RESULTS;
+  push_chunk(L, format_chunk, sizeof(format_chunk) - 1,
+             "=memprof.calibration.format");
+  pt = run_builtin_chunk(L, t, fn, 2, lua_gettop(L));
   if (pt == 0 || !format_known(t, pt))
     tl->format_ok = 0;
 done:
@@ -1673,7 +1709,10 @@ static int known_run(lua_State *L, struct tlc *t)
   uintptr_t run_pt, inner_pt, outer_pt;
   t->check = 1;
   t->nresults = t->dropped = 0;
+  t->want_results = TLC_KNOWN_EVENTS;
+  t->want_bases = 1;
   if (!run_known(L, t, "=memprof.calibration.lines")) {
+    t->want_bases = 0;
     lua_settop(L, top);
     tl_fail(&t->c->lay.tl, "the known-answer chunk does not run");
     return 0;
@@ -1682,6 +1721,7 @@ static int known_run(lua_State *L, struct tlc *t)
   inner_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -2));
   outer_pt = vm_func_proto(lay, 1, (uintptr_t)lua_topointer(L, -3));
   lua_settop(L, top);
+  t->want_bases = 0;
   batch = safe_read_batch_begin();
   r = judge_known(t, run_pt, inner_pt, outer_pt);
   safe_read_batch_end(batch);
@@ -1722,6 +1762,7 @@ static void check_exits(lua_State *L, struct tlc *t)
   for (attempt = 0; attempt < 3 && !tl->exit_ok; attempt++) {
     t->check = 1;
     t->nresults = t->dropped = seen = 0;
+    t->want_results = TLC_RESULTS;
     if (luaL_loadbuffer(L, exit_chunk, sizeof(exit_chunk) - 1,
                         "=memprof.calibration.exits") != 0) {
       lua_settop(L, top);
@@ -1890,11 +1931,12 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
     return;
   }
   ju = lua_gettop(L);
-  if ((t = calloc(1, sizeof(*t))) == NULL) {
+  if ((t = malloc(sizeof(*t))) == NULL) {
     lua_settop(L, top);
     tl_fail(tl, "out of memory");
     return;
   }
+  memset(t, 0, offsetof(struct tlc, memo));
   t->c = c;
   t->stack_end = (uintptr_t)&top;
   if (!run_known(L, t, "=memprof.calibration.lines")) {
