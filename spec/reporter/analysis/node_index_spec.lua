@@ -6,8 +6,8 @@ local bit = require('bit')
 local node_index = require('memprof.analysis.node_index')
 
 -- Addresses of three kinds: neighbours 16 bytes apart, addresses 2^32
--- apart (the same low bits), and ones 2^(bits + 3) apart, which share a
--- home before the high bits are mixed in.
+-- apart (the same low bits), and ones 2^13 apart, which share a home
+-- before the address is folded.
 local function addresses(n)
   local list = {}
   for i = 1, n do
@@ -52,10 +52,10 @@ describe('the node index of heap snapshot addresses', function()
     local addrs = ffi.new('double[?]', 8)
     local index = node_index.new()
     -- Below 2^32, an address's home in 2^10 buckets is its low bits less
-    -- 3, folded once by 10: these five all have the last bucket's.
+    -- 4, folded twice by 10: these five all have the last bucket's.
     for v = 2, 6 do
       local k = v - 2
-      addrs[v] = (k * 1024 + bit.bxor(1023, k)) * 8
+      addrs[v] = (k * 1024 + bit.bxor(1023, k)) * 16
       index:put(addrs, v)
     end
     assert.equal(1023, index.mask)
@@ -65,6 +65,6 @@ describe('the node index of heap snapshot addresses', function()
     for v = 2, 6 do
       assert.equal(v, index:get(addrs, addrs[v]))
     end
-    assert.is_nil(index:get(addrs, 1023 * 8 + 8))
+    assert.is_nil(index:get(addrs, 1023 * 16 + 16))
   end)
 end)
