@@ -93,6 +93,24 @@ describe('memprof.analysis.rows', function()
       assert.are.same({ rows = 3, count = 9 }, rest)
     end)
 
+  it('keeps rows by a function and sorts them by values of its own',
+    function()
+      local set = filled()
+      local double = {}
+      for _, group in ipairs(set.groups) do
+        double[group.id] = 100 - set.columns.bytes[group.id]
+      end
+      local shown, rest = set:top({ by = double, top = 1, sums = { 'bytes' },
+        keep = function(group)
+          return group.name ~= 'd'
+        end })
+      assert.are.same({ 'a' }, names(shown))
+      assert.are.same({ rows = 2, bytes = 130 }, rest)
+      local first, kept = set:ordered({ by = double, keep = 'count' })
+      assert.are.same({ 'a', 'b', 'c' }, names(first))
+      assert.are.equal(3, kept)
+    end)
+
   it('sorts groups by values, then by name', function()
     local g = four_groups()
     local values = { [1] = 3, [2] = 9, [3] = 3, [4] = 1 }
@@ -184,12 +202,12 @@ describe('rows.figures', function()
     function()
     local result = stream()
     local figures = rows.figures(result)
-    local names = {}
+    local listed = {}
     for i, group in ipairs(figures.groups) do
-      names[i] = group.name
+      listed[i] = group.name
       assert.are.equal(result.grouper.list[group.id], group)
     end
-    assert.are.same({ '@r.lua:2', '@r.lua:3', '@r.lua:4', BEFORE }, names)
+    assert.are.same({ '@r.lua:2', '@r.lua:3', '@r.lua:4', BEFORE }, listed)
     assert.are.same({
       ['@r.lua:2'] = { 3, 24, 8, 1 },
       ['@r.lua:3'] = { 2, 28, 12, 1 },
@@ -201,5 +219,57 @@ describe('rows.figures', function()
         'released_bytes', 'overrides' }) do
       assert.is_nil(figures.columns[field], field)
     end
+  end)
+end)
+
+describe('rows.of_pass', function()
+  -- @r.lua:2 of two functions of one name (a chunk loaded twice: two
+  -- sites, one row), and @r.lua:5.
+  local function twice()
+    local s = B.new():lfunc(0x100, '@r.lua', 1):lfunc(0x200, '@r.lua', 1)
+      :events()
+    s:alloc(B.lua(0x100, 2), 0x10, 8)
+    s:alloc(B.lua(0x100, 5), 0x20, 32)
+    s:alloc(B.lua(0x200, 2), 0x30, 16)
+    s:realloc(B.lua(0x100, 5), 0x20, 32, 0x40, 64)
+    s:epilogue()
+    return analyze.run(reader.from_string(s:bytes(), 'twice.bin'))
+  end
+
+  it('makes one row of the keys of one group, with their slots', function()
+    local result = twice()
+    local alloc = result.sites.of_kind.alloc
+    assert.are.equal(3, #alloc.keys)
+    local set = rows.of_pass(result.grouper, alloc.keys, alloc,
+      { 'count', 'plus' })
+    assert.are.same({ '@r.lua:2', '@r.lua:5' }, names(set.groups))
+    local two, five = set.groups[1], set.groups[2]
+    assert.are.same({ 2, 24, 1, 32 }, { set.columns.count[two.id],
+      set.columns.plus[two.id], set.columns.count[five.id],
+      set.columns.plus[five.id] })
+    assert.are.same({ 1, 3 }, set:slots(two))
+    assert.are.same({ 2 }, set:slots(five))
+    assert.are.same({ 1, { 3 }, 2 }, { set.first[two.id], set.more[two.id],
+      set.first[five.id] })
+    assert.is_nil(set.more[five.id])
+    -- Its groups are the grouping's: one id for one name.
+    assert.are.equal(result.grouper:key(alloc.keys[3]), two)
+  end)
+
+  it('sums another pass into its rows, false where none of a row\'s keys ' ..
+    'has figures', function()
+    local result = twice()
+    local heap = result.heap
+    local set = rows.of_pass(result.grouper, heap.keys, heap, { 'holds' })
+    local realloc = result.sites.of_kind.realloc
+    assert.are.equal(set, set:sum_pass(result.grouper, realloc.keys, realloc,
+      { { 'reallocated', 'plus' } }))
+    local by = {}
+    for _, group in ipairs(set.groups) do
+      by[group.name] = { set.columns.holds[group.id],
+        set.columns.reallocated[group.id] }
+    end
+    assert.are.same({ ['@r.lua:2'] = { 24, false },
+      ['@r.lua:5'] = { 64, 64 } }, by)
   end)
 end)
