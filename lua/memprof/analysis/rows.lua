@@ -277,12 +277,25 @@ local function group_of(grouper, key)
 end
 M.group_of = group_of
 
+-- The highest group id of a pass's keys (rows by line get their groups
+-- here: the passes keep sites), or nil when the keys' rows are too few
+-- for columns of that size (a section of a few rows in a profile of
+-- many places: its columns stay small tables).
+local function dense_size(grouper, keys)
+  local last = 0
+  for _, key in ipairs(keys) do
+    local id = group_of(grouper, key)[ID]
+    if id > last then
+      last = id
+    end
+  end
+  return 2 * #keys >= last and last or nil
+end
+
 function M.of_pass(grouper, keys, values, fields, Row)
-  -- Rows by line get their groups here (the passes keep sites): the ids
-  -- to come are at most those made so far and one a key.
-  local set = M.new(Row or record.shape(fields), fields,
-    #grouper.list + #keys)
-  local columns, first, more = set.columns, {}, {}
+  local size = dense_size(grouper, keys)
+  local set = M.new(Row or record.shape(fields), fields, size)
+  local columns, first, more = set.columns, size and array(size) or {}, {}
   set.first, set.more = first, more
   for slot, key in ipairs(keys) do
     local group = group_of(grouper, key)
@@ -310,7 +323,7 @@ function Set:sum_pass(grouper, keys, values, sums)
   local columns = self.columns
   for _, sum in ipairs(sums) do
     if not columns[sum[1]] then
-      local column = array(#grouper.list + #keys)
+      local column = {}
       for _, group in ipairs(self.groups) do
         column[group[ID]] = false
       end

@@ -68,8 +68,7 @@ local record = require('memprof.record')
 local layout = require('memprof.report.layout')
 local rows = require('memprof.analysis.rows')
 
-local group_of, name_less = rows.group_of,
-  require('memprof.analysis.groups').name_less
+local group_of = rows.group_of
 local ID = require('memprof.analysis.groups').ID
 
 local M = {}
@@ -206,12 +205,13 @@ end
 -- sites whose blocks the events of the key in that slot released.
 local function details_of(grouper, row, overrides_at, opts, compiled)
   local list, owner_of = overrides(grouper, row.slots, overrides_at)
-  table.sort(list, name_less)
+  -- Sorted as strings: the collector's row may list every other row.
   local names, override_sites = {}, {}
   for i, group in ipairs(list) do
-    names[i] = group.name
-    override_sites[group.name] = owner_of[group]
+    local name = group.name
+    names[i], override_sites[name] = name, owner_of[group]
   end
+  table.sort(names)
   local shown, rest = layout.split_top(names, opts.top, opts.left_out)
   return { sites = keys_of(row), overrides = shown,
     overrides_more = #rest, override_sites = override_sites,
@@ -341,17 +341,24 @@ function Model:overrides(kind, listing, id)
   if #list == 0 then
     return nil
   end
-  table.sort(list, function(a, b)
-    if blocks[a] ~= blocks[b] then
-      return blocks[a] > blocks[b]
-    end
-    return name_less(a, b)
-  end)
-  local counts = {}
+  -- Sorted by name as strings (the collector's row may list every other
+  -- row), the blocks of each by name.
+  local names, group_named, blocks_of = {}, {}, {}
   for k, group in ipairs(list) do
-    counts[k] = blocks[group]
+    local name = group.name
+    names[k], group_named[name], blocks_of[name] = name, group, blocks[group]
   end
-  return { groups = list, blocks = counts }
+  table.sort(names, function(a, b)
+    if blocks_of[a] ~= blocks_of[b] then
+      return blocks_of[a] > blocks_of[b]
+    end
+    return a < b
+  end)
+  local groups, counts = {}, {}
+  for k, name in ipairs(names) do
+    groups[k], counts[k] = group_named[name], blocks_of[name]
+  end
+  return { groups = groups, blocks = counts }
 end
 
 -- The heap's rows with what they allocated (alloc and realloc):
