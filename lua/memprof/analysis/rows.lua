@@ -282,12 +282,21 @@ M.group_of = group_of
 -- for columns of that size (a section of a few rows in a profile of
 -- many places: its columns stay small tables).
 local function dense_size(grouper, keys)
+  -- The groups made here all stay: the collector, paused meanwhile,
+  -- would only mark the rest of the analysis again and again.
+  local running = collectgarbage('isrunning') == true
+  if running then
+    collectgarbage('stop')
+  end
   local last = 0
   for _, key in ipairs(keys) do
     local id = group_of(grouper, key)[ID]
     if id > last then
       last = id
     end
+  end
+  if running then
+    collectgarbage('restart')
   end
   return 2 * #keys >= last and last or nil
 end

@@ -1,6 +1,6 @@
 -- Specs for memprof.analysis.rows, the one row model: figures in one array
 -- per figure, indexed by group id; the rows of a pass, and of the whole
--- analysis.  Runs under LuaJIT and plain Lua 5.1.
+-- analysis.
 
 local columns = require('memprof.analysis.rows')
 local record = require('memprof.record')

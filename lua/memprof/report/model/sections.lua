@@ -181,35 +181,35 @@ end
 
 -- The rows whose blocks the events of `slots` released (overrides_at(slot)
 -- -> owners, their blocks by owner): their groups in order of first
--- appearance, the first owner (key) of each, and when counted the blocks
--- of each, by group.
-local function overrides(grouper, slots, overrides_at, counted)
-  local list, owner_of = {}, {}
-  local blocks = counted and {} or nil
+-- appearance, and the blocks of each, by group.
+local function overrides(grouper, slots, overrides_at)
+  local list, blocks = {}, {}
   for _, slot in ipairs(slots) do
     local owners, owner_blocks = overrides_at(slot)
     for _, owner in ipairs(owners or {}) do
       local group = group_of(grouper, owner)
-      if not owner_of[group] then
-        list[#list + 1], owner_of[group] = group, owner
+      if not blocks[group] then
+        list[#list + 1], blocks[group] = group, 0
       end
-      if counted then
-        blocks[group] = (blocks[group] or 0) + owner_blocks[owner]
-      end
+      blocks[group] = blocks[group] + owner_blocks[owner]
     end
   end
-  return list, owner_of, blocks
+  return list, blocks
 end
 
 -- The details of a row shown (see above): overrides_at(slot) lists the
 -- sites whose blocks the events of the key in that slot released.
-local function details_of(grouper, row, overrides_at, opts, compiled)
-  local list, owner_of = overrides(grouper, row.slots, overrides_at)
-  -- Sorted as strings: the collector's row may list every other row.
+local function details_of(row, overrides_at, opts, compiled)
+  -- The names of the rows of the owners (a key is named as its row),
+  -- sorted as strings: the collector's row may list every other row.
   local names, override_sites = {}, {}
-  for i, group in ipairs(list) do
-    local name = group.name
-    names[i], override_sites[name] = name, owner_of[group]
+  for _, slot in ipairs(row.slots) do
+    for _, owner in ipairs(overrides_at(slot) or {}) do
+      local name = owner.name
+      if not override_sites[name] then
+        names[#names + 1], override_sites[name] = name, owner
+      end
+    end
   end
   table.sort(names)
   local shown, rest = layout.split_top(names, opts.top, opts.left_out)
@@ -253,7 +253,7 @@ function Model:events(kind)
   end
   local details = {}
   for i, row in ipairs(shown) do
-    details[i] = details_of(result.grouper, row, overrides_at, opts, compiled)
+    details[i] = details_of(row, overrides_at, opts, compiled)
   end
   local shown_bytes = layout.sum_of(shown, bytes)
   local total = shown_bytes + rest.sums[bytes]
@@ -334,10 +334,10 @@ end
 -- nil for a row without any.
 function Model:overrides(kind, listing, id)
   local sites = self.result.sites
-  local list, _, blocks = overrides(self.result.grouper,
+  local list, blocks = overrides(self.result.grouper,
     listing.set:slots(self:group(id)), function(slot)
       return sites:overrides_at(kind, slot)
-    end, true)
+    end)
   if #list == 0 then
     return nil
   end
