@@ -57,8 +57,6 @@ build = {
     ["memprof.report.model.leaks"] = "lua/memprof/report/model/leaks.lua",
     ["memprof.report.model.temporary"] = "lua/memprof/report/model/temporary.lua",
     ["memprof.report.model.sections"] = "lua/memprof/report/model/sections.lua",
-    ["memprof.report.model.named_rows"] =
-      "lua/memprof/report/model/named_rows.lua",
     ["memprof.report.model.cumulative"] =
       "lua/memprof/report/model/cumulative.lua",
     ["memprof.report.model.timeline"] = "lua/memprof/report/model/timeline.lua",
@@ -79,7 +77,6 @@ build = {
     ["memprof.report.text"] = "lua/memprof/report/text.lua",
     ["memprof.report.layout"] = "lua/memprof/report/layout.lua",
     ["memprof.report.views"] = "lua/memprof/report/views.lua",
-    ["memprof.report.rows"] = "lua/memprof/report/rows.lua",
     ["memprof.report.json"] = "lua/memprof/report/json.lua",
     ["memprof.report.folded"] = "lua/memprof/report/folded.lua",
     ["memprof.report.pprof"] = "lua/memprof/report/pprof.lua",
@@ -112,7 +109,7 @@ build = {
     ["memprof.cli.launch"] = "lua/memprof/cli/launch.lua",
     ["memprof.encode.utf8"] = "lua/memprof/encode/utf8.lua",
     ["memprof.encode.json_text"] = "lua/memprof/encode/json_text.lua",
-    ["memprof.analysis.columns"] = "lua/memprof/analysis/columns.lua",
+    ["memprof.analysis.rows"] = "lua/memprof/analysis/rows.lua",
     ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {
