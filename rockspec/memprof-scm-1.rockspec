@@ -47,7 +47,6 @@ build = {
     ["memprof.analysis.heap"] = "lua/memprof/analysis/heap.lua",
     ["memprof.analysis.blocks"] = "lua/memprof/analysis/blocks.lua",
     ["memprof.analysis.address_map"] = "lua/memprof/analysis/address_map.lua",
-    ["memprof.analysis.node_index"] = "lua/memprof/analysis/node_index.lua",
     ["memprof.analysis.path_patterns"] = "lua/memprof/analysis/path_patterns.lua",
     ["memprof.analysis.analyze"] = "lua/memprof/analysis/analyze.lua",
     ["memprof.cli.report"] = "lua/memprof/cli/report.lua",
@@ -58,8 +57,6 @@ build = {
     ["memprof.report.model.leaks"] = "lua/memprof/report/model/leaks.lua",
     ["memprof.report.model.temporary"] = "lua/memprof/report/model/temporary.lua",
     ["memprof.report.model.sections"] = "lua/memprof/report/model/sections.lua",
-    ["memprof.report.model.named_rows"] =
-      "lua/memprof/report/model/named_rows.lua",
     ["memprof.report.model.cumulative"] =
       "lua/memprof/report/model/cumulative.lua",
     ["memprof.report.model.timeline"] = "lua/memprof/report/model/timeline.lua",
@@ -84,7 +81,6 @@ build = {
     ["memprof.report.text"] = "lua/memprof/report/text.lua",
     ["memprof.report.layout"] = "lua/memprof/report/layout.lua",
     ["memprof.report.views"] = "lua/memprof/report/views.lua",
-    ["memprof.report.rows"] = "lua/memprof/report/rows.lua",
     ["memprof.report.json"] = "lua/memprof/report/json.lua",
     ["memprof.report.folded"] = "lua/memprof/report/folded.lua",
     ["memprof.report.pprof"] = "lua/memprof/report/pprof.lua",
@@ -123,7 +119,7 @@ build = {
     ["memprof.cli.launch"] = "lua/memprof/cli/launch.lua",
     ["memprof.encode.utf8"] = "lua/memprof/encode/utf8.lua",
     ["memprof.encode.json_text"] = "lua/memprof/encode/json_text.lua",
-    ["memprof.analysis.columns"] = "lua/memprof/analysis/columns.lua",
+    ["memprof.analysis.rows"] = "lua/memprof/analysis/rows.lua",
     ["memprof.version"] = "lua/memprof/version.lua",
   },
   install = {

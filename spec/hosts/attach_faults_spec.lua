@@ -86,7 +86,7 @@ os.exit(require('memprof.cli.attach').main({ %q, '-o', %q }, io.stdout,
     code, out, err = C.run(C.command(C.ROOT .. '/bin/memprof-report', profile))
     assert.are.equal(0, code, err)
     assert.are.equal('', err)
-    assert.truthy(out:find('\n@daemon.lua:4: %d+ events'), out)
+    assert.truthy(out:find('\n@…/daemon.lua:4: %d+ events'), out)
   end)
 
   it('leaves the profile with the parent when the target forks', function()
@@ -107,6 +107,6 @@ os.exit(require('memprof.cli.attach').main({ %q, '-o', %q }, io.stdout,
     assert.is_true(running(child))
     code, _, err = memprof('detach', tostring(pid))
     assert.are.equal(0, code, err)
-    assert.truthy(report('--leaks', profile):find('\n@daemon.lua:5: '))
+    assert.truthy(report('--leaks', profile):find('\n@…/daemon.lua:5: '))
   end)
 end)

@@ -71,11 +71,11 @@ describe('memprof attach PID of an nginx worker', function()
       '--leaks', '--top=1', '--heap=' .. heap, profile))
     assert.are.equal(0, code, err)
     local first = out:match('LIVE AT END[^\n]*\n([^\n]*)\n')
-    assert.truthy(first:find('^@catalog%.lua:4: %d+ blocks'), out)
+    assert.truthy(first:find('^@…/catalog%.lua:4: %d+ blocks'), out)
     assert.truthy(out:find('local body = string.rep', 1, true), out)
     -- The ten pages rendered during the profile before the snapshot, each
     -- held by the cache (page1, rendered before, is not the profile's).
-    assert.truthy(out:find('\nWHO HOLDS IT [^\n]*\n@catalog%.lua:4: 10 ' ..
+    assert.truthy(out:find('\nWHO HOLDS IT [^\n]*\n@…/catalog%.lua:4: 10 ' ..
       'objects, %d+B [^\n]*\n    held by package%.loaded%["catalog"%]%.' ..
       'rendered_cache%.page%d+: 1 object, %d+B\n'), out)
     assert.are.equal(pid, worker_pid(s))

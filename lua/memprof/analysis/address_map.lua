@@ -14,12 +14,23 @@
 --       state is a pointer to a C record of the buckets, size and count
 --       (bits, mask, live, limit), which LuaJIT's code reads as a constant
 --
+--   local index = address_map.index()  -- the same table for numbered
+--                          -- addresses that are never removed (the
+--                          -- nodes of a heap snapshot's graph)
+--   index:put(addrs, v)    -- v's address is addrs[v] (an FFI array)
+--   index:get(addrs, addr) -- the number of addr, or nil
+--
 -- An open-addressing hash table (16-byte buckets of an address and its
 -- slot; linear probing, deletion by shifting the entries after it back,
 -- doubled when half full; the hash keeps neighbouring blocks in
 -- neighbouring buckets), taken with malloc and freed as soon as the
 -- stream is done, so that it is neither in the VM's heap nor left for
 -- its collector.  Slot 0 marks an empty bucket: slots start at 1.
+--
+-- The index is that table with 4-byte buckets of numbers only: a
+-- bucket's key is read from the caller's array of addresses, which may
+-- be reallocated between calls (it is passed to each), so that an
+-- address costs 8 to 16 bytes.  The same home and the same probing.
 
 local ffi = require('ffi')
 
@@ -297,6 +308,75 @@ end
 -- Frees the C memory now; the map must not be used after.
 function Map:free()
   release(self)
+end
+
+-- The index ------------------------------------------------------------------
+
+local INT32S = ffi.typeof('int32_t[?]')
+
+local Index = {}
+Index.__index = Index
+
+function M.index()
+  return setmetatable({ bits = MIN_BITS, mask = 2 ^ MIN_BITS - 1,
+    count = 0, buckets = INT32S(2 ^ MIN_BITS) }, Index)
+end
+
+-- Puts v into the first empty bucket from i on (a function calling
+-- itself, not a loop: see search).
+local function fill(buckets, mask, v, i)
+  if buckets[i] == 0 then
+    buckets[i] = v
+    return
+  end
+  return fill(buckets, mask, v, band(i + 1, mask))
+end
+
+local function index_place(buckets, bits, mask, addr, v)
+  return fill(buckets, mask, v, home_of(addr, bits, mask))
+end
+
+-- Twice as many buckets, each number placed again.
+local function index_grow(self, addrs)
+  local old, size = self.buckets, self.mask + 1
+  local bits = self.bits + 1
+  local mask = 2 ^ bits - 1
+  local buckets = INT32S(mask + 1)
+  for i = 0, size - 1 do
+    local v = old[i]
+    if v ~= 0 then
+      index_place(buckets, bits, mask, addrs[v], v)
+    end
+  end
+  self.buckets, self.bits, self.mask = buckets, bits, mask
+end
+
+-- Adds v (> 0, not yet in the index), whose address is addrs[v].
+function Index:put(addrs, v)
+  self.count = self.count + 1
+  if self.count * 2 > self.mask + 1 then
+    index_grow(self, addrs)
+  end
+  index_place(self.buckets, self.bits, self.mask, addrs[v], v)
+end
+
+-- The number at bucket i or after it in its run, or nil.  (A function
+-- calling itself, not a loop: see search.)
+local function probe(buckets, mask, addrs, addr, i)
+  local v = buckets[i]
+  if v == 0 then
+    return nil
+  end
+  if addrs[v] == addr then
+    return v
+  end
+  return probe(buckets, mask, addrs, addr, band(i + 1, mask))
+end
+
+function Index:get(addrs, addr)
+  local mask = self.mask
+  return probe(self.buckets, mask, addrs, addr, home_of(addr, self.bits,
+    mask))
 end
 
 return M

@@ -34,7 +34,7 @@
 -- stream (the rows' live bytes less what was freed of the blocks
 -- allocated before the profile, which no row holds).
 
-local rows = require('memprof.report.rows')
+local rows = require('memprof.analysis.rows')
 
 local M = {}
 
@@ -60,12 +60,13 @@ function M.figures(result)
   -- The rows' figures in columns by group id (rows.figures), not a
   -- record per row: a large profile has a row per place.
   local by_group = rows.figures(result)
-  for i, group in ipairs(by_group.list) do
+  local columns = by_group.columns
+  for i, group in ipairs(by_group.groups) do
     local name = group.name
     figures.names[i] = name
     figures.row_of[name] = i
     for _, field in ipairs(M.FIELDS) do
-      figures[field][i] = by_group[field][group.id]
+      figures[field][i] = columns[field][group.id]
     end
     local frames = group.frames
     local frame_names = false

@@ -83,7 +83,7 @@ end
 -- compressed on the way (an explicit stack: a path can be as long as the
 -- graph is deep).  Loops here are functions that call themselves in tail
 -- position: LuaJIT gives up compiling a loop whose body holds loops of
--- its own (as node_index.lua's probe).
+-- its own (as address_map.lua's index probes).
 local function forest(n, semi)
   local ancestor, label, stack = INT32S(n + 1), INT32S(n + 1), INT32S(n + 1)
   -- Pushes the path from u up to the node below its tree's root.

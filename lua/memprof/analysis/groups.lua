@@ -360,6 +360,16 @@ function Grouper:site_only_group(site)
   return self:site_group(site, 'no stack')
 end
 
+-- The frames of a group, innermost first: a stack's, or the one place a
+-- group of another mode is named after (folded and pprof name a row by
+-- its frames).
+function M.frames_of(group)
+  if group.frames then
+    return group.frames
+  end
+  return { group.site or group }
+end
+
 -- After the last event: empties the cache of groups by stack (an entry
 -- per stack, which only events need; a later key() finds the same group
 -- again).

@@ -18,7 +18,7 @@
 local heap = require('memprof.read.heap')
 local ffi = require('ffi')
 local tobit = require('bit').tobit
-local node_index = require('memprof.analysis.node_index')
+local address_map = require('memprof.analysis.address_map')
 
 local format = string.format
 
@@ -84,7 +84,7 @@ end
 
 local function new_graph(name)
   local cap = 1024
-  return { name = name, n = 1, cap = cap, node = node_index.new(),
+  return { name = name, n = 1, cap = cap, node = address_map.index(),
     addr = DOUBLES(cap), type = BYTES(cap), size = DOUBLES(cap),
     toff = INT32S(cap), tlen = BYTES(cap), count = INT32S(cap + 1),
     text = BYTES(4096), text_cap = 4096, text_used = 0, nrefs = 0,

@@ -9,7 +9,7 @@
 --
 --   local pass = leaks.new(grouper)     -- a memprof.analysis.groups grouper
 --   -- analyze.run feeds it, then finish(stream, tracker) gives a
---   -- memprof.analysis.columns set of leaks.Row, its rows sorted by bytes, then
+--   -- memprof.analysis.rows set of leaks.Row, its rows sorted by bytes, then
 --   -- count, then name (figures: count, the blocks, and bytes), with:
 --   {
 --     count = <blocks live at the end>,
@@ -29,7 +29,7 @@
 -- fn(stack, count, bytes) for each, in that order.
 
 local record_shape = require('memprof.record').shape
-local columns = require('memprof.analysis.columns')
+local rows = require('memprof.analysis.rows')
 local name_less = require('memprof.analysis.groups').name_less
 local ID = require('memprof.analysis.groups').ID
 
@@ -188,7 +188,7 @@ function M.each_stack(set, group, fn)
 end
 
 function Leaks:finish(stream, tracker)
-  local set = columns.new(Row, { 'count', 'bytes' })
+  local set = rows.new(Row, { 'count', 'bytes' })
   local counts, bytes = set.columns.count, set.columns.bytes
   self.stack, self.stack_count, self.stack_bytes = {}, {}, {}
   self.stack_list, self.by_stack = {}, {}

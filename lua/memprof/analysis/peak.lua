@@ -19,7 +19,7 @@
 --
 --   local pass = peak.new(grouper)      -- a memprof.analysis.groups grouper
 --   -- analyze.run feeds it (after the heap), then finish(stream) gives
---   -- a memprof.analysis.columns set of peak.Row, whose rows (figures: bytes and
+--   -- a memprof.analysis.rows set of peak.Row, whose rows (figures: bytes and
 --   -- blocks live at the peak) are sorted by bytes, then name, groups
 --   -- holding nothing left out, with these fields:
 --   {
@@ -42,7 +42,7 @@
 --   }
 
 local record_shape = require('memprof.record').shape
-local columns = require('memprof.analysis.columns')
+local row_model = require('memprof.analysis.rows')
 local ID = require('memprof.analysis.groups').ID
 
 local M = {}
@@ -58,7 +58,7 @@ Peak.__index = Peak
 -- has a group per place): the rows' own (bytes and blocks live now), and
 -- the pass's: the change since the latest peak and its generation.
 function M.new(grouper)
-  local set = columns.new(Row)
+  local set = row_model.new(Row)
   return setmetatable({
     grouper = grouper,
     set = set,
@@ -165,7 +165,7 @@ function Peak:finish(stream)
     end
   end
   self.since_bytes, self.since_blocks, self.since_generation = nil, nil, nil
-  set.groups = columns.sort_groups(rows, bytes)
+  set.groups = row_model.sort_groups(rows, bytes)
   local start = stream.heap_at_start
   set.bytes, set.event, set.offset = self.peak, self.peak_event,
     self.peak_offset

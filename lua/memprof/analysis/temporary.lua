@@ -14,7 +14,7 @@
 --
 --   local pass = temporary.new(grouper, limit)
 --   -- analyze.run feeds it, then finish(stream, tracker)
---   -- gives a memprof.analysis.columns set of temporary.Row, its groups in order
+--   -- gives a memprof.analysis.rows set of temporary.Row, its groups in order
 --   -- of first appearance, with two more fields:
 --   {
 --     limit = <limit>,
@@ -23,10 +23,10 @@
 -- A row's figures: blocks (produced), bytes (their bytes),
 -- temporary_blocks, temporary_bytes, freed_blocks, freed_bytes,
 -- live_blocks, live_bytes.  Bytes are the size each block was produced
--- with.  result.rows lists the rows as records (memprof.analysis.columns).
+-- with.  result.rows lists the rows as records (memprof.analysis.rows).
 
 local record = require('memprof.record')
-local columns = require('memprof.analysis.columns')
+local rows = require('memprof.analysis.rows')
 
 local ID = require('memprof.analysis.groups').ID
 
@@ -44,7 +44,7 @@ local Temporary = {}
 Temporary.__index = Temporary
 
 function M.new(grouper, limit)
-  local set = columns.new(Row)
+  local set = rows.new(Row)
   local c = set.columns
   return setmetatable({ grouper = grouper, limit = limit or 1, set = set,
     blocks = c.blocks, bytes = c.bytes,

@@ -29,14 +29,16 @@
 -- named by function) are one line.  A ';' in a name is written as ','
 -- and a line break as a space, so that every line parses.
 
-local rows = require('memprof.report.rows')
+local rows = require('memprof.analysis.rows')
+local groups = require('memprof.analysis.groups')
+local grouping = require('memprof.report.model.grouping')
 
 local M = {}
 
 M.METRICS = { 'alloc-bytes', 'alloc-count', 'live-bytes', 'peak-bytes' }
 M.DEFAULT_METRIC = 'alloc-bytes'
 
-local frames_of = rows.frames_of
+local frames_of = groups.frames_of
 
 local function clean_name(name)
   return (name:gsub(';', ','):gsub('[\r\n]', ' '))
@@ -107,8 +109,8 @@ local function each_value(result, metric, fn)
     ['live-bytes'] = 'live_bytes' })[metric]
   assert(field, 'unknown metric')
   local figures = rows.figures(result)
-  local values = figures[field]
-  for _, group in ipairs(figures.list) do
+  local values = figures.columns[field]
+  for _, group in ipairs(figures.groups) do
     fn(group, values[group.id])
   end
 end
@@ -184,7 +186,7 @@ end
 
 -- What to say on stderr about the result.
 function M.notes(result)
-  return rows.stack_notes(result, 'stack')
+  return grouping.stack_notes(result, 'stack')
 end
 
 function M.write(result, out, opts)

@@ -183,19 +183,19 @@ local EVENT_SECTIONS = {
 
 -- A section of rows from a listing of the model, made as the section is
 -- written and let go after its last entry (not every section's 400,000
--- rows at once): list() -> the listing, fill(listing, i, entry) the
--- figures of row i.
+-- rows at once): list() -> the listing, fill(listing, id, entry) the
+-- figures of the row of that group id.
 local function listing_section(model, list, fill)
   local listing, last
   return section(function()
     listing = list()
-    last = listing.numbers[#listing.numbers]
-    return listing.numbers
-  end, function(i, entry)
-    local group = model:group(listing, i)
-    entry.row, entry.name = group.id, group.name
-    fill(listing, i, entry)
-    if i == last then
+    last = listing.ids[#listing.ids]
+    return listing.ids
+  end, function(id, entry)
+    local group = model:group(id)
+    entry.row, entry.name = id, group.name
+    fill(listing, id, entry)
+    if id == last then
       listing = nil
     end
     return entry
@@ -206,13 +206,14 @@ local function event_section(model, kind, place)
   local spec = EVENT_SECTIONS[kind]
   return listing_section(model, function()
     return model:event_listing(kind)
-  end, function(listing, i, entry)
-    local rows = listing.rows
+  end, function(listing, id, entry)
+    local columns = listing.set.columns
     for _, field in ipairs(spec.fields) do
-      entry[field[1]] = rows[field[2]][i]
+      entry[field[1]] = columns[field[2]][id]
     end
     if spec.overrides then
-      entry.overrides = overrides_of(model:overrides(kind, listing, i), place)
+      entry.overrides = overrides_of(model:overrides(kind, listing, id),
+        place)
     end
     return entry
   end)
@@ -227,16 +228,16 @@ local function heap_section(model)
     -- theirs: those are garbage the collector may not have freed yet.
     collectgarbage('collect')
     return model:heap_listing()
-  end, function(listing, i, entry)
-    local rows = listing.rows
-    local holds, allocs, frees = rows.holds[i], rows.allocs[i], rows.frees[i]
-    if i == rows.before then
+  end, function(listing, id, entry)
+    local c = listing.set.columns
+    local holds, allocs, frees = c.holds[id], c.allocs[id], c.frees[id]
+    if id == listing.before then
       entry.live_bytes, entry.live_blocks, entry.freed_bytes = 0, 0, -holds
     else
       entry.live_bytes, entry.live_blocks = holds, allocs - frees
-      entry.freed_bytes = (rows.allocated_bytes[i] or 0) - holds
+      entry.freed_bytes = (c.allocated_bytes[id] or 0) - holds
     end
-    entry.allocs, entry.reallocs, entry.frees = allocs, rows.reallocs[i],
+    entry.allocs, entry.reallocs, entry.frees = allocs, c.reallocs[id],
       frees
     return entry
   end)

@@ -24,7 +24,9 @@
 local pb = require('memprof.encode.protobuf')
 local sampling = require('memprof.analysis.sampling')
 local gzip = require('memprof.encode.gzip')
-local rows = require('memprof.report.rows')
+local rows = require('memprof.analysis.rows')
+local frames_of = require('memprof.analysis.groups').frames_of
+local grouping = require('memprof.report.model.grouping')
 
 local M = {}
 
@@ -125,14 +127,13 @@ function Builder:location_of(site)
   return id
 end
 
-local frames_of = rows.frames_of
-
 local function positive(n)
   return n > 0 and n or 0
 end
 
 function Builder:sample(group, figures)
   local id = group.id
+  figures = figures.columns
   local values = { figures.allocated_bytes[id],
     figures.allocated_events[id], positive(figures.live_bytes[id]),
     positive(figures.live_blocks[id]) }
@@ -160,7 +161,7 @@ local function emit_profile(result, emit)
       :varint(VALUE_TYPE.unit, self:string(sample_type[2])))
   end
   local figures = rows.figures(result)
-  for _, group in ipairs(figures.list) do
+  for _, group in ipairs(figures.groups) do
     local sample = self:sample(group, figures)
     if sample then
       profile:message(PROFILE.sample, sample)
@@ -228,7 +229,7 @@ end
 
 -- What to say on stderr about the result.
 function M.notes(result)
-  return rows.stack_notes(result, 'sample')
+  return grouping.stack_notes(result, 'sample')
 end
 
 function M.write(result, out)

@@ -56,7 +56,7 @@ describe('memprof live (command)', function()
       'lines by live bytes; 2 events (' .. #s:bytes() .. 'B) read',
       '',
       '      LIVE     BLOCKS   GROWTH/s    ALLOC/s  LINE',
-      '     1000B          1                        @app.lua:3',
+      '    1,000B          1                        @app.lua:3',
       '       24B          1                        @app.lua:4',
     }, '\n') .. '\n', last)
     -- Started again on the same profile: read again from its start, the
@@ -99,7 +99,7 @@ describe('memprof live (command)', function()
     assert.are.equal(table.concat({
       "memprof live: option '--view': expected live, allocated, found peak " ..
         '(see memprof live --help)',
-      'memprof live: expected one profile file, found none (see memprof ' ..
+      'memprof live: expected one profile file or PID, found none (see memprof ' ..
         'live --help)',
     }, '\n') .. '\n', errors())
     assert.are.equal('', output())

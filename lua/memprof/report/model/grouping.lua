@@ -7,6 +7,10 @@
 --                           'by stack' (nil for an unknown mode)
 --   grouping.unit(mode)     what one row is: 'line', 'function',
 --                           'calling line', 'call stack'
+--   grouping.stack_notes(result, unit)  the notes (for stderr) of an
+--                           export made of UNITs ('stack', 'sample'):
+--                           without call stacks in the profile, each of
+--                           them is one frame
 
 local M = {}
 
@@ -38,6 +42,15 @@ end
 
 function M.unit(mode)
   return field(mode, 'unit')
+end
+
+function M.stack_notes(result, unit)
+  if result.stream.has_stacks then
+    return {}
+  end
+  return { 'the profile has no call stacks: each ' .. unit .. ' is one ' ..
+    'frame, the place of the events (record with memprof.start(path, ' ..
+    '{stack_depth = N}) for stacks)' }
 end
 
 return M

@@ -11,8 +11,7 @@
 --     opts    sort: 'bytes' (default) or 'count'; top: rows shown per
 --               section, and names per list of overrides; left_out: a
 --               table whose field rows grows by the rows top leaves
---               out; key: function(site) -> row name (default
---               site.name); focus, ignore: what the analysis kept
+--               out; focus, ignore: what the analysis kept
 --   model:events(kind)   kind: 'alloc', 'realloc' or 'free' -> {
 --     title      'ALLOCATIONS', 'REALLOCATIONS', 'DEALLOCATIONS'
 --     by         the figure the rows are sorted by: 'plus', 'minus'
@@ -45,35 +44,34 @@
 --     total      the net bytes of the stream
 --   }
 --   model:event_listing(kind) -> every row of a section with events, by
---     its bytes: { rows = columns (memprof.report.model.named_rows) of
---     count, plus, minus; numbers = the rows, in order }
+--     its bytes: { set = the rows (memprof.analysis.rows) with columns
+--     count, plus, minus; ids = the ids of the rows' groups, in order }
 --   model:heap_listing() -> every row of the heap that allocated or whose
---     blocks were released, by live bytes: columns of holds, allocs,
+--     blocks were released, by live bytes: columns holds, allocs,
 --     reallocs, frees and allocated_bytes (false: nothing allocated);
---     rows.before, the row of the blocks allocated before the profile
---   model:group(listing, i)   the group of row i (its id, its name)
---   model:overrides(kind, listing, i) -> { groups, blocks } of the rows
---     whose blocks row i's events released, the most blocks first, then
+--     listing.before, the id of the row of the blocks allocated before
+--     the profile
+--   model:group(id)   the group of a row (its id, its name)
+--   model:overrides(kind, listing, id) -> { groups, blocks } of the rows
+--     whose blocks the row's events released, the most blocks first, then
 --     by name; nil for none
 --   model:allocated() -> shown, rest: alloc and realloc together, records
 --     of group, bytes, count sorted by bytes (count with sort = 'count'),
 --     at most top; rest = { rows, bytes, count }
 --
--- Rows are grouped by name: sites with the same name (a function
--- reloaded at another address, say) are one row.  They are kept in
--- columns (an array per figure, by row number): a large profile has a
--- row per place, and only the rows shown are made records.
+-- The rows are those of memprof.analysis.rows, one per group of the
+-- analysis' grouping: sites with the same name (a function reloaded at
+-- another address, say) are one row.  Only the rows shown are made
+-- records.
 
 local record = require('memprof.record')
 local layout = require('memprof.report.layout')
-local named_rows = require('memprof.report.model.named_rows')
-local group_of = require('memprof.report.rows').group_of
+local rows = require('memprof.analysis.rows')
+
+local group_of = rows.group_of
+local ID = require('memprof.analysis.groups').ID
 
 local M = {}
-
-local function site_name(site)
-  return site.name
-end
 
 -- The summed figures of the rows of each kind, after name, first,
 -- frames, more and slots.
@@ -90,30 +88,47 @@ end
 
 local EventRow, HeapRow = row_shape(EVENT_FIELDS), row_shape(HEAP_FIELDS)
 
+-- A row of a pass's set as the record of `shape`: the name, the first
+-- key (a site or a group), its frames, the other keys (or false), the
+-- slots, the figures.
+local function pass_row(self, group)
+  local id, keys = group[ID], self.keys
+  local first = keys[self.first[id]]
+  local more = false
+  if self.more[id] then
+    more = {}
+    for k, slot in ipairs(self.more[id]) do
+      more[k] = keys[slot]
+    end
+  end
+  local row = self.shape.make({ first.name, first, first.frames, more,
+    self:slots(group), 0, 0, 0, 0 })
+  for _, field in ipairs(self.figures) do
+    row[field] = self.columns[field][id]
+  end
+  return row
+end
+
+-- The rows of a pass (memprof.analysis.rows), made records by pass_row.
+local function pass_rows(grouper, keys, values, fields, shape)
+  local set = rows.of_pass(grouper, keys, values, fields, shape)
+  set.keys, set.row = keys, pass_row
+  return set
+end
+
 -- The rows shown (records, at most opts.top) and the rest: how many,
 -- and the sums of `fields` over them.
-local function split_rows(rows, numbers, fields, shape, opts)
-  local top = opts.top
-  local shown_count = #numbers
-  if top and top < shown_count then
-    shown_count = top
-  end
-  local shown = {}
-  for k = 1, shown_count do
-    shown[k] = named_rows.record(rows, numbers[k], fields, shape)
-  end
-  local rest = { count = #numbers - shown_count, sums = {} }
+local function split_rows(set, order, fields, opts)
+  local shown, rest = set:top({ by = order.by, keep = order.keep,
+    top = opts.top, sums = fields })
+  local sums = {}
   for _, field in ipairs(fields) do
-    local sum, column = 0, rows[field]
-    for k = shown_count + 1, #numbers do
-      sum = sum + column[numbers[k]]
-    end
-    rest.sums[field] = sum
+    sums[field] = rest[field]
   end
-  if rest.count > 0 and opts.left_out then
-    opts.left_out.rows = opts.left_out.rows + rest.count
+  if rest.rows > 0 and opts.left_out then
+    opts.left_out.rows = opts.left_out.rows + rest.rows
   end
-  return shown, rest
+  return shown, { count = rest.rows, sums = sums }
 end
 
 -- The keys of a row, in order.
@@ -164,14 +179,41 @@ local function compiled_share(compiled, row, bytes)
   return percent(part, bytes)
 end
 
+-- The rows whose blocks the events of `slots` released (overrides_at(slot)
+-- -> owners, their blocks by owner): their groups in order of first
+-- appearance, and the blocks of each, by group.
+local function overrides(grouper, slots, overrides_at)
+  local list, blocks = {}, {}
+  for _, slot in ipairs(slots) do
+    local owners, owner_blocks = overrides_at(slot)
+    for _, owner in ipairs(owners or {}) do
+      local group = group_of(grouper, owner)
+      if not blocks[group] then
+        list[#list + 1], blocks[group] = group, 0
+      end
+      blocks[group] = blocks[group] + owner_blocks[owner]
+    end
+  end
+  return list, blocks
+end
+
 -- The details of a row shown (see above): overrides_at(slot) lists the
 -- sites whose blocks the events of the key in that slot released.
-local function details_of(row, key, overrides_at, opts, compiled)
-  local names, override_sites = named_rows.overrides(row.slots,
-    overrides_at, key)
+local function details_of(row, overrides_at, opts, compiled)
+  -- The names of the rows of the owners (a key is named as its row),
+  -- sorted as strings: the collector's row may list every other row.
+  local names, override_sites = {}, {}
+  for _, slot in ipairs(row.slots) do
+    for _, owner in ipairs(overrides_at(slot) or {}) do
+      local name = owner.name
+      if not override_sites[name] then
+        names[#names + 1], override_sites[name] = name, owner
+      end
+    end
+  end
   table.sort(names)
-  local overrides, rest = layout.split_top(names, opts.top, opts.left_out)
-  return { sites = keys_of(row), overrides = overrides,
+  local shown, rest = layout.split_top(names, opts.top, opts.left_out)
+  return { sites = keys_of(row), overrides = shown,
     overrides_more = #rest, override_sites = override_sites,
     compiled = compiled_share(compiled, row, row.plus) }
 end
@@ -187,34 +229,23 @@ local Model = {}
 Model.__index = Model
 
 function M.new(result, opts)
-  opts = opts or {}
-  return setmetatable({ result = result, opts = opts,
-    key = opts.key or site_name }, Model)
+  return setmetatable({ result = result, opts = opts or {} }, Model)
 end
 
-local function keep_all()
-  return true
-end
-
--- The rows of a section of events, every one, and their numbers sorted
--- by `by` (a field of EVENT_FIELDS).
-local function event_rows(self, kind, by)
+-- The rows of a section of events.
+local function event_rows(self, kind)
   local figures = self.result.sites.of_kind[kind]
-  local rows = named_rows.group(figures.keys, figures, self.key,
-    EVENT_FIELDS)
-  local column = rows[by]
-  return rows, named_rows.sorted(rows, keep_all, function(i)
-    return column[i]
-  end)
+  return pass_rows(self.result.grouper, figures.keys, figures, EVENT_FIELDS,
+    EventRow)
 end
 
 function Model:events(kind)
-  local result, opts, key = self.result, self.opts, self.key
+  local result, opts = self.result, self.opts
   local spec = SECTIONS[kind]
   local bytes = spec.bytes
   local by = opts.sort == 'count' and 'count' or bytes
-  local rows, numbers = event_rows(self, kind, by)
-  local shown, rest = split_rows(rows, numbers, EVENT_FIELDS, EventRow, opts)
+  local set = event_rows(self, kind)
+  local shown, rest = split_rows(set, { by = by }, EVENT_FIELDS, opts)
   local compiled = compiled_of(result, kind, opts)
   local sites = result.sites
   local function overrides_at(slot)
@@ -222,7 +253,7 @@ function Model:events(kind)
   end
   local details = {}
   for i, row in ipairs(shown) do
-    details[i] = details_of(row, key, overrides_at, opts, compiled)
+    details[i] = details_of(row, overrides_at, opts, compiled)
   end
   local shown_bytes = layout.sum_of(shown, bytes)
   local total = shown_bytes + rest.sums[bytes]
@@ -235,30 +266,38 @@ function Model:events(kind)
   return section
 end
 
--- Whether row i of the heap's rows is the blocks allocated before the
--- profile.
-local function is_before(rows, i)
-  return rows.keys[rows.first[i]].source == 'before'
+-- A column of values by group id, for the rows of a set.
+local function derived(set, value)
+  local column = {}
+  for _, group in ipairs(set.groups) do
+    local id = group[ID]
+    column[id] = value(id)
+  end
+  return column
 end
 
 function Model:heap()
-  local heap, opts = self.result.heap, self.opts
+  local result, opts = self.result, self.opts
+  local heap = result.heap
   local by_blocks = opts.sort == 'count'
-  local rows = named_rows.group(heap.keys, heap, self.key, HEAP_FIELDS)
+  local set = pass_rows(result.grouper, heap.keys, heap, HEAP_FIELDS,
+    HeapRow)
   local before = nil
-  local holds, allocs, frees = rows.holds, rows.allocs, rows.frees
-  local numbers = named_rows.sorted(rows, function(i)
-    if is_before(rows, i) then
-      before = named_rows.record(rows, i, HEAP_FIELDS, HeapRow)
+  local c = set.columns
+  local holds, allocs, frees = c.holds, c.allocs, c.frees
+  local by = 'holds'
+  if by_blocks then
+    by = derived(set, function(id)
+      return allocs[id] - frees[id]
+    end)
+  end
+  local shown, rest = split_rows(set, { by = by, keep = function(group)
+    if group.source == 'before' then
+      before = set:row(group)
       return false
     end
-    return holds[i] ~= 0
-  end, by_blocks and function(i)
-    return allocs[i] - frees[i]
-  end or function(i)
-    return holds[i]
-  end)
-  local shown, rest = split_rows(rows, numbers, HEAP_FIELDS, HeapRow, opts)
+    return holds[group[ID]] ~= 0
+  end }, HEAP_FIELDS, opts)
   return { by_blocks = by_blocks, shown = shown, rest = rest,
     shown_bytes = layout.sum_of(shown, 'holds'), before = before,
     total = heap.total }
@@ -266,82 +305,98 @@ end
 
 -- The listings: every row of a section in columns, for the formats that
 -- list them all (JSON) or sum them otherwise (HTML).  Each is
--- { rows = the columns (memprof.report.model.named_rows), numbers = the
--- rows listed, in order }, and model:group(listing, i) is the group of
--- row i, model:overrides(kind, listing, i) the rows whose blocks its
--- events released.
+-- { set = the rows (memprof.analysis.rows), ids = the ids of the rows
+-- listed, in order }, and model:group(id) is the group of a row,
+-- model:overrides(kind, listing, id) the rows whose blocks its events
+-- released.
+
+-- The ids of a list of groups.
+local function ids_of(list)
+  local ids = {}
+  for i, group in ipairs(list) do
+    ids[i] = group[ID]
+  end
+  return ids
+end
 
 -- Every row of a section of events with events, by its bytes.
 function Model:event_listing(kind)
-  local rows, numbers = event_rows(self, kind, SECTIONS[kind].bytes)
-  local count, kept = rows.count, {}
-  for _, i in ipairs(numbers) do
-    if count[i] > 0 then
-      kept[#kept + 1] = i
-    end
-  end
-  return { rows = rows, numbers = kept }
+  local set = event_rows(self, kind)
+  return { set = set, ids = ids_of((set:ordered({
+    by = SECTIONS[kind].bytes, keep = 'count' }))) }
 end
 
-function Model:group(listing, i)
-  return named_rows.group_of(listing.rows, i, self.result.grouper)
+function Model:group(id)
+  return self.result.grouper.list[id]
 end
 
 -- { groups, blocks } by position, the most blocks first, then by name;
 -- nil for a row without any.
-function Model:overrides(kind, listing, i)
+function Model:overrides(kind, listing, id)
   local sites = self.result.sites
-  local names, owners, blocks = named_rows.overrides(
-    named_rows.slots(listing.rows, i), function(slot)
+  local list, blocks = overrides(self.result.grouper,
+    listing.set:slots(self:group(id)), function(slot)
       return sites:overrides_at(kind, slot)
-    end, self.key, true)
-  if #names == 0 then
+    end)
+  if #list == 0 then
     return nil
   end
+  -- Sorted by name as strings (the collector's row may list every other
+  -- row), the blocks of each by name.
+  local names, group_named, blocks_of = {}, {}, {}
+  for k, group in ipairs(list) do
+    local name = group.name
+    names[k], group_named[name], blocks_of[name] = name, group, blocks[group]
+  end
   table.sort(names, function(a, b)
-    if blocks[a] ~= blocks[b] then
-      return blocks[a] > blocks[b]
+    if blocks_of[a] ~= blocks_of[b] then
+      return blocks_of[a] > blocks_of[b]
     end
     return a < b
   end)
-  local grouper, list = self.result.grouper, { groups = {}, blocks = {} }
+  local groups, counts = {}, {}
   for k, name in ipairs(names) do
-    list.groups[k] = group_of(grouper, owners[name])
-    list.blocks[k] = blocks[name]
+    groups[k], counts[k] = group_named[name], blocks_of[name]
   end
-  return list
+  return { groups = groups, blocks = counts }
 end
 
 -- The heap's rows with what they allocated (alloc and realloc):
 -- allocated_bytes, false for a row that allocated nothing.
 local function allocated_rows(self, fields)
   local result = self.result
-  local rows, index = named_rows.group(result.heap.keys, result.heap,
-    self.key, fields)
+  local grouper = result.grouper
+  local set = pass_rows(grouper, result.heap.keys, result.heap, fields,
+    row_shape(fields))
   for _, kind in ipairs({ 'alloc', 'realloc' }) do
     local figures = result.sites.of_kind[kind]
-    named_rows.add(rows, index, figures.keys, figures, self.key,
+    set:sum_pass(grouper, figures.keys, figures,
       { { 'allocated_bytes', 'plus' } })
   end
-  return rows
+  return set
 end
 
 -- Every row of the heap that allocated or whose blocks were released,
 -- by live bytes; its figures: holds (the row of the blocks allocated
--- before the profile, rows.before, holds none: its holds are minus the
--- bytes released), allocs, reallocs, frees, allocated_bytes.
+-- before the profile, listing.before, holds none: its holds are minus
+-- the bytes released), allocs, reallocs, frees, allocated_bytes.
 function Model:heap_listing()
-  local rows = allocated_rows(self, HEAP_FIELDS)
-  local holds, allocs, frees = rows.holds, rows.allocs, rows.frees
-  local numbers = named_rows.sorted(rows, function(i)
-    if is_before(rows, i) then
-      rows.before = i
+  local set = allocated_rows(self, HEAP_FIELDS)
+  local c = set.columns
+  local holds, allocs, frees = c.holds, c.allocs, c.frees
+  local before = nil
+  for _, group in ipairs(set.groups) do
+    if group.source == 'before' then
+      before = group[ID]
     end
-    return allocs[i] > 0 or frees[i] > 0
-  end, function(i)
-    return i == rows.before and 0 or holds[i]
-  end)
-  return { rows = rows, numbers = numbers }
+  end
+  local order = set:ordered({ keep = function(group)
+    local id = group[ID]
+    return allocs[id] > 0 or frees[id] > 0
+  end, by = derived(set, function(id)
+    return id == before and 0 or holds[id]
+  end) })
+  return { set = set, ids = ids_of(order), before = before }
 end
 
 -- The rows that allocated (alloc and realloc together): the rows shown,
@@ -352,32 +407,18 @@ local AllocatedRow = record.shape({ 'group', 'bytes', 'count' })
 
 function Model:allocated()
   local opts = self.opts
-  local rows = allocated_rows(self, { 'allocs' })
-  local bytes, count = rows.allocated_bytes, rows.allocs
-  local by = opts.sort == 'count' and count or bytes
-  local function keep(i)
-    return bytes[i] ~= false
+  local set = allocated_rows(self, { 'allocs' })
+  local bytes, count = set.columns.allocated_bytes, set.columns.allocs
+  set.row = function(_, group)
+    local id = group[ID]
+    return AllocatedRow.make({ group, bytes[id], count[id] })
   end
-  local function value(i)
-    return by[i]
-  end
-  local numbers = opts.top and named_rows.first(rows, keep, value, opts.top)
-    or named_rows.sorted(rows, keep, value)
-  local shown = {}
-  local rest = { rows = 0, bytes = 0, count = 0 }
-  for k, i in ipairs(numbers) do
-    shown[k] = AllocatedRow.make({ self:group({ rows = rows }, i), bytes[i],
-      count[i] })
-    rest.rows, rest.bytes = rest.rows - 1, rest.bytes - bytes[i]
-    rest.count = rest.count - count[i]
-  end
-  for i = 1, rows.n do
-    if keep(i) then
-      rest.rows, rest.bytes = rest.rows + 1, rest.bytes + bytes[i]
-      rest.count = rest.count + count[i]
-    end
-  end
-  return shown, rest
+  local shown, rest = set:top({ keep = function(group)
+    return bytes[group[ID]] ~= false
+  end, by = opts.sort == 'count' and count or bytes, top = opts.top,
+    sums = { 'allocated_bytes', 'allocs' } })
+  return shown, { rows = rest.rows, bytes = rest.allocated_bytes,
+    count = rest.allocs }
 end
 
 M.keys_of = keys_of

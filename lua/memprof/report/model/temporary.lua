@@ -18,7 +18,7 @@
 --                     blocks, by temporary bytes, then by name
 
 local plural = require('memprof.words').plural
-local sort_groups = require('memprof.analysis.columns').sort_groups
+local sort_groups = require('memprof.analysis.rows').sort_groups
 
 local M = {}
 

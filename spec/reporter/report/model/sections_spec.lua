@@ -113,10 +113,10 @@ local BEFORE = '(blocks allocated before the profile)'
 -- The rows of a listing in order: the group's name, then `fields`.
 local function listing_rows(model, listing, fields)
   local list = {}
-  for k, i in ipairs(listing.numbers) do
-    local row = { model:group(listing, i).name }
+  for k, id in ipairs(listing.ids) do
+    local row = { model:group(id).name }
     for _, field in ipairs(fields) do
-      row[#row + 1] = listing.rows[field][i]
+      row[#row + 1] = listing.set.columns[field][id]
     end
     list[k] = row
   end
@@ -139,15 +139,16 @@ describe('sections model, listed whole (json, html)', function()
       local alloc = model:event_listing('alloc')
       assert.are.same({ { '@r.lua:2', 3, 24, 0 } },
         listing_rows(model, alloc, { 'count', 'plus', 'minus' }))
-      local group = model:group(alloc, alloc.numbers[1])
+      local group = model:group(alloc.ids[1])
       assert.are.equal(result.grouper.list[group.id], group)
+      assert.are.equal(alloc.ids[1], group.id)
       local realloc = model:event_listing('realloc')
       assert.are.same({ { '@r.lua:3', 2, 28, 12 } },
         listing_rows(model, realloc, { 'count', 'plus', 'minus' }))
       local free = model:event_listing('free')
       assert.are.same({ { '@r.lua:4', 3, 0, 29 } },
         listing_rows(model, free, { 'count', 'plus', 'minus' }))
-      assert.is_nil(model:overrides('alloc', alloc, alloc.numbers[1]))
+      assert.is_nil(model:overrides('alloc', alloc, alloc.ids[1]))
     end)
 
   it('gives the rows whose blocks a row released, the most blocks first',
@@ -163,7 +164,7 @@ describe('sections model, listed whole (json, html)', function()
       local model = sections.new(run(s:epilogue()))
       local free = model:event_listing('free')
       assert.are.same({ { '@r.lua:2', 2 }, { BEFORE, 1 }, { '@r.lua:3', 1 } },
-        named_overrides(model:overrides('free', free, free.numbers[1])))
+        named_overrides(model:overrides('free', free, free.ids[1])))
     end)
 
   it('lists the heap by live bytes, the blocks before the profile apart',
@@ -174,7 +175,7 @@ describe('sections model, listed whole (json, html)', function()
         { '@r.lua:2', 8, 3, 0, 2, 24 }, { BEFORE, -9, 0, 0, 2, false } },
         listing_rows(model, heap, { 'holds', 'allocs', 'reallocs', 'frees',
           'allocated_bytes' }))
-      assert.are.equal(heap.numbers[3], heap.rows.before)
+      assert.are.equal(heap.ids[3], heap.before)
     end)
 
   it('sums alloc and realloc per row, the first rows by bytes or count',

@@ -1,13 +1,13 @@
--- The node index of heap snapshot addresses (memprof.analysis.node_index):
+-- The node index of heap snapshot addresses (memprof.analysis.address_map's index):
 -- every address put is found with its node, through growth and runs of
 -- colliding buckets, and an address not put is not.
 local ffi = require('ffi')
 local bit = require('bit')
-local node_index = require('memprof.analysis.node_index')
+local address_map = require('memprof.analysis.address_map')
 
 -- Addresses of three kinds: neighbours 16 bytes apart, addresses 2^32
--- apart (the same low bits), and ones 2^(bits + 3) apart, which share a
--- home before the high bits are mixed in.
+-- apart (the same low bits), and ones 2^13 apart, which share a home
+-- before the address is folded.
 local function addresses(n)
   local list = {}
   for i = 1, n do
@@ -28,7 +28,7 @@ describe('the node index of heap snapshot addresses', function()
     local n = 5000
     local list = addresses(n)
     local addrs = ffi.new('double[?]', n + 2)
-    local index = node_index.new()
+    local index = address_map.index()
     for v = 2, n + 1 do
       addrs[v] = list[v - 1]
       index:put(addrs, v)
@@ -50,12 +50,12 @@ describe('the node index of heap snapshot addresses', function()
 
   it('finds the nodes of a run that wraps past the last bucket', function()
     local addrs = ffi.new('double[?]', 8)
-    local index = node_index.new()
+    local index = address_map.index()
     -- Below 2^32, an address's home in 2^10 buckets is its low bits less
-    -- 3, folded once by 10: these five all have the last bucket's.
+    -- 4, folded twice by 10: these five all have the last bucket's.
     for v = 2, 6 do
       local k = v - 2
-      addrs[v] = (k * 1024 + bit.bxor(1023, k)) * 8
+      addrs[v] = (k * 1024 + bit.bxor(1023, k)) * 16
       index:put(addrs, v)
     end
     assert.equal(1023, index.mask)
@@ -65,6 +65,6 @@ describe('the node index of heap snapshot addresses', function()
     for v = 2, 6 do
       assert.equal(v, index:get(addrs, addrs[v]))
     end
-    assert.is_nil(index:get(addrs, 1023 * 8 + 8))
+    assert.is_nil(index:get(addrs, 1023 * 16 + 16))
   end)
 end)
