@@ -59,6 +59,13 @@ os.exit(require('memprof.cli.attach').main({ %q, '-o', %q }, io.stdout,
     assert.are.equal(1, code)
     assert.are.equal('memprof attach: process ' .. pid .. ' exited while ' ..
       'it was stopped\n', err)
+    -- (Gone once its parent, timeout, has reaped it.)
+    for _ = 1, 100 do
+      if state(pid) ~= 'Z' then
+        break
+      end
+      os.execute('sleep 0.02')
+    end
     assert.is_nil(state(pid))
     assert.is_nil(C.read_file(dir .. '/a.bin'))
   end)

@@ -76,8 +76,8 @@ describe('memprof attach PID of an nginx worker', function()
     -- The ten pages rendered during the profile before the snapshot, each
     -- held by the cache (page1, rendered before, is not the profile's).
     assert.truthy(out:find('\nWHO HOLDS IT [^\n]*\n@…/catalog%.lua:4: 10 ' ..
-      'objects, %d+B [^\n]*\n    held by package%.loaded%["catalog"%]%.' ..
-      'rendered_cache%.page%d+: 1 object, %d+B\n'), out)
+      'objects, [%d,]+B [^\n]*\n    held by package%.loaded%["catalog"%]%.' ..
+      'rendered_cache%.page%d+: 1 object, [%d,]+B\n'), out)
     assert.are.equal(pid, worker_pid(s))
   end)
 end)
