@@ -30,21 +30,7 @@ local format = string.format
 local ESRCH = 3
 
 local function load_module(how)
-  how = how or {}
-  local path = run.find_module(how.dir)
-  if not path then
-    return nil, 'cannot find memprof.so (next to this program or along ' ..
-      'package.cpath)'
-  end
-  local open, why = (how.load or package.loadlib)(path, 'luaopen_memprof')
-  if not open then
-    return nil, format('cannot load %s: %s', path, tostring(why))
-  end
-  local memprof = open()
-  if type(memprof.attach_process) ~= 'function' then
-    return nil, format('%s has no attach_process (an older build)', path)
-  end
-  return memprof
+  return run.load_module(how, 'attach_process')
 end
 
 local function absolute(path)
@@ -77,28 +63,29 @@ function M.start(pid, options)
   return info.file, info
 end
 
-function M.stop(pid, how)
+-- memprof.so's function name called on pid: the file and what it says.
+local function ask(name, pid, how)
   local memprof, why = load_module(how)
   if not memprof then
     return nil, why, 2
   end
-  local info, message, errno = memprof.detach_process(pid)
+  local info, message, errno = memprof[name](pid)
   if not info then
     return nil, message, errno
   end
   return info.file, info
 end
 
+function M.stop(pid, how)
+  return ask('detach_process', pid, how)
+end
+
 function M.attached(pid, how)
-  local memprof, why = load_module(how)
-  if not memprof then
-    return nil, why, 2
+  local file, why, errno = ask('attached_process', pid, how)
+  if not file then
+    return nil, why, errno
   end
-  local info, message, errno = memprof.attached_process(pid)
-  if not info then
-    return nil, message, errno
-  end
-  return info.file
+  return file
 end
 
 -- The command line -----------------------------------------------------------

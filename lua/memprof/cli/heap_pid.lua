@@ -44,20 +44,9 @@ end
 
 -- The snapshot function of memprof.so, or nil and why not.
 local function load_module(how)
-  local path = require('memprof.cli.run').find_module(how.dir)
-  if not path then
-    return nil, 'cannot find memprof.so (next to this program or along ' ..
-      'package.cpath)'
-  end
-  local open, why = (how.load or package.loadlib)(path, 'luaopen_memprof')
-  if not open then
-    return nil, format('cannot load %s: %s', path, tostring(why))
-  end
-  local memprof = open()
-  if type(memprof.heap_of_process) ~= 'function' then
-    return nil, format('%s has no heap_of_process (an older build)', path)
-  end
-  return memprof.heap_of_process
+  local memprof, why = require('memprof.cli.run').load_module(how,
+    'heap_of_process')
+  return memprof and memprof.heap_of_process, why
 end
 
 local function report(out, pid, path, info)

@@ -160,6 +160,27 @@ function M.find_module(dir)
   return nil
 end
 
+-- memprof.so's module table, loaded as how says (how.dir: where the
+-- memprof script is; how.load: package.loadlib or a stand-in), provided it
+-- has the function named; or nil and why not.
+function M.load_module(how, needed)
+  how = how or {}
+  local path = M.find_module(how.dir)
+  if not path then
+    return nil, 'cannot find memprof.so (next to this program or along ' ..
+      'package.cpath)'
+  end
+  local open, why = (how.load or package.loadlib)(path, 'luaopen_memprof')
+  if not open then
+    return nil, string.format('cannot load %s: %s', path, tostring(why))
+  end
+  local memprof = open()
+  if type(memprof[needed]) ~= 'function' then
+    return nil, string.format('%s has no %s (an older build)', path, needed)
+  end
+  return memprof
+end
+
 -- The interpreter running this program: the lowest entry of arg.
 function M.running_interpreter()
   if type(arg) ~= 'table' then
