@@ -8,7 +8,7 @@ local A = require('helpers.attach')
 -- Whether a frame of output lists the daemon's leaking line (line 5: one
 -- page in ten kept in a cache) among its rows by live bytes.
 local function leak_shown(text)
-  return text:find('\n +[%d.]+[KM]?i?B +[%d,]+ +[^\n]* @daemon%.lua:5\n') ~=
+  return text:find('\n +[%d.]+[KM]?i?B +[%d,]+ +[^\n]* @…/daemon%.lua:5\n') ~=
     nil
 end
 

@@ -34,6 +34,7 @@
 -- `top`, the rest summed; the text is laid out from it alone.
 
 local layout = require('memprof.report.layout')
+local paths = require('memprof.report.paths')
 local words = require('memprof.words')
 
 local M = {}
@@ -74,12 +75,13 @@ local function sort_rows(rows, by, then_by)
   end)
 end
 
--- A name without the directory all the profile's chunk names share.
+-- A name without the directory all the profile's chunk names share,
+-- marked as the reports mark it (@…/name.lua).
 local function shortened(name, prefix)
   if not prefix then
     return name
   end
-  return (name:gsub('@' .. prefix:gsub('%p', '%%%0'), '@'))
+  return (name:gsub('@' .. prefix:gsub('%p', '%%%0'), '@' .. paths.MARK))
 end
 
 function M.model(state, opts)
