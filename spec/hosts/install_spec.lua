@@ -120,8 +120,15 @@ describe('memprof installed', function()
     assert.truthy(heap_app('', bin))
   end)
 
-  it('by LuaRocks, whose wrapper starts plain Lua', function()
-    local copy, tree = dir .. '/source', dir .. '/tree'
+  -- A tree installed by `luarocks make` (once for the two specs below):
+  -- its directory, kept until the end of the file.
+  local rocks_dir
+  local function rocks_tree()
+    if rocks_dir then
+      return rocks_dir .. '/tree'
+    end
+    rocks_dir = C.temp_dir()
+    local copy, tree = rocks_dir .. '/source', rocks_dir .. '/tree'
     local code, _, stderr = C.run('mkdir ' .. C.quote(copy) .. ' && cp -r ' ..
       'rockspec src lua bin ' .. C.quote(copy))
     assert.are.same({ 0, '' }, { code, stderr })
@@ -134,15 +141,30 @@ describe('memprof installed', function()
       -- fifth of the time.)
       " CFLAGS='-O0 -fPIC' rockspec/memprof-scm-1.rockspec >/dev/null 2>&1")
     assert.are.equal(0, code)
-    local bin = tree .. '/bin'
+    return tree
+  end
+
+  teardown(function()
+    if rocks_dir then
+      C.remove_tree(rocks_dir)
+    end
+  end)
+
+  it('by LuaRocks, whose wrapper starts plain Lua', function()
+    local bin = rocks_tree() .. '/bin'
     -- The precondition: LuaRocks starts the commands with plain Lua.
     assert.truthy(C.read_file(bin .. '/memprof-report'):find(
       "exec '/usr/bin/lua5.1'", 1, true))
+    assert.truthy(C.read_file(rocks_tree() .. '/lib/lua/5.1/memprof.so'))
+  end)
+
+  it('by LuaRocks, runs from another directory', function()
+    local tree = rocks_tree()
+    local bin = tree .. '/bin'
     local env = 'LUA_PATH=' .. C.quote(tree .. '/share/lua/5.1/?.lua;;') ..
       ' LUA_CPATH=' .. C.quote(tree .. '/lib/lua/5.1/?.so;;')
-    local stdout
-    code, stdout, stderr = from_root(env, C.command(bin .. '/memprof-report',
-      '--version'))
+    local code, stdout, stderr = from_root(env, C.command(bin ..
+      '/memprof-report', '--version'))
     assert.are.same({ 0, '', 'memprof-report ' .. VERSION .. ' (' ..
       luajit_version() .. ')\n' }, { code, stderr, stdout })
     code, stdout, stderr = from_root(env, C.command(bin .. '/memprof-report',
