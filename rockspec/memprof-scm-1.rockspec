@@ -103,11 +103,19 @@ build = {
     ["memprof.analysis.heap_paths"] = "lua/memprof/analysis/heap_paths.lua",
     ["memprof.analysis.heap_diff"] = "lua/memprof/analysis/heap_diff.lua",
     ["memprof.analysis.heap_join"] = "lua/memprof/analysis/heap_join.lua",
-    ["memprof.report.holders"] = "lua/memprof/report/holders.lua",
+    ["memprof.report.model.holders"] = "lua/memprof/report/model/holders.lua",
+    ["memprof.report.model.heap_growth"] =
+      "lua/memprof/report/model/heap_growth.lua",
+    ["memprof.report.heap_words"] = "lua/memprof/report/heap_words.lua",
+    ["memprof.report.holders_text"] = "lua/memprof/report/holders_text.lua",
     ["memprof.report.holders_json"] = "lua/memprof/report/holders_json.lua",
     ["memprof.report.holders_html"] = "lua/memprof/report/holders_html.lua",
-    ["memprof.report.heap_growth"] = "lua/memprof/report/heap_growth.lua",
+    ["memprof.report.heap_growth_text"] =
+      "lua/memprof/report/heap_growth_text.lua",
+    ["memprof.report.heap_growth_json"] =
+      "lua/memprof/report/heap_growth_json.lua",
     ["memprof.report.heap_growth_html"] = "lua/memprof/report/heap_growth_html.lua",
+    ["memprof.report.html.heap_page"] = "lua/memprof/report/html/heap_page.lua",
     ["memprof.report.heapsnapshot"] = "lua/memprof/report/heapsnapshot.lua",
     ["memprof.report.html.holders_section"] =
       "lua/memprof/report/html/holders_section.lua",
@@ -132,6 +140,8 @@ build = {
       ["memprof.report.html.page_js"] = "lua/memprof/report/html/page.js",
       ["memprof.report.html.holders_css"] =
         "lua/memprof/report/html/holders.css",
+      ["memprof.report.html.heap_page_html"] =
+        "lua/memprof/report/html/heap_page.html",
     },
     bin = {
       ["memprof-report"] = "bin/memprof-report",

@@ -47,6 +47,7 @@ local folded = require('memprof.report.folded')
 local version = require('memprof.version')
 local option_parser = require('memprof.cli.options')
 local heap_report = require('memprof.cli.heap_report')
+local holders_text = require('memprof.report.holders_text')
 local path_names = require('memprof.report.paths')
 
 local M = {}
@@ -478,9 +479,8 @@ local function report(path, opts, out, err)
         if result.holders and name == 'text' then
           -- Named as the sections above it: paths under their prefix.
           local prefix = path_names.common_prefix(result.stream)
-          heap_report.write_who_holds(prefix and
-            path_names.shortening(handle, prefix) or handle, result.holders,
-            options)
+          holders_text.write_who_holds(prefix and path_names.shortening(
+            handle, prefix) or handle, result.holders, options)
         end
         write_cut_note(handle, options)
       end)

@@ -280,13 +280,18 @@ local function pieces_of(template)
   end
 end
 
-local page_pieces
+local templates = {}
 
--- Writes the page's template with its slots filled from `fill`: text,
--- or a function(out) that writes it.
-local function write_template(out, fill)
-  page_pieces = page_pieces or pieces_of(M.resource('page.html'))
-  for _, piece in ipairs(page_pieces) do
+-- Writes the template `name` (a resource: page.html, the profile's page;
+-- heap_page.html, a heap snapshot's) with its slots filled from `fill`:
+-- text, or a function(out) that writes it.
+function M.write_template(out, name, fill)
+  local pieces = templates[name]
+  if not pieces then
+    pieces = pieces_of(M.resource(name))
+    templates[name] = pieces
+  end
+  for _, piece in ipairs(pieces) do
     if type(piece) == 'string' then
       out:write(piece)
     else
@@ -321,7 +326,7 @@ function M.write(result, out, opts)
     out = paths.shortening(out, prefix)
   end
   local name = result.stream.name or 'profile'
-  write_template(out, {
+  M.write_template(out, 'page.html', {
     title = escape(name),
     style = M.resource('page.css'),
     file_name = escape(basename(name)),

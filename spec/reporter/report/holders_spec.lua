@@ -1,39 +1,13 @@
 -- The report of heap snapshots (memprof-report HEAP, --diff OLD NEW;
--- lua/memprof/report/holders.lua, heap_growth.lua, holders_json.lua,
--- cli/heap_report.lua) on known graphs built byte by byte.
-local cli = require('memprof.cli.report')
+-- report/model/holders.lua, model/heap_growth.lua and their text, json
+-- and html renderers, cli/heap_report.lua) on known graphs built byte by
+-- byte.
 local graphs = require('helpers.heap_graphs')
 local json_text = require('memprof.encode.json_text')
 
-local function sink()
-  local parts = {}
-  return { write = function(self, ...)
-    for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end
-    return self
-  end, text = function() return table.concat(parts) end }
-end
-
--- memprof-report's exit code, output and errors.
-local function report(...)
-  local out, err = sink(), sink()
-  local code = cli.main({ ... }, out, err)
-  return code, out.text(), err.text()
-end
-
-local temp = {}
--- (os.tmpname makes its file: it goes with the ones named after it.)
-local function temp_path(suffix)
-  local base = os.tmpname()
-  local p = base .. (suffix or '.heap')
-  temp[#temp + 1] = base
-  temp[#temp + 1] = p
-  return p
-end
-
-local function remove_temp()
-  for _, p in ipairs(temp) do os.remove(p) end
-  temp = {}
-end
+local run = require('helpers.report_run')
+local report, temp_path, remove_temp = run.report, run.temp_path,
+  run.remove_temp
 
 local KNOWN_TEXT = [[
 HEAP SNAPSHOT %s
