@@ -95,7 +95,7 @@ build = {
     ["memprof.encode.protobuf"] = "lua/memprof/encode/protobuf.lua",
     ["memprof.encode.gzip"] = "lua/memprof/encode/gzip.lua",
     ["memprof.analysis.diff"] = "lua/memprof/analysis/diff.lua",
-    ["memprof.read.heap"] = "lua/memprof/read/heap.lua",
+    ["memprof.read.heap_snapshot"] = "lua/memprof/read/heap_snapshot.lua",
     ["memprof.analysis.dominators"] = "lua/memprof/analysis/dominators.lua",
     ["memprof.analysis.heap_graph"] = "lua/memprof/analysis/heap_graph.lua",
     ["memprof.analysis.dominator_tree"] =
@@ -142,6 +142,8 @@ build = {
         "lua/memprof/report/html/holders.css",
       ["memprof.report.html.heap_page_html"] =
         "lua/memprof/report/html/heap_page.html",
+      ["memprof.report.html.page_head_html"] =
+        "lua/memprof/report/html/page_head.html",
     },
     bin = {
       ["memprof-report"] = "bin/memprof-report",

@@ -50,6 +50,7 @@ describe('the rockspec', function()
       'lua/memprof/report/html/holders.css',
       'lua/memprof/report/html/page.css',
       'lua/memprof/report/html/page.html',
-      'lua/memprof/report/html/page.js' }, installed)
+      'lua/memprof/report/html/page.js',
+      'lua/memprof/report/html/page_head.html' }, installed)
   end)
 end)

@@ -183,7 +183,7 @@ describe('memprof-report of a heap snapshot of this VM', function()
       for _, id in ipairs({ 'holders', 'by-type', 'by-place' }) do
         assert.is_truthy(page:find('<section id="' .. id .. '">', 1, true))
       end
-      local first_row = page:match('<tbody><tr>(.-)</tr>')
+      local first_row = page:match('<tbody>\n<tr>(.-)</tr>')
       assert.is_truthy(first_row:find('package.loaded[&quot;spec_catalog' ..
         '&quot;].rendered_cache[*]</td><td>2,000 strings</td>', 1, true))
       local doc = cjson.decode(json)

@@ -39,7 +39,8 @@ local function grew_rows(rows, top)
       size(row.retained)
   end
   return page.table({ 'Path from a root', 'New objects', 'Objects now',
-    'Before', 'Retained growth', 'Retained now' }, cells, more, 6)
+    'Before', 'Retained growth', 'Retained now' }, { false, true, false,
+    true, true, true }, cells, more)
 end
 
 local function other_rows(rows, top)
@@ -52,7 +53,7 @@ local function other_rows(rows, top)
       num(row.old_objects)
   end
   return page.table({ 'Path from a root', 'Retained growth', 'Retained now',
-    'Objects now', 'Before' }, cells, more, 5)
+    'Objects now', 'Before' }, nil, cells, more)
 end
 
 local function facts(model)

@@ -30,7 +30,7 @@ local function holder_rows(model, top)
       escape(words.place_text(row) or '') .. '</td>'
   end
   return table_html({ 'Path from a root', 'Objects', 'Bytes', 'Retained',
-    'Allocated' }, rows, more, 5)
+    'Allocated' }, { false, false, true, true }, rows, more)
 end
 
 local function main_holders(row)
@@ -58,7 +58,7 @@ local function counted_rows(list, name_key, head, top)
       '</span>' .. callers .. main_holders(row) .. '</td>' ..
       num(row.objects) .. size(row.bytes)
   end
-  return table_html({ head, 'Objects', 'Bytes' }, rows, more, 3)
+  return table_html({ head, 'Objects', 'Bytes' }, nil, rows, more)
 end
 
 local function facts(h)

@@ -282,13 +282,22 @@ end
 
 local templates = {}
 
+-- A template with its parts in place: a line {{>NAME}} stands for the
+-- resource NAME (page_head.html: the head both pages share).
+local function with_parts(template)
+  return (template:gsub('{{>([%w_%.]+)}}\n', function(name)
+    return M.resource(name)
+  end))
+end
+
 -- Writes the template `name` (a resource: page.html, the profile's page;
--- heap_page.html, a heap snapshot's) with its slots filled from `fill`:
+-- heap_page.html, a heap snapshot's; their head page_head.html) with its
+-- slots filled from `fill`:
 -- text, or a function(out) that writes it.
 function M.write_template(out, name, fill)
   local pieces = templates[name]
   if not pieces then
-    pieces = pieces_of(M.resource(name))
+    pieces = pieces_of(with_parts(M.resource(name)))
     templates[name] = pieces
   end
   for _, piece in ipairs(pieces) do

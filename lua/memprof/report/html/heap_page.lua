@@ -7,10 +7,11 @@
 local html = require('memprof.report.html')
 local text = require('memprof.report.html.text')
 local json_text = require('memprof.encode.json_text')
+local tables = require('memprof.report.html.tables')
 
 local M = {}
 
-local format, concat = string.format, table.concat
+local format = string.format
 local escape, human_size, commas = text.escape, text.human_size,
   text.with_commas
 
@@ -29,19 +30,16 @@ function M.size_cell(bytes)
     human_size(bytes))
 end
 
--- A table of `heads` and `rows` (each the cells of a row), and a row that
--- says how many more there are.
-function M.table(heads, rows, more, columns)
-  local out = { '<table><thead><tr>' }
-  for _, h in ipairs(heads) do out[#out + 1] = '<th>' .. h .. '</th>' end
-  out[#out + 1] = '</tr></thead><tbody>'
-  for _, row in ipairs(rows) do out[#out + 1] = '<tr>' .. row .. '</tr>' end
+-- A table of `heads` (numeric[i]: column i holds numbers) and `rows`
+-- (each the cells of a row), with a row in its foot that says how many
+-- more there are: the profile's page's table (report/html/tables.lua).
+function M.table(heads, numeric, rows, more)
+  local foot = {}
   if more > 0 then
-    out[#out + 1] = format('<tr><td colspan="%d">… and %s more rows ' ..
-      '(--all shows every row)</td></tr>', columns, commas(more))
+    foot[1] = format('<td colspan="%d">… and %s more rows (--all shows ' ..
+      'every row)</td>', #heads, commas(more))
   end
-  out[#out + 1] = '</tbody></table>'
-  return concat(out)
+  return tables.table_html(nil, nil, heads, rows, foot, numeric)
 end
 
 -- How many rows of a list to show, and how many are left out.
