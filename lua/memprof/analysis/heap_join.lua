@@ -27,6 +27,13 @@ local M = {}
 -- what is wrong, as a phrase about the profile.
 function M.live_at(path, written)
   local stream = reader.open(path)
+  -- The record after the snapshot may be a symbol or a stack defined for
+  -- the next event rather than an event: one must start at `written`.
+  local record, at_written = stream.record, false
+  function stream.record(self, header, pos)
+    if self:offset_of(pos) == written then at_written = true end
+    return record(self, header, pos)
+  end
   local live = {}
   local kind, site, oaddr, naddr, stack, offset, _
   while true do
@@ -40,7 +47,7 @@ function M.live_at(path, written)
   local wrong
   if kind == nil and read < written then
     wrong = string.format('ends at byte %d', read)
-  elseif kind ~= nil and offset ~= written then
+  elseif kind ~= nil and offset ~= written and not at_written then
     wrong = string.format('has no event that starts there (one starts ' ..
       'at byte %d)', offset)
   end

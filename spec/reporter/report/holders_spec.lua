@@ -522,6 +522,12 @@ describe('memprof-report of a heap snapshot joined with a profile', function()
         :write(temp_path())
       local code, _, err = report('--profile=' .. profile, heap)
       assert.same({ 0, '' }, { code, err })
+      -- The same when a symbol, not an event, follows that byte.
+      local defined = temp_path('.bin')
+      local later = graphs.known({ profile = graphs.known_profile(defined,
+        { defined_after = true }) }):write(temp_path())
+      code, _, err = report('--profile=' .. defined, later)
+      assert.same({ 0, '' }, { code, err })
       local short = other_profile(temp_path('.bin'), 3)
       code, _, err = report('--profile=' .. short, heap)
       assert.equal(0, code)
