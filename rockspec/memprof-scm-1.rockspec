@@ -40,6 +40,8 @@ build = {
       libraries = { "dl", "pthread", "m" },
     },
     ["memprof.read.stream"] = "lua/memprof/read/stream.lua",
+    ["memprof.read.stream_records"] = "lua/memprof/read/stream_records.lua",
+    ["memprof.read.stream_format"] = "lua/memprof/read/stream_format.lua",
     ["memprof.read.buffer"] = "lua/memprof/read/buffer.lua",
     ["memprof.read.names"] = "lua/memprof/read/names.lua",
     ["memprof.read.errors"] = "lua/memprof/read/errors.lua",
