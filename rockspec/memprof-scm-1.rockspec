@@ -122,6 +122,7 @@ build = {
     ["memprof.report.html.holders_section"] =
       "lua/memprof/report/html/holders_section.lua",
     ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",
+    ["memprof.cli.report_options"] = "lua/memprof/cli/report_options.lua",
     ["memprof.cli.progress"] = "lua/memprof/cli/progress.lua",
     ["memprof.cli.run"] = "lua/memprof/cli/run.lua",
     ["memprof.cli.heap_pid"] = "lua/memprof/cli/heap_pid.lua",

@@ -19,8 +19,9 @@ local format = string.format
 
 M.MAGIC = 'ljh'
 
--- Rows per section of the text report without --top or --all.
-M.DEFAULT_TOP = 30
+-- Rows per section of the text report without --top or --all: the
+-- profile's text report's.
+M.DEFAULT_TOP = require('memprof.cli.report_options').DEFAULT_TOP
 
 -- Whether the file at path begins with a heap snapshot's magic.
 function M.is_heap(path)
