@@ -48,8 +48,6 @@ local version = require('memprof.version')
 local option_parser = require('memprof.cli.options')
 local heap_report = require('memprof.cli.heap_report')
 local command_line = require('memprof.cli.report_options')
-local holders_text = require('memprof.report.holders_text')
-local path_names = require('memprof.report.paths')
 
 local M = {}
 
@@ -350,12 +348,6 @@ local function report(path, opts, out, err)
     return write_outputs(module, write_options(opts, name), out, err,
       function(handle, options)
         module.write(result, handle, options)
-        if result.holders and name == 'text' then
-          -- Named as the sections above it: paths under their prefix.
-          local prefix = path_names.common_prefix(result.stream)
-          holders_text.write_who_holds(prefix and path_names.shortening(
-            handle, prefix) or handle, result.holders, options)
-        end
         write_cut_note(handle, options)
       end)
   end)
