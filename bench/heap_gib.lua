@@ -17,7 +17,7 @@ local RECORDS, PAGES, ARRAYS, CDATA = 1500000, 3400, 3400, 20000
 
 local CHILD = [[
 local memprof = require('memprof')
-local heap = require('memprof.read.heap')
+local heap = require('memprof.read.heap_snapshot')
 local ffi = require('ffi')
 local path = arg[1]
 local records, pages, arrays, cdata = tonumber(arg[2]), tonumber(arg[3]),

@@ -64,7 +64,7 @@ end
 
 local CHILD = [[
 local memprof = require('memprof')
-local heap = require('memprof.read.heap')
+local heap = require('memprof.read.heap_snapshot')
 local dom = require('memprof.analysis.dominators')
 local records, rounds, path = tonumber(arg[1]), tonumber(arg[2]), arg[3]
 -- The profile that runs while the heap is made, and a snapshot taken

@@ -40,6 +40,8 @@ build = {
       libraries = { "dl", "pthread", "m" },
     },
     ["memprof.read.stream"] = "lua/memprof/read/stream.lua",
+    ["memprof.read.stream_records"] = "lua/memprof/read/stream_records.lua",
+    ["memprof.read.stream_format"] = "lua/memprof/read/stream_format.lua",
     ["memprof.read.buffer"] = "lua/memprof/read/buffer.lua",
     ["memprof.read.names"] = "lua/memprof/read/names.lua",
     ["memprof.read.errors"] = "lua/memprof/read/errors.lua",
@@ -95,7 +97,7 @@ build = {
     ["memprof.encode.protobuf"] = "lua/memprof/encode/protobuf.lua",
     ["memprof.encode.gzip"] = "lua/memprof/encode/gzip.lua",
     ["memprof.analysis.diff"] = "lua/memprof/analysis/diff.lua",
-    ["memprof.read.heap"] = "lua/memprof/read/heap.lua",
+    ["memprof.read.heap_snapshot"] = "lua/memprof/read/heap_snapshot.lua",
     ["memprof.analysis.dominators"] = "lua/memprof/analysis/dominators.lua",
     ["memprof.analysis.heap_graph"] = "lua/memprof/analysis/heap_graph.lua",
     ["memprof.analysis.dominator_tree"] =
@@ -103,15 +105,24 @@ build = {
     ["memprof.analysis.heap_paths"] = "lua/memprof/analysis/heap_paths.lua",
     ["memprof.analysis.heap_diff"] = "lua/memprof/analysis/heap_diff.lua",
     ["memprof.analysis.heap_join"] = "lua/memprof/analysis/heap_join.lua",
-    ["memprof.report.holders"] = "lua/memprof/report/holders.lua",
+    ["memprof.report.model.holders"] = "lua/memprof/report/model/holders.lua",
+    ["memprof.report.model.heap_growth"] =
+      "lua/memprof/report/model/heap_growth.lua",
+    ["memprof.report.heap_words"] = "lua/memprof/report/heap_words.lua",
+    ["memprof.report.holders_text"] = "lua/memprof/report/holders_text.lua",
     ["memprof.report.holders_json"] = "lua/memprof/report/holders_json.lua",
     ["memprof.report.holders_html"] = "lua/memprof/report/holders_html.lua",
-    ["memprof.report.heap_growth"] = "lua/memprof/report/heap_growth.lua",
+    ["memprof.report.heap_growth_text"] =
+      "lua/memprof/report/heap_growth_text.lua",
+    ["memprof.report.heap_growth_json"] =
+      "lua/memprof/report/heap_growth_json.lua",
     ["memprof.report.heap_growth_html"] = "lua/memprof/report/heap_growth_html.lua",
+    ["memprof.report.html.heap_page"] = "lua/memprof/report/html/heap_page.lua",
     ["memprof.report.heapsnapshot"] = "lua/memprof/report/heapsnapshot.lua",
     ["memprof.report.html.holders_section"] =
       "lua/memprof/report/html/holders_section.lua",
     ["memprof.cli.heap_report"] = "lua/memprof/cli/heap_report.lua",
+    ["memprof.cli.report_options"] = "lua/memprof/cli/report_options.lua",
     ["memprof.cli.progress"] = "lua/memprof/cli/progress.lua",
     ["memprof.cli.run"] = "lua/memprof/cli/run.lua",
     ["memprof.cli.heap_pid"] = "lua/memprof/cli/heap_pid.lua",
@@ -132,6 +143,10 @@ build = {
       ["memprof.report.html.page_js"] = "lua/memprof/report/html/page.js",
       ["memprof.report.html.holders_css"] =
         "lua/memprof/report/html/holders.css",
+      ["memprof.report.html.heap_page_html"] =
+        "lua/memprof/report/html/heap_page.html",
+      ["memprof.report.html.page_head_html"] =
+        "lua/memprof/report/html/page_head.html",
     },
     bin = {
       ["memprof-report"] = "bin/memprof-report",

@@ -23,7 +23,7 @@
 -- the epilogue the right counts half the time, so that the reader's
 -- check of the counts does not refuse them all.
 
-local heap = require('memprof.read.heap')
+local heap = require('memprof.read.heap_snapshot')
 local H = require('helpers.heap_builder')
 local graphs = require('helpers.heap_graphs')
 

@@ -60,8 +60,10 @@ end
 -- A profile (built byte by byte) of the known graph's pages (by
 -- string.rep at catalog.lua:46, called from handler.lua:7) and records
 -- (handler.lua:12); a block made and freed; after the byte the snapshot
--- notes, a record freed and its address reused elsewhere (not read).
-function M.known_profile(path)
+-- notes, a record freed and its address reused elsewhere (not read);
+-- opts.defined_after: a function defined first there, as a program that
+-- calls a new function after its snapshot has it.
+function M.known_profile(path, opts)
   local B = require('helpers.stream_builder')
   local s = B.new():lfunc(0x100, '@catalog.lua', 40)
     :lfunc(0x200, '@handler.lua', 1):cfunc(0x900, 'string.rep')
@@ -78,6 +80,9 @@ function M.known_profile(path)
   s:alloc(B.lua(0x200, 12, 2), 0x99000, 56)
   s:free(B.internal(), 0x99000, 56)
   local written = s:size()
+  if opts and opts.defined_after then
+    s:define_lfunc(0x300, '@later.lua', 1)
+  end
   s:free(B.internal(), probe.records[1], 56)
   s:alloc(B.lua(0x200, 99), probe.records[1], 56)
   local file = assert(io.open(path, 'wb'))

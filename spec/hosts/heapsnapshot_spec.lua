@@ -8,33 +8,13 @@
 -- Each must find the top retainer and the retained size of our text
 -- report.  Needs node, Chromium and memlab (.ci/install-deps --tests).
 local C = require('helpers.command')
-local cli = require('memprof.cli.report')
 local consumers = require('helpers.consumers')
 local graphs = require('helpers.heap_graphs')
 local H = require('helpers.heap_builder')
 local cjson_null = require('cjson').null
 
-local function sink()
-  local parts = {}
-  return { write = function(self, ...)
-    for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end
-    return self
-  end, text = function() return table.concat(parts) end }
-end
-
-local function report(...)
-  local out, err = sink(), sink()
-  local code = cli.main({ ... }, out, err)
-  return code, out.text(), err.text()
-end
-
-local temp = {}
-local function temp_path(suffix)
-  local base = os.tmpname()
-  temp[#temp + 1] = base
-  temp[#temp + 1] = base .. suffix
-  return base .. suffix
-end
+local run = require('helpers.report_run')
+local report, temp_path = run.report, run.temp_path
 
 -- The snapshot at `heap` written as a .heapsnapshot file (args: more
 -- options).
@@ -134,10 +114,7 @@ describe('memprof-report --format=heapsnapshot', function()
     dt = consumers.devtools(known.path, named)
   end)
 
-  teardown(function()
-    for _, p in ipairs(temp) do os.remove(p) end
-    temp = {}
-  end)
+  teardown(run.remove_temp)
 
   it('opens in memlab and in DevTools with our top retainer and sizes',
     function()

@@ -100,11 +100,12 @@ describe('memprof installed', function()
       ' >/dev/null')
     assert.are.same({ 0, '' }, { code, stderr })
     local bin = prefix .. '/bin'
-    code, stderr = C.run('ls ' .. C.quote(prefix ..
+    code, stderr = C.run('LC_ALL=C ls ' .. C.quote(prefix ..
       '/share/lua/5.1/memprof/report/html'))
-    assert.are.same({ 0, 'chart.lua\ndata.lua\nholders.css\n' ..
-      'holders_section.lua\npage.css\npage.html\npage.js\ntables.lua\n' ..
-      'text.lua\n' }, { code, stderr })
+    assert.are.same({ 0, 'chart.lua\ndata.lua\nheap_page.html\n' ..
+      'heap_page.lua\nholders.css\nholders_section.lua\npage.css\n' ..
+      'page.html\npage.js\npage_head.html\ntables.lua\ntext.lua\n' },
+      { code, stderr })
     -- Started by plain Lua, it runs on LuaJIT.
     local stdout
     code, stdout, stderr = from_root('', C.command('/usr/bin/lua5.1',

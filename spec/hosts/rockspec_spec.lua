@@ -46,9 +46,11 @@ describe('the rockspec', function()
     assert.same(listed('lua/memprof/report/html/*.css ' ..
       'lua/memprof/report/html/*.js lua/memprof/report/html/*.html'),
       installed)
-    assert.same({ 'lua/memprof/report/html/holders.css',
+    assert.same({ 'lua/memprof/report/html/heap_page.html',
+      'lua/memprof/report/html/holders.css',
       'lua/memprof/report/html/page.css',
       'lua/memprof/report/html/page.html',
-      'lua/memprof/report/html/page.js' }, installed)
+      'lua/memprof/report/html/page.js',
+      'lua/memprof/report/html/page_head.html' }, installed)
   end)
 end)

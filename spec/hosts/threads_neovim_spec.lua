@@ -53,7 +53,7 @@ describe('several VMs in threads', function()
 
     -- Four VMs, 50 heap snapshots each into one path, all at once: each
     -- must succeed, and the file read back after each be a whole
-    -- snapshot (the host reads it with memprof.read.heap).
+    -- snapshot (the host reads it with memprof.read.heap_snapshot).
     it('snapshot into one path at the same time, each a whole file (' ..
       host .. ')', function()
       local dir = h.tmpname('.d')

@@ -122,7 +122,7 @@ describe('a heap snapshot where traces cannot be verified', function()
 package.cpath = %q .. ';' .. package.cpath
 package.path = %q
 local memprof = require('memprof')
-local heap = require('memprof.read.heap')
+local load = require('helpers.heap_load')
 local holder = { f = function(x) return x + 1 end }
 local function loop(n)
   local s = 0
@@ -135,7 +135,7 @@ jit.off()
 local closure = tonumber(tostring(holder.f):match('0x(%%x+)'), 16)
 holder.f = nil
 assert(memprof.snapshot(%q, { format = 'heap' }))
-local s = heap.load(%q)
+local s = load(%q)
 local traces = 0
 for _, o in ipairs(s.list) do
   if o.type == 'trace' then traces = traces + 1 end

@@ -1,7 +1,7 @@
 -- What grew between two heap snapshots (lua/memprof/analysis/heap_diff.lua).
 local h = require('helpers.profile')
 local memprof = require('memprof')
-local heap = require('memprof.read.heap')
+local load = require('helpers.heap_load')
 local dom = require('memprof.analysis.dominators')
 local diff = require('memprof.analysis.heap_diff')
 
@@ -40,7 +40,7 @@ describe('the difference of two heap snapshots', function()
     local old, new = dom.analyse_file(old_path), dom.analyse_file(new_path)
     local rows = diff.compare(old, new)
     -- The bytes of the 50 new pages, from the newer file.
-    local s = heap.load(new_path)
+    local s = load(new_path)
     os.remove(old_path)
     os.remove(new_path)
     local bytes = 0

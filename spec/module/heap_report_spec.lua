@@ -1,26 +1,19 @@
 -- memprof-report of heap snapshots taken in this VM, with and without the
--- profile that ran (lua/memprof/report/holders.lua, cli/heap_report.lua):
+-- profile that ran (report/model/holders.lua, its renderers,
+-- cli/heap_report.lua):
 -- a module-level cache, a closure's upvalue, a suspended coroutine's
 -- local and a weak-keyed table, named as what holds the memory; the
 -- allocating place and its callers; --leaks --heap and the html pages.
 local h = require('helpers.profile')
 local memprof = require('memprof')
-local cli = require('memprof.cli.report')
 local cjson = require('cjson')
 
-local function sink()
-  local parts = {}
-  return { write = function(self, ...)
-    for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end
-    return self
-  end, text = function() return table.concat(parts) end }
-end
+local run = require('helpers.report_run')
 
 local function report(...)
-  local out, err = sink(), sink()
-  local code = cli.main({ ... }, out, err)
-  assert(code == 0, err.text())
-  return out.text()
+  local code, out, err = run.report(...)
+  assert(code == 0, err)
+  return out
 end
 
 local function lines_of(text)
@@ -190,7 +183,7 @@ describe('memprof-report of a heap snapshot of this VM', function()
       for _, id in ipairs({ 'holders', 'by-type', 'by-place' }) do
         assert.is_truthy(page:find('<section id="' .. id .. '">', 1, true))
       end
-      local first_row = page:match('<tbody><tr>(.-)</tr>')
+      local first_row = page:match('<tbody>\n<tr>(.-)</tr>')
       assert.is_truthy(first_row:find('package.loaded[&quot;spec_catalog' ..
         '&quot;].rendered_cache[*]</td><td>2,000 strings</td>', 1, true))
       local doc = cjson.decode(json)

@@ -1,8 +1,9 @@
 -- Heap snapshots: memprof.snapshot(path, {format = 'heap'}) (src/heapwalk.c,
--- src/heap_layout.c) read back by memprof.read.heap, on known graphs.
+-- src/heap_layout.c) read back by memprof.read.heap_snapshot (through
+-- helpers/heap_load.lua), on known graphs.
 local h = require('helpers.profile')
 local memprof = require('memprof')
-local heap = require('memprof.read.heap')
+local load = require('helpers.heap_load')
 
 -- The address LuaJIT prints for a table, function, thread or userdata.
 local function addr(v)
@@ -15,7 +16,7 @@ local function snapshot(options)
   local path = h.tmpname('.heap')
   local ok, msg = memprof.snapshot(path, options or { format = 'heap' })
   assert(ok, msg)
-  local s = heap.load(path)
+  local s = load(path)
   os.remove(path)
   s.from, s.to, s.strings = {}, {}, {}
   for _, r in ipairs(s.refs) do
@@ -381,7 +382,7 @@ return a, b, s, v, k
     assert.is_true(ok)
     assert.equal(before, after)
     assert.equal(0, called)
-    local s = heap.load(path)
+    local s = load(path)
     os.remove(path)
     assert.is_true(s.objects[addr(trap)].weak_keys)
   end)
@@ -397,7 +398,7 @@ return a, b, s, v, k
     end)
     assert.is_true(ok)
     assert.same({}, h.at(events, '@snap.lua:2'))
-    local s = heap.load(path)
+    local s = load(path)
     os.remove(path)
     assert.is_true(s.header.profile.written > 0)
     local plain = snapshot()
@@ -480,7 +481,7 @@ return a, b, s, v, k
     end
     local path = h.tmpname('.heap')
     assert.is_true(misc.memprof.snapshot(path, { format = 'heap' }))
-    local s = heap.load(path)
+    local s = load(path)
     os.remove(path)
     assert.is_true(#s.list > 0)
   end)
@@ -774,7 +775,7 @@ describe('the heap snapshot reader', function()
     local f = assert(io.open(path, 'wb'))
     f:write(bytes)
     f:close()
-    local s = heap.load(path)
+    local s = load(path)
     os.remove(path)
     return s.header
   end
@@ -796,7 +797,7 @@ describe('the heap snapshot reader', function()
     local f = assert(io.open(path, 'wb'))
     f:write(bytes)
     f:close()
-    local ok, err = pcall(heap.load, path)
+    local ok, err = pcall(load, path)
     os.remove(path)
     assert.is_false(ok)
     return (err:gsub('^[^:]*: ', ''))

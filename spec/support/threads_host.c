@@ -8,8 +8,9 @@
 ** creates 1000 * i tables at line 2 of a chunk named "@thread<i>.lua".
 ** With SNAPSHOTS, each VM instead takes that many heap snapshots into the
 ** one file DIR/shared.heap (all at once, after a barrier), and reads the
-** file back with the reader (memprof.read.heap, through LUA_PATH) after
-** each: every snapshot must succeed, and every file read back be whole.
+** file back with the reader (memprof.read.heap_snapshot, through
+** LUA_PATH) after each: every snapshot must succeed, and every file read
+** back be whole.
 ** Exits 0 if every VM succeeded, else prints the error and exits 1.
 */
 #define _GNU_SOURCE
@@ -57,14 +58,14 @@ static const char snapshot_driver[] =
     "package.path = lua_path\n"
     "jit.off()\n"
     "local memprof = require('memprof')\n"
-    "local heap = require('memprof.read.heap')\n"
+    "local heap = require('memprof.read.heap_snapshot')\n"
     "barrier()\n"
     "for i = 1, count do\n"
     "  local ok, err = memprof.snapshot(path, { format = 'heap' })\n"
     "  if not ok then error('snapshot ' .. i .. ': ' .. err, 0) end\n"
     /* Another thread may have renamed its own snapshot over this one
     ** since: whichever it is, it must be whole. */
-    "  local read, why = pcall(heap.load, path)\n"
+    "  local read, why = pcall(heap.each_record, path)\n"
     "  if not read then\n"
     "    error('snapshot ' .. i .. ' read back: ' .. tostring(why), 0)\n"
     "  end\n"

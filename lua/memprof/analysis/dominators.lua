@@ -3,12 +3,11 @@
 -- object's retained size (memprof.analysis.dominator_tree), and the
 -- paths from a root that hold the most, grouped by pattern
 -- (memprof.analysis.heap_paths), put together as one analysis; the file
--- read by memprof.read.heap (twice, as a stream: the objects, then the
+-- read by memprof.read.heap_snapshot (twice, as a stream: the objects, then the
 -- references).
 --
 --   local dom = require('memprof.analysis.dominators')
 --   local a = dom.analyse_file(path)
---   local a = dom.analyse(require('memprof.read.heap').load(path))
 --   a.retained[addr], a.idom[addr], a.pattern[addr] (computed when read:
 --   not tables to iterate), a.path(addr), a.objects() (an iterator of
 --   each reachable object's addr, pattern and retained size, in the
@@ -27,7 +26,7 @@
 --   descending, ties by list[i][name] (indices in numeric order:
 --   path_patterns.order_key)
 
-local heap = require('memprof.read.heap')
+local heap = require('memprof.read.heap_snapshot')
 local G = require('memprof.analysis.heap_graph')
 local dominator_tree = require('memprof.analysis.dominator_tree')
 local heap_paths = require('memprof.analysis.heap_paths')
@@ -296,46 +295,6 @@ function M.analyse_file(path, opts)
   end)
   local out = analyse_graph(g)
   out.header, out.epilogue = r.header, r.epilogue
-  return out
-end
-
--- A loaded reference's name values, as next_values gives them.
-local function name_values(r)
-  local kind = r.kind
-  if kind == 'field' or kind == 'by_key' then
-    return r.key
-  elseif kind == 'index' or kind == 'constant' then
-    return r.index
-  elseif kind == 'by_number' then
-    return r.number
-  elseif kind == 'by_bool' then
-    return r.bool
-  elseif kind == 'by_lightud' then
-    return r.pointer
-  elseif kind == 'upvalue' then
-    return r.index, r.name
-  elseif kind == 'stack' then
-    return r.slot, r.level, r.name
-  elseif kind == 'frame_function' then
-    return r.slot, r.level
-  end
-  return r.name
-end
-
--- The same for a loaded snapshot (memprof.read.heap.load).
-function M.analyse(s)
-  local g = new_graph(s.name or 'the snapshot')
-  for _, o in ipairs(s.list) do
-    add_object(g, o.addr, o.type, o.size, o.text, o.offset)
-  end
-  for _, r in ipairs(s.refs) do count_ref(g, r.from, r.weak, r.offset) end
-  start_refs(g)
-  for _, r in ipairs(s.refs) do
-    local a, b, c = name_values(r)
-    add_ref(g, r.from, r.to, r.kind, r.weak, a, b, c, r.offset)
-  end
-  local out = analyse_graph(g)
-  out.header, out.epilogue = s.header, s.epilogue
   return out
 end
 

@@ -15,7 +15,7 @@
 --   G.ref_of(g, kind_code, name) -> a reference's kind and name
 --   G.text_of(g, addr)           -- the kept text of a string object
 
-local heap = require('memprof.read.heap')
+local heap = require('memprof.read.heap_snapshot')
 local ffi = require('ffi')
 local tobit = require('bit').tobit
 local address_map = require('memprof.analysis.address_map')
@@ -77,7 +77,7 @@ end
 -- row's end is one past its last entry).
 local MOST = 2 ^ 31 - 3
 
--- Refuses the file at byte `at` (as memprof.read.heap does).
+-- Refuses the file at byte `at` (as memprof.read.heap_snapshot does).
 local function refuse(g, at, message)
   error(format('%s: byte %d: %s', g.name, at or 0, message), 0)
 end

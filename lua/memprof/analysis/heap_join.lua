@@ -11,11 +11,12 @@
 -- after the snapshot.
 --
 --   local join = require('memprof.analysis.heap_join')
---   local places = join.places(snapshot, 'profile.bin')  -- raises without
---   places[addr]  -> { site = <reader site>, stack = <reader stack> } | nil
---   join.by_place(snapshot, places, analysis)
---                 -> rows by allocating place, each with its main holders
+--   local live, warning = join.live_blocks(analysis, 'profile.bin',
+--     '--profile=profile.bin', 'snapshot.heap')
+--   live[addr]  -> { site = <reader site>, stack = <reader stack> } | nil
+-- report/model/holders.lua counts the objects by place from it.
 local reader = require('memprof.read.stream')
+local commas = require('memprof.words').commas
 
 local M = {}
 
@@ -26,6 +27,13 @@ local M = {}
 -- what is wrong, as a phrase about the profile.
 function M.live_at(path, written)
   local stream = reader.open(path)
+  -- The record after the snapshot may be a symbol or a stack defined for
+  -- the next event rather than an event: one must start at `written`.
+  local record, at_written = stream.record, false
+  function stream.record(self, header, pos)
+    if self:offset_of(pos) == written then at_written = true end
+    return record(self, header, pos)
+  end
   local live = {}
   local kind, site, oaddr, naddr, stack, offset, _
   while true do
@@ -39,75 +47,34 @@ function M.live_at(path, written)
   local wrong
   if kind == nil and read < written then
     wrong = string.format('ends at byte %d', read)
-  elseif kind ~= nil and offset ~= written then
+  elseif kind ~= nil and offset ~= written and not at_written then
     wrong = string.format('has no event that starts there (one starts ' ..
       'at byte %d)', offset)
   end
   return live, wrong
 end
 
--- The places of the objects of a loaded snapshot (memprof.read.heap.load),
--- from the profile that ran when it was taken. Objects the profile did not
--- see allocated have no place: they are older than the profile.
-function M.places(snapshot, profile_path)
-  local note = snapshot.header.profile
-  if note == nil then
-    error('the heap snapshot was taken with no profile running: ' ..
-      'it cannot be joined with one', 0)
+-- The profile's blocks live when the snapshot analysed as `a`
+-- (memprof.analysis.dominators) was taken, or nil without a profile, and
+-- a warning naming both files when the profile does not hold that moment;
+-- raises when a profile is given for a snapshot that has none (`option`
+-- names the option that gave the file, for the message).
+function M.live_blocks(a, profile, option, path)
+  if not profile then return nil end
+  local note = a.header and a.header.profile
+  if not note then
+    error(string.format('%s: the heap snapshot was taken with no profile ' ..
+      'running: it cannot be joined with one', option or profile), 0)
   end
-  local live = M.live_at(profile_path, note.written)
-  local out = {}
-  for _, obj in ipairs(snapshot.list) do
-    out[obj.addr] = live[obj.addr]
-  end
-  return out
+  local live, wrong = M.live_at(profile, note.written)
+  local warning = wrong and string.format('%s was taken after byte %s of ' ..
+    "its profile, but %s %s: it is not that profile (another run's?), so " ..
+    'the places named may be wrong', path, commas(note.written), profile,
+    wrong)
+  return live, warning
 end
 
 -- The name of the rows of objects older than the profile.
 M.BEFORE = 'allocated before the profile'
-
-local function sorted(list, key)
-  table.sort(list, function(a, b)
-    if a[key] ~= b[key] then return a[key] > b[key] end
-    return (a.place or a.pattern) < (b.place or b.pattern)
-  end)
-  return list
-end
-
--- The objects of a snapshot by the place that allocated them (the site's
--- name, or M.BEFORE), each place with its objects, bytes and holders: the
--- path patterns of its objects (memprof.analysis.dominators), each with
--- its objects and bytes; the most bytes first.
-function M.by_place(snapshot, places, analysis)
-  local rows, by = {}, {}
-  for _, obj in ipairs(snapshot.list) do
-    local pattern = analysis.pattern[obj.addr]
-    if pattern then
-      local at = places[obj.addr]
-      local name = at and at.site.name or M.BEFORE
-      local row = by[name]
-      if not row then
-        row = { place = name, objects = 0, bytes = 0, holders = {}, by = {} }
-        by[name] = row
-        rows[#rows + 1] = row
-      end
-      row.objects = row.objects + 1
-      row.bytes = row.bytes + obj.size
-      local holder = row.by[pattern]
-      if not holder then
-        holder = { pattern = pattern, objects = 0, bytes = 0 }
-        row.by[pattern] = holder
-        row.holders[#row.holders + 1] = holder
-      end
-      holder.objects = holder.objects + 1
-      holder.bytes = holder.bytes + obj.size
-    end
-  end
-  for _, row in ipairs(rows) do
-    row.by = nil
-    sorted(row.holders, 'bytes')
-  end
-  return sorted(rows, 'bytes')
-end
 
 return M

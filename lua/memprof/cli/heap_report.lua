@@ -10,8 +10,8 @@
 -- snapshot notes how many of its bytes were written then, not its path):
 -- the report then says where each object was allocated.
 
-local holders = require('memprof.report.holders')
-local growth = require('memprof.report.heap_growth')
+local holders_model = require('memprof.report.model.holders')
+local growth_model = require('memprof.report.model.heap_growth')
 
 local M = {}
 
@@ -19,8 +19,9 @@ local format = string.format
 
 M.MAGIC = 'ljh'
 
--- Rows per section of the text report without --top or --all.
-M.DEFAULT_TOP = 30
+-- Rows per section of the text report without --top or --all: the
+-- profile's text report's.
+M.DEFAULT_TOP = require('memprof.cli.report_options').DEFAULT_TOP
 
 -- Whether the file at path begins with a heap snapshot's magic.
 function M.is_heap(path)
@@ -126,80 +127,62 @@ local function warn(err, program, warning)
   if warning then err:write(program, ': warning: ', warning, '\n') end
 end
 
-local function run(opts, files, out, err, program)
+-- The renderer of each report by format: report/NAME_FORMAT.lua, each
+-- write(model, out, options) of its report's one model.
+local function renderer(report, name)
+  return require('memprof.report.' .. report .. '_' .. name)
+end
+
+-- Writes `model` with its report's renderer of the format asked for.
+local function render(opts, report, model, out, err, program)
   local name = opts.format or 'text'
-  if opts.diff then
-    local model = growth.model(files[1], files[2])
-    return write_to(opts, out, err, program, function(handle)
-      if name == 'json' then return growth.write_json(model, handle) end
-      if name == 'html' then
-        return require('memprof.report.heap_growth_html').write(model,
-          handle, opts)
-      end
-      local options = text_options(opts)
-      growth.write(model, handle, options)
-      cut_note(handle, options)
-    end)
-  end
-  local profile = opts.heap_profile
-  if name == 'heapsnapshot' then
-    if opts.top or opts.all or opts.human_readable then
-      error('--format=heapsnapshot writes every object: leave out --top, ' ..
-        '--all and --human-readable', 0)
-    end
-    local v8 = require('memprof.report.heapsnapshot')
-    local snapshot = v8.model(files[1], { profile = profile })
-    warn(err, program, snapshot.warning)
-    return write_to(opts, out, err, program, function(handle)
-      v8.write(snapshot, handle)
-    end)
-  end
-  local model = holders.model(files[1], { profile = profile,
-    option = profile and '--profile=' .. profile })
-  warn(err, program, model.warning)
   return write_to(opts, out, err, program, function(handle)
-    if name == 'json' then
-      return require('memprof.report.holders_json').write(model, handle)
-    elseif name == 'html' then
-      return require('memprof.report.holders_html').write(model, handle)
+    if name ~= 'text' then
+      return renderer(report, name).write(model, handle, opts)
     end
     local options = text_options(opts)
-    holders.write(model, handle, options)
+    renderer(report, name).write(model, handle, options)
     cut_note(handle, options)
   end)
 end
 
--- For a profile's report with --heap=SNAPSHOT: the places of the objects
--- of a snapshot taken during the profile at `profile`, each with its
--- holders ({ heap = path, rows = the model's by_place, warning }); raises
--- when the file is not a heap snapshot taken during a profile.
+-- The V8 heap snapshot: every object, no rows to choose.
+local function heapsnapshot(opts, files, out, err, program)
+  if opts.top or opts.all or opts.human_readable then
+    error('--format=heapsnapshot writes every object: leave out --top, ' ..
+      '--all and --human-readable', 0)
+  end
+  local v8 = require('memprof.report.heapsnapshot')
+  local snapshot = v8.model(files[1], { profile = opts.heap_profile })
+  warn(err, program, snapshot.warning)
+  return write_to(opts, out, err, program, function(handle)
+    v8.write(snapshot, handle)
+  end)
+end
+
+local function run(opts, files, out, err, program)
+  if opts.diff then
+    return render(opts, 'heap_growth', growth_model.of_files(files[1],
+      files[2]), out, err, program)
+  elseif opts.format == 'heapsnapshot' then
+    return heapsnapshot(opts, files, out, err, program)
+  end
+  local profile = opts.heap_profile
+  local model = holders_model.of_file(files[1], { profile = profile,
+    option = profile and '--profile=' .. profile })
+  warn(err, program, model.warning)
+  return render(opts, 'holders', model, out, err, program)
+end
+
+-- For a profile's report with --heap=SNAPSHOT: the model of who holds
+-- what the profile's places allocated (report/model/holders.lua's
+-- who_holds); raises when the file is not a heap snapshot.
 function M.who_holds(heap_path, profile)
   if not M.is_heap(heap_path) then
     error(format('--heap=%s: not a heap snapshot (made by ' ..
       "memprof.snapshot(path, {format = 'heap'}))", heap_path), 0)
   end
-  local model = holders.model(heap_path, { profile = profile,
-    option = '--heap=' .. heap_path })
-  local rows = {}
-  for _, row in ipairs(model.by_place) do
-    if row.place ~= holders.BEFORE then rows[#rows + 1] = row end
-  end
-  return { heap = heap_path, rows = rows, warning = model.warning }
-end
-
--- The WHO HOLDS IT section of the text report (options.top: places shown;
--- options.left_out counts the others).
-function M.write_who_holds(out, who, options)
-  local rows, top = who.rows, options.top
-  local shown = rows
-  if top and #rows > top then
-    shown = {}
-    for i = 1, top do shown[i] = rows[i] end
-    if options.left_out then
-      options.left_out.rows = options.left_out.rows + #rows - top
-    end
-  end
-  holders.write_who_holds(out, shown, who.heap, options)
+  return holders_model.who_holds(heap_path, profile)
 end
 
 -- The report of heap snapshots for a parsed command line; the exit code.

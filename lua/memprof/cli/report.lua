@@ -5,14 +5,15 @@
 --     out   where the report goes (default io.stdout)
 --     err   where errors and warnings go (default io.stderr)
 --
--- Options are described by the OPTIONS table (memprof.cli.options
--- parses them); more options are added by adding entries:
+-- Options are described by the OPTIONS table of
+-- memprof.cli.report_options (memprof.cli.options parses them); more
+-- options are added by adding entries:
 --   { name = 'color', value = 'C', key = 'color', help = '...',
 --     check = function(v) return v, '' end }
 --
 -- --format=NAME chooses the output: a format is the module
--- memprof.report.NAME, with write(result, out, opts); FORMATS lists
--- them and the options each takes.  A format module may also have
+-- memprof.report.NAME, with write(result, out, opts); FORMATS
+-- (memprof.cli.report_options) lists them and the options each takes.  A format module may also have
 --   analysis(opts, stream, reader) -> the options of analyze.run
 --     (without it: every view the stream can have, with the passes of
 --     passes() if the module has it)
@@ -43,11 +44,10 @@ local progress = require('memprof.cli.progress')
 local diff = require('memprof.analysis.diff')
 local sampling = require('memprof.analysis.sampling')
 local diff_report = require('memprof.report.diff')
-local folded = require('memprof.report.folded')
 local version = require('memprof.version')
 local option_parser = require('memprof.cli.options')
 local heap_report = require('memprof.cli.heap_report')
-local path_names = require('memprof.report.paths')
+local command_line = require('memprof.cli.report_options')
 
 local M = {}
 
@@ -55,145 +55,18 @@ local PROGRAM = 'memprof-report'
 M.PROGRAM = PROGRAM
 
 -- Rows per section of the text report and --diff without --top or --all.
-M.DEFAULT_TOP = 30
+M.DEFAULT_TOP = command_line.DEFAULT_TOP
 
 -- --output's name for the standard output.
 M.STDOUT_NAME = '-'
 
 local format = string.format
-local whole_number, one_of = option_parser.whole_number, option_parser.one_of
 
--- The formats, in the order --help lists them.  `takes`: the keys of
--- the options that apply to the format.
-local function keys(list, more)
-  local set = { focus = true, ignore = true }
-  for _, key in ipairs(list) do
-    set[key] = true
-  end
-  for _, key in ipairs(more or {}) do
-    set[key] = true
-  end
-  return set
-end
-
-M.FORMATS = {
-  { name = 'text', help = 'the report, or the views asked for (default)',
-    takes = keys(analyze.VIEWS, { 'group', 'top', 'all', 'sort', 'leak_only',
-      'human_readable', 'output', 'split_traces', 'heap' }) },
-  { name = 'json', help = 'every view as JSON (docs/json.md)',
-    takes = keys({ 'group', 'temporary', 'output', 'split_traces',
-      'heap' }) },
-  { name = 'folded', help = 'collapsed stacks for flame graphs (--metric)',
-    takes = keys({ 'group', 'metric', 'output', 'split_traces' }) },
-  { name = 'pprof', help = 'gzipped profile.proto for go tool pprof',
-    takes = keys({ 'output', 'split_traces' }) },
-  { name = 'chrome', help = 'the heap over time as a Chrome trace',
-    takes = keys({ 'output', 'split_traces' }) },
-  { name = 'html', help = 'a page of every view, for a browser',
-    takes = keys({ 'group', 'top', 'all', 'sort', 'temporary', 'output',
-      'split_traces', 'heap' }) },
-  { name = 'heapsnapshot', help = 'of a heap snapshot: V8\'s ' ..
-      '.heapsnapshot, for Chrome DevTools and memlab', heap_only = true,
-    takes = keys({ 'output' }) },
-}
-
-local FORMAT_NAMES = {}
-for i, entry in ipairs(M.FORMATS) do
-  FORMAT_NAMES[i] = entry.name
-end
-
--- What --diff takes.
-local DIFF_TAKES = keys({ 'group', 'top', 'all', 'sort', 'human_readable',
-  'output', 'diff', 'split_traces' })
-
--- A text to look for in names: not empty.
-local function some_text(value)
-  if value == '' then
-    return nil, 'expected some text, found nothing'
-  end
-  return value
-end
-
-M.OPTIONS = {
-  { name = 'format', value = 'NAME', key = 'format',
-    check = one_of(FORMAT_NAMES), help = 'the output format (see below)' },
-  { name = 'group', value = 'G', key = 'group', check = one_of(groups.MODES),
-    help = 'rows by line (default), function, caller or stack' },
-  { name = 'top', value = 'N', key = 'top', check = whole_number(1),
-    help = 'at most N rows per section (text: 30 by default)' },
-  { name = 'all', key = 'all', help = 'every row of each section' },
-  { name = 'sort', value = 'S', key = 'sort',
-    check = one_of({ 'bytes', 'count', 'live' }),
-    help = 'bytes (default), count; --diff: live (default), bytes, count' },
-  { name = 'focus', value = 'TEXT', key = 'focus', check = some_text,
-    help = 'only blocks whose place or stack has TEXT (every view)' },
-  { name = 'ignore', value = 'TEXT', key = 'ignore', check = some_text,
-    help = 'leave out blocks whose place or stack has TEXT' },
-  { name = 'leaks', key = 'leaks',
-    help = 'view: blocks live at the end, with their stacks' },
-  { name = 'peak', key = 'peak',
-    help = "view: the heap's peak, and what held it" },
-  { name = 'temporary', value = 'N', optional = true, default = 1,
-    key = 'temporary', check = whole_number(0),
-    help = 'view: blocks freed within N allocations (default 1)' },
-  { name = 'timeline', key = 'timeline',
-    help = 'view: live bytes over time (needs time marks)' },
-  { name = 'split-traces', key = 'split_traces',
-    help = 'one row per trace number, not per start place' },
-  { name = 'leak-only', key = 'leak_only',
-    help = 'default report: only the heap summary' },
-  { name = 'human-readable', key = 'human_readable',
-    help = 'sizes in B, KiB, MiB, GiB' },
-  { name = 'metric', value = 'M', key = 'metric', check = one_of(folded.METRICS),
-    help = 'folded: alloc-bytes|alloc-count|live-bytes|peak-bytes' },
-  { name = 'output', value = 'PATH', key = 'output',
-    help = 'write to PATH (folded: to PATH.METRIC.folded)' },
-  { name = 'diff', key = 'diff',
-    help = 'compare two profiles: --diff BEFORE AFTER' },
-  { name = 'heap', value = 'SNAPSHOT', key = 'heap',
-    help = 'with --leaks, json, html: who holds what each place made' },
-  { name = 'profile', value = 'PROFILE', key = 'heap_profile',
-    help = 'of a heap snapshot: the profile it was taken in' },
-  { name = 'help', short = 'h', key = 'help',
-    help = 'show this help and exit' },
-  { name = 'version', key = 'version',
-    help = 'show the version (and the interpreter) and exit' },
-}
+M.FORMATS, M.OPTIONS = command_line.FORMATS, command_line.OPTIONS
+local DIFF_TAKES = command_line.DIFF_TAKES
 
 -- The view options, in the order the report prints them.
 M.VIEWS = analyze.VIEWS
-
-local function usage()
-  local lines = {
-    'Usage: ' .. PROGRAM .. ' [OPTIONS] FILE',
-    '       ' .. PROGRAM .. ' --diff [OPTIONS] BEFORE AFTER',
-    '       ' .. PROGRAM .. ' [--profile=PROFILE] [OPTIONS] HEAP',
-    '       ' .. PROGRAM .. ' --diff [OPTIONS] OLD.heap NEW.heap',
-    '',
-    'Print a report of a memprof profile: allocations, reallocations and',
-    'deallocations per site, and what is still allocated at the end.',
-    'With --leaks, --peak, --temporary or --timeline, print those views',
-    'instead.  --group=caller and --group=stack need a profile recorded',
-    'with call stacks (memprof.start(path, {stack_depth = N})), --timeline',
-    'one recorded with time marks (memprof.start(path, {timestamps = true})).',
-    'Rows are sorted by bytes (--sort=count: by events, Tarantool\'s order).',
-    'With --diff, print which rows grew or shrank from BEFORE to AFTER,',
-    'by growth in live bytes at the end (--sort=bytes: in bytes allocated).',
-    'The text report and --diff show the first ' .. M.DEFAULT_TOP ..
-      ' rows of each section',
-    '(--top=N for N, --all for every row).  The report goes to stdout, or',
-    'to the file of --output (--output=- is stdout too).',
-    'Of a heap snapshot (memprof.snapshot(path, {format = \'heap\'})), print',
-    'what holds the memory, and with --diff what grew (docs/holders.md).',
-    '',
-    'Options:',
-  }
-  local formats = { 'Formats (--format=NAME; docs/formats.md):' }
-  for _, entry in ipairs(M.FORMATS) do
-    formats[#formats + 1] = format('  %-22s %s', entry.name, entry.help)
-  end
-  return option_parser.help(lines, M.OPTIONS, formats)
-end
 
 -- Parse args with memprof-report's options (how.options: others; see
 -- memprof.cli.options).
@@ -475,13 +348,6 @@ local function report(path, opts, out, err)
     return write_outputs(module, write_options(opts, name), out, err,
       function(handle, options)
         module.write(result, handle, options)
-        if result.holders and name == 'text' then
-          -- Named as the sections above it: paths under their prefix.
-          local prefix = path_names.common_prefix(result.stream)
-          heap_report.write_who_holds(prefix and
-            path_names.shortening(handle, prefix) or handle, result.holders,
-            options)
-        end
         write_cut_note(handle, options)
       end)
   end)
@@ -653,7 +519,7 @@ function M.main(args, out, err)
   err = err or io.stderr
   local opts, files = M.parse(args or {})
   local status = option_parser.stop_status(opts, files, out, err,
-    { prefix = PROGRAM .. ': ', see = '--help', help = usage })
+    { prefix = PROGRAM .. ': ', see = '--help', help = command_line.usage })
   if status then
     return status
   end

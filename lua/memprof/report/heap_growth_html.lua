@@ -1,13 +1,13 @@
 -- memprof.report.heap_growth_html: what grew between two heap snapshots
 -- (`memprof-report --diff --format=html OLD.heap NEW.heap`,
--- docs/holders.md) as a page of its own, in the style of a snapshot's page
--- (report/holders_html.lua, report/html/holders.css): the sections "What
--- grew" and "Other changes" of report/heap_growth.lua's model, and that
--- model's JSON document as the page's data.
+-- docs/holders.md) as a page of its own, a snapshot's page
+-- (report/html/heap_page.lua): the sections "What grew" and "Other
+-- changes" of report/model/heap_growth.lua's model, and the model's JSON
+-- document (report/heap_growth_json.lua) as the page's data.
 
-local page = require('memprof.report.holders_html')
-local growth = require('memprof.report.heap_growth')
-local holders = require('memprof.report.holders')
+local page = require('memprof.report.html.heap_page')
+local growth_json = require('memprof.report.heap_growth_json')
+local words = require('memprof.report.heap_words')
 local text = require('memprof.report.html.text')
 
 local M = {}
@@ -25,7 +25,7 @@ end
 
 local function objects_now(row)
   if #row.types == 0 then return '0 objects' end
-  return holders.objects_text(row.objects, row.types)
+  return words.objects_text(row.objects, row.types)
 end
 
 local function grew_rows(rows, top)
@@ -39,7 +39,8 @@ local function grew_rows(rows, top)
       size(row.retained)
   end
   return page.table({ 'Path from a root', 'New objects', 'Objects now',
-    'Before', 'Retained growth', 'Retained now' }, cells, more, 6)
+    'Before', 'Retained growth', 'Retained now' }, { false, true, false,
+    true, true, true }, cells, more)
 end
 
 local function other_rows(rows, top)
@@ -52,7 +53,7 @@ local function other_rows(rows, top)
       num(row.old_objects)
   end
   return page.table({ 'Path from a root', 'Retained growth', 'Retained now',
-    'Objects now', 'Before' }, cells, more, 5)
+    'Objects now', 'Before' }, nil, cells, more)
 end
 
 local function facts(model)
@@ -66,20 +67,21 @@ end
 
 -- Writes the page; opts.top (rows per table), opts.all.
 function M.write(model, out, opts)
-  opts = opts or {}
-  local top = not opts.all and (opts.top or page.DEFAULT_TOP) or nil
+  local top = page.top(opts or {})
   local old, new = escape(model.old.file), escape(model.new.file)
-  page.open_page(out, model.old.file .. ' to ' .. model.new.file,
-    'Heap growth from ' .. old .. ' to ' .. new, facts(model))
-  out:write(page.section('what-grew', 'What grew', 'The paths that hold ' ..
-    'objects the older snapshot did not have, the largest growth of ' ..
-    'retained bytes first (retained: what would be freed if they went).',
-    #model.grew > 0 and grew_rows(model.grew, top) or
-    '<p>No new objects.</p>'))
-  out:write(page.section('other-changes', 'Other changes', 'The paths to ' ..
-    'those, and the groups that changed without new objects.',
-    #model.other > 0 and other_rows(model.other, top) or '<p>None.</p>'))
-  page.close_page(out, 'memprof-heap-growth-data', growth.document(model))
+  page.write(out, { title = model.old.file .. ' to ' .. model.new.file,
+    heading = 'Heap growth from ' .. old .. ' to ' .. new,
+    facts = facts(model),
+    sections = page.section('what-grew', 'What grew', 'The paths that ' ..
+      'hold objects the older snapshot did not have, the largest growth ' ..
+      'of retained bytes first (retained: what would be freed if they ' ..
+      'went).', #model.grew > 0 and grew_rows(model.grew, top) or
+      '<p>No new objects.</p>') ..
+      page.section('other-changes', 'Other changes', 'The paths to ' ..
+      'those, and the groups that changed without new objects.',
+      #model.other > 0 and other_rows(model.other, top) or '<p>None.</p>'),
+    data_id = 'memprof-heap-growth-data',
+    document = growth_json.document(model) })
 end
 
 return M

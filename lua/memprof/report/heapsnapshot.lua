@@ -20,7 +20,7 @@
 -- location (its line, 0-based as V8's).
 
 local dom = require('memprof.analysis.dominators')
-local holders = require('memprof.report.holders')
+local join = require('memprof.analysis.heap_join')
 local json_text = require('memprof.encode.json_text')
 
 local M = {}
@@ -250,7 +250,7 @@ function M.model(path, opts)
   opts = opts or {}
   local notes, seen = object_notes()
   local a = dom.analyse_file(path, { keep_graph = true, object = seen })
-  local live, warning = holders.live_blocks(a, opts.profile,
+  local live, warning = join.live_blocks(a, opts.profile,
     opts.profile and '--profile=' .. opts.profile, path)
   return { analysis = a, graph = a.graph, notes = notes, live = live,
     file = path, warning = warning }

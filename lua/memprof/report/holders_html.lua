@@ -1,61 +1,23 @@
 -- memprof.report.holders_html: the report of a heap snapshot
--- (memprof.report.holders' model) as a page of its own (docs/holders.md):
--- the template here, its style in report/html/holders.css, and its data,
--- the JSON document of report/holders_json.lua, in the page.
+-- (report/model/holders.lua's model) as a page of its own
+-- (docs/holders.md): report/html/heap_page.lua's page, and its data, the
+-- JSON document of report/holders_json.lua, in the page.
 
-local html = require('memprof.report.html')
+local page = require('memprof.report.html.heap_page')
 local text = require('memprof.report.html.text')
-local holders = require('memprof.report.holders')
+local words = require('memprof.report.heap_words')
 local holders_json = require('memprof.report.holders_json')
-local json_text = require('memprof.encode.json_text')
 
 local M = {}
 
 local format, concat = string.format, table.concat
 local escape, human_size, commas = text.escape, text.human_size,
   text.with_commas
-
--- Rows per table without --top or --all.
-M.DEFAULT_TOP = 100
+local num, size, first, table_html = page.num_cell, page.size_cell,
+  page.first, page.table
 
 -- Holders listed under each type and place.
 M.MAIN_HOLDERS = 5
-
--- The pieces of the page, which the page of two snapshots' growth
--- (report/heap_growth_html.lua) shares.
-
-local function num(n) return '<td class="num">' .. commas(n) .. '</td>' end
-M.num_cell = num
-
-local function size(bytes)
-  return format('<td class="num" title="%s bytes">%s</td>', commas(bytes),
-    human_size(bytes))
-end
-M.size_cell = size
-
--- A table of `heads` and `rows` (each the cells of a row), and a row that
--- says how many more there are.
-local function table_html(heads, rows, more, columns)
-  local out = { '<table><thead><tr>' }
-  for _, h in ipairs(heads) do out[#out + 1] = '<th>' .. h .. '</th>' end
-  out[#out + 1] = '</tr></thead><tbody>'
-  for _, row in ipairs(rows) do out[#out + 1] = '<tr>' .. row .. '</tr>' end
-  if more > 0 then
-    out[#out + 1] = format('<tr><td colspan="%d">… and %s more rows ' ..
-      '(--all shows every row)</td></tr>', columns, commas(more))
-  end
-  out[#out + 1] = '</tbody></table>'
-  return concat(out)
-end
-
-M.table = table_html
-
--- How many rows of a list to show, and how many are left out.
-local function first(rows, top)
-  local n = top and math.min(top, #rows) or #rows
-  return n, #rows - n
-end
-M.first = first
 
 local function holder_rows(model, top)
   local n, more = first(model.holders, top)
@@ -63,12 +25,12 @@ local function holder_rows(model, top)
   for i = 1, n do
     local row = model.holders[i]
     rows[i] = '<td class="mono">' .. escape(row.pattern) .. '</td><td>' ..
-      escape(holders.objects_text(row.objects, row.types)) .. '</td>' ..
+      escape(words.objects_text(row.objects, row.types)) .. '</td>' ..
       size(row.bytes) .. size(row.retained) .. '<td class="mono">' ..
-      escape(holders.place_text(row) or '') .. '</td>'
+      escape(words.place_text(row) or '') .. '</td>'
   end
   return table_html({ 'Path from a root', 'Objects', 'Bytes', 'Retained',
-    'Allocated' }, rows, more, 5)
+    'Allocated' }, { false, false, true, true }, rows, more)
 end
 
 local function main_holders(row)
@@ -76,7 +38,7 @@ local function main_holders(row)
   for i = 1, math.min(M.MAIN_HOLDERS, #row.holders) do
     local h = row.holders[i]
     items[i] = format('<li><span class="mono">%s</span>: %s, %s</li>',
-      escape(h.pattern), holders.count_of(h.objects, 'object'),
+      escape(h.pattern), words.count_of(h.objects, 'object'),
       human_size(h.bytes))
   end
   if #row.holders > M.MAIN_HOLDERS then
@@ -96,14 +58,8 @@ local function counted_rows(list, name_key, head, top)
       '</span>' .. callers .. main_holders(row) .. '</td>' ..
       num(row.objects) .. size(row.bytes)
   end
-  return table_html({ head, 'Objects', 'Bytes' }, rows, more, 3)
+  return table_html({ head, 'Objects', 'Bytes' }, nil, rows, more)
 end
-
-local function section(id, title, note, body)
-  return format('<section id="%s"><h2>%s</h2><p class="note">%s</p>%s' ..
-    '</section>\n', id, title, note, body)
-end
-M.section = section
 
 local function facts(h)
   local parts = { format('%s objects, %s, %s references from %s roots',
@@ -113,55 +69,36 @@ local function facts(h)
     parts[#parts + 1] = commas(h.traces) .. ' JIT traces alive'
   end
   if h.cdata_sizes_unknown then
-    parts[#parts + 1] = holders.CDATA_UNKNOWN
+    parts[#parts + 1] = words.CDATA_UNKNOWN
   end
-  parts[#parts + 1] = holders.profile_text(h)
+  parts[#parts + 1] = words.profile_text(h)
   return escape(concat(parts, '; '))
 end
 
--- The page's start, up to its main part: `title` (a text) and the
--- header's heading and facts (html).
-function M.open_page(out, title, heading, facts_html)
-  out:write('<!DOCTYPE html>\n<html lang="en">\n<head>\n',
-    '<meta charset="utf-8">\n',
-    '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
-    '<meta name="generator" content="memprof-report">\n',
-    '<title>memprof: ', escape(title), '</title>\n<style>\n',
-    html.resource('holders.css'), '</style>\n</head>\n<body>\n',
-    '<header><h1>', heading, '</h1><p>', facts_html,
-    '</p></header>\n<main>\n')
-end
-
--- The page's end: its footer and `document` (a JSON value) as its data
--- in a script element of id `id`.
-function M.close_page(out, id, document)
-  out:write('</main>\n<footer>Generated by memprof-report. This page is ' ..
-    'one file with no external resources.</footer>\n',
-    '<script type="application/json" id="', id, '">')
-  json_text.write(out, document, { script = true })
-  out:write('</script>\n</body>\n</html>\n')
+local function sections(model, top)
+  local parts = { page.section('holders', 'What holds the memory',
+    'Objects grouped by their path from a root (the entries of a large ' ..
+    'table are [*]), the most bytes first; retained: what would be freed ' ..
+    'if they went.', holder_rows(model, top)),
+    page.section('by-type', 'Objects by type', 'Each type with the ' ..
+    'paths that hold most of its bytes.',
+    counted_rows(model.by_type, 'type', 'Type', top)) }
+  if model.by_place then
+    parts[3] = page.section('by-place', 'Objects by allocation place',
+      'Each place of the profile with its callers and the paths that ' ..
+      'hold what it allocated.', counted_rows(model.by_place, 'place',
+      'Place', top))
+  end
+  return concat(parts)
 end
 
 -- Writes the page; opts.top (rows per table), opts.all.
 function M.write(model, out, opts)
-  opts = opts or {}
-  local top = not opts.all and (opts.top or M.DEFAULT_TOP) or nil
   local h = model.header
-  M.open_page(out, h.file, 'Heap snapshot ' .. escape(h.file), facts(h))
-  out:write(section('holders', 'What holds the memory', 'Objects grouped ' ..
-    'by their path from a root (the entries of a large table are [*]), ' ..
-    'the most bytes first; retained: what would be freed if they went.',
-    holder_rows(model, top)))
-  out:write(section('by-type', 'Objects by type', 'Each type with the ' ..
-    'paths that hold most of its bytes.',
-    counted_rows(model.by_type, 'type', 'Type', top)))
-  if model.by_place then
-    out:write(section('by-place', 'Objects by allocation place', 'Each ' ..
-      'place of the profile with its callers and the paths that hold ' ..
-      'what it allocated.', counted_rows(model.by_place, 'place', 'Place',
-        top)))
-  end
-  M.close_page(out, 'memprof-heap-data', holders_json.document(model))
+  page.write(out, { title = h.file, heading = 'Heap snapshot ' ..
+    escape(h.file), facts = facts(h), sections = sections(model,
+    page.top(opts or {})), data_id = 'memprof-heap-data',
+    document = holders_json.document(model) })
 end
 
 return M

@@ -1,5 +1,5 @@
 -- memprof.report.holders_json: the report of a heap snapshot
--- (memprof.report.holders' model) as JSON (docs/holders.md): the same
+-- (report/model/holders.lua's model) as JSON (docs/holders.md): the same
 -- rows as the text, every row, with sizes in bytes.
 
 local json_text = require('memprof.encode.json_text')
@@ -34,8 +34,9 @@ local function mapped(list, fn, key)
 end
 
 -- For a profile's JSON report with --heap=SNAPSHOT (report/json.lua): the
--- places of the snapshot's objects (cli/heap_report.who_holds), each with
--- its callers and every path that holds what it allocated.
+-- places of the snapshot's objects (report/model/holders.lua's
+-- who_holds), each with its callers and every path that holds what it
+-- allocated.
 function M.who_holds(who)
   return { heap = who.heap, places = mapped(who.rows, counted, 'place') }
 end

@@ -280,13 +280,27 @@ local function pieces_of(template)
   end
 end
 
-local page_pieces
+local templates = {}
 
--- Writes the page's template with its slots filled from `fill`: text,
--- or a function(out) that writes it.
-local function write_template(out, fill)
-  page_pieces = page_pieces or pieces_of(M.resource('page.html'))
-  for _, piece in ipairs(page_pieces) do
+-- A template with its parts in place: a line {{>NAME}} stands for the
+-- resource NAME (page_head.html: the head both pages share).
+local function with_parts(template)
+  return (template:gsub('{{>([%w_%.]+)}}\n', function(name)
+    return M.resource(name)
+  end))
+end
+
+-- Writes the template `name` (a resource: page.html, the profile's page;
+-- heap_page.html, a heap snapshot's; their head page_head.html) with its
+-- slots filled from `fill`:
+-- text, or a function(out) that writes it.
+function M.write_template(out, name, fill)
+  local pieces = templates[name]
+  if not pieces then
+    pieces = pieces_of(with_parts(M.resource(name)))
+    templates[name] = pieces
+  end
+  for _, piece in ipairs(pieces) do
     if type(piece) == 'string' then
       out:write(piece)
     else
@@ -321,7 +335,7 @@ function M.write(result, out, opts)
     out = paths.shortening(out, prefix)
   end
   local name = result.stream.name or 'profile'
-  write_template(out, {
+  M.write_template(out, 'page.html', {
     title = escape(name),
     style = M.resource('page.css'),
     file_name = escape(basename(name)),

@@ -57,6 +57,7 @@ local M = {}
 local layout = require('memprof.report.layout')
 local views = require('memprof.report.views')
 local paths = require('memprof.report.paths')
+local holders_text = require('memprof.report.holders_text')
 local sections_model = require('memprof.report.model.sections')
 local cumulative_model = require('memprof.report.model.cumulative')
 
@@ -201,7 +202,12 @@ function M.write(result, out, opts)
   layout.write_compiled(out, result.stream)
   layout.write_focus(out, opts)
   if opts.views and next(opts.views) then
-    return views.write(result, out, opts)
+    views.write(result, out, opts)
+    -- With --heap: who holds what the places allocated (docs/holders.md).
+    if result.holders then
+      holders_text.write_who_holds(out, result.holders, opts)
+    end
+    return
   end
   local used_aliases = {}
   if result.grouper then

@@ -4,7 +4,7 @@
 -- lengths (make bench measures a list 2,000,000 deep: bench/heap_walk.lua).
 local dom = require('memprof.analysis.dominators')
 local fuzz = require('helpers.heap_fuzz')
-local holders = require('memprof.report.holders')
+local holders = require('memprof.report.model.holders')
 
 local DEPTH = 5000
 
@@ -42,7 +42,7 @@ describe('a heap snapshot of a deep list', function()
   end)
 
   it('shows the rows of the report that it makes', function()
-    local model = holders.model(path)
+    local model = holders.of_file(path)
     local shown, rest = model.holders_top(3)
     assert.are.equal(DEPTH + 3 - 3, rest)
     assert.are.same({ 'registry', 'registry.list', 'registry.list.next' },

@@ -71,12 +71,19 @@ local function size_cell(bytes)
   return '<td class="num">' .. size_html(bytes) .. '</td>'
 end
 
-local function table_html(id, caption, heads, body_rows, foot_rows)
-  local parts = { format('<div class="table-wrap"><table id="%s">' ..
-    '<caption>%s</caption><thead><tr>', id, caption) }
+-- The one table of every page (the profile's, a heap snapshot's): `heads`
+-- (html), the rows of its body and of its foot (each its cells, html);
+-- `id` and `caption` when it has them; numeric[i]: whether column i holds
+-- numbers, its head aligned as they are (default: every column but the
+-- first).
+local function table_html(id, caption, heads, body_rows, foot_rows, numeric)
+  local parts = { format('<div class="table-wrap"><table%s>%s<thead><tr>',
+    id and format(' id="%s"', id) or '',
+    caption and '<caption>' .. caption .. '</caption>' or '') }
   for i, head in ipairs(heads) do
+    local number = numeric and numeric[i] or not numeric and i > 1
     parts[#parts + 1] = format('<th scope="col"%s>%s</th>',
-      i > 1 and ' class="num"' or '', head)
+      number and ' class="num"' or '', head)
   end
   parts[#parts + 1] = '</tr></thead><tbody>'
   for _, row in ipairs(body_rows) do
@@ -89,6 +96,8 @@ local function table_html(id, caption, heads, body_rows, foot_rows)
   parts[#parts + 1] = '</tfoot></table></div>'
   return concat(parts, '\n')
 end
+
+M.table_html = table_html
 
 local function empty_table(id, caption, text)
   return format('<div class="table-wrap" id="%s"><p class="table-title">' ..

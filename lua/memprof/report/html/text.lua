@@ -33,13 +33,8 @@ local function human_size(bytes)
   return format('%.' .. decimals .. 'f %s', scaled, unit)
 end
 
--- 1234567 -> '1,234,567'.
-local function with_commas(number)
-  local text = format('%d', number)
-  local sign, digits = text:match('^(-?)(%d+)$')
-  digits = digits:reverse():gsub('(%d%d%d)', '%1,'):reverse()
-  return sign .. digits:gsub('^,', '')
-end
+-- 1234567 -> '1,234,567': the one comma formatter of every report.
+local with_commas = require('memprof.words').commas
 
 local function percent(part, whole)
   if whole == 0 then

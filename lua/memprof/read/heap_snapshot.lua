@@ -1,18 +1,17 @@
 -- Reader of heap snapshots (docs/heap-format.md): the objects and the
 -- references of a file written by memprof.snapshot(path, {format = 'heap'}).
 --
--- It streams: the file is read in chunks, and each call of next() returns
--- one record as values, so that a caller keeps only what it needs.  A
--- truncated or corrupt file raises an error naming the file, the byte
--- offset and what was expected there (error(msg, 0)).
+-- It streams, one way: the file is read in chunks, and each call of
+-- next_values() returns one record as values, so that a caller keeps only
+-- what it needs (each_record runs it over a whole file, as the analysis
+-- reads).  A truncated or corrupt file raises an error naming the file,
+-- the byte offset and what was expected there (error(msg, 0)).
 --
---   local heap = require('memprof.read.heap')
+--   local heap = require('memprof.read.heap_snapshot')
+--   heap.each_record(path, visit_object, visit_ref)  -- one pass, as values
 --   local r = heap.open(path)        -- reads the header: r.header
---   for rec in r:records() do ... end -- rec.record: 'object' or 'ref'
 --   r:next_values()                   -- the next record as values
 --   r.epilogue                        -- {objects, refs, c_bytes} at the end
---   heap.load(path)                   -- everything, indexed by address
---   heap.each_record(path, visit_object, visit_ref)  -- one pass, as values
 
 local format = string.format
 local byte, sub = string.byte, string.sub
@@ -303,61 +302,6 @@ function Reader:next_values()
     '127: end), got %d', tag))
 end
 
--- Fields of each type's or kind's values a, b, c in a record's table.
-local OBJECT_FIELDS = {
-  table = { 'asize', 'nodes', 'weak' },
-  string = { 'len', 'text', 'truncated' },
-  ['function'] = { 'ffid', 'nupvalues', 'cfunc' },
-  proto = { 'firstline', 'numline' },
-  thread = { 'stack_slots', 'used_slots' },
-  userdata = { 'len' },
-  trace = { 'traceno' },
-}
-local REF_FIELDS = {
-  root = { 'name' }, field = { 'key' }, index = { 'index' },
-  by_key = { 'key' }, by_number = { 'number' }, by_bool = { 'bool' },
-  by_lightud = { 'pointer' }, upvalue = { 'index', 'name' },
-  constant = { 'index' }, stack = { 'slot', 'level', 'name' },
-  frame_function = { 'slot', 'level' },
-}
-local NONE = {}
-
--- The next record as a table of its own, or nil after the epilogue:
--- { record = 'object', addr, type, size, offset, and the fields of its
--- type (a table's weak mode as weak_keys and weak_values) } or
--- { record = 'ref', from, to, kind, weak, offset, and its name's fields }.
-function Reader:next()
-  local rec, x, y, z, a, b, c, d, e = self:next_values()
-  if rec == 'object' then
-    local obj = { record = rec, addr = x, type = y, size = z, offset = d }
-    local fields = OBJECT_FIELDS[y] or NONE
-    if fields[1] then obj[fields[1]] = a end
-    if fields[2] then obj[fields[2]] = b end
-    if fields[3] then obj[fields[3]] = c end
-    if y == 'table' then
-      obj.weak_keys = c % 2 == 1
-      obj.weak_values = c >= 2
-      obj.weak = nil
-    end
-    return obj
-  elseif rec == 'ref' then
-    local r = { record = rec, from = x, to = y, kind = z, weak = a,
-      offset = e }
-    local fields = REF_FIELDS[z] or NONE
-    if fields[1] then r[fields[1]] = b end
-    if fields[2] then r[fields[2]] = c end
-    if fields[3] then r[fields[3]] = d end
-    return r
-  end
-  return nil
-end
-
-function Reader:records()
-  return function()
-    return self:next()
-  end
-end
-
 function Reader:close()
   if self.file then
     self.file:close()
@@ -413,30 +357,6 @@ function M.each_record(path, visit_object, visit_ref)
   r:close()
   if not ok then error(err, 0) end
   return r
-end
-
--- The whole snapshot: objects by address, references in file order, and
--- the texts of strings by address.
-function M.load(path)
-  local r = M.open(path)
-  local ok, err = pcall(function()
-    local objects, refs, list = {}, {}, {}
-    for rec in r:records() do
-      if rec.record == 'object' then
-        objects[rec.addr] = rec
-        list[#list + 1] = rec
-      else
-        refs[#refs + 1] = rec
-      end
-    end
-    return { name = path, header = r.header, objects = objects,
-      list = list, refs = refs, epilogue = r.epilogue }
-  end)
-  r:close()
-  if not ok then
-    error(err, 0)
-  end
-  return err
 end
 
 return M

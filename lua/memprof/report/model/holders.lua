@@ -1,17 +1,19 @@
--- memprof.report.holders: the report of a heap snapshot, "what holds the
--- memory" (docs/holders.md): one row model, and its text.  json and html
--- render the same model (report/holders_json.lua, report/holders_html.lua).
+-- memprof.report.model.holders: the report of a heap snapshot, "what
+-- holds the memory" (docs/holders.md), as every format shows it, decided
+-- once: text (report/holders_text.lua), json (report/holders_json.lua)
+-- and html (report/holders_html.lua) render this model and nothing else.
 --
---   local holders = require('memprof.report.holders')
---   local model = holders.model(path, { profile = PROFILE })
---   holders.write(model, out, { top = N, human_readable = true })
+--   local model = require('memprof.report.model.holders')
+--   local m = model.of_file(path, { profile = PROFILE, option = '--profile=P' })
+--   local who = model.who_holds(heap_path, profile_path)   -- for --heap
 --
 -- The model:
 --   header    what the file holds: objects, bytes, references, roots,
 --             traces, gc64, cdata_sizes_unknown (true if cdata are
 --             counted as 0 bytes), time (seconds since the epoch) and
---             pid of the process it was taken in, profile (the note of a running profile:
---             written; and file, when the profile was given)
+--             pid of the process it was taken in, profile (the note of a
+--             running profile: written; and file, when the profile was
+--             given)
 --   holders   the groups of objects by path pattern (analysis/
 --             dominators.lua), each with its objects, types, bytes (the
 --             objects' own) and retained bytes (what would be freed if
@@ -22,10 +24,13 @@
 --   by_type   the objects by type, each with its main holders
 --   by_place  with a profile: the objects by allocating place, each with
 --             its stack and its main holders
+--   warning   when the profile given is not the one the snapshot was
+--             taken in (analysis/heap_join.lua's live_blocks)
 --
 -- Time is linear in objects and references (one pass over the analysis'
 -- nodes), memory proportional to objects and groups; the rows of groups
--- are made when read (a text report makes those it shows).
+-- are made when read (a text report makes those it shows: holders_top(k),
+-- and each row's holders_top(k)).
 
 local dom = require('memprof.analysis.dominators')
 local ffi = require('ffi')
@@ -34,49 +39,13 @@ local layout = require('memprof.report.layout')
 
 local M = {}
 
-local format, concat = string.format, table.concat
+local concat = table.concat
 
 -- The place of the objects older than the profile.
 M.BEFORE = join.BEFORE
 
--- Holders listed under each type and place.
-M.MAIN_HOLDERS = 3
-
 -- Callers shown after an allocating place.
 M.CALLERS = 3
-
--- ---- Words ----------------------------------------------------------------
-
--- 1234567 -> '1,234,567'.
-M.commas = require('memprof.words').commas
-
-local PLURALS = { string = 'strings', upvalue = 'upvalues',
-  thread = 'threads', proto = 'prototypes', ['function'] = 'functions',
-  cdata = 'cdata', table = 'tables', userdata = 'userdata' }
-local SINGULARS = { proto = 'prototype' }
-
--- '8,000 strings', '1 table'.
-function M.count_of(n, type_name)
-  if n == 1 then
-    return '1 ' .. (SINGULARS[type_name] or type_name)
-  end
-  return M.commas(n) .. ' ' .. (PLURALS[type_name] or type_name .. 's')
-end
-
--- A group's objects: '8,000 strings', or '12 objects (10 tables, 2
--- strings)' when they are of several types.
-function M.objects_text(objects, types)
-  if #types == 1 then
-    return M.count_of(objects, types[1].type)
-  end
-  local parts = {}
-  for i, t in ipairs(types) do
-    parts[i] = M.count_of(t.objects, t.type)
-  end
-  return format('%s objects (%s)', M.commas(objects), concat(parts, ', '))
-end
-
--- ---- The model -------------------------------------------------------------
 
 local by_count_then_name = dom.sort_largest
 
@@ -309,185 +278,32 @@ function M.from_analysis(a, path, live, profile)
   return model
 end
 
--- The profile's blocks live when the snapshot at `path` was taken, or nil
--- without a profile, and a warning naming both files when the profile
--- does not hold that moment; raises when a profile is given for a
--- snapshot that has none (`option` names the option that gave the file,
--- for the message).
-function M.live_blocks(a, profile, option, path)
-  if not profile then return nil end
-  local note = a.header and a.header.profile
-  if not note then
-    error(format('%s: the heap snapshot was taken with no profile ' ..
-      'running: it cannot be joined with one', option or profile), 0)
-  end
-  local live, wrong = join.live_at(profile, note.written)
-  local warning = wrong and format('%s was taken after byte %s of its ' ..
-    "profile, but %s %s: it is not that profile (another run's?), so " ..
-    'the places named may be wrong', path, M.commas(note.written), profile,
-    wrong)
-  return live, warning
-end
-
 -- The model of the snapshot at `path` (opts.profile: the profile that ran
 -- when it was taken; opts.option: the option that named a file, for a
--- message); model.warning: see live_blocks.
-function M.model(path, opts)
+-- message); model.warning: see heap_join.live_blocks.
+function M.of_file(path, opts)
   opts = opts or {}
   local a = dom.analyse_file(path)
-  local live, warning = M.live_blocks(a, opts.profile, opts.option, path)
+  local live, warning = join.live_blocks(a, opts.profile, opts.option, path)
   local model = M.from_analysis(a, path, live, opts.profile)
   model.warning = warning
   return model
 end
 
--- ---- Text ----------------------------------------------------------------
-
--- The first `top` rows (all without it) and how many are left out.
-local function first(rows, top)
-  if not top or #rows <= top then return rows, 0 end
-  local shown = {}
-  for i = 1, top do shown[i] = rows[i] end
-  return shown, #rows - top
-end
-
--- 'allocated at @a.lua:3 (from @b.lua:9)', with the other places counted.
-function M.place_text(row)
-  if not row.place then return nil end
-  local text = row.place == join.BEFORE and row.place or
-    'allocated at ' .. row.place
-  if row.callers then text = text .. ' (from ' .. row.callers .. ')' end
-  if row.places and row.places > 1 then
-    text = text .. format(' and %s', layout.plural(row.places - 1,
-      'other place'))
+-- For a profile's report with --heap=SNAPSHOT (the WHO HOLDS IT section,
+-- json's who_holds, the page's "Who holds it"): the places of the objects
+-- of a snapshot taken during the profile at `profile`, each with its
+-- holders ({ heap = path, rows = the model's by_place but the objects
+-- older than the profile, warning }); raises when the file is not a heap
+-- snapshot taken during a profile.
+function M.who_holds(heap_path, profile)
+  local model = M.of_file(heap_path, { profile = profile,
+    option = '--heap=' .. heap_path })
+  local rows = {}
+  for _, row in ipairs(model.by_place) do
+    if row.place ~= M.BEFORE then rows[#rows + 1] = row end
   end
-  return text
-end
-
--- When and where the snapshot was taken, and what its note of a profile
--- says.
-function M.profile_text(header)
-  local p = header.profile
-  local taken = format('taken %s by process %d, ', header.time and
-    os.date('!%Y-%m-%d %H:%M:%S UTC', header.time) or 'at a time not known',
-    header.pid or 0)
-  if not p then
-    return taken .. 'with no profile running'
-  elseif p.file then
-    return format('%sduring a profile (after its first %s bytes); ' ..
-      'allocation places from %s', taken, M.commas(p.written), p.file)
-  end
-  return format('%sduring a profile (after its first %s bytes); ' ..
-    '--profile=FILE names where its objects were allocated', taken,
-    M.commas(p.written))
-end
-
--- '1,234 objects', '1 object'.
-local function counted(n, word)
-  return M.commas(n) .. ' ' .. (n == 1 and word or word .. 's')
-end
-M.counted = counted
-
-M.CDATA_UNKNOWN = "cdata sizes unknown (the FFI's layout was not verified)"
-
-local function write_header(out, h, size)
-  out:write('HEAP SNAPSHOT ', h.file, '\n')
-  out:write(format('%s, %s, %s from %s', counted(h.objects, 'object'),
-    size(h.bytes), counted(h.references, 'reference'),
-    counted(h.roots, 'root')))
-  out:write(h.gc64 and '; GC64' or '; not GC64')
-  if h.traces then
-    out:write('; ', counted(h.traces, 'JIT trace'), ' alive')
-  end
-  if h.cdata_sizes_unknown then out:write('; ', M.CDATA_UNKNOWN) end
-  out:write('\n', M.profile_text(h), '\n')
-end
-
-function M.holder_line(row, size)
-  local parts = { format('%s: %s, %s', row.pattern,
-    M.objects_text(row.objects, row.types), size(row.bytes)) }
-  if row.retained ~= row.bytes then
-    parts[#parts + 1] = 'retaining ' .. size(row.retained)
-  end
-  parts[#parts + 1] = M.place_text(row)
-  return concat(parts, ', ')
-end
-
-local function write_main_holders(out, row, size)
-  local shown, rest
-  if row.holders_top then
-    shown, rest = row.holders_top(M.MAIN_HOLDERS)
-  else
-    shown, rest = first(row.holders, M.MAIN_HOLDERS)
-  end
-  for _, h in ipairs(shown) do
-    out:write(format('    held by %s: %s, %s\n', h.pattern,
-      counted(h.objects, 'object'), size(h.bytes)))
-  end
-  if rest > 0 then
-    out:write(format('    and by %s more %s\n', M.commas(rest),
-      rest == 1 and 'path' or 'paths'))
-  end
-end
-
--- `rows`: a list, or a function of `top` giving the rows shown and the
--- count of those left out.
-local function write_section(out, title, rows, top, line, size)
-  out:write('\n', title, '\n')
-  local shown, rest
-  if type(rows) == 'function' then
-    shown, rest = rows(top)
-  else
-    shown, rest = first(rows, top)
-  end
-  for _, row in ipairs(shown) do
-    out:write(line(row), '\n')
-    if rawget(row, 'holders_top') or row.holders then
-      write_main_holders(out, row, size)
-    end
-  end
-  return rest
-end
-
--- Writes the model as text; opts.top (rows per section), opts.left_out
--- (counts the rows left out), opts.human_readable.
-function M.write(model, out, opts)
-  opts = opts or {}
-  local size = layout.sizer(opts)
-  write_header(out, model.header, size)
-  local left = write_section(out, 'WHAT HOLDS THE MEMORY (objects by ' ..
-    'their path from a root, the most bytes first; retaining: freed if ' ..
-    'they went)',
-    model.holders_top or model.holders, opts.top,
-    function(row) return M.holder_line(row, size) end)
-  left = left + write_section(out, 'OBJECTS BY TYPE', model.by_type, opts.top,
-    function(row)
-      return format('%s: %s, %s', row.type, counted(row.objects, 'object'),
-        size(row.bytes))
-    end, size)
-  if model.by_place then
-    left = left + write_section(out, 'OBJECTS BY ALLOCATION PLACE',
-      model.by_place, opts.top, function(row)
-        return format('%s: %s, %s%s', row.place, counted(row.objects,
-          'object'), size(row.bytes),
-          row.callers and ' (from ' .. row.callers .. ')' or '')
-      end, size)
-  end
-  if opts.left_out then opts.left_out.rows = opts.left_out.rows + left end
-end
-
--- The "who holds it" section of a profile's --leaks report: each place of
--- the join (heap_join.by_place rows) with its main holders.
-function M.write_who_holds(out, rows, heap_path, opts)
-  local size = layout.sizer(opts or {})
-  out:write('WHO HOLDS IT (the objects of the heap snapshot ', heap_path,
-    ' by allocating place, with the paths that hold them)\n')
-  for _, row in ipairs(rows) do
-    out:write(format('%s: %s, %s%s\n', row.place, counted(row.objects,
-      'object'), size(row.bytes),
-      row.callers and ' (from ' .. row.callers .. ')' or ''))
-    write_main_holders(out, row, size)
-  end
+  return { heap = heap_path, rows = rows, warning = model.warning }
 end
 
 return M
