@@ -16,6 +16,7 @@
 -- failed with anything but a message of one line (`FILE: byte N: ...`,
 -- or the command's own, as --diff's for a file that is no snapshot).
 
+local C = require('helpers.command')
 local fuzz = require('helpers.heap_fuzz')
 
 local SECONDS = tonumber(os.getenv('FUZZ_SECONDS')) or 60
@@ -26,18 +27,10 @@ local KEEP = os.getenv('FUZZ_KEEP') or 'build/fuzz-failures'
 local DIR = string.format('/tmp/memprof-fuzz-%d', math.floor(os.time() %
   100000 * 1000 + os.clock() * 1000))
 
-local function write(path, bytes)
-  local f = assert(io.open(path, 'wb'))
-  f:write(bytes)
-  f:close()
-  return path
-end
+local write = C.write_file
 
 local function read_all(path)
-  local f = assert(io.open(path, 'rb'))
-  local s = f:read('*a')
-  f:close()
-  return s
+  return assert(C.read_file(path))
 end
 
 -- A snapshot of this process with the module, or nil without it.

@@ -18,10 +18,12 @@ function M.quote(word)
   return "'" .. tostring(word):gsub("'", "'\\''") .. "'"
 end
 
+-- Returns the path, to pass on.
 function M.write_file(path, bytes)
   local file = assert(io.open(path, 'wb'))
   file:write(bytes)
   file:close()
+  return path
 end
 
 function M.read_file(path)

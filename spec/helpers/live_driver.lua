@@ -212,6 +212,20 @@ function Run:finish()
   C.remove_tree(self.dir)
 end
 
+-- After a quit or an error: waits for the stty output that `start_live`'s `after`
+-- prints, and returns what the terminal printed after the screen was
+-- given back (nil, and the output so far, when it did not come).
+function Run:terminal_after_quit(seconds)
+  local output = self:wait_for(function(text)
+    -- (The whole of stty's output.)
+    return text:find('stty done', 1, true) ~= nil
+  end, seconds or 3)
+  if not output then
+    return nil, self:output()
+  end
+  return output:match('\27%[%?25h\27%[%?1049l(.*)$'), output
+end
+
 -- The frames of a terminal's output: each begins at cursor home.
 function M.frames(output)
   local frames = {}

@@ -233,6 +233,23 @@ function B.crafted()
   return s
 end
 
+-- A finished stream of @r.lua in which line 2 allocates three blocks of
+-- 8 bytes; line 3 reallocates one of them to 16 bytes, and a block from
+-- before the profile (4 bytes) to 12; line 4 frees the 16 bytes, another
+-- block of line 2 and a block from before the profile (5 bytes).
+function B.line_blocks()
+  local s = B.new():lfunc(0x100, '@r.lua', 1):events()
+  s:alloc(B.lua(0x100, 2), 0x10, 8)
+  s:alloc(B.lua(0x100, 2), 0x20, 8)
+  s:alloc(B.lua(0x100, 2), 0x30, 8)
+  s:realloc(B.lua(0x100, 3), 0x10, 8, 0x40, 16)
+  s:free(B.lua(0x100, 4), 0x40, 16)
+  s:free(B.lua(0x100, 4), 0x20, 8)
+  s:free(B.lua(0x100, 4), 0x999, 5)
+  s:realloc(B.lua(0x100, 3), 0x888, 4, 0x50, 12)
+  return s:epilogue()
+end
+
 -- An extended stream: a logging helper (@log.lua, defined at line 3)
 -- whose line 5 calls string.format on behalf of three callers in
 -- @app.lua (lines 10, 20, 30), plus an allocation made directly by the

@@ -21,12 +21,7 @@ describe('memprof live on a terminal', function()
     -- A header that no version has, after a whole symbol table.
     C.write_file(run.profile, 'ljs\3\0\0\0\x80ljm\3\0\0\0\x03')
     run:start_live({ tty = true, after = 'echo "exit $?"; stty -a; echo "stty done"' })
-    local output = run:wait_for(function(text)
-      -- (The whole of stty's output.)
-      return text:find('stty done', 1, true) ~= nil
-    end, 5)
-    assert.is_truthy(output, run:output())
-    local tail = output:match('\27%[%?25h\27%[%?1049l(.*)$')
+    local tail, output = run:terminal_after_quit(5)
     assert.is_truthy(tail, output)
     assert.are.equal('memprof live: ' .. run.profile .. ': byte 15: ' ..
       'expected an event header with a source (0x05-0x13 or 0x80), found ' ..

@@ -76,12 +76,8 @@ describe('memprof live on a terminal', function()
     -- q: the screen and the terminal's settings given back.
     run:keys('q')
     assert.is_true(run:exited(3))
-    output = run:wait_for(function(text)
-      -- (The whole of stty's output.)
-      return text:find('stty done', 1, true) ~= nil
-    end, 3)
-    assert.is_truthy(output, run:output())
-    local tail = output:match('\27%[%?25h\27%[%?1049l(.*)$')
+    local tail
+    tail, output = run:terminal_after_quit()
     assert.is_truthy(tail, output)
     assert.is_truthy(tail:find(' icanon ', 1, true), tail)
     assert.is_truthy(tail:find(' echo ', 1, true), tail)

@@ -2,22 +2,15 @@
 -- bounded, seeded set of cases, each run in a child with a time limit;
 -- every one reads or is refused with `FILE: byte N: ...`: no signal, no
 -- hang, no traceback.  `make fuzz` runs many more (bench/fuzz_heap.lua).
+local C = require('helpers.command')
 local fuzz = require('helpers.heap_fuzz')
 
 local CASES, SEED = 30, 30
 
-local function write(path, bytes)
-  local f = assert(io.open(path, 'wb'))
-  f:write(bytes)
-  f:close()
-  return path
-end
+local write = C.write_file
 
 local function read_all(path)
-  local f = assert(io.open(path, 'rb'))
-  local s = f:read('*a')
-  f:close()
-  return s
+  return assert(C.read_file(path))
 end
 
 describe('memprof-report on mutated heap snapshots', function()

@@ -164,22 +164,10 @@ describe('memprof.analysis.rows', function()
   end)
 end)
 
--- Line 2 allocates three blocks of 8 bytes; line 3 reallocates one of
--- them to 16 bytes, and a block from before the profile (4 bytes) to 12;
--- line 4 frees the 16 bytes, another block of line 2 and a block from
--- before the profile (5 bytes).
+-- Lines 2, 3 and 4 of @r.lua allocate, reallocate and free, with blocks
+-- from before the profile (B.line_blocks).
 local function stream()
-  local s = B.new():lfunc(0x100, '@r.lua', 1):events()
-  s:alloc(B.lua(0x100, 2), 0x10, 8)
-  s:alloc(B.lua(0x100, 2), 0x20, 8)
-  s:alloc(B.lua(0x100, 2), 0x30, 8)
-  s:realloc(B.lua(0x100, 3), 0x10, 8, 0x40, 16)
-  s:free(B.lua(0x100, 4), 0x40, 16)
-  s:free(B.lua(0x100, 4), 0x20, 8)
-  s:free(B.lua(0x100, 4), 0x999, 5)
-  s:realloc(B.lua(0x100, 3), 0x888, 4, 0x50, 12)
-  s:epilogue()
-  return analyze.run(reader.from_string(s:bytes(), 'out.bin'))
+  return analyze.run(reader.from_string(B.line_blocks():bytes(), 'out.bin'))
 end
 
 local BEFORE = '(blocks allocated before the profile)'

@@ -32,6 +32,38 @@ local function names(events)
   return list
 end
 
+-- The bytes of an event given as { { what, bytes }, ... }.
+local function joined(fields)
+  local parts = {}
+  for i, field in ipairs(fields) do
+    parts[i] = field[2]
+  end
+  return table.concat(parts)
+end
+
+-- Cuts the event after each of its bytes but the last, behind `prefix`
+-- (3 whole events), and checks that each reading keeps those 3 and names
+-- the field the cut falls in.
+local function assert_each_cut(prefix, fields)
+  local event = joined(fields)
+  for _, mode in ipairs(MODES) do
+    local field, field_end = 1, #fields[1][2]
+    for kept = 1, #event - 1 do
+      while kept >= field_end do
+        field = field + 1
+        field_end = field_end + #fields[field][2]
+      end
+      local stream = reader.from_string(prefix .. event:sub(1, kept),
+        'out.bin', mode.opts)
+      assert.are.equal(3, #collect(stream))
+      assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
+        'middle of an event (expected %s); the report covers the 3 ' ..
+        'events before it'):format(#prefix + kept, fields[field][1]),
+        stream.warning, mode.label .. ', ' .. kept .. ' bytes kept')
+    end
+  end
+end
+
 local function open_error(bytes, opts)
   local ok, err = pcall(reader.from_string, bytes, 'out.bin', opts)
   assert.is_false(ok)
@@ -818,11 +850,7 @@ describe('reader truncation', function()
 
   for _, case in ipairs(CUT_EVENTS) do
     local label, fields = case[1], case[2]
-    local parts = {}
-    for i, field in ipairs(fields) do
-      parts[i] = field[2]
-    end
-    local event = table.concat(parts)
+    local event = joined(fields)
 
     it('cut anywhere inside a ' .. label .. ' event', function()
       -- The whole event decodes (the layout is right)...
@@ -830,22 +858,7 @@ describe('reader truncation', function()
       local count = #collect(whole)
       assert.are.equal(label:find('symbol') and 3 or 4, count)
       -- ...and each cut names the field it falls in.
-      for _, mode in ipairs(MODES) do
-        local field, field_end = 1, #fields[1][2]
-        for kept = 1, #event - 1 do
-          while kept >= field_end do
-            field = field + 1
-            field_end = field_end + #fields[field][2]
-          end
-          local stream = reader.from_string(prefix .. event:sub(1, kept),
-            'out.bin', mode.opts)
-          assert.are.equal(3, #collect(stream))
-          assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
-            'middle of an event (expected %s); the report covers the 3 ' ..
-            'events before it'):format(#prefix + kept, fields[field][1]),
-            stream.warning, mode.label .. ', ' .. kept .. ' bytes kept')
-        end
-      end
+      assert_each_cut(prefix, fields)
     end)
   end
 
@@ -1103,32 +1116,13 @@ describe('reader truncation (extended format)', function()
 
   for _, case in ipairs(EXTENDED_CUT_EVENTS) do
     local label, fields = case[1], case[2]
-    local parts = {}
-    for i, field in ipairs(fields) do
-      parts[i] = field[2]
-    end
-    local event = table.concat(parts)
+    local event = joined(fields)
 
     it('cut anywhere inside a ' .. label, function()
       local whole = reader.from_string(prefix .. event, 'out.bin')
       local is_record = label == 'stack definition' or label == 'time mark'
       assert.are.equal(is_record and 3 or 4, #collect(whole))
-      for _, mode in ipairs(MODES) do
-        local field, field_end = 1, #fields[1][2]
-        for kept = 1, #event - 1 do
-          while kept >= field_end do
-            field = field + 1
-            field_end = field_end + #fields[field][2]
-          end
-          local stream = reader.from_string(prefix .. event:sub(1, kept),
-            'out.bin', mode.opts)
-          assert.are.equal(3, #collect(stream))
-          assert.are.equal(('out.bin: the stream ends at byte %d in the ' ..
-            'middle of an event (expected %s); the report covers the 3 ' ..
-            'events before it'):format(#prefix + kept, fields[field][1]),
-            stream.warning, mode.label .. ', ' .. kept .. ' bytes kept')
-        end
-      end
+      assert_each_cut(prefix, fields)
     end)
   end
 
