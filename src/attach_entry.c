@@ -486,6 +486,12 @@ static int stop(struct attach_call *c)
   c->main_thread = (uint64_t)(uintptr_t)attached.L;
   if (check_vm(c, &attached.lay, attached.L, &g) != 0)
     return c->err;
+  /* A thread stopped in what the hook calls (the real allocator, the C
+  ** library) is outside memprof.so's code, which threads_outside checks,
+  ** and would return into a profile freed here. */
+  if (lifecycle_hook_busy(&attached.vm))
+    return fail(c, EAGAIN,
+                "a thread was inside memprof's allocator hook of the VM");
   st = lifecycle_stop(attached.L, &attached.vm, 0, &ended);
   attached.active = 0;
   if (attached.flush)
