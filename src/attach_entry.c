@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -517,6 +518,44 @@ static int stop(struct attach_call *c)
   }
 }
 
+/* ---- What stays resident ----------------------------------------------- */
+
+/* memprof.so stays loaded, inactive, after a detach (or a failed attach):
+** the pages of its code and read-only data that the call touched are
+** dropped from the process's resident memory (read again from the file if
+** they run again). Only whole pages of segments without write permission
+** that no writable segment shares: a written page of a private file
+** mapping (data, relocations) must never be dropped. */
+static int shed_read_only(struct dl_phdr_info *info, size_t size, void *data)
+{
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), self = (uintptr_t)data;
+  uintptr_t wlo = UINTPTR_MAX, whi = 0;
+  int i, ours = 0;
+  (void)size;
+  for (i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (ph->p_type != PT_LOAD)
+      continue;
+    ours |= self >= lo && self < hi;
+    if (ph->p_flags & PF_W) {
+      wlo = lo / page * page < wlo ? lo / page * page : wlo;
+      whi = (hi + page - 1) / page * page > whi ? (hi + page - 1) / page * page
+                                                : whi;
+    }
+  }
+  for (i = 0; ours && i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    lo = (lo + page - 1) / page * page;
+    hi = hi / page * page;
+    if (ph->p_type == PT_LOAD && !(ph->p_flags & PF_W) && lo < hi &&
+        (hi <= wlo || lo >= whi))
+      madvise((void *)lo, hi - lo, MADV_DONTNEED);
+  }
+  return ours;
+}
+
 __attribute__((visibility("default"))) int
 memprof_attach_call(struct attach_call *c)
 {
@@ -542,6 +581,8 @@ memprof_attach_call(struct attach_call *c)
               ? stop(c)
               : fail(c, EINVAL, "unknown request %d", (int)c->op);
   remote_maps_free(&maps);
+  if (!attached.active)
+    dl_iterate_phdr(shed_read_only, (void *)(uintptr_t)&memprof_attach_call);
   c->err = err;
   return err;
 }
