@@ -17,11 +17,19 @@ if jit.arch ~= 'x64' or not C.read_file(A.TWO_VM_HOST) or
   return
 end
 
--- The host answers, VM 2 has gone on since `since` rounds, and its
--- allocator holds what VM 2 counts (else dir/bad says what differs).
+-- The host answers, VM 2 has gone on since `since` rounds (within ten
+-- answers: a thread let out of the host's allocator wakes within 10 ms),
+-- and its allocator holds what VM 2 counts (else dir/bad says what
+-- differs).
 local function runs_on(s, since)
-  local leaked, rounds = answer(s.dir)
-  assert.is_not_nil(leaked, C.read_file(s.dir .. '/out'))
+  local leaked, rounds
+  for _ = 1, 10 do
+    leaked, rounds = answer(s.dir)
+    assert.is_not_nil(leaked, C.read_file(s.dir .. '/out'))
+    if rounds > since then
+      break
+    end
+  end
   assert.is_true(rounds > since)
   assert.is_nil(C.read_file(s.dir .. '/bad'))
   assert.is_true(D.running(s.pid))
