@@ -201,8 +201,30 @@ static int readable(const struct remote_maps *maps, uintptr_t a, size_t n)
 #define PM_BATCH 512
 #define PM_IN ((1ULL << 63) | (1ULL << 62)) /* Present or swapped. */
 
+/* Whether the allocator of the VM whose global_State is at g could be a
+** live VM's: code of a loaded file, and if memprof.so's, one of its hooks.
+** A VM closed in this process (the throw-away VMs memprof learns in) may
+** still look whole in freed memory: its allocator's slot overwritten by
+** the C library's free lists, or one of memprof's own allocators. */
+static int live_allocator(const struct remote_maps *maps,
+                          const struct heap_layout *h, uintptr_t g)
+{
+  uintptr_t f;
+  const struct remote_map *m;
+  Dl_info at, self;
+  if (h->base.g_allocf + sizeof(f) > G_WINDOW)
+    return 1; /* Past what the scan read: checked when the VM is picked. */
+  f = *(const uintptr_t *)(g + h->base.g_allocf);
+  m = remote_maps_find(maps, f);
+  if (m == NULL || m->perms[2] != 'x' || m->inode == 0)
+    return 0;
+  return dladdr((void *)f, &at) == 0 ||
+         dladdr((void *)&memprof_attach_call, &self) == 0 ||
+         at.dli_fbase != self.dli_fbase || profiler_is_hook((lua_Alloc)f);
+}
+
 /* The main threads in [lo, hi): a thread object whose global_State names
-** it as its main thread. */
+** it as its main thread, with an allocator a live VM could have. */
 static int scan_range(const struct remote_maps *maps,
                       const struct heap_layout *h, uintptr_t lo, uintptr_t hi,
                       uintptr_t *out, int n)
@@ -214,7 +236,7 @@ static int scan_range(const struct remote_maps *maps,
       continue;
     g = heap_ref(h, a + h->base.L_glref);
     if ((g & 7) == 0 && g != 0 && readable(maps, g, G_WINDOW) &&
-        heap_ref(h, g + h->g_mainth) == a)
+        heap_ref(h, g + h->g_mainth) == a && live_allocator(maps, h, g))
       out[n++] = a;
   }
   return n;
