@@ -40,7 +40,7 @@ LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js
 LUAJIT_LIBS = $(shell pkg-config --libs luajit 2>/dev/null)
 LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
-ATTACH_REGS_HOST = $(if $(filter x86_64,$(shell uname -m)),build/attach_regs_host)
+ATTACH_REGS_HOST = $(if $(filter x86_64,$(shell uname -m)),build/attach_regs_host build/two_vm_host)
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
 # For the names of C functions (spec/module/symbols_spec.lua): a host program
@@ -87,6 +87,12 @@ build/threads_host: spec/support/threads_host.c
 build/attach_regs_host: spec/support/attach_regs_host.c
 	@mkdir -p build
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS)
+
+# A host with two VMs in two threads, the second on an allocator of the
+# host's, for spec/hosts/attach_two_vms_spec.lua (x86_64 only).
+build/two_vm_host: spec/support/two_vm_host.c
+	@mkdir -p build
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -lpthread
 
 build/threads_host_luajit2: spec/support/threads_host.c
 	$(CC) $(ALL_CFLAGS) -I$(LUAJIT2_DIR)/include/luajit-2.1 -o $@ $< \

@@ -6,7 +6,11 @@
 -- a second), and the target's pause; then CYCLES attach/detach cycles
 -- through memprof.cli.attach in this process, and the target's resident
 -- memory before the first attach, after the first cycle and after the
--- last. Targets: a first event within 2 s; RSS after the cycles within 5%.
+-- last, with what grew from before the first attach split into anonymous
+-- memory and pages of files (memprof.so, the C library: shared, clean).
+-- Targets: a first event within 2 s; RSS after the cycles within 5% of
+-- before the first attach (the issue's): the bench says for which targets
+-- the growth it measured is within that.
 --
 --   BENCH_ATTACH=off              without this part
 --   BENCH_ATTACH_CYCLES           the cycles (default 100)
@@ -37,6 +41,17 @@ end
 local function rss_kb(pid)
   local status = read('/proc/' .. pid .. '/status') or ''
   return tonumber(status:match('VmRSS:%s+(%d+)'))
+end
+
+-- Resident kB of pid: all, anonymous, of files.
+local function resident(pid)
+  local text = read('/proc/' .. pid .. '/smaps_rollup') or ''
+  local all = tonumber(text:match('\nRss:%s+(%d+)'))
+  local anon = tonumber(text:match('Anonymous:%s+(%d+)'))
+  if not all or not anon then
+    return rss_kb(pid), nil, nil
+  end
+  return all, anon, all - anon
 end
 
 local function start(lua, dir)
@@ -93,7 +108,7 @@ function M.run(lua)
   print('\nmemprof attach PID of a luajit daemon (' ..
     (pid and rss_kb(pid) or '?') .. ' kB resident)')
   local firsts, pauses, failed = {}, {}, nil
-  local before = pid and rss_kb(pid)
+  local before = pid and { resident(pid) }
   for _ = 1, pid and ROUNDS or 0 do
     local seconds, pause = first_event(lua, pid, dir .. '/p.bin')
     if not seconds then
@@ -117,7 +132,7 @@ function M.run(lua)
       after_first = rss_kb(pid)
     end
   end
-  after = pid and rss_kb(pid)
+  after = pid and { resident(pid) }
   if pid then
     os.execute('kill ' .. pid)
   end
@@ -130,11 +145,21 @@ function M.run(lua)
   print(string.format('  attach to first event: %.3f s (median of %d; ' ..
     'target 2 s): %s; the target stopped %.1f ms', first, ROUNDS,
     first <= 2 and 'ok' or 'OVER', toolkit.median(pauses) * 1000))
+  local grown = after[1] - before[1]
   print(string.format('  resident memory: %d kB before the first attach, ' ..
-    '%d kB after one attach/detach cycle, %d kB after %d more: %+.1f%% ' ..
-    '(target within 5%%): %s', before, after_first, after, CYCLES - 1,
-    (after - after_first) * 100 / after_first,
-    math.abs(after - after_first) <= after_first * 0.05 and 'ok' or 'OVER'))
+    '%d kB after one attach/detach cycle, %d kB after %d more: %+d kB ' ..
+    '(%+.1f%%) from before the first attach, %+.1f%% from after the ' ..
+    'first cycle', before[1], after_first, after[1], CYCLES - 1, grown,
+    grown * 100 / before[1], (after[1] - after_first) * 100 / after_first))
+  if before[2] and after[2] then
+    print(string.format('  of which anonymous %+d kB, pages of files ' ..
+      '(memprof.so, the C library: shared and clean) %+d kB', after[2] -
+      before[2], after[3] - before[3]))
+  end
+  print(string.format('  within 5%% of before the first attach (target): ' ..
+    '%s for this %d kB daemon; for any target of %d kB or more',
+    grown <= before[1] * 0.05 and 'ok' or 'OVER', before[1],
+    math.max(grown, 0) * 20))
 end
 
 return M

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,8 +201,30 @@ static int readable(const struct remote_maps *maps, uintptr_t a, size_t n)
 #define PM_BATCH 512
 #define PM_IN ((1ULL << 63) | (1ULL << 62)) /* Present or swapped. */
 
+/* Whether the allocator of the VM whose global_State is at g could be a
+** live VM's: code of a loaded file, and if memprof.so's, one of its hooks.
+** A VM closed in this process (the throw-away VMs memprof learns in) may
+** still look whole in freed memory: its allocator's slot overwritten by
+** the C library's free lists, or one of memprof's own allocators. */
+static int live_allocator(const struct remote_maps *maps,
+                          const struct heap_layout *h, uintptr_t g)
+{
+  uintptr_t f;
+  const struct remote_map *m;
+  Dl_info at, self;
+  if (h->base.g_allocf + sizeof(f) > G_WINDOW)
+    return 1; /* Past what the scan read: checked when the VM is picked. */
+  f = *(const uintptr_t *)(g + h->base.g_allocf);
+  m = remote_maps_find(maps, f);
+  if (m == NULL || m->perms[2] != 'x' || m->inode == 0)
+    return 0;
+  return dladdr((void *)f, &at) == 0 ||
+         dladdr((void *)&memprof_attach_call, &self) == 0 ||
+         at.dli_fbase != self.dli_fbase || profiler_is_hook((lua_Alloc)f);
+}
+
 /* The main threads in [lo, hi): a thread object whose global_State names
-** it as its main thread. */
+** it as its main thread, with an allocator a live VM could have. */
 static int scan_range(const struct remote_maps *maps,
                       const struct heap_layout *h, uintptr_t lo, uintptr_t hi,
                       uintptr_t *out, int n)
@@ -213,7 +236,7 @@ static int scan_range(const struct remote_maps *maps,
       continue;
     g = heap_ref(h, a + h->base.L_glref);
     if ((g & 7) == 0 && g != 0 && readable(maps, g, G_WINDOW) &&
-        heap_ref(h, g + h->g_mainth) == a)
+        heap_ref(h, g + h->g_mainth) == a && live_allocator(maps, h, g))
       out[n++] = a;
   }
   return n;
@@ -486,6 +509,12 @@ static int stop(struct attach_call *c)
   c->main_thread = (uint64_t)(uintptr_t)attached.L;
   if (check_vm(c, &attached.lay, attached.L, &g) != 0)
     return c->err;
+  /* A thread stopped in what the hook calls (the real allocator, the C
+  ** library) is outside memprof.so's code, which threads_outside checks,
+  ** and would return into a profile freed here. */
+  if (lifecycle_hook_busy(&attached.vm))
+    return fail(c, EAGAIN,
+                "a thread was inside memprof's allocator hook of the VM");
   st = lifecycle_stop(attached.L, &attached.vm, 0, &ended);
   attached.active = 0;
   if (attached.flush)
@@ -509,6 +538,44 @@ static int stop(struct attach_call *c)
                 "no profile ran (in a child after fork(), the profile stays "
                 "with the parent)");
   }
+}
+
+/* ---- What stays resident ----------------------------------------------- */
+
+/* memprof.so stays loaded, inactive, after a detach (or a failed attach):
+** the pages of its code and read-only data that the call touched are
+** dropped from the process's resident memory (read again from the file if
+** they run again). Only whole pages of segments without write permission
+** that no writable segment shares: a written page of a private file
+** mapping (data, relocations) must never be dropped. */
+static int shed_read_only(struct dl_phdr_info *info, size_t size, void *data)
+{
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), self = (uintptr_t)data;
+  uintptr_t wlo = UINTPTR_MAX, whi = 0;
+  int i, ours = 0;
+  (void)size;
+  for (i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (ph->p_type != PT_LOAD)
+      continue;
+    ours |= self >= lo && self < hi;
+    if (ph->p_flags & PF_W) {
+      wlo = lo / page * page < wlo ? lo / page * page : wlo;
+      whi = (hi + page - 1) / page * page > whi ? (hi + page - 1) / page * page
+                                                : whi;
+    }
+  }
+  for (i = 0; ours && i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    lo = (lo + page - 1) / page * page;
+    hi = hi / page * page;
+    if (ph->p_type == PT_LOAD && !(ph->p_flags & PF_W) && lo < hi &&
+        (hi <= wlo || lo >= whi))
+      madvise((void *)lo, hi - lo, MADV_DONTNEED);
+  }
+  return ours;
 }
 
 __attribute__((visibility("default"))) int
@@ -536,6 +603,8 @@ memprof_attach_call(struct attach_call *c)
               ? stop(c)
               : fail(c, EINVAL, "unknown request %d", (int)c->op);
   remote_maps_free(&maps);
+  if (!attached.active)
+    dl_iterate_phdr(shed_read_only, (void *)(uintptr_t)&memprof_attach_call);
   c->err = err;
   return err;
 }

@@ -545,6 +545,9 @@ HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
     writer_commit(&p->out, event);
   else if (event != NULL)
     uncap_event(p, at, osize, 0);
+  if (!fast)
+    check_cap(p, at);
+  p->busy = 0;
   return p->orig_alloc(p->orig_ud, ptr, osize, 0);
 }
 
@@ -566,6 +569,7 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   if (fast && event == FULL_PATH)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
+  p->busy = 0; /* What follows calls nothing outside memprof.so. */
   if (event == NULL)
     return nptr;
   if (nptr == NULL) {
@@ -596,6 +600,7 @@ static __attribute__((noinline)) void *forward(struct profiler *p, void *ptr,
       p->fork_generation == profiler_fork_generation &&
       !(nsize == 0 && ptr == NULL))
     p->stats.dropped++;
+  p->busy = 0;
   return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
 }
 
@@ -688,6 +693,7 @@ static __attribute__((noinline)) void *
 forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
 {
   symbols_forget_slow(&p->syms, (uintptr_t)ptr);
+  p->busy = 0;
   return p->orig_alloc(p->orig_ud, ptr, osize, nsize);
 }
 
@@ -699,7 +705,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     if (forward_only(p))                                                       \
       return forward(p, ptr, osize, nsize);                                    \
     if (nsize == 0 && ptr == NULL)                                             \
-      return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                     \
+      return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, nsize);        \
   } while (0)
 
 /*
@@ -709,17 +715,15 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
 ** format have none of the extended format's work). Each takes the fast
 ** path (see record_before) and falls back on the full one, in functions
 ** of their own, so that the fast path saves few registers and calls the
-** real allocator of a free as a tail call.
+** real allocator of a free as a tail call. Each sets p->busy at its entry
+** and clears it when done with p (profiler.h: for memprof detach).
 */
 #define HOOK(name, family_layout, stack_of, pdep, ext)                         \
   static __attribute__((noinline)) void *name##_free(struct profiler *p,       \
                                                      void *ptr, size_t osize)  \
   {                                                                            \
-    uint64_t at = writer_total(&p->out);                                       \
-    void *r = record_free(p, family_layout, stack_of, pdep, ext, 0, ptr,       \
-                          osize, NULL);                                        \
-    check_cap(p, at);                                                          \
-    return r;                                                                  \
+    return record_free(p, family_layout, stack_of, pdep, ext, 0, ptr, osize,   \
+                       NULL);                                                  \
   }                                                                            \
   static __attribute__((noinline)) void *name##_alloc(                         \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
@@ -740,7 +744,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
       struct profiler *p, void *ptr, size_t osize)                             \
   {                                                                            \
     if (ptr == NULL)                                                           \
-      return p->orig_alloc(p->orig_ud, ptr, osize, 0);                         \
+      return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, 0);            \
     return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
                        name##_free);                                           \
   }                                                                            \
@@ -748,6 +752,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
+    p->busy = 1;                                                               \
     if (forward_only(p))                                                       \
       return forward(p, ptr, osize, nsize);                                    \
     if (nsize != 0)                                                            \
@@ -761,8 +766,10 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
       struct profiler *p, void *ptr, size_t osize, size_t nsize, int held,     \
       int fresh)                                                               \
   {                                                                            \
-    return record_sampled(p, family_layout, stack_of, pdep, ptr, osize, nsize, \
-                          held, fresh);                                        \
+    void *r = record_sampled(p, family_layout, stack_of, pdep, ptr, osize,     \
+                             nsize, held, fresh);                              \
+    p->busy = 0;                                                               \
+    return r;                                                                  \
   }                                                                            \
   /* The sampler took the new block: is the old one a sampled block too? */    \
   static __attribute__((noinline)) void *name##_fresh(                         \
@@ -780,6 +787,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
   static void *name##_sampled(void *ud, void *ptr, size_t osize, size_t nsize) \
   {                                                                            \
     struct profiler *p = ud;                                                   \
+    p->busy = 1;                                                               \
     if (forward_only(p))                                                       \
       return forward(p, ptr, osize, nsize);                                    \
     if (nsize != 0 && sampler_due(&p->sampler, nsize))                         \
@@ -791,6 +799,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
           symbols_may_hold(&p->syms, (uintptr_t)ptr))                          \
         return forget_prototype(p, ptr, osize, nsize);                         \
     }                                                                          \
+    p->busy = 0;                                                               \
     return p->orig_alloc(p->orig_ud, ptr, osize, nsize);                       \
   }
 /* A full profile that keeps the model of snapshots (the start option
@@ -801,6 +810,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
                                size_t nsize)                                   \
   {                                                                            \
     struct profiler *p = ud;                                                   \
+    p->busy = 1;                                                               \
     RETURN_IF_NOT_RECORDED(p, ptr, osize, nsize);                              \
     return name##_sample(p, ptr, osize, nsize, ptr != NULL, nsize != 0);       \
   }

@@ -749,6 +749,17 @@ enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
   return *err == 0 ? LIFE_OK : LIFE_SNAPSHOT_FAILED;
 }
 
+int lifecycle_hook_busy(const struct vm_profiles *vm)
+{
+  const struct chain_link *l;
+  if (vm->active != NULL && vm->active->p.busy)
+    return 1;
+  for (l = vm->parked; l != NULL; l = l->next)
+    if (l->p.busy)
+      return 1;
+  return 0;
+}
+
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm)
 {
   notice_detachment(L, vm);

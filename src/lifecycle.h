@@ -145,6 +145,11 @@ enum life_status lifecycle_snapshot(lua_State *L, struct vm_profiles *vm,
                                     const char *path, int format, char *msg,
                                     size_t len, int *err);
 
+/* Whether a thread is inside the hook of one of vm's profiles (running or
+** parked) now: for memprof detach, which reads it with every other thread
+** stopped (profiler.busy). */
+int lifecycle_hook_busy(const struct vm_profiles *vm);
+
 /* Whether a profile runs (what stop would find). */
 int lifecycle_is_running(lua_State *L, struct vm_profiles *vm);
 

@@ -52,6 +52,10 @@ struct profiler {
   lua_Alloc orig_alloc;
   void *orig_ud;
   volatile int state;
+  /* 1 from the hook's entry until it has done with the profile (its last
+  ** call out of memprof.so returned, or the real allocator is its tail
+  ** call): memprof detach reads it in a stopped process (attach_entry.c). */
+  volatile int busy;
   unsigned fork_generation; /* Value of profiler_fork_generation at start. */
   /* Sampled recording (memprof.start's sample_bytes): sampler.mean is 0
   ** when every event is recorded. */

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -361,6 +362,22 @@ static int start_thread(struct writer *w, uint8_t *spare)
   return err;
 }
 
+/* The buffers are mapped, not malloc'd: freeing a malloc'd block this
+** large would raise the C library's mmap threshold for the whole process
+** (a program memprof attached to would keep its heap larger after). */
+static uint8_t *buffer_new(size_t size)
+{
+  void *b = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return b == MAP_FAILED ? NULL : b;
+}
+
+static void buffer_free(uint8_t *b, size_t size)
+{
+  if (b != NULL)
+    munmap(b, size);
+}
+
 int writer_init(struct writer *w, int fd, size_t size, int background)
 {
   uint8_t *spare = NULL;
@@ -369,19 +386,19 @@ int writer_init(struct writer *w, int fd, size_t size, int background)
   if (size < 4 * WRITER_SLACK)
     size = 4 * WRITER_SLACK;
   w->size = size;
-  w->buf = malloc(size);
+  w->buf = buffer_new(size);
   if (background)
-    spare = malloc(size);
+    spare = buffer_new(size);
   if (w->buf == NULL || (background && spare == NULL)) {
-    free(w->buf);
-    free(spare);
+    buffer_free(w->buf, size);
+    buffer_free(spare, size);
     w->buf = NULL;
     return ENOMEM;
   }
   w->pos = w->buf;
   w->limit = w->buf + size - WRITER_SLACK;
   if (background && start_thread(w, spare) != 0)
-    free(spare); /* Write in place instead. */
+    buffer_free(spare, size); /* Write in place instead. */
   return 0;
 }
 
@@ -506,7 +523,7 @@ static void stop_thread(struct writer *w)
   pthread_cond_broadcast(&t->changed);
   pthread_mutex_unlock(&t->lock);
   pthread_join(t->id, NULL);
-  free(t->spare);
+  buffer_free(t->spare, w->size);
   pthread_cond_destroy(&t->changed);
   pthread_mutex_destroy(&t->lock);
   free(t);
@@ -527,7 +544,7 @@ static int release(struct writer *w, int saved)
   if (w->fd >= 0 && close(w->fd) != 0)
     set_failed(w, errno);
   w->fd = -1;
-  free(w->buf);
+  buffer_free(w->buf, w->size);
   w->buf = w->pos = w->limit = NULL;
   errno = saved;
   return writer_failed(w);
@@ -580,11 +597,11 @@ void writer_abandon(struct writer *w)
   /* In a child the thread is gone and its lock may be held: only memory
   ** is released (a buffer it was writing is leaked, not raced for). */
   if (w->thread != NULL) {
-    free(w->thread->spare);
+    buffer_free(w->thread->spare, w->size);
     free(w->thread);
     w->thread = NULL;
   }
-  free(w->buf);
+  buffer_free(w->buf, w->size);
   w->buf = w->pos = w->limit = NULL;
   /* The file's other descriptor, the parent's, stays open. */
   if (w->fd >= 0)

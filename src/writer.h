@@ -1,7 +1,7 @@
 /*
 ** Buffered writer of the profile stream.
 **
-** The allocator hook appends bytes to one of two malloc'd buffers. When it
+** The allocator hook appends bytes to one of two mapped buffers. When it
 ** fills up, it is handed to a background thread that writes it to the file
 ** while the hook fills the other one, so the program does not wait for the
 ** disk (it waits only if the disk falls a whole buffer behind). Without the

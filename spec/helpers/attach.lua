@@ -1,11 +1,35 @@
--- Test helpers for `memprof attach PID` (spec/hosts/attach_spec.lua,
--- attach_refusals_spec.lua): a luajit daemon that leaks, started under
--- timeout; whether it answers; the tools.
+-- Test helpers for `memprof attach PID` (spec/module/attach_spec.lua,
+-- spec/hosts/attach_*_spec.lua): each test's directory and targets, killed
+-- and removed after it; a luajit daemon that leaks, started under timeout;
+-- whether it answers; the two-VM host; the tools.
 local C = require('helpers.command')
 local D = require('helpers.daemon')
 local wait_for, start = D.wait_for, D.start
 
 local M = {}
+
+-- A test's state: s.dir, a fresh directory, and the targets it starts
+-- (s.pid, s.others) killed after it. Each spec file runs
+-- before_each(s.setup) and after_each(s.teardown).
+function M.session()
+  local s = { others = {} }
+  function s.setup()
+    s.dir, s.pid, s.others = C.temp_dir(), nil, {}
+  end
+  function s.teardown()
+    local all = { s.pid }
+    for i, p in ipairs(s.others) do
+      all[i + 1] = p
+    end
+    for i = 1, table.maxn(all) do
+      if all[i] then
+        os.execute('kill -9 ' .. all[i] .. ' 2>/dev/null')
+      end
+    end
+    C.remove_tree(s.dir)
+  end
+  return s
+end
 
 -- Handles 100 requests every 20 ms; one page in ten stays in a cache (the
 -- leak, line 5); answers dir/ping with the cache's size in dir/pong.
@@ -76,6 +100,51 @@ function M.size(path)
   local n = f:seek('end')
   f:close()
   return n
+end
+
+-- spec/support/two_vm_host.c (x86_64), if built.
+M.TWO_VM_HOST = C.ROOT .. '/build/two_vm_host'
+
+-- Starts it in dir; returns its process id and the --vm number (VMs are
+-- numbered by their main thread's address) of its VM 1 and VM 2.
+function M.two_vms(dir)
+  local pid = start(dir, M.TWO_VM_HOST .. ' ' .. dir)
+  local one = tonumber(C.read_file(dir .. '/vm1'))
+  local two = tonumber(C.read_file(dir .. '/vm2'))
+  return pid, one < two and 1 or 2, two < one and 1 or 2
+end
+
+-- Whether the two-VM host answers a ping: VM 1's leaked pages and VM 2's
+-- rounds so far (nil if it did not answer).
+function M.two_vms_answer(dir)
+  os.remove(dir .. '/pong')
+  C.write_file(dir .. '/ping', 'ping')
+  local text = wait_for(dir .. '/pong', 10)
+  local leaked, rounds = (text or ''):match('^(%d+) (%d+)$')
+  return tonumber(leaked), tonumber(rounds)
+end
+
+-- Attaches to pid's VM number vm and detaches, n times, in one child
+-- luajit (memprof.cli.attach's start and stop, the profile to dir/c.bin).
+-- Returns the cycles done, the stops the detaches took and the first
+-- failure's message (or nil).
+function M.cycles(pid, vm, n, dir)
+  local code, out, err = C.run(C.command('luajit', '-e', string.format([[
+package.path = %q .. '/lua/?.lua;' .. package.path
+package.cpath = %q .. '/build/?.so;' .. package.cpath
+local attach = require('memprof.cli.attach')
+local done, stops = 0, 0
+for _ = 1, %d do
+  local path, info = attach.start(%d, { output = %q, vm = %d })
+  if not path then io.write('attach: ', info) break end
+  path, info = attach.stop(%d)
+  if not path then io.write('detach: ', info) break end
+  done, stops = done + 1, stops + info.tries
+  io.stderr:write(done, ' ', stops, '\n')
+end]], C.ROOT, C.ROOT, n, pid, dir .. '/c.bin', vm, pid)))
+  assert(code == 0, err)
+  local done, stops = err:match('(%d+) (%d+)\n$')
+  return tonumber(done or 0), tonumber(stops or 0), out ~= '' and out or nil
 end
 
 

@@ -15,19 +15,9 @@ if not C.have('luajit') or not C.have('timeout') then
 end
 
 describe('memprof attach PID, failing', function()
-  local dir, pid, others
-
-  before_each(function()
-    dir = C.temp_dir()
-    pid, others = nil, {}
-  end)
-
-  after_each(function()
-    for _, p in ipairs({ pid, unpack(others) }) do
-      os.execute('kill -9 ' .. p .. ' 2>/dev/null')
-    end
-    C.remove_tree(dir)
-  end)
+  local s = A.session()
+  before_each(s.setup)
+  after_each(s.teardown)
 
   -- memprof attach through build/faults/memprof.so (fault.h), with env.
   local function with_fault(env, target)
@@ -36,58 +26,58 @@ package.path = %q .. '/lua/?.lua;' .. package.path
 os.exit(require('memprof.cli.attach').main({ %q, '-o', %q }, io.stdout,
   io.stderr, { load = function(_, entry)
     return package.loadlib(%q, entry) end }))]], C.ROOT, tostring(target),
-      dir .. '/a.bin', C.ROOT .. '/build/faults/memprof.so')))
+      s.dir .. '/a.bin', C.ROOT .. '/build/faults/memprof.so')))
   end
 
   it('puts the thread back when the call faults in the target, which ' ..
       'runs on', function()
-    A.write_daemon(dir)
-    pid = start(dir, 'env MEMPROF_FAULT_ATTACH_CRASH=1 luajit ' .. dir ..
-      '/daemon.lua ' .. dir)
-    local code, _, err = with_fault('', pid)
+    A.write_daemon(s.dir)
+    s.pid = start(s.dir, 'env MEMPROF_FAULT_ATTACH_CRASH=1 luajit ' .. s.dir ..
+      '/daemon.lua ' .. s.dir)
+    local code, _, err = with_fault('', s.pid)
     assert.are.equal(1, code)
-    assert.truthy(err:find('^memprof attach: the call in thread ' .. pid ..
+    assert.truthy(err:find('^memprof attach: the call in thread ' .. s.pid ..
       ' raised signal 11 at 0x%x+\n$'), err)
-    assert.is_nil(C.read_file(dir .. '/a.bin'))
-    assert.is_true(answers(dir))
-    assert.is_true(running(pid))
+    assert.is_nil(C.read_file(s.dir .. '/a.bin'))
+    assert.is_true(answers(s.dir))
+    assert.is_true(running(s.pid))
   end)
 
   it('fails cleanly when the target exits while it is stopped', function()
-    pid = daemon(dir)
-    local code, _, err = with_fault('MEMPROF_FAULT_REMOTE_EXIT=1', pid)
+    s.pid = daemon(s.dir)
+    local code, _, err = with_fault('MEMPROF_FAULT_REMOTE_EXIT=1', s.pid)
     assert.are.equal(1, code)
-    assert.are.equal('memprof attach: process ' .. pid .. ' exited while ' ..
+    assert.are.equal('memprof attach: process ' .. s.pid .. ' exited while ' ..
       'it was stopped\n', err)
     -- (Gone once its parent, timeout, has reaped it.)
     for _ = 1, 100 do
-      if state(pid) ~= 'Z' then
+      if state(s.pid) ~= 'Z' then
         break
       end
       os.execute('sleep 0.02')
     end
-    assert.is_nil(state(pid))
-    assert.is_nil(C.read_file(dir .. '/a.bin'))
+    assert.is_nil(state(s.pid))
+    assert.is_nil(C.read_file(s.dir .. '/a.bin'))
   end)
 
   it('says so when the target exits while attached', function()
-    pid = daemon(dir, nil, "if io.open(dir .. '/exit') then os.exit(0) end")
-    local profile = dir .. '/x.bin'
-    local code, _, err = memprof('attach', '-o', profile, tostring(pid))
+    s.pid = daemon(s.dir, nil, "if io.open(dir .. '/exit') then os.exit(0) end")
+    local profile = s.dir .. '/x.bin'
+    local code, _, err = memprof('attach', '-o', profile, tostring(s.pid))
     assert.are.equal(0, code, err)
     -- Two pings: at least one round of requests in between, profiled.
-    assert.is_true(answers(dir))
-    assert.is_true(answers(dir))
-    C.write_file(dir .. '/exit', 'exit')
+    assert.is_true(answers(s.dir))
+    assert.is_true(answers(s.dir))
+    C.write_file(s.dir .. '/exit', 'exit')
     for _ = 1, 100 do
-      if not state(pid) then
+      if not state(s.pid) then
         break
       end
       os.execute('sleep 0.02')
     end
-    code, _, err = memprof('detach', tostring(pid))
+    code, _, err = memprof('detach', tostring(s.pid))
     assert.are.equal(1, code)
-    assert.are.equal('memprof detach: no process ' .. pid .. '\n', err)
+    assert.are.equal('memprof detach: no process ' .. s.pid .. '\n', err)
     -- Its exit completed the profile: no warning of a cut stream.
     local out
     code, out, err = C.run(C.command(C.ROOT .. '/bin/memprof-report', profile))
@@ -97,22 +87,22 @@ os.exit(require('memprof.cli.attach').main({ %q, '-o', %q }, io.stdout,
   end)
 
   it('leaves the profile with the parent when the target forks', function()
-    pid = daemon(dir, "local ffi = require('ffi')\n" ..
+    s.pid = daemon(s.dir, "local ffi = require('ffi')\n" ..
       "ffi.cdef('int fork(void); int getpid(void);')",
       "if io.open(dir .. '/fork') and not forked then forked = true\n" ..
       "  if ffi.C.fork() == 0 then write('child', ffi.C.getpid()) end end")
-    local profile = dir .. '/f.bin'
-    local code, _, err = memprof('attach', '-o', profile, tostring(pid))
+    local profile = s.dir .. '/f.bin'
+    local code, _, err = memprof('attach', '-o', profile, tostring(s.pid))
     assert.are.equal(0, code, err)
-    C.write_file(dir .. '/fork', 'fork')
-    local child = assert(tonumber(wait_for(dir .. '/child', 10)))
-    others[1] = child
+    C.write_file(s.dir .. '/fork', 'fork')
+    local child = assert(tonumber(wait_for(s.dir .. '/child', 10)))
+    s.others[1] = child
     code, _, err = memprof('detach', tostring(child))
     assert.are.equal(1, code)
     assert.are.equal('memprof detach: no profile ran (in a child after ' ..
       'fork(), the profile stays with the parent)\n', err)
     assert.is_true(running(child))
-    code, _, err = memprof('detach', tostring(pid))
+    code, _, err = memprof('detach', tostring(s.pid))
     assert.are.equal(0, code, err)
     assert.truthy(report('--leaks', profile):find('\n@…/daemon.lua:5: '))
   end)

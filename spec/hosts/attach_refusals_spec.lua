@@ -13,70 +13,61 @@ if not C.have('luajit') or not C.have('timeout') then
 end
 
 describe('memprof attach PID, refused', function()
-  local dir, pid, others
-
-  before_each(function()
-    dir = C.temp_dir()
-    pid, others = nil, {}
-  end)
-
-  after_each(function()
-    for _, p in ipairs({ pid, unpack(others) }) do
-      os.execute('kill -9 ' .. p .. ' 2>/dev/null')
-    end
-    C.remove_tree(dir)
-  end)
+  local s = A.session()
+  before_each(s.setup)
+  after_each(s.teardown)
 
   it('refuses a VM whose own code runs a profile', function()
-    pid = daemon(dir, string.format([[
+    s.pid = daemon(s.dir, string.format([[
 package.cpath = %q .. '/build/?.so;' .. package.cpath
 assert(require('memprof').start(dir .. '/own.bin'))]], C.ROOT))
-    local code, _, err = memprof('attach', '-o', dir .. '/a.bin',
-      tostring(pid))
+    local code, _, err = memprof('attach', '-o', s.dir .. '/a.bin',
+      tostring(s.pid))
     assert.are.equal(1, code)
     assert.are.equal('memprof attach: a profile started by the program\'s ' ..
       'own code runs in this VM (its allocator is memprof\'s hook); stop ' ..
       'it there first\n', err)
-    assert.is_nil(C.read_file(dir .. '/a.bin'))
-    assert.is_true(answers(dir))
+    assert.is_nil(C.read_file(s.dir .. '/a.bin'))
+    assert.is_true(answers(s.dir))
   end)
 
   it('refuses a process that is not LuaJIT, one that never waits, and ' ..
       'one that does not exist, leaving them running', function()
-    C.write_file(dir .. '/ready', 'ready')
-    pid = start(dir, 'sleep 30')
+    C.write_file(s.dir .. '/ready', 'ready')
+    s.pid = start(s.dir, 'sleep 30')
     for _ = 1, 100 do -- Until the shell has become sleep.
-      local _, exe = C.run('readlink /proc/' .. pid .. '/exe')
+      local _, exe = C.run('readlink /proc/' .. s.pid .. '/exe')
       if exe == '/usr/bin/sleep\n' then
         break
       end
       os.execute('sleep 0.02')
     end
-    local code, _, err = memprof('attach', '-o', dir .. '/a.bin',
-      tostring(pid))
+    local code, _, err = memprof('attach', '-o', s.dir .. '/a.bin',
+      tostring(s.pid))
     assert.are.equal(1, code)
     assert.truthy(err:find("^memprof attach: check 'LuaJIT API' failed: " ..
-      'process ' .. pid .. ' %(/usr/bin/sleep%) cannot load memprof.so %(' ..
+      'process ' .. s.pid .. ' %(/usr/bin/sleep%) cannot load memprof.so %(' ..
       '[^\n]*undefined symbol: lua_'), err)
-    assert.is_true(running(pid))
-    C.write_file(dir .. '/busy.lua', 'io.open(arg[1] .. "/ready", "w")' ..
+    assert.is_true(running(s.pid))
+    C.write_file(s.dir .. '/busy.lua', 'io.open(arg[1] .. "/ready", "w")' ..
       ':close() local t = {} while true do t[1] = {} end')
-    os.remove(dir .. '/ready')
-    others[1] = start(dir, 'luajit ' .. dir .. '/busy.lua ' .. dir)
-    code, _, err = memprof('attach', '-o', dir .. '/a.bin',
-      tostring(others[1]))
+    os.remove(s.dir .. '/ready')
+    s.others[1] = start(s.dir, 'luajit ' .. s.dir .. '/busy.lua ' .. s.dir)
+    code, _, err = memprof('attach', '-o', s.dir .. '/a.bin',
+      tostring(s.others[1]))
     assert.are.equal(1, code)
-    assert.are.equal('memprof attach: process ' .. others[1] .. ' was never ' ..
+    assert.are.equal('memprof attach: process ' .. s.others[1] ..
+      ' was never ' ..
       'at a safe moment in 25 stops (the last time: no thread was waiting ' ..
       'in a system call (epoll_wait, poll, a sleep, a read)); it runs on ' ..
       'untouched\n', err)
-    assert.is_true(running(others[1]))
+    assert.is_true(running(s.others[1]))
     local _, shell = C.run('sh -c \'echo $$\'')
     code, _, err = memprof('attach', tostring(tonumber(shell)))
     assert.are.equal(1, code)
     assert.are.equal('memprof attach: no process ' .. tonumber(shell) .. '\n',
       err)
-    assert.is_nil(C.read_file(dir .. '/a.bin'))
+    assert.is_nil(C.read_file(s.dir .. '/a.bin'))
   end)
 
   it('explains a refusal to trace another user\'s process', function()
@@ -85,16 +76,17 @@ assert(require('memprof').start(dir .. '/own.bin'))]], C.ROOT))
           '-r ' .. C.quote(C.ROOT .. '/build/memprof.so')) == 0) then
       return -- Needs root, and a tree user nobody can read.
     end
-    pid = daemon(dir)
+    s.pid = daemon(s.dir)
     local code, _, err = C.run('setpriv --reuid=nobody --regid=nogroup ' ..
       '--clear-groups --inh-caps=-all ' .. C.command('luajit',
-        C.ROOT .. '/bin/memprof', 'attach', tostring(pid), '-o',
+        C.ROOT .. '/bin/memprof', 'attach', tostring(s.pid), '-o',
         '/tmp/never.bin'))
     assert.are.equal(1, code)
-    assert.are.equal('memprof attach: process ' .. pid .. ' runs as user 0 ' ..
+    assert.are.equal('memprof attach: process ' .. s.pid ..
+      ' runs as user 0 ' ..
       'and memprof as user 65534, without CAP_SYS_PTRACE: run memprof as ' ..
       'user 0, or as root\n', err)
-    assert.is_true(answers(dir))
+    assert.is_true(answers(s.dir))
   end)
 
   it('prints its usage, and refuses arguments that are not one process id',

@@ -22,37 +22,27 @@ local function read_all(path)
 end
 
 describe('memprof attach PID', function()
-  local dir, pid
-
-  before_each(function()
-    dir = C.temp_dir()
-    pid = nil
-  end)
-
-  after_each(function()
-    if pid then
-      os.execute('kill -9 ' .. pid .. ' 2>/dev/null')
-    end
-    C.remove_tree(dir)
-  end)
+  local s = A.session()
+  before_each(s.setup)
+  after_each(s.teardown)
 
   it('profiles a daemon of this build and puts its allocator back',
       function()
-    pid = A.daemon(dir, 'jit.off()', nil, LUA)
-    local path = dir .. '/p.bin'
-    local info, err = memprof.attach_process(pid, path, { stack_depth = 2 })
+    s.pid = A.daemon(s.dir, 'jit.off()', nil, LUA)
+    local path = s.dir .. '/p.bin'
+    local info, err = memprof.attach_process(s.pid, path, { stack_depth = 2 })
     assert.truthy(info, err)
     assert.are.equal(path, info.file)
     assert.are.equal(1, info.vms)
-    assert.is_true(A.answers(dir))
-    assert.is_true(A.answers(dir))
-    local again, why, errno = memprof.attach_process(pid, dir .. '/q.bin')
+    assert.is_true(A.answers(s.dir))
+    assert.is_true(A.answers(s.dir))
+    local again, why, errno = memprof.attach_process(s.pid, s.dir .. '/q.bin')
     assert.is_nil(again)
     assert.are.equal('memprof is attached already (its profile to ' ..
       path .. ' runs): memprof detach first', why)
     assert.are.equal(114, errno) -- EALREADY
     local stopped
-    stopped, err = memprof.detach_process(pid)
+    stopped, err = memprof.detach_process(s.pid)
     assert.truthy(stopped, err)
     assert.are.equal(path, stopped.file)
     assert.are.equal(info.main_thread, stopped.main_thread)
@@ -61,12 +51,12 @@ describe('memprof attach PID', function()
     assert.truthy(report:find('\n@…/daemon.lua:5: %d+ events'), report)
     -- Put back: the file grows no more, and a new attach is not refused.
     local size = #C.read_file(path)
-    assert.is_true(A.answers(dir))
+    assert.is_true(A.answers(s.dir))
     assert.are.equal(size, #C.read_file(path))
-    info, err = memprof.attach_process(pid, dir .. '/r.bin')
+    info, err = memprof.attach_process(s.pid, s.dir .. '/r.bin')
     assert.truthy(info, err)
-    assert.truthy(memprof.detach_process(pid))
-    assert.is_true(A.answers(dir))
+    assert.truthy(memprof.detach_process(s.pid))
+    assert.is_true(A.answers(s.dir))
   end)
 
   it('refuses options it does not know, and a relative path', function()

@@ -179,3 +179,40 @@ end
     os.remove((template:gsub('%%p', parent)))
   end)
 end)
+
+-- The writer's two 1 MB buffers are mapped, not malloc'd: glibc raises its
+-- mmap threshold to the size of the largest mmapped block freed, so a
+-- profile would leave a program's later large allocations in its heap.
+-- A fresh luajit (this process's threshold depends on what ran before).
+describe('the writer\'s buffers', function()
+  it('leave the C library\'s mmap threshold as it was', function()
+    if not C.have('luajit') then
+      return
+    end
+    local code, out, err = C.run('LUA_CPATH=' .. C.quote(C.ROOT ..
+      '/build/?.so;;') .. ' ' .. C.command('luajit', '-e', [[
+local ffi = require('ffi')
+ffi.cdef('struct mi { size_t arena, ordblks, smblks, hblks, hblkhd, ' ..
+  'usmblks, fsmblks, uordblks, fordblks, keepcost; }; ' ..
+  'struct mi mallinfo2(void); void *malloc(size_t); void free(void *);')
+if not pcall(function() return ffi.C.mallinfo2 end) then
+  io.write('no mallinfo2') os.exit(0)
+end
+local memprof = require('memprof')
+local path = os.tmpname()
+assert(memprof.start(path))
+for _ = 1, 1000 do local t = {} end
+assert(memprof.stop())
+os.remove(path)
+local p = ffi.C.malloc(512 * 1024)
+local m = ffi.C.mallinfo2()
+ffi.C.free(p)
+io.write(tonumber(m.arena) == 0 and 'no arena' or
+  tonumber(m.hblkhd) >= 512 * 1024 and 'mapped' or 'in the heap')]]))
+    assert.are.equal(0, code, err)
+    if out == 'no mallinfo2' or out == 'no arena' then
+      return -- Not glibc, or valgrind's allocator.
+    end
+    assert.are.equal('mapped', out)
+  end)
+end)
