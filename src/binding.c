@@ -503,10 +503,14 @@ static int l_snapshot(lua_State *L)
     return push_failure(L, msg, EINVAL);
   if (opts.format == SNAPSHOT_HEAP)
     return heap_snapshot(L, s, path, opts.collect);
-  if (s == NULL)
-    return push_status(L, LIFE_NOT_RUNNING);
-  st = lifecycle_snapshot(L, &s->profiles, path, opts.format, msg, sizeof(msg),
-                          &err);
+  st = s == NULL ? LIFE_NOT_RUNNING
+                 : lifecycle_snapshot(L, &s->profiles, path, opts.format, msg,
+                                      sizeof(msg), &err);
+  if (st == LIFE_NOT_RUNNING) /* Say what works without a profile. */
+    return push_failure(L,
+                        "profiler is not running (format = 'heap', the live "
+                        "objects, needs no profile)",
+                        EINVAL);
   if (st == LIFE_SNAPSHOT_FAILED)
     return push_failure(L, msg, err);
   if (st != LIFE_OK)

@@ -163,7 +163,8 @@ static int check_model(const struct profiler *p, char *msg, size_t len)
   if (!p->keeps_model)
     return fail(msg, len, EINVAL,
                 "a pprof snapshot of a profile that records every event "
-                "needs the start option snapshots = true (or sample_bytes)",
+                "needs the start option snapshots = true (or sample_bytes); "
+                "format = 'heap' writes the live objects without it",
                 NULL);
   if (p->live_full) {
     snprintf(msg, len,

@@ -95,8 +95,11 @@ describe('memprof.snapshot', function()
 
   describe('errors', function()
     it('fails when no profile runs', function()
-      assert.are.same({ nil, 'profiler is not running', 22 },
+      local message = "profiler is not running (format = 'heap', the " ..
+        'live objects, needs no profile)'
+      assert.are.same({ nil, message, 22 },
         { memprof.snapshot(h.tmpname(), { format = 'memprof' }) })
+      assert.are.same({ nil, message, 22 }, { memprof.snapshot(h.tmpname()) })
     end)
 
     it('names a bad format and a bad option', function()
@@ -129,7 +132,8 @@ describe('memprof.snapshot', function()
       remove(path)
       assert.are.same({ nil, 'a pprof snapshot of a profile that records ' ..
         'every event needs the start option snapshots = true (or ' ..
-        'sample_bytes)', 22 }, result)
+        "sample_bytes); format = 'heap' writes the live objects without it",
+        22 }, result)
     end)
 
     it('checks the option snapshots', function()
