@@ -35,6 +35,7 @@
 #include "profiler.h"
 #include "remote_proc.h"
 #include "remote_stop.h"
+#include "snapshot.h"
 #include "vm_inspect.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -962,25 +963,14 @@ int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
     remote_maps_free(&maps);
     return err;
   }
-  if ((tmp = malloc(strlen(path) + 32)) == NULL) {
-    remote_maps_free(&maps);
-    return fail(msg, len, ENOMEM, "out of memory");
-  }
-  sprintf(tmp, "%s.%d.part", path, (int)getpid());
-  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
-    err = fail(msg, len, errno, "%s: %s", tmp, strerror(errno));
+  if ((fd = snapshot_open_target(path, &tmp)) < 0) {
+    err = snapshot_open_error(msg, len, path, errno);
   } else {
     j.pid = pid, j.vm = vm, j.fd = fd, j.maps = &maps, j.lj = &lj;
     j.h = &h, j.rl = &rl;
     err = run_child(&j, res, msg, len);
-    if (close(fd) != 0 && err == 0)
-      err = fail(msg, len, errno, "%s: %s", tmp, strerror(errno));
-    if (err == 0 && rename(tmp, path) != 0)
-      err = fail(msg, len, errno, "%s: %s", path, strerror(errno));
-    if (err != 0)
-      unlink(tmp);
+    err = snapshot_finish_target(fd, tmp, path, err, msg, len);
   }
-  free(tmp);
   remote_maps_free(&maps);
   return err;
 }

@@ -53,8 +53,7 @@ static int file_error(char *msg, size_t len, const char *path, int err)
   return err;
 }
 
-/* Why path cannot be opened: errno, with ENXIO for a FIFO explained. */
-static int open_error(char *msg, size_t len, const char *path, int err)
+int snapshot_open_error(char *msg, size_t len, const char *path, int err)
 {
   struct stat st;
   if (err == ENXIO && stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) {
@@ -234,16 +233,12 @@ static int create_temp(const char *path, char **tmp)
   return fd;
 }
 
-/* Opens where the snapshot goes. A regular file (or a new one) is written
-** as a temporary file (*tmp, malloc'd: create_temp) and renamed once
-** complete; anything else that exists (a device such as /dev/full, a
-** FIFO) is written in place, *tmp NULL: renaming over it would replace
-** the device node. That descriptor stays non-blocking (it is our own open
-** file, the program's are not changed): a FIFO that nobody reads is
-** refused at once (ENXIO) rather than waited on, and a write waits at
-** most the stall bound for a reader that stopped reading. Returns the
-** descriptor, or -1 with errno. */
-static int open_target(const char *path, char **tmp)
+/* A regular file (or a new one) is a temporary file (create_temp) until
+** renamed; a device or FIFO that exists is opened in place and stays
+** non-blocking (our own open file: the program's are not changed), so a
+** FIFO that nobody reads is refused at once (ENXIO) and a write waits at
+** most the stall bound for a reader that stopped reading. */
+int snapshot_open_target(const char *path, char **tmp)
 {
   struct stat st;
   *tmp = NULL;
@@ -252,10 +247,8 @@ static int open_target(const char *path, char **tmp)
   return create_temp(path, tmp);
 }
 
-/* Closes fd and renames the temporary file tmp (if any) to path once the
-** snapshot is complete; removes it otherwise. */
-static int finish_target(int fd, char *tmp, const char *path, int err,
-                         char *msg, size_t len)
+int snapshot_finish_target(int fd, char *tmp, const char *path, int err,
+                           char *msg, size_t len)
 {
   if (close(fd) != 0 && err == 0)
     err = file_error(msg, len, path, errno);
@@ -279,8 +272,8 @@ int snapshot_write(struct profiler *p, const char *path,
     return fail(msg, len, EINVAL,
                 "a snapshot cannot replace the running profile's own file",
                 path);
-  if ((fd = open_target(path, &tmp)) < 0)
-    return open_error(msg, len, path, errno);
+  if ((fd = snapshot_open_target(path, &tmp)) < 0)
+    return snapshot_open_error(msg, len, path, errno);
   if (format == SNAPSHOT_MEMPROF) {
     err = write_memprof(p, fd, path, msg, len);
     if (err == 0 &&
@@ -290,7 +283,7 @@ int snapshot_write(struct profiler *p, const char *path,
              (err = pprof_write(p, fd, path)) != 0) {
     file_error(msg, len, path, err);
   }
-  return finish_target(fd, tmp, path, err, msg, len);
+  return snapshot_finish_target(fd, tmp, path, err, msg, len);
 }
 
 /* Whether this process has the file at path open for writing: the running
@@ -331,8 +324,8 @@ int snapshot_write_heap(lua_State *L, const char *path,
     return fail(msg, len, EINVAL,
                 "a snapshot cannot replace the running profile's own file",
                 path);
-  if ((fd = open_target(path, &tmp)) < 0)
-    return open_error(msg, len, path, errno);
+  if ((fd = snapshot_open_target(path, &tmp)) < 0)
+    return snapshot_open_error(msg, len, path, errno);
   if (!heap_layout_learn(L, &h, why, sizeof(why)))
     err = fail(msg, len, ENOTSUP, why, NULL);
   else if ((err = heapwalk_write(L, &h, fd, note, why, sizeof(why))) != 0 &&
@@ -340,5 +333,5 @@ int snapshot_write_heap(lua_State *L, const char *path,
     file_error(msg, len, path, err); /* Writing failed. */
   else if (err != 0)
     snprintf(msg, len, "%s: heap snapshot: %s", path, why);
-  return finish_target(fd, tmp, path, err, msg, len);
+  return snapshot_finish_target(fd, tmp, path, err, msg, len);
 }

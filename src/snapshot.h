@@ -34,4 +34,20 @@ int snapshot_write_heap(lua_State *L, const char *path,
                         const struct heap_profile_note *note, char *msg,
                         size_t len);
 
+/* Opens where a snapshot goes: a regular file (or a new one) as a
+** temporary file next to it (*tmp, malloc'd, unique per thread and per
+** call), renamed by snapshot_finish_target once complete; a device such as
+** /dev/null or a FIFO in place (*tmp NULL), since renaming over it would
+** replace the device node. Returns the descriptor, or -1 with errno. */
+int snapshot_open_target(const char *path, char **tmp);
+
+/* Why path could not be opened (err, from snapshot_open_target), in msg;
+** a FIFO that nobody reads is said so. Returns err. */
+int snapshot_open_error(char *msg, size_t len, const char *path, int err);
+
+/* Closes fd, and renames tmp (if any) to path when err is 0, or removes
+** it. Frees tmp. Returns err, or the error of closing or renaming. */
+int snapshot_finish_target(int fd, char *tmp, const char *path, int err,
+                           char *msg, size_t len);
+
 #endif

@@ -100,6 +100,24 @@ describe('memprof heap PID', function()
     assert.are.equal(tostring(ITEMS), answers(dir))
   end)
 
+  -- A device is written in place, never renamed over (a root's
+  -- `-o /dev/null` once replaced /dev/null with a regular file): a
+  -- /dev/null of the spec's own, made with mknod, stays the device.
+  it('writes into a device in place, which stays a device', function()
+    if C.run('mknod ' .. C.quote(dir .. '/null') .. ' c 1 3') ~= 0 then
+      return -- Needs root.
+    end
+    pid = start_daemon(dir)
+    local code, out, err = memprof_heap({ tostring(pid), '-o',
+      dir .. '/null' })
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find(dir .. '/null', 1, true), out)
+    local _, kind = C.run('stat -c %F ' .. C.quote(dir .. '/null'))
+    assert.are.equal('character special file\n', kind)
+    assert.are.equal('daemon.lua\nnull\nout\npid\nready\n', files_in(dir))
+    assert.are.equal(tostring(ITEMS), answers(dir))
+  end)
+
   it('finds each VM of a process with two', function()
     C.write_file(dir .. '/two.lua', TWO_VMS)
     pid = start(dir, 'luajit ' .. dir .. '/two.lua ' .. dir)
