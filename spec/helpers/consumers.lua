@@ -4,7 +4,7 @@
 --   consumers.pprof(dir, args...)       -> exit code, stdout, stderr
 --   consumers.speedscope(path)          -> what its importer made of a file
 --   consumers.have_chromium()
---   consumers.chromium(page_path, args) -> stdout, stderr
+--   consumers.browser_pages(jobs)      -> { {report, problems}, ... }
 --   consumers.browser_check(text, config) -> report, problems
 local cjson = require('cjson')
 local C = require('helpers.command')
@@ -77,81 +77,78 @@ function M.devtools(...)
   return cjson.decode(stdout)
 end
 
-local CHROMIUM_FLAGS = '--headless --no-sandbox --disable-gpu ' ..
-  '--disable-background-networking --disable-component-update ' ..
-  '--disable-sync --no-first-run --hide-scrollbars ' ..
-  '--run-all-compositor-stages-before-draw --virtual-time-budget=5000'
-
+-- (Chromium is driven by node: spec/support/browser_pages.js.)
 function M.have_chromium()
-  return C.have(M.CHROMIUM)
-end
-
--- Runs Chromium on a page; returns its stdout and stderr.
-function M.chromium(page_path, args)
-  local dir = profile.tmpname('-chromium')
-  local out, err = dir .. '.out', dir .. '.err'
-  os.execute(string.format('mkdir -p %s && timeout 120 %s %s ' ..
-    '--user-data-dir=%s %s %s >%s 2>%s', q(dir), q(M.CHROMIUM),
-    CHROMIUM_FLAGS, q(dir), args, q('file://' .. page_path), q(out), q(err)))
-  local stdout, stderr = C.read_file(out) or '', C.read_file(err) or ''
-  os.execute('rm -rf ' .. q(dir) .. ' ' .. q(out) .. ' ' .. q(err))
-  return stdout, stderr
-end
-
-local ENTITIES = { lt = '<', gt = '>', quot = '"', amp = '&', nbsp = ' ' }
-
-local function unescape(text)
-  text = text:gsub('&#(%d+);', function(code)
-    return string.char(tonumber(code))
-  end)
-  return (text:gsub('&(%a+);', ENTITIES))
-end
-
--- What the page's script wrote to the console (only this page's lines:
--- errors, uncaught exceptions, anything logged).
-local function console_lines(stderr)
-  local lines = {}
-  for line in stderr:gmatch('[^\n]+') do
-    if line:find('CONSOLE', 1, true) or line:find('Uncaught', 1, true) then
-      lines[#lines + 1] = line
-    end
-  end
-  return lines
+  return C.have(M.CHROMIUM) and C.have('node')
 end
 
 local CHECK_SCRIPT = C.read_file('spec/support/html_check.js')
 
--- The page `text` with the check script (spec/support/html_check.js)
--- after its own, run in Chromium. Returns the check's report (nil if it
--- did not run) and a list of problems: errors, console output, fetches,
--- no report.
-function M.browser_check(text, config)
-  local path = profile.tmpname('.html')
-  local at = text:find('</body>', 1, true)
-  C.write_file(path, text:sub(1, at - 1) ..
-    '<script>window.MEMPROF_CHECK = ' .. cjson.encode(config) ..
-    ';</script>\n<script>' .. CHECK_SCRIPT .. '</script>\n' .. text:sub(at))
-  local dom, stderr = M.chromium(path, '--enable-logging=stderr --v=0 ' ..
-    '--dump-dom')
-  os.remove(path)
-  local json = dom:match('.*<pre id="memprof%-check">(.-)</pre>')
-  local report = json and cjson.decode(unescape(json))
-  local problems = console_lines(stderr)
-  if not report then
-    problems[#problems + 1] = 'the check did not run: ' .. stderr:sub(1, 500)
-  else
-    for _, message in ipairs(report.errors) do
-      problems[#problems + 1] = message
+-- The window `chromium --headless --dump-dom` gives a page (innerWidth x
+-- innerHeight), which the checks of the flame graphs' labels were written
+-- against.
+local CHECK_WINDOW = { 780, 437 }
+
+-- Opens pages in one headless Chromium (spec/support/browser_pages.js):
+-- starting it costs about 3 s of CPU, a page a few tenths. Each job is
+-- { text = page, config = what spec/support/html_check.js does in it },
+-- or { path = file, screenshot = PNG to write, window = { w, h } } for a
+-- page as it is. Returns a list, for each job: the check's report (nil if
+-- it did not run) and a list of problems: errors, console output,
+-- exceptions, fetches, no report.
+function M.browser_pages(jobs)
+  local dir = profile.tmpname('-pages')
+  os.execute('mkdir -p ' .. q(dir))
+  local list = {}
+  for i, job in ipairs(jobs) do
+    local path, window = job.path, job.window
+    if job.text then
+      path = dir .. '/' .. i .. '.html'
+      local at = job.text:find('</body>', 1, true)
+      C.write_file(path, job.text:sub(1, at - 1) ..
+        '<script>window.MEMPROF_CHECK = ' .. cjson.encode(job.config) ..
+        ';</script>\n<script>' .. CHECK_SCRIPT .. '</script>\n' ..
+        job.text:sub(at))
+      window = CHECK_WINDOW
     end
-    if not report.ready then
-      problems[#problems + 1] = 'the page did not finish its start'
-    end
-    if #report.resources > 0 then
-      problems[#problems + 1] = 'the page fetched ' ..
-        table.concat(report.resources, ', ')
-    end
+    list[i] = { path = path, screenshot = job.screenshot or cjson.null,
+      width = window and window[1], height = window and window[2] }
   end
-  return report, problems
+  C.write_file(dir .. '/jobs.json', cjson.encode(list))
+  local code, stdout, stderr = C.run('timeout 300 ' .. C.command('node',
+    'spec/support/browser_pages.js', M.CHROMIUM, dir .. '/jobs.json'))
+  os.execute('rm -rf ' .. q(dir))
+  assert(code == 0, 'Chromium: ' .. stderr)
+  local results = {}
+  for i, opened in ipairs(cjson.decode(stdout)) do
+    local json = opened.check ~= cjson.null and opened.check or nil
+    local report = jobs[i].text and json and cjson.decode(json)
+    local problems = opened.console
+    if jobs[i].text and not report then
+      problems[#problems + 1] = 'the check did not run' ..
+        (opened.loaded and '' or ': the page did not load')
+    elseif report then
+      for _, message in ipairs(report.errors) do
+        problems[#problems + 1] = message
+      end
+      if not report.ready then
+        problems[#problems + 1] = 'the page did not finish its start'
+      end
+      if #report.resources > 0 then
+        problems[#problems + 1] = 'the page fetched ' ..
+          table.concat(report.resources, ', ')
+      end
+    end
+    results[i] = { report = report or nil, problems = problems }
+  end
+  return results
+end
+
+-- One page `text` with the check script after its own (browser_pages).
+-- Returns the check's report and the list of problems.
+function M.browser_check(text, config)
+  local opened = M.browser_pages({ { text = text, config = config } })[1]
+  return opened.report, opened.problems
 end
 
 return M

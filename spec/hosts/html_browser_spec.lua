@@ -1,10 +1,13 @@
 -- The HTML report in a real browser: headless Chromium runs each page with
 -- spec/support/html_check.js, which clicks, hovers and searches, and
--- reports what it saw; the last spec profiles bench/demo.lua with
--- build/memprof.so (run `make` first) and writes build/html-report.html
--- and build/html-report.png. Needs Debian's chromium (`apt-get install
--- chromium`; MEMPROF_CHROMIUM names another binary). The page's structure
--- and data are specified in spec/reporter/report/html_spec.lua.
+-- reports what it saw; the last specs profile bench/demo.lua with
+-- build/memprof.so (run `make` first) and write build/html-report.html
+-- and build/html-report.png. Every page of the file is opened by setup in
+-- one Chromium (helpers.consumers.browser_pages: starting it is most of
+-- the cost), and each spec checks what its page did. Needs Debian's
+-- chromium and node (`apt-get install chromium nodejs`; MEMPROF_CHROMIUM
+-- names another binary). The page's structure and data are specified in
+-- spec/reporter/report/html_spec.lua.
 local cjson = require('cjson')
 local C = require('helpers.command')
 local reader = require('memprof.read.stream')
@@ -57,11 +60,27 @@ local function tiny_frames()
   return s
 end
 
+-- Eight lines of long file names side by side, luacheck's: their frames
+-- are a few characters wide.
+local function long_names()
+  local s = B.new()
+    :lfunc(0x100, '@/usr/share/lua/5.1/luacheck/stages/' ..
+      'detect_cyclomatic_complexity.lua', 1)
+    :lfunc(0x200, '@/usr/share/lua/5.1/luacheck/parser.lua', 1)
+    :events({ version = B.EXTENDED })
+  for line = 1, 8 do
+    local fn = line % 2 == 0 and 0x100 or 0x200
+    s:stack(line, { B.lua(fn, 100 + line) })
+    s:alloc(B.lua(fn, 100 + line, line), 0x1000 * line, 1000)
+  end
+  s:epilogue()
+  return s
+end
+
 local consumers = require('helpers.consumers')
 local q = profile.shell_quote
 local read_file, write_file = C.read_file, C.write_file
-local have_chromium, chromium = consumers.have_chromium, consumers.chromium
-local browser_check = consumers.browser_check
+local have_chromium = consumers.have_chromium
 
 local function current_dir()
   local pipe = io.popen('pwd')
@@ -90,17 +109,80 @@ local function profile_demo(path)
   return out
 end
 
+-- The page of a real profile of bench/demo.lua, kept as
+-- build/html-report.html.
+local function demo_page()
+  assert(read_file('build/memprof.so'), 'run make first')
+  local dir = profile.tmpname('-demo')
+  local bin = dir .. '/demo.bin'
+  os.execute('mkdir -p ' .. q(dir))
+  local out = profile_demo(bin)
+  local stream = reader.open(bin)
+  local result = analyze.run(stream, { group = 'line', views = ALL,
+    passes = html.passes() })
+  os.execute('rm -rf ' .. q(dir))
+  assert(stream.has_stacks and stream.has_time, out)
+  local text = html.render(result)
+  os.execute('mkdir -p build')
+  write_file('build/html-report.html', text)
+  return text
+end
+
+-- Each spec's page and what html_check.js does in it, by name; `shot` is
+-- the demo's page as it is, photographed.
+local function jobs()
+  local demo = demo_page()
+  local SHOT = 'build/html-report.png'
+  os.remove(SHOT)
+  return {
+    flame = { text = page(B.three_callers(), { group = 'line' }),
+      config = { zoom = '@log.lua:5', search = 'format' } },
+    labels = { text = page(long_names()), config = {
+      zoom = '@\226\128\166/stages/detect_cyclomatic_complexity.lua:102',
+      search = 'parser' } },
+    chart = { text = page(stacks_and_time()),
+      config = { zoom = '@m.lua:9', search = 'rep' } },
+    other = { text = page(tiny_frames()), config = { zoom = '@w.lua:2',
+      search = 'x.lua', other = 'other (200 frames)' } },
+    script_error = { text = page(B.three_callers()):gsub(
+      'function start%(%) {', 'function start() { undefinedFunction();'),
+      config = { zoom = '@log.lua:5', search = 'format' } },
+    handler_error = { text = page(B.three_callers()):gsub(
+      'FlameGraph.prototype.zoom = function %(node, keepFocus%) {',
+      '%0 null.oops();'), config = { zoom = '@log.lua:5', search = 'x' } },
+    demo = { text = demo,
+      config = { zoom = '@bench/demo.lua:21', search = 'string.format' } },
+    shot = { path = current_dir() .. '/build/html-report.html',
+      screenshot = SHOT, window = { 1280, 900 } },
+  }
+end
+
 describe('html report in a browser', function()
+  -- What each page did: { report = ..., problems = {...} } by name.
+  local opened = {}
+
   setup(function()
-    assert(have_chromium(), 'these specs need Chromium: apt-get install ' ..
-      'chromium (or MEMPROF_CHROMIUM=/path/to/chrome)')
+    assert(have_chromium(), 'these specs need Chromium and node: ' ..
+      'apt-get install chromium nodejs (or MEMPROF_CHROMIUM=/path/to/chrome)')
+    local names, list = {}, {}
+    for name, job in pairs(jobs()) do
+      names[#names + 1] = name
+      list[#list + 1] = job
+    end
+    for i, result in ipairs(consumers.browser_pages(list)) do
+      opened[names[i]] = result
+    end
   end)
+
+  -- The report and the problems of a page.
+  local function check(name)
+    local result = assert(opened[name], 'no page ' .. name)
+    return result.report, result.problems
+  end
 
   it('draws the flame graphs, zooms, hovers, searches and has no errors',
     function()
-      local text = page(B.three_callers(), { group = 'line' })
-      local report, problems = browser_check(text,
-        { zoom = '@log.lua:5', search = 'format' })
+      local report, problems = check('flame')
       assert.are.same({}, problems)
       local allocated = set_of(report.frames.allocated)
       for _, name in ipairs({ 'all allocations', '@app.lua:10', '@app.lua:20',
@@ -136,22 +218,7 @@ describe('html report in a browser', function()
 
   it("shortens a frame's label from its start, keeping its file:line",
     function()
-      -- Eight lines of long file names side by side, luacheck's: their
-      -- frames are a few characters wide.
-      local s = B.new()
-        :lfunc(0x100, '@/usr/share/lua/5.1/luacheck/stages/' ..
-          'detect_cyclomatic_complexity.lua', 1)
-        :lfunc(0x200, '@/usr/share/lua/5.1/luacheck/parser.lua', 1)
-        :events({ version = B.EXTENDED })
-      for line = 1, 8 do
-        local fn = line % 2 == 0 and 0x100 or 0x200
-        s:stack(line, { B.lua(fn, 100 + line) })
-        s:alloc(B.lua(fn, 100 + line, line), 0x1000 * line, 1000)
-      end
-      s:epilogue()
-      local report, problems = browser_check(page(s), {
-        zoom = '@\226\128\166/stages/detect_cyclomatic_complexity.lua:102',
-        search = 'parser' })
+      local report, problems = check('labels')
       assert.are.same({}, problems)
       local shortened = 0
       for _, item in ipairs(report.labels) do
@@ -169,8 +236,7 @@ describe('html report in a browser', function()
     end)
 
   it('charts the heap over time with the peak marked', function()
-    local report, problems = browser_check(page(stacks_and_time()),
-      { zoom = '@m.lua:9', search = 'rep' })
+    local report, problems = check('chart')
     assert.are.same({}, problems)
     assert.are.equal('peak 700 B at 3.00 ms', report.peak_marker)
     assert.are.equal('visible', report.chart.guide)
@@ -186,8 +252,7 @@ describe('html report in a browser', function()
 
   it('merges frames too small to draw into a visible "other" box',
     function()
-      local report, problems = browser_check(page(tiny_frames()),
-        { zoom = '@w.lua:2', search = 'x.lua', other = 'other (200 frames)' })
+      local report, problems = check('other')
       assert.are.same({}, problems)
       -- Each @x.lua line is 0.001% of the graph; the 200 of them, 0.2%.
       assert.are.same({ 'all allocations', '@w.lua:1', '@w.lua:2',
@@ -207,48 +272,19 @@ describe('html report in a browser', function()
     end)
 
   it('fails the check when the page has a JavaScript error', function()
-    local broken = page(B.three_callers()):gsub('function start%(%) {',
-      'function start() { undefinedFunction();')
-    local _, problems = browser_check(broken,
-      { zoom = '@log.lua:5', search = 'format' })
+    local _, problems = check('script_error')
     assert.is_true(#problems > 0)
     assert.truthy(table.concat(problems, '\n'):find(
       'Uncaught ReferenceError: undefinedFunction is not defined', 1, true))
   end)
 
   it('fails the check when a handler throws', function()
-    local broken = page(B.three_callers()):gsub('FlameGraph.prototype.zoom' ..
-      ' = function %(node, keepFocus%) {', '%0 null.oops();')
-    local _, problems = browser_check(broken, { zoom = '@log.lua:5',
-      search = 'x' })
+    local _, problems = check('handler_error')
     assert.truthy(table.concat(problems, '\n'):find('page error', 1, true))
   end)
 
-  -- The page of a real profile of bench/demo.lua, made once for the two
-  -- specs below and kept as build/html-report.html.
-  local demo_page
-  local function demo()
-    if not demo_page then
-      assert(read_file('build/memprof.so'), 'run make first')
-      local dir = profile.tmpname('-demo')
-      local bin = dir .. '/demo.bin'
-      os.execute('mkdir -p ' .. q(dir))
-      local out = profile_demo(bin)
-      local stream = reader.open(bin)
-      local result = analyze.run(stream, { group = 'line', views = ALL,
-        passes = html.passes() })
-      os.execute('rm -rf ' .. q(dir))
-      assert(stream.has_stacks and stream.has_time, out)
-      demo_page = html.render(result)
-      os.execute('mkdir -p build')
-      write_file('build/html-report.html', demo_page)
-    end
-    return demo_page
-  end
-
   it('reports a real profile of bench/demo.lua', function()
-    local report, problems = browser_check(demo(),
-      { zoom = '@bench/demo.lua:21', search = 'string.format' })
+    local report, problems = check('demo')
     assert.are.same({}, problems)
     local allocated = set_of(report.frames.allocated)
     for _, name in ipairs({ '@bench/demo.lua:29', '@bench/demo.lua:19',
@@ -263,12 +299,9 @@ describe('html report in a browser', function()
   end)
 
   it('takes a screenshot of the report of bench/demo.lua', function()
-    demo()
-    local shot = 'build/html-report.png'
-    os.remove(shot)
-    chromium(current_dir() .. '/build/html-report.html',
-      '--window-size=1280,900 --screenshot=' .. q(shot))
-    local png = read_file(shot)
+    local _, problems = check('shot')
+    assert.are.same({}, problems)
+    local png = read_file('build/html-report.png')
     assert.truthy(png, 'no screenshot')
     assert.are.equal('\137PNG', png:sub(1, 4))
   end)

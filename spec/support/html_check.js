@@ -1,9 +1,10 @@
 // Checks a memprof HTML page from inside the browser.
 //
-// spec/reporter/report/html_spec.lua appends this script (after the page's own)
-// to a copy of a page, runs it in headless Chromium with --dump-dom and
-// reads what it found from the element "memprof-check" this script adds
-// at the end of the body: the JSON of `report` below.
+// spec/helpers/consumers.lua (browser_pages) appends this script (after the
+// page's own) to a copy of a page, opens it in headless Chromium
+// (spec/support/browser_pages.js) and reads what it found from the element
+// "memprof-check" this script adds at the end of the body: the JSON of
+// `report` below.
 // window.MEMPROF_CHECK, set just before, says which frame to zoom
 // into and what to search for.  The checks work the page the way a
 // person would: clicks, keys, the pointer and the search box; every step
