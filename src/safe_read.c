@@ -115,7 +115,7 @@ int safe_readable(uintptr_t addr, size_t n)
 ** time; another one's reads go to the kernel as before. */
 #define BATCH_BLOCK 4096u
 #define BATCH_SLOTS 16
-#define BATCH_TRUSTED 6
+#define BATCH_TRUSTED 8
 
 static pthread_mutex_t batch_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t batch_owner; /* The owner's pthread_self(), 0: none. */
