@@ -385,6 +385,7 @@ static uintptr_t thread_fields_end(const struct vm_layout *lay)
   return end;
 }
 
+#if !defined(__aarch64__)
 /* The end of the fields of GCtrace that the layouts know (all of them
 ** within the object: LuaJIT allocates a trace's IR and snapshots after
 ** it, in the same block). */
@@ -404,6 +405,7 @@ static uintptr_t trace_fields_end(const struct vm_layout *lay)
       end = o[i][0] + o[i][1];
   return end;
 }
+#endif
 
 /* The end of the fields of GG_State (global_State, then jit_State) the
 ** layout knows, from g. */
