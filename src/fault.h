@@ -13,6 +13,9 @@
 ** (and `memprof attach PID` kills its target once it is stopped). With
 ** MEMPROF_FAULT_ATTACH_CRASH set in the target, the entry point memprof
 ** attach calls there faults at once: a call that never returns to 0.
+** With MEMPROF_FAULT_TRACE_DECOY set, the layout's first search for the
+** trace array sees a decoy before it (a copy of J->trace in a slot that
+** is not J->trace), as a build whose memory happens to look so would.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -48,6 +51,11 @@ static inline int fault_attach_crash(void)
 {
   return getenv("MEMPROF_FAULT_ATTACH_CRASH") != NULL;
 }
+
+static inline int fault_trace_decoy(void)
+{
+  return getenv("MEMPROF_FAULT_TRACE_DECOY") != NULL;
+}
 #else
 static inline int fault_in_source(const char *name, size_t len)
 {
@@ -72,6 +80,11 @@ static inline int fault_remote_crash(void)
 }
 
 static inline int fault_attach_crash(void)
+{
+  return 0;
+}
+
+static inline int fault_trace_decoy(void)
 {
   return 0;
 }

@@ -115,14 +115,15 @@ int safe_readable(uintptr_t addr, size_t n)
 ** time; another one's reads go to the kernel as before. */
 #define BATCH_BLOCK 4096u
 #define BATCH_SLOTS 16
-#define BATCH_TRUSTED 6
+#define BATCH_TRUSTED 8
 
 static pthread_mutex_t batch_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t batch_owner; /* The owner's pthread_self(), 0: none. */
 static struct {
-  unsigned used, next; /* Slots filled; the next one to replace. */
-  unsigned last;       /* The slot found last. */
-  unsigned ntrusted;   /* Ranges read in place (safe_read_batch_trust). */
+  unsigned used, next;   /* Slots filled; the next one to replace. */
+  unsigned last;         /* The slot found last. */
+  unsigned ntrusted;     /* Ranges read in place (safe_read_batch_trust). */
+  unsigned last_trusted; /* The range found last. */
   uintptr_t trusted[BATCH_TRUSTED][2];
   struct {
     uintptr_t base;
@@ -136,6 +137,7 @@ int safe_read_batch_begin(void)
   if (pthread_mutex_trylock(&batch_lock) != 0)
     return 0;
   batch.used = batch.next = batch.last = batch.ntrusted = 0;
+  batch.last_trusted = 0;
   __atomic_store_n(&batch_owner, (uintptr_t)pthread_self(), __ATOMIC_RELEASE);
   return 1;
 }
@@ -217,13 +219,19 @@ static void block_copy(void *dst, const uint8_t *from, size_t n)
   }
 }
 
-/* Whether [addr, addr + n) lies in a trusted range. */
+/* Whether [addr, addr + n) lies in a trusted range (the one found last
+** first: a resolution reads one object's fields in a row). */
 static int trusted(uintptr_t addr, size_t n)
 {
-  unsigned i;
+  unsigned i = batch.last_trusted;
+  if (i < batch.ntrusted && addr >= batch.trusted[i][0] &&
+      n <= batch.trusted[i][1] - addr)
+    return 1;
   for (i = 0; i < batch.ntrusted; i++)
-    if (addr >= batch.trusted[i][0] && n <= batch.trusted[i][1] - addr)
+    if (addr >= batch.trusted[i][0] && n <= batch.trusted[i][1] - addr) {
+      batch.last_trusted = i;
       return 1;
+    }
   return 0;
 }
 

@@ -95,6 +95,10 @@ struct calib {
   int trace_lines[2];
   uintptr_t exit_proto; /* Prototype of the loop whose traces exit. */
   int exit_line;
+  /* The trace array is searched for from g + trace_from (0: the start);
+  ** trace_refused: the J->trace the first pass found and the second
+  ** refused (0: none). */
+  uint16_t trace_from, trace_refused;
 
   char *err;
   size_t errlen;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "fault.h"
 #include "vm_calib.h"
 
 /* ---- Reading copies --------------------------------------------------- */
@@ -886,31 +887,86 @@ static int trace_hit(struct calib *c, const uint8_t *t, size_t tsize,
 
 #define TRACE_WINDOW 192
 
-/* Whether the array at `arr` with `size` entries holds traces of both hot
-** loops; sets the trace object offsets if so. The entries are read a block
-** at a time as the walk needs them (a candidate's size is up to 65536
-** entries, and most candidates are not the array): the whole array must
-** still read, checked without a copy. */
+/* Reads entry n of the candidate array at arr (size entries) through the
+** block buffer refs (entries first .. first + have - 1). Returns 0 if the
+** block does not read. */
 #define TRACE_REFS_BLOCK 4096
+struct refs_block {
+  uint8_t refs[TRACE_REFS_BLOCK];
+  uint32_t first, have;
+};
+
+static int trace_entry(const struct vm_layout *lay, struct refs_block *b,
+                       uintptr_t arr, uint32_t size, uint32_t n, uintptr_t *T)
+{
+  size_t r = lay->ref_size, per = TRACE_REFS_BLOCK / r;
+  if (n < b->first || n >= b->first + b->have) {
+    b->first = n;
+    b->have = size - n < per ? size - n : (uint32_t)per;
+    if (!safe_read(arr + (uintptr_t)n * r, b->refs, (size_t)b->have * r))
+      return 0;
+  }
+  *T = get_ref(lay, b->refs, (n - b->first) * r);
+  return 1;
+}
+
+/* Whether every entry of the array at arr is empty or a trace whose 16-bit
+** slot in `mask` (bit i: offset base + 2 * i) holds its index, as in J->trace
+** (GCtrace's traceno): narrows *mask to the slots that do. A pointer that
+** only looks like J->trace (a buffer shifted into it, whose traces sit at
+** other indices, as seen on Tarantool GC64 builds) fails here. */
+static int trace_numbers_fit(struct calib *c, uintptr_t arr, uint32_t size,
+                             size_t base, uint64_t *mask)
+{
+  const struct vm_layout *lay = &c->lay;
+  struct refs_block b;
+  uint8_t t[TRACE_WINDOW];
+  uint32_t n;
+  b.first = b.have = 0;
+  for (n = 1; n < size && *mask != 0; n++) {
+    uintptr_t T;
+    uint64_t holds = 0;
+    uint8_t type;
+    size_t k;
+    if (!trace_entry(lay, &b, arr, size, n, &T))
+      return 0;
+    if (T == 0)
+      continue;
+    if ((T & 7) != 0 || !vm_u8(1, T + lay->gct, &type) || type != GCT_TRACE)
+      return 0;
+    copy_window(T, t, sizeof(t));
+    for (k = 0; k < 64 && base + 2 * k + 2 <= sizeof(t); k++) {
+      uint16_t no;
+      memcpy(&no, t + base + 2 * k, 2);
+      if (no == n)
+        holds |= 1ULL << k;
+    }
+    *mask &= holds;
+  }
+  return *mask != 0;
+}
+
+/* Whether the array at `arr` with `size` entries holds traces of both hot
+** loops, and every trace in it at its own number; sets the trace object
+** offsets if so. The entries are read a block at a time as the walk needs
+** them (a candidate's size is up to 65536 entries, and most candidates are
+** not the array): the whole array must still read, checked without a copy. */
 static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
 {
   struct vm_layout *lay = &c->lay;
-  size_t r = lay->ref_size, per = TRACE_REFS_BLOCK / r, first = 0, have = 0;
-  uint8_t refs[TRACE_REFS_BLOCK], t[TRACE_WINDOW];
+  size_t r = lay->ref_size;
+  struct refs_block b;
+  uint8_t t[TRACE_WINDOW];
   struct trace_hit hits[2];
   int seen = 0;
   uint32_t n;
+  b.first = b.have = 0;
   for (n = 1; n < size && seen != 3; n++) {
     uintptr_t T;
     struct trace_hit hit;
     uint8_t type;
-    if (n >= first + have) {
-      first = n;
-      have = size - n < per ? size - n : per;
-      if (!safe_read(arr + first * r, refs, have * r))
-        return 0;
-    }
-    T = get_ref(lay, refs, (n - first) * r);
+    if (!trace_entry(lay, &b, arr, size, n, &T))
+      return 0;
     if (T == 0)
       continue;
     /* In the trace array every entry is empty or a trace. */
@@ -935,6 +991,8 @@ static int trace_array_fits(struct calib *c, uintptr_t arr, uint32_t size)
     size_t base = hits[0].startpc + r;
     long k = -1;
     int h, i;
+    if (!trace_numbers_fit(c, arr, size, base, &mask))
+      return 0;
     for (h = 0; hint_traceno[h] != 0 && k < 0; h++)
       if (hint_traceno[h] >= base && (hint_traceno[h] - base) % 2 == 0 &&
           (hint_traceno[h] - base) / 2 < 64 &&
@@ -969,16 +1027,13 @@ int discover_traces(struct calib *c)
   return found;
 }
 
-static int search_traces(struct calib *c)
+/* The first candidate at or after `from` in the window g whose array fits. */
+static int first_trace_array(struct calib *c, const uint8_t *g, size_t window,
+                             size_t from)
 {
   struct vm_layout *lay = &c->lay;
-  enum { WINDOW = 4096 };
-  uint8_t *g = malloc(WINDOW);
-  struct span s = SPAN(c, g_trace, 256, WINDOW - 16, 8);
+  struct span s = SPAN(c, g_trace, from, window - 16, 8);
   size_t o, z;
-  if (g == NULL)
-    return 0;
-  copy_window(c->g, g, WINDOW);
   for (o = s.from; o < s.to; o += s.step) {
     uintptr_t arr = (uintptr_t)get_u64(g, o);
     struct span sz = SPAN(c, g_sizetrace, o + 8, o + 16, 4);
@@ -986,7 +1041,7 @@ static int search_traces(struct calib *c)
     size_t best_z = 0;
     if (arr == 0 || (arr & 7) != 0)
       continue;
-    for (z = sz.from; z < sz.to && z + 4 <= WINDOW; z += sz.step) {
+    for (z = sz.from; z < sz.to && z + 4 <= window; z += sz.step) {
       uint32_t size = get_u32(g, z);
       if (size >= 2 && size <= 65536 && size >= best &&
           trace_array_fits(c, arr, size)) {
@@ -998,12 +1053,59 @@ static int search_traces(struct calib *c)
       lay->g_trace = (uint16_t)o;
       lay->g_sizetrace = (uint16_t)best_z;
       lay->trace_ok = 1;
-      free(g);
       return 1;
     }
   }
-  free(g);
   return 0;
+}
+
+/* fault.h: a decoy before J->trace in the window, a copy of the array
+** (its traces at their numbers) with a bogus size, as a slot that only
+** looks like J->trace would be: the second pass must refuse it. */
+static void *plant_trace_decoy(struct calib *c, uint8_t *g, size_t window,
+                               size_t from)
+{
+  enum { DECOY_SIZE = 32681 };
+  struct vm_layout keep = c->lay;
+  uintptr_t arr;
+  uint32_t size;
+  uint8_t *decoy;
+  if (!first_trace_array(c, g, window, from) ||
+      (decoy = calloc(DECOY_SIZE, c->lay.ref_size)) == NULL) {
+    c->lay = keep;
+    return NULL;
+  }
+  arr = (uintptr_t)get_u64(g, c->lay.g_trace);
+  size = get_u32(g, c->lay.g_sizetrace);
+  c->lay = keep;
+  if (!safe_read(arr, decoy, (size_t)size * c->lay.ref_size)) {
+    free(decoy);
+    return NULL;
+  }
+  arr = (uintptr_t)decoy;
+  size = DECOY_SIZE;
+  memcpy(g + from, &arr, 8);
+  memcpy(g + from + 12, &size, 4);
+  return decoy;
+}
+
+static int search_traces(struct calib *c)
+{
+  enum { WINDOW = 4096 };
+  uint8_t *g = malloc(WINDOW);
+  /* After a candidate the second pass refused, the next one. */
+  size_t from = c->trace_from > 256 ? c->trace_from : 256;
+  void *decoy = NULL;
+  int found;
+  if (g == NULL)
+    return 0;
+  copy_window(c->g, g, WINDOW);
+  if (fault_trace_decoy() && c->trace_from == 0)
+    decoy = plant_trace_decoy(c, g, WINDOW, from);
+  found = first_trace_array(c, g, WINDOW, from);
+  free(decoy);
+  free(g);
+  return found;
 }
 
 /* J->parent: during every trace exit, a 32-bit slot of jit_State holds a

@@ -923,8 +923,11 @@ static int verify(lua_State *L, struct calib *c)
   if (!run_driver(L, c) || !classify_states(c))
     return 0;
   c->lay.trace_ok = trace_ok;
-  if (trace_ok)
+  if (trace_ok) {
     calibrate_traces(L, c);
+    if (!c->lay.trace_ok)
+      c->trace_refused = c->lay.g_trace;
+  }
   calibrate_exits(L, c);
   return classify_states(c);
 }
@@ -933,10 +936,11 @@ static int verify(lua_State *L, struct calib *c)
 ** pages are zero already: only a second try clears what the first
 ** wrote, so that the first touches only the pages it uses). */
 static int calibrate_once(lua_State *L, struct calib *c, char *err,
-                          size_t errlen, int again)
+                          size_t errlen, int again, uint16_t trace_from)
 {
   if (again)
     memset(c, 0, sizeof(*c));
+  c->trace_from = trace_from;
   c->L = L;
   c->err = err;
   c->errlen = errlen;
@@ -977,6 +981,26 @@ int vm_layout_check_vm(lua_State *L, const struct vm_layout *lay, char *err,
   return ok;
 }
 
+/* A J->trace that the first pass found and the second refused is not
+** J->trace (a slot that only looked like it at that moment): the
+** calibration runs again with the search from the next slot, and keeps
+** the layout it had if that finds no verified one. In a separate VM only:
+** each run leaves its garbage in the VM. */
+static void calibrate_past_refused(lua_State *L, struct calib *c, char *err,
+                                   size_t errlen)
+{
+  struct vm_layout had = c->lay;
+  int tries, ok = 1;
+  for (tries = 0; tries < 4 && ok && !c->lay.trace_ok &&
+                  c->trace_refused != 0 && c->given == 0;
+       tries++)
+    ok = calibrate_once(L, c, err, errlen, 1, (uint16_t)(c->trace_refused + 8));
+  if (!ok || !c->lay.trace_ok) {
+    c->lay = had;
+    err[0] = '\0';
+  }
+}
+
 int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
                         size_t errlen, int apart)
 {
@@ -994,9 +1018,11 @@ int vm_layout_calibrate(lua_State *L, struct vm_layout *out, char *err,
   /* A busy VM can disturb one run of the probes (a collector step or a
   ** trace in the middle of a window), so a failed calibration is tried
   ** once more; what is accepted is always what the checks verified. */
-  ok = calibrate_once(L, c, err, errlen, 0);
+  ok = calibrate_once(L, c, err, errlen, 0, 0);
   if (!ok && c->given == 0)
-    ok = calibrate_once(L, c, err, errlen, 1);
+    ok = calibrate_once(L, c, err, errlen, 1, 0);
+  if (ok && apart)
+    calibrate_past_refused(L, c, err, errlen);
   if (ok) {
     (void)apart; /* (The trace lines' calibration comes apart.) */
     vm_layout_trace_lines_unknown(&c->lay);

@@ -143,6 +143,7 @@ struct tlc {
   int nmemo;           /* Emptied by each run. */
   int vmdef;           /* The stack index of jit.vmdef, or 0. */
   uintptr_t stack_end; /* In the calibration's own C frame. */
+  uintptr_t g_end;     /* GG_State reads whole from g up to here. */
   int ntraces;
   int based;    /* The known-answer run found the frames below its traces. */
   int ntargets; /* Call targets of trace allocations (check == 2). */
@@ -384,10 +385,47 @@ static uintptr_t thread_fields_end(const struct vm_layout *lay)
   return end;
 }
 
+#if !defined(__aarch64__)
+/* The end of the fields of GCtrace that the layouts know (all of them
+** within the object: LuaJIT allocates a trace's IR and snapshots after
+** it, in the same block). */
+static uintptr_t trace_fields_end(const struct vm_layout *lay)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t o[][2] = {
+      {lay->gct, 1},        {lay->tr_traceno, 2}, {lay->tr_startpt, 8},
+      {lay->tr_startpc, 8}, {tl->tr_mcode, 8},    {tl->tr_szmcode, 4},
+      {tl->tr_spadjust, 2}, {tl->tr_nsnap, 2},    {tl->tr_snap, 8},
+      {tl->tr_snapmap, 8},  {tl->tr_nsnapmap, 4}, {tl->tr_ir, 8},
+      {tl->tr_nk, 4}};
+  uintptr_t end = 0;
+  size_t i;
+  for (i = 0; i < sizeof(o) / sizeof(o[0]); i++)
+    if (o[i][0] + o[i][1] > end)
+      end = o[i][0] + o[i][1];
+  return end;
+}
+#endif
+
+/* The end of the fields of GG_State (global_State, then jit_State) the
+** layout knows, from g. */
+static uintptr_t g_fields_end(const struct vm_layout *lay)
+{
+  uintptr_t end = CALIB_G_WINDOW;
+  if (lay->trace_ok && (uintptr_t)lay->g_sizetrace + 4 > end)
+    end = (uintptr_t)lay->g_sizetrace + 4;
+  if (lay->trace_ok && (uintptr_t)lay->g_trace + 8 > end)
+    end = (uintptr_t)lay->g_trace + 8;
+  if (lay->exit_ok && (uintptr_t)lay->g_parent + 8 > end)
+    end = (uintptr_t)lay->g_parent + 8;
+  return end;
+}
+
 /* What a batch may read in place, being readable until the allocator
 ** returns: this thread's stack from the hook's frame up to the
-** calibration's (the chunks run on it); the VM's global state, as much as
-** the layout's calibration read whole (GG_State holds more); the running
+** calibration's (the chunks run on it); the VM's global state up to the
+** last field of jit_State the layout verified (GG_State, one block: read
+** whole at the start of this calibration); the trace array; the running
 ** lua_State's known fields and its Lua stack, found as the hook finds
 ** them, through offsets verified before this calibration. */
 static void tlc_trust(const struct tlc *t, int batch, uintptr_t low, int32_t st)
@@ -396,8 +434,16 @@ static void tlc_trust(const struct tlc *t, int batch, uintptr_t low, int32_t st)
   struct vm_thread th;
   if (!batch)
     return;
+  uintptr_t arr;
+  uint32_t size;
   safe_read_batch_trust(batch, low, t->stack_end);
-  safe_read_batch_trust(batch, t->c->g, t->c->g + CALIB_G_WINDOW);
+  safe_read_batch_trust(batch, t->c->g, t->g_end);
+  /* J->trace, as the layout verified it: while the VM stands still it
+  ** holds J->sizetrace entries (a growth of it is in the allocator before
+  ** J is updated). Each event reads it to find its trace. */
+  if (vm_ptr(0, t->c->g + lay->g_trace, &arr) &&
+      vm_u32(0, t->c->g + lay->g_sizetrace, &size) && arr != 0 && size <= 65536)
+    safe_read_batch_trust(batch, arr, arr + (uintptr_t)size * lay->ref_size);
   if (vm_current_thread(lay, 0, t->c->g + lay->g_cur_L, &th)) {
     safe_read_batch_trust(batch, th.L, th.L + thread_fields_end(lay));
     safe_read_batch_trust(batch, th.stack, th.limit);
@@ -409,6 +455,9 @@ static void tlc_trust(const struct tlc *t, int batch, uintptr_t low, int32_t st)
   if (t->check != 0 && IN_TRACE(st)) {
     uintptr_t T = vm_trace_object(lay, 1, t->c->g, (uint32_t)st), mcode;
     uint32_t size;
+    /* Its GCtrace, alive while it runs: the fields found, in place. */
+    if (T != 0 && (T & 7) == 0)
+      safe_read_batch_trust(batch, T, T + trace_fields_end(lay));
     if (vm_is_gc(lay, 1, T, GCT_TRACE) &&
         vm_ptr(1, T + lay->tl.tr_mcode, &mcode) &&
         vm_u32(1, T + lay->tl.tr_szmcode, &size) && mcode != 0 &&
@@ -1939,6 +1988,9 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   memset(t, 0, offsetof(struct tlc, memo));
   t->c = c;
   t->stack_end = (uintptr_t)&top;
+  t->g_end = c->g + g_fields_end(&c->lay);
+  if (!safe_readable(c->g, t->g_end - c->g))
+    t->g_end = c->g + CALIB_G_WINDOW;
   if (!run_known(L, t, "=memprof.calibration.lines")) {
     tl_fail(tl, "the known-answer chunk does not run");
     goto done;

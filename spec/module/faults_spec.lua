@@ -158,3 +158,34 @@ print('alive', s.header.traces, 'objects', traces,
     assert.matches('alive\t[1-9]%d*\tobjects\t0\tclosure\tfalse\tloop\t', out)
   end)
 end)
+
+-- A slot of global_State that holds, when the first pass looks, a copy of
+-- the trace array with a bogus size (on Tarantool GC64 builds a buffer
+-- pointer was once taken for J->trace): the second pass refuses it, and
+-- the search goes on to J->trace, as the same build finds without it.
+describe('a slot that looks like the trace array in the first pass', function()
+  local function layout(env)
+    local out, code = h.run_script(string.format([[
+package.cpath = %q .. ';' .. package.cpath
+package.path = %q
+local i = require('memprof').info()
+local o, t = i.offsets, i.trace_lines
+print('traces', i.traces, o.g_trace, o.g_sizetrace, o.tr_traceno,
+  o.tr_startpt, o.tr_startpc, o.g_parent, i.trace_exits)
+print('lines', t.exact, t.stacks, t.exits, t.why)
+print('calibrations', i.calibrations)
+]], FAULTS, package.path), env)
+    assert.equal(0, code, out)
+    return out
+  end
+
+  it('is refused, and J->trace found and verified', function()
+    local plain = layout('')
+    if not require('memprof').info().traces then
+      assert.matches('traces\tfalse\t%-1', plain)
+      return
+    end
+    assert.matches('traces\ttrue\t[1-9]%d*\t', plain)
+    assert.equal(plain, layout('MEMPROF_FAULT_TRACE_DECOY=1'))
+  end)
+end)
