@@ -8,6 +8,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef WALK_DEBUG
+#include <stdio.h>
+#endif
 
 int trace_lines_init(struct trace_lines *t, int on)
 {
@@ -149,6 +152,297 @@ replay_cached(struct trace_lines *t, const struct vm_layout *lay, uintptr_t g,
 }
 #endif
 
+
+/* ---- trace_lines 'walk' ------------------------------------------------- */
+
+/* Bytecodes walked from a snapshot's PC to the event's. */
+#define TL_MAX_WALK 256
+
+/* What a helper makes, by the bytecodes whose recording calls it. */
+enum {
+  WALK_NONE,  /* Not known (a call target not read): no walk. */
+  WALK_TABLE, /* lj_tab_new1, lj_tab_new_ah, lj_tab_dup: TNEW, TDUP. */
+  WALK_KEY,   /* lj_tab_newkey: a table store, GSET. */
+  WALK_OTHER  /* Strings, buffers and the rest: CAT, or a built-in's call. */
+};
+
+static int helper_kind(const struct vm_trace_layout *tl, uintptr_t target)
+{
+  if (target == 0)
+    return WALK_NONE;
+  if (target == tl->tab_new1 || target == tl->tab_new_ah ||
+      target == tl->tab_dup)
+    return WALK_TABLE;
+  return target == tl->newkey ? WALK_KEY : WALK_OTHER;
+}
+
+static int walk_matches(const struct vm_trace_layout *tl, int kind, uint8_t op)
+{
+  if (kind == WALK_TABLE)
+    return op == tl->bc_tnew || op == tl->bc_tdup;
+  if (kind == WALK_KEY)
+    return tl_is_store(tl, op) || op == tl->bc_gset;
+  return op == tl->bc_cat;
+}
+
+/* The prototype a CALL at `call` in w's innermost frame enters, when the
+** next snapshot runs in it: that snapshot has w's frames (the innermost
+** returning to the call) and more above them. Else 0. */
+static uintptr_t proven_callee(const struct tl_place *w,
+                               const struct tl_place *next, uintptr_t call)
+{
+  int d = next->nframes - w->nframes, i;
+  if (d < 1 || next->frames[d].obj != w->frames[0].obj ||
+      next->frames[d].pc != call + 4)
+    return 0;
+  for (i = 1; i < w->nframes; i++)
+    if (next->frames[d + i].obj != w->frames[i].obj ||
+        next->frames[d + i].pc != w->frames[i].pc)
+      return 0;
+  return next->frames[d - 1].ffid == FFID_LUA ? next->frames[d - 1].obj : 0;
+}
+
+/* The prototype a tail call in w's innermost frame enters, when the next
+** snapshot runs in it: that snapshot has w's callers, and in the
+** innermost frame's place a Lua function (the callee, or one it called).
+** Not for the outermost frame: a snapshot after a return below it looks
+** the same. Sets *d to the frames above it. Else 0. */
+static uintptr_t proven_tail_callee(const struct tl_place *w,
+                                    const struct tl_place *next, int *d)
+{
+  int i;
+  *d = next->nframes - w->nframes;
+  if (*d < 0 || w->nframes < 2)
+    return 0;
+  for (i = 1; i < w->nframes; i++)
+    if (next->frames[*d + i].obj != w->frames[i].obj ||
+        next->frames[*d + i].pc != w->frames[i].pc)
+      return 0;
+  return next->frames[*d].ffid == FFID_LUA ? next->frames[*d].obj : 0;
+}
+
+/* Whether w stands where the next snapshot resumes (the same frames). */
+static int at_next(const struct tl_place *w, const struct tl_place *next)
+{
+  int i;
+  if (w->nframes != next->nframes)
+    return 0;
+  for (i = 0; i < w->nframes; i++)
+    if (w->frames[i].obj != next->frames[i].obj ||
+        w->frames[i].pc != next->frames[i].pc)
+      return 0;
+  return 1;
+}
+
+/* The bounds of prototype pt's bytecode. Returns 1 on success. */
+static int bc_bounds(const struct vm_layout *lay, uintptr_t pt,
+                     uintptr_t *start, uintptr_t *end)
+{
+  uint32_t sizebc;
+  if (!vm_u32(0, pt + lay->pt_sizebc, &sizebc) || sizebc > (1u << 24))
+    return 0;
+  *start = pt + lay->pt_size;
+  *end = *start + 4 * (uintptr_t)sizebc;
+  return 1;
+}
+
+/* Conditional branches (each followed by a JMP) the walk follows. */
+#define TL_MAX_BRANCHES 4
+
+/* One walk: what it looks for and what bounds it. */
+struct walk {
+  const struct vm_layout *lay;
+  int want;              /* WALK_*. */
+  int have_next;         /* The next snapshot's place is known. */
+  struct tl_place next;  /* It. */
+  uint32_t steps;        /* Ops walked, on every path. */
+};
+
+/* Where a path found its event: the place, or none. */
+struct walk_found {
+  int found;
+  struct tl_place at;
+};
+
+static int walk_set(const struct vm_layout *lay, const struct tl_place *w,
+                    uintptr_t pc, uintptr_t start, uintptr_t end,
+                    struct walk_found *f)
+{
+  uint32_t line;
+  if (!vm_proto_line(lay, 0, w->frames[0].obj, (uint32_t)((pc - start) / 4),
+                     (uint32_t)((end - start) / 4), &line))
+    return 0;
+  f->found = 1;
+  f->at = *w;
+  f->at.frames[0].pc = pc + 4;
+  f->at.pt = w->frames[0].obj;
+  f->at.line = line;
+  return 1;
+}
+
+/* Whether two places found are the same. */
+static int same_found(const struct walk_found *a, const struct walk_found *b)
+{
+  return a->at.nframes == b->at.nframes &&
+         a->at.frames[0].obj == b->at.frames[0].obj &&
+         a->at.frames[0].pc == b->at.frames[0].pc;
+}
+
+/*
+** One path of the walk, from pc in w's innermost frame: 2 with *out set
+** if it found a bytecode of the event's kind, 1 if only a call whose
+** callee is not proven (`call` carries the first one passed), 0 if
+** nothing. A path ends at the next snapshot's PC: what the event is lies
+** before it.
+*/
+static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
+                     int branches, struct walk_found call,
+                     struct walk_found *out)
+{
+  const struct vm_layout *lay = k->lay;
+  const struct vm_trace_layout *tl = &lay->tl;
+  struct walk_found a, b;
+  uintptr_t start, end, callee;
+  uint32_t ins;
+  uint8_t op, kind;
+  int i, first = 1, ra, rb;
+  if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
+    return 0;
+  for (;; first = 0) {
+    if (k->steps++ >= TL_MAX_WALK || pc <= start || pc >= end ||
+        !vm_u32(0, pc, &ins))
+      break;
+    w.frames[0].pc = pc + 4;
+    if (!first && k->have_next && at_next(&w, &k->next))
+      break;
+    op = (uint8_t)(ins & 0xff);
+    kind = tl->bc_kind[op];
+    if (walk_matches(tl, k->want, op))
+      return walk_set(lay, &w, pc, start, end, out) ? 2 : 0;
+    if (op == tl->bc_jmp) {
+      pc = pc + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
+    } else if ((uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt) {
+      /* Both ways: the one that finds the event's kind of bytecode (or
+      ** both, the same one); else the call passed. */
+      if (branches == 0)
+        break;
+      ra = walk_path(k, w, pc + 4, branches - 1, call, &a);
+      rb = walk_path(k, w, pc + 8, branches - 1, call, &b);
+      if (ra == 2 && rb == 2 && !same_found(&a, &b))
+        return 0;
+      if (ra == 2 || rb == 2) {
+        *out = ra == 2 ? a : b;
+        return 2;
+      }
+      break;
+    } else if (kind == TL_BC_QUIET || kind == TL_BC_EFFECT ||
+               op == tl->bc_loop) {
+      pc += 4;
+    } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL) {
+      int d = 0;
+      callee = !k->have_next            ? 0
+               : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
+                                    : proven_tail_callee(&w, &k->next, &d);
+      if (callee != 0 && kind == TL_BC_TAILCALL) {
+        /* The callee takes the caller's frame. */
+        if (!bc_bounds(lay, callee, &start, &end))
+          return 0;
+        w.frames[0].obj = callee;
+        pc = start + 4;
+        continue;
+      }
+      if (callee == 0) {
+        /* A built-in's call, run inline: a string is its; a table or a
+        ** key is the event's only if nothing else on the way is. */
+        if (k->want == WALK_OTHER)
+          return walk_set(lay, &w, pc, start, end, out) ? 2 : 0;
+        if (!call.found && !walk_set(lay, &w, pc, start, end, &call))
+          return 0;
+        if (kind == TL_BC_TAILCALL)
+          break;
+        pc += 4;
+        continue;
+      }
+      if (w.nframes >= TL_MAX_FRAMES || !bc_bounds(lay, callee, &start, &end))
+        return 0;
+      for (i = w.nframes; i > 0; i--)
+        w.frames[i] = w.frames[i - 1];
+      w.nframes++;
+      w.frames[0].obj = callee;
+      w.frames[0].ffid = FFID_LUA;
+      pc = start + 4; /* After the function header. */
+    } else if (kind == TL_BC_RETURN && w.nframes >= 2) {
+      for (i = 1; i < w.nframes; i++)
+        w.frames[i - 1] = w.frames[i];
+      w.nframes--;
+      if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
+        return 0;
+      pc = w.frames[0].pc; /* The op after the call. */
+    } else {
+      break;
+    }
+  }
+  if (!call.found)
+    return 0;
+  *out = call;
+  return 1;
+}
+
+/*
+** trace_lines 'walk': without per-line snapshots, the snapshot a helper
+** call belongs to resumes at or before the bytecode that made the call,
+** often lines before it and in a caller of an inlined function. The
+** walk goes on from that PC, as the recorder did, to the first bytecode
+** whose recording calls that kind of helper: into an inlined callee
+** where the next snapshot runs in it (its frames prove the callee),
+** back to the caller at a return, through JMP, and both ways of a
+** conditional branch, of which the one that reaches the next snapshot's
+** PC counts. A call whose callee is not proven is taken to be a
+** built-in's, run inline: a string is its; a table or a new key is its
+** when the walk finds nothing else. It stops, leaving the place as it is,
+** at an op it cannot follow, at the next snapshot's PC, past the frames
+** it knows, after TL_MAX_WALK ops in all. Returns 1 if the place moved.
+*/
+static int walk_forward(const struct vm_layout *lay, uintptr_t T,
+                        uintptr_t snap, int sn, uintptr_t target,
+                        struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  struct walk k;
+  struct walk_found none, out;
+  uint16_t nsnap;
+  k.lay = lay;
+  k.want = helper_kind(tl, target);
+  k.steps = 0;
+  k.next.nframes = 0;
+  none.found = 0;
+  if (!tl->walk_ok || k.want == WALK_NONE)
+    return 0;
+  k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
+                (uint32_t)sn + 1 < nsnap &&
+                tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
+  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, none, &out)) {
+#ifdef WALK_DEBUG
+    {
+      uint32_t ins = 0; int j;
+      vm_u32(0, pl->frames[0].pc - 4, &ins);
+      fprintf(stderr, "walk fail want %d line %u op %u steps %u next %d:", k.want, pl->line, ins & 0xff, k.steps, k.have_next);
+      for (j = 0; j < k.next.nframes; j++) fprintf(stderr, " %lx/%lx", (unsigned long)k.next.frames[j].obj, (unsigned long)k.next.frames[j].pc);
+      fprintf(stderr, " | cur");
+      for (j = 0; j < pl->nframes; j++) fprintf(stderr, " %lx/%lx", (unsigned long)pl->frames[j].obj, (unsigned long)pl->frames[j].pc);
+      fprintf(stderr, "\n");
+    }
+#endif
+    return 0;
+  }
+#ifdef WALK_DEBUG
+  fprintf(stderr, "walk ok want %d line %u -> %u nf %d->%d next %d bo %d %d %d\n", k.want, pl->line, out.at.line, pl->nframes, out.at.nframes, k.next.nframes, pl->base_ofs, k.next.base_ofs, out.at.base_ofs);
+#endif
+  out.at.stack_id = pl->stack_id;
+  *pl = out.at;
+  return 1;
+}
+
 struct tl_place *trace_lines_place(struct trace_lines *t,
                                    const struct vm_layout *lay, uintptr_t g,
                                    uint32_t *traceno, int exitno, uintptr_t low,
@@ -213,7 +507,8 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     return NULL;
   if (exitno < 0) {
     uintptr_t target = tl_call_target(0, ret, mcode);
-    if (!tl_loop_newkey(lay, 0, T, snap, sn, target, &s->place) &&
+    if (!(t->walk && walk_forward(lay, T, snap, sn, target, &s->place)) &&
+        !tl_loop_newkey(lay, 0, T, snap, sn, target, &s->place) &&
         !tl_after_return(lay, 0, T, snap, sn, &s->place))
       tl_store_after_return(lay, 0, target, &s->place);
     tl_builtin_frame(lay, 0, T, snap, sn, target, &s->place);
