@@ -8,9 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef WALK_DEBUG
-#include <stdio.h>
-#endif
 
 int trace_lines_init(struct trace_lines *t, int on)
 {
@@ -288,24 +285,38 @@ static int same_found(const struct walk_found *a, const struct walk_found *b)
          a->at.frames[0].pc == b->at.frames[0].pc;
 }
 
+/* What a path found (walk_path's result, bits). */
+#define WALK_CALL 1    /* Only a call whose callee is not proven. */
+#define WALK_MATCH 2   /* A bytecode of the event's kind. */
+#define WALK_REACHED 4 /* And the path reached the next snapshot's PC. */
+
+/* A path's rank at a branch: reaching the next snapshot first. */
+static int walk_rank(int r)
+{
+  return (r & WALK_REACHED ? 4 : 0) + (r & WALK_MATCH ? 2 : 0) +
+         (r & WALK_CALL ? 1 : 0);
+}
+
 /*
-** One path of the walk, from pc in w's innermost frame: 2 with *out set
-** if it found a bytecode of the event's kind, 1 if only a call whose
-** callee is not proven (`call` carries the first one passed), 0 if
-** nothing. A path ends at the next snapshot's PC: what the event is lies
-** before it.
+** One path of the walk, from pc in w's innermost frame, with `call`, the
+** first call passed whose callee is not proven (where the event is when
+** nothing else is found). Returns WALK_* bits, *out set if any. A path
+** ends at the next snapshot's PC: what the event is lies before it. On a
+** path past a conditional branch (`branched`) the walk goes on after the
+** event's bytecode, to tell whether that way reaches the next snapshot.
 */
 static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
-                     int branches, struct walk_found call,
+                     int branches, int branched, struct walk_found call,
                      struct walk_found *out)
 {
   const struct vm_layout *lay = k->lay;
   const struct vm_trace_layout *tl = &lay->tl;
-  struct walk_found a, b;
+  struct walk_found a, b, match;
   uintptr_t start, end, callee;
   uint32_t ins;
   uint8_t op, kind;
-  int i, first = 1, ra, rb;
+  int i, first = 1, ra, rb, reached = 0;
+  match.found = 0;
   if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
     return 0;
   for (;; first = 0) {
@@ -313,34 +324,45 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
         !vm_u32(0, pc, &ins))
       break;
     w.frames[0].pc = pc + 4;
-    if (!first && k->have_next && at_next(&w, &k->next))
+    if (!first && k->have_next && at_next(&w, &k->next)) {
+      reached = WALK_REACHED;
       break;
+    }
     op = (uint8_t)(ins & 0xff);
     kind = tl->bc_kind[op];
-    if (walk_matches(tl, k->want, op))
-      return walk_set(lay, &w, pc, start, end, out) ? 2 : 0;
+    if (!match.found && walk_matches(tl, k->want, op)) {
+      if (!walk_set(lay, &w, pc, start, end, &match))
+        return 0;
+      if (!branched)
+        break;
+    }
     if (op == tl->bc_jmp) {
       pc = pc + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
     } else if ((uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt) {
-      /* Both ways: the one that finds the event's kind of bytecode (or
-      ** both, the same one); else the call passed. */
+      /* Both ways: the one that reaches the next snapshot, that finds the
+      ** event's kind of bytecode (a tie: the same one, or none). */
       if (branches == 0)
         break;
-      ra = walk_path(k, w, pc + 4, branches - 1, call, &a);
-      rb = walk_path(k, w, pc + 8, branches - 1, call, &b);
-      if (ra == 2 && rb == 2 && !same_found(&a, &b))
-        return 0;
-      if (ra == 2 || rb == 2) {
-        *out = ra == 2 ? a : b;
-        return 2;
+      ra = walk_path(k, w, pc + 4, branches - 1, 1, call, &a);
+      rb = walk_path(k, w, pc + 8, branches - 1, 1, call, &b);
+      if (match.found) { /* Only whether this path reaches it. */
+        reached = (ra | rb) & WALK_REACHED;
+        break;
       }
-      break;
+      if (walk_rank(ra) == walk_rank(rb) && (ra == 0 || !same_found(&a, &b)))
+        return 0;
+      if (walk_rank(rb) > walk_rank(ra)) {
+        ra = rb;
+        a = b;
+      }
+      *out = a;
+      return ra;
     } else if (kind == TL_BC_QUIET || kind == TL_BC_EFFECT ||
                op == tl->bc_loop) {
       pc += 4;
     } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL) {
       int d = 0;
-      callee = !k->have_next            ? 0
+      callee = !k->have_next        ? 0
                : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
                                     : proven_tail_callee(&w, &k->next, &d);
       if (callee != 0 && kind == TL_BC_TAILCALL) {
@@ -354,8 +376,12 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       if (callee == 0) {
         /* A built-in's call, run inline: a string is its; a table or a
         ** key is the event's only if nothing else on the way is. */
-        if (k->want == WALK_OTHER)
-          return walk_set(lay, &w, pc, start, end, out) ? 2 : 0;
+        if (!match.found && k->want == WALK_OTHER) {
+          if (!walk_set(lay, &w, pc, start, end, &match))
+            return 0;
+          if (!branched)
+            break;
+        }
         if (!call.found && !walk_set(lay, &w, pc, start, end, &call))
           return 0;
         if (kind == TL_BC_TAILCALL)
@@ -382,10 +408,14 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       break;
     }
   }
+  if (match.found) {
+    *out = match;
+    return WALK_MATCH | reached;
+  }
   if (!call.found)
     return 0;
   *out = call;
-  return 1;
+  return WALK_CALL | reached;
 }
 
 /*
@@ -421,23 +451,9 @@ static int walk_forward(const struct vm_layout *lay, uintptr_t T,
   k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
                 (uint32_t)sn + 1 < nsnap &&
                 tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
-  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, none, &out)) {
-#ifdef WALK_DEBUG
-    {
-      uint32_t ins = 0; int j;
-      vm_u32(0, pl->frames[0].pc - 4, &ins);
-      fprintf(stderr, "walk fail want %d line %u op %u steps %u next %d:", k.want, pl->line, ins & 0xff, k.steps, k.have_next);
-      for (j = 0; j < k.next.nframes; j++) fprintf(stderr, " %lx/%lx", (unsigned long)k.next.frames[j].obj, (unsigned long)k.next.frames[j].pc);
-      fprintf(stderr, " | cur");
-      for (j = 0; j < pl->nframes; j++) fprintf(stderr, " %lx/%lx", (unsigned long)pl->frames[j].obj, (unsigned long)pl->frames[j].pc);
-      fprintf(stderr, "\n");
-    }
-#endif
+  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none,
+                 &out))
     return 0;
-  }
-#ifdef WALK_DEBUG
-  fprintf(stderr, "walk ok want %d line %u -> %u nf %d->%d next %d bo %d %d %d\n", k.want, pl->line, out.at.line, pl->nframes, out.at.nframes, k.next.nframes, pl->base_ofs, k.next.base_ofs, out.at.base_ofs);
-#endif
   out.at.stack_id = pl->stack_id;
   *pl = out.at;
   return 1;
