@@ -360,8 +360,8 @@ static uint8_t attribution_note(const struct vm_layout *lay,
   if (mode != asked)
     why = !lay->tl.ok
               ? (lay->tl.no_mcofs ? NOTE_WHY_NO_MCOFS : NOTE_WHY_NOT_VERIFIED)
-              : asked == TRACE_LINES_WALK ? NOTE_WHY_NOT_VERIFIED
-                                          : NOTE_WHY_NO_PROF_MODE;
+          : asked == TRACE_LINES_WALK ? NOTE_WHY_NOT_VERIFIED
+                                      : NOTE_WHY_NO_PROF_MODE;
   if (mode == TRACE_LINES_START)
     return (uint8_t)(NOTE_COMPILED_AT_START + 4 * why);
   return (uint8_t)((mode == TRACE_LINES_EXACT  ? NOTE_COMPILED_EXACT

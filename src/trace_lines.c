@@ -149,7 +149,6 @@ replay_cached(struct trace_lines *t, const struct vm_layout *lay, uintptr_t g,
 }
 #endif
 
-
 /* ---- trace_lines 'walk' ------------------------------------------------- */
 
 /* Bytecodes walked from a snapshot's PC to the event's. */
@@ -249,10 +248,10 @@ static int bc_bounds(const struct vm_layout *lay, uintptr_t pt,
 /* One walk: what it looks for and what bounds it. */
 struct walk {
   const struct vm_layout *lay;
-  int want;              /* WALK_*. */
-  int have_next;         /* The next snapshot's place is known. */
-  struct tl_place next;  /* It. */
-  uint32_t steps;        /* Ops walked, on every path. */
+  int want;             /* WALK_*. */
+  int have_next;        /* The next snapshot's place is known. */
+  struct tl_place next; /* It. */
+  uint32_t steps;       /* Ops walked, on every path. */
 };
 
 /* Where a path found its event: the place, or none. */
@@ -451,8 +450,7 @@ static int walk_forward(const struct vm_layout *lay, uintptr_t T,
   k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
                 (uint32_t)sn + 1 < nsnap &&
                 tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
-  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none,
-                 &out))
+  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none, &out))
     return 0;
   out.at.stack_id = pl->stack_id;
   *pl = out.at;

@@ -1668,8 +1668,8 @@ static void find_walk(lua_State *L, struct tlc *t, int ju)
   static const char *const names[] = {"TNEW", "TDUP", "CAT",
                                       "GSET", "JMP",  "LOOP"};
   static const char *const branches[] = {
-      "ISLT", "ISGE", "ISLE", "ISGT", "ISEQV", "ISNEV", "ISEQS", "ISNES",
-      "ISEQN", "ISNEN", "ISEQP", "ISNEP", "ISTC", "ISFC", "IST", "ISF"};
+      "ISLT",  "ISGE",  "ISLE",  "ISGT",  "ISEQV", "ISNEV", "ISEQS", "ISNES",
+      "ISEQN", "ISNEN", "ISEQP", "ISNEP", "ISTC",  "ISFC",  "IST",   "ISF"};
   int top = lua_gettop(L), vmdef, op[6], i, first;
   if (!tl->after_ok || !tl->newkey_ok || !push_vmdef(L, t))
     return;
