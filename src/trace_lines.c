@@ -252,7 +252,48 @@ struct walk {
   int have_next;        /* The next snapshot's place is known. */
   struct tl_place next; /* It. */
   uint32_t steps;       /* Ops walked, on every path. */
+  uintptr_t T, snap;    /* The trace, its snapshots. */
+  int sn;               /* The event's snapshot. */
 };
+
+/*
+** FR2: the prototype the outermost frame tail-called, from the next
+** snapshot when its place does not resolve (a stitch's last snapshot,
+** whose innermost frame is a continuation): its entry for that frame's
+** function slot (two below its base, `base_ofs` above the trace's base),
+** a constant Lua function other than the frame's own. Else 0.
+*/
+static uintptr_t tail_callee_slot(const struct walk *k,
+                                  const struct tl_place *w)
+{
+  const struct vm_layout *lay = k->lay;
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s, map, fn, pt;
+  uint32_t mapofs, e, i;
+  uint16_t nsnap;
+  uint8_t nent, ffid;
+  if (!lay->fr2 || w->nframes != 1 || w->base_ofs < 0 ||
+      !vm_u16(0, k->T + tl->tr_nsnap, &nsnap) || (uint32_t)k->sn + 1 >= nsnap)
+    return 0;
+  s = k->snap + (uintptr_t)(k->sn + 1) * tl->snap_size;
+  if (!vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
+      !vm_u8(0, s + tl->snap_nent, &nent) ||
+      !vm_ptr(0, k->T + tl->tr_snapmap, &map))
+    return 0;
+  for (i = 0; i < nent; i++) {
+    if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
+      return 0;
+    if ((e >> 24) != (uint32_t)w->base_ofs)
+      continue;
+    if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
+        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 0, fn, GCT_FUNC) ||
+        !vm_u8(0, fn + lay->fn_ffid, &ffid) || ffid != FFID_LUA ||
+        (pt = vm_func_proto(lay, 0, fn)) == 0 || pt == w->frames[0].obj)
+      return 0;
+    return pt;
+  }
+  return 0;
+}
 
 /* Where a path found its event: the place, or none. */
 struct walk_found {
@@ -364,6 +405,9 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       callee = !k->have_next        ? 0
                : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
                                     : proven_tail_callee(&w, &k->next, &d);
+      if (callee == 0 && kind == TL_BC_TAILCALL && !k->have_next &&
+          (callee = tail_callee_slot(k, &w)) != 0)
+        w.base_replaced = 1; /* The stack's slot holds the caller still. */
       if (callee != 0 && kind == TL_BC_TAILCALL) {
         /* The callee takes the caller's frame. */
         if (!bc_bounds(lay, callee, &start, &end))
@@ -441,6 +485,9 @@ static int walk_forward(const struct vm_layout *lay, uintptr_t T,
   struct walk_found none, out;
   uint16_t nsnap;
   k.lay = lay;
+  k.T = T;
+  k.snap = snap;
+  k.sn = sn;
   k.want = helper_kind(tl, target);
   k.steps = 0;
   k.next.nframes = 0;

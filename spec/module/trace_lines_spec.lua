@@ -886,6 +886,33 @@ end
 ]]), { 't' }, walk)
     end)
 
+    it('charges a table to a function tail-called before a stitch',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      -- string.find with a pattern is not compiled: the trace stitches
+      -- around it, and its last snapshot (a continuation's) does not
+      -- resolve; the tail call's callee is in its function slot.
+      local code = case([[
+    keep[i % 64 + 1] = value('ab,cd;ef', 1)
+]], [[
+local function scan(s, i)
+  local buf, n = {}, 0 --@t
+  while true do
+    local p = s:find('[,;]', i)
+    if not p then return buf end
+    n = n + 1
+    buf[n] = p --@k
+    i = p + 1
+  end
+end
+local function value(s, i)
+  i = i + 1
+  return scan(s, i)
+end
+]])
+      agrees(code, { 't', 'k' }, walk)
+    end)
+
     it('says so in the profile and its report', function()
       if not tl.walk then return pending('no walk on this build') end
       local layout = require('memprof.report.layout')
