@@ -417,13 +417,14 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
         continue;
       }
       if (callee == 0) {
-        /* A built-in's call, run inline: a string is its; a table or a
-        ** key is the event's only if nothing else on the way is. */
-        if (!match.found && k->want == WALK_OTHER) {
+        /* A built-in's call, run inline: a string is its (past a
+        ** branch, only if that way holds no CAT: a built-in the JIT
+        ** compiler does not compile stitches, and its way is not the
+        ** trace's); a table or a key is its only if nothing else is. */
+        if (!match.found && k->want == WALK_OTHER && !branched) {
           if (!walk_set(lay, &w, pc, start, end, &match))
             return 0;
-          if (!branched)
-            break;
+          break;
         }
         if (!call.found && !walk_set(lay, &w, pc, start, end, &call))
           return 0;
