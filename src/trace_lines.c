@@ -152,7 +152,7 @@ replay_cached(struct trace_lines *t, const struct vm_layout *lay, uintptr_t g,
 /* ---- trace_lines 'walk' ------------------------------------------------- */
 
 /* Bytecodes walked from a snapshot's PC to the event's. */
-#define TL_MAX_WALK 256
+#define TL_MAX_WALK 512
 
 /* What a helper makes, by the bytecodes whose recording calls it. */
 enum {
@@ -243,7 +243,7 @@ static int bc_bounds(const struct vm_layout *lay, uintptr_t pt,
 }
 
 /* Conditional branches (each followed by a JMP) the walk follows. */
-#define TL_MAX_BRANCHES 4
+#define TL_MAX_BRANCHES 8
 
 /* One walk: what it looks for and what bounds it. */
 struct walk {
@@ -258,7 +258,7 @@ struct walk {
 
 /*
 ** FR2: the prototype the outermost frame tail-called, from the next
-** snapshot when its place does not resolve (a stitch's last snapshot,
+** snapshot (at the same base, or not resolved: a stitch's last snapshot,
 ** whose innermost frame is a continuation): its entry for that frame's
 ** function slot (two below its base, `base_ofs` above the trace's base),
 ** a constant Lua function other than the frame's own. Else 0.
@@ -405,7 +405,8 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       callee = !k->have_next        ? 0
                : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
                                     : proven_tail_callee(&w, &k->next, &d);
-      if (callee == 0 && kind == TL_BC_TAILCALL && !k->have_next &&
+      if (callee == 0 && kind == TL_BC_TAILCALL &&
+          (!k->have_next || k->next.base_ofs == w.base_ofs) &&
           (callee = tail_callee_slot(k, &w)) != 0)
         w.base_replaced = 1; /* The stack's slot holds the caller still. */
       if (callee != 0 && kind == TL_BC_TAILCALL) {
