@@ -67,6 +67,7 @@ local HOSTS_DIR = os.getenv('HOSTS_DIR') or 'build/hosts'
 local MODES = {
   { name = 'default', options = 'nil', line_target = 0.90 },
   { name = 'exact', options = "{ trace_lines = 'exact' }", line_target = 0.95 },
+  { name = 'walk', options = "{ trace_lines = 'walk' }" },
   { name = 'resume', options = "{ trace_lines = 'resume' }" },
   { name = 'start', options = '{ trace_lines = false }' },
 }

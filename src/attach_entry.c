@@ -397,7 +397,9 @@ static int trace_lines_ok(struct attach_call *c, const struct vm_layout *lay)
 {
   const struct vm_trace_layout *tl = &lay->tl;
   int mode = c->opts.trace_lines;
-  if ((mode == TRACE_LINES_RESUME || mode == TRACE_LINES_EXACT) && !tl->ok)
+  if ((mode == TRACE_LINES_RESUME || mode == TRACE_LINES_EXACT ||
+       mode == TRACE_LINES_WALK) &&
+      !tl->ok)
     return fail(c, ENOTSUP,
                 "option 'trace_lines' is not supported by this build: %s",
                 tl->why);
@@ -406,6 +408,11 @@ static int trace_lines_ok(struct attach_call *c, const struct vm_layout *lay)
                 "option 'trace_lines' = 'exact' is not supported by this "
                 "build: %s",
                 tl->prof_why);
+  if (mode == TRACE_LINES_WALK && !tl->walk_ok)
+    return fail(c, ENOTSUP,
+                "option 'trace_lines' = 'walk' is not supported by this "
+                "build: jit.vmdef or jit.util does not name the table "
+                "helpers and the ops the walk needs");
   return 0;
 }
 

@@ -710,6 +710,7 @@ static int read_trace_lines(lua_State *L, int t)
     mode = TRACE_LINES_START;
   else if (s != NULL)
     mode = strcmp(s, "exact") == 0    ? TRACE_LINES_EXACT
+           : strcmp(s, "walk") == 0   ? TRACE_LINES_WALK
            : strcmp(s, "resume") == 0 ? TRACE_LINES_RESUME
            : strcmp(s, "start") == 0  ? TRACE_LINES_START
                                       : -1;
@@ -761,7 +762,7 @@ int attach_l_start(lua_State *L)
     free(c);
     return push_error(L,
                       "bad options (stack_depth 0 to 64; trace_lines "
-                      "exact, resume or start)",
+                      "exact, walk, resume or start)",
                       EINVAL);
   }
   err = run((pid_t)pid, c, &res, msg, sizeof(msg));

@@ -118,9 +118,12 @@ static int read_trace_lines(lua_State *L, struct profile_options *o, char *msg,
     o->trace_lines = TRACE_LINES_RESUME;
   else if (v != NULL && strcmp(v, "exact") == 0)
     o->trace_lines = TRACE_LINES_EXACT;
+  else if (v != NULL && strcmp(v, "walk") == 0)
+    o->trace_lines = TRACE_LINES_WALK;
   else {
     snprintf(msg, len,
-             "option 'trace_lines' must be 'exact', 'resume' or 'start' (or "
+             "option 'trace_lines' must be 'exact', 'walk', 'resume' or "
+             "'start' (or "
              "false, the same as 'start'), got %s%.40s%s",
              v != NULL ? "the string '" : "a ",
              v != NULL ? v : luaL_typename(L, -1), v != NULL ? "'" : "");
@@ -280,18 +283,25 @@ static int trace_lines_supported(const struct vm_layout *lay,
   const struct vm_trace_layout *tl = &lay->tl;
   const char *why = NULL;
   if ((o->trace_lines == TRACE_LINES_RESUME ||
-       o->trace_lines == TRACE_LINES_EXACT) &&
+       o->trace_lines == TRACE_LINES_EXACT ||
+       o->trace_lines == TRACE_LINES_WALK) &&
       !tl->ok)
     why = tl->why;
   else if (o->trace_lines == TRACE_LINES_EXACT && !tl->prof_ok)
     why = tl->prof_why;
+  else if (o->trace_lines == TRACE_LINES_WALK && !tl->walk_ok)
+    why = "jit.vmdef or jit.util does not name the table helpers and the "
+          "ops the walk needs";
   if (why == NULL)
     return 1;
   snprintf(msg, len,
            "option 'trace_lines' = '%s' is not supported by this build: %s "
            "(memprof.info().trace_lines; 'start' charges compiled code to "
            "its trace's start)",
-           o->trace_lines == TRACE_LINES_EXACT ? "exact" : "resume", why);
+           o->trace_lines == TRACE_LINES_EXACT  ? "exact"
+           : o->trace_lines == TRACE_LINES_WALK ? "walk"
+                                                : "resume",
+           why);
   return 0;
 }
 
@@ -653,6 +663,8 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
   lua_setfield(L, -2, "resume");
   lua_pushboolean(L, tl->ok && tl->prof_ok);
   lua_setfield(L, -2, "exact");
+  lua_pushboolean(L, tl->ok && tl->walk_ok);
+  lua_setfield(L, -2, "walk");
   lua_pushboolean(L, tl->ok && tl->exit_ok);
   lua_setfield(L, -2, "exits");
   lua_pushboolean(L, tl->ok && tl->base_ok);

@@ -266,6 +266,7 @@ static int fresh_tables(struct profiler *p)
     return ENOMEM;
   if (p->keeps_model && p->stack_depth > 0)
     p->stacks.model = &p->model;
+  p->tlines.walk = p->trace_lines == TRACE_LINES_WALK;
   p->live_full = 0;
   return 0;
 }
@@ -341,6 +342,8 @@ int lifecycle_trace_lines_mode(const struct vm_layout *lay,
     mode = opts->sample_bytes > 0 ? TRACE_LINES_RESUME : TRACE_LINES_FULL;
   if (mode == TRACE_LINES_EXACT && !lay->tl.prof_ok)
     mode = TRACE_LINES_RESUME;
+  if (mode == TRACE_LINES_WALK && !lay->tl.walk_ok)
+    mode = TRACE_LINES_RESUME;
   if (mode != TRACE_LINES_START && !lay->tl.ok)
     mode = TRACE_LINES_START;
   return mode;
@@ -357,11 +360,13 @@ static uint8_t attribution_note(const struct vm_layout *lay,
   if (mode != asked)
     why = !lay->tl.ok
               ? (lay->tl.no_mcofs ? NOTE_WHY_NO_MCOFS : NOTE_WHY_NOT_VERIFIED)
-              : NOTE_WHY_NO_PROF_MODE;
+          : asked == TRACE_LINES_WALK ? NOTE_WHY_NOT_VERIFIED
+                                      : NOTE_WHY_NO_PROF_MODE;
   if (mode == TRACE_LINES_START)
     return (uint8_t)(NOTE_COMPILED_AT_START + 4 * why);
-  return (uint8_t)((mode == TRACE_LINES_EXACT ? NOTE_COMPILED_EXACT
-                                              : NOTE_COMPILED_RESUME) +
+  return (uint8_t)((mode == TRACE_LINES_EXACT  ? NOTE_COMPILED_EXACT
+                    : mode == TRACE_LINES_WALK ? NOTE_COMPILED_WALK
+                                               : NOTE_COMPILED_RESUME) +
                    4 * why);
 }
 

@@ -35,6 +35,8 @@ enum {
   TRACE_LINES_START,       /* false: the trace's start. */
   TRACE_LINES_RESUME,      /* 'resume': the snapshot's place. */
   TRACE_LINES_EXACT,       /* 'exact': per-line snapshots (J->prof_mode). */
+  TRACE_LINES_WALK,        /* 'walk': from the snapshot's PC to the event's
+                              bytecode (trace_lines.c). */
 };
 
 /* How a stopped profile ended, for stop's message. */

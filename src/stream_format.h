@@ -48,6 +48,7 @@
 #define NOTE_COMPILED_AT_START 0 /* The trace's start. */
 #define NOTE_COMPILED_RESUME 1   /* The snapshot's resume point. */
 #define NOTE_COMPILED_EXACT 2    /* Per-line snapshots. */
+#define NOTE_COMPILED_WALK 3     /* The walk from the resume point. */
 #define NOTE_WHY_ASKED 0         /* As the option (or its default) says. */
 #define NOTE_WHY_NO_MCOFS 1      /* The build's snapshots have no mcofs. */
 #define NOTE_WHY_NOT_VERIFIED 2  /* Another check of the calibration. */

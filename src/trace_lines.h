@@ -1123,7 +1123,9 @@ struct tl_cache_slot {
 };
 
 struct trace_lines {
-  int on;                     /* Events of traces are resolved. */
+  int on; /* Events of traces are resolved. */
+  /* trace_lines 'walk': from the snapshot's PC to the event's op. */
+  int walk;
   struct tl_cache_slot *slot; /* TL_CACHE_SLOTS, malloc'd. */
   struct unwind_steps *steps; /* arm64: the C frames learned, malloc'd. */
   uint64_t unwinds; /* arm64: events whose C frames were not all learned. */

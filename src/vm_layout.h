@@ -90,6 +90,14 @@ struct vm_trace_layout {
   /* A new key stored in a loop's copied body (trace_lines.h): the IR ops
   ** LOOP and NEWREF, 0xff where jit.vmdef does not name them. */
   uint8_t ir_loop, ir_newref;
+  /* trace_lines 'walk' (trace_lines.c): the helpers that make tables
+  ** (TNEW's, TDUP's), found by jit.util.ircalladdr, and the ops the walk
+  ** from a snapshot's PC to its allocating bytecode knows, from jit.vmdef
+  ** (checked by find_after_return). */
+  int walk_ok;
+  uintptr_t tab_new1, tab_new_ah, tab_dup;
+  uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop;
+  uint8_t bc_islt, bc_isf; /* The conditional branches: ISLT .. ISF. */
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

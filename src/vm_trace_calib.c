@@ -1687,6 +1687,67 @@ done:
   lua_settop(L, top);
 }
 
+/* ---- trace_lines 'walk' ------------------------------------------------- */
+
+/* The helper of IR call `name`: its address (jit.util.ircalladdr), or 0. */
+static uintptr_t ircall_address(lua_State *L, int ju, int vmdef,
+                                const char *name)
+{
+  int id = vmdef_call(L, vmdef, name);
+  uintptr_t a = 0;
+  if (id < 0)
+    return 0;
+  lua_pushinteger(L, id);
+  if (!ju_call(L, ju, "ircalladdr", 1, 1))
+    return 0;
+  if (lua_isnumber(L, -1))
+    a = (uintptr_t)lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return a;
+}
+
+/* What the walk of trace_lines 'walk' needs beyond find_after_return's
+** ops (whose numbers there prove jit.vmdef's): the table helpers of TNEW
+** and TDUP, the ops TNEW, TDUP, CAT, GSET, JMP and LOOP, and the
+** conditional branches, one run of ops from ISLT to ISF. Without them
+** 'walk' is refused. */
+static void find_walk(lua_State *L, struct tlc *t, int ju)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  static const char *const names[] = {"TNEW", "TDUP", "CAT",
+                                      "GSET", "JMP",  "LOOP"};
+  static const char *const branches[] = {
+      "ISLT",  "ISGE",  "ISLE",  "ISGT",  "ISEQV", "ISNEV", "ISEQS", "ISNES",
+      "ISEQN", "ISNEN", "ISEQP", "ISNEP", "ISTC",  "ISFC",  "IST",   "ISF"};
+  int top = lua_gettop(L), vmdef, op[6], i, first;
+  if (!tl->after_ok || !tl->newkey_ok || !push_vmdef(L, t))
+    return;
+  vmdef = lua_gettop(L);
+  for (i = 0; i < 6; i++)
+    if ((op[i] = vmdef_bc(L, vmdef, names[i])) < 0)
+      goto done;
+  first = vmdef_bc(L, vmdef, branches[0]);
+  for (i = 0; i < 16; i++)
+    if (first < 0 || vmdef_bc(L, vmdef, branches[i]) != first + i)
+      goto done;
+  tl->bc_islt = (uint8_t)first;
+  tl->bc_isf = (uint8_t)(first + 15);
+  tl->tab_new1 = ircall_address(L, ju, vmdef, "lj_tab_new1");
+  tl->tab_new_ah = ircall_address(L, ju, vmdef, "lj_tab_new_ah");
+  tl->tab_dup = ircall_address(L, ju, vmdef, "lj_tab_dup");
+  if (tl->tab_new1 == 0 || tl->tab_new_ah == 0 || tl->tab_dup == 0)
+    goto done;
+  tl->bc_tnew = (uint8_t)op[0];
+  tl->bc_tdup = (uint8_t)op[1];
+  tl->bc_cat = (uint8_t)op[2];
+  tl->bc_gset = (uint8_t)op[3];
+  tl->bc_jmp = (uint8_t)op[4];
+  tl->bc_loop = (uint8_t)op[5];
+  tl->walk_ok = 1;
+done:
+  lua_settop(L, top);
+}
+
 /* ---- The known-answer run ----------------------------------------------- */
 
 /* One known-answer run: 1 if it proved the layout, 0 if a read went wrong
@@ -2021,6 +2082,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   find_builtin_frames(L, t, ju);
   find_format_frame(L, t);
   find_after_return(L, t);
+  find_walk(L, t, ju);
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);

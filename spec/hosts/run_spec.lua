@@ -258,7 +258,7 @@ Options of run:
   --max-bytes=N          stop recording when the profile reaches N bytes
   --sample-bytes[=N]     sample: one allocation per N bytes on average (524288)
   --seed=S               seed the sampling (a run samples the same allocations)
-  --trace-lines=MODE     compiled code by line: exact, resume or start (see docs)
+  --trace-lines=MODE     compiled code by line: exact, walk, resume or start (see docs)
   --lua=CMD              run the script with CMD (luajit, tarantool, ...)
   -h, --help             show this help and exit
 

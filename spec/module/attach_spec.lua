@@ -64,7 +64,7 @@ describe('memprof attach PID', function()
       { trace_lines = 'sometimes' })
     assert.is_nil(info)
     assert.are.equal('bad options (stack_depth 0 to 64; trace_lines ' ..
-      'exact, resume or start)', why)
+      'exact, walk, resume or start)', why)
     assert.are.equal(22, errno)
     local ok, message = pcall(memprof.attach_process, 1, 'x.bin')
     assert.is_false(ok)

@@ -138,8 +138,8 @@ print(#assert(io.open(%q, 'rb')):read('*a') > 0)
         os.remove(path)
       end
       local path = h.tmpname()
-      local must = "option 'trace_lines' must be 'exact', 'resume' or " ..
-        "'start' (or false, the same as 'start'), got "
+      local must = "option 'trace_lines' must be 'exact', 'walk', 'resume' " ..
+        "or 'start' (or false, the same as 'start'), got "
       assert.same({ nil, must .. "the string 'false'", EINVAL },
         { memprof.start(path, { trace_lines = 'false' }) })
       assert.same({ nil, must .. 'a boolean', EINVAL },

@@ -166,6 +166,7 @@ if not tl.resume then
     it('says why and keeps trace starts', function()
       assert.is_string(tl.why)
       assert.is_false(tl.exact)
+      assert.is_false(tl.walk)
       if jit.arch == 'x64' then
         assert.truthy(tl.why:find('no snapshot offsets in this build ' ..
           '(before 2021-03)', 1, true), tl.why)
@@ -181,7 +182,7 @@ if not tl.resume then
     end)
 
     it('refuses an explicit trace_lines it cannot do, naming why', function()
-      for _, mode in ipairs({ 'exact', 'resume' }) do
+      for _, mode in ipairs({ 'exact', 'walk', 'resume' }) do
         local path = h.tmpname()
         local ok, err, code = memprof.start(path, { trace_lines = mode })
         assert.is_nil(ok)
@@ -234,6 +235,7 @@ describe('compiled code by line', function()
   it('says in memprof.info() what the build supports', function()
     assert.is_true(tl.resume)
     assert.is_boolean(tl.exact)
+    assert.is_boolean(tl.walk)
     assert.is_boolean(tl.exits)
     assert.is_boolean(tl.stacks)
     assert.is_boolean(tl.stores_after_calls)
@@ -825,6 +827,104 @@ end
 ]]), { 't' }, { trace_lines = 'resume', timestamps = true })
   end)
 
+  describe("with trace_lines 'walk'", function()
+    local walk = { trace_lines = 'walk', timestamps = true }
+
+    -- The lines of code whose compiled events are not all at `line`.
+    local function elsewhere(r, line)
+      local n = 0
+      for l, count in pairs(r.compiled) do
+        if l ~= line then n = n + count end
+      end
+      return n
+    end
+
+    it('charges a table made lines after the resume point to its line',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      -- No store or guard before the constructor: the loop's snapshot
+      -- resumes on the body's first line, where 'resume' charges it.
+      local code = case([[
+    local a = i + 1
+    local b = a * 2
+    keep[i % 64 + 1] = {a, b} --@t
+]])
+      local line = line_of(code, 't')
+      local resume = compiled_profile(code, { 't' },
+        { trace_lines = 'resume', timestamps = true })
+      assert.is_true(elsewhere(resume, line) > 1000,
+        'resume: ' .. elsewhere(resume, line) .. ' events elsewhere')
+      agrees(code, { 't' }, walk)
+    end)
+
+    it('charges a new key and a string to their lines past an inlined call',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      local code = case([[
+    local t = make(i) --@make
+    t.name = 'k' .. i --@s
+]], [[
+local function make(i)
+  local t = {} --@t
+  t[1] = i --@k
+  return t
+end
+]])
+      local on = agrees(code, { 't', 'k', 's' }, walk)
+      assert.is_nil(on.compiled[line_of(code, 'make')])
+    end)
+
+    it('follows the way of a branch the trace took', function()
+      if not tl.walk then return pending('no walk on this build') end
+      agrees(case([[
+    local k = i % 64 + 1
+    if k > 0 then
+      keep[k] = {k} --@t
+    else
+      keep[k] = false
+    end
+]]), { 't' }, walk)
+    end)
+
+    it('charges a table to a function tail-called before a stitch',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      -- string.find with a pattern is not compiled: the trace stitches
+      -- around it, and its last snapshot (a continuation's) does not
+      -- resolve; the tail call's callee is in its function slot.
+      local code = case([[
+    keep[i % 64 + 1] = value('ab,cd;ef', 1)
+]], [[
+local function scan(s, i)
+  local buf, n = {}, 0 --@t
+  while true do
+    local p = s:find('[,;]', i)
+    if not p then return buf end
+    n = n + 1
+    buf[n] = p --@k
+    i = p + 1
+  end
+end
+local function value(s, i)
+  i = i + 1
+  return scan(s, i)
+end
+]])
+      agrees(code, { 't', 'k' }, walk)
+    end)
+
+    it('says so in the profile and its report', function()
+      if not tl.walk then return pending('no walk on this build') end
+      local layout = require('memprof.report.layout')
+      local r = profile(case('    keep[i % 64 + 1] = {i, i} --@t\n'), walk,
+        true)
+      assert.same({ mode = 'walk', why = 'asked' }, r.compiled_code)
+      assert.equal('Compiled code: its allocations are charged to their ' ..
+        'lines and inlined frames, found from where the interpreter would ' ..
+        "resume (trace_lines 'walk').", layout.compiled_note(r))
+    end)
+  end)
+
   it('keeps trace starts with trace_lines = false', function()
     local r = profile(case('    keep[i % 64 + 1] = {i, i} --@t\n'),
       { trace_lines = false, timestamps = true }, true)
@@ -939,7 +1039,7 @@ end
     assert.truthy(start:find('\nTRACE started at @loop.lua:3 ', 1, true),
       start)
     assert.equal(1, code)
-    assert.truthy(err:find("option '--trace-lines': expected exact, resume " ..
-      'or start, found line', 1, true), err)
+    assert.truthy(err:find("option '--trace-lines': expected exact, walk, " ..
+      'resume or start, found line', 1, true), err)
   end)
 end)

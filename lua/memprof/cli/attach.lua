@@ -7,7 +7,7 @@
 --                           made absolute: the target writes it from its
 --                           own directory)
 --     options.stack_depth, timestamps, max_bytes, sample_bytes, seed,
---     trace_lines ('exact', 'resume', 'start'), vm (from 1): as for
+--     trace_lines ('exact', 'walk', 'resume', 'start'), vm (from 1): as for
 --                           memprof.start and `memprof heap --vm`
 --     options.dir, options.load  where memprof.so is (see heap_pid)
 --     info: file, main_thread, vms, tries, pause_ms

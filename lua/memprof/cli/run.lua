@@ -2,7 +2,7 @@
 --
 --   memprof run [-o PROFILE] [--stack-depth N] [--timestamps]
 --               [--sample-bytes[=N] [--seed=S]] [--lua=CMD]
---               [--trace-lines=exact|resume|start]
+--               [--trace-lines=exact|walk|resume|start]
 --               [REPORT OPTIONS] SCRIPT [ARGS...]
 --   memprof report [OPTIONS] FILE     (the same as memprof-report)
 --   memprof heap [-o FILE] [--vm=N] PID (memprof.cli.heap_pid)
@@ -72,12 +72,13 @@ M.RUN_OPTIONS = {
     help = 'seed the sampling (a run samples the same allocations)' },
   { name = 'trace-lines', value = 'MODE', key = 'trace_lines',
     check = function(value)
-      if value ~= 'exact' and value ~= 'resume' and value ~= 'start' then
-        return nil, 'expected exact, resume or start, found ' .. value
+      if value ~= 'exact' and value ~= 'walk' and value ~= 'resume' and
+        value ~= 'start' then
+        return nil, 'expected exact, walk, resume or start, found ' .. value
       end
       return value
     end,
-    help = 'compiled code by line: exact, resume or start (see docs)' },
+    help = 'compiled code by line: exact, walk, resume or start (see docs)' },
   { name = 'lua', value = 'CMD', key = 'lua',
     help = 'run the script with CMD (luajit, tarantool, ...)' },
   { name = 'help', short = 'h', key = 'help',

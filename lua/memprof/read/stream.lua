@@ -132,8 +132,9 @@
 -- the note, and in version 3), collected_at_stop (true once the note
 -- that garbage was collected at stop is read) and heap_after_collection
 -- (the heap's size in bytes after that collection, or nil), and
--- compiled_code ({ mode = 'exact', 'resume' or 'start', why = 'asked',
--- 'no_mcofs', 'not_verified', 'no_prof_mode' or 'program_profiler' }:
+-- compiled_code ({ mode = 'exact', 'walk', 'resume' or 'start',
+-- why = 'asked', 'no_mcofs', 'not_verified', 'no_prof_mode' or
+-- 'program_profiler' }:
 -- how events of compiled code were attributed; nil without the note).
 --
 -- A stream that follows a growing file (opts.follow) stops at the end

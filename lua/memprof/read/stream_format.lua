@@ -26,7 +26,7 @@ local NOTE_HEAP_AT_START, NOTE_COLLECTED_AT_STOP = 1, 2
 -- How events of compiled code were attributed: a mode, plus 4 times why
 -- it is not the one asked for (docs/format.md, "Notes").
 local NOTE_COMPILED_CODE = 3
-local COMPILED_MODES = { [0] = 'start', 'resume', 'exact' }
+local COMPILED_MODES = { [0] = 'start', 'resume', 'exact', 'walk' }
 local COMPILED_WHYS = { [0] = 'asked', 'no_mcofs', 'not_verified',
   'no_prof_mode', 'program_profiler' }
 local KIND_SYMBOL, KIND_ALLOC, KIND_FREE, KIND_REALLOC = 0, 1, 2, 3

@@ -440,7 +440,7 @@ function common:read_compiled_note(pos)
   local mode, why = COMPILED_MODES[value % 4], COMPILED_WHYS[floor(value / 4)]
   if not mode or not why then
     self:fail(value_at, format('expected the attribution of compiled ' ..
-      'code (a mode 0 to 2 plus 4 times a reason 0 to 4), found %d', value))
+      'code (a mode 0 to 3 plus 4 times a reason 0 to 4), found %d', value))
   end
   self.compiled_code = { mode = mode, why = why }
 end

@@ -217,6 +217,9 @@ end
 local COMPILED_MODES = {
   exact = 'Compiled code: its allocations are charged to their lines and ' ..
     "inlined frames (trace_lines 'exact')",
+  walk = 'Compiled code: its allocations are charged to their lines and ' ..
+    "inlined frames, found from where the interpreter would resume " ..
+    "(trace_lines 'walk')",
   resume = 'Compiled code: its allocations are charged to the line where ' ..
     "the interpreter would resume, often a line early (trace_lines 'resume')",
   start = 'Compiled code: its allocations are charged to the start of ' ..

@@ -1205,7 +1205,8 @@ describe('reader errors (extended format)', function()
     local cases = { [2] = { 'exact', 'asked' }, [1] = { 'resume', 'asked' },
       [0] = { 'start', 'asked' }, [4] = { 'start', 'no_mcofs' },
       [8] = { 'start', 'not_verified' }, [13] = { 'resume', 'no_prof_mode' },
-      [17] = { 'resume', 'program_profiler' } }
+      [17] = { 'resume', 'program_profiler' }, [3] = { 'walk', 'asked' },
+      [11] = { 'walk', 'not_verified' } }
     for value, want in pairs(cases) do
       local s = B.new():events({ version = B.EXTENDED })
         :note(B.HEAP_AT_START, 1):note(B.COMPILED_CODE, value)
@@ -1226,14 +1227,14 @@ describe('reader errors (extended format)', function()
       s:note(B.COMPILED_CODE, 2):epilogue()
       assert.are.equal(('out.bin: byte %d: expected the note of compiled ' ..
         'code only once, before any event'):format(at), next_error(s))
-      for _, value in ipairs({ 3, 20 }) do
+      for _, value in ipairs({ 20, 23 }) do
         s = B.new():events({ version = B.EXTENDED })
         at = s:size() + 2
         s:note(B.COMPILED_CODE, value):epilogue()
         local ok, err = pcall(reader.from_string, s:bytes(), 'out.bin')
         assert.is_false(ok)
         assert.are.equal(('out.bin: byte %d: expected the attribution of ' ..
-          'compiled code (a mode 0 to 2 plus 4 times a reason 0 to 4), ' ..
+          'compiled code (a mode 0 to 3 plus 4 times a reason 0 to 4), ' ..
           'found %d'):format(at, value), err)
       end
     end)
