@@ -469,6 +469,9 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
        writer_failed(&p->out) != 0 ||
        (ext && p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
     return FULL_PATH;
+  /* (vm_locate sets the line of every Lua site, but not so that every
+  ** compiler can tell: one store, merged with vm_locate's.) */
+  site.line = 0;
   vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
             &site);
   /* Compiled code by line: the fast path takes a cached place of a trace
