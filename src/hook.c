@@ -489,7 +489,8 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
       stack = compiled->stack_id;
   }
   if (!(site.source == SOURCE_INTERNAL ||
-        (site.source == SOURCE_LUA && site.addr == p->syms.last_proto &&
+        (site.source == SOURCE_LUA &&
+         site.addr == p->syms.proto_memo[symbols_proto_slot(site.addr)] &&
          (compiled == NULL || fast)) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
          p->syms.trace_obj[site.traceno] != 0 &&
