@@ -783,9 +783,13 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     check_cap(p, at);                                                          \
     return r;                                                                  \
   }                                                                            \
+  /* A resize (the dispatcher sends new blocks to _new_fast): the tests */     \
+  /* of a missing old block fold away. */                                      \
   static __attribute__((noinline)) void *name##_alloc_fast(                    \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
+    if (ptr == NULL)                                                           \
+      __builtin_unreachable();                                                 \
     return record_alloc(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,  \
                         nsize, name##_alloc);                                  \
   }                                                                            \
