@@ -53,6 +53,7 @@ local CHILD_TIMEOUT_S = 900
 local toolkit = require('toolkit')
 local shell_quote = toolkit.shell_quote
 local read_all = toolkit.read_all
+local reader = require('callgrind_reader')
 
 -- os.execute's success in Lua 5.1/LuaJIT (status 0) and in 5.2+ (true).
 local function execute(cmd)
@@ -93,98 +94,31 @@ end
 
 -- ---- Reading callgrind's output -------------------------------------------
 
--- Compressed names ("(12) name" defines 12, "(12)" refers to it) are
--- shared between these keys.
-local NAME_SPACE = {
-  ob = 'ob', cob = 'ob',
-  fl = 'fl', fi = 'fl', fe = 'fl', cfi = 'fl', cfl = 'fl',
-  fn = 'fn', cfn = 'fn',
-}
-
-local function basename(path)
-  return path:match('([^/]+)$') or path
-end
-
 -- The source of src/ a function was compiled from, or nil.
 local function source_in_src(file)
   return file:match('^src/([^/]+%.c)$') or file:match('/src/([^/]+%.c)$')
 end
 
--- Reads a callgrind output file (callgrind's format, version 1). Returns
--- the self cost (Ir) of the hot path and of the calibration, the set of
--- hook functions that ran, and the total.
---
--- A cost line belongs to the current function (fn=), of the current object
--- (ob=) and source file (fl=). Code inlined from another file (headers
--- such as src/vm_inspect.h or src/writer.h) is marked with fi=/fe=, but is
--- part of the function it is inlined into, so fi=/fe= are read only for
--- their names and the function's own file decides. The cost line after a
--- calls= line is the inclusive cost of that call, not self cost: skipped.
--- (callgrind_annotate's listing would not do: it names inlined code by
--- header and function name only, and function names are not unique:
--- writer.c's start_thread and libc's, for one.)
+-- What a function of a run counts as: the hot path (memprof.so's functions
+-- from a file of src/ but those of HOT_PATH_EXCLUDED), the calibration, or
+-- neither (nil).
+local function classify(ob, fl)
+  local source = reader.basename(ob) == 'memprof.so' and source_in_src(fl)
+  if source and not HOT_PATH_EXCLUDED[source] then return 'hot' end
+  if source and CALIBRATION[source] then return 'calibration' end
+  return nil
+end
+
+-- Reads a callgrind output file (bench/callgrind_reader.lua). Returns the
+-- self cost (Ir) of the hot path and of the calibration, the set of hook
+-- functions that ran, and the total.
 local function read_callgrind(path)
-  local names = { ob = {}, fl = {}, fn = {} }
-  local current = {}
-  local positions, ir_column = 1, nil
-  local after_call = false
-  local result = { hot = 0, calibration = 0, total = 0, hooks = {} }
-  local totals
-  for line in io.lines(path) do
-    local key, value = line:match('^(%a+)=(.*)$')
-    if key then
-      local space = NAME_SPACE[key]
-      if space then
-        local id, name = value:match('^%((%d+)%)%s*(.*)$')
-        if id and name ~= '' then
-          names[space][id] = name
-        elseif id then
-          name = assert(names[space][id], 'undefined name ' .. value)
-        else
-          name = value
-        end
-        if key == 'ob' or key == 'fl' or key == 'fn' then current[key] = name end
-      elseif key == 'calls' then
-        after_call = true
-      end
-    elseif line:match('^[%d%+%-%*]') then
-      if after_call then
-        after_call = false
-      else
-        local columns = {}
-        for word in line:gmatch('%S+') do columns[#columns + 1] = word end
-        local ir = tonumber(columns[positions + ir_column]) or 0
-        result.total = result.total + ir
-        local source = basename(current.ob) == 'memprof.so' and
-          source_in_src(current.fl)
-        if source and not HOT_PATH_EXCLUDED[source] then
-          result.hot = result.hot + ir
-          if current.fn:match('^hook_') and ir > 0 then
-            result.hooks[current.fn] = true
-          end
-        elseif source and CALIBRATION[source] then
-          result.calibration = result.calibration + ir
-        end
-      end
-    elseif line:match('^positions:') then
-      positions = select(2, line:gsub('%s%a+', ''))
-    elseif line:match('^events:') then
-      local i = 0
-      for event in line:sub(8):gmatch('%S+') do
-        i = i + 1
-        if event == 'Ir' then ir_column = i end
-      end
-      assert(ir_column, path .. ': no Ir event')
-    elseif line:match('^totals:') then
-      totals = tonumber(line:match('%d+'))
-    end
+  local r = reader.read(path, classify)
+  local result = { hot = r.cost.hot or 0,
+    calibration = r.cost.calibration or 0, total = r.total, hooks = {} }
+  for fn, ir in pairs(r.functions.hot or {}) do
+    if fn:match('^hook_') and ir > 0 then result.hooks[fn] = true end
   end
-  -- Every self cost in the file adds up to callgrind's own total: the
-  -- lines were all read, and none was counted twice. (The summary: line
-  -- at the top can differ, when the counters were zeroed.)
-  assert(result.total == totals, string.format(
-    '%s: self costs add up to %s, callgrind\'s totals: %s', path,
-    tostring(result.total), tostring(totals)))
   return result
 end
 

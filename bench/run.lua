@@ -25,8 +25,8 @@
 -- instructions per event under callgrind, and the CPU time per event:
 --   BENCH_SIDE=off                  without the side-by-side section
 --   BENCH_SIDE=only                 the side-by-side section alone
---   BENCH_SIDE_HOSTS                the hosts (default: Tarantool 2.11's,
---                                   non-GC64 and GC64)
+--   BENCH_SIDE_HOSTS                the hosts (default: Tarantool master's
+--                                   and 2.11's, non-GC64 and GC64)
 --   BENCH_SIDE_WORKLOADS            default: trees tables closures
 --                                   coroutines json
 --   BENCH_SIDE_ROUNDS               timed rounds (default 7; 0: no timing)

@@ -43,6 +43,29 @@ HOT_INLINE uint8_t *put_location_addr(struct location_cache *lc, uint8_t *p,
   return p + lc->len;
 }
 
+/* The location of a place of compiled code (its prototype and line), as
+** begin_event writes it, kept with the place for its next events. */
+static __attribute__((noinline)) void encode_place(struct tl_place *pl)
+{
+  uint8_t bytes[2 * ULEB128_MAX + 8], *end;
+  end = uleb128_put(bytes, pl->pt);
+  end = uleb128_put(end, pl->line);
+  memcpy(pl->loc, bytes, sizeof(pl->loc));
+  pl->loc_len = (uint8_t)(end - bytes);
+}
+
+/* Writes the location of the place of an event of compiled code: the
+** bytes encode_place keeps (at most 15: a 64-bit and a 32-bit ULEB128),
+** copied as two words. The event's reservation covers the bytes past
+** them. */
+HOT_INLINE uint8_t *put_place(uint8_t *p, struct tl_place *pl)
+{
+  if (pl->loc_len == 0)
+    encode_place(pl);
+  memcpy(p, pl->loc, sizeof(pl->loc));
+  return p + pl->loc_len;
+}
+
 /* The longest allocation event: a header, then up to eight numbers (the
 ** location's address, its line or a trace number, the trace of compiled
 ** code, the stack id, the old block and the new block), of which the line,
@@ -58,9 +81,11 @@ HOT_INLINE uint8_t *put_location_addr(struct location_cache *lc, uint8_t *p,
 ** succeeded (put_new_block, then writer_commit). Returns where the
 ** new block goes, or NULL if the writer has failed. `reserved`: the caller
 ** has checked that the buffer has room and the writer has not failed.
+** `pl`: NULL, or the place of compiled code whose prototype and line are
+** the site's (its encoding is kept with it).
 */
 HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
-                                const struct vm_site *site,
+                                const struct vm_site *site, struct tl_place *pl,
                                 const struct vm_layout *rt, uintptr_t g,
                                 uint32_t stack, uintptr_t ptr, size_t osize,
                                 size_t nsize, int pdep, int ext, int reserved)
@@ -76,7 +101,13 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
     return NULL;
   p = w->pos;
   *p++ = (uint8_t)(kind | site->source | (stack ? EVENT_HAS_STACK : 0));
-  if (site->source == SOURCE_LUA) {
+  if (site->source == SOURCE_LUA && pl != NULL) {
+    p = put_place(p, pl);
+    if (ext) {
+      *w->pos |= EVENT_COMPILED;
+      p = uleb128_put_with(p, site->traceno, pdep);
+    }
+  } else if (site->source == SOURCE_LUA) {
     p = put_location_addr(lc, p, site->addr, pdep);
     p = uleb128_put_with(p, site->line, pdep);
     if (ext && site->compiled) {
@@ -96,20 +127,21 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
   if (stack)
     p = uleb128_put_with(p, stack, pdep);
   if (kind != EVENT_ALLOC) {
-    p = uleb128_put_with(p, ptr, pdep);
-    p = uleb128_put_with(p, osize, pdep);
+    p = uleb128_put_block(p, ptr, pdep);
+    p = uleb128_put_block(p, osize, pdep);
   }
   return p;
 }
 
 /* Adds the new block (alloc, realloc) to an event begun at `p`; returns
-** its end, for writer_commit. */
+** its end, for writer_commit. Called only once the allocation succeeded:
+** nptr is not NULL where nsize is not 0. */
 HOT_INLINE uint8_t *put_new_block(uint8_t *p, uintptr_t nptr, size_t nsize,
                                   int pdep)
 {
-  if (nsize != 0) {
-    p = uleb128_put_with(p, nptr, pdep);
-    p = uleb128_put_with(p, nsize, pdep);
+  if (nsize != 0) { /* (Then nptr is not NULL either: see the callers.) */
+    p = uleb128_put_block_nonzero(p, nptr, pdep);
+    p = uleb128_put_block_nonzero(p, nsize, pdep);
   }
   return p;
 }
@@ -192,6 +224,21 @@ FAMILY_STACK(stack_gc64, VM_CANDIDATE_GC64)
 FAMILY_STACK(stack_nongc64, VM_CANDIDATE_NONGC64)
 #undef FAMILY_STACK
 
+/* An address in the hook's own frame, below every frame of its callers
+** (trace_lines.h bounds its reads of the C stack from it). The stack
+** pointer, where it can be read: __builtin_frame_address would make the
+** fast path keep a frame pointer. */
+HOT_INLINE uintptr_t hook_frame_low(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+  uintptr_t sp;
+  __asm__("mov %%rsp, %0" : "=r"(sp));
+  return sp;
+#else
+  return (uintptr_t)__builtin_frame_address(0);
+#endif
+}
+
 /* Makes site an event of the Lua line of place pl made in compiled code,
 ** when pl is not NULL; returns pl. */
 HOT_INLINE struct tl_place *at_place(struct vm_site *site, struct tl_place *pl)
@@ -219,9 +266,8 @@ compiled_site(struct profiler *p, struct vm_site *site)
        !vm_u32(0, p->g + p->layout.tl.g_exitno, &exitno) || exitno > 65535))
     return NULL;
   pl = trace_lines_place(&p->tlines, &p->layout, p->g, &site->traceno,
-                         site->exit ? (int)exitno : -1,
-                         (uintptr_t)__builtin_frame_address(0), s->trace_obj,
-                         s->trace_cap, s->trace_frees);
+                         site->exit ? (int)exitno : -1, hook_frame_low(),
+                         s->trace_obj, s->trace_cap, s->trace_frees);
   if (at_place(site, pl) != NULL && pl->tail_base) {
     /* A built-in the outermost frame tail-called: its caller's event. */
     struct vm_thread th;
@@ -247,8 +293,8 @@ HOT_INLINE struct tl_place *cached_site(struct profiler *p,
   if (site->exit || site->traceno >= s->trace_cap || TL_MCODE_UNIT != 1)
     return NULL; /* (arm64: found by an unwind, on the full path.) */
   pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
-                       (uintptr_t)__builtin_frame_address(0),
-                       s->trace_obj[site->traceno], s->trace_frees);
+                       hook_frame_low(), s->trace_obj[site->traceno],
+                       s->trace_frees);
   return pl != NULL && pl->tail_base ? NULL : at_place(site, pl);
 }
 
@@ -423,6 +469,9 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
        writer_failed(&p->out) != 0 ||
        (ext && p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
     return FULL_PATH;
+  /* (vm_locate sets the line of every Lua site, but not so that every
+  ** compiler can tell: one store, merged with vm_locate's.) */
+  site.line = 0;
   vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
             &site);
   /* Compiled code by line: the fast path takes a cached place of a trace
@@ -440,7 +489,8 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
       stack = compiled->stack_id;
   }
   if (!(site.source == SOURCE_INTERNAL ||
-        (site.source == SOURCE_LUA && site.addr == p->syms.last_proto &&
+        (site.source == SOURCE_LUA &&
+         site.addr == p->syms.proto_memo[symbols_proto_slot(site.addr)] &&
          (compiled == NULL || fast)) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
          p->syms.trace_obj[site.traceno] != 0 &&
@@ -466,13 +516,16 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
     count_extended(p, ptr);
   if (as != NULL && as->nsize != 0 && p->keeps_model)
     model_place(p, as, &site, stack);
+  /* (The full path's place may be charged to its caller: see
+  ** compiled_site.) */
   if (as != NULL)
-    event =
-        begin_event(&p->out, &p->last_location, &site, &p->layout, p->g, stack,
-                    (uintptr_t)as->ptr, as->osize, as->nsize, pdep, ext, fast);
+    event = begin_event(&p->out, &p->last_location, &site, NULL, &p->layout,
+                        p->g, stack, (uintptr_t)as->ptr, as->osize, as->nsize,
+                        pdep, ext, fast);
   else
-    event = begin_event(&p->out, &p->last_location, &site, &p->layout, p->g,
-                        stack, (uintptr_t)ptr, osize, nsize, pdep, ext, fast);
+    event = begin_event(&p->out, &p->last_location, &site,
+                        fast ? compiled : NULL, &p->layout, p->g, stack,
+                        (uintptr_t)ptr, osize, nsize, pdep, ext, fast);
   if (!fast && (err != 0 || event == NULL)) {
     /* The records it needs are not all in the stream: it is not
     ** committed, and counts as dropped. */
@@ -734,10 +787,23 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     check_cap(p, at);                                                          \
     return r;                                                                  \
   }                                                                            \
+  /* A resize (the dispatcher sends new blocks to _new_fast): the tests */     \
+  /* of a missing old block fold away. */                                      \
   static __attribute__((noinline)) void *name##_alloc_fast(                    \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
+    if (ptr == NULL)                                                           \
+      __builtin_unreachable();                                                 \
     return record_alloc(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,  \
+                        nsize, name##_alloc);                                  \
+  }                                                                            \
+  /* A new block (no old one): what depends on the old block folds away. */    \
+  /* (It takes the hook's arguments as they come, ptr NULL.) */                \
+  static __attribute__((noinline)) void *name##_new_fast(                      \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
+  {                                                                            \
+    (void)ptr;                                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, 1, NULL, osize, \
                         nsize, name##_alloc);                                  \
   }                                                                            \
   static __attribute__((noinline)) void *name##_free_fast(                     \
@@ -748,16 +814,18 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
                        name##_free);                                           \
   }                                                                            \
-  /* Saves no register: both fast paths are tail calls. */                     \
+  /* Saves no register: the fast paths are tail calls. */                      \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
     p->busy = 1;                                                               \
     if (forward_only(p))                                                       \
       return forward(p, ptr, osize, nsize);                                    \
-    if (nsize != 0)                                                            \
-      return name##_alloc_fast(p, ptr, osize, nsize);                          \
-    return name##_free_fast(p, ptr, osize);                                    \
+    if (nsize == 0)                                                            \
+      return name##_free_fast(p, ptr, osize);                                  \
+    if (ptr == NULL)                                                           \
+      return name##_new_fast(p, ptr, osize, nsize);                            \
+    return name##_alloc_fast(p, ptr, osize, nsize);                            \
   }
 /* The sampling twin of a hook of the extended format (sampling forces
 ** it). */

@@ -122,6 +122,8 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
     s->trace_frees++;
   if (s->last_proto == addr)
     s->last_proto = 0;
+  if (s->proto_memo[symbols_proto_slot(addr)] == addr)
+    s->proto_memo[symbols_proto_slot(addr)] = 0;
   if (s->line_memo.pt == addr)
     s->line_memo.pt = 0;
   if (s->last_c == addr)
@@ -145,6 +147,14 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
 
 /* ---- Symbol events ---------------------------------------------------- */
 
+/* pt, described (and cached, so that its free reaches
+** symbols_forget_slow), is the last prototype described. */
+static void note_proto(struct symbols *s, uintptr_t pt)
+{
+  s->last_proto = pt;
+  s->proto_memo[symbols_proto_slot(pt)] = pt;
+}
+
 int symbols_describe_proto(struct symbols *s, struct writer *w,
                            const struct vm_layout *lay, uintptr_t pt)
 {
@@ -152,7 +162,7 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
   uint32_t len;
   int32_t firstline;
   if (pt == s->last_proto || lookup(s, pt) != NULL) {
-    s->last_proto = pt;
+    note_proto(s, pt);
     return 0;
   }
   if (!vm_proto_source(lay, 0, pt, &name, &len, &firstline) ||
@@ -168,7 +178,7 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
   if (!writer_reserve(w, ULEB128_MAX))
     return 0;
   writer_put_uleb128(w, (uint64_t)(uint32_t)firstline);
-  s->last_proto = pt;
+  note_proto(s, pt);
   if (fault_in_source(name, len))
     return ENOMEM;
   return remember(s, pt, 0);

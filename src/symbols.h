@@ -40,12 +40,26 @@ struct symbol_slot {
 ** address hashes here", so most frees cost one bit test. */
 #define SYMBOL_FILTER_BITS 4096
 
+#define SYMBOL_PROTO_MEMO 8
+
+/* The slot of prototype pt in symbols.proto_memo (prototypes are 16-byte
+** aligned and longer than 100 bytes: the next bits tell neighbours
+** apart). */
+static inline size_t symbols_proto_slot(uintptr_t pt)
+{
+  return (size_t)(pt >> 4) & (SYMBOL_PROTO_MEMO - 1);
+}
+
 struct symbols {
   uint64_t filter[SYMBOL_FILTER_BITS / 64];
   struct symbol_slot *slots;
   size_t mask;          /* Number of slots - 1 (a power of two minus one). */
   size_t count;         /* Occupied slots. */
   uintptr_t last_proto; /* The prototype described most recently. */
+  /* Prototypes described lately, by symbols_proto_slot: the hook's fast
+  ** path knows them described (a loop cycles through a few: coroutines,
+  ** three). 0: none. */
+  uintptr_t proto_memo[SYMBOL_PROTO_MEMO];
   struct vm_line_memo line_memo; /* The hook's; its pt is a cached one. */
   uintptr_t last_c;              /* The C function described most recently. */
   uintptr_t *trace_obj;          /* Per trace number: the trace described. */

@@ -587,6 +587,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
       tl_store_after_return(lay, 0, target, &s->place);
     tl_builtin_frame(lay, 0, T, snap, sn, target, &s->place);
   }
+  s->place.loc_len = 0; /* (Its pt and line are final here.) */
   s->key = key;
   s->T = T;
   s->traceno = *traceno;

@@ -63,6 +63,11 @@ struct tl_place {
   /* frames[0] is a built-in that the outermost frame tail-called: the
   ** event is that frame's caller's (see tl_tail_builtin). */
   uint8_t tail_base;
+  /* The place's location as an event of the stream gives it (pt, then the
+  ** line, as ULEB128): loc_len bytes of loc, written by the hook at the
+  ** place's first event; 0 until then. */
+  uint8_t loc_len;
+  uint64_t loc[2];
 };
 
 /* The prototype whose bytecode holds pc: the nearest function header at
@@ -1112,7 +1117,8 @@ VM_INLINE int tl_base_caller(const struct vm_layout *lay, int safe, uintptr_t g,
 
 /* ---- The hook's side: a cache of places (trace_lines.c) ----------------- */
 
-#define TL_CACHE_SLOTS 512
+#define TL_CACHE_BITS 9
+#define TL_CACHE_SLOTS (1 << TL_CACHE_BITS)
 
 struct tl_cache_slot {
   uintptr_t key; /* Return address, or (T, exit) for an exit; 0: empty. */
@@ -1132,10 +1138,12 @@ struct trace_lines {
   struct tl_cache_slot scratch; /* For a trace not described yet. */
 };
 
-/* The cache slot of a key. */
+/* The cache slot of a key: the top bits of a multiplicative hash (one
+** multiply and a shift on the hook's fast path). */
 VM_INLINE size_t tl_slot_of(uintptr_t key)
 {
-  return (size_t)((key >> 2) ^ (key >> 11)) & (TL_CACHE_SLOTS - 1);
+  return (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >>
+                  (64 - TL_CACHE_BITS));
 }
 
 /*

@@ -74,37 +74,63 @@ static struct unwind_step *probe(const struct unwind_steps *s, uintptr_t ip)
   return NULL;
 }
 
+/* Whether the word at a holds the return address `to`. */
+static int holds(uintptr_t a, uintptr_t to)
+{
+  uintptr_t w;
+  memcpy(&w, (const void *)a, sizeof(w));
+  return strip_code(w) == to;
+}
+
 /* The frame whose return address is ip, with CFA cfa, returning (from a
-** frame whose CFA is next) to `to`: its size, and the one word of the
-** frame that holds `to`. Not learned if that word is not unique (a stale
-** copy, or a return address kept in a register). */
+** frame whose CFA is next) to `to`: its size, and the words of the frame
+** that hold `to`. The word its CFI names is one of them, but a stale copy
+** can sit beside it (a frame that tail-called this one left its own
+** return address, the same one, in the stack this frame reuses): the
+** words kept are those that held `to` at every unwind, at most two, and
+** a replay reads them all and trusts them only when they agree. Not
+** learned when there are more, or none (a return address kept in a
+** register). */
 static void learn_step(struct unwind_steps *s, uintptr_t ip, uintptr_t cfa,
                        uintptr_t next, uintptr_t to)
 {
   struct unwind_step *st = probe(s, ip);
-  uintptr_t a, at = 0;
+  uintptr_t a;
+  int32_t at[2] = {0, 0};
   int seen = 0;
   if (st == NULL || next <= cfa || next - cfa > UNWIND_MAX_FRAME ||
       ((next - cfa) & 7) != 0 || (cfa & 7) != 0)
     return;
+  if (st->ip == ip) {
+    /* Keep the words that held `to` this time too. */
+    int ra, ra2;
+    if (st->size != (uint32_t)(next - cfa)) {
+      st->size = 0;
+      return;
+    }
+    ra = holds(next + (uintptr_t)(intptr_t)st->ra, to);
+    ra2 = holds(next + (uintptr_t)(intptr_t)st->ra2, to);
+    if (!ra && !ra2)
+      st->size = 0;
+    else if (!ra)
+      st->ra = st->ra2;
+    else if (!ra2)
+      st->ra2 = st->ra;
+    return;
+  }
   for (a = cfa; a < next; a += 8) {
-    uintptr_t w;
-    memcpy(&w, (const void *)a, sizeof(w));
-    if (strip_code(w) == to) {
+    if (holds(a, to)) {
+      if (seen < 2)
+        at[seen] = (int32_t)(a - next);
       seen++;
-      at = a;
     }
   }
-  if (seen != 1)
+  if (seen == 0 || seen > 2)
     return;
-  if (st->ip == ip) {
-    if (st->size != (uint32_t)(next - cfa) || st->ra != (int32_t)(at - next))
-      st->size = 0;
-    return;
-  }
   st->ip = ip;
   st->size = (uint32_t)(next - cfa);
-  st->ra = (int32_t)(at - next);
+  st->ra = at[0];
+  st->ra2 = at[seen - 1];
 }
 
 int unwind_find(unwind_stop_fn stop, void *ud, uintptr_t limit,
@@ -138,7 +164,7 @@ int unwind_replay(const struct unwind_steps *s, uintptr_t ip, uintptr_t cfa,
   int n;
   for (n = 0; n < UNWIND_FRAMES; n++) {
     const struct unwind_step *st = probe(s, ip);
-    uintptr_t next, at;
+    uintptr_t next, at, at2, ip2;
     if (st == NULL || st->ip != ip || st->size == 0) {
       *ret = ip;
       *ret_cfa = cfa;
@@ -146,9 +172,14 @@ int unwind_replay(const struct unwind_steps *s, uintptr_t ip, uintptr_t cfa,
     }
     next = cfa + st->size;
     at = next + (uintptr_t)(intptr_t)st->ra;
-    if (next < cfa || next > limit || at < cfa || at + 8 > next)
+    at2 = next + (uintptr_t)(intptr_t)st->ra2;
+    if (next < cfa || next > limit || at < cfa || at + 8 > next || at2 < cfa ||
+        at2 + 8 > next)
       return 0;
     memcpy(&ip, (const void *)at, sizeof(ip));
+    memcpy(&ip2, (const void *)at2, sizeof(ip2));
+    if (ip != ip2) /* (One is a stale copy: which, only an unwind knows.) */
+      return 0;
     ip = strip_code(ip);
     cfa = next;
   }

@@ -31,8 +31,11 @@
 struct unwind_step {
   uintptr_t ip;  /* The return address; 0: empty slot. */
   uint32_t size; /* 0: seen with two sizes, not replayed. */
-  int32_t ra;    /* Where the frame keeps its return address, from its CFA
-                    (the caller's stack pointer at the call). */
+  /* The words of the frame that held its return address at every unwind
+  ** (from its CFA, the caller's stack pointer at the call): the one its
+  ** CFI names is always among them; another is a stale copy, such as one
+  ** a frame that tail-called this function left (ra2 == ra: one word). */
+  int32_t ra, ra2;
 };
 
 struct unwind_steps {

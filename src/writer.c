@@ -26,8 +26,7 @@
 ** location and four numbers) always fits after a single reserve check. */
 #define WRITER_SLACK (ULEB128_MAX * 8)
 
-uint8_t writer_uleb_length[64];
-uint64_t writer_uleb_more[64];
+struct writer_uleb writer_uleb;
 
 int writer_fast_pdep;
 
@@ -63,11 +62,11 @@ static int detect_fast_pdep(void)
 void writer_tables_init(void)
 {
   writer_fast_pdep = detect_fast_pdep();
-  unsigned lz;
-  for (lz = 0; lz < 64; lz++) {
-    unsigned bits = 64 - lz, n = (bits + 6) / 7;
-    writer_uleb_length[lz] = (uint8_t)n;
-    writer_uleb_more[lz] =
+  unsigned msb;
+  for (msb = 0; msb < 64; msb++) {
+    unsigned bits = msb + 1, n = (bits + 6) / 7;
+    writer_uleb.length[msb] = (uint8_t)n;
+    writer_uleb.more[msb] =
         n >= 2 && n <= 8 ? ((1ULL << (8 * (n - 1))) - 1) & 0x8080808080808080ULL
                          : 0;
   }

@@ -137,11 +137,15 @@ static inline void writer_put_byte(struct writer *w, uint8_t b)
   writer_commit(w, w->pos + 1);
 }
 
-/* By the number of leading zero bits of a number of 8 to 56 significant
+/* By the index of the highest set bit of a number of 1 to 56 significant
 ** bits: its LEB128 length, and the continuation bits of all but its last
-** byte. Filled by writer_tables_init(), which also sets writer_fast_pdep. */
-extern uint8_t writer_uleb_length[64];
-extern uint64_t writer_uleb_more[64];
+** byte (none for a number of one byte). Filled by writer_tables_init(),
+** which also sets writer_fast_pdep. */
+struct writer_uleb {
+  uint64_t more[64];
+  uint8_t length[64]; /* (One base address for both, on the hook's path.) */
+};
+extern struct writer_uleb writer_uleb;
 void writer_tables_init(void);
 
 /* Whether this CPU has a fast PDEP instruction (BMI2, and not an AMD CPU
@@ -155,15 +159,16 @@ extern int writer_fast_pdep;
 #endif
 
 /*
-** The LEB128 bytes of 0x80 <= v < 2^56 as one little-endian word, and
-** their number: v's 7-bit groups are spread one to a byte, then the
-** continuation bits are set. With `pdep` (a constant at every call, true
-** only where writer_fast_pdep is) one PDEP instruction spreads them;
-** otherwise three halving steps do, without a data-dependent loop.
+** The LEB128 bytes of v < 2^56 as one little-endian word, and their
+** number, given msb, the index of the highest set bit of v (of 1 for 0):
+** v's 7-bit groups are spread one to a byte, then the continuation bits
+** are set. With `pdep` (a constant at every call, true only where
+** writer_fast_pdep is) one PDEP instruction spreads them; otherwise three
+** halving steps do, without a data-dependent loop.
 */
-HOT_INLINE uint64_t uleb128_word_with(uint64_t v, unsigned *len, int pdep)
+HOT_INLINE uint64_t uleb128_word_msb(uint64_t v, unsigned msb, unsigned *len,
+                                     int pdep)
 {
-  unsigned lz = (unsigned)__builtin_clzll(v);
   uint64_t x;
 #if WRITER_HAS_PDEP
   if (pdep) {
@@ -176,8 +181,21 @@ HOT_INLINE uint64_t uleb128_word_with(uint64_t v, unsigned *len, int pdep)
     x = (x & 0x00003fff00003fffULL) | ((x << 2) & 0x3fff00003fff0000ULL);
     x = (x & 0x007f007f007f007fULL) | ((x << 1) & 0x7f007f007f007f00ULL);
   }
-  *len = writer_uleb_length[lz];
-  return x | writer_uleb_more[lz];
+  *len = writer_uleb.length[msb];
+  return x | writer_uleb.more[msb];
+}
+
+/* The index of the highest set bit of v, not 0 (63 ^ the count of leading
+** zeros: one BSR instruction on x86_64). */
+HOT_INLINE unsigned uleb128_msb(uint64_t v)
+{
+  return 63u ^ (unsigned)__builtin_clzll(v);
+}
+
+/* The same for 0x80 <= v < 2^56. */
+HOT_INLINE uint64_t uleb128_word_with(uint64_t v, unsigned *len, int pdep)
+{
+  return uleb128_word_msb(v, uleb128_msb(v), len, pdep);
 }
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -208,6 +226,45 @@ HOT_INLINE uint8_t *uleb128_put_with(uint8_t *p, uint64_t v, int pdep)
   }
   *p++ = (uint8_t)v;
   return p;
+}
+
+/* Whether every address and every block size is below 2^56: a 32-bit
+** build, or x86_64 and arm64, whose user addresses have at most 56 bits
+** (57-bit paging) and 52 bits. */
+#if ULEB128_WORDS && (UINTPTR_MAX <= 0xffffffffu || defined(__x86_64__) ||     \
+                      defined(__aarch64__))
+#define ULEB128_BLOCKS_WORDS 1
+#else
+#define ULEB128_BLOCKS_WORDS 0
+#endif
+
+/* As uleb128_put_with, for an address or the size of a block (below 2^56,
+** see ULEB128_BLOCKS_WORDS): always one word, without a test of the
+** number's range (0 too: its leading zeros are counted from 1, whose
+** encoding, one byte, is 0's). */
+HOT_INLINE uint8_t *uleb128_put_block(uint8_t *p, uint64_t v, int pdep)
+{
+#if ULEB128_BLOCKS_WORDS
+  unsigned len;
+  uint64_t x = uleb128_word_msb(v, uleb128_msb(v | 1), &len, pdep);
+  memcpy(p, &x, 8);
+  return p + len;
+#else
+  return uleb128_put_with(p, v, pdep);
+#endif
+}
+
+/* As uleb128_put_block, for a number known not to be 0. */
+HOT_INLINE uint8_t *uleb128_put_block_nonzero(uint8_t *p, uint64_t v, int pdep)
+{
+#if ULEB128_BLOCKS_WORDS
+  unsigned len;
+  uint64_t x = uleb128_word_msb(v, uleb128_msb(v), &len, pdep);
+  memcpy(p, &x, 8);
+  return p + len;
+#else
+  return uleb128_put_with(p, v, pdep);
+#endif
 }
 
 static inline uint8_t *uleb128_put(uint8_t *p, uint64_t v)

@@ -113,6 +113,48 @@ return keep
     assert.equal((after - before) * 1024, h.net(events))
   end)
 
+  it('records sizes and addresses exactly on each side of every LEB128 ' ..
+    'length, allocated and freed', function()
+    -- Block sizes around 2^7, 2^14 and 2^21: one, two, three and four
+    -- bytes of LEB128 (the hook writes addresses and sizes as words).
+    local lens = {}
+    for _, block in ipairs({ 0x80, 0x4000, 0x200000 }) do
+      for d = -3, 3 do lens[#lens + 1] = block - STRING_HEADER - 1 + d end
+    end
+    local payload = h.chunk([[
+local lens, keep = ..., {}
+for i = 1, #lens do
+  keep[i] = string.rep('z', lens[i])
+end
+keep = nil
+collectgarbage()
+collectgarbage()
+]], '@leb.lua')
+    collectgarbage()
+    local events = h.profile(payload, lens)
+    local allocated, count = {}, {}
+    for _, ev in ipairs(h.at(events, '@leb.lua:3', 'alloc')) do
+      allocated[ev.naddr] = ev.nsize
+      count[ev.nsize] = (count[ev.nsize] or 0) + 1
+    end
+    for _, len in ipairs(lens) do
+      local size = string_block(len)
+      assert.is_true((count[size] or 0) > 0, 'a block of ' .. size .. ' bytes')
+      count[size] = count[size] - 1
+    end
+    -- Each string's free names its block's address and size as allocated.
+    local wanted = {}
+    for _, len in ipairs(lens) do wanted[string_block(len)] = true end
+    local freed = 0
+    for _, ev in ipairs(h.at(events, 'INTERNAL', 'free')) do
+      if allocated[ev.oaddr] and wanted[ev.osize] then
+        assert.equal(allocated[ev.oaddr], ev.osize)
+        freed = freed + 1
+      end
+    end
+    assert.equal(#lens, freed)
+  end)
+
   it('charges allocations in a coroutine to the coroutine lines', function()
     local payload = h.chunk([[
 local co = coroutine.create(function()
