@@ -424,6 +424,20 @@ VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
   return op == tl->bc_tsetv || op == tl->bc_tsets || op == tl->bc_tsetb;
 }
 
+/* The innermost frame of pl returned: its caller, prototype pt, is the
+** event's, at the bytecode after the call at pc, on `line`. */
+VM_INLINE void tl_returned_to(struct tl_place *pl, uintptr_t pt, uintptr_t pc,
+                              uint32_t line)
+{
+  int i;
+  for (i = 1; i < pl->nframes; i++)
+    pl->frames[i - 1] = pl->frames[i];
+  pl->nframes--;
+  pl->frames[0].pc = pc + 4;
+  pl->pt = pt;
+  pl->line = line;
+}
+
 /*
 ** A new key stored right after an inlined call returned (`t.name = f(i)`):
 ** its snapshot can be the callee's last one (LuaJIT's loop optimisation
@@ -441,7 +455,6 @@ VM_INLINE void tl_store_after_return(const struct vm_layout *lay, int safe,
   uintptr_t pc, end, pt;
   uint32_t sizebc, line, pos, k;
   uint8_t op;
-  int i;
   if (!tl->newkey_ok || target != tl->newkey || pl->nframes < 2)
     return;
   pt = pl->frames[0].obj;
@@ -474,12 +487,7 @@ VM_INLINE void tl_store_after_return(const struct vm_layout *lay, int safe,
   pos = (uint32_t)((pc - (pt + lay->pt_size)) / 4);
   if (!vm_proto_line(lay, safe, pt, pos, sizebc, &line))
     return;
-  for (i = 1; i < pl->nframes; i++)
-    pl->frames[i - 1] = pl->frames[i];
-  pl->nframes--;
-  pl->frames[0].pc = pc + 4;
-  pl->pt = pt;
-  pl->line = line;
+  tl_returned_to(pl, pt, pc, line);
 }
 
 VM_INLINE int ir_ins(int safe, uintptr_t ir, uint32_t ref, uint8_t *o,
@@ -613,12 +621,7 @@ VM_INLINE int tl_after_return(const struct vm_layout *lay, int safe,
   profs = tl_region_profs(lay, safe, T, snap, sn);
   if (first == 0 || profs < 0 || (uint32_t)profs > lines)
     return 0;
-  for (i = 1; i < pl->nframes; i++)
-    pl->frames[i - 1] = pl->frames[i];
-  pl->nframes--;
-  pl->frames[0].pc = first + 4;
-  pl->pt = pt;
-  pl->line = line;
+  tl_returned_to(pl, pt, first, line);
   return 1;
 }
 
