@@ -718,7 +718,7 @@ static int l_info(lua_State *L)
   int ok = vm_learn_layout(L, &lay, error, sizeof(error));
   vm_learn_status(&st);
   lua_newtable(L);
-  lifecycle_push_library(L, "jit");
+  vm_learn_push_library(L, "jit");
   if (lua_istable(L, -1))
     lua_getfield(L, -1, "version");
   else
@@ -787,7 +787,7 @@ static int sentinel_gc(lua_State *L)
 static int has_builtin_memprof(lua_State *L)
 {
   int found = 0, top = lua_gettop(L);
-  lifecycle_push_library(L, "_G");
+  vm_learn_push_library(L, "_G");
   if (lua_istable(L, -1))
     lua_getfield(L, -1, "misc");
   if (lua_istable(L, -1)) {
@@ -865,7 +865,7 @@ static void anchor_messages(lua_State *L)
 ** not triggered. */
 static void install_misc(lua_State *L)
 {
-  lifecycle_push_library(L, "_G");
+  vm_learn_push_library(L, "_G");
   if (!lua_istable(L, -1)) {
     lua_pop(L, 1);
     return;

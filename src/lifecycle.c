@@ -161,18 +161,6 @@ void lifecycle_init_process(void)
   pthread_once(&process_once, setup_process);
 }
 
-/* ---- Loaded libraries ---------------------------------------------- */
-
-void lifecycle_push_library(lua_State *L, const char *name)
-{
-  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-  if (lua_istable(L, -1))
-    lua_getfield(L, -1, name);
-  else
-    lua_pushnil(L);
-  lua_remove(L, -2);
-}
-
 /* ---- Profiles ----------------------------------------------------------- */
 
 /* Writes the file name of `path` for process id `digits` to out (if not

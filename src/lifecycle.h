@@ -86,11 +86,6 @@ enum life_status {
 /* Once per process, before anything else here (idempotent). */
 void lifecycle_init_process(void);
 
-/* Pushes a loaded library's table (registry._LOADED[name]), or nil. The
-** module never looks at globals: hosts replace them (OpenResty's ngx_lua
-** guards writes to them and replaces coroutine.*). */
-void lifecycle_push_library(lua_State *L, const char *name);
-
 /* Whether a profile may start in L's VM now. Allocates nothing through
 ** the VM (see lifecycle.c). */
 enum life_status lifecycle_may_start(lua_State *L, struct vm_profiles *vm);

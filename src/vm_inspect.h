@@ -34,7 +34,7 @@ struct vm_site {
   uintptr_t addr;   /* SOURCE_LUA: GCproto; SOURCE_C: function address. */
   uint8_t exit;     /* SOURCE_TRACE: made while the VM leaves the trace. */
   uint8_t compiled; /* SOURCE_LUA: made by trace `traceno` (resolved by
-                       trace_lines.h). */
+                       trace_lines.c). */
 };
 
 #define TVALUE_SIZE 8

@@ -61,12 +61,12 @@ struct vm_trace_layout {
   uint8_t tr_nsnapmap, tr_ir, tr_nk;
   uint8_t snap_size, snap_mapofs, snap_mcofs, snap_nent;
   uint8_t bc_funcf; /* The first function header op (FUNCF). */
-  /* A table store right after an inlined call returns (trace_lines.h):
+  /* A table store right after an inlined call returns (trace_lines.c):
   ** lj_tab_newkey's address, and the ops of stores, returns and MOV. */
   int newkey_ok;
   uintptr_t newkey;
   uint8_t bc_tsetv, bc_tsets, bc_tsetb, bc_mov, bc_ret0, bc_ret1, bc_ret;
-  /* table.concat's frame on an event of its string (trace_lines.h):
+  /* table.concat's frame on an event of its string (trace_lines.c):
   ** the helpers' addresses, lj_buf_puttab's IR call id, the IR ops of a
   ** buffer's chain, BUFHDR's reset mode, SnapShot.ref and the built-in's
   ** id. */
@@ -74,20 +74,20 @@ struct vm_trace_layout {
   uintptr_t buf_tostr, buf_puttab;
   uint16_t puttab_id, bufhdr_reset;
   uint8_t ir_bufhdr, ir_bufstr, ir_calll, ir_carg, snap_ref, concat_ffid;
-  /* string.format's frame on an event of its string (trace_lines.h): the
+  /* string.format's frame on an event of its string (trace_lines.c): the
   ** IR call ids of the helpers only its recorder emits, IR BUFPUT and the
   ** built-in's id. */
   int format_ok;
   uint16_t format_ids[TL_FORMAT_IDS];
   uint8_t ir_bufput, format_ffid;
   /* An event after an inlined callee returned, in a snapshot region that
-  ** runs on into the caller (trace_lines.h): each bytecode op's kind
+  ** runs on into the caller (trace_lines.c): each bytecode op's kind
   ** (TL_BC_*, from jit.vmdef's names checked against jit.util.funcbc)
   ** and the IR op PROF. */
   int after_ok;
   uint8_t ir_prof;
   uint8_t bc_kind[256];
-  /* A new key stored in a loop's copied body (trace_lines.h): the IR ops
+  /* A new key stored in a loop's copied body (trace_lines.c): the IR ops
   ** LOOP and NEWREF, 0xff where jit.vmdef does not name them. */
   uint8_t ir_loop, ir_newref;
   /* trace_lines 'walk' (trace_lines.c): the helpers that make tables

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lifecycle.h" /* lifecycle_push_library */
 #include "vm_inspect.h"
 
 static pthread_mutex_t learn_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -107,6 +106,16 @@ static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
   safe_read_batch_end(batch);
 }
 
+void vm_learn_push_library(lua_State *L, const char *name)
+{
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (lua_istable(L, -1))
+    lua_getfield(L, -1, name);
+  else
+    lua_pushnil(L);
+  lua_remove(L, -2);
+}
+
 /* Names the C functions of the array package[field] ("package.loaders[2]":
 ** the loaders that require runs, plain C functions). */
 static void name_package_array(lua_State *L, const struct vm_layout *lay,
@@ -114,7 +123,7 @@ static void name_package_array(lua_State *L, const struct vm_layout *lay,
 {
   char name[64];
   int i, top = lua_gettop(L);
-  lifecycle_push_library(L, "package");
+  vm_learn_push_library(L, "package");
   if (lua_istable(L, -1)) {
     lua_getfield(L, -1, field);
     for (i = 1; lua_istable(L, -1) && i <= 8; i++) {
@@ -137,7 +146,7 @@ static void name_made_builtin(lua_State *L, const struct vm_layout *lay,
 {
   int top = lua_gettop(L) - nargs;
   uint8_t ffid;
-  lifecycle_push_library(L, lib);
+  vm_learn_push_library(L, lib);
   if (lua_istable(L, -1))
     lua_getfield(L, -1, fn);
   else

@@ -27,6 +27,11 @@ struct vm_learn_status {
   const char *where; /* "separate VM" or "profiled VM"; NULL before any. */
 };
 
+/* Pushes a loaded library's table (registry._LOADED[name]), or nil. The
+** module never looks at globals: hosts replace them (OpenResty's ngx_lua
+** guards writes to them and replaces coroutine.*). */
+void vm_learn_push_library(lua_State *L, const char *name);
+
 /*
 ** The verified layout, for a start in L's VM: learned at the first call
 ** (and tried again at later calls, at most VM_LEARN_ATTEMPTS times in all,

@@ -123,7 +123,8 @@ struct tlc_trace {
   uint32_t maplen; /* At least the snapshot map's length. */
 };
 
-/* A place resolved in this run (check 1 or 3), by its key. */
+/* A place resolved in this run (TLC_RESOLVE, TLC_RESOLVE_BUILTIN), by its
+** key. */
 struct tlc_memo {
   uintptr_t T, ret;
   uint32_t traceno;
@@ -131,11 +132,21 @@ struct tlc_memo {
   struct tl_place place;
 };
 
+/* What the recording allocator does with an event of a trace in the
+** current run (struct tlc's check). */
+enum tlc_check {
+  TLC_SAMPLE = 0,      /* Copy the native stack: nothing is known yet. */
+  TLC_RESOLVE,         /* Resolve it (and exits) with the layout found. */
+  TLC_TARGET,          /* Note the helper the trace's call went to. */
+  TLC_RESOLVE_BUILTIN, /* Resolve it, with the built-in that helper names. */
+  TLC_UNWIND           /* arm64: the trace's stack pointer, by the unwinder. */
+};
+
 struct tlc {
   struct calib *c;
   lua_Alloc orig;
   void *orig_ud;
-  int check;
+  enum tlc_check check;
   int nsamples, nresults, dropped;
   int want_results;    /* Results this run resolves, at most TLC_RESULTS. */
   int want_bases;      /* ... with the frames below their trace (judged in the
@@ -146,8 +157,8 @@ struct tlc {
   uintptr_t g_end;     /* GG_State reads whole from g up to here. */
   int ntraces;
   int based;    /* The known-answer run found the frames below its traces. */
-  int ntargets; /* Call targets of trace allocations (check == 2). */
-  int nsps;     /* arm64: stack pointers the C unwinder found (check == 4). */
+  int ntargets; /* Call targets of trace allocations (TLC_TARGET). */
+  int nsps;     /* arm64: stack pointers the C unwinder found (TLC_UNWIND). */
   /* The arrays, from here on, are not cleared: an entry is written whole
   ** before its count covers it (then only the pages used are touched). */
   struct tlc_memo memo[TLC_MEMOS];
@@ -275,7 +286,7 @@ static void resolve_now(struct tlc *t, uint32_t traceno, uintptr_t low)
   } else {
     sn = tl_snapshot_at(lay, 1, T, tl_mcode_ofs(ret, mcode), &snap);
     r->ok = sn >= 0 && tl_snapshot_place(lay, 1, T, snap, sn, &r->place);
-    if (r->ok && t->check == 3)
+    if (r->ok && t->check == TLC_RESOLVE_BUILTIN)
       tl_builtin_frame(lay, 1, T, snap, sn, tl_call_target(1, ret, mcode),
                        &r->place);
     if (m != NULL) {
@@ -359,12 +370,12 @@ static void unwound_sp(struct tlc *t)
 static int tlc_wants(const struct tlc *t)
 {
   switch (t->check) {
-  case 0:
+  case TLC_SAMPLE:
     return t->nsamples < TLC_SAMPLES;
-  case 2:
+  case TLC_TARGET:
     return t->ntargets < TLC_TARGETS;
 #if defined(__aarch64__)
-  case 4:
+  case TLC_UNWIND:
     return t->nsps < TLC_SAMPLES;
 #endif
   default:
@@ -452,7 +463,7 @@ static void tlc_trust(const struct tlc *t, int batch, uintptr_t low, int32_t st)
   /* In the runs that check (the trace's fields are found, checked against
   ** jit.util.tracemc for every trace): the running trace's machine code,
   ** mapped while the trace lives. */
-  if (t->check != 0 && IN_TRACE(st)) {
+  if (t->check != TLC_SAMPLE && IN_TRACE(st)) {
     uintptr_t T = vm_trace_object(lay, 1, t->c->g, (uint32_t)st), mcode;
     uint32_t size;
     /* Its GCtrace, alive while it runs: the fields found, in place. */
@@ -481,24 +492,25 @@ static void *tlc_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
   if (nsize != 0)
     vm_i32(0, t->c->g + t->c->lay.g_vmstate, &st);
   if (nsize == 0 ||
-      !(IN_TRACE(st) || (t->check && st < 0 && (uint32_t)~st < VM_STATE_SLOTS &&
-                         t->c->lay.state_class[~st] == STATE_EXIT)))
+      !(IN_TRACE(st) ||
+        (t->check != TLC_SAMPLE && st < 0 && (uint32_t)~st < VM_STATE_SLOTS &&
+         t->c->lay.state_class[~st] == STATE_EXIT)))
     return t->orig(t->orig_ud, ptr, osize, nsize);
   if (!tlc_wants(t)) {
-    t->dropped += t->check != 0;
+    t->dropped += t->check != TLC_SAMPLE;
     return t->orig(t->orig_ud, ptr, osize, nsize);
   }
   batch = safe_read_batch_begin();
   tlc_trust(t, batch, low, st);
   if (!IN_TRACE(st))
     resolve_exit(t);
-  else if (t->check == 2)
+  else if (t->check == TLC_TARGET)
     note_target(t, (uint32_t)st, low);
 #if defined(__aarch64__)
-  else if (t->check == 4)
+  else if (t->check == TLC_UNWIND)
     unwound_sp(t);
 #endif
-  else if (t->check)
+  else if (t->check != TLC_SAMPLE)
     resolve_now(t, (uint32_t)st, low);
   else
     take_stack(t, (uint32_t)st, low);
@@ -998,7 +1010,7 @@ static int find_stack_adjust(lua_State *L, struct tlc *t)
   /* The u16 of GCtrace that holds each sample's adjustment: the usual
   ** offset, else the only one. */
   int top = lua_gettop(L), o, i, found = -1, fits_at = 0;
-  t->check = 4;
+  t->check = TLC_UNWIND;
   t->nsps = 0;
   run_known(L, t, "=memprof.calibration.lines");
   lua_settop(L, top);
@@ -1159,7 +1171,7 @@ static void find_store_after_return(lua_State *L, struct tlc *t, int ju)
   tl->bc_mov = op[4];
   tl->bc_ret1 = op[5];
   tl->bc_ret = op[6];
-  t->check = 2;
+  t->check = TLC_TARGET;
   t->ntargets = 0;
   if (luaL_loadbuffer(L, adds, sizeof(adds) - 1, "=memprof.calibration.adds"))
     return;
@@ -1496,7 +1508,7 @@ static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
              "=memprof.calibration.concat");
   chunk = lua_gettop(L);
   /* Every allocation of the chunk's trace goes to lj_buf_tostr. */
-  t->check = 2;
+  t->check = TLC_TARGET;
   t->ntargets = 0;
   if (run_builtin_chunk(L, t, fn, 1, chunk) == 0 || t->ntargets < 3)
     goto done;
@@ -1511,7 +1523,7 @@ static void find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   if (!shaped)
     goto done;
   tl->concat_ok = 1;
-  t->check = 3;
+  t->check = TLC_RESOLVE_BUILTIN;
   t->nresults = t->dropped = 0;
   t->want_results = TLC_RESULTS;
   push_chunk(L, concat_chunk, sizeof(concat_chunk) - 1,
@@ -1587,12 +1599,12 @@ static void find_format_frame(lua_State *L, struct tlc *t)
              "=memprof.calibration.format");
   chunk = lua_gettop(L);
   /* A first run compiles the loop; the second is resolved. */
-  t->check = 2;
+  t->check = TLC_TARGET;
   t->ntargets = 0;
   if (run_builtin_chunk(L, t, fn, 1, chunk) == 0)
     goto done;
   tl->format_ok = 1;
-  t->check = 3;
+  t->check = TLC_RESOLVE_BUILTIN;
   t->nresults = t->dropped = 0;
   t->want_results = TLC_RESULTS;
   push_chunk(L, format_chunk, sizeof(format_chunk) - 1,
@@ -1817,7 +1829,7 @@ static int known_run(lua_State *L, struct tlc *t)
   const struct vm_layout *lay = &t->c->lay;
   int top = lua_gettop(L), batch, r;
   uintptr_t run_pt, inner_pt, outer_pt;
-  t->check = 1;
+  t->check = TLC_RESOLVE;
   t->nresults = t->dropped = 0;
   t->want_results = TLC_KNOWN_EVENTS;
   t->want_bases = 1;
@@ -1870,7 +1882,7 @@ static void check_exits(lua_State *L, struct tlc *t)
   int top = lua_gettop(L), i, seen, status, attempt;
   uintptr_t pt;
   for (attempt = 0; attempt < 3 && !tl->exit_ok; attempt++) {
-    t->check = 1;
+    t->check = TLC_RESOLVE;
     t->nresults = t->dropped = seen = 0;
     t->want_results = TLC_RESULTS;
     if (luaL_loadbuffer(L, exit_chunk, sizeof(exit_chunk) - 1,
