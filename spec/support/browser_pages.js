@@ -15,52 +15,14 @@
 // height (of the page's window; by default the tab's own)}].
 // Prints a JSON list, a result per job: {check (string or null), console
 // (list of lines), loaded (boolean)}.
-const {spawn} = require('child_process');
 const fs = require('fs');
-const os = require('os');
-const path = require('path');
+const chromium = require('./chromium_pipe');
 
-const binary = process.argv[2];
 const jobs = JSON.parse(fs.readFileSync(process.argv[3], 'utf8'));
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'memprof-pages-'));
 // The flags the specs ran `chromium --dump-dom` with (consumers.lua).
-const chrome = spawn(binary, ['--headless', '--no-sandbox', '--disable-gpu',
-  '--disable-background-networking', '--disable-component-update',
-  '--disable-sync', '--no-first-run', '--hide-scrollbars',
-  '--run-all-compositor-stages-before-draw', '--remote-debugging-pipe',
-  '--user-data-dir=' + dir, 'about:blank'],
-{stdio: ['ignore', 'ignore', 'ignore', 'pipe', 'pipe'], detached: true});
-const toChrome = chrome.stdio[3];
-const fromChrome = chrome.stdio[4];
-let lastId = 0;
-let pending = '';
-const waiting = new Map();
-// Events by session: the listener of the page being opened.
-const listeners = new Map();
-fromChrome.on('data', (data) => {
-  pending += data.toString();
-  for (let at = pending.indexOf('\0'); at >= 0; at = pending.indexOf('\0')) {
-    const message = JSON.parse(pending.slice(0, at));
-    pending = pending.slice(at + 1);
-    const done = waiting.get(message.id);
-    if (done) {
-      waiting.delete(message.id);
-      done(message);
-    } else if (message.method && listeners.has(message.sessionId)) {
-      listeners.get(message.sessionId)(message);
-    }
-  }
-});
-
-function send(method, params, sessionId) {
-  const message = {id: ++lastId, method, params: params || {}};
-  if (sessionId) message.sessionId = sessionId;
-  toChrome.write(JSON.stringify(message) + '\0');
-  return new Promise((resolve, reject) => waiting.set(message.id,
-    (reply) => reply.error ?
-      reject(new Error(method + ': ' + JSON.stringify(reply.error))) :
-      resolve(reply.result)));
-}
+const {send, listen, finish} = chromium.start(process.argv[2],
+  ['--disable-sync', '--hide-scrollbars',
+    '--run-all-compositor-stages-before-draw'], 'pages');
 
 // A console call's arguments as one line (strings as they are).
 function consoleLine(params) {
@@ -84,7 +46,7 @@ async function tab() {
   const {sessionId} = await send('Target.attachToTarget',
     {targetId: target.targetId, flatten: true});
   const page = {sessionId, result: null, loaded: null};
-  listeners.set(sessionId, (message) => {
+  listen(sessionId, (message) => {
     const params = message.params;
     const result = page.result;
     if (!result) return;
@@ -135,24 +97,6 @@ async function open(page, job) {
   page.result = null;
   page.loaded = null;
   return result;
-}
-
-// Ends Chromium and every process it started (its own process group),
-// then removes its profile directory, which they may still be writing a
-// moment after the browser's exit.
-function finish(code, output) {
-  chrome.on('exit', () => {
-    try {
-      process.kill(-chrome.pid, 'SIGKILL');
-    } catch (e) {
-      // (The group is gone already.)
-    }
-    fs.rmSync(dir, {recursive: true, force: true, maxRetries: 50,
-      retryDelay: 100});
-    if (output) process.stdout.write(output + '\n');
-    process.exit(code);
-  });
-  chrome.kill();
 }
 
 (async () => {

@@ -11,43 +11,11 @@
 // each file, in a list (one Chromium for them all).
 //
 //   node heapsnapshot_devtools.js CHROMIUM FILE...
-const {spawn} = require('child_process');
 const fs = require('fs');
-const os = require('os');
-const path = require('path');
+const chromium = require('./chromium_pipe');
 
-const binary = process.argv[2];
 const texts = process.argv.slice(3).map((f) => fs.readFileSync(f, 'utf8'));
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'memprof-devtools-'));
-const chrome = spawn(binary, ['--headless', '--no-sandbox', '--disable-gpu',
-  '--disable-background-networking', '--disable-component-update',
-  '--no-first-run', '--remote-debugging-pipe', '--user-data-dir=' + dir,
-  'about:blank'], {stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
-  detached: true});
-const toChrome = chrome.stdio[3];
-const fromChrome = chrome.stdio[4];
-let lastId = 0;
-let pending = '';
-const waiting = new Map();
-fromChrome.on('data', (data) => {
-  pending += data.toString();
-  for (let at = pending.indexOf('\0'); at >= 0; at = pending.indexOf('\0')) {
-    const message = JSON.parse(pending.slice(0, at));
-    pending = pending.slice(at + 1);
-    const done = waiting.get(message.id);
-    if (done) {
-      waiting.delete(message.id);
-      done(message);
-    }
-  }
-});
-
-function send(method, params, sessionId) {
-  const message = {id: ++lastId, method, params: params || {}};
-  if (sessionId) message.sessionId = sessionId;
-  toChrome.write(JSON.stringify(message) + '\0');
-  return new Promise((resolve) => waiting.set(message.id, resolve));
-}
+const {send, finish} = chromium.start(process.argv[2], [], 'devtools');
 
 // Runs in the DevTools page: the snapshot through DevTools' loader.
 async function loadInDevTools(texts) {
@@ -87,44 +55,25 @@ async function loadOne(snapshotText) {
   return {nodes, edges, stacks};
 }
 
-// Ends Chromium and every process it started (its own process group),
-// then removes its profile directory, which they may still be writing a
-// moment after the browser's exit.
-function finish(code, output) {
-  chrome.on('exit', () => {
-    try {
-      process.kill(-chrome.pid, 'SIGKILL');
-    } catch (e) {
-      // (The group is gone already.)
-    }
-    fs.rmSync(dir, {recursive: true, force: true, maxRetries: 50,
-      retryDelay: 100});
-    if (output) process.stdout.write(output + '\n');
-    process.exit(code);
-  });
-  chrome.kill();
-}
-
 (async () => {
   const target = await send('Target.createTarget',
     {url: 'devtools://devtools/bundled/devtools_app.html'});
-  const attached = await send('Target.attachToTarget',
-    {targetId: target.result.targetId, flatten: true});
-  const session = attached.result.sessionId;
-  let result;
+  const {sessionId} = await send('Target.attachToTarget',
+    {targetId: target.targetId, flatten: true});
+  let reply;
   for (let tries = 0; tries < 50; tries++) {
-    result = await send('Runtime.evaluate', {
+    reply = await send('Runtime.evaluate', {
       expression: loadOne.toString() + ';(' + loadInDevTools.toString() +
         ')(' + JSON.stringify(texts) + ')',
-      awaitPromise: true, returnByValue: true}, session);
-    if (!(result.result && result.result.exceptionDetails)) break;
+      awaitPromise: true, returnByValue: true}, sessionId);
+    if (!reply.exceptionDetails) break;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  if (!result.result || result.result.exceptionDetails) {
-    process.stderr.write(JSON.stringify(result) + '\n');
+  if (reply.exceptionDetails) {
+    process.stderr.write(JSON.stringify(reply) + '\n');
     return finish(1);
   }
-  finish(0, result.result.result.value);
+  finish(0, reply.result.value);
 })().catch((e) => {
   process.stderr.write(String(e && e.stack || e) + '\n');
   finish(1);
