@@ -1,8 +1,8 @@
 // A headless Chromium driven through the DevTools protocol on a pipe
 // (--remote-debugging-pipe), for the specs' node scripts
 // (browser_pages.js, heapsnapshot_devtools.js). The browser runs in a
-// process group of its own with a profile directory of its own; finish()
-// ends them both.
+// process group of its own with a directory of its own (its profile and
+// its temporary files); finish() ends the one and removes the other.
 //
 //   const browser = require('./chromium_pipe').start(BINARY, FLAGS, NAME);
 //   const result = await browser.send(method, params, sessionId);
@@ -19,7 +19,10 @@ function start(binary, flags, name) {
     '--disable-background-networking', '--disable-component-update',
     '--no-first-run', ...flags, '--remote-debugging-pipe',
     '--user-data-dir=' + dir, 'about:blank'],
-  {stdio: ['ignore', 'ignore', 'ignore', 'pipe', 'pipe'], detached: true});
+  // TMPDIR: its singleton socket's directory, which a killed browser
+  // leaves behind, goes into the profile directory finish() removes.
+  {stdio: ['ignore', 'ignore', 'ignore', 'pipe', 'pipe'], detached: true,
+    env: {...process.env, TMPDIR: dir}});
   const toChrome = chrome.stdio[3];
   let lastId = 0;
   let pending = '';
