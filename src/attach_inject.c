@@ -441,22 +441,6 @@ struct libc_fns {
   uintptr_t dlopen, dlerror;
 };
 
-static int target_maps(pid_t pid, struct remote_maps *maps, char *msg,
-                       size_t len)
-{
-  int err = remote_maps_read(pid, maps);
-  if (err == ENOENT || err == ESRCH)
-    return fail(msg, len, ESRCH, "no process %d", (int)pid);
-  if (err == EACCES || err == EPERM) {
-    remote_explain_refusal(pid, EPERM, msg, len);
-    return EPERM;
-  }
-  if (err != 0)
-    return fail(msg, len, err, "cannot read process %d's mappings: %s",
-                (int)pid, strerror(err));
-  return 0;
-}
-
 #if defined(__x86_64__)
 
 static int libc_in_target(pid_t pid, const struct remote_maps *maps,
@@ -503,7 +487,7 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
     while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
       ;
   }
-  if ((err = target_maps(pid, &maps, msg, len)) != 0) {
+  if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0) {
     if (err == ESRCH)
       fail(msg, len, ESRCH, "process %d exited while it was stopped", (int)pid);
     goto out;
@@ -560,7 +544,7 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
       goto out;
     }
     remote_maps_free(&maps);
-    if ((err = target_maps(pid, &maps, msg, len)) != 0)
+    if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0)
       goto out;
     if (!target_object(pid, &maps, self)) {
       err = fail(msg, len, ENOTSUP,
@@ -623,7 +607,7 @@ static int run(pid_t pid, struct attach_call *c, struct result *res, char *msg,
       realpath(info.dli_fname, so) == NULL ||
       !own_object((void *)memprof_attach_call, &self))
     return fail(msg, len, ENOTSUP, "cannot find memprof.so's own path");
-  if ((err = target_maps(pid, &maps, msg, len)) != 0)
+  if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0)
     return err;
   if (c->op != ATTACH_START && !target_object(pid, &maps, &self)) {
     remote_maps_free(&maps);

@@ -914,23 +914,6 @@ static int run_child(const struct job *j, struct heap_remote_result *res,
   return st;
 }
 
-/* The maps of process pid, or why they cannot be read. */
-static int target_maps(pid_t pid, struct remote_maps *maps, char *msg,
-                       size_t len)
-{
-  int err = remote_maps_read(pid, maps);
-  if (err == ENOENT || err == ESRCH)
-    return fail(msg, len, ESRCH, "no process %d", (int)pid);
-  if (err == EACCES || err == EPERM) {
-    remote_explain_refusal(pid, EPERM, msg, len);
-    return EPERM;
-  }
-  if (err != 0)
-    return fail(msg, len, err, "cannot read process %d's mappings: %s",
-                (int)pid, strerror(err));
-  return 0;
-}
-
 int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
                          int hosted, struct heap_remote_result *res, char *msg,
                          size_t len)
@@ -949,7 +932,7 @@ int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
                 pid <= 0 ? "no process %d"
                          : "process %d is this one: use memprof.snapshot",
                 pid);
-  if ((err = target_maps(pid, &maps, msg, len)) != 0)
+  if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0)
     return err;
   err = target_luajit(pid, &maps, &lj, msg, len);
   if (err == ENOTSUP && !hosted &&

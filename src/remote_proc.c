@@ -249,3 +249,21 @@ void remote_explain_refusal(pid_t pid, int err, char *msg, size_t len)
              "CAP_SYS_PTRACE) refuses",
              (int)pid, strerror(err));
 }
+
+int remote_maps_read_target(pid_t pid, struct remote_maps *maps, char *msg,
+                            size_t len)
+{
+  int err = remote_maps_read(pid, maps);
+  if (err == ENOENT || err == ESRCH) {
+    snprintf(msg, len, "no process %d", (int)pid);
+    return ESRCH;
+  }
+  if (err == EACCES || err == EPERM) {
+    remote_explain_refusal(pid, EPERM, msg, len);
+    return EPERM;
+  }
+  if (err != 0)
+    snprintf(msg, len, "cannot read process %d's mappings: %s", (int)pid,
+             strerror(err));
+  return err;
+}

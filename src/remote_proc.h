@@ -44,4 +44,9 @@ size_t remote_build_id(pid_t pid, uintptr_t at, uint8_t *id, size_t cap);
 ** or a read): which rule refuses and what to do, into msg. */
 void remote_explain_refusal(pid_t pid, int err, char *msg, size_t len);
 
+/* remote_maps_read of another process, its failures said in msg: ESRCH
+** (no such process), EPERM (explained), or the errno. Returns 0 or that. */
+int remote_maps_read_target(pid_t pid, struct remote_maps *maps, char *msg,
+                            size_t len);
+
 #endif
