@@ -23,13 +23,7 @@ local M = {}
 local ROUNDS = 5
 local CYCLES = tonumber(os.getenv('BENCH_ATTACH_CYCLES') or '100')
 
-local function read(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local text = f:read('*a')
-  f:close()
-  return text
-end
+local read = toolkit.read
 
 local function now()
   local pipe = io.popen('date +%s.%N')
@@ -60,15 +54,8 @@ local function start(lua, dir)
   f:write((A.DAEMON:gsub('%-%- BEFORE', ''):gsub('%-%- INSIDE', '')
     :gsub('cache%[#cache %+ 1%]', 'cache[request %% 1000 + 1]')))
   f:close()
-  os.execute(string.format("timeout 600 sh -c 'echo $$ > %s/pid; exec %s " ..
-    "%s/daemon.lua %s' >/dev/null 2>&1 &", dir, lua, dir, dir))
-  for _ = 1, 400 do
-    if read(dir .. '/ready') and read(dir .. '/pid') then
-      return tonumber(read(dir .. '/pid'))
-    end
-    os.execute('sleep 0.05')
-  end
-  return nil
+  return toolkit.start_daemon(lua .. ' ' .. dir .. '/daemon.lua ' .. dir, dir,
+    600, 400)
 end
 
 -- Seconds from the command's start to the first event in the file, and
@@ -101,9 +88,7 @@ function M.run(lua)
     return
   end
   local attach = require('memprof.cli.attach')
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute('mkdir ' .. shell_quote(dir))
+  local dir = toolkit.temp_dir()
   local pid = start(lua, dir)
   print('\nmemprof attach PID of a luajit daemon (' ..
     (pid and rss_kb(pid) or '?') .. ' kB resident)')

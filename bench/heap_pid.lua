@@ -26,42 +26,23 @@ f:close()
 while true do os.execute('sleep 0.1') end
 ]]
 
-local function read(path)
-  local f = io.open(path, 'rb')
-  if not f then return nil end
-  local text = f:read('*a')
-  f:close()
-  return text
-end
 
-local function median(list)
-  table.sort(list)
-  return list[math.floor((#list + 1) / 2)]
-end
+local median = toolkit.median
 
 -- Starts the target; returns its process id.
 local function start(lua, dir)
   local f = assert(io.open(dir .. '/target.lua', 'w'))
   f:write(TARGET)
   f:close()
-  os.execute(string.format("timeout 300 sh -c 'echo $$ > %s/pid; exec %s " ..
-    "%s/target.lua %s %d' >/dev/null 2>&1 &", dir, lua, dir, dir, OBJECTS))
-  for _ = 1, 1200 do
-    if read(dir .. '/ready') and read(dir .. '/pid') then
-      return tonumber(read(dir .. '/pid'))
-    end
-    os.execute('sleep 0.05')
-  end
-  return nil
+  return toolkit.start_daemon(string.format('%s %s/target.lua %s %d', lua,
+    dir, dir, OBJECTS), dir, 300, 1200)
 end
 
 function M.run(lua)
   if os.getenv('BENCH_HEAP_PID') == 'off' then
     return
   end
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute('mkdir ' .. shell_quote(dir))
+  local dir = toolkit.temp_dir()
   local pid = start(lua, dir)
   print('\nmemprof heap PID of a process holding ' .. OBJECTS .. ' tables')
   local pauses, walks, copied, failed = {}, {}, nil, nil
