@@ -302,4 +302,17 @@ function M.expect(server, path, expected)
     status, body, server:error_log()))
 end
 
+-- The process id of the server's one worker: the one child of its master.
+function M.worker_pid(server)
+  local master = command.read_file(server:path('nginx.pid')):match('%d+')
+  local children = command.read_file('/proc/' .. master .. '/task/' ..
+    master .. '/children')
+  local pids = {}
+  for pid in children:gmatch('%d+') do
+    pids[#pids + 1] = pid
+  end
+  assert(#pids == 1, 'expected one worker, found ' .. children)
+  return pids[1]
+end
+
 return M

@@ -15,17 +15,7 @@ end
 
 local expect = nginx.expect
 
-local function worker_pid(server)
-  local master = C.read_file(server:path('nginx.pid')):match('%d+')
-  local children = C.read_file('/proc/' .. master .. '/task/' .. master ..
-    '/children')
-  local pids = {}
-  for pid in children:gmatch('%d+') do
-    pids[#pids + 1] = pid
-  end
-  assert(#pids == 1, 'expected one worker, found ' .. children)
-  return pids[1]
-end
+local worker_pid = nginx.worker_pid
 
 -- A page a request, each kept in the catalog's cache: the leak.
 local HANDLER = [[

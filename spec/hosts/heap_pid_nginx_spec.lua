@@ -19,18 +19,7 @@ local CATALOG = nginx.CATALOG
 
 local expect = nginx.expect
 
--- The worker's process id: the one child of the master.
-local function worker_pid(server)
-  local master = C.read_file(server:path('nginx.pid')):match('%d+')
-  local children = C.read_file('/proc/' .. master .. '/task/' .. master ..
-    '/children')
-  local pids = {}
-  for pid in children:gmatch('%d+') do
-    pids[#pids + 1] = pid
-  end
-  assert(#pids == 1, 'expected one worker, found ' .. children)
-  return pids[1]
-end
+local worker_pid = nginx.worker_pid
 
 local function catalog_rows(path)
   local code, out, err = C.run(C.command(C.ROOT .. '/bin/memprof-report',
