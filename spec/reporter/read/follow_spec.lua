@@ -35,6 +35,13 @@ local function profile(base)
   return s, ends
 end
 
+-- Another program's profile: one allocation of 10 bytes at @new.lua:2,
+-- the heap at its start `heap` bytes.
+local function another_profile(heap)
+  return B.new():events({ version = B.EXTENDED }):note(B.HEAP_AT_START, heap)
+    :define_lfunc(0x300, '@new.lua', 1):alloc(B.lua(0x300, 2), ADDR, 10)
+end
+
 local function events_of(stream)
   local list = {}
   for ev in stream:each() do
@@ -183,9 +190,7 @@ describe('follow', function()
     local first = f:poll()
     assert.are.equal(5, #drain(first, {}))
     -- A new profile at the same path: truncated, shorter.
-    local new = B.new():events({ version = B.EXTENDED })
-    new:note(B.HEAP_AT_START, 100):define_lfunc(0x300, '@new.lua', 1)
-      :alloc(B.lua(0x300, 2), ADDR, 10)
+    local new = another_profile(100)
     local file = assert(io.open(path, 'wb'))
     file:write(new:bytes())
     file:close()
@@ -226,9 +231,7 @@ describe('follow', function()
     local f = follow.new(path)
     local first = f:poll()
     assert.are.equal(5, #drain(first, {}))
-    local new = B.new():events({ version = B.EXTENDED })
-    new:note(B.HEAP_AT_START, 7):define_lfunc(0x300, '@new.lua', 1)
-      :alloc(B.lua(0x300, 2), ADDR, 10)
+    local new = another_profile(7)
     append(path .. '.new', new:bytes())
     assert(os.rename(path .. '.new', path))
     local stream, fresh = f:poll()
