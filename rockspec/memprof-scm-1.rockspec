@@ -35,6 +35,7 @@ build = {
         "src/symbols.c", "src/trace_lines.c", "src/unwind.c",
         "src/vm_discover.c",
         "src/vm_layout.c", "src/vm_learn.c", "src/vm_trace_calib.c",
+        "src/vm_trace_frames.c", "src/vm_trace_search.c",
         "src/writer.c",
       },
       libraries = { "dl", "pthread", "m" },

@@ -139,7 +139,7 @@ int discover_globals(struct calib *c);
 int discover_traces(struct calib *c);
 void discover_parent(struct calib *c, uint32_t root);
 
-/* Compiled-code attribution (vm_trace_calib.c): sets c->lay.tl, saying
+/* Compiled-code attribution (vm_trace_*.c): sets c->lay.tl, saying
 ** why not when a check fails. Runs after the layout is verified. */
 void calibrate_trace_lines(lua_State *L, struct calib *c, int apart);
 
