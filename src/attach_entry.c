@@ -31,6 +31,7 @@
 #include "remote_proc.h"
 #include "safe_read.h"
 #include "vm_inspect.h"
+#include "vm_learn.h"
 
 /* At most this many VMs are told apart (by the address of their main
 ** thread), as memprof heap does. */
@@ -139,14 +140,16 @@ static int threads_outside(struct attach_call *c,
 
 struct learn_job {
   struct heap_layout h;
-  int ok;
+  int ok, lines; /* lines: the start wants compiled code by line. */
   char err[400];
 };
 
 static int learn_in(lua_State *T)
 {
   struct learn_job *j = lua_touserdata(T, 1);
-  j->ok = heap_layout_learn(T, &j->h, j->err, sizeof(j->err));
+  j->ok = heap_layout_learn(T, &j->h, j->err, sizeof(j->err)) &&
+          (!j->lines ||
+           vm_learn_layout_for(T, 1, &j->h.base, j->err, sizeof(j->err)));
   return 0;
 }
 
@@ -158,6 +161,7 @@ static int learn(struct attach_call *c, struct heap_layout *h)
   int ok;
   if (j == NULL)
     return fail(c, ENOMEM, "out of memory");
+  j->lines = c->opts.trace_lines != TRACE_LINES_START;
   *(void **)&newstate = dlsym(RTLD_DEFAULT, "luaL_newstate");
   if (newstate == NULL || (T = newstate()) == NULL) {
     free(j);

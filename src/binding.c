@@ -655,10 +655,14 @@ static void push_offsets(lua_State *L, const struct vm_layout *lay)
 }
 
 /* info().trace_lines: what compiled-code attribution this build supports
-** ('resume', and 'exact' with J->prof_mode), and why not. */
-static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
+** ('resume', and 'exact' with J->prof_mode), and why not; `calibrated`
+** false until a start that wants it (or info{trace_lines = true}). */
+static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl,
+                             int calibrated)
 {
   lua_newtable(L);
+  lua_pushboolean(L, calibrated);
+  lua_setfield(L, -2, "calibrated");
   lua_pushboolean(L, tl->ok);
   lua_setfield(L, -2, "resume");
   lua_pushboolean(L, tl->ok && tl->prof_ok);
@@ -707,15 +711,32 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl)
   lua_setfield(L, -2, "trace_lines");
 }
 
-/* memprof.info() -> what was detected, for bug reports. */
+/* Whether info's options ask for compiled code by line ({trace_lines =
+** true}); raises on options that are not a table. */
+static int info_wants_lines(lua_State *L)
+{
+  int lines;
+  if (lua_isnoneornil(L, 1))
+    return 0;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "trace_lines");
+  lines = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return lines;
+}
+
+/* memprof.info([{trace_lines = true}]) -> what was detected, for bug
+** reports; compiled code by line only once calibrated (by a start that
+** wants it, or this call's option). */
 static int l_info(lua_State *L)
 {
   struct vm_layout lay;
   struct vm_learn_status st;
   char error[512];
+  int lines = info_wants_lines(L);
   /* The reads made before this call (its own check makes a few). */
   unsigned long reads = safe_read_calls();
-  int ok = vm_learn_layout(L, &lay, error, sizeof(error));
+  int ok = vm_learn_layout_for(L, lines, &lay, error, sizeof(error));
   vm_learn_status(&st);
   lua_newtable(L);
   vm_learn_push_library(L, "jit");
@@ -767,7 +788,7 @@ static int l_info(lua_State *L)
   lua_setfield(L, -2, "numbering");
   lua_setfield(L, -2, "vmstate");
   push_offsets(L, &lay);
-  push_trace_lines(L, &lay.tl);
+  push_trace_lines(L, &lay.tl, st.traced);
   return 1;
 }
 

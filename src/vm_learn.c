@@ -367,7 +367,7 @@ int vm_learn_layout_for(lua_State *L, int lines, struct vm_layout *out,
 int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
                     size_t errlen)
 {
-  return vm_learn_layout_for(L, 1, out, err, errlen);
+  return vm_learn_layout_for(L, 0, out, err, errlen);
 }
 
 void vm_learn_status(struct vm_learn_status *st)
@@ -376,5 +376,6 @@ void vm_learn_status(struct vm_learn_status *st)
   st->calibrated = learned.calibrated;
   st->calibrations = learned.calibrations + learned.trace_calibrations;
   st->where = learned.where;
+  st->traced = learned.traced;
   pthread_mutex_unlock(&learn_lock);
 }

@@ -25,6 +25,7 @@ struct vm_learn_status {
   int calibrated;    /* A layout is verified. */
   int calibrations;  /* Calibrations run in this process. */
   const char *where; /* "separate VM" or "profiled VM"; NULL before any. */
+  int traced;        /* Compiled code by line was calibrated (layout.tl). */
 };
 
 /* Pushes a loaded library's table (registry._LOADED[name]), or nil. The
@@ -33,21 +34,23 @@ struct vm_learn_status {
 void vm_learn_push_library(lua_State *L, const char *name);
 
 /*
-** The verified layout, for a start in L's VM: learned at the first call
-** (and tried again at later calls, at most VM_LEARN_ATTEMPTS times in all,
-** if it could not be verified or its traces could not), then checked
-** against L's VM. Returns 1 with *out set, or 0 with a message naming the
-** failed check in err. Must be called from a C function (never from the
-** hook). Allocates nothing in L's VM once learned.
+** The verified layout, for L's VM: learned at the first call (and tried
+** again at later calls, at most VM_LEARN_ATTEMPTS times in all, if it
+** could not be verified or its traces could not), then checked against
+** L's VM. With lines, what compiled code by line needs (out->tl) is
+** calibrated too, once per process; without, out->tl is what an earlier
+** call calibrated, else says it is not calibrated yet (a heap snapshot,
+** info() and a start with trace_lines = false need none of it). Returns
+** 1 with *out set, or 0 with a message naming the failed check in err.
+** Must be called from a C function (never from the hook). Allocates
+** nothing in L's VM once learned.
 */
-int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
-                    size_t errlen);
-
-/* The same; with lines = 0, what compiled code by line needs (out->tl) is
-** left uncalibrated until a call asks for it (a start with trace_lines =
-** false needs none): out->tl then says so. */
 int vm_learn_layout_for(lua_State *L, int lines, struct vm_layout *out,
                         char *err, size_t errlen);
+
+/* The same without lines. */
+int vm_learn_layout(lua_State *L, struct vm_layout *out, char *err,
+                    size_t errlen);
 
 #define VM_LEARN_ATTEMPTS 3
 

@@ -168,7 +168,7 @@ describe('a slot that looks like the trace array in the first pass', function()
     local out, code = h.run_script(string.format([[
 package.cpath = %q .. ';' .. package.cpath
 package.path = %q
-local i = require('memprof').info()
+local i = require('memprof').info({ trace_lines = true })
 local o, t = i.offsets, i.trace_lines
 print('traces', i.traces, o.g_trace, o.g_sizetrace, o.tr_traceno,
   o.tr_startpt, o.tr_startpc, o.g_parent, i.trace_exits)

@@ -11,7 +11,7 @@ local C = require('helpers.command')
 local LUA = os.getenv('MEMPROF_TEST_LUA') or 'luajit'
 local MEMPROF = os.getenv('PWD') .. '/bin/memprof'
 
-local info = memprof.info()
+local info = memprof.info({ trace_lines = true })
 local tl = info.trace_lines
 local CHUNK = '@tl_case.lua'
 

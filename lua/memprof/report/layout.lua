@@ -231,7 +231,7 @@ local COMPILED_WHYS = {
   no_mcofs = ", as this build's snapshots do not say where their machine " ..
     'code begins (LuaJIT before 2021-03: 2.1.0-beta3, Tarantool 2.6 and 2.11)',
   not_verified = ', as a check of this build failed ' ..
-    '(memprof.info().trace_lines.why names it)',
+    '(memprof.info{trace_lines = true}.trace_lines.why names it)',
   no_prof_mode = ", as 'exact' needs the JIT compiler's per-line mode, " ..
     'not found in this build',
   program_profiler = ", as 'exact' would change the mode of LuaJIT's " ..
