@@ -434,7 +434,7 @@ int tlc_run_known(lua_State *L, struct tlc *t, const char *name)
     return 0;
   }
   lua_pushvalue(L, -3);
-  lua_pushinteger(L, TLC_COMPILE_ROUNDS);
+  lua_pushinteger(L, t->compile_rounds);
   status = tlc_pcall(L, t, 1, 0);
   if (status != 0) {
     lua_settop(L, top);
@@ -678,6 +678,28 @@ static void find_prof_mode(lua_State *L, struct calib *c, int apart)
 
 /* ---- The driver --------------------------------------------------------- */
 
+/* In the throw-away VM (ours, closed after the calibration), loops are
+** compiled at their first rounds (jit.opt.start's hotloop=1, which also
+** resets the hot counters): the runs need a tenth of their rounds to
+** reach the same traces. Returns 1 if the option was taken. */
+static int compile_early(lua_State *L)
+{
+  int top = lua_gettop(L), ok = 0;
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "jit.opt");
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "start");
+      if (lua_isfunction(L, -1)) {
+        lua_pushliteral(L, "hotloop=1");
+        ok = lua_pcall(L, 1, 0, 0) == 0;
+      }
+    }
+  }
+  lua_settop(L, top);
+  return ok;
+}
+
 /* jit.util: loaded, or made by its loader in the registry's _PRELOAD (as
 ** require would, without touching any global); nil if neither. */
 static void push_jit_util(lua_State *L)
@@ -743,6 +765,14 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   t->g_end = c->g + g_fields_end(&c->lay);
   if (!safe_readable(c->g, t->g_end - c->g))
     t->g_end = c->g + CALIB_G_WINDOW;
+  /* (In the profiled VM its JIT compiler's settings are left alone.) */
+  if (apart && compile_early(L)) {
+    t->compile_rounds = TLC_EARLY_COMPILE_ROUNDS;
+    t->resolve_rounds = TLC_EARLY_RESOLVE_ROUNDS;
+  } else {
+    t->compile_rounds = TLC_COMPILE_ROUNDS;
+    t->resolve_rounds = TLC_RESOLVE_ROUNDS;
+  }
   if (!tlc_run_known(L, t, "=memprof.calibration.lines")) {
     tlc_fail(tl, "the known-answer chunk does not run");
     goto done;

@@ -28,10 +28,14 @@
 ** string.format chunk's, on upstream-2026-gc64), the others later. */
 #define TLC_KNOWN_EVENTS 24
 #define TLC_TARGETS 16
-/* Rounds of a known-answer loop that compiles it (LuaJIT's hotloop is
-** 56), and of one whose traces are compiled already. */
+/* Rounds of a known-answer loop whose run compiles it (LuaJIT's hotloop
+** is 56), and of the built-ins' runs that are resolved; the same where
+** loops are compiled at their first rounds (hotloop=1, in the throw-away
+** VM): their resolved runs make over 100 events in compiled code. */
 #define TLC_COMPILE_ROUNDS 400
-#define TLC_COMPILED_ROUNDS 400
+#define TLC_RESOLVE_ROUNDS 400
+#define TLC_EARLY_COMPILE_ROUNDS 40
+#define TLC_EARLY_RESOLVE_ROUNDS 60
 #define TLC_WINDOW 160
 #define TLC_MEMOS 32
 #define TLC_MCODE_MAX (1u << 20) /* A trace's machine code, at most. */
@@ -97,11 +101,13 @@ struct tlc {
   void *orig_ud;
   enum tlc_check check;
   int nsamples, nresults, dropped;
-  int want_results;    /* Results this run resolves, at most TLC_RESULTS. */
-  int want_bases;      /* ... with the frames below their trace (judged in the
-                       ** known chunk's run alone). */
-  int nmemo;           /* Emptied by each run. */
-  int vmdef;           /* The stack index of jit.vmdef, or 0. */
+  int want_results;   /* Results this run resolves, at most TLC_RESULTS. */
+  int want_bases;     /* ... with the frames below their trace (judged in the
+                      ** known chunk's run alone). */
+  int nmemo;          /* Emptied by each run. */
+  int vmdef;          /* The stack index of jit.vmdef, or 0. */
+  int compile_rounds; /* TLC_COMPILE_ROUNDS, or TLC_EARLY_... */
+  int resolve_rounds;
   uintptr_t stack_end; /* In the calibration's own C frame. */
   uintptr_t g_end;     /* GG_State reads whole from g up to here. */
   int ntraces;

@@ -264,11 +264,14 @@ static const char concat_chunk[] = "local concat, base, rounds = ...\n"
                                    "end\n";
 
 /* Runs a known-answer chunk (the function at index `chunk`), given the
-** built-in at index fn, under the recording allocator: the first (`run`
-** 1) or the second run. Each run is of a chunk loaded afresh: a second run
-** through the first's traces left string.format's frame unproven in some
-** processes (7 of 26 environments of OpenResty's luajit2). Returns the
-** chunk's prototype, or 0. */
+** built-in at index fn, under the recording allocator: `run` 1 and 2 are
+** table.concat's first and second runs, 3 and 4 string.format's (odd: the
+** run that compiles). Each run is of a chunk loaded afresh, and makes
+** strings no other run made (from run * 1000000): a string still in the
+** VM's string table is not allocated again, and string.format's chunk
+** once made the very strings of table.concat's, which then had no events
+** on the concatenation's line whenever the collector had not swept them
+** yet. Returns the chunk's prototype, or 0. */
 static uintptr_t run_builtin_chunk(lua_State *L, struct tlc *t, int fn, int run,
                                    int chunk)
 {
@@ -279,10 +282,9 @@ static uintptr_t run_builtin_chunk(lua_State *L, struct tlc *t, int fn, int run,
     return 0;
   lua_pushvalue(L, chunk);
   lua_pushvalue(L, fn);
-  lua_pushinteger(L, run == 1 ? 1000000 : 2000000);
-  /* The first run compiles (the loop is hot after 56 rounds); the second
-  ** runs in its traces. */
-  lua_pushinteger(L, run == 1 ? TLC_COMPILE_ROUNDS : TLC_COMPILED_ROUNDS);
+  lua_pushinteger(L, run * 1000000);
+  /* The first run compiles; the second is resolved. */
+  lua_pushinteger(L, run % 2 == 1 ? t->compile_rounds : t->resolve_rounds);
   status = tlc_pcall(L, t, 3, 0);
   lua_settop(L, top);
   return status == 0 ? pt : 0;
@@ -491,7 +493,7 @@ void tlc_find_format_frame(lua_State *L, struct tlc *t)
   /* A first run compiles the loop; the second is resolved. */
   t->check = TLC_TARGET;
   t->ntargets = 0;
-  if (run_builtin_chunk(L, t, fn, 1, chunk) == 0)
+  if (run_builtin_chunk(L, t, fn, 3, chunk) == 0)
     goto done;
   tl->format_ok = 1;
   t->check = TLC_RESOLVE_BUILTIN;
@@ -499,7 +501,7 @@ void tlc_find_format_frame(lua_State *L, struct tlc *t)
   t->want_results = TLC_RESULTS;
   push_chunk(L, format_chunk, sizeof(format_chunk) - 1,
              "=memprof.calibration.format");
-  pt = run_builtin_chunk(L, t, fn, 2, lua_gettop(L));
+  pt = run_builtin_chunk(L, t, fn, 4, lua_gettop(L));
   if (pt == 0 || !format_known(t, pt))
     tl->format_ok = 0;
 done:
