@@ -33,7 +33,7 @@ build = {
         "src/safe_read.c", "src/sample.c", "src/snapshot.c",
         "src/source_names.c", "src/stacks.c",
         "src/symbols.c", "src/trace_lines.c", "src/unwind.c",
-        "src/vm_discover.c",
+        "src/vm_discover.c", "src/vm_dump.c",
         "src/vm_layout.c", "src/vm_learn.c", "src/vm_trace_calib.c",
         "src/vm_trace_frames.c", "src/vm_trace_search.c",
         "src/writer.c",

@@ -16,6 +16,8 @@
 ** With MEMPROF_FAULT_TRACE_DECOY set, the layout's first search for the
 ** trace array sees a decoy before it (a copy of J->trace in a slot that
 ** is not J->trace), as a build whose memory happens to look so would.
+** With MEMPROF_FAULT_CHUNKNAME set, the discovery of a prototype's fields
+** looks for a chunk name one byte off: none fits (seen twice in CI).
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -56,6 +58,11 @@ static inline int fault_trace_decoy(void)
 {
   return getenv("MEMPROF_FAULT_TRACE_DECOY") != NULL;
 }
+
+static inline int fault_chunkname(void)
+{
+  return getenv("MEMPROF_FAULT_CHUNKNAME") != NULL;
+}
 #else
 static inline int fault_in_source(const char *name, size_t len)
 {
@@ -85,6 +92,11 @@ static inline int fault_attach_crash(void)
 }
 
 static inline int fault_trace_decoy(void)
+{
+  return 0;
+}
+
+static inline int fault_chunkname(void)
 {
   return 0;
 }

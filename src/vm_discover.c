@@ -14,6 +14,7 @@
 ** (vm_layout.c).
 */
 #define _GNU_SOURCE
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "lauxlib.h"
 #include "fault.h"
 #include "vm_calib.h"
+#include "vm_dump.h"
 
 /* ---- Reading copies --------------------------------------------------- */
 
@@ -132,78 +134,6 @@ static const uint16_t hint_vmstate[] = {184, 120, 136, 88, 128,
 static const uint16_t hint_traceno[] = {104, 80, 0};
 static const uint16_t hint_parent[] = {2632, 2112, 2104, 2640, 0};
 
-/* ---- Bytecode dumps ----------------------------------------------------- */
-
-struct dump_buf {
-  uint8_t b[4096];
-  size_t n;
-};
-
-static int dump_writer(lua_State *L, const void *p, size_t sz, void *ud)
-{
-  struct dump_buf *d = ud;
-  (void)L;
-  if (sz > sizeof(d->b) - d->n)
-    return 1;
-  memcpy(d->b + d->n, p, sz);
-  d->n += sz;
-  return 0;
-}
-
-static int get_uleb(const struct dump_buf *d, size_t *pos, uint32_t *v)
-{
-  uint32_t r = 0;
-  int shift = 0;
-  while (*pos < d->n && shift < 32) {
-    uint8_t b = d->b[(*pos)++];
-    r |= (uint32_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *v = r;
-      return 1;
-    }
-    shift += 7;
-  }
-  return 0;
-}
-
-/* Dumps the function on top of L's stack (lua_dump, the C API): its flags
-** byte and, of its own prototype (the last one dumped), the number of
-** instructions. Returns 1 if the dump could be read. */
-static int dump_function(lua_State *L, int *flags, uint32_t *sizebc)
-{
-  struct dump_buf *d = malloc(sizeof(*d));
-  size_t pos = 5, last = 0;
-  uint32_t len, f, skip;
-  int ok = 0;
-  if (d == NULL)
-    return 0;
-  d->n = 0;
-  if (lua_dump(L, dump_writer, d) != 0 || d->n < 6 || d->b[0] != 0x1b ||
-      d->b[1] != 'L' || d->b[2] != 'J')
-    goto done;
-  pos = 4;
-  if (!get_uleb(d, &pos, &f))
-    goto done;
-  *flags = (int)f;
-  if (!(f & 2) && (!get_uleb(d, &pos, &skip) || (pos += skip) > d->n))
-    goto done; /* The chunk name of an unstripped dump. */
-  while (get_uleb(d, &pos, &len) && len != 0 && pos + len <= d->n) {
-    last = pos;
-    pos += len;
-  }
-  if (last != 0) {
-    /* pflags, numparams, framesize, sizeuv, then sizekgc, sizekn, sizebc. */
-    pos = last + 4;
-    ok = get_uleb(d, &pos, &skip) && get_uleb(d, &pos, &skip) &&
-         get_uleb(d, &pos, sizebc);
-  } else {
-    ok = 1;
-  }
-done:
-  free(d);
-  return ok;
-}
-
 /* ---- Modes and small objects -------------------------------------------- */
 
 /* Two-slot frames come with GC64, which makes references 8 bytes; every
@@ -216,7 +146,7 @@ int discover_mode(struct calib *c, lua_State *L)
   uint32_t sizebc = 0;
   uint8_t t = 0, ffid = 0;
   if (luaL_loadbuffer(L, "return", 6, "=memprof") == 0) {
-    if (!dump_function(L, &flags, &sizebc))
+    if (!vm_dump_function(L, &flags, &sizebc))
       flags = -1;
   }
   lua_pop(L, 1);
@@ -553,6 +483,25 @@ static int find_proto_u32(struct calib *c, size_t from, size_t to,
   return 0;
 }
 
+/* What a search of the prototype's fields saw, for the message when no
+** candidate fits (a failure seen twice in CI under load, never since). */
+struct proto_why {
+  char text[320];
+};
+
+static void why_add(struct proto_why *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void why_add(struct proto_why *w, const char *fmt, ...)
+{
+  size_t n = strlen(w->text);
+  va_list ap;
+  if (n + 1 >= sizeof(w->text))
+    return;
+  va_start(ap, fmt);
+  vsnprintf(w->text + n, sizeof(w->text) - n, fmt, ap);
+  va_end(ap);
+}
+
 static uint32_t want_sizebc(const struct calib_place *p)
 {
   return p->sizebc + 1; /* The dump leaves out the function header. */
@@ -568,8 +517,41 @@ static uint32_t want_numline(const struct calib_place *p)
   return (uint32_t)(p->lastline - p->firstline);
 }
 
-/* The chunk name: a reference to a string equal to lua_getinfo's source. */
-static int find_chunkname(struct calib *c, size_t *found)
+/* How far a slot of a prototype went towards the chunk name: read as a
+** reference, to a string, of the source's length, read, equal. */
+enum cn_step { CN_NONE, CN_REF, CN_STRING, CN_LENGTH, CN_READ, CN_EQUAL };
+static const char *const cn_what[] = {
+    "and every slot is unreadable",
+    "leads to no string",
+    "leads to a string whose length is unreadable",
+    "leads to a string of another length",
+    "leads to a string that reads "
+    "otherwise",
+    "fits"};
+
+static enum cn_step chunkname_at(const struct calib *c,
+                                 const struct calib_place *p, uintptr_t pt,
+                                 size_t o, uintptr_t *s, uint32_t *len,
+                                 char *buf)
+{
+  const struct vm_layout *lay = &c->lay;
+  size_t n = strlen(p->source);
+  if (!vm_ref(lay, 1, pt + o, s))
+    return CN_NONE;
+  if (!vm_is_gc(lay, 1, *s, GCT_STR))
+    return CN_REF;
+  if (!vm_u32(1, *s + lay->str_len, len))
+    return CN_STRING;
+  if (*len != n)
+    return CN_LENGTH;
+  if (!safe_read(*s + lay->str_size, buf, n))
+    return CN_READ;
+  return memcmp(buf, p->source, n) == 0 ? CN_EQUAL : CN_READ;
+}
+
+/* The chunk name: a reference to a string equal to lua_getinfo's source.
+** Where none is, says how far each place's prototype went. */
+static int find_chunkname(struct calib *c, size_t *found, struct proto_why *w)
 {
   const struct vm_layout *lay = &c->lay;
   size_t o;
@@ -578,27 +560,39 @@ static int find_chunkname(struct calib *c, size_t *found)
     int fits = 1;
     for (i = 0; i < c->nplaces && fits; i++) {
       const struct calib_place *p = &c->places[i];
+      char buf[sizeof(p->source)];
       uintptr_t s;
       uint32_t len;
-      char buf[sizeof(p->source)];
-      size_t n = strlen(p->source);
-      fits = vm_ref(lay, 1, place_proto(c, i) + o, &s) &&
-             vm_is_gc(lay, 1, s, GCT_STR) &&
-             vm_u32(1, s + lay->str_len, &len) && len == n &&
-             safe_read(s + lay->str_size, buf, n) &&
-             memcmp(buf, p->source, n) == 0;
+      fits =
+          chunkname_at(c, p, place_proto(c, i), o, &s, &len, buf) == CN_EQUAL;
     }
     if (fits) {
       *found = o;
       return 1;
     }
   }
+  for (i = 0; i < c->nplaces; i++) {
+    const struct calib_place *p = &c->places[i];
+    enum cn_step best = CN_NONE, step;
+    size_t at = 0;
+    uintptr_t s = 0, bs = 0, pt = place_proto(c, i);
+    uint32_t len = 0, blen = 0;
+    char buf[sizeof(p->source)];
+    for (o = 8; o + lay->ref_size <= lay->pt_size && best < CN_EQUAL;
+         o += lay->ref_size)
+      if ((step = chunkname_at(c, p, pt, o, &s, &len, buf)) > best)
+        best = step, at = o, bs = s, blen = len;
+    why_add(w, "; place %d (prototype %#lx, source '%s'): pt+%u %s", i + 1,
+            (unsigned long)pt, p->source, (unsigned)at, cn_what[best]);
+    if (best >= CN_LENGTH)
+      why_add(w, " (%u bytes at %#lx)", (unsigned)blen, (unsigned long)bs);
+  }
   return 0;
 }
 
 /* The prototype's fields, for a candidate fn_pc and pt_size. Returns NULL,
 ** or what could not be found. */
-static const char *find_proto_fields(struct calib *c)
+static const char *find_proto_fields(struct calib *c, struct proto_why *w)
 {
   struct vm_layout *lay = &c->lay;
   struct span s;
@@ -607,15 +601,18 @@ static const char *find_proto_fields(struct calib *c)
   s = SPAN(c, field, 8, lay->pt_size - 3, 4);                                  \
   if (s.step == 1)                                                             \
     s.step = 4;                                                                \
-  if (!find_proto_u32(c, s.from, s.to, want, &found))                          \
+  if (!find_proto_u32(c, s.from, s.to, want, &found)) {                        \
+    why_add(w, "; want %u and %u in [pt+%u, pt+%u)", want(&c->places[0]),      \
+            want(&c->places[1]), (unsigned)s.from, (unsigned)s.to);            \
     return what;                                                               \
+  }                                                                            \
   set8(&lay->field, found)
   FIND_U32(pt_sizebc, want_sizebc, "number of instructions");
   FIND_U32(pt_firstline, want_firstline, "first line");
   FIND_U32(pt_numline, want_numline, "number of lines");
 #undef FIND_U32
   if (!calib_given(c, offsetof(struct vm_layout, pt_chunkname))) {
-    if (!find_chunkname(c, &found))
+    if (!find_chunkname(c, &found, w))
       return "chunk name";
     set8(&lay->pt_chunkname, found);
   }
@@ -630,8 +627,10 @@ static int find_proto(struct calib *c)
   struct span sp = SPAN(c, fn_pc, round_up(lay->fn_ffid + 2u, lay->ref_size),
                         lay->fn_cfunc, lay->ref_size);
   const char *missing = "type";
-  size_t o, size;
+  struct proto_why why, last;
+  size_t o, size, last_o = 0, last_size = 0;
   int i;
+  last.text[0] = '\0';
   for (o = sp.from; o < sp.to; o += sp.step) {
     /* pt_size is a byte: 256 would wrap to 0, and every later window
     ** that ends at it would wrap to the whole address space. */
@@ -649,14 +648,26 @@ static int find_proto(struct calib *c)
         continue;
       set8(&lay->fn_pc, o);
       set8(&lay->pt_size, size);
-      if ((missing = find_proto_fields(c)) == NULL)
+      why.text[0] = '\0';
+      if ((missing = find_proto_fields(c, &why)) == NULL)
         return 1;
+      last = why;
+      last_o = o;
+      last_size = size;
     }
   }
+  if (last.text[0] == '\0')
+    return calib_fail(c, "prototype fields",
+                      "no slot of a Lua function leads to a prototype whose "
+                      "%s fits (functions %#lx and %#lx, slots fn+%u to "
+                      "fn+%u)",
+                      missing, (unsigned long)c->places[0].fn,
+                      (unsigned long)c->places[1].fn, (unsigned)sp.from,
+                      (unsigned)sp.to);
   return calib_fail(c, "prototype fields",
                     "no slot of a Lua function leads to a prototype whose "
-                    "%s fits",
-                    missing);
+                    "%s fits (last tried: fn+%u, a prototype of %u bytes%s)",
+                    missing, (unsigned)last_o, (unsigned)last_size, last.text);
 }
 
 /* The line of a saved PC in place i's prototype with lineinfo at li. */
@@ -725,7 +736,9 @@ int discover_place(struct calib *c, lua_State *L, int line, int sample)
   p->lastline = ar.lastlinedefined;
   p->sample = sample;
   snprintf(p->source, sizeof(p->source), "%s", ar.source);
-  if (!dump_function(L, &flags, &p->sizebc)) {
+  if (fault_chunkname() && p->source[0] != '\0')
+    p->source[strlen(p->source) - 1] ^= 1;
+  if (!vm_dump_function(L, &flags, &p->sizebc)) {
     lua_pop(L, 1);
     return calib_fail(c, "prototype fields", "lua_dump failed");
   }

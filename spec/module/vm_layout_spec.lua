@@ -165,11 +165,32 @@ describe('verification at start', function()
       "lines of the allocations seen\t95\tfalse\n", out)
   end)
 
+  -- The refusal of a prototype's fields names the functions and the slots
+  -- of them it tried: from past the function id to the C function's slot.
+  local function no_proto_type()
+    local ref = require('memprof').info().gc64 and 8 or 4
+    local from = math.ceil((o.fn_ffid + 2) / ref) * ref
+    return "^nil\tcannot verify this VM's layout: check 'prototype " ..
+      "fields' failed: no slot of a Lua function leads to a prototype " ..
+      'whose type fits %(functions 0x%x+ and 0x%x+, slots fn%+' .. from ..
+      ' to fn%+' .. o.fn_cfunc .. '%)\t95\tfalse\n$'
+  end
+
   it('refuses a wrong prototype size, naming the check', function()
     local out = start_with_override('pt_size=' .. (o.pt_size + 8))
+    assert.matches(no_proto_type(), out)
+  end)
+
+  it('refuses a wrong first line offset, naming what it wanted', function()
+    -- (The places' functions start on lines 204 and 210 of the driver
+    -- chunk, src/vm_layout.c, after its 200 blank lines.)
+    local out = start_with_override('pt_firstline=' .. (o.pt_firstline + 4))
     assert.equal("nil\tcannot verify this VM's layout: check 'prototype " ..
       "fields' failed: no slot of a Lua function leads to a prototype " ..
-      "whose type fits\t95\tfalse\n", out)
+      'whose first line fits (last tried: fn+' .. o.fn_pc .. ', a ' ..
+      'prototype of ' .. o.pt_size .. ' bytes; want 204 and 210 in [pt+' ..
+      (o.pt_firstline + 4) .. ', pt+' .. (o.pt_firstline + 5) .. '))' ..
+      '\t95\tfalse\n', out)
   end)
 
   it('refuses a wrong VM state offset, naming the check', function()
@@ -191,9 +212,7 @@ describe('verification at start', function()
     -- wrap around (a size of 256 found by chance once wrapped to 0, and
     -- the search that followed never ended).
     local out = start_with_override('pt_size=0')
-    assert.equal("nil\tcannot verify this VM's layout: check 'prototype " ..
-      "fields' failed: no slot of a Lua function leads to a prototype " ..
-      "whose type fits\t95\tfalse\n", out)
+    assert.matches(no_proto_type(), out)
   end)
 
   it('accepts an override equal to the verified value', function()
