@@ -4,17 +4,18 @@
 -- reads only its check of the VM.
 local h = require('helpers.profile')
 
--- Measured on every CI build (docs/performance.md): from 340 to 513 for a
--- first start, and from 1,003 to 1,142 for a first heap snapshot (which
--- also learns the heap's layout), where 4,900 to 88,000 were made before
--- reads were batched (and up to 988 and 1,410 before the trace
--- calibration read the running trace's fields in place). The bounds leave
--- a margin for a busy VM (a probe run again) and for how the VM's objects
--- fall into 4 KiB blocks. On arm64 (under qemu: upstream-2026-arm64) the
--- trace calibration reads more, as it unwinds C frames: 1,071 and 1,637.
+-- Measured on every CI build (docs/performance.md): from 340 to 533 for a
+-- first start, and from 953 to 1,019 for a first heap snapshot (which
+-- learns the heap's layout, and not compiled code by line), where 4,900
+-- to 88,000 were made before reads were batched (and up to 988 and 1,410
+-- before the trace calibration read the running trace's fields in place).
+-- The bounds leave a margin for a busy VM (a probe run again) and for how
+-- the VM's objects fall into 4 KiB blocks. On arm64 (under qemu:
+-- upstream-2026-arm64) the trace calibration reads more, as it unwinds C
+-- frames: 803 and 937.
 local ARM64 = jit.arch == 'arm64'
-local START_BOUND = ARM64 and 1300 or 800
-local HEAP_BOUND = ARM64 and 2000 or 1500
+local START_BOUND = ARM64 and 1100 or 800
+local HEAP_BOUND = 1300
 -- A second start checks the VM it profiles with a few dozen reads.
 local AGAIN_BOUND = 200
 
