@@ -626,11 +626,15 @@ static int find_proto(struct calib *c)
   struct vm_layout *lay = &c->lay;
   struct span sp = SPAN(c, fn_pc, round_up(lay->fn_ffid + 2u, lay->ref_size),
                         lay->fn_cfunc, lay->ref_size);
-  const char *missing = "type";
-  struct proto_why why, last;
-  size_t o, size, last_o = 0, last_size = 0;
-  int i;
-  last.text[0] = '\0';
+  /* The fields in the order they are looked for: the message names the
+  ** candidate that went furthest. */
+  static const char *const order[] = {"number of instructions", "first line",
+                                      "number of lines", "chunk name"};
+  const char *missing = "type", *best_missing = "type";
+  struct proto_why why, best;
+  size_t o, size, best_o = 0, best_size = 0;
+  int i, rank, best_rank = -1;
+  best.text[0] = '\0';
   for (o = sp.from; o < sp.to; o += sp.step) {
     /* pt_size is a byte: 256 would wrap to 0, and every later window
     ** that ends at it would wrap to the whole address space. */
@@ -651,12 +655,18 @@ static int find_proto(struct calib *c)
       why.text[0] = '\0';
       if ((missing = find_proto_fields(c, &why)) == NULL)
         return 1;
-      last = why;
-      last_o = o;
-      last_size = size;
+      for (rank = 0; rank < 4 && strcmp(order[rank], missing) != 0; rank++)
+        ;
+      if (rank > best_rank) {
+        best_rank = rank;
+        best_missing = missing;
+        best = why;
+        best_o = o;
+        best_size = size;
+      }
     }
   }
-  if (last.text[0] == '\0')
+  if (best_rank < 0)
     return calib_fail(c, "prototype fields",
                       "no slot of a Lua function leads to a prototype whose "
                       "%s fits (functions %#lx and %#lx, slots fn+%u to "
@@ -666,8 +676,9 @@ static int find_proto(struct calib *c)
                       (unsigned)sp.to);
   return calib_fail(c, "prototype fields",
                     "no slot of a Lua function leads to a prototype whose "
-                    "%s fits (last tried: fn+%u, a prototype of %u bytes%s)",
-                    missing, (unsigned)last_o, (unsigned)last_size, last.text);
+                    "%s fits (furthest: fn+%u, a prototype of %u bytes%s)",
+                    best_missing, (unsigned)best_o, (unsigned)best_size,
+                    best.text);
 }
 
 /* The line of a saved PC in place i's prototype with lineinfo at li. */

@@ -192,7 +192,7 @@ end)
 
 -- A chunk name that no slot of the places' prototypes holds (seen twice in
 -- CI under load, never reproduced): the refusal says which candidate was
--- tried last and, for each place, how far its prototype's slots went.
+-- went furthest and, for each place, how far its prototype's slots went.
 describe('a chunk name no prototype holds', function()
   it('is refused, naming what each prototype held', function()
     local out, code = h.run_script(string.format([[
@@ -205,7 +205,7 @@ print(require('memprof').info().error)
       'pt%+' .. o.pt_chunkname .. ' leads to a string that reads ' ..
       'otherwise %(20 bytes at 0x%x+%)'
     assert.matches("^check 'prototype fields' failed: no slot of a Lua " ..
-      'function leads to a prototype whose chunk name fits %(last tried: ' ..
+      'function leads to a prototype whose chunk name fits %(furthest: ' ..
       'fn%+' .. o.fn_pc .. ', a prototype of ' .. o.pt_size .. ' bytes; ' ..
       place:gsub('N', '1') .. '; ' .. place:gsub('N', '2') .. '%)\n$', out)
   end)

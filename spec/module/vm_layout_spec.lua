@@ -187,7 +187,7 @@ describe('verification at start', function()
     local out = start_with_override('pt_firstline=' .. (o.pt_firstline + 4))
     assert.equal("nil\tcannot verify this VM's layout: check 'prototype " ..
       "fields' failed: no slot of a Lua function leads to a prototype " ..
-      'whose first line fits (last tried: fn+' .. o.fn_pc .. ', a ' ..
+      'whose first line fits (furthest: fn+' .. o.fn_pc .. ', a ' ..
       'prototype of ' .. o.pt_size .. ' bytes; want 204 and 210 in [pt+' ..
       (o.pt_firstline + 4) .. ', pt+' .. (o.pt_firstline + 5) .. '))' ..
       '\t95\tfalse\n', out)
