@@ -150,6 +150,16 @@ static uintptr_t tail_callee_slot(const struct walk *k,
   return 0;
 }
 
+/* Whether the next snapshot is at the entry of the callee w just entered
+** (bytecode from `start`): such a snapshot (a link to the callee's own
+** trace) resumes at its header. */
+static int entry_is_next(const struct walk *k, struct tl_place *w,
+                         uintptr_t start)
+{
+  w->frames[0].pc = start + 4;
+  return k->have_next && at_next(w, &k->next);
+}
+
 /* Where a path found its event: the place, or none. */
 struct walk_found {
   int found;
@@ -269,6 +279,10 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
         if (!bc_bounds(lay, callee, &start, &end))
           return 0;
         w.frames[0].obj = callee;
+        if (entry_is_next(k, &w, start)) {
+          reached = WALK_REACHED;
+          break;
+        }
         pc = start + 4;
         continue;
       }
@@ -296,6 +310,10 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       w.nframes++;
       w.frames[0].obj = callee;
       w.frames[0].ffid = FFID_LUA;
+      if (entry_is_next(k, &w, start)) {
+        reached = WALK_REACHED;
+        break;
+      }
       pc = start + 4; /* After the function header. */
     } else if (kind == TL_BC_RETURN && w.nframes >= 2) {
       for (i = 1; i < w.nframes; i++)

@@ -886,6 +886,36 @@ end
 ]]), { 't' }, walk)
     end)
 
+    it('follows a branch to a compiled function the trace links to',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      -- g is compiled first, from its entry, and stitches around gsub: the
+      -- loop's trace inlines f and links to g's trace, its last snapshot
+      -- resuming at g's header. Both ways of `if prev` reach it, and both
+      -- hold a new key; the way taken reaches it with the key on @k.
+      local code = case([[
+    if i == 1 then warm() end
+    local t = {} --@t
+    keep[i % 64 + 1] = f(t, i > 0)
+]], [[
+local function g(s)
+  return (s:gsub('x', 'y'))
+end
+local function f(t, prev)
+  if prev then
+    t.a = 1 --@k
+  end
+  t.b = g('x')
+  return t
+end
+local function warm()
+  for _ = 1, 500 do g('x') end
+end
+jit.off(warm)
+]])
+      agrees(code, { 't', 'k' }, walk)
+    end)
+
     it('charges a table to a function tail-called before a stitch',
       function()
       if not tl.walk then return pending('no walk on this build') end
