@@ -995,7 +995,10 @@ end
     assert.is_true(r.compiled_bytes > 0)
     if tl.exact then
       assert.equal('Compiled code: its allocations are charged to their ' ..
-        "lines and inlined frames (trace_lines 'exact').",
+        "lines and inlined frames (trace_lines 'exact'). For them the JIT " ..
+        'compiler keeps a snapshot per line: INTERNAL (JIT compiler) ' ..
+        'counts those too (a third to a half more than without them on ' ..
+        "the programs measured; trace_lines 'walk' adds none).",
         layout.compiled_note(r))
     end
     r = profile(code, { timestamps = true, trace_lines = 'resume' }, true)
