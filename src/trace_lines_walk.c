@@ -117,13 +117,17 @@ struct walk {
 
 /* GCupval's type (GCT_UPVAL), and (GC64, the only layout with FR2) the
 ** offsets of a Lua closure's upvalue pointers after its pc, of an
-** upvalue's `immutable` flag after its type byte and of its pointer to
-** its value (after the header, the flags and the union of the closed
-** value and the open upvalue's links). Each object read is checked by its
-** type byte first. */
+** upvalue's `closed` and `immutable` flags after its type byte, of its
+** closed value and of its pointer to its value (after the header, the
+** flags and the union of the closed value and the open upvalue's links).
+** Not verified by calibration: read fault-safe (on a cache miss only),
+** each object checked by its type byte, a closed upvalue's pointer by
+** pointing to its own value. */
 #define WALK_GCT_UPVAL 5
 #define WALK_UVPTR_AFTER_PC 8
+#define WALK_UV_CLOSED_AFTER_GCT 1
 #define WALK_UV_IMMUTABLE_AFTER_GCT 2
+#define WALK_UV_TV 16
 #define WALK_UV_V 32
 
 /*
@@ -150,8 +154,8 @@ static uintptr_t inner_closure(const struct walk *k, uintptr_t pt)
     if ((e >> 24) != (uint32_t)(pcword & 0xff))
       continue;
     if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
-        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 0, fn, GCT_FUNC) ||
-        vm_func_proto(lay, 0, fn) != pt)
+        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 1, fn, GCT_FUNC) ||
+        vm_func_proto(lay, 1, fn) != pt)
       return 0;
     return fn;
   }
@@ -170,23 +174,25 @@ static uintptr_t upvalue_callee(const struct vm_layout *lay, uintptr_t fn,
                                 uint32_t uv)
 {
   uint64_t u, v, tv;
-  uint8_t n, immutable, ffid;
+  uint8_t n, closed, immutable, ffid;
   uintptr_t callee;
-  if (fn == 0 || !vm_u8(0, fn + lay->fn_ffid + 1, &n) || uv >= n ||
-      !vm_u64(0, fn + lay->fn_pc + WALK_UVPTR_AFTER_PC + 8 * (uintptr_t)uv,
+  if (fn == 0 || !vm_u8(1, fn + lay->fn_ffid + 1, &n) || uv >= n ||
+      !vm_u64(1, fn + lay->fn_pc + WALK_UVPTR_AFTER_PC + 8 * (uintptr_t)uv,
               &u) ||
-      !vm_is_gc(lay, 0, (uintptr_t)u, WALK_GCT_UPVAL) ||
-      !vm_u8(0, (uintptr_t)u + lay->gct + WALK_UV_IMMUTABLE_AFTER_GCT,
+      !vm_is_gc(lay, 1, (uintptr_t)u, WALK_GCT_UPVAL) ||
+      !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_CLOSED_AFTER_GCT, &closed) ||
+      !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_IMMUTABLE_AFTER_GCT,
              &immutable) ||
-      immutable != 1 || !vm_u64(0, (uintptr_t)u + WALK_UV_V, &v) ||
-      (v & 7) != 0 || !vm_u64(0, (uintptr_t)v, &tv) ||
+      immutable != 1 || closed > 1 ||
+      !vm_u64(1, (uintptr_t)u + WALK_UV_V, &v) || (v & 7) != 0 ||
+      (closed && v != u + WALK_UV_TV) || !vm_u64(1, (uintptr_t)v, &tv) ||
       ((int64_t)tv >> 47) != GC64_ITYPE_FUNC)
     return 0;
   callee = (uintptr_t)(tv & GC64_ADDR_MASK);
-  if (!vm_is_gc(lay, 0, callee, GCT_FUNC) ||
-      !vm_u8(0, callee + lay->fn_ffid, &ffid) || ffid != FFID_LUA)
+  if (!vm_is_gc(lay, 1, callee, GCT_FUNC) ||
+      !vm_u8(1, callee + lay->fn_ffid, &ffid) || ffid != FFID_LUA)
     return 0;
-  return vm_func_proto(lay, 0, callee);
+  return vm_func_proto(lay, 1, callee);
 }
 
 /*
