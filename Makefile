@@ -106,11 +106,11 @@ build/leb128_check: spec/support/leb128_check.c src/writer.c src/writer.h
 
 # arm64: a BLR's target from the loads before it, decoded on any host
 # (spec/module/trace_lines_spec.lua).
-build/a64_const_check: spec/support/a64_const_check.c src/trace_lines.c \
+build/a64_const_check: spec/support/a64_const_check.c src/trace_lines_a64.c \
   src/safe_read.c $(HDRS)
 	@mkdir -p build
 	$(CC) $(ALL_CFLAGS) -o $@ spec/support/a64_const_check.c \
-	  src/trace_lines.c src/safe_read.c
+	  src/trace_lines_a64.c src/safe_read.c
 
 # A fixed seed for LuaJIT's PRNG, for the callgrind runs of make bench.
 build/fixed_seed.so: bench/support/fixed_seed.c

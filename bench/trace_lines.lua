@@ -41,6 +41,9 @@
 --   BENCH_TRACE_PROGRAMS='dkjson'   these programs alone (default: all)
 --   BENCH_TRACE_MODES='default'     these modes alone (default: all)
 --   BENCH_TRACE_LINES=only          this section alone
+--   BENCH_TRACE_MISSES=N            the N places where each mode's
+--                                   profile by line differs most from
+--                                   the JIT-off one, with both shares
 --   BENCH_TRACE_HOSTS='luajit openresty-sid tarantool-master-gc64 ...'
 --                                   the agreements under each of these
 --                                   (`luajit`: the Lua running the bench,
@@ -59,6 +62,8 @@ local shell_quote, read_all, median = toolkit.shell_quote, toolkit.read_all,
 local M = {}
 
 local ROUNDS = tonumber(os.getenv('BENCH_TRACE_ROUNDS')) or 5
+-- Places by line printed per program and mode, where they disagree most.
+local MISSES = tonumber(os.getenv('BENCH_TRACE_MISSES')) or 0
 local STACK_DEPTH = 16
 -- Where the hosts of BENCH_TRACE_HOSTS are (make's HOSTS_DIR).
 local HOSTS_DIR = os.getenv('HOSTS_DIR') or 'build/hosts'
@@ -176,6 +181,29 @@ local function distribution(path, by_stack, depth)
   return bytes, total, too_deep, compiler
 end
 
+-- The places (or stacks) whose share differs most between the JIT-off
+-- profile `a` and the JIT-on profile `b`, `count` of them, printed with
+-- both shares (BENCH_TRACE_MISSES).
+local function print_misses(a, atotal, b, btotal, count)
+  local diffs = {}
+  for key, n in pairs(a) do
+    diffs[#diffs + 1] = { key = key, off = n / atotal,
+      on = (b[key] or 0) / btotal }
+  end
+  for key, n in pairs(b) do
+    if not a[key] then
+      diffs[#diffs + 1] = { key = key, off = 0, on = n / btotal }
+    end
+  end
+  table.sort(diffs, function(x, y)
+    return math.abs(x.off - x.on) > math.abs(y.off - y.on)
+  end)
+  for i = 1, math.min(count, #diffs) do
+    local d = diffs[i]
+    print(string.format('    JIT off %.4f, on %.4f: %s', d.off, d.on, d.key))
+  end
+end
+
 -- 1 - total variation distance of two distributions.
 local function agreement(a, atotal, b, btotal)
   if atotal == 0 or btotal == 0 then return 0 end
@@ -191,7 +219,11 @@ end
 local function compare(lua, program, mode, off, off_stacks, profile)
   local cpu, err = run(lua, '', program, profile, mode.options)
   if not cpu then return nil, err end
-  local by_line = agreement(off.bytes, off.total, distribution(profile))
+  local on, on_total = distribution(profile)
+  local by_line = agreement(off.bytes, off.total, on, on_total)
+  if MISSES > 0 then
+    print_misses(off.bytes, off.total, on, on_total, MISSES)
+  end
   local by_stack, too_deep, compiler
   if off_stacks then
     cpu, err = run(lua, '', program, profile, mode.options, STACK_DEPTH)

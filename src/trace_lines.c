@@ -12,10 +12,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* A snapshot entry's flags (SNAP_FRAME, SNAP_CONT). */
-#define TL_SNAP_FRAME 0x10000u
-#define TL_SNAP_CONT 0x20000u
-
 /* The C frame the running thread's Lua code runs on (cur_L->cframe).
 ** Returns 1 with *cf set. */
 VM_INLINE int tl_cframe(const struct vm_layout *lay, int safe, uintptr_t g,
@@ -113,21 +109,6 @@ VM_INLINE int snapshot_at(const struct vm_layout *lay, int safe, uintptr_t T,
 VM_INLINE uint32_t mcode_ofs(uintptr_t ret, uintptr_t mcode)
 {
   return (uint32_t)((ret - TL_MCODE_UNIT - mcode) / TL_MCODE_UNIT);
-}
-
-/* The FR2 frame link of a snapshot entry: a 64-bit IR constant. */
-VM_INLINE int tl_fr2_link(const struct vm_layout *lay, int safe, uintptr_t T,
-                          uint32_t entry, uintptr_t *link)
-{
-  uintptr_t ir;
-  uint32_t ref = entry & 0xffff, nk;
-  uint64_t v;
-  if (ref >= TL_REF_BIAS || !vm_ptr(safe, T + lay->tl.tr_ir, &ir) ||
-      !vm_u32(safe, T + lay->tl.tr_nk, &nk) || ref < nk ||
-      !vm_u64(safe, ir + TL_IRINS_SIZE * ((uintptr_t)ref + 1), &v))
-    return 0;
-  *link = (uintptr_t)v;
-  return 1;
 }
 
 /* Adds the caller frame whose return PC is `ret` (a Lua frame link). */
@@ -245,139 +226,6 @@ VM_INLINE int snapshot_place(const struct vm_layout *lay, int safe, uintptr_t T,
   return 1;
 }
 
-/* arm64: instructions scanned back from a BLR to the load of its
-** register, and registers followed through moves and additions. (The
-** decoding below compiles everywhere: build/a64_const_check tests it on
-** any host.) */
-#define TL_MAX_KSCAN 256
-#define TL_MAX_KHOPS 3
-
-/* arm64: whether instruction `ins` may write general register `r`: a
-** store, a conditional branch, a compare or test and branch, an access
-** to SIMD and FP registers only read it (but for their conversions and
-** moves to a general register); any other instruction naming it
-** as Rd or Rt, as a loaded pair's Rt2, or as a base written back (pre- or
-** post-index), is taken to write it. */
-VM_INLINE int tl_a64_writes(uint32_t ins, uint32_t r)
-{
-  int pair, single, uimm, literal, load;
-  if ((ins & 0xff000010u) == 0x54000000u || /* B.cond */
-      (ins & 0x7e000000u) == 0x34000000u || /* CBZ, CBNZ */
-      (ins & 0x7e000000u) == 0x36000000u)   /* TBZ, TBNZ */
-    return 0;
-  if ((ins & 0x0e000000u) == 0x0e000000u) /* SIMD and FP: to a GPR only */
-    return (ins & 31) == r &&             /* its conversions and moves. */
-           ((ins & 0x5f20fc00u) == 0x1e200000u ||
-            (ins & 0x9fe0ec00u) == 0x0e002c00u);
-  if ((ins & 0x0a000000u) != 0x08000000u) /* Not a load or a store. */
-    return (ins & 31) == r;
-  pair = (ins & 0x38000000u) == 0x28000000u;
-  single = (ins & 0x3b000000u) == 0x38000000u;
-  uimm = (ins & 0x3b000000u) == 0x39000000u;
-  literal = (ins & 0x3b000000u) == 0x18000000u;
-  if (!pair && !single && !uimm && !literal)
-    return (ins & 31) == r || ((ins >> 16) & 31) == r; /* Exclusive... */
-  if (((ins >> 5) & 31) == r &&
-      ((pair && (ins & 0x00800000u) != 0) ||
-       (single && (ins & 0x00200000u) == 0 && (ins & 0x400u) != 0)))
-    return 1;
-  if ((ins & 0x04000000u) != 0) /* SIMD and FP registers. */
-    return 0;
-  load =
-      literal || (pair ? (ins & 0x00400000u) != 0 : (ins & 0x00c00000u) != 0);
-  return load && ((ins & 31) == r || (pair && ((ins >> 10) & 31) == r));
-}
-
-VM_INLINE int a64_const(int safe, uintptr_t at, uintptr_t lo, uint32_t r,
-                        uint64_t *k)
-{
-  uint64_t movk = 0, mask = 0, v, add = 0;
-  uint32_t ins, n, hw, rn;
-  int64_t imm;
-  int hops = 0, adds = 0;
-  for (n = 0; n < TL_MAX_KSCAN && at >= lo + 4; n++) {
-    at -= 4;
-    if (!vm_u32(safe, at, &ins))
-      return 0;
-    if ((ins & 0xfc000000u) == 0x14000000u || /* B: not reached from */
-        (ins & 0xfffffc1fu) == 0xd61f0000u)   /* above; nor after BR. */
-      return 0;
-    if ((ins & 0xfc000000u) == 0x94000000u ||
-        (ins & 0xfffffc1fu) == 0xd63f0000u) { /* BL, BLR */
-      if (r <= 18 || r == 30)
-        return 0;
-      continue;
-    }
-    if (!tl_a64_writes(ins, r))
-      continue;
-    rn = (ins >> 5) & 31;
-    hw = ((ins >> 21) & 3) * 16;
-    switch (ins & 0xff800000u) {
-    case 0x72800000u: /* MOVK w */
-      if (hw > 16)
-        return 0;
-      /* Fall through. */
-    case 0xf2800000u: /* MOVK x: the latest fragment wins. */
-      if (!(mask & ((uint64_t)0xffff << hw)))
-        movk |= (uint64_t)((ins >> 5) & 0xffff) << hw;
-      mask |= (uint64_t)0xffff << hw;
-      continue;
-    case 0xd2800000u: /* MOVZ x */
-    case 0x92800000u: /* MOVN x */
-    case 0x52800000u: /* MOVZ w */
-    case 0x12800000u: /* MOVN w */
-      v = (uint64_t)((ins >> 5) & 0xffff) << hw;
-      if ((ins & 0x40000000u) == 0) /* MOVN */
-        v = ~v;
-      if ((ins & 0x80000000u) == 0) { /* w: 32 bits, zero-extended */
-        if (hw > 16 || (mask >> 32) != 0)
-          return 0;
-        v &= 0xffffffffu;
-      }
-      *k = ((v & ~mask) | movk) + add;
-      return 1;
-    case 0x91000000u: /* ADD x, #imm12 (LSL 12) */
-    case 0xd1000000u: /* SUB x, #imm12 (LSL 12) */
-      if (mask != 0 || adds++ > 0 || rn == 31)
-        return 0;
-      imm = (int64_t)((ins >> 10) & 0xfff) << ((ins >> 22) & 1 ? 12 : 0);
-      add += (ins & 0x40000000u) ? (uint64_t)-imm : (uint64_t)imm;
-      if (rn != r && hops++ >= TL_MAX_KHOPS)
-        return 0;
-      r = rn;
-      continue;
-    default:
-      break;
-    }
-    if (mask != 0)
-      return 0;
-    if ((ins & 0x9f000000u) == 0x10000000u || /* ADR */
-        (ins & 0x9f000000u) == 0x90000000u) { /* ADRP */
-      imm = (int64_t)(((ins >> 5) & 0x7ffff) << 2 | ((ins >> 29) & 3));
-      imm = (imm ^ 0x100000) - 0x100000;
-      if (ins & 0x80000000u)
-        *k = (at & ~(uintptr_t)0xfff) + (uint64_t)(imm * 4096) + add;
-      else
-        *k = at + (uint64_t)imm + add;
-      return 1;
-    }
-    if ((ins & 0xff000000u) == 0x58000000u) { /* LDR x, literal */
-      imm = (int64_t)((ins >> 5) & 0x7ffff);
-      imm = (imm ^ 0x40000) - 0x40000;
-      if (!vm_u64(safe, at + (uintptr_t)(imm * 4), &v))
-        return 0;
-      *k = v + add;
-      return 1;
-    }
-    if ((ins & 0xffe0ffe0u) == 0xaa0003e0u && hops++ < TL_MAX_KHOPS) {
-      r = (ins >> 16) & 31; /* MOV x, Xm */
-      continue;
-    }
-    return 0;
-  }
-  return 0;
-}
-
 VM_INLINE uintptr_t call_target(int safe, uintptr_t ret, uintptr_t mcode)
 {
 #if defined(__aarch64__)
@@ -388,8 +236,9 @@ VM_INLINE uintptr_t call_target(int safe, uintptr_t ret, uintptr_t mcode)
   if (ret < mcode + 4 || !vm_u32(safe, ret - 4, &ins))
     return 0;
   if ((ins & 0xfffffc1fu) == 0xd63f0000u)
-    return a64_const(safe, ret - 4, mcode, (ins >> 5) & 31, &k) ? (uintptr_t)k
-                                                                : 0;
+    return tl_a64_const(safe, ret - 4, mcode, (ins >> 5) & 31, &k)
+               ? (uintptr_t)k
+               : 0;
   if ((ins & 0xfc000000u) != 0x94000000u)
     return 0;
   imm = (int32_t)(ins << 6) >> 6;
@@ -417,12 +266,6 @@ VM_INLINE uintptr_t call_target(int safe, uintptr_t ret, uintptr_t mcode)
 #define TL_MAX_REGION 1024
 /* Bytecodes walked after an inlined call returns. */
 #define TL_MAX_AFTER 32
-
-/* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
-VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
-{
-  return op == tl->bc_tsetv || op == tl->bc_tsets || op == tl->bc_tsetb;
-}
 
 /* The innermost frame of pl returned: its caller, prototype pt, is the
 ** event's, at the bytecode after the call at pc, on `line`. */
@@ -979,11 +822,6 @@ uintptr_t tl_locate(const struct vm_layout *lay, int safe, uintptr_t g,
   return locate(lay, safe, g, traceno, low, ret, mcode);
 }
 
-int tl_a64_const(int safe, uintptr_t at, uintptr_t lo, uint32_t r, uint64_t *k)
-{
-  return a64_const(safe, at, lo, r, k);
-}
-
 int trace_lines_init(struct trace_lines *t, int on)
 {
   memset(t, 0, sizeof(*t));
@@ -1128,363 +966,6 @@ replay_cached(struct trace_lines *t, const struct vm_layout *lay, uintptr_t g,
 }
 #endif
 
-/* ---- trace_lines 'walk' ------------------------------------------------- */
-
-/* Bytecodes walked from a snapshot's PC to the event's. */
-#define TL_MAX_WALK 512
-
-/* What a helper makes, by the bytecodes whose recording calls it. */
-enum {
-  WALK_NONE,  /* Not known (a call target not read): no walk. */
-  WALK_TABLE, /* lj_tab_new1, lj_tab_new_ah, lj_tab_dup: TNEW, TDUP. */
-  WALK_KEY,   /* lj_tab_newkey: a table store, GSET. */
-  WALK_OTHER  /* Strings, buffers and the rest: CAT, or a built-in's call. */
-};
-
-static int helper_kind(const struct vm_trace_layout *tl, uintptr_t target)
-{
-  if (target == 0)
-    return WALK_NONE;
-  if (target == tl->tab_new1 || target == tl->tab_new_ah ||
-      target == tl->tab_dup)
-    return WALK_TABLE;
-  return target == tl->newkey ? WALK_KEY : WALK_OTHER;
-}
-
-static int walk_matches(const struct vm_trace_layout *tl, int kind, uint8_t op)
-{
-  if (kind == WALK_TABLE)
-    return op == tl->bc_tnew || op == tl->bc_tdup;
-  if (kind == WALK_KEY)
-    return tl_is_store(tl, op) || op == tl->bc_gset;
-  return op == tl->bc_cat;
-}
-
-/* The prototype a CALL at `call` in w's innermost frame enters, when the
-** next snapshot runs in it: that snapshot has w's frames (the innermost
-** returning to the call) and more above them. Else 0. */
-static uintptr_t proven_callee(const struct tl_place *w,
-                               const struct tl_place *next, uintptr_t call)
-{
-  int d = next->nframes - w->nframes, i;
-  if (d < 1 || next->frames[d].obj != w->frames[0].obj ||
-      next->frames[d].pc != call + 4)
-    return 0;
-  for (i = 1; i < w->nframes; i++)
-    if (next->frames[d + i].obj != w->frames[i].obj ||
-        next->frames[d + i].pc != w->frames[i].pc)
-      return 0;
-  return next->frames[d - 1].ffid == FFID_LUA ? next->frames[d - 1].obj : 0;
-}
-
-/* The prototype a tail call in w's innermost frame enters, when the next
-** snapshot runs in it: that snapshot has w's callers, and in the
-** innermost frame's place a Lua function (the callee, or one it called).
-** Not for the outermost frame: a snapshot after a return below it looks
-** the same. Sets *d to the frames above it. Else 0. */
-static uintptr_t proven_tail_callee(const struct tl_place *w,
-                                    const struct tl_place *next, int *d)
-{
-  int i;
-  *d = next->nframes - w->nframes;
-  if (*d < 0 || w->nframes < 2)
-    return 0;
-  for (i = 1; i < w->nframes; i++)
-    if (next->frames[*d + i].obj != w->frames[i].obj ||
-        next->frames[*d + i].pc != w->frames[i].pc)
-      return 0;
-  return next->frames[*d].ffid == FFID_LUA ? next->frames[*d].obj : 0;
-}
-
-/* Whether w stands where the next snapshot resumes (the same frames). */
-static int at_next(const struct tl_place *w, const struct tl_place *next)
-{
-  int i;
-  if (w->nframes != next->nframes)
-    return 0;
-  for (i = 0; i < w->nframes; i++)
-    if (w->frames[i].obj != next->frames[i].obj ||
-        w->frames[i].pc != next->frames[i].pc)
-      return 0;
-  return 1;
-}
-
-/* The bounds of prototype pt's bytecode. Returns 1 on success. */
-static int bc_bounds(const struct vm_layout *lay, uintptr_t pt,
-                     uintptr_t *start, uintptr_t *end)
-{
-  uint32_t sizebc;
-  if (!vm_u32(0, pt + lay->pt_sizebc, &sizebc) || sizebc > (1u << 24))
-    return 0;
-  *start = pt + lay->pt_size;
-  *end = *start + 4 * (uintptr_t)sizebc;
-  return 1;
-}
-
-/* Conditional branches (each followed by a JMP) the walk follows. */
-#define TL_MAX_BRANCHES 8
-
-/* One walk: what it looks for and what bounds it. */
-struct walk {
-  const struct vm_layout *lay;
-  int want;             /* WALK_*. */
-  int have_next;        /* The next snapshot's place is known. */
-  struct tl_place next; /* It. */
-  uint32_t steps;       /* Ops walked, on every path. */
-  uintptr_t T, snap;    /* The trace, its snapshots. */
-  int sn;               /* The event's snapshot. */
-};
-
-/*
-** FR2: the prototype the outermost frame tail-called, from the next
-** snapshot (at the same base, or not resolved: a stitch's last snapshot,
-** whose innermost frame is a continuation): its entry for that frame's
-** function slot (two below its base, `base_ofs` above the trace's base),
-** a constant Lua function other than the frame's own. Else 0.
-*/
-static uintptr_t tail_callee_slot(const struct walk *k,
-                                  const struct tl_place *w)
-{
-  const struct vm_layout *lay = k->lay;
-  const struct vm_trace_layout *tl = &lay->tl;
-  uintptr_t s, map, fn, pt;
-  uint32_t mapofs, e, i;
-  uint16_t nsnap;
-  uint8_t nent, ffid;
-  if (!lay->fr2 || w->nframes != 1 || w->base_ofs < 0 ||
-      !vm_u16(0, k->T + tl->tr_nsnap, &nsnap) || (uint32_t)k->sn + 1 >= nsnap)
-    return 0;
-  s = k->snap + (uintptr_t)(k->sn + 1) * tl->snap_size;
-  if (!vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
-      !vm_u8(0, s + tl->snap_nent, &nent) ||
-      !vm_ptr(0, k->T + tl->tr_snapmap, &map))
-    return 0;
-  for (i = 0; i < nent; i++) {
-    if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
-      return 0;
-    if ((e >> 24) != (uint32_t)w->base_ofs)
-      continue;
-    if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
-        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 0, fn, GCT_FUNC) ||
-        !vm_u8(0, fn + lay->fn_ffid, &ffid) || ffid != FFID_LUA ||
-        (pt = vm_func_proto(lay, 0, fn)) == 0 || pt == w->frames[0].obj)
-      return 0;
-    return pt;
-  }
-  return 0;
-}
-
-/* Where a path found its event: the place, or none. */
-struct walk_found {
-  int found;
-  struct tl_place at;
-};
-
-static int walk_set(const struct vm_layout *lay, const struct tl_place *w,
-                    uintptr_t pc, uintptr_t start, uintptr_t end,
-                    struct walk_found *f)
-{
-  uint32_t line;
-  if (!vm_proto_line(lay, 0, w->frames[0].obj, (uint32_t)((pc - start) / 4),
-                     (uint32_t)((end - start) / 4), &line))
-    return 0;
-  f->found = 1;
-  f->at = *w;
-  f->at.frames[0].pc = pc + 4;
-  f->at.pt = w->frames[0].obj;
-  f->at.line = line;
-  return 1;
-}
-
-/* Whether two places found are the same. */
-static int same_found(const struct walk_found *a, const struct walk_found *b)
-{
-  return a->at.nframes == b->at.nframes &&
-         a->at.frames[0].obj == b->at.frames[0].obj &&
-         a->at.frames[0].pc == b->at.frames[0].pc;
-}
-
-/* What a path found (walk_path's result, bits). */
-#define WALK_CALL 1    /* Only a call whose callee is not proven. */
-#define WALK_MATCH 2   /* A bytecode of the event's kind. */
-#define WALK_REACHED 4 /* And the path reached the next snapshot's PC. */
-
-/* A path's rank at a branch: reaching the next snapshot first. */
-static int walk_rank(int r)
-{
-  return (r & WALK_REACHED ? 4 : 0) + (r & WALK_MATCH ? 2 : 0) +
-         (r & WALK_CALL ? 1 : 0);
-}
-
-/*
-** One path of the walk, from pc in w's innermost frame, with `call`, the
-** first call passed whose callee is not proven (where the event is when
-** nothing else is found). Returns WALK_* bits, *out set if any. A path
-** ends at the next snapshot's PC: what the event is lies before it. On a
-** path past a conditional branch (`branched`) the walk goes on after the
-** event's bytecode, to tell whether that way reaches the next snapshot.
-*/
-static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
-                     int branches, int branched, struct walk_found call,
-                     struct walk_found *out)
-{
-  const struct vm_layout *lay = k->lay;
-  const struct vm_trace_layout *tl = &lay->tl;
-  struct walk_found a, b, match;
-  uintptr_t start, end, callee;
-  uint32_t ins;
-  uint8_t op, kind;
-  int i, first = 1, ra, rb, reached = 0;
-  match.found = 0;
-  if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
-    return 0;
-  for (;; first = 0) {
-    if (k->steps++ >= TL_MAX_WALK || pc <= start || pc >= end ||
-        !vm_u32(0, pc, &ins))
-      break;
-    w.frames[0].pc = pc + 4;
-    if (!first && k->have_next && at_next(&w, &k->next)) {
-      reached = WALK_REACHED;
-      break;
-    }
-    op = (uint8_t)(ins & 0xff);
-    kind = tl->bc_kind[op];
-    if (!match.found && walk_matches(tl, k->want, op)) {
-      if (!walk_set(lay, &w, pc, start, end, &match))
-        return 0;
-      if (!branched)
-        break;
-    }
-    if (op == tl->bc_jmp) {
-      pc = pc + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
-    } else if ((uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt) {
-      /* Both ways: the one that reaches the next snapshot, that finds the
-      ** event's kind of bytecode (a tie: the same one, or none). */
-      if (branches == 0)
-        break;
-      ra = walk_path(k, w, pc + 4, branches - 1, 1, call, &a);
-      rb = walk_path(k, w, pc + 8, branches - 1, 1, call, &b);
-      if (match.found) { /* Only whether this path reaches it. */
-        reached = (ra | rb) & WALK_REACHED;
-        break;
-      }
-      if (walk_rank(ra) == walk_rank(rb) && (ra == 0 || !same_found(&a, &b)))
-        return 0;
-      if (walk_rank(rb) > walk_rank(ra)) {
-        ra = rb;
-        a = b;
-      }
-      *out = a;
-      return ra;
-    } else if (kind == TL_BC_QUIET || kind == TL_BC_EFFECT ||
-               op == tl->bc_loop) {
-      pc += 4;
-    } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL) {
-      int d = 0;
-      callee = !k->have_next        ? 0
-               : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
-                                    : proven_tail_callee(&w, &k->next, &d);
-      if (callee == 0 && kind == TL_BC_TAILCALL &&
-          (!k->have_next || k->next.base_ofs == w.base_ofs) &&
-          (callee = tail_callee_slot(k, &w)) != 0)
-        w.base_replaced = 1; /* The stack's slot holds the caller still. */
-      if (callee != 0 && kind == TL_BC_TAILCALL) {
-        /* The callee takes the caller's frame. */
-        if (!bc_bounds(lay, callee, &start, &end))
-          return 0;
-        w.frames[0].obj = callee;
-        pc = start + 4;
-        continue;
-      }
-      if (callee == 0) {
-        /* A built-in's call, run inline: a string is its (past a
-        ** branch, only if that way holds no CAT: a built-in the JIT
-        ** compiler does not compile stitches, and its way is not the
-        ** trace's); a table or a key is its only if nothing else is. */
-        if (!match.found && k->want == WALK_OTHER && !branched) {
-          if (!walk_set(lay, &w, pc, start, end, &match))
-            return 0;
-          break;
-        }
-        if (!call.found && !walk_set(lay, &w, pc, start, end, &call))
-          return 0;
-        if (kind == TL_BC_TAILCALL)
-          break;
-        pc += 4;
-        continue;
-      }
-      if (w.nframes >= TL_MAX_FRAMES || !bc_bounds(lay, callee, &start, &end))
-        return 0;
-      for (i = w.nframes; i > 0; i--)
-        w.frames[i] = w.frames[i - 1];
-      w.nframes++;
-      w.frames[0].obj = callee;
-      w.frames[0].ffid = FFID_LUA;
-      pc = start + 4; /* After the function header. */
-    } else if (kind == TL_BC_RETURN && w.nframes >= 2) {
-      for (i = 1; i < w.nframes; i++)
-        w.frames[i - 1] = w.frames[i];
-      w.nframes--;
-      if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
-        return 0;
-      pc = w.frames[0].pc; /* The op after the call. */
-    } else {
-      break;
-    }
-  }
-  if (match.found) {
-    *out = match;
-    return WALK_MATCH | reached;
-  }
-  if (!call.found)
-    return 0;
-  *out = call;
-  return WALK_CALL | reached;
-}
-
-/*
-** trace_lines 'walk': without per-line snapshots, the snapshot a helper
-** call belongs to resumes at or before the bytecode that made the call,
-** often lines before it and in a caller of an inlined function. The
-** walk goes on from that PC, as the recorder did, to the first bytecode
-** whose recording calls that kind of helper: into an inlined callee
-** where the next snapshot runs in it (its frames prove the callee),
-** back to the caller at a return, through JMP, and both ways of a
-** conditional branch, of which the one that reaches the next snapshot's
-** PC counts. A call whose callee is not proven is taken to be a
-** built-in's, run inline: a string is its; a table or a new key is its
-** when the walk finds nothing else. It stops, leaving the place as it is,
-** at an op it cannot follow, at the next snapshot's PC, past the frames
-** it knows, after TL_MAX_WALK ops in all. Returns 1 if the place moved.
-*/
-static int walk_forward(const struct vm_layout *lay, uintptr_t T,
-                        uintptr_t snap, int sn, uintptr_t target,
-                        struct tl_place *pl)
-{
-  const struct vm_trace_layout *tl = &lay->tl;
-  struct walk k;
-  struct walk_found none, out;
-  uint16_t nsnap;
-  k.lay = lay;
-  k.T = T;
-  k.snap = snap;
-  k.sn = sn;
-  k.want = helper_kind(tl, target);
-  k.steps = 0;
-  k.next.nframes = 0;
-  none.found = 0;
-  if (!tl->walk_ok || k.want == WALK_NONE)
-    return 0;
-  k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
-                (uint32_t)sn + 1 < nsnap &&
-                snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
-  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none, &out))
-    return 0;
-  out.at.stack_id = pl->stack_id;
-  *pl = out.at;
-  return 1;
-}
-
 struct tl_place *trace_lines_place(struct trace_lines *t,
                                    const struct vm_layout *lay, uintptr_t g,
                                    uint32_t *traceno, int exitno, uintptr_t low,
@@ -1549,7 +1030,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     return NULL;
   if (exitno < 0) {
     uintptr_t target = call_target(0, ret, mcode);
-    if (!(t->walk && walk_forward(lay, T, snap, sn, target, &s->place)) &&
+    if (!(t->walk && tl_walk_forward(lay, T, snap, sn, target, &s->place)) &&
         !tl_loop_newkey(lay, 0, T, snap, sn, target, &s->place) &&
         !tl_after_return(lay, 0, T, snap, sn, &s->place))
       tl_store_after_return(lay, 0, target, &s->place);

@@ -156,6 +156,51 @@ uintptr_t tl_locate(const struct vm_layout *lay, int safe, uintptr_t g,
                     uint32_t *traceno, uintptr_t low, uintptr_t *ret,
                     uintptr_t *mcode);
 
+/* ---- Shared by trace_lines.c and trace_lines_walk.c -------------------- */
+
+/* A snapshot entry's flags (SNAP_FRAME, SNAP_CONT). */
+#define TL_SNAP_FRAME 0x10000u
+#define TL_SNAP_CONT 0x20000u
+
+/* The FR2 frame link of a snapshot entry: a 64-bit IR constant. */
+VM_INLINE int tl_fr2_link(const struct vm_layout *lay, int safe, uintptr_t T,
+                          uint32_t entry, uintptr_t *link)
+{
+  uintptr_t ir;
+  uint32_t ref = entry & 0xffff, nk;
+  uint64_t v;
+  if (ref >= TL_REF_BIAS || !vm_ptr(safe, T + lay->tl.tr_ir, &ir) ||
+      !vm_u32(safe, T + lay->tl.tr_nk, &nk) || ref < nk ||
+      !vm_u64(safe, ir + TL_IRINS_SIZE * ((uintptr_t)ref + 1), &v))
+    return 0;
+  *link = (uintptr_t)v;
+  return 1;
+}
+
+/* Whether op is a table store that may add a key (TSETV, TSETS, TSETB). */
+VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
+{
+  return op == tl->bc_tsetv || op == tl->bc_tsets || op == tl->bc_tsetb;
+}
+
+/*
+** trace_lines 'walk': without per-line snapshots, the snapshot a helper
+** call belongs to resumes at or before the bytecode that made the call,
+** often lines before it and in a caller of an inlined function. The
+** walk goes on from that PC, as the recorder did, to the first bytecode
+** whose recording calls that kind of helper: into an inlined callee
+** where the next snapshot runs in it (its frames prove the callee),
+** back to the caller at a return, through JMP, and both ways of a
+** conditional branch, of which the one that reaches the next snapshot's
+** PC counts. A call whose callee is not proven is taken to be a
+** built-in's, run inline: a string is its; a table or a new key is its
+** when the walk finds nothing else. It stops, leaving the place as it is,
+** at an op it cannot follow, at the next snapshot's PC, past the frames
+** it knows, after TL_MAX_WALK ops in all. Returns 1 if the place moved.
+*/
+int tl_walk_forward(const struct vm_layout *lay, uintptr_t T, uintptr_t snap,
+                    int sn, uintptr_t target, struct tl_place *pl);
+
 /* ---- Inline: the hook's full path reads these at each compiled event -- */
 
 /* The prototype whose bytecode holds pc: the nearest function header at

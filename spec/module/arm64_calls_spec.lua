@@ -1,5 +1,5 @@
 -- arm64: the target of a trace's `BLR Xn` (a helper out of `BL`'s reach),
--- found from the instructions that load Xn before it (src/trace_lines.c,
+-- found from the instructions that load Xn before it (src/trace_lines_a64.c,
 -- tl_a64_const), so that built-in frames and the store-after-return
 -- correction apply there as after a `BL`. The decoding reads memory only:
 -- build/a64_const_check runs it on any host, on sequences as LuaJIT's

@@ -874,6 +874,30 @@ end
       assert.is_nil(on.compiled[line_of(code, 'make')])
     end)
 
+    it('enters a callee called through an upvalue before any snapshot',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      if not info.gc64 then
+        return pending('only FR2 (GC64) snapshots are read for the closure')
+      end
+      -- point is inlined into record, itself inlined, and returns before
+      -- any snapshot: no snapshot names it, its closure is record's
+      -- immutable upvalue, a constant of the trace.
+      local code = case([[
+    keep[i % 64 + 1] = record(i)
+]], [[
+local function point(x, y)
+  return { x = x, y = y } --@t
+end
+local function record(i)
+  local r = { i } --@r
+  r.where = point(i, -i) --@k
+  return r
+end
+]])
+      agrees(code, { 'r', 't', 'k' }, walk)
+    end)
+
     it('follows the way of a branch the trace took', function()
       if not tl.walk then return pending('no walk on this build') end
       agrees(case([[
@@ -884,6 +908,36 @@ end
       keep[k] = false
     end
 ]]), { 't' }, walk)
+    end)
+
+    it('follows a branch to a compiled function the trace links to',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      -- g is compiled first, from its entry, and stitches around gsub: the
+      -- loop's trace inlines f and links to g's trace, its last snapshot
+      -- resuming at g's header. Both ways of `if prev` reach it, and both
+      -- hold a new key; the way taken reaches it with the key on @k.
+      local code = case([[
+    if i == 1 then warm() end
+    local t = {} --@t
+    keep[i % 64 + 1] = f(t, i > 0)
+]], [[
+local function g(s)
+  return (s:gsub('x', 'y'))
+end
+local function f(t, prev)
+  if prev then
+    t.a = 1 --@k
+  end
+  t.b = g('x')
+  return t
+end
+local function warm()
+  for _ = 1, 500 do g('x') end
+end
+jit.off(warm)
+]])
+      agrees(code, { 't', 'k' }, walk)
     end)
 
     it('charges a table to a function tail-called before a stitch',
@@ -941,7 +995,10 @@ end
     assert.is_true(r.compiled_bytes > 0)
     if tl.exact then
       assert.equal('Compiled code: its allocations are charged to their ' ..
-        "lines and inlined frames (trace_lines 'exact').",
+        "lines and inlined frames (trace_lines 'exact'). For them the JIT " ..
+        'compiler keeps a snapshot per line: INTERNAL (JIT compiler) ' ..
+        'counts those too (a third to a half more than without them on ' ..
+        "the programs measured; trace_lines 'walk' adds none).",
         layout.compiled_note(r))
     end
     r = profile(code, { timestamps = true, trace_lines = 'resume' }, true)

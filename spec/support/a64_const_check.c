@@ -1,5 +1,5 @@
 /*
-** Checks tl_a64_const (src/trace_lines.c), which finds the target of an
+** Checks tl_a64_const (src/trace_lines_a64.c), which finds the target of an
 ** arm64 `BLR Xn` in a trace's machine code from the instructions that
 ** load Xn before it, on instruction sequences as LuaJIT's emitter writes
 ** them (lj_emit_arm64.h: emit_loadk, emit_kadrp, emit_kdelta, LDR

@@ -238,6 +238,14 @@ local COMPILED_WHYS = {
     'profiler, which the program runs',
 }
 
+-- What 'exact' costs the program: its per-line snapshots are the JIT
+-- compiler's, counted in that row (no exact share of them can be told
+-- apart: a trace compiled without them differs in more than them).
+local EXACT_COST = ' For them the JIT compiler keeps a snapshot per ' ..
+  'line: INTERNAL (JIT compiler) counts those too (a third to a half more ' ..
+  "than without them on the programs measured; trace_lines 'walk' adds " ..
+  'none).'
+
 -- The line that says how events of compiled code were attributed (the
 -- note of the extended format): at trace starts, not as asked, or with
 -- events of compiled code by line; else ''.
@@ -251,7 +259,8 @@ function M.compiled_note(stream)
   if cc.mode == 'start' and cc.why == 'asked' then
     why = " (trace_lines 'start')"
   end
-  return COMPILED_MODES[cc.mode] .. why .. '.'
+  return COMPILED_MODES[cc.mode] .. why .. '.' ..
+    (cc.mode == 'exact' and EXACT_COST or '')
 end
 
 function M.write_compiled(out, stream)

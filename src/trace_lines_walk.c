@@ -1,0 +1,465 @@
+/*
+** trace_lines 'walk': the place of a helper call of compiled code found
+** without per-line snapshots, by walking the bytecode forward from its
+** snapshot's resume PC (tl_walk_forward, trace_lines.h). Runs on a cache
+** miss of the hook's full path: plain reads, each range-checked, bounded.
+*/
+#include "trace_lines.h"
+
+/* Bytecodes walked from a snapshot's PC to the event's. */
+#define TL_MAX_WALK 512
+
+/* What a helper makes, by the bytecodes whose recording calls it. */
+enum {
+  WALK_NONE,  /* Not known (a call target not read): no walk. */
+  WALK_TABLE, /* lj_tab_new1, lj_tab_new_ah, lj_tab_dup: TNEW, TDUP. */
+  WALK_KEY,   /* lj_tab_newkey: a table store, GSET. */
+  WALK_OTHER  /* Strings, buffers and the rest: CAT, or a built-in's call. */
+};
+
+static int helper_kind(const struct vm_trace_layout *tl, uintptr_t target)
+{
+  if (target == 0)
+    return WALK_NONE;
+  if (target == tl->tab_new1 || target == tl->tab_new_ah ||
+      target == tl->tab_dup)
+    return WALK_TABLE;
+  return target == tl->newkey ? WALK_KEY : WALK_OTHER;
+}
+
+static int walk_matches(const struct vm_trace_layout *tl, int kind, uint8_t op)
+{
+  if (kind == WALK_TABLE)
+    return op == tl->bc_tnew || op == tl->bc_tdup;
+  if (kind == WALK_KEY)
+    return tl_is_store(tl, op) || op == tl->bc_gset;
+  return op == tl->bc_cat;
+}
+
+/* The prototype a CALL at `call` in w's innermost frame enters, when the
+** next snapshot runs in it: that snapshot has w's frames (the innermost
+** returning to the call) and more above them. Else 0. */
+static uintptr_t proven_callee(const struct tl_place *w,
+                               const struct tl_place *next, uintptr_t call)
+{
+  int d = next->nframes - w->nframes, i;
+  if (d < 1 || next->frames[d].obj != w->frames[0].obj ||
+      next->frames[d].pc != call + 4)
+    return 0;
+  for (i = 1; i < w->nframes; i++)
+    if (next->frames[d + i].obj != w->frames[i].obj ||
+        next->frames[d + i].pc != w->frames[i].pc)
+      return 0;
+  return next->frames[d - 1].ffid == FFID_LUA ? next->frames[d - 1].obj : 0;
+}
+
+/* The prototype a tail call in w's innermost frame enters, when the next
+** snapshot runs in it: that snapshot has w's callers, and in the
+** innermost frame's place a Lua function (the callee, or one it called).
+** Not for the outermost frame: a snapshot after a return below it looks
+** the same. Sets *d to the frames above it. Else 0. */
+static uintptr_t proven_tail_callee(const struct tl_place *w,
+                                    const struct tl_place *next, int *d)
+{
+  int i;
+  *d = next->nframes - w->nframes;
+  if (*d < 0 || w->nframes < 2)
+    return 0;
+  for (i = 1; i < w->nframes; i++)
+    if (next->frames[*d + i].obj != w->frames[i].obj ||
+        next->frames[*d + i].pc != w->frames[i].pc)
+      return 0;
+  return next->frames[*d].ffid == FFID_LUA ? next->frames[*d].obj : 0;
+}
+
+/* Whether w stands where the next snapshot resumes (the same frames). */
+static int at_next(const struct tl_place *w, const struct tl_place *next)
+{
+  int i;
+  if (w->nframes != next->nframes)
+    return 0;
+  for (i = 0; i < w->nframes; i++)
+    if (w->frames[i].obj != next->frames[i].obj ||
+        w->frames[i].pc != next->frames[i].pc)
+      return 0;
+  return 1;
+}
+
+/* The bounds of prototype pt's bytecode. Returns 1 on success. */
+static int bc_bounds(const struct vm_layout *lay, uintptr_t pt,
+                     uintptr_t *start, uintptr_t *end)
+{
+  uint32_t sizebc;
+  if (!vm_u32(0, pt + lay->pt_sizebc, &sizebc) || sizebc > (1u << 24))
+    return 0;
+  *start = pt + lay->pt_size;
+  *end = *start + 4 * (uintptr_t)sizebc;
+  return 1;
+}
+
+/* Conditional branches (each followed by a JMP) the walk follows. */
+#define TL_MAX_BRANCHES 8
+
+/* One walk: what it looks for and what bounds it. */
+struct walk {
+  const struct vm_layout *lay;
+  int want;             /* WALK_*. */
+  int have_next;        /* The next snapshot's place is known. */
+  struct tl_place next; /* It. */
+  uint32_t steps;       /* Ops walked, on every path. */
+  uintptr_t T, snap;    /* The trace, its snapshots. */
+  int sn;               /* The event's snapshot. */
+  /* The snapshot's innermost frame: its prototype, its depth, and its
+  ** closure when the snapshot holds it as a constant (else 0). */
+  uintptr_t inner_pt, inner_fn;
+  int inner_n;
+};
+
+/* GCupval's type (GCT_UPVAL), and (GC64, the only layout with FR2) the
+** offsets of a Lua closure's upvalue pointers after its pc, of an
+** upvalue's `closed` and `immutable` flags after its type byte, of its
+** closed value and of its pointer to its value (after the header, the
+** flags and the union of the closed value and the open upvalue's links).
+** Not verified by calibration: read fault-safe (on a cache miss only),
+** each object checked by its type byte, a closed upvalue's pointer by
+** pointing to its own value. */
+#define WALK_GCT_UPVAL 5
+#define WALK_UVPTR_AFTER_PC 8
+#define WALK_UV_CLOSED_AFTER_GCT 1
+#define WALK_UV_IMMUTABLE_AFTER_GCT 2
+#define WALK_UV_TV 16
+#define WALK_UV_V 32
+
+/*
+** FR2: the closure of snapshot sn's innermost frame, when the snapshot
+** holds it as a constant (an inlined callee's function slot, two below its
+** base) of that frame's prototype. Else 0.
+*/
+static uintptr_t inner_closure(const struct walk *k, uintptr_t pt)
+{
+  const struct vm_layout *lay = k->lay;
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = k->snap + (uintptr_t)k->sn * tl->snap_size, map, fn;
+  uint32_t mapofs, e, i;
+  uint64_t pcword;
+  uint8_t nent;
+  if (!lay->fr2 || !lay->gc64 || !vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
+      !vm_u8(0, s + tl->snap_nent, &nent) ||
+      !vm_ptr(0, k->T + tl->tr_snapmap, &map) ||
+      !vm_u64(0, map + 4 * ((uintptr_t)mapofs + nent), &pcword))
+    return 0;
+  for (i = 0; i < nent; i++) {
+    if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
+      return 0;
+    if ((e >> 24) != (uint32_t)(pcword & 0xff))
+      continue;
+    if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
+        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 1, fn, GCT_FUNC) ||
+        vm_func_proto(lay, 1, fn) != pt)
+      return 0;
+    return fn;
+  }
+  return 0;
+}
+
+/*
+** The Lua prototype called through upvalue `uv` of the closure fn: the
+** JIT compiler makes an immutable upvalue of a constant closure a
+** constant and inlines the call without a guard, so when the callee
+** returns before any snapshot nothing else names it. The upvalue's value
+** is read now: immutable, it is the one recorded. 0 for a built-in, or
+** if a check fails.
+*/
+static uintptr_t upvalue_callee(const struct vm_layout *lay, uintptr_t fn,
+                                uint32_t uv)
+{
+  uint64_t u, v, tv;
+  uint8_t n, closed, immutable, ffid;
+  uintptr_t callee;
+  if (fn == 0 || !vm_u8(1, fn + lay->fn_ffid + 1, &n) || uv >= n ||
+      !vm_u64(1, fn + lay->fn_pc + WALK_UVPTR_AFTER_PC + 8 * (uintptr_t)uv,
+              &u) ||
+      !vm_is_gc(lay, 1, (uintptr_t)u, WALK_GCT_UPVAL) ||
+      !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_CLOSED_AFTER_GCT, &closed) ||
+      !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_IMMUTABLE_AFTER_GCT,
+             &immutable) ||
+      immutable != 1 || closed > 1 ||
+      !vm_u64(1, (uintptr_t)u + WALK_UV_V, &v) || (v & 7) != 0 ||
+      (closed && v != u + WALK_UV_TV) || !vm_u64(1, (uintptr_t)v, &tv) ||
+      ((int64_t)tv >> 47) != GC64_ITYPE_FUNC)
+    return 0;
+  callee = (uintptr_t)(tv & GC64_ADDR_MASK);
+  if (!vm_is_gc(lay, 1, callee, GCT_FUNC) ||
+      !vm_u8(1, callee + lay->fn_ffid, &ffid) || ffid != FFID_LUA)
+    return 0;
+  return vm_func_proto(lay, 1, callee);
+}
+
+/*
+** FR2: the prototype the outermost frame tail-called, from the next
+** snapshot (at the same base, or not resolved: a stitch's last snapshot,
+** whose innermost frame is a continuation): its entry for that frame's
+** function slot (two below its base, `base_ofs` above the trace's base),
+** a constant Lua function other than the frame's own. Else 0.
+*/
+static uintptr_t tail_callee_slot(const struct walk *k,
+                                  const struct tl_place *w)
+{
+  const struct vm_layout *lay = k->lay;
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s, map, fn, pt;
+  uint32_t mapofs, e, i;
+  uint16_t nsnap;
+  uint8_t nent, ffid;
+  if (!lay->fr2 || w->nframes != 1 || w->base_ofs < 0 ||
+      !vm_u16(0, k->T + tl->tr_nsnap, &nsnap) || (uint32_t)k->sn + 1 >= nsnap)
+    return 0;
+  s = k->snap + (uintptr_t)(k->sn + 1) * tl->snap_size;
+  if (!vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
+      !vm_u8(0, s + tl->snap_nent, &nent) ||
+      !vm_ptr(0, k->T + tl->tr_snapmap, &map))
+    return 0;
+  for (i = 0; i < nent; i++) {
+    if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
+      return 0;
+    if ((e >> 24) != (uint32_t)w->base_ofs)
+      continue;
+    if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
+        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 0, fn, GCT_FUNC) ||
+        !vm_u8(0, fn + lay->fn_ffid, &ffid) || ffid != FFID_LUA ||
+        (pt = vm_func_proto(lay, 0, fn)) == 0 || pt == w->frames[0].obj)
+      return 0;
+    return pt;
+  }
+  return 0;
+}
+
+/* Whether the next snapshot is at the entry of the callee w just entered
+** (bytecode from `start`): such a snapshot (a link to the callee's own
+** trace) resumes at its header. */
+static int entry_is_next(const struct walk *k, struct tl_place *w,
+                         uintptr_t start)
+{
+  w->frames[0].pc = start + 4;
+  return k->have_next && at_next(w, &k->next);
+}
+
+/* Where a path found its event: the place, or none. */
+struct walk_found {
+  int found;
+  struct tl_place at;
+};
+
+static int walk_set(const struct vm_layout *lay, const struct tl_place *w,
+                    uintptr_t pc, uintptr_t start, uintptr_t end,
+                    struct walk_found *f)
+{
+  uint32_t line;
+  if (!vm_proto_line(lay, 0, w->frames[0].obj, (uint32_t)((pc - start) / 4),
+                     (uint32_t)((end - start) / 4), &line))
+    return 0;
+  f->found = 1;
+  f->at = *w;
+  f->at.frames[0].pc = pc + 4;
+  f->at.pt = w->frames[0].obj;
+  f->at.line = line;
+  return 1;
+}
+
+/* Whether two places found are the same. */
+static int same_found(const struct walk_found *a, const struct walk_found *b)
+{
+  return a->at.nframes == b->at.nframes &&
+         a->at.frames[0].obj == b->at.frames[0].obj &&
+         a->at.frames[0].pc == b->at.frames[0].pc;
+}
+
+/* What a path found (walk_path's result, bits). */
+#define WALK_CALL 1    /* Only a call whose callee is not proven. */
+#define WALK_MATCH 2   /* A bytecode of the event's kind. */
+#define WALK_REACHED 4 /* And the path reached the next snapshot's PC. */
+
+/* A path's rank at a branch: reaching the next snapshot first. */
+static int walk_rank(int r)
+{
+  return (r & WALK_REACHED ? 4 : 0) + (r & WALK_MATCH ? 2 : 0) +
+         (r & WALK_CALL ? 1 : 0);
+}
+
+/*
+** One path of the walk, from pc in w's innermost frame, with `call`, the
+** first call passed whose callee is not proven (where the event is when
+** nothing else is found). Returns WALK_* bits, *out set if any. A path
+** ends at the next snapshot's PC: what the event is lies before it. On a
+** path past a conditional branch (`branched`) the walk goes on after the
+** event's bytecode, to tell whether that way reaches the next snapshot.
+*/
+static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
+                     int branches, int branched, struct walk_found call,
+                     struct walk_found *out)
+{
+  const struct vm_layout *lay = k->lay;
+  const struct vm_trace_layout *tl = &lay->tl;
+  struct walk_found a, b, match;
+  uintptr_t start, end, callee;
+  uint32_t ins;
+  uint8_t op, kind;
+  int i, first = 1, ra, rb, reached = 0, uget = -1;
+  uint32_t uv = 0;
+  match.found = 0;
+  if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
+    return 0;
+  for (;; first = 0) {
+    if (k->steps++ >= TL_MAX_WALK || pc <= start || pc >= end ||
+        !vm_u32(0, pc, &ins))
+      break;
+    w.frames[0].pc = pc + 4;
+    if (!first && k->have_next && at_next(&w, &k->next)) {
+      reached = WALK_REACHED;
+      break;
+    }
+    op = (uint8_t)(ins & 0xff);
+    kind = tl->bc_kind[op];
+    /* The slot the last UGET loaded, until an op names it again. */
+    if (op == tl->bc_uget) {
+      uget = (int)((ins >> 8) & 0xff);
+      uv = ins >> 16;
+    } else if (kind != TL_BC_CALL && (int)((ins >> 8) & 0xff) == uget) {
+      uget = -1;
+    }
+    if (!match.found && walk_matches(tl, k->want, op)) {
+      if (!walk_set(lay, &w, pc, start, end, &match))
+        return 0;
+      if (!branched)
+        break;
+    }
+    if (op == tl->bc_jmp) {
+      pc = pc + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
+    } else if ((uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt) {
+      /* Both ways: the one that reaches the next snapshot, that finds the
+      ** event's kind of bytecode (a tie: the same one, or none). */
+      if (branches == 0)
+        break;
+      ra = walk_path(k, w, pc + 4, branches - 1, 1, call, &a);
+      rb = walk_path(k, w, pc + 8, branches - 1, 1, call, &b);
+      if (match.found) { /* Only whether this path reaches it. */
+        reached = (ra | rb) & WALK_REACHED;
+        break;
+      }
+      if (walk_rank(ra) == walk_rank(rb) && (ra == 0 || !same_found(&a, &b)))
+        return 0;
+      if (walk_rank(rb) > walk_rank(ra)) {
+        ra = rb;
+        a = b;
+      }
+      *out = a;
+      return ra;
+    } else if (kind == TL_BC_QUIET || kind == TL_BC_EFFECT ||
+               op == tl->bc_loop) {
+      pc += 4;
+    } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL) {
+      int d = 0;
+      callee = !k->have_next        ? 0
+               : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
+                                    : proven_tail_callee(&w, &k->next, &d);
+      if (callee == 0 && kind == TL_BC_TAILCALL &&
+          (!k->have_next || k->next.base_ofs == w.base_ofs) &&
+          (callee = tail_callee_slot(k, &w)) != 0)
+        w.base_replaced = 1; /* The stack's slot holds the caller still. */
+      /* (Not for a new key: a store in the callee, to a table made from
+      ** a template with that key, adds none.) */
+      if (callee == 0 && kind == TL_BC_CALL && k->want != WALK_KEY &&
+          (int)((ins >> 8) & 0xff) == uget && w.nframes == k->inner_n &&
+          w.frames[0].obj == k->inner_pt)
+        callee = upvalue_callee(lay, k->inner_fn, uv);
+      if (callee != 0 && kind == TL_BC_TAILCALL) {
+        /* The callee takes the caller's frame. */
+        if (!bc_bounds(lay, callee, &start, &end))
+          return 0;
+        w.frames[0].obj = callee;
+        if (entry_is_next(k, &w, start)) {
+          reached = WALK_REACHED;
+          break;
+        }
+        pc = start + 4;
+        continue;
+      }
+      if (callee == 0) {
+        /* A built-in's call, run inline: a string is its (past a
+        ** branch, only if that way holds no CAT: a built-in the JIT
+        ** compiler does not compile stitches, and its way is not the
+        ** trace's); a table or a key is its only if nothing else is. */
+        if (!match.found && k->want == WALK_OTHER && !branched) {
+          if (!walk_set(lay, &w, pc, start, end, &match))
+            return 0;
+          break;
+        }
+        if (!call.found && !walk_set(lay, &w, pc, start, end, &call))
+          return 0;
+        if (kind == TL_BC_TAILCALL)
+          break;
+        pc += 4;
+        continue;
+      }
+      if (w.nframes >= TL_MAX_FRAMES || !bc_bounds(lay, callee, &start, &end))
+        return 0;
+      for (i = w.nframes; i > 0; i--)
+        w.frames[i] = w.frames[i - 1];
+      w.nframes++;
+      w.frames[0].obj = callee;
+      w.frames[0].ffid = FFID_LUA;
+      if (entry_is_next(k, &w, start)) {
+        reached = WALK_REACHED;
+        break;
+      }
+      pc = start + 4; /* After the function header. */
+    } else if (kind == TL_BC_RETURN && w.nframes >= 2) {
+      for (i = 1; i < w.nframes; i++)
+        w.frames[i - 1] = w.frames[i];
+      w.nframes--;
+      if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
+        return 0;
+      pc = w.frames[0].pc; /* The op after the call. */
+    } else {
+      break;
+    }
+  }
+  if (match.found) {
+    *out = match;
+    return WALK_MATCH | reached;
+  }
+  if (!call.found)
+    return 0;
+  *out = call;
+  return WALK_CALL | reached;
+}
+
+int tl_walk_forward(const struct vm_layout *lay, uintptr_t T, uintptr_t snap,
+                    int sn, uintptr_t target, struct tl_place *pl)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  struct walk k;
+  struct walk_found none, out;
+  uint16_t nsnap;
+  k.lay = lay;
+  k.T = T;
+  k.snap = snap;
+  k.sn = sn;
+  k.want = helper_kind(tl, target);
+  k.steps = 0;
+  k.next.nframes = 0;
+  none.found = 0;
+  if (!tl->walk_ok || k.want == WALK_NONE)
+    return 0;
+  k.inner_pt = pl->frames[0].obj;
+  k.inner_n = pl->nframes;
+  k.inner_fn = pl->nframes > 1 ? inner_closure(&k, k.inner_pt) : 0;
+  k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
+                (uint32_t)sn + 1 < nsnap &&
+                tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
+  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none, &out))
+    return 0;
+  out.at.stack_id = pl->stack_id;
+  *pl = out.at;
+  return 1;
+}
