@@ -55,13 +55,11 @@ static __attribute__((noinline)) void encode_place(struct tl_place *pl)
 }
 
 /* Writes the location of the place of an event of compiled code: the
-** bytes encode_place keeps (at most 15: a 64-bit and a 32-bit ULEB128),
+** bytes encode_place kept (at most 15: a 64-bit and a 32-bit ULEB128),
 ** copied as two words. The event's reservation covers the bytes past
 ** them. */
-HOT_INLINE uint8_t *put_place(uint8_t *p, struct tl_place *pl)
+HOT_INLINE uint8_t *put_place(uint8_t *p, const struct tl_place *pl)
 {
-  if (pl->loc_len == 0)
-    encode_place(pl);
   memcpy(p, pl->loc, sizeof(pl->loc));
   return p + pl->loc_len;
 }
@@ -254,7 +252,10 @@ HOT_INLINE struct tl_place *at_place(struct vm_site *site, struct tl_place *pl)
 
 /* The place of an event of trace site->traceno (or of its exit), which
 ** then becomes an event of that Lua line made in compiled code; NULL if
-** it cannot be resolved (it stays at the trace's start). */
+** it cannot be resolved (it stays at the trace's start). A place the fast
+** path may take (its event is the place's own, not its caller's) gets its
+** location written here: the caller describes its prototype and trace
+** before the event, or halts. */
 static __attribute__((noinline)) struct tl_place *
 compiled_site(struct profiler *p, struct vm_site *site)
 {
@@ -267,7 +268,7 @@ compiled_site(struct profiler *p, struct vm_site *site)
     return NULL;
   pl = trace_lines_place(&p->tlines, &p->layout, p->g, &site->traceno,
                          site->exit ? (int)exitno : -1, hook_frame_low(),
-                         s->trace_obj, s->trace_cap, s->trace_frees);
+                         s->trace_obj, s->trace_cap, s->generation);
   if (at_place(site, pl) != NULL && pl->tail_base) {
     /* A built-in the outermost frame tail-called: its caller's event. */
     struct vm_thread th;
@@ -278,6 +279,8 @@ compiled_site(struct profiler *p, struct vm_site *site)
       site->addr = pt;
       site->line = line;
     }
+  } else if (pl != NULL && pl->loc_len == 0) {
+    encode_place(pl);
   }
   return pl;
 }
@@ -289,13 +292,12 @@ HOT_INLINE struct tl_place *cached_site(struct profiler *p,
                                         struct vm_site *site)
 {
   const struct symbols *s = &p->syms;
-  struct tl_place *pl;
   if (site->exit || site->traceno >= s->trace_cap || TL_MCODE_UNIT != 1)
     return NULL; /* (arm64: found by an unwind, on the full path.) */
-  pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
-                       hook_frame_low(), s->trace_obj[site->traceno],
-                       s->trace_frees);
-  return pl != NULL && pl->tail_base ? NULL : at_place(site, pl);
+  return at_place(site,
+                  tl_cached_place(&p->tlines, lay, &p->layout, p->g,
+                                  site->traceno, hook_frame_low(),
+                                  s->trace_obj[site->traceno], s->generation));
 }
 
 /* The stack of an event of compiled code: its place's frames, the
@@ -432,8 +434,10 @@ static void model_place(struct profiler *p, struct recorded_as *as,
   as->stack = stack;
 }
 
-/* What the fast path returns for an event it leaves to the full one. */
-#define FULL_PATH ((uint8_t *)1)
+/* What the fast path does with an event it leaves to the full one: sets
+** the caller's flag (a local of the caller, known on every path once
+** inlined: the paths that record test nothing) and returns NULL. */
+#define FULL_PATH (*full = 1, (uint8_t *)NULL)
 
 /*
 ** Records one allocator call up to the real allocator: locates the event,
@@ -447,16 +451,16 @@ static void model_place(struct profiler *p, struct recorded_as *as,
 ** what needs no function call (the common case: a known place, room in the
 ** buffer, and in the extended format no time mark and no stack, which
 ** only Lua lines and C functions have: see vm_in_frames) and
-** returns FULL_PATH for anything else, so that the fast path keeps its few
+** leaves anything else to the full path (FULL_PATH sets *full), so that the
+*fast path keeps its few
 ** values in registers. `ext` (a constant in each hook: p->extended) leaves
 ** out of the hooks of Tarantool's format all that the extended format
 ** adds.
 */
-HOT_INLINE uint8_t *record_before(struct profiler *p,
-                                  const struct vm_layout *lay,
-                                  stack_fn stack_of, int pdep, int ext,
-                                  int fast, void *ptr, size_t osize,
-                                  size_t nsize, struct recorded_as *as)
+HOT_INLINE uint8_t *
+record_before(struct profiler *p, const struct vm_layout *lay,
+              stack_fn stack_of, int pdep, int ext, int fast, void *ptr,
+              size_t osize, size_t nsize, struct recorded_as *as, int *full)
 {
   struct vm_site site;
   struct tl_place *compiled = NULL;
@@ -465,8 +469,7 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
   int err = 0;
 
   if (fast &&
-      (p->out.pos + EVENT_MAX_BYTES > p->out.limit ||
-       writer_failed(&p->out) != 0 ||
+      (!writer_has_room(&p->out, EVENT_MAX_BYTES) ||
        (ext && p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
     return FULL_PATH;
   /* (vm_locate sets the line of every Lua site, but not so that every
@@ -488,10 +491,11 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
     if (fast && ext)
       stack = compiled->stack_id;
   }
-  if (!(site.source == SOURCE_INTERNAL ||
-        (site.source == SOURCE_LUA &&
-         site.addr == p->syms.proto_memo[symbols_proto_slot(site.addr)] &&
-         (compiled == NULL || fast)) ||
+  /* (A cached place of the fast path proves its prototype and trace
+  ** described: see tl_cached_place.) */
+  if (!(site.source == SOURCE_INTERNAL || (fast && compiled != NULL) ||
+        (site.source == SOURCE_LUA && compiled == NULL &&
+         site.addr == p->syms.proto_memo[symbols_proto_slot(site.addr)]) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
          p->syms.trace_obj[site.traceno] != 0 &&
          p->syms.trace_obj[site.traceno] ==
@@ -590,9 +594,10 @@ HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
                              void *(*full)(struct profiler *, void *, size_t))
 {
   uint64_t at = fast ? 0 : writer_total(&p->out);
-  uint8_t *event =
-      record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, 0, NULL);
-  if (fast && event == FULL_PATH)
+  int to_full = 0;
+  uint8_t *event = record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize,
+                                 0, NULL, &to_full);
+  if (fast && to_full)
     return full(p, ptr, osize);
   if (event != NULL && (fast || within_cap(p, event)))
     writer_commit(&p->out, event);
@@ -615,11 +620,12 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   uint64_t at = fast ? 0 : writer_total(&p->out);
   uint8_t *event, *end;
   void *nptr;
+  int to_full = 0;
   if (nsize == 0)
     __builtin_unreachable(); /* The hooks send frees to record_free. */
-  event =
-      record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, nsize, NULL);
-  if (fast && event == FULL_PATH)
+  event = record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, nsize,
+                        NULL, &to_full);
+  if (fast && to_full)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   p->busy = 0; /* What follows calls nothing outside memprof.so. */
@@ -703,12 +709,14 @@ HOT_INLINE void *record_sampled(struct profiler *p, const struct vm_layout *lay,
   struct recorded_as as;
   uint8_t *event;
   void *nptr;
+  int to_full = 0; /* (The full path: never set.) */
   as.ptr = held ? ptr : NULL;
   as.osize = held ? osize : 0;
   as.nsize = fresh ? nsize : 0;
   as.place = as.stack = 0;
   /* Sampling forces the extended format. */
-  event = record_before(p, lay, stack_of, pdep, 1, 0, ptr, osize, nsize, &as);
+  event = record_before(p, lay, stack_of, pdep, 1, 0, ptr, osize, nsize, &as,
+                        &to_full);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   if (nsize != 0 && nptr == NULL)
     return NULL; /* Failed: nothing changed. */

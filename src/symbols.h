@@ -67,8 +67,8 @@ struct symbols {
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
   struct library_cfunc library[MAX_LIBRARY_CFUNCS];
   unsigned libraries;   /* Entries of library[] in use. */
-  unsigned generation;  /* Bumped when a described object goes away. */
-  unsigned trace_frees; /* Bumped when a described trace goes away. */
+  unsigned generation;  /* Bumped when a described object goes away (a
+                           prototype or a trace: trace_obj is cleared). */
   struct cnames cnames; /* Names of C functions. */
 };
 

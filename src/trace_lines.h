@@ -227,7 +227,8 @@ struct tl_cache_slot {
   uintptr_t key; /* Return address, or (T, exit) for an exit; 0: empty. */
   uintptr_t T;
   uint32_t traceno;
-  unsigned frees; /* symbols.trace_frees when it was filled. */
+  unsigned frees; /* The hook's `frees` (the symbols' generation) when it
+                     was filled. */
   struct tl_place place;
 };
 
@@ -253,25 +254,29 @@ VM_INLINE size_t tl_slot_of(uintptr_t key)
 ** The hook's fast path: the cached place of the helper call now running in
 ** trace `traceno`, or NULL (then trace_lines_place decides). `lay` gives
 ** the object offsets (it may be a family's constant table), `rt` the
-** verified layout's global and trace offsets. Only loads:
-** the trace must be the one the symbols follow (`described`, live while
-** `frees` is unchanged), and the stack slot is read only inside the range
-** tl_return_address checks.
+** verified layout's global and trace offsets. Only loads. `described` is
+** the trace the symbols describe under that number (0: none), live: the
+** symbols forget it when it is freed. It is J->trace[traceno] while its
+** own number is still traceno: a trace leaves the array only when it is
+** freed or flushed, and a flush sets its number to 0. A slot holds while
+** `generation` (the symbols', bumped whenever a described object goes
+** away) is the one it was filled under; the hook marks the places it may
+** take here by writing their location (loc_len), once the stream has
+** described their prototype and trace. The stack slot is read only inside
+** the range tl_return_address checks.
 */
 VM_INLINE struct tl_place *
 tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
                 const struct vm_layout *rt, uintptr_t g, uint32_t traceno,
-                uintptr_t low, uintptr_t described, unsigned frees)
+                uintptr_t low, uintptr_t described, unsigned generation)
 {
   struct tl_cache_slot *s;
-  uintptr_t arr, T, L, cf, slot, ret;
-  uint16_t spadjust;
-  /* J->trace[traceno] is the described trace: the number was below
-  ** J->sizetrace when it was described, and the array never shrinks. */
-  memcpy(&arr, (const void *)(g + rt->g_trace), sizeof(arr));
-  if (arr == 0 ||
-      !vm_ref(lay, 0, arr + (uintptr_t)traceno * lay->ref_size, &T) ||
-      T != described || T == 0)
+  uintptr_t T = described, L, cf, slot, ret;
+  uint16_t spadjust, no;
+  if (T == 0)
+    return NULL;
+  memcpy(&no, (const void *)(T + rt->tr_traceno), 2);
+  if (no != traceno)
     return NULL;
   memcpy(&spadjust, (const void *)(T + rt->tl.tr_spadjust), 2);
   if (!vm_ref(lay, 0, g + rt->g_cur_L, &L) || L == 0 ||
@@ -283,7 +288,8 @@ tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
     return NULL;
   memcpy(&ret, (const void *)slot, sizeof(ret));
   s = &t->slot[tl_slot_of(ret)];
-  if (s->key != ret || s->T != T || s->frees != frees)
+  if (s->key != ret || s->T != T || s->frees != generation ||
+      s->place.loc_len == 0)
     return NULL;
   return &s->place;
 }
