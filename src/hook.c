@@ -58,10 +58,11 @@ static __attribute__((noinline)) void encode_place(struct tl_place *pl)
 ** bytes encode_place kept (at most 15: a 64-bit and a 32-bit ULEB128),
 ** copied as two words. The event's reservation covers the bytes past
 ** them. */
-HOT_INLINE uint8_t *put_place(uint8_t *p, const struct tl_place *pl)
+HOT_INLINE uint8_t *put_place(uint8_t *p, const struct tl_place *pl,
+                              unsigned loc_len)
 {
   memcpy(p, pl->loc, sizeof(pl->loc));
-  return p + pl->loc_len;
+  return p + loc_len;
 }
 
 /* The longest allocation event: a header, then up to eight numbers (the
@@ -89,6 +90,8 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
                                 size_t nsize, int pdep, int ext, int reserved)
 {
   uint8_t kind, internal_kind, *p;
+  /* (Read before the header's store, which may alias it.) */
+  unsigned loc_len = pl != NULL ? pl->loc_len : 0;
   if (nsize == 0)
     kind = EVENT_FREE;
   else if (ptr == 0)
@@ -100,7 +103,7 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
   p = w->pos;
   *p++ = (uint8_t)(kind | site->source | (stack ? EVENT_HAS_STACK : 0));
   if (site->source == SOURCE_LUA && pl != NULL) {
-    p = put_place(p, pl);
+    p = put_place(p, pl, loc_len);
     if (ext) {
       *w->pos |= EVENT_COMPILED;
       p = uleb128_put_with(p, site->traceno, pdep);
@@ -410,7 +413,8 @@ HOT_INLINE void count_event(struct profiler *p, unsigned i, size_t osize,
 {
   p->stats.events[i]++;
   p->stats.allocated[i] += nsize;
-  p->stats.freed[i] += osize; /* Read for frees and reallocs only. */
+  if ((i & 3) != EVENT_ALLOC) /* (Read for frees and reallocs only.) */
+    p->stats.freed[i] += osize;
 }
 
 /* Takes back the count of a failed allocation, not recorded: its header
@@ -420,7 +424,8 @@ static void uncount_event(struct profiler *p, size_t osize, size_t nsize)
   unsigned i = *p->out.pos & 0x1f;
   p->stats.events[i]--;
   p->stats.allocated[i] -= nsize;
-  p->stats.freed[i] -= osize;
+  if ((i & 3) != EVENT_ALLOC)
+    p->stats.freed[i] -= osize;
 }
 
 /* The place and stack of a new block in the model of snapshots. A model
@@ -432,6 +437,28 @@ static void model_place(struct profiler *p, struct recorded_as *as,
       site->source == SOURCE_INTERNAL ? vm_internal_kind(&p->layout, p->g) : 0;
   as->place = places_of(&p->model, &p->syms, &p->layout, p->g, site, kind);
   as->stack = stack;
+}
+
+/* The fast paths: any event, or one the VM's state makes internal (the
+** collector's frees, mostly: see vm_state_internal), whose code reads no
+** frame and no trace and so needs few registers. */
+#define FAST_ANY 1
+#define FAST_INTERNAL 2
+
+/* Whether vm_locate would find the VM's state internal: no trace runs,
+** and its class walks no frames and leaves no trace. */
+HOT_INLINE int vm_state_internal(const struct profiler *p)
+{
+  const struct vm_layout *rt = &p->layout;
+  int32_t st;
+  uint8_t cls;
+  memcpy(&st, (const void *)(p->g + rt->g_vmstate), sizeof(st));
+  if (st >= 0)
+    return 0;
+  if ((uint32_t)~st >= VM_STATE_SLOTS)
+    return 1;
+  cls = rt->state_class[(uint32_t)~st];
+  return cls != STATE_WALK && cls != STATE_EXIT;
 }
 
 /* What the fast path does with an event it leaves to the full one: sets
@@ -468,15 +495,23 @@ record_before(struct profiler *p, const struct vm_layout *lay,
   uint8_t *event;
   int err = 0;
 
-  if (fast &&
-      (!writer_has_room(&p->out, EVENT_MAX_BYTES) ||
-       (ext && p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
+  if (fast && (!writer_has_room(&p->out, EVENT_MAX_BYTES) ||
+               (ext && fast != FAST_INTERNAL && p->stack_depth != 0 &&
+                vm_in_frames(&p->layout, 0, p->g))))
     return FULL_PATH;
-  /* (vm_locate sets the line of every Lua site, but not so that every
-  ** compiler can tell: one store, merged with vm_locate's.) */
+  /* (vm_locate sets the line and address of every Lua or C site, but not
+  ** so that every compiler can tell: stores merged with vm_locate's.) */
   site.line = 0;
-  vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
-            &site);
+  site.addr = 0;
+  if (fast == FAST_INTERNAL) {
+    site.source = SOURCE_INTERNAL; /* (What vm_locate would find.) */
+    site.ffid = 0;
+    site.traceno = 0;
+    site.exit = site.compiled = 0;
+  } else {
+    vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
+              &site);
+  }
   /* Compiled code by line: the fast path takes a cached place of a trace
   ** the stream has described, the full one resolves and describes. */
   if (site.source == SOURCE_TRACE && p->tlines.on) {
@@ -802,25 +837,37 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
   {                                                                            \
     if (ptr == NULL)                                                           \
       __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,  \
-                        nsize, name##_alloc);                                  \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, ptr,  \
+                        osize, nsize, name##_alloc);                           \
   }                                                                            \
   /* A new block (no old one): what depends on the old block folds away. */    \
   /* (It takes the hook's arguments as they come, ptr NULL.) */                \
-  static __attribute__((noinline)) void *name##_new_fast(                      \
+  /* (Not cloned: the dispatcher's arguments pass through unmoved.) */         \
+  static __attribute__((noinline, noclone)) void *name##_new_fast(             \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
     (void)ptr;                                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, 1, NULL, osize, \
-                        nsize, name##_alloc);                                  \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, NULL, \
+                        osize, nsize, name##_alloc);                           \
   }                                                                            \
+  /* A free in a trace or in Lua or C code. */                                 \
+  static __attribute__((noinline)) void *name##_free_located(                  \
+      struct profiler *p, void *ptr, size_t osize)                             \
+  {                                                                            \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_ANY, ptr,   \
+                       osize, name##_free);                                    \
+  }                                                                            \
+  /* An internal free (the collector's, mostly) needs few registers, and */    \
+  /* saves none, without the others' code. */                                  \
   static __attribute__((noinline)) void *name##_free_fast(                     \
       struct profiler *p, void *ptr, size_t osize)                             \
   {                                                                            \
     if (ptr == NULL)                                                           \
       return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, 0);            \
-    return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
-                       name##_free);                                           \
+    if (!vm_state_internal(p))                                                 \
+      return name##_free_located(p, ptr, osize);                               \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_INTERNAL,   \
+                       ptr, osize, name##_free);                               \
   }                                                                            \
   /* Saves no register: the fast paths are tail calls. */                      \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \

@@ -43,18 +43,20 @@
 #define TL_REF_BIAS 0x8000u
 #define TL_IRINS_SIZE 8
 
-/* Where an event made by compiled code belongs. */
+/* Where an event made by compiled code belongs. (Its fields are packed so
+** that a cache slot, struct tl_cache_slot, is 256 bytes: the hook's fast
+** path finds one with a shift.) */
 struct tl_place {
-  uintptr_t pt;  /* The innermost prototype. */
-  uint32_t line; /* Its line. */
-  int nframes;   /* Frames, innermost first: frames[0] is pt's. */
-  struct vm_raw_frame frames[TL_MAX_FRAMES];
-  uint32_t stack_id; /* Of these frames in the stream, 0 until known
-                        (stack ids stay valid for the whole stream). */
+  uintptr_t pt;    /* The innermost prototype. */
+  uint32_t line;   /* Its line. */
+  int16_t nframes; /* Frames, innermost first: frames[0] is pt's. */
   /* The outermost frame's base, in slots above the trace's base frame's
   ** (g->jit_base): a frame a stitched trace began in lies above it; -1
   ** if not known (then the outermost frame is taken to be the base's). */
   int16_t base_ofs;
+  struct vm_raw_frame frames[TL_MAX_FRAMES];
+  uint32_t stack_id; /* Of these frames in the stream, 0 until known
+                        (stack ids stay valid for the whole stream). */
   /* The trace replaced the outermost frame's function by a tail call: the
   ** stack's slot still holds the function called before. */
   uint8_t base_replaced;
@@ -62,8 +64,8 @@ struct tl_place {
   ** event is that frame's caller's (see tl_tail_builtin). */
   uint8_t tail_base;
   /* The place's location as an event of the stream gives it (pt, then the
-  ** line, as ULEB128): loc_len bytes of loc, written by the hook at the
-  ** place's first event; 0 until then. */
+  ** line, as ULEB128): loc_len bytes of loc, written by the hook's full
+  ** path (see tl_cached_place); 0 until then. */
   uint8_t loc_len;
   uint64_t loc[2];
 };
@@ -231,6 +233,11 @@ struct tl_cache_slot {
                      was filled. */
   struct tl_place place;
 };
+#if UINTPTR_MAX > 0xffffffffu
+/* (256 bytes on 64-bit builds: see struct tl_place.) */
+typedef char
+    tl_cache_slot_is_256_bytes[sizeof(struct tl_cache_slot) == 256 ? 1 : -1];
+#endif
 
 struct trace_lines {
   int on; /* Events of traces are resolved. */
