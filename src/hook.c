@@ -441,9 +441,20 @@ static void model_place(struct profiler *p, struct recorded_as *as,
 
 /* The fast paths: any event, or one the VM's state makes internal (the
 ** collector's frees, mostly: see vm_state_internal), whose code reads no
-** frame and no trace and so needs few registers. */
+** frame and no trace and so needs few registers, or one made while a
+** trace runs, whose code reads no frame. */
 #define FAST_ANY 1
 #define FAST_INTERNAL 2
+#define FAST_TRACE 3 /* One made while a trace runs. */
+
+/* Whether a trace runs (vmstate holds its number), as vm_locate reads
+** it. */
+HOT_INLINE int in_trace(const struct profiler *p)
+{
+  int32_t st;
+  memcpy(&st, (const void *)(p->g + p->layout.g_vmstate), sizeof(st));
+  return st >= 0;
+}
 
 /* Whether vm_locate would find the VM's state internal: no trace runs,
 ** and its class walks no frames and leaves no trace. */
@@ -507,6 +518,15 @@ record_before(struct profiler *p, const struct vm_layout *lay,
     site.source = SOURCE_INTERNAL; /* (What vm_locate would find.) */
     site.ffid = 0;
     site.traceno = 0;
+    site.exit = site.compiled = 0;
+  } else if (fast == FAST_TRACE) {
+    int32_t st; /* (As vm_locate reads it.) */
+    memcpy(&st, (const void *)(p->g + p->layout.g_vmstate), sizeof(st));
+    if (st < 0)
+      return FULL_PATH;
+    site.source = SOURCE_TRACE;
+    site.traceno = (uint32_t)st;
+    site.ffid = 0;
     site.exit = site.compiled = 0;
   } else {
     vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
@@ -850,11 +870,22 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, NULL, \
                         osize, nsize, name##_alloc);                           \
   }                                                                            \
-  /* A free in a trace or in Lua or C code. */                                 \
+  /* A free in Lua or C code, or in a trace's exit. */                         \
   static __attribute__((noinline)) void *name##_free_located(                  \
       struct profiler *p, void *ptr, size_t osize)                             \
   {                                                                            \
+    if (ptr == NULL)                                                           \
+      __builtin_unreachable(); /* (See _free_fast.) */                         \
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_ANY, ptr,   \
+                       osize, name##_free);                                    \
+  }                                                                            \
+  /* A free while a trace runs. */                                             \
+  static __attribute__((noinline)) void *name##_free_trace(                    \
+      struct profiler *p, void *ptr, size_t osize)                             \
+  {                                                                            \
+    if (ptr == NULL)                                                           \
+      __builtin_unreachable(); /* (See _free_fast.) */                         \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_TRACE, ptr, \
                        osize, name##_free);                                    \
   }                                                                            \
   /* An internal free (the collector's, mostly) needs few registers, and */    \
@@ -864,6 +895,8 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
   {                                                                            \
     if (ptr == NULL)                                                           \
       return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, 0);            \
+    if (in_trace(p))                                                           \
+      return name##_free_trace(p, ptr, osize);                                 \
     if (!vm_state_internal(p))                                                 \
       return name##_free_located(p, ptr, osize);                               \
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_INTERNAL,   \
