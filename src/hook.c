@@ -269,6 +269,10 @@ compiled_site(struct profiler *p, struct vm_site *site)
       (!p->layout.tl.exit_ok ||
        !vm_u32(0, p->g + p->layout.tl.g_exitno, &exitno) || exitno > 65535))
     return NULL;
+  /* The fast path looks for places of traces numbered below place_cap:
+  ** trace lines are on, and the symbols hold that many trace numbers
+  ** (they never hold fewer later). */
+  p->syms.place_cap = s->trace_cap;
   pl = trace_lines_place(&p->tlines, &p->layout, p->g, &site->traceno,
                          site->exit ? (int)exitno : -1, hook_frame_low(),
                          s->trace_obj, s->trace_cap, s->generation);
@@ -295,7 +299,8 @@ HOT_INLINE struct tl_place *cached_site(struct profiler *p,
                                         struct vm_site *site)
 {
   const struct symbols *s = &p->syms;
-  if (site->exit || site->traceno >= s->trace_cap || TL_MCODE_UNIT != 1)
+  /* (traceno < s->place_cap <= s->trace_cap: see compiled_site.) */
+  if (site->exit || TL_MCODE_UNIT != 1)
     return NULL; /* (arm64: found by an unwind, on the full path.) */
   return at_place(site,
                   tl_cached_place(&p->tlines, lay, &p->layout, p->g,
@@ -534,17 +539,18 @@ record_before(struct profiler *p, const struct vm_layout *lay,
   }
   /* Compiled code by line: the fast path takes a cached place of a trace
   ** the stream has described, the full one resolves and describes. */
-  if (site.source == SOURCE_TRACE && p->tlines.on) {
-    if (fast)
-      compiled = cached_site(p, lay, &site);
-    else
-      compiled = compiled_site(p, &site);
+  if (site.source == SOURCE_TRACE && fast && site.traceno < p->syms.place_cap) {
+    compiled = cached_site(p, lay, &site);
     /* (Its stack is the place's frames: the full path writes it once.) */
-    if (fast && (compiled == NULL ||
-                 (ext && p->stack_depth != 0 && compiled->stack_id == 0)))
+    if (compiled == NULL ||
+        (ext && p->stack_depth != 0 && compiled->stack_id == 0))
       return FULL_PATH;
-    if (fast && ext)
+    if (ext)
       stack = compiled->stack_id;
+  } else if (site.source == SOURCE_TRACE && p->tlines.on) {
+    if (fast)
+      return FULL_PATH;
+    compiled = compiled_site(p, &site);
   }
   /* (A cached place of the fast path proves its prototype and trace
   ** described: see tl_cached_place.) */
