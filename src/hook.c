@@ -55,15 +55,14 @@ static __attribute__((noinline)) void encode_place(struct tl_place *pl)
 }
 
 /* Writes the location of the place of an event of compiled code: the
-** bytes encode_place keeps (at most 15: a 64-bit and a 32-bit ULEB128),
+** bytes encode_place kept (at most 15: a 64-bit and a 32-bit ULEB128),
 ** copied as two words. The event's reservation covers the bytes past
 ** them. */
-HOT_INLINE uint8_t *put_place(uint8_t *p, struct tl_place *pl)
+HOT_INLINE uint8_t *put_place(uint8_t *p, const struct tl_place *pl,
+                              unsigned loc_len)
 {
-  if (pl->loc_len == 0)
-    encode_place(pl);
   memcpy(p, pl->loc, sizeof(pl->loc));
-  return p + pl->loc_len;
+  return p + loc_len;
 }
 
 /* The longest allocation event: a header, then up to eight numbers (the
@@ -91,6 +90,8 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
                                 size_t nsize, int pdep, int ext, int reserved)
 {
   uint8_t kind, internal_kind, *p;
+  /* (Read before the header's store, which may alias it.) */
+  unsigned loc_len = pl != NULL ? pl->loc_len : 0;
   if (nsize == 0)
     kind = EVENT_FREE;
   else if (ptr == 0)
@@ -102,7 +103,7 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
   p = w->pos;
   *p++ = (uint8_t)(kind | site->source | (stack ? EVENT_HAS_STACK : 0));
   if (site->source == SOURCE_LUA && pl != NULL) {
-    p = put_place(p, pl);
+    p = put_place(p, pl, loc_len);
     if (ext) {
       *w->pos |= EVENT_COMPILED;
       p = uleb128_put_with(p, site->traceno, pdep);
@@ -254,7 +255,10 @@ HOT_INLINE struct tl_place *at_place(struct vm_site *site, struct tl_place *pl)
 
 /* The place of an event of trace site->traceno (or of its exit), which
 ** then becomes an event of that Lua line made in compiled code; NULL if
-** it cannot be resolved (it stays at the trace's start). */
+** it cannot be resolved (it stays at the trace's start). A place the fast
+** path may take (its event is the place's own, not its caller's) gets its
+** location written here: the caller describes its prototype and trace
+** before the event, or halts. */
 static __attribute__((noinline)) struct tl_place *
 compiled_site(struct profiler *p, struct vm_site *site)
 {
@@ -265,9 +269,13 @@ compiled_site(struct profiler *p, struct vm_site *site)
       (!p->layout.tl.exit_ok ||
        !vm_u32(0, p->g + p->layout.tl.g_exitno, &exitno) || exitno > 65535))
     return NULL;
+  /* The fast path looks for places of traces numbered below place_cap:
+  ** trace lines are on, and the symbols hold that many trace numbers
+  ** (they never hold fewer later). */
+  p->syms.place_cap = s->trace_cap;
   pl = trace_lines_place(&p->tlines, &p->layout, p->g, &site->traceno,
                          site->exit ? (int)exitno : -1, hook_frame_low(),
-                         s->trace_obj, s->trace_cap, s->trace_frees);
+                         s->trace_obj, s->trace_cap, s->generation);
   if (at_place(site, pl) != NULL && pl->tail_base) {
     /* A built-in the outermost frame tail-called: its caller's event. */
     struct vm_thread th;
@@ -278,6 +286,8 @@ compiled_site(struct profiler *p, struct vm_site *site)
       site->addr = pt;
       site->line = line;
     }
+  } else if (pl != NULL && pl->loc_len == 0) {
+    encode_place(pl);
   }
   return pl;
 }
@@ -289,13 +299,13 @@ HOT_INLINE struct tl_place *cached_site(struct profiler *p,
                                         struct vm_site *site)
 {
   const struct symbols *s = &p->syms;
-  struct tl_place *pl;
-  if (site->exit || site->traceno >= s->trace_cap || TL_MCODE_UNIT != 1)
+  /* (traceno < s->place_cap <= s->trace_cap: see compiled_site.) */
+  if (site->exit || TL_MCODE_UNIT != 1)
     return NULL; /* (arm64: found by an unwind, on the full path.) */
-  pl = tl_cached_place(&p->tlines, lay, &p->layout, p->g, site->traceno,
-                       hook_frame_low(), s->trace_obj[site->traceno],
-                       s->trace_frees);
-  return pl != NULL && pl->tail_base ? NULL : at_place(site, pl);
+  return at_place(site,
+                  tl_cached_place(&p->tlines, lay, &p->layout, p->g,
+                                  site->traceno, hook_frame_low(),
+                                  s->trace_obj[site->traceno], s->generation));
 }
 
 /* The stack of an event of compiled code: its place's frames, the
@@ -408,7 +418,8 @@ HOT_INLINE void count_event(struct profiler *p, unsigned i, size_t osize,
 {
   p->stats.events[i]++;
   p->stats.allocated[i] += nsize;
-  p->stats.freed[i] += osize; /* Read for frees and reallocs only. */
+  if ((i & 3) != EVENT_ALLOC) /* (Read for frees and reallocs only.) */
+    p->stats.freed[i] += osize;
 }
 
 /* Takes back the count of a failed allocation, not recorded: its header
@@ -418,7 +429,8 @@ static void uncount_event(struct profiler *p, size_t osize, size_t nsize)
   unsigned i = *p->out.pos & 0x1f;
   p->stats.events[i]--;
   p->stats.allocated[i] -= nsize;
-  p->stats.freed[i] -= osize;
+  if ((i & 3) != EVENT_ALLOC)
+    p->stats.freed[i] -= osize;
 }
 
 /* The place and stack of a new block in the model of snapshots. A model
@@ -432,8 +444,43 @@ static void model_place(struct profiler *p, struct recorded_as *as,
   as->stack = stack;
 }
 
-/* What the fast path returns for an event it leaves to the full one. */
-#define FULL_PATH ((uint8_t *)1)
+/* The fast paths: any event, or one the VM's state makes internal (the
+** collector's frees, mostly: see vm_state_internal), whose code reads no
+** frame and no trace and so needs few registers, or one made while a
+** trace runs, whose code reads no frame. */
+#define FAST_ANY 1
+#define FAST_INTERNAL 2
+#define FAST_TRACE 3 /* One made while a trace runs. */
+
+/* Whether a trace runs (vmstate holds its number), as vm_locate reads
+** it. */
+HOT_INLINE int in_trace(const struct profiler *p)
+{
+  int32_t st;
+  memcpy(&st, (const void *)(p->g + p->layout.g_vmstate), sizeof(st));
+  return st >= 0;
+}
+
+/* Whether vm_locate would find the VM's state internal: no trace runs,
+** and its class walks no frames and leaves no trace. */
+HOT_INLINE int vm_state_internal(const struct profiler *p)
+{
+  const struct vm_layout *rt = &p->layout;
+  int32_t st;
+  uint8_t cls;
+  memcpy(&st, (const void *)(p->g + rt->g_vmstate), sizeof(st));
+  if (st >= 0)
+    return 0;
+  if ((uint32_t)~st >= VM_STATE_SLOTS)
+    return 1;
+  cls = rt->state_class[(uint32_t)~st];
+  return cls != STATE_WALK && cls != STATE_EXIT;
+}
+
+/* What the fast path does with an event it leaves to the full one: sets
+** the caller's flag (a local of the caller, known on every path once
+** inlined: the paths that record test nothing) and returns NULL. */
+#define FULL_PATH (*full = 1, (uint8_t *)NULL)
 
 /*
 ** Records one allocator call up to the real allocator: locates the event,
@@ -447,16 +494,16 @@ static void model_place(struct profiler *p, struct recorded_as *as,
 ** what needs no function call (the common case: a known place, room in the
 ** buffer, and in the extended format no time mark and no stack, which
 ** only Lua lines and C functions have: see vm_in_frames) and
-** returns FULL_PATH for anything else, so that the fast path keeps its few
+** leaves anything else to the full path (FULL_PATH sets *full), so that the
+*fast path keeps its few
 ** values in registers. `ext` (a constant in each hook: p->extended) leaves
 ** out of the hooks of Tarantool's format all that the extended format
 ** adds.
 */
-HOT_INLINE uint8_t *record_before(struct profiler *p,
-                                  const struct vm_layout *lay,
-                                  stack_fn stack_of, int pdep, int ext,
-                                  int fast, void *ptr, size_t osize,
-                                  size_t nsize, struct recorded_as *as)
+HOT_INLINE uint8_t *
+record_before(struct profiler *p, const struct vm_layout *lay,
+              stack_fn stack_of, int pdep, int ext, int fast, void *ptr,
+              size_t osize, size_t nsize, struct recorded_as *as, int *full)
 {
   struct vm_site site;
   struct tl_place *compiled = NULL;
@@ -464,34 +511,52 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
   uint8_t *event;
   int err = 0;
 
-  if (fast &&
-      (p->out.pos + EVENT_MAX_BYTES > p->out.limit ||
-       writer_failed(&p->out) != 0 ||
-       (ext && p->stack_depth != 0 && vm_in_frames(&p->layout, 0, p->g))))
+  if (fast && (!writer_has_room(&p->out, EVENT_MAX_BYTES) ||
+               (ext && fast != FAST_INTERNAL && p->stack_depth != 0 &&
+                vm_in_frames(&p->layout, 0, p->g))))
     return FULL_PATH;
-  /* (vm_locate sets the line of every Lua site, but not so that every
-  ** compiler can tell: one store, merged with vm_locate's.) */
+  /* (vm_locate sets the line and address of every Lua or C site, but not
+  ** so that every compiler can tell: stores merged with vm_locate's.) */
   site.line = 0;
-  vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
-            &site);
+  site.addr = 0;
+  if (fast == FAST_INTERNAL) {
+    site.source = SOURCE_INTERNAL; /* (What vm_locate would find.) */
+    site.ffid = 0;
+    site.traceno = 0;
+    site.exit = site.compiled = 0;
+  } else if (fast == FAST_TRACE) {
+    int32_t st; /* (As vm_locate reads it.) */
+    memcpy(&st, (const void *)(p->g + p->layout.g_vmstate), sizeof(st));
+    if (st < 0)
+      return FULL_PATH;
+    site.source = SOURCE_TRACE;
+    site.traceno = (uint32_t)st;
+    site.ffid = 0;
+    site.exit = site.compiled = 0;
+  } else {
+    vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
+              &site);
+  }
   /* Compiled code by line: the fast path takes a cached place of a trace
   ** the stream has described, the full one resolves and describes. */
-  if (site.source == SOURCE_TRACE && p->tlines.on) {
-    if (fast)
-      compiled = cached_site(p, lay, &site);
-    else
-      compiled = compiled_site(p, &site);
+  if (site.source == SOURCE_TRACE && fast && site.traceno < p->syms.place_cap) {
+    compiled = cached_site(p, lay, &site);
     /* (Its stack is the place's frames: the full path writes it once.) */
-    if (fast && (compiled == NULL ||
-                 (ext && p->stack_depth != 0 && compiled->stack_id == 0)))
+    if (compiled == NULL ||
+        (ext && p->stack_depth != 0 && compiled->stack_id == 0))
       return FULL_PATH;
-    if (fast && ext)
+    if (ext)
       stack = compiled->stack_id;
+  } else if (site.source == SOURCE_TRACE && p->tlines.on) {
+    if (fast)
+      return FULL_PATH;
+    compiled = compiled_site(p, &site);
   }
-  if (!(site.source == SOURCE_INTERNAL ||
-        (site.source == SOURCE_LUA &&
-         site.addr == p->syms.proto_memo[symbols_proto_slot(site.addr)] &&
-         (compiled == NULL || fast)) ||
+  /* (A cached place of the fast path proves its prototype and trace
+  ** described: see tl_cached_place.) */
+  if (!(site.source == SOURCE_INTERNAL || (fast && compiled != NULL) ||
+        (site.source == SOURCE_LUA && compiled == NULL &&
+         site.addr == p->syms.proto_memo[symbols_proto_slot(site.addr)]) ||
         (site.source == SOURCE_TRACE && site.traceno < p->syms.trace_cap &&
          p->syms.trace_obj[site.traceno] != 0 &&
          p->syms.trace_obj[site.traceno] ==
@@ -590,9 +655,10 @@ HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
                              void *(*full)(struct profiler *, void *, size_t))
 {
   uint64_t at = fast ? 0 : writer_total(&p->out);
-  uint8_t *event =
-      record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, 0, NULL);
-  if (fast && event == FULL_PATH)
+  int to_full = 0;
+  uint8_t *event = record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize,
+                                 0, NULL, &to_full);
+  if (fast && to_full)
     return full(p, ptr, osize);
   if (event != NULL && (fast || within_cap(p, event)))
     writer_commit(&p->out, event);
@@ -615,11 +681,12 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   uint64_t at = fast ? 0 : writer_total(&p->out);
   uint8_t *event, *end;
   void *nptr;
+  int to_full = 0;
   if (nsize == 0)
     __builtin_unreachable(); /* The hooks send frees to record_free. */
-  event =
-      record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, nsize, NULL);
-  if (fast && event == FULL_PATH)
+  event = record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, nsize,
+                        NULL, &to_full);
+  if (fast && to_full)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   p->busy = 0; /* What follows calls nothing outside memprof.so. */
@@ -703,12 +770,14 @@ HOT_INLINE void *record_sampled(struct profiler *p, const struct vm_layout *lay,
   struct recorded_as as;
   uint8_t *event;
   void *nptr;
+  int to_full = 0; /* (The full path: never set.) */
   as.ptr = held ? ptr : NULL;
   as.osize = held ? osize : 0;
   as.nsize = fresh ? nsize : 0;
   as.place = as.stack = 0;
   /* Sampling forces the extended format. */
-  event = record_before(p, lay, stack_of, pdep, 1, 0, ptr, osize, nsize, &as);
+  event = record_before(p, lay, stack_of, pdep, 1, 0, ptr, osize, nsize, &as,
+                        &to_full);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   if (nsize != 0 && nptr == NULL)
     return NULL; /* Failed: nothing changed. */
@@ -794,25 +863,50 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
   {                                                                            \
     if (ptr == NULL)                                                           \
       __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,  \
-                        nsize, name##_alloc);                                  \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, ptr,  \
+                        osize, nsize, name##_alloc);                           \
   }                                                                            \
   /* A new block (no old one): what depends on the old block folds away. */    \
   /* (It takes the hook's arguments as they come, ptr NULL.) */                \
-  static __attribute__((noinline)) void *name##_new_fast(                      \
+  /* (Not cloned: the dispatcher's arguments pass through unmoved.) */         \
+  static __attribute__((noinline, noclone)) void *name##_new_fast(             \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
     (void)ptr;                                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, 1, NULL, osize, \
-                        nsize, name##_alloc);                                  \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, NULL, \
+                        osize, nsize, name##_alloc);                           \
   }                                                                            \
+  /* A free in Lua or C code, or in a trace's exit. */                         \
+  static __attribute__((noinline)) void *name##_free_located(                  \
+      struct profiler *p, void *ptr, size_t osize)                             \
+  {                                                                            \
+    if (ptr == NULL)                                                           \
+      __builtin_unreachable(); /* (See _free_fast.) */                         \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_ANY, ptr,   \
+                       osize, name##_free);                                    \
+  }                                                                            \
+  /* A free while a trace runs. */                                             \
+  static __attribute__((noinline)) void *name##_free_trace(                    \
+      struct profiler *p, void *ptr, size_t osize)                             \
+  {                                                                            \
+    if (ptr == NULL)                                                           \
+      __builtin_unreachable(); /* (See _free_fast.) */                         \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_TRACE, ptr, \
+                       osize, name##_free);                                    \
+  }                                                                            \
+  /* An internal free (the collector's, mostly) needs few registers, and */    \
+  /* saves none, without the others' code. */                                  \
   static __attribute__((noinline)) void *name##_free_fast(                     \
       struct profiler *p, void *ptr, size_t osize)                             \
   {                                                                            \
     if (ptr == NULL)                                                           \
       return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, 0);            \
-    return record_free(p, family_layout, stack_of, pdep, ext, 1, ptr, osize,   \
-                       name##_free);                                           \
+    if (in_trace(p))                                                           \
+      return name##_free_trace(p, ptr, osize);                                 \
+    if (!vm_state_internal(p))                                                 \
+      return name##_free_located(p, ptr, osize);                               \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_INTERNAL,   \
+                       ptr, osize, name##_free);                               \
   }                                                                            \
   /* Saves no register: the fast paths are tail calls. */                      \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \

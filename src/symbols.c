@@ -118,8 +118,6 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
   if (hit->traceno != 0 && hit->traceno < s->trace_cap &&
       s->trace_obj[hit->traceno] == addr)
     s->trace_obj[hit->traceno] = 0;
-  if (hit->traceno != 0)
-    s->trace_frees++;
   if (s->last_proto == addr)
     s->last_proto = 0;
   if (s->proto_memo[symbols_proto_slot(addr)] == addr)

@@ -64,11 +64,14 @@ struct symbols {
   uintptr_t last_c;              /* The C function described most recently. */
   uintptr_t *trace_obj;          /* Per trace number: the trace described. */
   uint32_t trace_cap;
+  /* 0, or trace_cap as the hook last saw it with trace lines on: its fast
+  ** path looks for cached places of traces numbered below it. */
+  uint32_t place_cap;
   char *builtin[MAX_FFID]; /* Names of built-ins by id ("string.rep"). */
   struct library_cfunc library[MAX_LIBRARY_CFUNCS];
   unsigned libraries;   /* Entries of library[] in use. */
-  unsigned generation;  /* Bumped when a described object goes away. */
-  unsigned trace_frees; /* Bumped when a described trace goes away. */
+  unsigned generation;  /* Bumped when a described object goes away (a
+                           prototype or a trace: trace_obj is cleared). */
   struct cnames cnames; /* Names of C functions. */
 };
 

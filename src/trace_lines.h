@@ -43,18 +43,20 @@
 #define TL_REF_BIAS 0x8000u
 #define TL_IRINS_SIZE 8
 
-/* Where an event made by compiled code belongs. */
+/* Where an event made by compiled code belongs. (Its fields are packed so
+** that a cache slot, struct tl_cache_slot, is 256 bytes: the hook's fast
+** path finds one with a shift.) */
 struct tl_place {
-  uintptr_t pt;  /* The innermost prototype. */
-  uint32_t line; /* Its line. */
-  int nframes;   /* Frames, innermost first: frames[0] is pt's. */
-  struct vm_raw_frame frames[TL_MAX_FRAMES];
-  uint32_t stack_id; /* Of these frames in the stream, 0 until known
-                        (stack ids stay valid for the whole stream). */
+  uintptr_t pt;    /* The innermost prototype. */
+  uint32_t line;   /* Its line. */
+  int16_t nframes; /* Frames, innermost first: frames[0] is pt's. */
   /* The outermost frame's base, in slots above the trace's base frame's
   ** (g->jit_base): a frame a stitched trace began in lies above it; -1
   ** if not known (then the outermost frame is taken to be the base's). */
   int16_t base_ofs;
+  struct vm_raw_frame frames[TL_MAX_FRAMES];
+  uint32_t stack_id; /* Of these frames in the stream, 0 until known
+                        (stack ids stay valid for the whole stream). */
   /* The trace replaced the outermost frame's function by a tail call: the
   ** stack's slot still holds the function called before. */
   uint8_t base_replaced;
@@ -62,8 +64,8 @@ struct tl_place {
   ** event is that frame's caller's (see tl_tail_builtin). */
   uint8_t tail_base;
   /* The place's location as an event of the stream gives it (pt, then the
-  ** line, as ULEB128): loc_len bytes of loc, written by the hook at the
-  ** place's first event; 0 until then. */
+  ** line, as ULEB128): loc_len bytes of loc, written by the hook's full
+  ** path (see tl_cached_place); 0 until then. */
   uint8_t loc_len;
   uint64_t loc[2];
 };
@@ -272,9 +274,15 @@ struct tl_cache_slot {
   uintptr_t key; /* Return address, or (T, exit) for an exit; 0: empty. */
   uintptr_t T;
   uint32_t traceno;
-  unsigned frees; /* symbols.trace_frees when it was filled. */
+  unsigned frees; /* The hook's `frees` (the symbols' generation) when it
+                     was filled. */
   struct tl_place place;
 };
+#if UINTPTR_MAX > 0xffffffffu
+/* (256 bytes on 64-bit builds: see struct tl_place.) */
+typedef char
+    tl_cache_slot_is_256_bytes[sizeof(struct tl_cache_slot) == 256 ? 1 : -1];
+#endif
 
 struct trace_lines {
   int on; /* Events of traces are resolved. */
@@ -298,25 +306,29 @@ VM_INLINE size_t tl_slot_of(uintptr_t key)
 ** The hook's fast path: the cached place of the helper call now running in
 ** trace `traceno`, or NULL (then trace_lines_place decides). `lay` gives
 ** the object offsets (it may be a family's constant table), `rt` the
-** verified layout's global and trace offsets. Only loads:
-** the trace must be the one the symbols follow (`described`, live while
-** `frees` is unchanged), and the stack slot is read only inside the range
-** tl_return_address checks.
+** verified layout's global and trace offsets. Only loads. `described` is
+** the trace the symbols describe under that number (0: none), live: the
+** symbols forget it when it is freed. It is J->trace[traceno] while its
+** own number is still traceno: a trace leaves the array only when it is
+** freed or flushed, and a flush sets its number to 0. A slot holds while
+** `generation` (the symbols', bumped whenever a described object goes
+** away) is the one it was filled under; the hook marks the places it may
+** take here by writing their location (loc_len), once the stream has
+** described their prototype and trace. The stack slot is read only inside
+** the range tl_return_address checks.
 */
 VM_INLINE struct tl_place *
 tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
                 const struct vm_layout *rt, uintptr_t g, uint32_t traceno,
-                uintptr_t low, uintptr_t described, unsigned frees)
+                uintptr_t low, uintptr_t described, unsigned generation)
 {
   struct tl_cache_slot *s;
-  uintptr_t arr, T, L, cf, slot, ret;
-  uint16_t spadjust;
-  /* J->trace[traceno] is the described trace: the number was below
-  ** J->sizetrace when it was described, and the array never shrinks. */
-  memcpy(&arr, (const void *)(g + rt->g_trace), sizeof(arr));
-  if (arr == 0 ||
-      !vm_ref(lay, 0, arr + (uintptr_t)traceno * lay->ref_size, &T) ||
-      T != described || T == 0)
+  uintptr_t T = described, L, cf, slot, ret;
+  uint16_t spadjust, no;
+  if (T == 0)
+    return NULL;
+  memcpy(&no, (const void *)(T + rt->tr_traceno), 2);
+  if (no != traceno)
     return NULL;
   memcpy(&spadjust, (const void *)(T + rt->tl.tr_spadjust), 2);
   if (!vm_ref(lay, 0, g + rt->g_cur_L, &L) || L == 0 ||
@@ -328,7 +340,8 @@ tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
     return NULL;
   memcpy(&ret, (const void *)slot, sizeof(ret));
   s = &t->slot[tl_slot_of(ret)];
-  if (s->key != ret || s->T != T || s->frees != frees)
+  if (s->key != ret || s->T != T || s->frees != generation ||
+      s->place.loc_len == 0)
     return NULL;
   return &s->place;
 }

@@ -120,10 +120,27 @@ static int reached(const struct timespec *now, const struct timespec *t)
          (now->tv_sec == t->tv_sec && now->tv_nsec >= t->tv_nsec);
 }
 
+/* Sets the limit (the hook's thread). A write that fails meanwhile on the
+** thread keeps it NULL: each side stores, fences, then reads or stores the
+** other's word, so that the last store of the limit is NULL whenever a
+** failure was latched (see set_failed). */
+static void store_limit(struct writer *w, uint8_t *limit)
+{
+  __atomic_store_n(&w->limit, limit, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (writer_failed(w) != 0)
+    __atomic_store_n(&w->limit, NULL, __ATOMIC_RELAXED);
+}
+
+/* Latches the first error and lowers the limit: the hook's fast path then
+** leaves every event to its full path, which sees the error. */
 static void set_failed(struct writer *w, int err)
 {
-  if (err != 0 && writer_failed(w) == 0)
+  if (err != 0 && writer_failed(w) == 0) {
     __atomic_store_n(&w->failed_errno, err, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&w->limit, NULL, __ATOMIC_RELAXED);
+  }
 }
 
 /* SIGPIPE held off the calling thread around a write, so that a pipe or
@@ -395,7 +412,7 @@ int writer_init(struct writer *w, int fd, size_t size, int background)
     return ENOMEM;
   }
   w->pos = w->buf;
-  w->limit = w->buf + size - WRITER_SLACK;
+  store_limit(w, w->buf + size - WRITER_SLACK);
   if (background && start_thread(w, spare) != 0)
     buffer_free(spare, size); /* Write in place instead. */
   return 0;
@@ -420,9 +437,9 @@ static void set_limit(struct writer *w)
 {
   uint8_t *end = w->buf + w->size - WRITER_SLACK;
   uint64_t left = w->budget > w->handed ? w->budget - w->handed : 0;
-  w->limit = end;
   if (w->budget != 0 && left < (uint64_t)(end - w->buf))
-    w->limit = w->buf + left;
+    end = w->buf + left;
+  store_limit(w, end);
 }
 
 /* Starts filling w->buf from its start, after `len` bytes were handed on. */
@@ -544,7 +561,8 @@ static int release(struct writer *w, int saved)
     set_failed(w, errno);
   w->fd = -1;
   buffer_free(w->buf, w->size);
-  w->buf = w->pos = w->limit = NULL;
+  w->buf = w->pos = NULL;
+  __atomic_store_n(&w->limit, NULL, __ATOMIC_RELAXED);
   errno = saved;
   return writer_failed(w);
 }
@@ -601,7 +619,8 @@ void writer_abandon(struct writer *w)
     w->thread = NULL;
   }
   buffer_free(w->buf, w->size);
-  w->buf = w->pos = w->limit = NULL;
+  w->buf = w->pos = NULL;
+  __atomic_store_n(&w->limit, NULL, __ATOMIC_RELAXED);
   /* The file's other descriptor, the parent's, stays open. */
   if (w->fd >= 0)
     close(w->fd);

@@ -32,7 +32,11 @@ struct writer_thread; /* The background writer, if running (writer.c). */
 struct writer {
   uint8_t *buf;     /* Start of the buffer being filled. */
   uint8_t *pos;     /* Next free byte. */
-  uint8_t *limit;   /* Flush before an append would pass this point. */
+  uint8_t *limit;   /* Flush before an append would pass this point; NULL
+                       once a write failed, so that the hook's room test
+                       sends it to its full path, which sees the error.
+                       Accessed only with atomic builtins (the thread
+                       lowers it). */
   size_t size;      /* Size of each buffer. */
   uint64_t handed;  /* Bytes of the stream before this buffer. */
   uint64_t budget;  /* 0, or the stream's length that no event may pass:
@@ -116,10 +120,18 @@ void writer_abandon(struct writer *w);
 
 void writer_bytes(struct writer *w, const void *data, size_t len);
 
+/* Whether `need` bytes fit below the limit: false once a write failed
+** (the limit is then NULL), so that this one test covers the error. */
+static inline int writer_has_room(const struct writer *w, size_t need)
+{
+  return (uintptr_t)w->pos + need <=
+         (uintptr_t)__atomic_load_n(&w->limit, __ATOMIC_RELAXED);
+}
+
 /* Make room for `need` bytes (at most ULEB128_MAX * 8) before raw appends. */
 static inline int writer_reserve(struct writer *w, size_t need)
 {
-  if (w->pos + need > w->limit)
+  if (!writer_has_room(w, need))
     writer_flush(w);
   return writer_failed(w) == 0;
 }
