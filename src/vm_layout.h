@@ -185,12 +185,8 @@ struct vm_layout_field {
 extern const struct vm_layout_field vm_layout_fields[];
 
 /* The value of a field of lay. */
-static inline unsigned vm_layout_get(const struct vm_layout *lay,
-                                     const struct vm_layout_field *f)
-{
-  const char *at = (const char *)lay + f->offset;
-  return f->wide ? *(const uint16_t *)at : *(const uint8_t *)at;
-}
+unsigned vm_layout_get(const struct vm_layout *lay,
+                       const struct vm_layout_field *f);
 
 /*
 ** Learns and verifies the layout of the VM that L belongs to. Runs Lua code
