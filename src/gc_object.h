@@ -126,33 +126,18 @@ VM_INLINE uint32_t vm_tv_split(int gc64, uint64_t v, uintptr_t *obj)
 
 /* ---- Plain loads, for memory known readable --------------------------- */
 
-VM_INLINE uint8_t vm_load_u8(uintptr_t at)
-{
-  uint8_t v;
-  vm_u8(0, at, &v);
-  return v;
-}
-
-VM_INLINE uint16_t vm_load_u16(uintptr_t at)
-{
-  uint16_t v;
-  vm_u16(0, at, &v);
-  return v;
-}
-
-VM_INLINE uint32_t vm_load_u32(uintptr_t at)
-{
-  uint32_t v;
-  vm_u32(0, at, &v);
-  return v;
-}
-
-VM_INLINE uint64_t vm_load_u64(uintptr_t at)
-{
-  uint64_t v;
-  vm_u64(0, at, &v);
-  return v;
-}
+#define VM_LOADER(name, reader, type)                                          \
+  VM_INLINE type name(uintptr_t at)                                            \
+  {                                                                            \
+    type v;                                                                    \
+    reader(0, at, &v);                                                         \
+    return v;                                                                  \
+  }
+VM_LOADER(vm_load_u8, vm_u8, uint8_t)
+VM_LOADER(vm_load_u16, vm_u16, uint16_t)
+VM_LOADER(vm_load_u32, vm_u32, uint32_t)
+VM_LOADER(vm_load_u64, vm_u64, uint64_t)
+#undef VM_LOADER
 
 /* A GCRef or MRef at `at`. */
 VM_INLINE uintptr_t vm_load_ref(const struct vm_layout *lay, uintptr_t at)

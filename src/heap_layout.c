@@ -136,6 +136,38 @@ static uint64_t bits(double d)
   return v;
 }
 
+/* Whether the reference at `at` points to the value at stack index idx. */
+static int ref_is(const struct heap_layout *h, lua_State *T, uintptr_t at,
+                  int idx)
+{
+  return vm_load_ref(&h->base, at) == (uintptr_t)lua_topointer(T, idx);
+}
+
+/* The value on top gets a new metatable: whether the reference at `at`
+** reads it. */
+static int new_metatable_at(const struct heap_layout *h, lua_State *T,
+                            uintptr_t at)
+{
+  int ok;
+  lua_newtable(T);
+  lua_setmetatable(T, -2);
+  lua_getmetatable(T, -1);
+  ok = ref_is(h, T, at, -1);
+  lua_pop(T, 1);
+  return ok;
+}
+
+/* Whether the reference at `at` reads the environment of the value on
+** top. */
+static int env_at(const struct heap_layout *h, lua_State *T, uintptr_t at)
+{
+  int ok;
+  lua_getfenv(T, -1);
+  ok = ref_is(h, T, at, -1);
+  lua_pop(T, 1);
+  return ok;
+}
+
 /* ---- Checks ------------------------------------------------------------ */
 
 static int check_tvalue(struct hcalib *c, lua_State *T)
@@ -237,12 +269,9 @@ static int check_hash_table(struct hcalib *c, lua_State *T)
   }
   if (found != 1)
     return fail(c, "node", "t.heapkey = true is in %d nodes", found);
-  lua_newtable(T);
-  lua_setmetatable(T, -2);
-  lua_getmetatable(T, -1);
-  if (vm_load_ref(&h->base, t + h->tab_mt) != (uintptr_t)lua_topointer(T, -1))
+  if (!new_metatable_at(h, T, t + h->tab_mt))
     return fail(c, "table metatable", "the metatable is not at +%u", h->tab_mt);
-  lua_pop(T, 2);
+  lua_pop(T, 1);
   return 1;
 }
 
@@ -331,11 +360,10 @@ static int check_c_closure(struct hcalib *c, lua_State *T)
                 "a C closure of 2 upvalues does not read its size (%zu), "
                 "count or upvalues",
                 block(c, fn));
-  lua_getfenv(T, -1);
-  if (vm_load_ref(&h->base, fn + h->fn_env) != (uintptr_t)lua_topointer(T, -1))
+  if (!env_at(h, T, fn + h->fn_env))
     return fail(c, "function env", "a C function's env is not at +%u",
                 h->fn_env);
-  lua_pop(T, 2);
+  lua_pop(T, 1);
   return 1;
 }
 
@@ -404,11 +432,9 @@ static int check_lua_closure(struct hcalib *c, lua_State *T)
     return fail(c, "upvalue", "upvalue 1 (%s) does not read its value or name",
                 name != NULL ? name : "?");
   lua_pop(T, 1);
-  lua_getfenv(T, -1);
-  if (vm_load_ref(&h->base, fn + h->fn_env) != (uintptr_t)lua_topointer(T, -1))
+  if (!env_at(h, T, fn + h->fn_env))
     return fail(c, "function env", "a Lua function's env is not at +%u",
                 h->fn_env);
-  lua_pop(T, 1);
   if (!has_constants(h, pt, "kconst", 3.5))
     return fail(c, "constants",
                 "'kconst' and 3.5 are not among the "
@@ -476,8 +502,7 @@ static int check_locals(struct hcalib *c, lua_State *T)
   lua_newtable(T);
   lua_pushvalue(T, -1);
   lua_setfenv(T, -3);
-  if (vm_load_ref(&h->base, co_ptr + h->L_env) !=
-      (uintptr_t)lua_topointer(T, -1))
+  if (!ref_is(h, T, co_ptr + h->L_env, -1))
     return fail(c, "thread env", "a thread's new env is not at +%u", h->L_env);
   lua_pop(T, 3);
   return 1;
@@ -495,15 +520,10 @@ static int check_userdata(struct hcalib *c, lua_State *T)
       vm_load_u32(ud + h->ud_len) != 13)
     return fail(c, "userdata", "a userdata of 13 bytes allocated %zu",
                 block(c, ud));
-  lua_newtable(T);
-  lua_setmetatable(T, -2);
-  lua_getmetatable(T, -1);
-  lua_getfenv(T, -2);
-  if (vm_load_ref(&h->base, ud + h->ud_mt) != (uintptr_t)lua_topointer(T, -2) ||
-      vm_load_ref(&h->base, ud + h->ud_env) != (uintptr_t)lua_topointer(T, -1))
+  if (!new_metatable_at(h, T, ud + h->ud_mt) || !env_at(h, T, ud + h->ud_env))
     return fail(c, "userdata", "its metatable or env is not at +%u, +%u",
                 h->ud_mt, h->ud_env);
-  lua_pop(T, 3);
+  lua_pop(T, 1);
   return 1;
 }
 
