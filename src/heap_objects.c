@@ -75,6 +75,16 @@ uint64_t heap_cdata_size(const struct heap_layout *h,
   return (uint64_t)h->cd_size + vm_load_u32(rec + 4);
 }
 
+/* ---- Strings ----------------------------------------------------------- */
+
+int heap_str_is(const struct heap_layout *h, uintptr_t s, const char *text,
+                size_t n)
+{
+  return vm_load_u8(s + h->base.gct) == GCT_STR &&
+         vm_load_u32(s + h->base.str_len) == n &&
+         memcmp((const void *)(s + h->base.str_size), text, n) == 0;
+}
+
 /* ---- Debug info -------------------------------------------------------- */
 
 const char *heap_upvalue_name(const struct heap_layout *h, uintptr_t pt,

@@ -70,13 +70,8 @@ static inline uint64_t heap_str_size(const struct heap_layout *h, uint32_t len)
 }
 
 /* Whether the GCstr at s holds the n bytes at text. */
-static inline int heap_str_is(const struct heap_layout *h, uintptr_t s,
-                              const char *text, size_t n)
-{
-  return vm_load_u8(s + h->base.gct) == GCT_STR &&
-         vm_load_u32(s + h->base.str_len) == n &&
-         memcmp((const void *)(s + h->base.str_size), text, n) == 0;
-}
+int heap_str_is(const struct heap_layout *h, uintptr_t s, const char *text,
+                size_t n);
 
 /* The bytes of the table at t: its block (with the colocated array), a
 ** separate array and the hash part. */
