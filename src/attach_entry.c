@@ -238,9 +238,10 @@ static int scan_range(const struct remote_maps *maps,
     uintptr_t g;
     if (*(const uint8_t *)(a + h->base.gct) != GCT_THREAD)
       continue;
-    g = heap_ref(h, a + h->base.L_glref);
+    g = vm_load_ref(&h->base, a + h->base.L_glref);
     if ((g & 7) == 0 && g != 0 && readable(maps, g, G_WINDOW) &&
-        heap_ref(h, g + h->g_mainth) == a && live_allocator(maps, h, g))
+        vm_load_ref(&h->base, g + h->g_mainth) == a &&
+        live_allocator(maps, h, g))
       out[n++] = a;
   }
   return n;

@@ -25,81 +25,23 @@
 #include <stddef.h>
 
 #ifdef MEMPROF_FAULTS
-#include <stdlib.h>
-#include <string.h>
-
-static inline int fault_in_source(const char *name, size_t len)
-{
-  const char *chunk = getenv("MEMPROF_FAULT_SOURCE");
-  return chunk != NULL && strlen(chunk) == len && memcmp(chunk, name, len) == 0;
-}
-
-static inline int fault_traces(void)
-{
-  return getenv("MEMPROF_FAULT_TRACES") != NULL;
-}
-
-static inline int fault_remote_exit(void)
-{
-  return getenv("MEMPROF_FAULT_REMOTE_EXIT") != NULL;
-}
-
-static inline int fault_remote_crash(void)
-{
-  return getenv("MEMPROF_FAULT_REMOTE_CRASH") != NULL;
-}
-
-static inline int fault_attach_crash(void)
-{
-  return getenv("MEMPROF_FAULT_ATTACH_CRASH") != NULL;
-}
-
-static inline int fault_trace_decoy(void)
-{
-  return getenv("MEMPROF_FAULT_TRACE_DECOY") != NULL;
-}
-
-static inline int fault_chunkname(void)
-{
-  return getenv("MEMPROF_FAULT_CHUNKNAME") != NULL;
-}
+/* Each says whether its fault is asked for (fault.c). */
+int fault_in_source(const char *name, size_t len);
+int fault_traces(void);
+int fault_remote_exit(void);
+int fault_remote_crash(void);
+int fault_attach_crash(void);
+int fault_trace_decoy(void);
+int fault_chunkname(void);
 #else
-static inline int fault_in_source(const char *name, size_t len)
-{
-  (void)name;
-  (void)len;
-  return 0;
-}
-
-static inline int fault_traces(void)
-{
-  return 0;
-}
-
-static inline int fault_remote_exit(void)
-{
-  return 0;
-}
-
-static inline int fault_remote_crash(void)
-{
-  return 0;
-}
-
-static inline int fault_attach_crash(void)
-{
-  return 0;
-}
-
-static inline int fault_trace_decoy(void)
-{
-  return 0;
-}
-
-static inline int fault_chunkname(void)
-{
-  return 0;
-}
+/* No fault in a build for use: each test folds away. */
+#define fault_in_source(name, len) ((void)(name), (void)(len), 0)
+#define fault_traces() 0
+#define fault_remote_exit() 0
+#define fault_remote_crash() 0
+#define fault_attach_crash() 0
+#define fault_trace_decoy() 0
+#define fault_chunkname() 0
 #endif
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_objects.h"
 #include "heap_traces.h"
 #include "lauxlib.h"
 #include "vm_inspect.h"
@@ -135,11 +136,36 @@ static uint64_t bits(double d)
   return v;
 }
 
-static uint64_t raw(uintptr_t at)
+/* Whether the reference at `at` points to the value at stack index idx. */
+static int ref_is(const struct heap_layout *h, lua_State *T, uintptr_t at,
+                  int idx)
 {
-  uint64_t v;
-  memcpy(&v, (const void *)at, sizeof(v));
-  return v;
+  return vm_load_ref(&h->base, at) == (uintptr_t)lua_topointer(T, idx);
+}
+
+/* The value on top gets a new metatable: whether the reference at `at`
+** reads it. */
+static int new_metatable_at(const struct heap_layout *h, lua_State *T,
+                            uintptr_t at)
+{
+  int ok;
+  lua_newtable(T);
+  lua_setmetatable(T, -2);
+  lua_getmetatable(T, -1);
+  ok = ref_is(h, T, at, -1);
+  lua_pop(T, 1);
+  return ok;
+}
+
+/* Whether the reference at `at` reads the environment of the value on
+** top. */
+static int env_at(const struct heap_layout *h, lua_State *T, uintptr_t at)
+{
+  int ok;
+  lua_getfenv(T, -1);
+  ok = ref_is(h, T, at, -1);
+  lua_pop(T, 1);
+  return ok;
 }
 
 /* ---- Checks ------------------------------------------------------------ */
@@ -150,30 +176,16 @@ static int check_tvalue(struct hcalib *c, lua_State *T)
   uintptr_t obj;
   uint8_t gct;
   lua_newtable(T);
-  if (!heap_tv_gc(h, top_slot(h, T), &obj, &gct) ||
+  if (!vm_load_gc(&h->base, top_slot(h, T), &obj, &gct) ||
       obj != (uintptr_t)lua_topointer(T, -1) || gct != GCT_TAB)
     return fail(c, "TValue", "a table on the stack does not read as one");
   lua_pop(T, 1);
   lua_pushnumber(T, 2.5);
-  if (heap_tv_gc(h, top_slot(h, T), &obj, &gct) ||
-      raw(top_slot(h, T)) != bits(2.5))
+  if (vm_load_gc(&h->base, top_slot(h, T), &obj, &gct) ||
+      vm_load_u64(top_slot(h, T)) != bits(2.5))
     return fail(c, "TValue", "the number 2.5 does not read as its bits");
   lua_pop(T, 1);
   return 1;
-}
-
-/* Total size of a table, as the walk computes it. */
-static size_t table_size(const struct heap_layout *h, uintptr_t t)
-{
-  int8_t colo = (int8_t)heap_u8(t + h->tab_colo);
-  uint32_t asize = heap_u32(t + h->tab_asize);
-  uint32_t hmask = heap_u32(t + h->tab_hmask);
-  size_t size = h->tab_size + (size_t)(colo & 0x7f) * TVALUE_SIZE;
-  if (colo <= 0)
-    size += (size_t)asize * TVALUE_SIZE;
-  if (hmask != 0)
-    size += ((size_t)hmask + 1) * h->node_size;
-  return size;
 }
 
 static int check_small_table(struct hcalib *c, lua_State *T)
@@ -189,16 +201,17 @@ static int check_small_table(struct hcalib *c, lua_State *T)
                 "lua_createtable(L, 3, 0) allocated %zu bytes, not %u + 4 "
                 "slots",
                 block(c, t), h->tab_size);
-  if (heap_u8(t + h->base.gct) != GCT_TAB || heap_u8(t + h->tab_colo) != 4 ||
-      heap_u32(t + h->tab_asize) != 4 || heap_u32(t + h->tab_hmask) != 0 ||
-      heap_ref(h, t + h->tab_array) != t + h->tab_size ||
-      heap_ref(h, t + h->tab_mt) != 0)
+  if (vm_load_u8(t + h->base.gct) != GCT_TAB ||
+      vm_load_u8(t + h->tab_colo) != 4 || vm_load_u32(t + h->tab_asize) != 4 ||
+      vm_load_u32(t + h->tab_hmask) != 0 ||
+      vm_load_ref(&h->base, t + h->tab_array) != t + h->tab_size ||
+      vm_load_ref(&h->base, t + h->tab_mt) != 0)
     return fail(c, "table fields",
                 "a table of 3 colocated slots does not read type, colo, "
                 "asize, hmask, array and metatable");
   lua_pushnumber(T, 7.25);
   lua_rawseti(T, -2, 2);
-  if (raw(t + h->tab_size + 2 * TVALUE_SIZE) != bits(7.25))
+  if (vm_load_u64(t + h->tab_size + 2 * TVALUE_SIZE) != bits(7.25))
     return fail(c, "table array", "t[2] = 7.25 is not in the array part");
   lua_pop(T, 1);
   return 1;
@@ -208,23 +221,14 @@ static int check_small_table(struct hcalib *c, lua_State *T)
 static uintptr_t node_with_key(const struct heap_layout *h, uintptr_t t,
                                uint64_t key)
 {
-  uintptr_t node = heap_ref(h, t + h->tab_node);
-  uint32_t i, hmask = heap_u32(t + h->tab_hmask);
+  uintptr_t node = vm_load_ref(&h->base, t + h->tab_node);
+  uint32_t i, hmask = vm_load_u32(t + h->tab_hmask);
   for (i = 0; i <= hmask; i++) {
     uintptr_t n = node + (uintptr_t)i * h->node_size;
-    if (raw(n + h->node_key) == key)
+    if (vm_load_u64(n + h->node_key) == key)
       return n;
   }
   return 0;
-}
-
-/* Whether the GCstr at s holds the n bytes at text. */
-static int str_is(const struct heap_layout *h, uintptr_t s, const char *text,
-                  size_t n)
-{
-  return heap_u8(s + h->base.gct) == GCT_STR &&
-         heap_u32(s + h->base.str_len) == n &&
-         memcmp((const void *)(s + h->base.str_size), text, n) == 0;
 }
 
 static int check_hash_table(struct hcalib *c, lua_State *T)
@@ -238,12 +242,12 @@ static int check_hash_table(struct hcalib *c, lua_State *T)
   lua_createtable(T, 40, 5);
   c->on = 0;
   t = (uintptr_t)lua_topointer(T, -1);
-  node = heap_ref(h, t + h->tab_node);
-  if (heap_u32(t + h->tab_asize) != 41 || heap_u32(t + h->tab_hmask) != 7 ||
-      heap_u8(t + h->tab_colo) != 0 || block(c, t) != h->tab_size ||
-      block(c, node) != 8u * h->node_size ||
-      block(c, heap_ref(h, t + h->tab_array)) != 41 * TVALUE_SIZE ||
-      net(c) != (long)table_size(h, t))
+  node = vm_load_ref(&h->base, t + h->tab_node);
+  if (vm_load_u32(t + h->tab_asize) != 41 ||
+      vm_load_u32(t + h->tab_hmask) != 7 || vm_load_u8(t + h->tab_colo) != 0 ||
+      block(c, t) != h->tab_size || block(c, node) != 8u * h->node_size ||
+      block(c, vm_load_ref(&h->base, t + h->tab_array)) != 41 * TVALUE_SIZE ||
+      net(c) != (long)heap_table_size(h, t))
     return fail(c, "table parts",
                 "lua_createtable(L, 40, 5) does not read 41 array slots and "
                 "8 nodes of %u bytes (allocated %ld bytes)",
@@ -252,24 +256,22 @@ static int check_hash_table(struct hcalib *c, lua_State *T)
   lua_pushnumber(T, 42.5);
   lua_rawset(T, -3);
   n = node_with_key(h, t, bits(2.5));
-  if (n == 0 || raw(n + h->node_val) != bits(42.5))
+  if (n == 0 || vm_load_u64(n + h->node_val) != bits(42.5))
     return fail(c, "node", "t[2.5] = 42.5 is in no node");
   lua_pushboolean(T, 1);
   lua_setfield(T, -2, "heapkey");
   for (i = 0; i <= 7; i++) {
     n = node + (uintptr_t)i * h->node_size;
-    if (heap_tv_gc(h, n + h->node_key, &key, &gct) && gct == GCT_STR &&
-        str_is(h, key, "heapkey", 7) && (raw(n + h->node_val) >> 47) != 0)
+    if (vm_load_gc(&h->base, n + h->node_key, &key, &gct) && gct == GCT_STR &&
+        heap_str_is(h, key, "heapkey", 7) &&
+        (vm_load_u64(n + h->node_val) >> 47) != 0)
       found++;
   }
   if (found != 1)
     return fail(c, "node", "t.heapkey = true is in %d nodes", found);
-  lua_newtable(T);
-  lua_setmetatable(T, -2);
-  lua_getmetatable(T, -1);
-  if (heap_ref(h, t + h->tab_mt) != (uintptr_t)lua_topointer(T, -1))
+  if (!new_metatable_at(h, T, t + h->tab_mt))
     return fail(c, "table metatable", "the metatable is not at +%u", h->tab_mt);
-  lua_pop(T, 2);
+  lua_pop(T, 1);
   return 1;
 }
 
@@ -288,12 +290,12 @@ static int check_moved_array(struct hcalib *c, lua_State *T)
   }
   c->on = 0;
   t = (uintptr_t)lua_topointer(T, -1);
-  colo = (int8_t)heap_u8(t + h->tab_colo);
-  if (colo >= 0 || (colo & 0x7f) != 3 || net(c) != (long)table_size(h, t))
+  colo = (int8_t)vm_load_u8(t + h->tab_colo);
+  if (colo >= 0 || (colo & 0x7f) != 3 || net(c) != (long)heap_table_size(h, t))
     return fail(c, "table grown",
                 "a colocated table grown to 40 slots reads %ld bytes, "
                 "allocated %ld",
-                (long)table_size(h, t), net(c));
+                (long)heap_table_size(h, t), net(c));
   lua_pop(T, 1);
   return 1;
 }
@@ -312,8 +314,8 @@ static size_t string_block(struct hcalib *c, lua_State *T, size_t n)
   start(c);
   lua_pushlstring(T, text, n);
   c->on = 0;
-  if (!heap_tv_gc(h, top_slot(h, T), &s, &gct) || gct != GCT_STR ||
-      !str_is(h, s, text, n))
+  if (!vm_load_gc(&h->base, top_slot(h, T), &s, &gct) || gct != GCT_STR ||
+      !heap_str_is(h, s, text, n))
     size = 0;
   else
     size = block(c, s);
@@ -351,18 +353,17 @@ static int check_c_closure(struct hcalib *c, lua_State *T)
   c->on = 0;
   fn = (uintptr_t)lua_topointer(T, -1);
   if (block(c, fn) != (size_t)h->fnc_up + 2 * TVALUE_SIZE ||
-      heap_u8(fn + h->fn_nupvalues) != 2 ||
+      vm_load_u8(fn + h->fn_nupvalues) != 2 ||
       (uintptr_t)lua_upvalueid(T, -1, 2) != fn + h->fnc_up + TVALUE_SIZE ||
-      raw(fn + h->fnc_up) != bits(1.25))
+      vm_load_u64(fn + h->fnc_up) != bits(1.25))
     return fail(c, "C closure",
                 "a C closure of 2 upvalues does not read its size (%zu), "
                 "count or upvalues",
                 block(c, fn));
-  lua_getfenv(T, -1);
-  if (heap_ref(h, fn + h->fn_env) != (uintptr_t)lua_topointer(T, -1))
+  if (!env_at(h, T, fn + h->fn_env))
     return fail(c, "function env", "a C function's env is not at +%u",
                 h->fn_env);
-  lua_pop(T, 2);
+  lua_pop(T, 1);
   return 1;
 }
 
@@ -378,16 +379,17 @@ static const char probe_chunk[] = "local first, second = {}, {}\n"
 static int has_constants(const struct heap_layout *h, uintptr_t pt,
                          const char *text, double num)
 {
-  uintptr_t k = heap_ref(h, pt + h->pt_k);
-  uint32_t i, nkgc = heap_u32(pt + h->pt_sizekgc);
-  uint32_t nkn = heap_u32(pt + h->pt_sizekn);
+  uintptr_t k = vm_load_ref(&h->base, pt + h->pt_k);
+  uint32_t i, nkgc = vm_load_u32(pt + h->pt_sizekgc);
+  uint32_t nkn = vm_load_u32(pt + h->pt_sizekn);
   int str = 0, n = 0;
   for (i = 0; i < nkgc && i < 64; i++) {
-    uintptr_t o = heap_ref(h, k - (uintptr_t)(i + 1) * h->base.ref_size);
-    str |= str_is(h, o, text, strlen(text));
+    uintptr_t o =
+        vm_load_ref(&h->base, k - (uintptr_t)(i + 1) * h->base.ref_size);
+    str |= heap_str_is(h, o, text, strlen(text));
   }
   for (i = 0; i < nkn && i < 64; i++)
-    n |= raw(k + (uintptr_t)i * TVALUE_SIZE) == bits(num);
+    n |= vm_load_u64(k + (uintptr_t)i * TVALUE_SIZE) == bits(num);
   return str && n;
 }
 
@@ -402,37 +404,37 @@ static int check_lua_closure(struct hcalib *c, lua_State *T)
     return fail(c, "Lua closure", "the probe chunk does not load");
   c->on = 0;
   pt = vm_func_proto(&h->base, 1, (uintptr_t)lua_topointer(T, -1));
-  if (pt == 0 || block(c, pt) != heap_u32(pt + h->pt_sizept))
+  if (pt == 0 || block(c, pt) != vm_load_u32(pt + h->pt_sizept))
     return fail(c, "prototype size",
                 "sizept at +%u reads %u, not the block's size %zu",
-                h->pt_sizept, pt ? heap_u32(pt + h->pt_sizept) : 0,
+                h->pt_sizept, pt ? vm_load_u32(pt + h->pt_sizept) : 0,
                 pt ? block(c, pt) : 0);
   start(c);
   lua_call(T, 0, 1);
   c->on = 0;
   fn = (uintptr_t)lua_topointer(T, -1);
   pt = vm_func_proto(&h->base, 1, fn);
-  uv = heap_ref(h, fn + h->fnl_uv);
+  uv = vm_load_ref(&h->base, fn + h->fnl_uv);
   if (pt == 0 || block(c, fn) != (size_t)h->fnl_uv + 2u * h->base.ref_size ||
-      heap_u8(fn + h->fn_nupvalues) != 2 || heap_u8(pt + h->pt_sizeuv) != 2 ||
+      vm_load_u8(fn + h->fn_nupvalues) != 2 ||
+      vm_load_u8(pt + h->pt_sizeuv) != 2 ||
       (uintptr_t)lua_upvalueid(T, -1, 1) != uv ||
-      heap_u8(uv + h->base.gct) != GCT_UPVAL || block(c, uv) != h->uv_size)
+      vm_load_u8(uv + h->base.gct) != GCT_UPVAL || block(c, uv) != h->uv_size)
     return fail(c, "Lua closure",
                 "a closure of 2 upvalues does not read its size (%zu), "
                 "count or upvalue objects",
                 block(c, fn));
   name = lua_getupvalue(T, -1, 1);
-  if (name == NULL || !heap_tv_gc(h, heap_ref(h, uv + h->uv_v), &val, &gct) ||
+  if (name == NULL ||
+      !vm_load_gc(&h->base, vm_load_ref(&h->base, uv + h->uv_v), &val, &gct) ||
       val != (uintptr_t)lua_topointer(T, -1) ||
-      strcmp(name, (const char *)heap_ref(h, pt + h->pt_uvinfo)) != 0)
+      strcmp(name, heap_upvalue_name(h, pt, 0)) != 0)
     return fail(c, "upvalue", "upvalue 1 (%s) does not read its value or name",
                 name != NULL ? name : "?");
   lua_pop(T, 1);
-  lua_getfenv(T, -1);
-  if (heap_ref(h, fn + h->fn_env) != (uintptr_t)lua_topointer(T, -1))
+  if (!env_at(h, T, fn + h->fn_env))
     return fail(c, "function env", "a Lua function's env is not at +%u",
                 h->fn_env);
-  lua_pop(T, 1);
   if (!has_constants(h, pt, "kconst", 3.5))
     return fail(c, "constants",
                 "'kconst' and 3.5 are not among the "
@@ -464,7 +466,7 @@ static int check_locals(struct hcalib *c, lua_State *T)
                 "a new thread allocated %ld bytes with a stack of %u slots",
                 net(c), size);
   c->h.L_size = (uint16_t)block(c, co_ptr);
-  if (heap_ref(h, co_ptr + h->L_env) !=
+  if (vm_load_ref(&h->base, co_ptr + h->L_env) !=
       (uintptr_t)lua_topointer(T, LUA_GLOBALSINDEX))
     return fail(c, "thread env", "a thread's env is not at +%u", h->L_env);
   lua_pushvalue(T, -2);
@@ -473,7 +475,7 @@ static int check_locals(struct hcalib *c, lua_State *T)
   if (lua_resume(co, 1) != LUA_YIELD || !lua_getstack(co, 1, &ar))
     return fail(c, "locals", "the probe closure did not yield");
   th.L = co_ptr;
-  th.stack = heap_ref(h, co_ptr + lay->L_stack);
+  th.stack = vm_load_ref(&h->base, co_ptr + lay->L_stack);
   memcpy(&th.base, (const char *)co + lay->L_base, sizeof(th.base));
   th.limit = th.stack + (uintptr_t)size * TVALUE_SIZE;
   frame = th.base - TVALUE_SIZE;
@@ -500,7 +502,7 @@ static int check_locals(struct hcalib *c, lua_State *T)
   lua_newtable(T);
   lua_pushvalue(T, -1);
   lua_setfenv(T, -3);
-  if (heap_ref(h, co_ptr + h->L_env) != (uintptr_t)lua_topointer(T, -1))
+  if (!ref_is(h, T, co_ptr + h->L_env, -1))
     return fail(c, "thread env", "a thread's new env is not at +%u", h->L_env);
   lua_pop(T, 3);
   return 1;
@@ -514,18 +516,14 @@ static int check_userdata(struct hcalib *c, lua_State *T)
   ud = (uintptr_t)lua_newuserdata(T, 13) - h->ud_size;
   c->on = 0;
   if (block(c, ud) != (size_t)h->ud_size + 13 ||
-      heap_u8(ud + h->base.gct) != GCT_UDATA || heap_u32(ud + h->ud_len) != 13)
+      vm_load_u8(ud + h->base.gct) != GCT_UDATA ||
+      vm_load_u32(ud + h->ud_len) != 13)
     return fail(c, "userdata", "a userdata of 13 bytes allocated %zu",
                 block(c, ud));
-  lua_newtable(T);
-  lua_setmetatable(T, -2);
-  lua_getmetatable(T, -1);
-  lua_getfenv(T, -2);
-  if (heap_ref(h, ud + h->ud_mt) != (uintptr_t)lua_topointer(T, -2) ||
-      heap_ref(h, ud + h->ud_env) != (uintptr_t)lua_topointer(T, -1))
+  if (!new_metatable_at(h, T, ud + h->ud_mt) || !env_at(h, T, ud + h->ud_env))
     return fail(c, "userdata", "its metatable or env is not at +%u, +%u",
                 h->ud_mt, h->ud_env);
-  lua_pop(T, 3);
+  lua_pop(T, 1);
   return 1;
 }
 
@@ -544,7 +542,7 @@ static void mainth_mark(struct mainth_search *s, int pass)
 {
   unsigned o;
   for (o = 0; o + s->h->base.ref_size <= G_WINDOW; o += s->h->base.ref_size)
-    if (s->hit[o] == pass && heap_ref(s->h, s->g + o) == s->main)
+    if (s->hit[o] == pass && vm_load_ref(&s->h->base, s->g + o) == s->main)
       s->hit[o] = (uint8_t)(pass + 1);
 }
 
@@ -563,7 +561,7 @@ static int find_mainth(struct hcalib *c, lua_State *T)
     return fail(c, "main thread", "out of memory");
   s->h = &c->h;
   s->main = (uintptr_t)T;
-  s->g = heap_ref(&c->h, (uintptr_t)T + c->h.base.L_glref);
+  s->g = vm_load_ref(&c->h.base, (uintptr_t)T + c->h.base.L_glref);
   mainth_mark(s, 0);
   co = lua_newthread(T);
   lua_pushlightuserdata(co, s);
@@ -587,85 +585,6 @@ static int find_mainth(struct hcalib *c, lua_State *T)
 }
 
 /* ---- cdata and the FFI's C type state --------------------------------- */
-
-/* CTState (lj_ctype.h) starts with native pointers and 32-bit numbers:
-** tab, top, sizetab, L, g (L is set only while it works). */
-#define CTS_TOP 8
-#define CTS_G 24
-#define CTS_MIN 32
-/* CType: info (the kind in its top 4 bits, a child id in its low 16) then
-** size. */
-#define CT_KIND(info) ((info) >> 28)
-#define CT_KIND_NUM 0
-#define CT_KIND_STRUCT 1
-#define CT_KIND_HASSIZE 5 /* The last kind whose size field is its size. */
-#define CT_KIND_ATTRIB 8
-#define CT_PTR_SIZE 8
-#define CT_ATTRIB_DEPTH 8
-/* GCcdataVar, just below a variable-length cdata: offset, extra, len. */
-#define CDV_EXTRA 6
-#define CDV_LEN 4
-#define CD_VAR 0x80 /* In `marked`: a variable-length cdata. */
-
-/* The C type record of id, following attributes as ctype_raw does; 0 if
-** an id is out of the table. */
-static uintptr_t ctype_raw(const struct heap_layout *h,
-                           const struct heap_ctypes *ct, uint32_t id,
-                           uint32_t *info)
-{
-  int depth;
-  for (depth = 0; depth < CT_ATTRIB_DEPTH; depth++) {
-    uintptr_t rec = ct->tab + (uintptr_t)id * h->ct_size;
-    if (ct->tab == 0 || id >= ct->top)
-      return 0;
-    *info = heap_u32(rec);
-    if (CT_KIND(*info) != CT_KIND_ATTRIB)
-      return rec;
-    id = *info & 0xffff;
-  }
-  return 0;
-}
-
-int heap_cdata_known(const struct heap_layout *h, uintptr_t g,
-                     struct heap_ctypes *ct)
-{
-  uintptr_t cts, gg;
-  uint32_t sizetab;
-  uint8_t last;
-  ct->tab = 0, ct->top = 0;
-  if (!h->cd_ok || !vm_ref(&h->base, 1, g + h->g_ctype, &cts))
-    return 0;
-  if (cts == 0)
-    return 1;
-  /* The table's last type is readable: every id below top is. */
-  if (!vm_ptr(1, cts + CTS_G, &gg) || gg != g || !vm_ptr(1, cts, &ct->tab) ||
-      !vm_u32(1, cts + CTS_TOP, &ct->top) ||
-      !vm_u32(1, cts + CTS_TOP + 4, &sizetab) || ct->top > sizetab ||
-      ct->tab == 0 || ct->top == 0 ||
-      !vm_u8(1, ct->tab + (uintptr_t)ct->top * h->ct_size - 1, &last)) {
-    ct->tab = 0, ct->top = 0;
-    return 0;
-  }
-  return 1;
-}
-
-uint64_t heap_cdata_size(const struct heap_layout *h,
-                         const struct heap_ctypes *ct, uintptr_t cd)
-{
-  uintptr_t rec;
-  uint32_t info;
-  if (!h->cd_ok)
-    return 0;
-  if (heap_u8(cd + h->base.gct - 1) & CD_VAR) /* Its block is below it. */
-    return (uint64_t) * (const uint16_t *)(cd - CDV_EXTRA) +
-           heap_u32(cd - CDV_LEN);
-  rec = ctype_raw(h, ct, *(const uint16_t *)(cd + h->cd_ctypeid), &info);
-  if (rec == 0)
-    return 0;
-  if (CT_KIND(info) > CT_KIND_HASSIZE)
-    return (uint64_t)h->cd_size + CT_PTR_SIZE;
-  return (uint64_t)h->cd_size + heap_u32(rec + 4);
-}
 
 /* Runs code (a chunk given the ffi module) and leaves its results. */
 static int run(lua_State *T, const char *code, int nres)
@@ -692,10 +611,10 @@ static size_t last_size(const struct hcalib *c, uintptr_t p)
 static int find_ctype_state(struct hcalib *c, lua_State *T, uint8_t *zero)
 {
   const struct heap_layout *h = &c->h;
-  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref);
+  uintptr_t g = vm_load_ref(&h->base, (uintptr_t)T + h->base.L_glref);
   unsigned o, n = 0, found = 0;
   for (o = 0; o + h->base.ref_size <= G_WINDOW; o += h->base.ref_size)
-    zero[o] = heap_ref(h, g + o) == 0;
+    zero[o] = vm_load_ref(&h->base, g + o) == 0;
   lua_getglobal(T, "require");
   lua_pushstring(T, "ffi");
   start(c);
@@ -709,13 +628,13 @@ static int find_ctype_state(struct hcalib *c, lua_State *T, uint8_t *zero)
     return fail(c, "cdata ffi", "loading the FFI made over %d blocks",
                 CALIB_EVENTS);
   for (o = 0; o + h->base.ref_size <= G_WINDOW; o += h->base.ref_size) {
-    uintptr_t cts = heap_ref(h, g + o), tab, gg;
+    uintptr_t cts = vm_load_ref(&h->base, g + o), tab, gg;
     uint32_t top, sizetab;
     if (!zero[o] || cts == 0 || block(c, cts) < CTS_MIN)
       continue;
     memcpy(&tab, (const void *)cts, sizeof(tab));
-    top = heap_u32(cts + CTS_TOP);
-    sizetab = heap_u32(cts + CTS_TOP + 4);
+    top = vm_load_u32(cts + CTS_TOP);
+    sizetab = vm_load_u32(cts + CTS_TOP + 4);
     memcpy(&gg, (const void *)(cts + CTS_G), sizeof(gg));
     if (gg == g && top <= sizetab &&
         last_size(c, tab) == (size_t)sizetab * h->ct_size)
@@ -735,8 +654,8 @@ static int check_ctype(struct hcalib *c, const struct heap_ctypes *cts,
                        lua_Number id, uint32_t kind, lua_Number size)
 {
   uint32_t info;
-  uintptr_t ct = ctype_raw(&c->h, cts, (uint32_t)id, &info);
-  if (ct == 0 || CT_KIND(info) != kind || heap_u32(ct + 4) != size)
+  uintptr_t ct = heap_ctype_raw(&c->h, cts, (uint32_t)id, &info);
+  if (ct == 0 || CT_KIND(info) != kind || vm_load_u32(ct + 4) != size)
     return fail(c, "cdata ctype",
                 "C type %.0f is not of kind %u and size %.0f in a table of "
                 "%u-byte types",
@@ -754,9 +673,9 @@ static int check_cdata_block(struct hcalib *c, lua_State *T,
   uintptr_t cd = (uintptr_t)lua_topointer(T, idx) - h->cd_size;
   uintptr_t at = cd;
   if (var)
-    at = cd - *(const uint16_t *)(cd - 8); /* GCcdataVar's offset */
-  if (heap_u8(cd + h->base.gct) != GCT_CDATA ||
-      ((heap_u8(cd + h->base.gct - 1) & CD_VAR) != 0) != var ||
+    at = cd - vm_load_u16(cd - CDV_OFFSET);
+  if (vm_load_u8(cd + h->base.gct) != GCT_CDATA ||
+      ((vm_load_u8(cd + h->base.gct - 1) & CD_VAR) != 0) != var ||
       block(c, at) != (size_t)want || heap_cdata_size(h, ct, cd) != want)
     return fail(c, "cdata size",
                 "%s: the allocator saw %zu bytes, the layout reads %llu, "
@@ -782,7 +701,7 @@ static int check_cdata(struct hcalib *c, lua_State *T)
 {
   struct heap_layout *h = &c->h;
   uint8_t *zero = calloc(1, G_WINDOW);
-  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref);
+  uintptr_t g = vm_load_ref(&h->base, (uintptr_t)T + h->base.L_glref);
   struct heap_ctypes cts;
   lua_Number sid, ssize;
   int ok;
@@ -841,8 +760,8 @@ static int calibrate_in(lua_State *T)
   /* Without verified traces a snapshot is still written, without them
   ** (its header says why). */
   if (c->ok)
-    heap_traces_learn(T, heap_ref(&c->h, (uintptr_t)T + c->h.base.L_glref),
-                      &c->h);
+    heap_traces_learn(
+        T, vm_load_ref(&c->h.base, (uintptr_t)T + c->h.base.L_glref), &c->h);
   lua_setallocf(T, c->orig, c->orig_ud);
   return 0;
 }
@@ -897,11 +816,11 @@ static struct {
 static int check_vm(lua_State *L, const struct heap_layout *h, char *err,
                     size_t errlen)
 {
-  uintptr_t g = heap_ref(h, (uintptr_t)L + h->base.L_glref);
-  uintptr_t main = heap_ref(h, g + h->g_mainth);
+  uintptr_t g = vm_load_ref(&h->base, (uintptr_t)L + h->base.L_glref);
+  uintptr_t main = vm_load_ref(&h->base, g + h->g_mainth);
   uintptr_t reg = (uintptr_t)lua_topointer(L, LUA_REGISTRYINDEX);
   if (!vm_is_gc(&h->base, 1, main, GCT_THREAD) ||
-      heap_ref(h, main + h->base.L_glref) != g) {
+      vm_load_ref(&h->base, main + h->base.L_glref) != g) {
     snprintf(err, errlen,
              "check 'heap main thread' failed: g+%u is not a thread of "
              "this VM",
@@ -909,7 +828,7 @@ static int check_vm(lua_State *L, const struct heap_layout *h, char *err,
     return 0;
   }
   if (!vm_is_gc(&h->base, 1, reg, GCT_TAB) ||
-      heap_ref(h, (uintptr_t)L + h->L_env) !=
+      vm_load_ref(&h->base, (uintptr_t)L + h->L_env) !=
           (uintptr_t)lua_topointer(L, LUA_GLOBALSINDEX)) {
     snprintf(err, errlen,
              "check 'heap registry' failed: the registry is not a table or "
@@ -941,58 +860,4 @@ int heap_layout_learn(lua_State *L, struct heap_layout *out, char *err,
   if (ok)
     out->base = base;
   return ok && check_vm(L, out, err, errlen);
-}
-
-/* ---- Debug info -------------------------------------------------------- */
-
-/* Reads a ULEB128 number at *p (varinfo's numbers are 32-bit). */
-static uint32_t read_uleb(const uint8_t **p)
-{
-  uint32_t v = 0;
-  int shift = 0;
-  uint8_t b;
-  do {
-    b = *(*p)++;
-    if (shift < 32)
-      v |= (uint32_t)(b & 0x7f) << shift;
-    shift += 7;
-  } while (b & 0x80);
-  return v;
-}
-
-/* The names the parser gives its hidden loop variables (VARNAME_* of
-** lj_debug.h, numbered from 1; 0 ends the list). */
-static const char *const hidden_names[] = {
-    NULL,           "(for index)",     "(for limit)",
-    "(for step)",   "(for generator)", "(for state)",
-    "(for control)"};
-#define HIDDEN_NAMES 7
-
-int heap_local_name(const struct heap_layout *h, uintptr_t pt, uint32_t pos,
-                    uint32_t slot, char *out, size_t len)
-{
-  const uint8_t *p = (const uint8_t *)heap_ref(h, pt + h->pt_varinfo);
-  uint32_t last = 0;
-  if (p == NULL)
-    return 0;
-  for (;;) {
-    const uint8_t *name = p;
-    uint32_t vn = *p, startpc, endpc;
-    if (vn < HIDDEN_NAMES) {
-      if (vn == 0)
-        return 0;
-      p++;
-    } else {
-      p += strlen((const char *)p) + 1;
-    }
-    last = startpc = last + read_uleb(&p);
-    if (startpc > pos)
-      return 0;
-    endpc = startpc + read_uleb(&p);
-    if (pos < endpc && slot-- == 0) {
-      snprintf(out, len, "%s",
-               vn < HIDDEN_NAMES ? hidden_names[vn] : (const char *)name);
-      return 1;
-    }
-  }
 }

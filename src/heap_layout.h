@@ -20,16 +20,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
+#include "gc_object.h"
 #include "lua.h"
 #include "vm_layout.h"
-
-/* GC object types (~LJ_Txxx) beyond those of vm_layout.h. */
-#define GCT_UPVAL 5
-#define GCT_CDATA 10
-#define GCT_TAB 11
-#define GCT_UDATA 12
 
 struct heap_layout {
   struct vm_layout base; /* The verified base layout it extends. */
@@ -80,90 +74,6 @@ struct heap_layout {
   char tr_why[160];
 };
 
-/* The FFI's C type table of a VM, as the walk reads it (see
-** heap_cdata_known). tab 0: no FFI loaded, so no cdata. */
-struct heap_ctypes {
-  uintptr_t tab;
-  uint32_t top; /* Ids from 0 to top - 1 are in the table. */
-};
-
-/* Whether cdata sizes can be read in the VM of global_State g: the FFI
-** layout was verified, and the VM has no C type state (no FFI loaded) or
-** one whose g is g, then read into *ct with fault-safe reads. The table
-** stays put while no Lua code runs. */
-int heap_cdata_known(const struct heap_layout *h, uintptr_t g,
-                     struct heap_ctypes *ct);
-
-/* The block size of the cdata at cd (as lj_cdata_free computes it), or 0
-** if it cannot be known; ct from heap_cdata_known. */
-uint64_t heap_cdata_size(const struct heap_layout *h,
-                         const struct heap_ctypes *ct, uintptr_t cd);
-
-/* The size of the block of a string of len characters. */
-static inline uint64_t heap_str_size(const struct heap_layout *h, uint32_t len)
-{
-  if (h->str_pad4)
-    return h->base.str_size + (((uint64_t)len + 4) & ~(uint64_t)3);
-  return h->base.str_size + (uint64_t)len + 1;
-}
-
-/* Type tags of a TValue (the itype, LJ_Txxx) that hold a GC object: from
-** ~LJ_TSTR down to ~LJ_TUDATA. The object's type byte is ~tag. */
-#define TAG_GC_FIRST 0xfffffff3u /* ~12: userdata */
-#define TAG_GC_LAST 0xfffffffbu  /* ~4: string */
-
-/* The type tag of the TValue at `at`, and its GC object's address (only
-** meaningful for a tag from TAG_GC_FIRST to TAG_GC_LAST). */
-static inline uint32_t heap_tv(const struct heap_layout *h, uintptr_t at,
-                               uintptr_t *obj)
-{
-  uint64_t v;
-  memcpy(&v, (const void *)at, sizeof(v));
-  if (h->base.gc64) {
-    *obj = (uintptr_t)(v & 0x00007fffffffffffULL);
-    return (uint32_t)((int64_t)v >> 47);
-  }
-  *obj = (uintptr_t)(uint32_t)v; /* Little-endian: {gcr, it}. */
-  return (uint32_t)(v >> 32);
-}
-
-/* Whether the TValue at `at` holds a GC object: its address and type. */
-static inline int heap_tv_gc(const struct heap_layout *h, uintptr_t at,
-                             uintptr_t *obj, uint8_t *gct)
-{
-  uint32_t tag = heap_tv(h, at, obj);
-  if (tag < TAG_GC_FIRST || tag > TAG_GC_LAST || *obj == 0)
-    return 0;
-  *gct = (uint8_t)~tag;
-  return 1;
-}
-
-/* A GCRef or MRef at `at` (8 bytes with GC64, 4 without). */
-static inline uintptr_t heap_ref(const struct heap_layout *h, uintptr_t at)
-{
-  if (h->base.gc64) {
-    uint64_t v;
-    memcpy(&v, (const void *)at, sizeof(v));
-    return (uintptr_t)v;
-  } else {
-    uint32_t v;
-    memcpy(&v, (const void *)at, sizeof(v));
-    return (uintptr_t)v;
-  }
-}
-
-static inline uint32_t heap_u32(uintptr_t at)
-{
-  uint32_t v;
-  memcpy(&v, (const void *)at, sizeof(v));
-  return v;
-}
-
-static inline uint8_t heap_u8(uintptr_t at)
-{
-  return *(const uint8_t *)at;
-}
-
 /*
 ** The verified heap layout for L's VM, learned at the first call in the
 ** process (in a separate VM; never in L's) and reused after. Returns 1
@@ -172,11 +82,5 @@ static inline uint8_t heap_u8(uintptr_t at)
 */
 int heap_layout_learn(lua_State *L, struct heap_layout *out, char *err,
                       size_t errlen);
-
-/* The name of local `slot` (from 0) of prototype pt at bytecode position
-** pos, from its debug info (as lj_debug_varname reads it) into out.
-** Returns 0 if pt has no debug info or no local there (a temporary). */
-int heap_local_name(const struct heap_layout *h, uintptr_t pt, uint32_t pos,
-                    uint32_t slot, char *out, size_t len);
 
 #endif

@@ -231,7 +231,7 @@ static int find_ref(const struct heap_layout *h, uintptr_t g, uintptr_t o)
 {
   int at;
   for (at = 0; at + h->base.ref_size <= G_WINDOW; at += h->base.ref_size)
-    if (heap_ref(h, g + (uintptr_t)at) == o)
+    if (vm_load_ref(&h->base, g + (uintptr_t)at) == o)
       return at;
   return -1;
 }
@@ -239,12 +239,12 @@ static int find_ref(const struct heap_layout *h, uintptr_t g, uintptr_t o)
 static int learn_in(lua_State *T, const struct heap_layout *h,
                     struct roots_layout *out, char *msg, size_t len)
 {
-  uintptr_t g = heap_ref(h, (uintptr_t)T + h->base.L_glref), reg, obj;
+  uintptr_t g = vm_load_ref(&h->base, (uintptr_t)T + h->base.L_glref), reg, obj;
   uint8_t gct;
   int at, kind;
   reg = (uintptr_t)lua_topointer(T, LUA_REGISTRYINDEX);
   for (at = 0; at + 8 <= G_WINDOW; at += 8)
-    if (heap_tv_gc(h, g + (uintptr_t)at, &obj, &gct) && obj == reg &&
+    if (vm_load_gc(&h->base, g + (uintptr_t)at, &obj, &gct) && obj == reg &&
         gct == GCT_TAB)
       break;
   if (at + 8 > G_WINDOW)
@@ -272,7 +272,7 @@ static int learn_in(lua_State *T, const struct heap_layout *h,
     lua_pushnil(T);
     lua_setmetatable(T, -2);
     lua_pop(T, 1);
-    if (heap_ref(h, g + (uintptr_t)at) != 0)
+    if (vm_load_ref(&h->base, g + (uintptr_t)at) != 0)
       return fail(msg, len, ENOTSUP,
                   "check 'base metatables' failed: g+%d still holds the "
                   "metatable of kind %d once it is removed",
@@ -563,9 +563,9 @@ static void find_vms(const struct mirror *mr, const struct heap_layout *h,
       uintptr_t g;
       if (*(const uint8_t *)(a + h->base.gct) != GCT_THREAD)
         continue;
-      g = heap_ref(h, a + h->base.L_glref);
+      g = vm_load_ref(&h->base, a + h->base.L_glref);
       if ((g & 7) == 0 && mirror_has(mr, g, G_WINDOW) &&
-          heap_ref(h, g + h->g_mainth) == a)
+          vm_load_ref(&h->base, g + h->g_mainth) == a)
         out->L[out->n++] = a;
     }
   }
@@ -608,7 +608,8 @@ static int check_vm(const struct mirror *mr, const struct heap_layout *h,
                     struct heap_roots *roots, char *why, size_t len)
 {
   const struct vm_layout *lay = &h->base;
-  uintptr_t g = heap_ref(h, L + lay->L_glref), stack, base, top, allocf, o;
+  uintptr_t g = vm_load_ref(&h->base, L + lay->L_glref), stack, base, top,
+            allocf, o;
   uint32_t size;
   int32_t state;
   uint8_t gct;
@@ -622,7 +623,7 @@ static int check_vm(const struct mirror *mr, const struct heap_layout *h,
                 "check 'global_State' failed: its first %zu bytes are not in "
                 "the copy",
                 gsize);
-  stack = heap_ref(h, L + lay->L_stack);
+  stack = vm_load_ref(&h->base, L + lay->L_stack);
   memcpy(&size, (const void *)(L + lay->L_stacksize), sizeof(size));
   memcpy(&base, (const void *)(L + lay->L_base), sizeof(base));
   memcpy(&top, (const void *)(L + lay->L_top), sizeof(top));
@@ -637,7 +638,7 @@ static int check_vm(const struct mirror *mr, const struct heap_layout *h,
                 "check 'allocator' failed: g+%u (0x%llx) is no code of the "
                 "process",
                 lay->g_allocf, (unsigned long long)allocf);
-  if (!heap_tv_gc(h, g + rl->g_registry, &o, &gct) || gct != GCT_TAB ||
+  if (!vm_load_gc(&h->base, g + rl->g_registry, &o, &gct) || gct != GCT_TAB ||
       !mirror_has(mr, o, 8))
     return fail(why, len, ENOTSUP,
                 "check 'registry' failed: g+%u holds no table", rl->g_registry);
@@ -645,7 +646,7 @@ static int check_vm(const struct mirror *mr, const struct heap_layout *h,
   roots->registry = o;
   roots->main = roots->running = L;
   for (k = 0; k < HEAP_BASEMT_N; k++) {
-    uintptr_t mt = heap_ref(h, g + rl->g_basemt[k]);
+    uintptr_t mt = vm_load_ref(&h->base, g + rl->g_basemt[k]);
     if (mt != 0 && (!mirror_has(mr, mt, 8) ||
                     *(const uint8_t *)(mt + lay->gct) != GCT_TAB))
       return fail(why, len, ENOTSUP,
@@ -767,7 +768,7 @@ static void note_profile(const struct job *j, const struct mirror *mr,
                          uintptr_t L, struct heap_profile_note *note)
 {
   const struct vm_layout *lay = &j->h->base;
-  uintptr_t g = heap_ref(j->h, L + lay->L_glref), f, ud, own;
+  uintptr_t g = vm_load_ref(&j->h->base, L + lay->L_glref), f, ud, own;
   const struct profiler *p;
   if (!mirror_has(mr, g + lay->g_allocf, 8) ||
       !mirror_has(mr, g + lay->g_allocd, 8))

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "heap_objects.h"
 #include "heap_traces.h"
 #include "lauxlib.h"
 #include "vm_inspect.h"
@@ -128,7 +129,7 @@ static int failed(struct walk *w, int err, const char *fmt, ...)
     if (w->cur != 0)
       snprintf(w->msg + n, w->msglen - n,
                " (in the object of type %u at 0x%llx)",
-               heap_u8(w->cur + w->h->base.gct), (unsigned long long)w->cur);
+               vm_load_u8(w->cur + w->h->base.gct), (unsigned long long)w->cur);
     else
       snprintf(w->msg + n, w->msglen - n, " (in the roots)");
   }
@@ -222,7 +223,7 @@ static void object_header(struct walk *w, uintptr_t o, uint8_t gct,
 static void write_string(struct walk *w, uintptr_t s)
 {
   const struct vm_layout *lay = &w->h->base;
-  uint32_t len = heap_u32(s + lay->str_len);
+  uint32_t len = vm_load_u32(s + lay->str_len);
   uint32_t keep = len < HEAP_STRING_KEEP ? len : HEAP_STRING_KEEP;
   object_header(w, s, GCT_STR, heap_str_size(w->h, len));
   out_uleb(w->out, len);
@@ -242,7 +243,7 @@ static int check_object(struct walk *w, uintptr_t o, uint8_t gct)
                   "an object's address 0x%llx is not aligned: the heap "
                   "layout does not hold here",
                   (unsigned long long)o);
-  t = heap_u8(o + w->h->base.gct);
+  t = vm_load_u8(o + w->h->base.gct);
   if ((o & 7) != 0 && t != GCT_STR)
     return failed(w, EINVAL,
                   "an object's address 0x%llx is not 8-byte aligned: the "
@@ -263,7 +264,7 @@ static void visit(struct walk *w, uintptr_t o, uint8_t gct)
 {
   if (w->err != 0 || !check_object(w, o, gct) || !seen_add(w, o))
     return;
-  if (heap_u8(o + w->h->base.gct) == GCT_STR)
+  if (vm_load_u8(o + w->h->base.gct) == GCT_STR)
     write_string(w, o);
   else
     todo_push(w, o);
@@ -288,18 +289,10 @@ static void ref(struct walk *w, uintptr_t from, uintptr_t to, uint8_t gct,
 static void ref_gcref(struct walk *w, uintptr_t from, uintptr_t to, int kind)
 {
   if (to != 0 && check_object(w, to, 0))
-    ref(w, from, to, heap_u8(to + w->h->base.gct), kind, 0);
+    ref(w, from, to, vm_load_u8(to + w->h->base.gct), kind, 0);
 }
 
 /* ---- Tables ------------------------------------------------------------ */
-
-/* Whether the GCstr s holds the n bytes at text. */
-static int str_is(const struct heap_layout *h, uintptr_t s, const char *text,
-                  size_t n)
-{
-  return heap_u32(s + h->base.str_len) == n &&
-         memcmp((const void *)(s + h->base.str_size), text, n) == 0;
-}
 
 #define WEAK_KEYS 1
 #define WEAK_VALUES 2
@@ -316,14 +309,14 @@ static uint8_t weak_mode(struct walk *w, uintptr_t mt)
     return 0;
   if (mt == w->mode_mt)
     return w->mode;
-  node = heap_ref(h, mt + h->tab_node);
-  hmask = heap_u32(mt + h->tab_hmask);
+  node = vm_load_ref(&h->base, mt + h->tab_node);
+  hmask = vm_load_u32(mt + h->tab_hmask);
   for (i = 0; hmask != 0 && i <= hmask; i++) {
     uintptr_t n = node + (uintptr_t)i * h->node_size;
-    if (heap_tv_gc(h, n + h->node_key, &key, &gct) && gct == GCT_STR &&
-        str_is(h, key, "__mode", 6) &&
-        heap_tv_gc(h, n + h->node_val, &val, &gct) && gct == GCT_STR) {
-      uint32_t k, len = heap_u32(val + h->base.str_len);
+    if (vm_load_gc(&h->base, n + h->node_key, &key, &gct) && gct == GCT_STR &&
+        heap_str_is(h, key, "__mode", 6) &&
+        vm_load_gc(&h->base, n + h->node_val, &val, &gct) && gct == GCT_STR) {
+      uint32_t k, len = vm_load_u32(val + h->base.str_len);
       const char *s = (const char *)(val + h->base.str_size);
       for (k = 0; k < len; k++)
         mode |= s[k] == 'k' ? WEAK_KEYS : s[k] == 'v' ? WEAK_VALUES : 0;
@@ -339,12 +332,6 @@ static uint64_t zigzag(int64_t v)
 {
   return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
 }
-
-#define TAG_NIL 0xffffffffu
-#define TAG_FALSE 0xfffffffeu
-#define TAG_TRUE 0xfffffffdu
-#define TAG_LIGHTUD 0xfffffffcu
-#define TAG_NUMX 0xfffffff2u /* Numbers are tags up to this. */
 
 /* A value under a number key: an integer index or the number's bits. */
 static void ref_number_key(struct walk *w, uintptr_t t, uintptr_t val,
@@ -367,18 +354,18 @@ static void table_node(struct walk *w, uintptr_t t, uintptr_t n, uint8_t weak)
   const struct heap_layout *h = w->h;
   uintptr_t key, val;
   uint8_t kgct = 0, vgct = 0;
-  uint32_t ktag = heap_tv(h, n + h->node_key, &key);
-  int kgc = heap_tv_gc(h, n + h->node_key, &key, &kgct);
-  int vgc = heap_tv_gc(h, n + h->node_val, &val, &vgct);
+  uint32_t ktag = vm_load_tv(&h->base, n + h->node_key, &key);
+  int kgc = vm_load_gc(&h->base, n + h->node_key, &key, &kgct);
+  int vgc = vm_load_gc(&h->base, n + h->node_val, &val, &vgct);
   int wv = (weak & WEAK_VALUES) != 0;
   uint64_t kbits;
-  if (heap_tv(h, n + h->node_val, &val) == TAG_NIL)
+  if (vm_load_tv(&h->base, n + h->node_val, &val) == TAG_NIL)
     return; /* A free node, or a key whose value was cleared. */
   if (kgc)
     ref(w, t, key, kgct, HREF_KEY, (weak & WEAK_KEYS) != 0);
   if (!vgc)
     return;
-  memcpy(&kbits, (const void *)(n + h->node_key), sizeof(kbits));
+  kbits = vm_load_u64(n + h->node_key);
   if (kgc && kgct == GCT_STR) {
     ref(w, t, val, vgct, HREF_FIELD, wv);
     out_uleb(w->out, key);
@@ -405,28 +392,22 @@ static void table_node(struct walk *w, uintptr_t t, uintptr_t n, uint8_t weak)
 static void walk_table(struct walk *w, uintptr_t t)
 {
   const struct heap_layout *h = w->h;
-  int8_t colo = (int8_t)heap_u8(t + h->tab_colo);
-  uint32_t asize = heap_u32(t + h->tab_asize);
-  uint32_t hmask = heap_u32(t + h->tab_hmask), i;
-  uintptr_t mt = heap_ref(h, t + h->tab_mt);
-  uintptr_t array = heap_ref(h, t + h->tab_array);
-  uintptr_t node = heap_ref(h, t + h->tab_node), val;
-  uint64_t size = h->tab_size + (uint64_t)(colo & 0x7f) * TVALUE_SIZE;
+  uint32_t asize = vm_load_u32(t + h->tab_asize);
+  uint32_t hmask = vm_load_u32(t + h->tab_hmask), i;
+  uintptr_t mt = vm_load_ref(&h->base, t + h->tab_mt);
+  uintptr_t array = vm_load_ref(&h->base, t + h->tab_array);
+  uintptr_t node = vm_load_ref(&h->base, t + h->tab_node), val;
   uint8_t weak, gct;
   if (mt != 0 && !check_object(w, mt, GCT_TAB))
     return;
   weak = weak_mode(w, mt);
-  if (colo <= 0)
-    size += (uint64_t)asize * TVALUE_SIZE;
-  if (hmask != 0)
-    size += ((uint64_t)hmask + 1) * h->node_size;
-  object_header(w, t, GCT_TAB, size);
+  object_header(w, t, GCT_TAB, heap_table_size(h, t));
   out_uleb(w->out, asize);
   out_uleb(w->out, hmask != 0 ? (uint64_t)hmask + 1 : 0);
   out_byte(w->out, weak);
   ref_gcref(w, t, mt, HREF_METATABLE);
   for (i = 0; i < asize && w->err == 0; i++) {
-    if (heap_tv_gc(h, array + (uintptr_t)i * TVALUE_SIZE, &val, &gct)) {
+    if (vm_load_gc(&h->base, array + (uintptr_t)i * TVALUE_SIZE, &val, &gct)) {
       ref(w, t, val, gct, HREF_INDEX, (weak & WEAK_VALUES) != 0);
       out_uleb(w->out, zigzag(i));
     }
@@ -437,26 +418,13 @@ static void walk_table(struct walk *w, uintptr_t t)
 
 /* ---- Functions, upvalues, prototypes ----------------------------------- */
 
-/* The name of upvalue i (from 0) of prototype pt, or "". */
-static const char *upvalue_name(const struct heap_layout *h, uintptr_t pt,
-                                uint32_t i)
-{
-  const char *p = (const char *)heap_ref(h, pt + h->pt_uvinfo);
-  uint32_t n = heap_u8(pt + h->pt_sizeuv);
-  if (p == NULL || i >= n)
-    return "";
-  while (i-- > 0)
-    p += strlen(p) + 1;
-  return p;
-}
-
 static void walk_function(struct walk *w, uintptr_t fn)
 {
   const struct heap_layout *h = w->h;
   const struct vm_layout *lay = &h->base;
-  uint8_t ffid = heap_u8(fn + lay->fn_ffid), gct;
-  uint32_t nup = heap_u8(fn + h->fn_nupvalues), i;
-  uintptr_t env = heap_ref(h, fn + h->fn_env), val, cf;
+  uint8_t ffid = vm_load_u8(fn + lay->fn_ffid), gct;
+  uint32_t nup = vm_load_u8(fn + h->fn_nupvalues), i;
+  uintptr_t env = vm_load_ref(&h->base, fn + h->fn_env), val, cf;
   if (ffid == FFID_LUA) {
     uintptr_t pt = vm_func_proto(lay, 0, fn);
     if (pt == 0) {
@@ -470,21 +438,21 @@ static void walk_function(struct walk *w, uintptr_t fn)
     ref_gcref(w, fn, env, HREF_ENV);
     ref(w, fn, pt, GCT_PROTO, HREF_PROTO, 0);
     for (i = 0; i < nup && w->err == 0; i++) {
-      uintptr_t uv = heap_ref(h, fn + h->fnl_uv + i * lay->ref_size);
+      uintptr_t uv = vm_load_ref(&h->base, fn + h->fnl_uv + i * lay->ref_size);
       ref(w, fn, uv, GCT_UPVAL, HREF_UPVALUE, 0);
       out_uleb(w->out, i + 1);
-      out_text(w->out, upvalue_name(h, pt, i));
+      out_text(w->out, heap_upvalue_name(h, pt, i));
     }
     return;
   }
   object_header(w, fn, GCT_FUNC, h->fnc_up + (uint64_t)nup * TVALUE_SIZE);
   out_byte(w->out, ffid);
   out_uleb(w->out, nup);
-  memcpy(&cf, (const void *)(fn + lay->fn_cfunc), sizeof(cf));
+  cf = (uintptr_t)vm_load_u64(fn + lay->fn_cfunc);
   out_uleb(w->out, cf);
   ref_gcref(w, fn, env, HREF_ENV);
   for (i = 0; i < nup && w->err == 0; i++)
-    if (heap_tv_gc(h, fn + h->fnc_up + i * TVALUE_SIZE, &val, &gct)) {
+    if (vm_load_gc(&h->base, fn + h->fnc_up + i * TVALUE_SIZE, &val, &gct)) {
       ref(w, fn, val, gct, HREF_UPVALUE, 0);
       out_uleb(w->out, i + 1);
       out_text(w->out, "");
@@ -494,10 +462,10 @@ static void walk_function(struct walk *w, uintptr_t fn)
 static void walk_upvalue(struct walk *w, uintptr_t uv)
 {
   const struct heap_layout *h = w->h;
-  uintptr_t v = heap_ref(h, uv + h->uv_v), val;
+  uintptr_t v = vm_load_ref(&h->base, uv + h->uv_v), val;
   uint8_t gct;
   object_header(w, uv, GCT_UPVAL, h->uv_size);
-  if (v != 0 && heap_tv_gc(h, v, &val, &gct))
+  if (v != 0 && vm_load_gc(&h->base, v, &val, &gct))
     ref(w, uv, val, gct, HREF_UPVALUE_VALUE, 0);
 }
 
@@ -536,16 +504,17 @@ static void walk_proto(struct walk *w, uintptr_t pt)
 {
   const struct heap_layout *h = w->h;
   const struct vm_layout *lay = &h->base;
-  uintptr_t k = heap_ref(h, pt + h->pt_k);
-  uint32_t nkgc = heap_u32(pt + h->pt_sizekgc), i;
-  object_header(w, pt, GCT_PROTO, heap_u32(pt + h->pt_sizept));
-  out_uleb(w->out, heap_u32(pt + lay->pt_firstline));
-  out_uleb(w->out, heap_u32(pt + lay->pt_numline));
-  ref_gcref(w, pt, heap_ref(h, pt + lay->pt_chunkname), HREF_CHUNKNAME);
+  uintptr_t k = vm_load_ref(&h->base, pt + h->pt_k);
+  uint32_t nkgc = vm_load_u32(pt + h->pt_sizekgc), i;
+  object_header(w, pt, GCT_PROTO, vm_load_u32(pt + h->pt_sizept));
+  out_uleb(w->out, vm_load_u32(pt + lay->pt_firstline));
+  out_uleb(w->out, vm_load_u32(pt + lay->pt_numline));
+  ref_gcref(w, pt, vm_load_ref(&h->base, pt + lay->pt_chunkname),
+            HREF_CHUNKNAME);
   for (i = 0; i < nkgc && w->err == 0; i++) {
-    uintptr_t o = heap_ref(h, k - (uintptr_t)(i + 1) * lay->ref_size);
+    uintptr_t o = vm_load_ref(&h->base, k - (uintptr_t)(i + 1) * lay->ref_size);
     if (o != 0 && check_object(w, o, 0)) {
-      ref(w, pt, o, heap_u8(o + lay->gct), HREF_CONSTANT, 0);
+      ref(w, pt, o, vm_load_u8(o + lay->gct), HREF_CONSTANT, 0);
       out_uleb(w->out, i);
     }
   }
@@ -556,7 +525,7 @@ static void walk_proto(struct walk *w, uintptr_t pt)
 ** can hold, or a trace (a stitched trace holds itself). */
 static int check_constant(struct walk *w, uintptr_t o)
 {
-  if (o != 0 && (o & 7) == 0 && heap_u8(o + w->h->base.gct) == GCT_TRACE)
+  if (o != 0 && (o & 7) == 0 && vm_load_u8(o + w->h->base.gct) == GCT_TRACE)
     return check_object(w, o, GCT_TRACE);
   return check_object(w, o, 0);
 }
@@ -574,11 +543,11 @@ static void walk_trace(struct walk *w, uintptr_t T)
   vm_u16(1, T + lay->tr_traceno, &no);
   object_header(w, T, GCT_TRACE, heap_trace_size(w->h, T));
   out_uleb(w->out, no);
-  ref_gcref(w, T, heap_ref(w->h, T + lay->tr_startpt), HREF_PROTO);
+  ref_gcref(w, T, vm_load_ref(&w->h->base, T + lay->tr_startpt), HREF_PROTO);
   while (w->err == 0 &&
          (got = heap_trace_next_kgc(w->h, T, &next, &at, &o)) > 0)
     if (o != 0 && check_constant(w, o)) {
-      ref(w, T, o, heap_u8(o + lay->gct), HREF_CONSTANT, 0);
+      ref(w, T, o, vm_load_u8(o + lay->gct), HREF_CONSTANT, 0);
       out_uleb(w->out, HT_REF_BIAS - at);
     }
   if (w->err == 0 && got < 0)
@@ -599,7 +568,7 @@ static void stack_slots(struct walk *w, uintptr_t L, uintptr_t stack,
   uint8_t gct;
   char name[128];
   for (s = lo; s < hi && w->err == 0; s += TVALUE_SIZE) {
-    if (!heap_tv_gc(h, s, &val, &gct))
+    if (!vm_load_gc(&h->base, s, &val, &gct))
       continue;
     if (all != NULL)
       snprintf(name, sizeof(name), "%s", all);
@@ -621,7 +590,7 @@ static int64_t frame_pos(const struct vm_layout *lay, uintptr_t pt,
 {
   uintptr_t pc = vm_caller_pc(lay, 0, next, next_link);
   uintptr_t bc = pt + lay->pt_size;
-  uint32_t sizebc = heap_u32(pt + lay->pt_sizebc);
+  uint32_t sizebc = vm_load_u32(pt + lay->pt_sizebc);
   if (pc <= bc || pc > bc + 4 * (uintptr_t)sizebc || (pc & 3) != 0)
     return -1;
   return (int64_t)((pc - bc) / 4 - 1);
@@ -634,12 +603,12 @@ static void walk_thread(struct walk *w, uintptr_t L)
   struct vm_thread th;
   uintptr_t top, upper, frame, next = 0;
   intptr_t next_link = 0;
-  uint32_t size = heap_u32(L + lay->L_stacksize), level = 1, steps = 0;
+  uint32_t size = vm_load_u32(L + lay->L_stacksize), level = 1, steps = 0;
   int skip = 0;
   th.L = L;
-  th.stack = heap_ref(h, L + lay->L_stack);
-  memcpy(&th.base, (const void *)(L + lay->L_base), sizeof(th.base));
-  memcpy(&top, (const void *)(L + lay->L_top), sizeof(top));
+  th.stack = vm_load_ref(&h->base, L + lay->L_stack);
+  th.base = (uintptr_t)vm_load_u64(L + lay->L_base);
+  top = (uintptr_t)vm_load_u64(L + lay->L_top);
   th.limit = th.stack + (uintptr_t)size * TVALUE_SIZE;
   if (th.stack == 0 || top < th.stack || top > th.limit || th.base > top ||
       th.base < th.stack) {
@@ -652,7 +621,7 @@ static void walk_thread(struct walk *w, uintptr_t L)
   object_header(w, L, GCT_THREAD, h->L_size + (uint64_t)size * TVALUE_SIZE);
   out_uleb(w->out, size);
   out_uleb(w->out, (top - th.stack) / TVALUE_SIZE);
-  ref_gcref(w, L, heap_ref(h, L + h->L_env), HREF_ENV);
+  ref_gcref(w, L, vm_load_ref(&h->base, L + h->L_env), HREF_ENV);
   upper = top;
   frame = th.base - TVALUE_SIZE;
   while (w->err == 0 && vm_frame_ok(lay, &th, frame) && frame < upper &&
@@ -663,7 +632,7 @@ static void walk_thread(struct walk *w, uintptr_t L)
     int varg;
     if (fn == 0 || !vm_frame_link(lay, 0, frame, &link))
       break;
-    if (!skip && next != 0 && heap_u8(fn + lay->fn_ffid) == FFID_LUA &&
+    if (!skip && next != 0 && vm_load_u8(fn + lay->fn_ffid) == FFID_LUA &&
         (pt = vm_func_proto(lay, 0, fn)) != 0)
       pos = frame_pos(lay, pt, next, next_link);
     stack_slots(w, L, th.stack, frame + TVALUE_SIZE, upper, level,
@@ -690,18 +659,18 @@ static void walk_thread(struct walk *w, uintptr_t L)
 static void walk_userdata(struct walk *w, uintptr_t ud)
 {
   const struct heap_layout *h = w->h;
-  uint32_t len = heap_u32(ud + h->ud_len);
-  uintptr_t mt = heap_ref(h, ud + h->ud_mt);
+  uint32_t len = vm_load_u32(ud + h->ud_len);
+  uintptr_t mt = vm_load_ref(&h->base, ud + h->ud_mt);
   object_header(w, ud, GCT_UDATA, (uint64_t)h->ud_size + len);
   out_uleb(w->out, len);
   if (mt != 0 && check_object(w, mt, GCT_TAB))
     ref_gcref(w, ud, mt, HREF_METATABLE);
-  ref_gcref(w, ud, heap_ref(h, ud + h->ud_env), HREF_ENV);
+  ref_gcref(w, ud, vm_load_ref(&h->base, ud + h->ud_env), HREF_ENV);
 }
 
 static void walk_object(struct walk *w, uintptr_t o)
 {
-  switch (heap_u8(o + w->h->base.gct)) {
+  switch (vm_load_u8(o + w->h->base.gct)) {
   case GCT_TAB:
     walk_table(w, o);
     break;
@@ -739,7 +708,7 @@ static void root(struct walk *w, uintptr_t o, const char *name)
 {
   if (o == 0 || w->err != 0 || !check_object(w, o, 0))
     return;
-  ref(w, 0, o, heap_u8(o + w->h->base.gct), HREF_ROOT, 0);
+  ref(w, 0, o, vm_load_u8(o + w->h->base.gct), HREF_ROOT, 0);
   out_text(w->out, name);
 }
 
@@ -758,10 +727,10 @@ static void basemt_root(struct walk *w, lua_State *L, const char *name)
 static void roots(struct walk *w, lua_State *L)
 {
   const struct heap_layout *h = w->h;
-  uintptr_t g = heap_ref(h, (uintptr_t)L + h->base.L_glref);
+  uintptr_t g = vm_load_ref(&h->base, (uintptr_t)L + h->base.L_glref);
   lua_Debug ar;
   root(w, (uintptr_t)lua_topointer(L, LUA_REGISTRYINDEX), "registry");
-  root(w, heap_ref(h, g + h->g_mainth), "main thread");
+  root(w, vm_load_ref(&h->base, g + h->g_mainth), "main thread");
   root(w, (uintptr_t)L, "running thread");
   lua_pushnil(L);
   basemt_root(w, L, "metatable of nil");
@@ -897,7 +866,7 @@ static int walk_from(lua_State *L, const struct heap_roots *r,
     w.out->err = 0;
     w.out->n = 0;
     w.peak = memory(&w);
-    w.g = heap_ref(h, (uintptr_t)L + h->base.L_glref);
+    w.g = vm_load_ref(&h->base, (uintptr_t)L + h->base.L_glref);
     w.cd_known = heap_cdata_known(h, w.g, &w.ctypes);
     header(&w, note);
     if (r != NULL)

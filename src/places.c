@@ -74,6 +74,11 @@ static uint64_t place_hash_at(const struct places *m, uint32_t i)
   return hash_place(&m->list[i]);
 }
 
+const char *places_string(const struct places *m, uint32_t i)
+{
+  return m->pool + m->string_at[i];
+}
+
 int places_init(struct places *m)
 {
   memset(m, 0, sizeof(*m));

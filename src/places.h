@@ -89,10 +89,7 @@ int places_init(struct places *m);
 void places_free(struct places *m);
 
 /* The string at index i. */
-static inline const char *places_string(const struct places *m, uint32_t i)
-{
-  return m->pool + m->string_at[i];
-}
+const char *places_string(const struct places *m, uint32_t i);
 
 /*
 ** The place of an event located at `site` (its internal kind `kind` when

@@ -115,15 +115,14 @@ struct walk {
   int inner_n;
 };
 
-/* GCupval's type (GCT_UPVAL), and (GC64, the only layout with FR2) the
-** offsets of a Lua closure's upvalue pointers after its pc, of an
+/* GC64 (the only layout with FR2): the offsets of a Lua closure's upvalue
+*pointers after its pc, of an
 ** upvalue's `closed` and `immutable` flags after its type byte, of its
 ** closed value and of its pointer to its value (after the header, the
 ** flags and the union of the closed value and the open upvalue's links).
 ** Not verified by calibration: read fault-safe (on a cache miss only),
 ** each object checked by its type byte, a closed upvalue's pointer by
 ** pointing to its own value. */
-#define WALK_GCT_UPVAL 5
 #define WALK_UVPTR_AFTER_PC 8
 #define WALK_UV_CLOSED_AFTER_GCT 1
 #define WALK_UV_IMMUTABLE_AFTER_GCT 2
@@ -179,14 +178,14 @@ static uintptr_t upvalue_callee(const struct vm_layout *lay, uintptr_t fn,
   if (fn == 0 || !vm_u8(1, fn + lay->fn_ffid + 1, &n) || uv >= n ||
       !vm_u64(1, fn + lay->fn_pc + WALK_UVPTR_AFTER_PC + 8 * (uintptr_t)uv,
               &u) ||
-      !vm_is_gc(lay, 1, (uintptr_t)u, WALK_GCT_UPVAL) ||
+      !vm_is_gc(lay, 1, (uintptr_t)u, GCT_UPVAL) ||
       !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_CLOSED_AFTER_GCT, &closed) ||
       !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_IMMUTABLE_AFTER_GCT,
              &immutable) ||
       immutable != 1 || closed > 1 ||
       !vm_u64(1, (uintptr_t)u + WALK_UV_V, &v) || (v & 7) != 0 ||
       (closed && v != u + WALK_UV_TV) || !vm_u64(1, (uintptr_t)v, &tv) ||
-      ((int64_t)tv >> 47) != GC64_ITYPE_FUNC)
+      ((int64_t)tv >> 47) != (int32_t)TAG_OF(GCT_FUNC))
     return 0;
   callee = (uintptr_t)(tv & GC64_ADDR_MASK);
   if (!vm_is_gc(lay, 1, callee, GCT_FUNC) ||

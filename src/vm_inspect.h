@@ -16,14 +16,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "hot_inline.h"
-#include "safe_read.h"
+#include "gc_object.h"
 #include "stream_format.h"
 #include "vm_layout.h"
-
-/* Everything here is inlined into its caller, so that a constant `safe`
-** flag and a constant layout fold away. */
-#define VM_INLINE HOT_INLINE
 
 /* Where the VM was when the allocator was called. */
 struct vm_site {
@@ -37,63 +32,6 @@ struct vm_site {
                        trace_lines.c). */
 };
 
-#define TVALUE_SIZE 8
-#define GC64_ADDR_MASK 0x00007fffffffffffULL
-#define GC64_ITYPE_FUNC (-9) /* ~LJ_TFUNC as the top 17 bits, signed. */
-
-VM_INLINE int vm_read(int safe, uintptr_t addr, void *dst, size_t n)
-{
-  if (safe)
-    return safe_read(addr, dst, n);
-  memcpy(dst, (const void *)addr, n);
-  return 1;
-}
-
-#define VM_READER(name, type)                                                  \
-  VM_INLINE int name(int safe, uintptr_t addr, type *out)                      \
-  {                                                                            \
-    return vm_read(safe, addr, out, sizeof(type));                             \
-  }
-VM_READER(vm_u8, uint8_t)
-VM_READER(vm_u16, uint16_t)
-VM_READER(vm_u32, uint32_t)
-VM_READER(vm_i32, int32_t)
-VM_READER(vm_u64, uint64_t)
-#undef VM_READER
-
-/* A native pointer (8 bytes in every supported build). */
-VM_INLINE int vm_ptr(int safe, uintptr_t addr, uintptr_t *out)
-{
-  uint64_t v;
-  if (!vm_u64(safe, addr, &v))
-    return 0;
-  *out = (uintptr_t)v;
-  return 1;
-}
-
-/* A GCRef or MRef: 8 bytes with GC64, 4 bytes without. */
-VM_INLINE int vm_ref(const struct vm_layout *lay, int safe, uintptr_t addr,
-                     uintptr_t *out)
-{
-  if (lay->gc64)
-    return vm_ptr(safe, addr, out);
-  uint32_t v;
-  if (!vm_u32(safe, addr, &v))
-    return 0;
-  *out = (uintptr_t)v;
-  return 1;
-}
-
-/* A GC object pointer is non-NULL, 8-byte aligned and of the given type. */
-VM_INLINE int vm_is_gc(const struct vm_layout *lay, int safe, uintptr_t obj,
-                       uint8_t gct)
-{
-  uint8_t t;
-  if (obj == 0 || (obj & 7) != 0)
-    return 0;
-  return vm_u8(safe, obj + lay->gct, &t) && t == gct;
-}
-
 /* The function object in the frame slot `frame` (a TValue address). */
 VM_INLINE uintptr_t vm_frame_func(const struct vm_layout *lay, int safe,
                                   uintptr_t frame)
@@ -102,7 +40,7 @@ VM_INLINE uintptr_t vm_frame_func(const struct vm_layout *lay, int safe,
   if (lay->gc64) {
     uint64_t tv;
     if (!vm_u64(safe, frame - TVALUE_SIZE, &tv) ||
-        ((int64_t)tv >> 47) != GC64_ITYPE_FUNC)
+        ((int64_t)tv >> 47) != (int32_t)TAG_OF(GCT_FUNC))
       return 0;
     fn = (uintptr_t)(tv & GC64_ADDR_MASK);
   } else {

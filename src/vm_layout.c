@@ -753,6 +753,13 @@ const struct vm_layout_field vm_layout_fields[] = {
     FIELD8(tr_startpc, FIELD_RUNTIME),   FIELD8(tr_traceno, FIELD_RUNTIME),
     FIELD8(stack_extra, FIELD_CONST),    {NULL, 0, 0, 0}};
 
+unsigned vm_layout_get(const struct vm_layout *lay,
+                       const struct vm_layout_field *f)
+{
+  const char *at = (const char *)lay + f->offset;
+  return f->wide ? *(const uint16_t *)at : *(const uint8_t *)at;
+}
+
 static int apply_overrides(struct calib *c, char *err, size_t errlen)
 {
   const char *spec = getenv("MEMPROF_LAYOUT_OVERRIDE");

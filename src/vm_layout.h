@@ -155,17 +155,6 @@ struct vm_layout {
   struct vm_trace_layout tl;   /* Compiled code by line. */
 };
 
-/* GC object type bytes (~LJ_Txxx); the same in every supported build. */
-#define GCT_STR 4
-#define GCT_THREAD 6
-#define GCT_PROTO 7
-#define GCT_FUNC 8
-#define GCT_TRACE 9
-
-/* Function ids: 0 Lua function, 1 C function, >= 2 built-in. */
-#define FFID_LUA 0
-#define FFID_C 1
-
 /*
 ** The address under which the stream describes a built-in reported as a
 ** C function. Neither its object (string.gmatch makes a new iterator each
@@ -196,12 +185,8 @@ struct vm_layout_field {
 extern const struct vm_layout_field vm_layout_fields[];
 
 /* The value of a field of lay. */
-static inline unsigned vm_layout_get(const struct vm_layout *lay,
-                                     const struct vm_layout_field *f)
-{
-  const char *at = (const char *)lay + f->offset;
-  return f->wide ? *(const uint16_t *)at : *(const uint8_t *)at;
-}
+unsigned vm_layout_get(const struct vm_layout *lay,
+                       const struct vm_layout_field *f);
 
 /*
 ** Learns and verifies the layout of the VM that L belongs to. Runs Lua code

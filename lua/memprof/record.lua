@@ -32,6 +32,19 @@ function M.array(size)
   return table_new(size, 0)
 end
 
+-- The number of `key` in `list` (from 1), a list of distinct keys whose
+-- numbers `ids` holds by key; a new key is appended.  Returns the number,
+-- and whether the key is new.
+function M.intern(list, ids, key)
+  local id = ids[key]
+  if id then
+    return id, false
+  end
+  id = #list + 1
+  list[id], ids[key] = key, id
+  return id, true
+end
+
 local function field_error(name)
   error(string.format("no field '%s' in this record", tostring(name)), 2)
 end

@@ -1,5 +1,5 @@
 -- Heap snapshots: memprof.snapshot(path, {format = 'heap'}) (src/heapwalk.c,
--- src/heap_layout.c) read back by memprof.read.heap_snapshot (through
+-- src/heap_layout.c, src/heap_objects.c) read back by memprof.read.heap_snapshot (through
 -- helpers/heap_load.lua), on known graphs.
 local h = require('helpers.profile')
 local memprof = require('memprof')

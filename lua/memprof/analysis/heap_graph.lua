@@ -19,6 +19,7 @@ local heap = require('memprof.read.heap_snapshot')
 local ffi = require('ffi')
 local tobit = require('bit').tobit
 local address_map = require('memprof.analysis.address_map')
+local intern = require('memprof.record').intern
 
 local format = string.format
 
@@ -217,12 +218,7 @@ end
 
 -- The number of a text among the names of references.
 local function name_id(g, text)
-  local id = g.name_ids[text]
-  if not id then
-    id = #g.names + 1
-    g.names[id], g.name_ids[text] = text, id
-  end
-  return id
+  return (intern(g.names, g.name_ids, text))
 end
 
 -- The second pass puts each strong reference to an object in its row,

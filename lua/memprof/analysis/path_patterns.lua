@@ -15,6 +15,7 @@
 --   set.count
 
 local ffi = require('ffi')
+local intern = require('memprof.record').intern
 
 local M = {}
 
@@ -31,12 +32,7 @@ function M.new(most)
 end
 
 local function step_id(self, text)
-  local sid = self.step_ids[text]
-  if not sid then
-    sid = #self.steps + 1
-    self.steps[sid], self.step_ids[text] = text, sid
-  end
-  return sid
+  return (intern(self.steps, self.step_ids, text))
 end
 
 local function add(self, parent, sid)

@@ -91,12 +91,8 @@ end
 -- The command line -----------------------------------------------------------
 
 local function run_option(name)
-  for _, option in ipairs(run.RUN_OPTIONS) do
-    if option.name == name then
-      return option
-    end
-  end
-  error('no option ' .. name)
+  return option_parser.named(run.RUN_OPTIONS, name) or
+    error('no option ' .. name)
 end
 
 M.OPTIONS = {
@@ -107,16 +103,10 @@ M.OPTIONS = {
     help = 'detach after S seconds (default: at memprof detach PID)' },
   run_option('stack-depth'), run_option('timestamps'),
   run_option('max-bytes'), run_option('sample-bytes'), run_option('seed'),
-  run_option('trace-lines'),
-  { name = 'vm', value = 'N', key = 'vm',
-    check = option_parser.whole_number(1, 64),
-    help = 'of a process with several LuaJIT VMs, the Nth (default 1)' },
-  { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
+  run_option('trace-lines'), option_parser.VM, option_parser.HELP,
 }
 
-M.DETACH_OPTIONS = {
-  { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
-}
+M.DETACH_OPTIONS = { option_parser.HELP }
 
 local function usage()
   return option_parser.help({
@@ -144,23 +134,6 @@ local function detach_usage()
   }, M.DETACH_OPTIONS, {})
 end
 
-local function parse(program, options, help, args, out, err)
-  local opts, words = option_parser.parse(options, args)
-  local status = option_parser.stop_status(opts, words, out, err,
-    { prefix = program .. ': ', see = program .. ' --help', help = help })
-  if status then
-    return nil, status
-  end
-  local pid = tonumber(words[1] or '')
-  if #words ~= 1 or not pid or pid ~= math.floor(pid) or pid < 1 then
-    err:write(program, ': expected one process id, found ',
-      #words == 0 and 'none' or table.concat(words, ' '),
-      ' (see ', program, ' --help)\n')
-    return nil, 1
-  end
-  return opts, pid
-end
-
 -- Sleeps s seconds (poll); false if interrupted (Ctrl-C).
 local function wait(seconds)
   local ffi = require('ffi')
@@ -185,7 +158,8 @@ end
 
 function M.main(args, out, err, how)
   local PROGRAM = 'memprof attach'
-  local opts, pid = parse(PROGRAM, M.OPTIONS, usage, args, out, err)
+  local opts, pid = option_parser.pid_command(PROGRAM, M.OPTIONS, usage, args,
+    out, err)
   if not opts then
     return pid
   end
@@ -225,8 +199,8 @@ end
 
 function M.detach_main(args, out, err, how)
   local PROGRAM = 'memprof detach'
-  local opts, pid = parse(PROGRAM, M.DETACH_OPTIONS, detach_usage, args, out,
-    err)
+  local opts, pid = option_parser.pid_command(PROGRAM, M.DETACH_OPTIONS,
+    detach_usage, args, out, err)
   if not opts then
     return pid
   end

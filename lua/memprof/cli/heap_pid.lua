@@ -21,10 +21,7 @@ local format = string.format
 M.OPTIONS = {
   { name = 'output', short = 'o', value = 'FILE', key = 'output',
     help = 'write the snapshot there (default memprof-PID.heap)' },
-  { name = 'vm', value = 'N', key = 'vm',
-    check = option_parser.whole_number(1, 64),
-    help = 'of a process with several LuaJIT VMs, the Nth (default 1)' },
-  { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
+  option_parser.VM, option_parser.HELP,
 }
 
 local function usage()
@@ -65,18 +62,10 @@ end
 
 function M.main(args, out, err, how)
   how = how or {}
-  local opts, words = option_parser.parse(M.OPTIONS, args)
-  local status = option_parser.stop_status(opts, words, out, err,
-    { prefix = PROGRAM .. ': ', see = 'memprof heap --help', help = usage })
-  if status then
-    return status
-  end
-  local pid = tonumber(words[1] or '')
-  if #words ~= 1 or not pid or pid ~= math.floor(pid) or pid < 1 then
-    err:write(PROGRAM, ': expected one process id, found ',
-      #words == 0 and 'none' or table.concat(words, ' '),
-      ' (see memprof heap --help)\n')
-    return 1
+  local opts, pid = option_parser.pid_command(PROGRAM, M.OPTIONS, usage, args,
+    out, err)
+  if not opts then
+    return pid
   end
   local snapshot, why = load_module(how)
   if not snapshot then

@@ -116,7 +116,7 @@ M.OPTIONS = {
   { name = 'stack-depth', value = 'N', key = 'stack_depth',
     check = option_parser.whole_number(1, 255),
     help = 'of a PID: frames of each stack the profile records (8)' },
-  { name = 'help', short = 'h', key = 'help', help = 'show this help and exit' },
+  option_parser.HELP,
 }
 
 local function usage()
@@ -552,11 +552,10 @@ local function watch_process(pid, opts, how)
 end
 
 function M.main(args, out, err, how)
-  local opts, words = option_parser.parse(M.OPTIONS, args)
-  local status = option_parser.stop_status(opts, words, out, err,
-    { prefix = PROGRAM .. ': ', see = 'memprof live --help', help = usage })
-  if status then
-    return status
+  local opts, words = option_parser.command(PROGRAM, M.OPTIONS, usage, args,
+    out, err)
+  if not opts then
+    return words
   end
   if #words ~= 1 then
     err:write(PROGRAM, ': expected one profile file or PID, found ',

@@ -16,6 +16,15 @@
 --                                      -> 1, 0 or nil (see below)
 --   options.whole_number(least [, most [, unit]]), options.one_of(words)
 --                                      -> check functions
+--   options.command(program, list, help, args, out, err)
+--                                      -> opts, words | nil, exit status
+--                                        (see below)
+--   options.pid_command(program, list, help, args, out, err)
+--                                      -> opts, pid | nil, exit status
+--   options.named(list, name)          -> the entry of list (options,
+--                                        formats) of that name, or nil
+--   options.HELP, options.VM           -> --help and --vm=N, which
+--                                        several commands take
 --
 -- Common mistakes get a hint: an option with an optional value given
 -- its value after a space (--temporary 5), an unknown option close to a
@@ -174,6 +183,50 @@ local function spaced_value(option, spelled, next_word)
   return format("option '%s' takes its value after '=': write %s=%s",
     spelled, spelled, next_word)
 end
+
+-- A subcommand's command line (`program` as 'memprof heap', `help()` its
+-- --help text): its options and words, or nil and the exit status when
+-- it stops there (see stop_status; errors name `program --help`).
+function M.command(program, options, help, args, out, err)
+  local opts, words = M.parse(options, args)
+  local status = M.stop_status(opts, words, out, err,
+    { prefix = program .. ': ', see = program .. ' --help', help = help })
+  if status then
+    return nil, status
+  end
+  return opts, words
+end
+
+-- The command line of a subcommand that takes one process id.
+function M.pid_command(program, options, help, args, out, err)
+  local opts, words = M.command(program, options, help, args, out, err)
+  if not opts then
+    return nil, words
+  end
+  local pid = tonumber(words[1] or '')
+  if #words ~= 1 or not pid or pid ~= math.floor(pid) or pid < 1 then
+    err:write(program, ': expected one process id, found ',
+      #words == 0 and 'none' or table.concat(words, ' '),
+      ' (see ', program, ' --help)\n')
+    return nil, 1
+  end
+  return opts, pid
+end
+
+function M.named(list, name)
+  for _, entry in ipairs(list) do
+    if entry.name == name then
+      return entry
+    end
+  end
+  return nil
+end
+
+M.HELP = { name = 'help', short = 'h', key = 'help',
+  help = 'show this help and exit' }
+
+M.VM = { name = 'vm', value = 'N', key = 'vm', check = M.whole_number(1, 64),
+  help = 'of a process with several LuaJIT VMs, the Nth (default 1)' }
 
 local function find_option(options, name, short)
   for _, option in ipairs(options) do

@@ -192,12 +192,7 @@ end
 -- Writing ------------------------------------------------------------------
 
 local function format_entry(name)
-  for _, entry in ipairs(M.FORMATS) do
-    if entry.name == name then
-      return entry
-    end
-  end
-  return nil
+  return option_parser.named(M.FORMATS, name)
 end
 
 -- An output that keeps the first error of its writes.  A write larger

@@ -108,8 +108,7 @@ M.OPTIONS = {
     help = 'with --leaks, json, html: who holds what each place made' },
   { name = 'profile', value = 'PROFILE', key = 'heap_profile',
     help = 'of a heap snapshot: the profile it was taken in' },
-  { name = 'help', short = 'h', key = 'help',
-    help = 'show this help and exit' },
+  option_parser.HELP,
   { name = 'version', key = 'version',
     help = 'show the version (and the interpreter) and exit' },
 }

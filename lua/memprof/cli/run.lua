@@ -81,8 +81,7 @@ M.RUN_OPTIONS = {
     help = 'compiled code by line: exact, walk, resume or start (see docs)' },
   { name = 'lua', value = 'CMD', key = 'lua',
     help = 'run the script with CMD (luajit, tarantool, ...)' },
-  { name = 'help', short = 'h', key = 'help',
-    help = 'show this help and exit' },
+  option_parser.HELP,
 }
 
 -- memprof-report's options that memprof run does not take.

@@ -28,32 +28,38 @@ local function objects_now(row)
   return words.objects_text(row.objects, row.types)
 end
 
-local function grew_rows(rows, top)
+-- A table of the first rows (at most top): each row's path, then the
+-- cells cells_of(row) makes.
+local function rows_table(rows, top, heads, numeric, cells_of)
   local n, more = page.first(rows, top)
   local cells = {}
   for i = 1, n do
-    local row = rows[i]
-    cells[i] = '<td class="mono">' .. escape(row.pattern) .. '</td>' ..
-      num(row.new_objects) .. '<td>' .. escape(objects_now(row)) ..
-      '</td>' .. num(row.old_objects) .. signed(row.growth) ..
-      size(row.retained)
+    cells[i] = '<td class="mono">' .. escape(rows[i].pattern) .. '</td>' ..
+      cells_of(rows[i])
   end
-  return page.table({ 'Path from a root', 'New objects', 'Objects now',
-    'Before', 'Retained growth', 'Retained now' }, { false, true, false,
-    true, true, true }, cells, more)
+  return page.table(heads, numeric, cells, more)
+end
+
+local function grew_cells(row)
+  return num(row.new_objects) .. '<td>' .. escape(objects_now(row)) ..
+    '</td>' .. num(row.old_objects) .. signed(row.growth) ..
+    size(row.retained)
+end
+
+local function grew_rows(rows, top)
+  return rows_table(rows, top, { 'Path from a root', 'New objects',
+    'Objects now', 'Before', 'Retained growth', 'Retained now' },
+    { false, true, false, true, true, true }, grew_cells)
+end
+
+local function other_cells(row)
+  return signed(row.growth) .. size(row.retained) .. num(row.objects) ..
+    num(row.old_objects)
 end
 
 local function other_rows(rows, top)
-  local n, more = page.first(rows, top)
-  local cells = {}
-  for i = 1, n do
-    local row = rows[i]
-    cells[i] = '<td class="mono">' .. escape(row.pattern) .. '</td>' ..
-      signed(row.growth) .. size(row.retained) .. num(row.objects) ..
-      num(row.old_objects)
-  end
-  return page.table({ 'Path from a root', 'Retained growth', 'Retained now',
-    'Objects now', 'Before' }, nil, cells, more)
+  return rows_table(rows, top, { 'Path from a root', 'Retained growth',
+    'Retained now', 'Objects now', 'Before' }, nil, other_cells)
 end
 
 local function facts(model)

@@ -263,11 +263,15 @@ function M.compiled_note(stream)
     (cc.mode == 'exact' and EXACT_COST or '')
 end
 
-function M.write_compiled(out, stream)
-  local note = M.compiled_note(stream)
+-- A note and a blank line, unless the note is ''.
+local function write_note(out, note)
   if note ~= '' then
     out:write(note, '\n\n')
   end
+end
+
+function M.write_compiled(out, stream)
+  write_note(out, M.compiled_note(stream))
 end
 
 -- The line that says a report shows only some blocks (--focus,
@@ -290,10 +294,7 @@ function M.focus_note(opts)
 end
 
 function M.write_focus(out, opts)
-  local note = M.focus_note(opts)
-  if note ~= '' then
-    out:write(note, '\n\n')
-  end
+  write_note(out, M.focus_note(opts))
 end
 
 -- A line saying what the rows are, for groupings other than by line.

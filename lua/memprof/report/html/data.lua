@@ -18,6 +18,7 @@ local timeline_model = require('memprof.report.model.timeline')
 local json_text = require('memprof.encode.json_text')
 local html_text = require('memprof.report.html.text')
 local grouping = require('memprof.report.model.grouping')
+local record_intern = require('memprof.record').intern
 
 local M = {}
 
@@ -176,14 +177,8 @@ end
 -- less one), found in `index`; a new key is appended.  Returns the
 -- number, and whether the key is new.
 local function intern(index, list, key)
-  local number = index[key]
-  if number then
-    return number, false
-  end
-  number = #list
-  list[number + 1] = key
-  index[key] = number
-  return number, true
+  local id, new = record_intern(list, index, key)
+  return id - 1, new
 end
 
 local function frame_id(frames, site)
