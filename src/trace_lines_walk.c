@@ -116,13 +116,12 @@ struct walk {
 };
 
 /* GC64 (the only layout with FR2): the offsets of a Lua closure's upvalue
-*pointers after its pc, of an
-** upvalue's `closed` and `immutable` flags after its type byte, of its
-** closed value and of its pointer to its value (after the header, the
-** flags and the union of the closed value and the open upvalue's links).
-** Not verified by calibration: read fault-safe (on a cache miss only),
-** each object checked by its type byte, a closed upvalue's pointer by
-** pointing to its own value. */
+** pointers after its pc, of an upvalue's `closed` and `immutable` flags
+** after its type byte, of its closed value and of its pointer to its value
+** (after the header, the flags and the union of the closed value and the
+** open upvalue's links). Not verified by calibration: read fault-safe (on
+** a cache miss only), each object checked by its type byte, a closed
+** upvalue's pointer by pointing to its own value. */
 #define WALK_UVPTR_AFTER_PC 8
 #define WALK_UV_CLOSED_AFTER_GCT 1
 #define WALK_UV_IMMUTABLE_AFTER_GCT 2
