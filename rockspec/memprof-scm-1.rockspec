@@ -24,7 +24,8 @@ build = {
       sources = {
         "src/attach_entry.c", "src/attach_inject.c",
         "src/binding.c", "src/builtin_memprof.c", "src/cnames.c",
-        "src/heap_layout.c", "src/heap_remote.c", "src/heap_remote_host.c",
+        "src/heap_layout.c", "src/heap_remote.c", "src/heap_remote_exe.c",
+        "src/heap_remote_host.c",
         "src/heap_traces.c",
         "src/heapwalk.c",
         "src/hook.c",
