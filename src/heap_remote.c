@@ -547,14 +547,37 @@ static int mirror_fill(pid_t pid, const struct remote_maps *maps,
 /* ---- The VMs in the copy ----------------------------------------------- */
 
 /* Main threads found by structure: a thread whose global_State names it
-** as its main thread. */
+** as its main thread, with an allocator a live VM could have. */
 #define VMS_MAX 64
 struct vms {
   uintptr_t L[VMS_MAX];
   int n;
 };
 
-static void find_vms(const struct mirror *mr, const struct heap_layout *h,
+/* Whether the allocator of the VM whose global_State is at g (in the copy)
+** could be a live VM's: code of a file the target maps and, if memprof.so's,
+** one of its hooks. A VM closed in the process (memprof's throw-away VMs
+** of an attach, a host's) can still look whole in freed memory, its
+** allocator's slot overwritten or naming what no longer runs; attach's
+** scan (attach_entry.c) applies the same test. */
+static int live_allocator(pid_t pid, const struct remote_maps *maps,
+                          const struct mirror *mr, const struct heap_layout *h,
+                          uintptr_t g)
+{
+  uintptr_t f, own;
+  const struct remote_map *m;
+  if (!mirror_has(mr, g + h->base.g_allocf, sizeof(f)))
+    return 0;
+  memcpy(&f, (const void *)(g + h->base.g_allocf), sizeof(f));
+  m = remote_maps_find(maps, f);
+  if (m == NULL || m->perms[2] != 'x' || m->inode == 0)
+    return 0;
+  own = attach_own_address(pid, maps, f);
+  return own == 0 || profiler_is_hook((lua_Alloc)own);
+}
+
+static void find_vms(pid_t pid, const struct remote_maps *maps,
+                     const struct mirror *mr, const struct heap_layout *h,
                      struct vms *out)
 {
   size_t r;
@@ -567,7 +590,8 @@ static void find_vms(const struct mirror *mr, const struct heap_layout *h,
         continue;
       g = heap_ref(h, a + h->base.L_glref);
       if ((g & 7) == 0 && mirror_has(mr, g, G_WINDOW) &&
-          heap_ref(h, g + h->g_mainth) == a)
+          heap_ref(h, g + h->g_mainth) == a &&
+          live_allocator(pid, maps, mr, h, g))
         out->L[out->n++] = a;
     }
   }
@@ -796,7 +820,7 @@ static int walk_copy(const struct job *j, struct mirror *mr,
   uintptr_t L;
   long long t0;
   int err;
-  find_vms(mr, j->h, &vms);
+  find_vms(j->pid, j->maps, mr, j->h, &vms);
   res->vms = vms.n;
   if (vms.n == 0)
     return fail(msg, len, ENOTSUP,

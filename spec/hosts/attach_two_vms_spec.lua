@@ -108,6 +108,29 @@ describe('memprof attach PID of a process with two VMs', function()
     assert.truthy(report(profile):find('\nchurn: %d+ events'))
   end)
 
+  it('counts no VM closed in the host (whole in its arena, its allocator ' ..
+      'unloaded): memprof heap and attach find 2', function()
+    s.pid = two_vms(s.dir, true)
+    local closed = C.read_file(s.dir .. '/vm3')
+    local maps = C.read_file('/proc/' .. s.pid .. '/maps')
+    assert.truthy(closed:find('^0x%x+$'), closed)
+    assert.truthy(maps:find('two_vm_host', 1, true))
+    assert.is_nil(maps:find('arena_plugin', 1, true), maps)
+    local heap = s.dir .. '/x.heap'
+    local code, out, err = memprof('heap', '-o', heap, tostring(s.pid))
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find(' (VM 1 of 2, main thread ', 1, true), out)
+    code, _, err = memprof('heap', '--vm=3', '-o', heap, tostring(s.pid))
+    assert.are.equal(1, code)
+    assert.are.equal('memprof heap: process ' .. s.pid .. ' has 2 LuaJIT ' ..
+      'VMs, not 3\n', err)
+    code, out, err = memprof('attach', '--duration=1', '-o',
+      s.dir .. '/p.bin', tostring(s.pid))
+    assert.are.equal(0, code, err)
+    assert.truthy(out:find(' (VM 1 of 2, main thread ', 1, true), out)
+    runs_on(s, 0)
+  end)
+
   it('detaches safely while VM 2 allocates on its own thread: 50 cycles, ' ..
       'and the host runs on, its allocator holding what VM 2 counts',
       function()
