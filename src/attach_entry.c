@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -249,9 +250,12 @@ static int scan_range(const struct remote_maps *maps,
 static int find_vms(const struct remote_maps *maps, const struct heap_layout *h,
                     uintptr_t *out)
 {
-  static uint64_t pm[PM_BATCH];
+  uint64_t *pm = malloc(PM_BATCH * sizeof(*pm)); /* Freed: not kept. */
   size_t r;
-  int n = 0, fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int n = 0, fd;
+  if (pm == NULL)
+    return 0;
+  fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   for (r = 0; r < maps->n && n < VMS_MAX; r++) {
     const struct remote_map *m = &maps->m[r];
     uintptr_t at = m->lo;
@@ -281,6 +285,7 @@ static int find_vms(const struct remote_maps *maps, const struct heap_layout *h,
   }
   if (fd >= 0)
     close(fd);
+  free(pm);
   return n;
 }
 
@@ -610,8 +615,15 @@ memprof_attach_call(struct attach_call *c)
               ? stop(c)
               : fail(c, EINVAL, "unknown request %d", (int)c->op);
   remote_maps_free(&maps);
-  if (!attached.active)
+  if (!attached.active) {
     dl_iterate_phdr(shed_read_only, (void *)(uintptr_t)&memprof_attach_call);
+#ifdef __GLIBC__
+    /* What the call and the profile allocated is freed by now; the C
+    ** library keeps the pages it freed resident unless told. */
+    malloc_trim(0);
+#endif
+    safe_read_release();
+  }
   c->err = err;
   return err;
 }
