@@ -614,7 +614,7 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   struct libc_fns lf = {0, 0, 0};
   struct clean_pages before = {NULL, 0, 0};
   char libc_why[200];
-  int calls_ok = 1;
+  int calls_ok = 1, answered = 0;
   size_t solen = strlen(so) + 1, need = sizeof(*c) + solen + 128;
   uintptr_t at_call, at_path;
   uint64_t ret = 0;
@@ -723,13 +723,14 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   }
   c->msg[sizeof(c->msg) - 1] = '\0';
   c->file[sizeof(c->file) - 1] = '\0';
+  answered = 1;
   err = (int)(int32_t)ret;
   if (err != 0)
     fail(msg, len, err, "%s", c->msg[0] ? c->msg : strerror(err));
 out:
   if (!restored && calls_ok)
     res->shed = shed_pages(&t, &s, lf.madvise, &before, self,
-                           c->op == ATTACH_STOP ? err == 0 : err != 0);
+                           answered && c->attached == 0);
   free(before.page);
   if (!restored && !restore_thread(&t) && err == 0)
     err = fail(msg, len, EIO, "cannot put back thread %d's state", (int)t.tid);
@@ -825,6 +826,7 @@ static int push_info(lua_State *L, const struct attach_call *c,
   lua_pushfstring(L, "%p", (void *)(uintptr_t)c->main_thread);
   lua_setfield(L, -2, "main_thread");
   set_number(L, "vms", c->vms);
+  set_number(L, "attached", c->attached);
   set_number(L, "tries", res->tries);
   set_number(L, "pause_ms", (double)res->pause_ns / 1e6);
   lua_pushboolean(L, res->loaded);
@@ -926,6 +928,18 @@ static int simple(lua_State *L, int op)
   char msg[ATTACH_MSG_MAX + 200];
   if (c == NULL)
     return push_error(L, "out of memory", ENOMEM);
+  if (op == ATTACH_STOP) {
+    /* Which VM's profile: {vm = N} or {main_thread = '0x...'}; else the
+    ** first attached. */
+    c->vm = 0;
+    if (lua_istable(L, 2)) {
+      c->vm = (int)opt_number(L, 2, "vm", 0);
+      lua_getfield(L, 2, "main_thread");
+      if (lua_isstring(L, -1))
+        c->which = (uint64_t)strtoull(lua_tostring(L, -1), NULL, 0);
+      lua_pop(L, 1);
+    }
+  }
   err = run((pid_t)pid, c, &res, msg, sizeof(msg));
   if (err != 0) {
     free(c);
