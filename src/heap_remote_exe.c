@@ -363,23 +363,26 @@ static int learn_in(lua_State *T)
 static void answer(int fd)
 {
   struct exe_answer *a = calloc(1, sizeof(*a));
-  lua_State *T;
+  lua_State *T = NULL;
   if (a == NULL)
     return;
   a->magic = EXE_MAGIC;
   a->size = sizeof(*a);
   a->err = own_file(&a->file, a->msg, sizeof(a->msg));
-  if (a->err == 0 && (T = luaL_newstate()) == NULL)
+  if (a->err == 0)
+    T = luaL_newstate();
+  if (a->err == 0 && T == NULL)
     a->err = fail(a->msg, sizeof(a->msg), ENOTSUP,
                   "check 'throw-away VM' failed: the helper's luaL_newstate "
                   "made no VM");
-  else if (a->err == 0) {
+  else if (T != NULL) {
     a->err = ENOTSUP;
     snprintf(a->msg, sizeof(a->msg), "learning the layout raised an error");
     lua_cpcall(T, learn_in, a);
     lua_close(T);
   }
   write_all(fd, a, sizeof(*a));
+  free(a);
 }
 
 /* Runs only in a helper started by heap_exe_learn: it never returns into

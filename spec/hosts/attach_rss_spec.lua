@@ -50,6 +50,7 @@ io.stderr:write(done, '\n')]], C.ROOT, n, pid, dir .. '/h.heap')))
 end
 
 local function within(before, after, what)
+  assert(before and after, 'the daemon is gone')
   assert.is_true(after <= before * 1.05, string.format('%s: %d kB before, ' ..
     '%d kB after (%+.1f%%)', what, before, after,
     (after - before) * 100 / before))
@@ -65,7 +66,9 @@ describe('the resident memory of a luajit daemon', function()
     C.write_file(s.dir .. '/daemon.lua', (A.DAEMON:gsub('%-%- BEFORE', '')
       :gsub('%-%- INSIDE', '')
       :gsub('cache%[#cache %+ 1%]', 'cache[request %% 1000 + 1]')))
-    s.pid = D.start(s.dir, 'luajit ' .. s.dir .. '/daemon.lua ' .. s.dir)
+    -- 200 stops take a minute on a loaded machine.
+    s.pid = D.start(s.dir, 'luajit ' .. s.dir .. '/daemon.lua ' .. s.dir, nil,
+      300)
     local before = settled(s.pid)
     local done, _, failure = A.cycles(s.pid, 1, 100, s.dir)
     assert.is_nil(failure)
