@@ -40,7 +40,7 @@ LUA_HTML = $(wildcard lua/memprof/report/html/*.css lua/memprof/report/html/*.js
 LUAJIT_LIBS = $(shell pkg-config --libs luajit 2>/dev/null)
 LUAJIT2_DIR = build/luajit2/usr
 LUAJIT2_LIB = $(LUAJIT2_DIR)/lib/x86_64-linux-gnu
-ATTACH_REGS_HOST = $(if $(filter x86_64,$(shell uname -m)),build/attach_regs_host build/two_vm_host)
+ATTACH_REGS_HOST = $(if $(filter x86_64,$(shell uname -m)),build/attach_regs_host build/two_vm_host build/arena_plugin.so)
 LUAJIT2_HOST = $(if $(wildcard $(LUAJIT2_LIB)/libluajit-5.1.so.2),build/threads_host_luajit2)
 
 # For the names of C functions (spec/module/symbols_spec.lua): a host program
@@ -92,7 +92,12 @@ build/attach_regs_host: spec/support/attach_regs_host.c
 # host's, for spec/hosts/attach_two_vms_spec.lua (x86_64 only).
 build/two_vm_host: spec/support/two_vm_host.c
 	@mkdir -p build
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -lpthread
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LUAJIT_LIBS) -lpthread -ldl
+
+# Its closed VM's allocator, in a plugin it unloads.
+build/arena_plugin.so: spec/support/arena_plugin.c
+	@mkdir -p build
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $<
 
 build/threads_host_luajit2: spec/support/threads_host.c
 	$(CC) $(ALL_CFLAGS) -I$(LUAJIT2_DIR)/include/luajit-2.1 -o $@ $< \

@@ -48,6 +48,21 @@ local function resident(pid)
   return all, anon, all - anon
 end
 
+-- Once the daemon's own memory has settled (its cache is bounded): two
+-- readings 0.3 s apart alike, or the last of 30.
+local function settled(pid)
+  local last = { resident(pid) }
+  for _ = 1, 30 do
+    os.execute('sleep 0.3')
+    local now = { resident(pid) }
+    if now[1] == last[1] then
+      return now
+    end
+    last = now
+  end
+  return last
+end
+
 local function start(lua, dir)
   local f = assert(io.open(dir .. '/daemon.lua', 'w'))
   -- Its cache bounded: the resident memory measured is memprof's.
@@ -93,7 +108,7 @@ function M.run(lua)
   print('\nmemprof attach PID of a luajit daemon (' ..
     (pid and rss_kb(pid) or '?') .. ' kB resident)')
   local firsts, pauses, failed = {}, {}, nil
-  local before = pid and { resident(pid) }
+  local before = pid and settled(pid)
   for _ = 1, pid and ROUNDS or 0 do
     local seconds, pause = first_event(lua, pid, dir .. '/p.bin')
     if not seconds then
@@ -117,7 +132,7 @@ function M.run(lua)
       after_first = rss_kb(pid)
     end
   end
-  after = pid and { resident(pid) }
+  after = pid and settled(pid)
   if pid then
     os.execute('kill ' .. pid)
   end

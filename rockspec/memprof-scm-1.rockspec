@@ -25,7 +25,7 @@ build = {
         "src/attach_entry.c", "src/attach_inject.c",
         "src/binding.c", "src/builtin_memprof.c", "src/cnames.c", "src/fault.c",
         "src/heap_layout.c", "src/heap_objects.c", "src/heap_remote.c",
-        "src/heap_remote_host.c", "src/heap_traces.c",
+        "src/heap_remote_exe.c", "src/heap_remote_host.c", "src/heap_traces.c",
         "src/heapwalk.c",
         "src/hook.c",
         "src/lifecycle.c", "src/live.c", "src/places.c", "src/pprof.c",

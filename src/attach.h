@@ -29,7 +29,9 @@
 
 enum attach_op {
   ATTACH_START = 1, /* Start a profile of VM number `vm` into path. */
-  ATTACH_STOP,      /* Stop the profile attached, restore the allocator. */
+  ATTACH_STOP,      /* Stop a profile attached, restore its allocator: of
+                       the VM whose main thread is `which`, else of VM
+                       number `vm`, else (both 0) the first attached. */
   ATTACH_STATUS,    /* Only say whether a profile is attached. */
 };
 
@@ -37,14 +39,16 @@ enum attach_op {
 struct attach_call {
   uint32_t magic, size; /* ATTACH_MAGIC, sizeof(struct attach_call). */
   int32_t op, vm;
+  uint64_t which; /* ATTACH_STOP: the main thread of the VM to stop. */
   struct profile_options opts;
   char path[ATTACH_PATH_MAX]; /* Absolute: the target's cwd is its own. */
   /* The program counter of every thread of the target at the stop. */
   uint32_t npcs;
   uint64_t pcs[ATTACH_PCS_MAX];
   /* The answer. */
-  int32_t err; /* 0, or an errno (EAGAIN: not a safe moment now). */
-  int32_t vms; /* VMs found in the process. */
+  int32_t err;      /* 0, or an errno (EAGAIN: not a safe moment now). */
+  int32_t vms;      /* VMs found in the process. */
+  int32_t attached; /* Profiles attached after the call. */
   uint64_t main_thread;
   uint64_t started_ns; /* CLOCK_MONOTONIC at the start of the profile. */
   char file[ATTACH_PATH_MAX];
@@ -61,7 +65,8 @@ uintptr_t attach_own_address(pid_t pid, const struct remote_maps *maps,
 
 /* Lua bindings of attach_inject.c (binding.c registers them):
 ** memprof.attach_process(pid, path, options) -> info | nil, message, errno
-** memprof.detach_process(pid) -> info | nil, message, errno
+** memprof.detach_process(pid [, {vm = N | main_thread = 'ADDR'}]) -> info
+**   | nil, message, errno
 ** memprof.attached_process(pid) -> info | nil, message, errno */
 int attach_l_start(lua_State *L);
 int attach_l_stop(lua_State *L);

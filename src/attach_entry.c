@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,18 +38,40 @@
 ** thread), as memprof heap does. */
 #define VMS_MAX 64
 #define G_WINDOW 1024
+/* VMs of the process profiled at once. */
+#define ATTACHED_MAX 8
 
-/* The profile attached in this process. Only memprof_attach_call touches
-** it, and it is called only while the target's other threads are stopped. */
-static struct {
+/* The profiles attached in this process, one per VM. Only
+** memprof_attach_call touches them, and it is called only while the
+** target's other threads are stopped. */
+struct attached_vm {
   int active;
   lua_State *L;
   uintptr_t g;
   struct vm_profiles vm; /* Kept: a parked hook stays listed here. */
   struct vm_layout lay;
   int flush; /* trace_lines 'exact': flush the traces at stop too. */
-  char file[ATTACH_PATH_MAX];
-} attached;
+  char path[ATTACH_PATH_MAX], file[ATTACH_PATH_MAX];
+};
+static struct attached_vm attached[ATTACHED_MAX];
+
+static int attached_count(void)
+{
+  int i, n = 0;
+  for (i = 0; i < ATTACHED_MAX; i++)
+    n += attached[i].active;
+  return n;
+}
+
+/* The profile attached to the VM of main thread L, or NULL. */
+static struct attached_vm *attached_to(uintptr_t L)
+{
+  int i;
+  for (i = 0; i < ATTACHED_MAX; i++)
+    if (attached[i].active && (uintptr_t)attached[i].L == L)
+      return &attached[i];
+  return NULL;
+}
 
 static int fail(struct attach_call *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -254,9 +277,12 @@ static int scan_range(const struct remote_maps *maps,
 static int find_vms(const struct remote_maps *maps, const struct heap_layout *h,
                     uintptr_t *out)
 {
-  static uint64_t pm[PM_BATCH];
+  uint64_t *pm = malloc(PM_BATCH * sizeof(*pm)); /* Freed: not kept. */
   size_t r;
-  int n = 0, fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int n = 0, fd;
+  if (pm == NULL)
+    return 0;
+  fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   for (r = 0; r < maps->n && n < VMS_MAX; r++) {
     const struct remote_map *m = &maps->m[r];
     uintptr_t at = m->lo;
@@ -286,6 +312,7 @@ static int find_vms(const struct remote_maps *maps, const struct heap_layout *h,
   }
   if (fd >= 0)
     close(fd);
+  free(pm);
   return n;
 }
 
@@ -447,49 +474,83 @@ static int pick_vm(struct attach_call *c, const struct heap_layout *h,
   return check_vm(c, &h->base, *L, g);
 }
 
+/* A free slot for a profile of the VM of main thread L, or why not. */
+static struct attached_vm *slot_for(struct attach_call *c, lua_State *L)
+{
+  struct attached_vm *a = attached_to((uintptr_t)L), *free_slot = NULL;
+  int i;
+  if (a != NULL) {
+    fail(c, EALREADY,
+         "memprof is attached already (its profile to %s runs): memprof "
+         "detach first",
+         a->file);
+    return NULL;
+  }
+  for (i = 0; i < ATTACHED_MAX; i++) {
+    if (!attached[i].active) {
+      if (free_slot == NULL)
+        free_slot = &attached[i];
+    } else if (strcmp(attached[i].path, c->path) == 0) {
+      fail(c, EBUSY,
+           "%s is the profile of another VM attached (main thread %p): "
+           "give this one another file (-o)",
+           attached[i].file, (void *)attached[i].L);
+      return NULL;
+    }
+  }
+  if (free_slot == NULL)
+    fail(c, EBUSY, "%d VMs of this process are attached already, the most",
+         ATTACHED_MAX);
+  else
+    memset(free_slot, 0, sizeof(*free_slot));
+  return free_slot;
+}
+
 static int start(struct attach_call *c, const struct remote_maps *maps)
 {
   struct heap_layout *h;
+  struct attached_vm *a = NULL;
   lua_State *L;
   uintptr_t g;
   int err = 0;
   struct timespec t;
-  if (attached.active)
-    return fail(c, EALREADY,
-                "memprof is attached already (its profile to %s runs): "
-                "memprof detach first",
-                attached.file);
   if ((h = calloc(1, sizeof(*h))) == NULL)
     return fail(c, ENOMEM, "out of memory");
-  if ((err = learn(c, h)) != 0 || (err = pick_vm(c, h, maps, &L, &g)) != 0 ||
-      (err = check_free(c, L)) != 0 || (err = trace_lines_ok(c, &h->base)) != 0)
+  if ((err = learn(c, h)) != 0 || (err = pick_vm(c, h, maps, &L, &g)) != 0)
     goto out;
-  if (lifecycle_may_start(L, &attached.vm) != LIFE_OK) {
+  if ((a = slot_for(c, L)) == NULL) {
+    err = c->err;
+    goto out;
+  }
+  if ((err = check_free(c, L)) != 0 || (err = trace_lines_ok(c, &h->base)) != 0)
+    goto out;
+  if (lifecycle_may_start(L, &a->vm) != LIFE_OK) {
     err = fail(c, EBUSY, "a profile of this module runs in the VM already");
     goto out;
   }
   /* 'exact' (the default of a full profile): traces compiled from now on
   ** keep a snapshot per line; those compiled before go first. */
-  attached.flush =
+  a->flush =
       lifecycle_trace_lines_mode(&h->base, &c->opts) == TRACE_LINES_EXACT &&
       *(const int32_t *)(g + h->base.tl.g_prof_mode) == 0;
-  if (attached.flush)
+  if (a->flush)
     flush_traces(L, g, &h->base);
-  if (lifecycle_start(L, &attached.vm, &h->base, &c->opts, c->path, 0, &err) !=
+  if (lifecycle_start(L, &a->vm, &h->base, &c->opts, c->path, 0, &err) !=
       LIFE_OK) {
     err = fail(c, err, "%s: %s", c->path, strerror(err));
     goto out;
   }
   clock_gettime(CLOCK_MONOTONIC, &t);
   c->started_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-  attached.active = 1;
-  attached.L = L;
-  attached.g = g;
-  attached.lay = h->base;
+  a->active = 1;
+  a->L = L;
+  a->g = g;
+  a->lay = h->base;
   {
     char *file = lifecycle_file_name(c->path);
     snprintf(c->file, sizeof(c->file), "%s", file != NULL ? file : c->path);
-    snprintf(attached.file, sizeof(attached.file), "%s", c->file);
+    snprintf(a->file, sizeof(a->file), "%s", c->file);
+    snprintf(a->path, sizeof(a->path), "%s", c->path);
     free(file);
   }
 out:
@@ -499,39 +560,77 @@ out:
 
 /* Whether the VM attached to is still there: its main thread still names
 ** the same global_State, which names it as its main thread. */
-static int still_there(void)
+static int still_there(const struct attached_vm *a)
 {
   uintptr_t g = 0, main = 0;
-  const struct vm_layout *lay = &attached.lay;
-  return vm_ref(lay, 1, (uintptr_t)attached.L + lay->L_glref, &g) &&
-         g == attached.g && vm_ptr(1, g + lay->g_allocf, &main);
+  const struct vm_layout *lay = &a->lay;
+  return vm_ref(lay, 1, (uintptr_t)a->L + lay->L_glref, &g) && g == a->g &&
+         vm_ptr(1, g + lay->g_allocf, &main);
 }
 
-static int stop(struct attach_call *c)
+/* The profile a stop names: of main thread c->which, of VM number c->vm,
+** or the first attached. */
+static struct attached_vm *stop_which(struct attach_call *c,
+                                      const struct remote_maps *maps)
+{
+  struct attached_vm *a = NULL;
+  int i;
+  if (attached_count() == 0) {
+    fail(c, ENOENT, "memprof is not attached to this process");
+    return NULL;
+  }
+  if (c->which == 0 && c->vm > 0) {
+    struct heap_layout *h = calloc(1, sizeof(*h));
+    lua_State *L;
+    uintptr_t g;
+    if (h == NULL) {
+      fail(c, ENOMEM, "out of memory");
+      return NULL;
+    }
+    if (learn(c, h) == 0 && pick_vm(c, h, maps, &L, &g) != ENOTSUP &&
+        c->main_thread != 0)
+      c->which = c->main_thread;
+    free(h);
+    if (c->which == 0)
+      return NULL;
+    c->err = 0;
+  }
+  for (i = 0; i < ATTACHED_MAX && a == NULL; i++)
+    if (attached[i].active &&
+        (c->which == 0 || (uintptr_t)attached[i].L == c->which))
+      a = &attached[i];
+  if (a == NULL)
+    fail(c, ENOENT, "memprof is not attached to VM %d of this process",
+         (int)c->vm);
+  return a;
+}
+
+static int stop(struct attach_call *c, const struct remote_maps *maps)
 {
   struct life_ended ended = {0, NULL, 0};
   enum life_status st;
   uintptr_t g;
-  if (!attached.active)
-    return fail(c, ENOENT, "memprof is not attached to this process");
-  if (!still_there())
+  struct attached_vm *a = stop_which(c, maps);
+  if (a == NULL)
+    return c->err;
+  if (!still_there(a))
     return fail(c, ENOTSUP,
                 "the VM attached to is gone (closed?); its profile is "
                 "completed when the process exits");
-  c->main_thread = (uint64_t)(uintptr_t)attached.L;
-  if (check_vm(c, &attached.lay, attached.L, &g) != 0)
+  c->main_thread = (uint64_t)(uintptr_t)a->L;
+  if (check_vm(c, &a->lay, a->L, &g) != 0)
     return c->err;
   /* A thread stopped in what the hook calls (the real allocator, the C
   ** library) is outside memprof.so's code, which threads_outside checks,
   ** and would return into a profile freed here. */
-  if (lifecycle_hook_busy(&attached.vm))
+  if (lifecycle_hook_busy(&a->vm))
     return fail(c, EAGAIN,
                 "a thread was inside memprof's allocator hook of the VM");
-  st = lifecycle_stop(attached.L, &attached.vm, 0, &ended);
-  attached.active = 0;
-  if (attached.flush)
-    flush_traces(attached.L, g, &attached.lay);
-  snprintf(c->file, sizeof(c->file), "%s", attached.file);
+  st = lifecycle_stop(a->L, &a->vm, 0, &ended);
+  a->active = 0;
+  if (a->flush)
+    flush_traces(a->L, g, &a->lay);
+  snprintf(c->file, sizeof(c->file), "%s", a->file);
   free(ended.path);
   switch (st) {
   case LIFE_OK:
@@ -603,20 +702,33 @@ memprof_attach_call(struct attach_call *c)
     raise(SIGSEGV);
   lifecycle_init_process();
   if (c->op == ATTACH_STATUS) {
-    c->main_thread = (uint64_t)(uintptr_t)attached.L;
-    snprintf(c->file, sizeof(c->file), "%s", attached.file);
-    return c->err = attached.active ? 0 : ENOENT;
+    int i;
+    c->attached = attached_count();
+    for (i = ATTACHED_MAX - 1; i >= 0; i--)
+      if (attached[i].active) {
+        c->main_thread = (uint64_t)(uintptr_t)attached[i].L;
+        snprintf(c->file, sizeof(c->file), "%s", attached[i].file);
+      }
+    return c->err = c->attached > 0 ? 0 : ENOENT;
   }
   if ((err = remote_maps_read(0, &maps)) != 0)
     return fail(c, err, "cannot read /proc/self/maps: %s", strerror(err));
   if ((err = threads_outside(c, &maps)) == 0)
     err = c->op == ATTACH_START ? start(c, &maps)
           : c->op == ATTACH_STOP
-              ? stop(c)
+              ? stop(c, &maps)
               : fail(c, EINVAL, "unknown request %d", (int)c->op);
   remote_maps_free(&maps);
-  if (!attached.active)
+  c->attached = attached_count();
+  if (c->attached == 0) {
     dl_iterate_phdr(shed_read_only, (void *)(uintptr_t)&memprof_attach_call);
+#ifdef __GLIBC__
+    /* What the call and the profile allocated is freed by now; the C
+    ** library keeps the pages it freed resident unless told. */
+    malloc_trim(0);
+#endif
+    safe_read_release();
+  }
   c->err = err;
   return err;
 }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -342,8 +343,8 @@ static void interrupt(struct thread_state *t)
 }
 
 static int call(struct thread_state *t, struct remote_stop *s, uintptr_t fn,
-                uintptr_t a0, uintptr_t a1, uint64_t *ret, char *msg,
-                size_t len)
+                uintptr_t a0, uintptr_t a1, uintptr_t a2, uint64_t *ret,
+                char *msg, size_t len)
 {
   int grace = 0;
   struct user_regs_struct r = t->regs;
@@ -358,6 +359,7 @@ static int call(struct thread_state *t, struct remote_stop *s, uintptr_t fn,
   r.rip = fn;
   r.rdi = a0;
   r.rsi = a1;
+  r.rdx = a2;
   r.rsp = sp;
   r.rax = 0;
   r.orig_rax = (unsigned long long)-1; /* No system call to restart. */
@@ -433,12 +435,13 @@ struct result {
   int tries;
   uint64_t pause_ns; /* The last stop, stopped to resumed. */
   int loaded;        /* dlopen was called. */
+  size_t shed;       /* Pages the calls made resident, dropped after. */
 };
 
 /* Where dlopen and dlerror are in the target, from this process's C
 ** library (the target must map the same file). */
 struct libc_fns {
-  uintptr_t dlopen, dlerror;
+  uintptr_t dlopen, dlerror, madvise;
 };
 
 #if defined(__x86_64__)
@@ -446,10 +449,13 @@ struct libc_fns {
 static int libc_in_target(pid_t pid, const struct remote_maps *maps,
                           struct libc_fns *f, char *msg, size_t len)
 {
+  struct object a;
   void *own = dlsym(RTLD_DEFAULT, "dlopen"),
-       *err = dlsym(RTLD_DEFAULT, "dlerror");
+       *err = dlsym(RTLD_DEFAULT, "dlerror"),
+       *adv = dlsym(RTLD_DEFAULT, "madvise");
   struct object o;
-  if (own == NULL || err == NULL || !own_object(own, &o))
+  if (own == NULL || err == NULL || adv == NULL || !own_object(own, &o) ||
+      !own_object(adv, &a) || a.inode != o.inode)
     return fail(msg, len, ENOTSUP,
                 "check 'dlopen' failed: it is in no file this process maps");
   if (!target_object(pid, maps, &o))
@@ -459,7 +465,140 @@ static int libc_in_target(pid_t pid, const struct remote_maps *maps,
                 (int)pid, o.path);
   f->dlopen = in_target(&o, own);
   f->dlerror = in_target(&o, err);
+  f->madvise = in_target(&o, adv);
   return 0;
+}
+
+/* ---- What the calls left resident ------------------------------------- */
+
+#define PM_PRESENT (1ULL << 63)
+#define PM_FILE (1ULL << 61)
+#define PAGE 4096
+#define SHED_CALLS_MAX 512
+
+/* The clean pages (present, the file's own, not a private copy) of the
+** target's read-only private file mappings: what the calls' code and
+** read-only data brought in, dropped after them if not resident at the
+** stop (madvise: read again from the page cache if they run again). A
+** private copy (relocated data) is never dropped: it is not the file's. */
+struct clean_pages {
+  uintptr_t *page;
+  size_t n, cap;
+};
+
+static int sheddable(const struct remote_map *m)
+{
+  return m->inode != 0 && m->perms[0] == 'r' && m->perms[1] != 'w' &&
+         m->perms[3] == 'p';
+}
+
+/* The clean pages of pid's read-only file mappings, sorted. */
+static void clean_pages(pid_t pid, const struct remote_maps *maps,
+                        struct clean_pages *out)
+{
+  uint64_t *pm = NULL;
+  size_t i, k, cap = 0;
+  out->n = 0;
+  for (i = 0; i < maps->n; i++) {
+    const struct remote_map *m = &maps->m[i];
+    size_t n = (m->hi - m->lo) / PAGE;
+    if (!sheddable(m))
+      continue;
+    if (n > cap) {
+      uint64_t *p = realloc(pm, n * sizeof(*pm));
+      if (p == NULL)
+        continue;
+      pm = p, cap = n;
+    }
+    if (!remote_pagemap(pid, m->lo, m->hi, pm))
+      continue;
+    for (k = 0; k < n; k++) {
+      if ((pm[k] & (PM_PRESENT | PM_FILE)) != (PM_PRESENT | PM_FILE))
+        continue;
+      if (out->n == out->cap) {
+        size_t c2 = out->cap ? 2 * out->cap : 1024;
+        uintptr_t *p = realloc(out->page, c2 * sizeof(*p));
+        if (p == NULL)
+          continue;
+        out->page = p, out->cap = c2;
+      }
+      out->page[out->n++] = m->lo + k * PAGE;
+    }
+  }
+  free(pm);
+}
+
+static int had_page(const struct clean_pages *c, uintptr_t page)
+{
+  size_t lo = 0, hi = c->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->page[mid] < page)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < c->n && c->page[lo] == page;
+}
+
+/* Drops the clean pages of read-only file mappings that the calls made
+** resident (not in before), and with drop_self all of memprof.so's (no
+** profile runs: nothing there runs until the next call, which the thread
+** about to return to address 0 no longer needs; dropped inside the call,
+** fault-around would bring 16 pages back for each one it runs), through
+** madvise(MADV_DONTNEED) calls made by the same thread. Returns the pages
+** dropped. */
+static size_t shed_pages(struct thread_state *t, struct remote_stop *s,
+                         uintptr_t madv, const struct clean_pages *before,
+                         const struct object *self, int drop_self)
+{
+  struct remote_maps maps = {NULL, 0};
+  uint64_t *pm = NULL, ret;
+  size_t i, k, cap = 0, calls = 0, shed = 0;
+  char msg[200];
+  if (madv == 0 || remote_maps_read(s->pid, &maps) != 0)
+    return 0;
+  for (i = 0; i < maps.n && calls < SHED_CALLS_MAX; i++) {
+    const struct remote_map *m = &maps.m[i];
+    size_t n = (m->hi - m->lo) / PAGE;
+    uintptr_t lo = 0, hi = 0;
+    int own = drop_self && m->inode == self->inode &&
+              m->dev_major == self->dev_major &&
+              m->dev_minor == self->dev_minor;
+    if (!sheddable(m))
+      continue;
+    if (n > cap) {
+      uint64_t *p = realloc(pm, n * sizeof(*pm));
+      if (p == NULL)
+        continue;
+      pm = p, cap = n;
+    }
+    if (!remote_pagemap(s->pid, m->lo, m->hi, pm))
+      continue;
+    for (k = 0; k <= n && calls < SHED_CALLS_MAX; k++) {
+      uintptr_t p = m->lo + k * PAGE;
+      if (k < n && (pm[k] & (PM_PRESENT | PM_FILE)) == (PM_PRESENT | PM_FILE) &&
+          (own || !had_page(before, p))) {
+        if (p != hi)
+          lo = p;
+        hi = p + PAGE;
+        continue;
+      }
+      if (hi > lo) {
+        if (call(t, s, madv, lo, hi - lo, MADV_DONTNEED, &ret, msg,
+                 sizeof(msg)) != 0) {
+          calls = SHED_CALLS_MAX;
+          break;
+        }
+        calls++;
+        shed += ret == 0 ? (hi - lo) / PAGE : 0;
+      }
+      lo = hi = 0;
+    }
+  }
+  free(pm);
+  remote_maps_free(&maps);
+  return shed;
 }
 
 /* One stop: dlopen if memprof.so is not loaded yet, then the entry point.
@@ -472,7 +611,10 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   struct remote_stop s;
   struct remote_maps maps = {NULL, 0};
   struct thread_state t;
-  struct libc_fns lf = {0, 0};
+  struct libc_fns lf = {0, 0, 0};
+  struct clean_pages before = {NULL, 0, 0};
+  char libc_why[200];
+  int calls_ok = 1, answered = 0;
   size_t solen = strlen(so) + 1, need = sizeof(*c) + solen + 128;
   uintptr_t at_call, at_path;
   uint64_t ret = 0;
@@ -492,6 +634,10 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
       fail(msg, len, ESRCH, "process %d exited while it was stopped", (int)pid);
     goto out;
   }
+  /* The C library's functions, where the target maps this one's (dlopen
+  ** needs it; dropping pages again is skipped without it). */
+  if (libc_in_target(pid, &maps, &lf, libc_why, sizeof(libc_why)) == 0)
+    clean_pages(pid, &maps, &before);
   if ((i = pick_thread(&s)) < 0) {
     err = fail(msg, len, EAGAIN,
                "no thread was waiting in a system call (epoll_wait, poll, "
@@ -516,18 +662,24 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
                  (int)pid);
       goto out;
     }
-    if ((err = libc_in_target(pid, &maps, &lf, msg, len)) != 0)
+    if (lf.dlopen == 0 &&
+        (err = libc_in_target(pid, &maps, &lf, msg, len)) != 0)
       goto out;
     if (!write_mem(t.tid, at_path, so, solen)) {
       err = fail(msg, len, EIO, "cannot write thread %d's stack", (int)t.tid);
       goto out;
     }
     res->loaded = 1;
-    if ((err = call(&t, &s, lf.dlopen, at_path, RTLD_NOW, &ret, msg, len)) != 0)
+    if ((err = call(&t, &s, lf.dlopen, at_path, RTLD_NOW, 0, &ret, msg, len)) !=
+        0) {
+      calls_ok = 0;
       goto out;
+    }
     if (ret == 0) {
       char why[400] = "";
-      if (call(&t, &s, lf.dlerror, 0, 0, &ret, msg, len) == 0 && ret != 0)
+      if (call(&t, &s, lf.dlerror, 0, 0, 0, &ret, msg, len) != 0)
+        calls_ok = 0;
+      else if (ret != 0)
         remote_read(t.tid, (uintptr_t)ret, why, sizeof(why) - 1);
       why[sizeof(why) - 1] = '\0';
       char exe[256] = "?", link[64];
@@ -561,18 +713,25 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   /* Stopping a profile waits for its writer thread. */
   release_others(&s, t.tid, 1);
   if ((err = call(&t, &s, in_target(self, (const void *)memprof_attach_call),
-                  at_call, 0, &ret, msg, len)) != 0)
+                  at_call, 0, 0, &ret, msg, len)) != 0) {
+    calls_ok = 0;
     goto out;
+  }
   if (!remote_read(t.tid, at_call, c, sizeof(*c)) || c->magic != ATTACH_MAGIC) {
     err = fail(msg, len, EIO, "cannot read the answer of process %d", (int)pid);
     goto out;
   }
   c->msg[sizeof(c->msg) - 1] = '\0';
   c->file[sizeof(c->file) - 1] = '\0';
+  answered = 1;
   err = (int)(int32_t)ret;
   if (err != 0)
     fail(msg, len, err, "%s", c->msg[0] ? c->msg : strerror(err));
 out:
+  if (!restored && calls_ok)
+    res->shed = shed_pages(&t, &s, lf.madvise, &before, self,
+                           answered && c->attached == 0);
+  free(before.page);
   if (!restored && !restore_thread(&t) && err == 0)
     err = fail(msg, len, EIO, "cannot put back thread %d's state", (int)t.tid);
   else if (restored) {
@@ -667,6 +826,7 @@ static int push_info(lua_State *L, const struct attach_call *c,
   lua_pushfstring(L, "%p", (void *)(uintptr_t)c->main_thread);
   lua_setfield(L, -2, "main_thread");
   set_number(L, "vms", c->vms);
+  set_number(L, "attached", c->attached);
   set_number(L, "tries", res->tries);
   set_number(L, "pause_ms", (double)res->pause_ns / 1e6);
   lua_pushboolean(L, res->loaded);
@@ -768,6 +928,18 @@ static int simple(lua_State *L, int op)
   char msg[ATTACH_MSG_MAX + 200];
   if (c == NULL)
     return push_error(L, "out of memory", ENOMEM);
+  if (op == ATTACH_STOP) {
+    /* Which VM's profile: {vm = N} or {main_thread = '0x...'}; else the
+    ** first attached. */
+    c->vm = 0;
+    if (lua_istable(L, 2)) {
+      c->vm = (int)opt_number(L, 2, "vm", 0);
+      lua_getfield(L, 2, "main_thread");
+      if (lua_isstring(L, -1))
+        c->which = (uint64_t)strtoull(lua_tostring(L, -1), NULL, 0);
+      lua_pop(L, 1);
+    }
+  }
   err = run((pid_t)pid, c, &res, msg, sizeof(msg));
   if (err != 0) {
     free(c);

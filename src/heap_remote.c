@@ -29,6 +29,7 @@
 #include "attach.h"
 #include "fault.h"
 #include "heap_layout.h"
+#include "heap_remote_exe.h"
 #include "heap_remote_host.h"
 #include "heapwalk.h"
 #include "lauxlib.h"
@@ -49,13 +50,6 @@
 ** between two (growing with each). */
 #define TRIES_MAX 25
 #define RETRY_NS 20000000LL
-
-/* Where global_State keeps the roots the API reads: the registry (a
-** TValue) and the base metatables (GCRefs), in heapwalk's order. */
-struct roots_layout {
-  uint16_t g_registry;
-  uint16_t g_basemt[HEAP_BASEMT_N];
-};
 
 /* The target's LuaJIT: the executable mappings of its file. */
 struct luajit_file {
@@ -296,6 +290,14 @@ static int learn_roots(const struct heap_layout *h, struct roots_layout *out,
   err = learn_in(T, h, out, msg, len);
   lua_close(T);
   return err;
+}
+
+int heap_remote_learn(lua_State *L, struct heap_layout *h,
+                      struct roots_layout *rl, char *msg, size_t len)
+{
+  if (!heap_layout_learn(L, h, msg, len))
+    return ENOTSUP;
+  return learn_roots(h, rl, msg, len);
 }
 
 /* ---- The copy ---------------------------------------------------------- */
@@ -545,14 +547,37 @@ static int mirror_fill(pid_t pid, const struct remote_maps *maps,
 /* ---- The VMs in the copy ----------------------------------------------- */
 
 /* Main threads found by structure: a thread whose global_State names it
-** as its main thread. */
+** as its main thread, with an allocator a live VM could have. */
 #define VMS_MAX 64
 struct vms {
   uintptr_t L[VMS_MAX];
   int n;
 };
 
-static void find_vms(const struct mirror *mr, const struct heap_layout *h,
+/* Whether the allocator of the VM whose global_State is at g (in the copy)
+** could be a live VM's: code of a file the target maps and, if memprof.so's,
+** one of its hooks. A VM closed in the process (memprof's throw-away VMs
+** of an attach, a host's) can still look whole in freed memory, its
+** allocator's slot overwritten or naming what no longer runs; attach's
+** scan (attach_entry.c) applies the same test. */
+static int live_allocator(pid_t pid, const struct remote_maps *maps,
+                          const struct mirror *mr, const struct heap_layout *h,
+                          uintptr_t g)
+{
+  uintptr_t f, own;
+  const struct remote_map *m;
+  if (!mirror_has(mr, g + h->base.g_allocf, sizeof(f)))
+    return 0;
+  memcpy(&f, (const void *)(g + h->base.g_allocf), sizeof(f));
+  m = remote_maps_find(maps, f);
+  if (m == NULL || m->perms[2] != 'x' || m->inode == 0)
+    return 0;
+  own = attach_own_address(pid, maps, f);
+  return own == 0 || profiler_is_hook((lua_Alloc)own);
+}
+
+static void find_vms(pid_t pid, const struct remote_maps *maps,
+                     const struct mirror *mr, const struct heap_layout *h,
                      struct vms *out)
 {
   size_t r;
@@ -565,7 +590,8 @@ static void find_vms(const struct mirror *mr, const struct heap_layout *h,
         continue;
       g = vm_load_ref(&h->base, a + h->base.L_glref);
       if ((g & 7) == 0 && mirror_has(mr, g, G_WINDOW) &&
-          vm_load_ref(&h->base, g + h->g_mainth) == a)
+          vm_load_ref(&h->base, g + h->g_mainth) == a &&
+          live_allocator(pid, maps, mr, h, g))
         out->L[out->n++] = a;
     }
   }
@@ -795,7 +821,7 @@ static int walk_copy(const struct job *j, struct mirror *mr,
   uintptr_t L;
   long long t0;
   int err;
-  find_vms(mr, j->h, &vms);
+  find_vms(j->pid, j->maps, mr, j->h, &vms);
   res->vms = vms.n;
   if (vms.n == 0)
     return fail(msg, len, ENOTSUP,
@@ -915,6 +941,42 @@ static int run_child(const struct job *j, struct heap_remote_result *res,
   return st;
 }
 
+/* A target whose executable holds another LuaJIT build (Tarantool): the
+** layout learned in a helper of that executable, which must be the file
+** whose code the helper's LuaJIT is. Else the refusal of target_luajit,
+** whose message is in msg. */
+static int exe_luajit(pid_t pid, const struct remote_maps *maps,
+                      struct luajit_file *lj, struct heap_layout *h,
+                      struct roots_layout *rl, char *msg, size_t len)
+{
+  struct exe_file file;
+  char why[600];
+  size_t i;
+  int has = heap_exe_has_api(pid, why, sizeof(why)), err;
+  if (has == 0)
+    return ENOTSUP;
+  if (has < 0)
+    return fail(msg, len, ENOTSUP, "%s", why);
+  if ((err = heap_exe_learn(pid, h, rl, &file, msg, len)) != 0)
+    return err;
+  for (i = 0; i < maps->n; i++) {
+    const struct remote_map *m = &maps->m[i];
+    if (m->inode == file.inode && m->dev_major == file.dev_major &&
+        m->dev_minor == file.dev_minor) {
+      memset(lj, 0, sizeof(*lj));
+      lj->dev_major = m->dev_major, lj->dev_minor = m->dev_minor;
+      lj->inode = m->inode;
+      snprintf(lj->path, sizeof(lj->path), "%s", m->path);
+      return 0;
+    }
+  }
+  return fail(msg, len, ENOTSUP,
+              "check 'same LuaJIT build' failed: the helper process of "
+              "process %d's executable runs a LuaJIT in a file that "
+              "process %d does not map",
+              (int)pid, (int)pid);
+}
+
 int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
                          int hosted, struct heap_remote_result *res, char *msg,
                          size_t len)
@@ -941,9 +1003,11 @@ int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
     remote_maps_free(&maps);
     return heap_host_run(lib, pid, path, vm, res, msg, len);
   }
-  if (err != 0 ||
-      (!heap_layout_learn(L, &h, msg, len) && (err = ENOTSUP) != 0) ||
-      (err = learn_roots(&h, &rl, msg, len)) != 0) {
+  if (err == ENOTSUP && !hosted)
+    err = exe_luajit(pid, &maps, &lj, &h, &rl, msg, len);
+  else if (err == 0)
+    err = heap_remote_learn(L, &h, &rl, msg, len);
+  if (err != 0) {
     remote_maps_free(&maps);
     return err;
   }

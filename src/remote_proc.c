@@ -6,6 +6,7 @@
 
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,4 +267,23 @@ int remote_maps_read_target(pid_t pid, struct remote_maps *maps, char *msg,
     snprintf(msg, len, "cannot read process %d's mappings: %s", (int)pid,
              strerror(err));
   return err;
+}
+
+int remote_pagemap(pid_t pid, uintptr_t lo, uintptr_t hi, uint64_t *out)
+{
+  char name[64];
+  size_t n = (hi - lo) / 4096, got = 0;
+  int fd;
+  snprintf(name, sizeof(name), "/proc/%d/pagemap", (int)pid);
+  if ((fd = open(name, O_RDONLY | O_CLOEXEC)) < 0)
+    return 0;
+  while (got < n * sizeof(*out)) {
+    ssize_t r = pread(fd, (char *)out + got, n * sizeof(*out) - got,
+                      (off_t)(lo / 4096 * sizeof(*out) + got));
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  close(fd);
+  return got == n * sizeof(*out);
 }

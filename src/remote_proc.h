@@ -40,6 +40,11 @@ int remote_read(pid_t pid, uintptr_t addr, void *dst, size_t n);
 ** 0 if it has none. */
 size_t remote_build_id(pid_t pid, uintptr_t at, uint8_t *id, size_t cap);
 
+/* The pagemap entries of process pid's pages [lo, hi), one per page, into
+** out (bit 63: present, bit 61: a page of the file, not a private copy).
+** Returns 1 on success. */
+int remote_pagemap(pid_t pid, uintptr_t lo, uintptr_t hi, uint64_t *out);
+
 /* Why process pid cannot be traced or read by this one (err, from ptrace
 ** or a read): which rule refuses and what to do, into msg. */
 void remote_explain_refusal(pid_t pid, int err, char *msg, size_t len);

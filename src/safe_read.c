@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -147,6 +148,20 @@ void safe_read_batch_end(int began)
   if (!began)
     return;
   __atomic_store_n(&batch_owner, 0, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&batch_lock);
+}
+
+void safe_read_release(void)
+{
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)batch.data + page - 1) / page * page;
+  uintptr_t hi = ((uintptr_t)batch.data + sizeof(batch.data)) / page * page;
+  if (pthread_mutex_trylock(&batch_lock) != 0)
+    return;
+  /* Only whole pages of the copies: the batch is reset at its begin, and
+  ** its slots' contents are dead until then. */
+  if (lo < hi)
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
   pthread_mutex_unlock(&batch_lock);
 }
 

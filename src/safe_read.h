@@ -34,6 +34,11 @@ void safe_read_batch_end(int began);
 */
 void safe_read_batch_trust(int began, uintptr_t from, uintptr_t to);
 
+/* Gives the pages of the batches' copies back to the system (they are read
+** as zeros, refilled by the next batch): for a process memprof was attached
+** to and no longer runs in (attach_entry.c). Skipped while a batch runs. */
+void safe_read_release(void);
+
 /* The system calls made by reads in this process so far. */
 unsigned long safe_read_calls(void);
 

@@ -105,10 +105,15 @@ end
 -- spec/support/two_vm_host.c (x86_64), if built.
 M.TWO_VM_HOST = C.ROOT .. '/build/two_vm_host'
 
--- Starts it in dir; returns its process id and the --vm number (VMs are
+-- Its closed VM's allocator, in a plugin it unloads.
+M.ARENA_PLUGIN = C.ROOT .. '/build/arena_plugin.so'
+
+-- Starts it in dir (with `closed`, after it made, closed and unloaded the
+-- VM of ARENA_PLUGIN); returns its process id and the --vm number (VMs are
 -- numbered by their main thread's address) of its VM 1 and VM 2.
-function M.two_vms(dir)
-  local pid = start(dir, M.TWO_VM_HOST .. ' ' .. dir)
+function M.two_vms(dir, closed)
+  local pid = start(dir, M.TWO_VM_HOST .. ' ' .. dir ..
+    (closed and ' ' .. M.ARENA_PLUGIN or ''))
   local one = tonumber(C.read_file(dir .. '/vm1'))
   local two = tonumber(C.read_file(dir .. '/vm2'))
   return pid, one < two and 1 or 2, two < one and 1 or 2

@@ -55,13 +55,14 @@ function M.wait_for(path, seconds)
 end
 
 -- Starts `line` (a shell command) in the background, as `user` (or this
--- user), under timeout; returns its process id once it wrote dir/ready.
-function M.start(dir, line, user)
+-- user), under timeout (`seconds`, default 60); returns its process id
+-- once it wrote dir/ready.
+function M.start(dir, line, user, seconds)
   local as = user and ('setpriv --reuid=' .. user ..
     ' --regid=nogroup --clear-groups ') or ''
   local wrapped = string.format(
-    "%stimeout 60 sh -c 'echo $$ > %s/pid; exec %s' >%s/out 2>&1 &", as,
-    dir, line, dir)
+    "%stimeout %d sh -c 'echo $$ > %s/pid; exec %s' >%s/out 2>&1 &", as,
+    seconds or 60, dir, line, dir)
   assert(os.execute(C.CLEAN_ENV .. wrapped))
   assert(M.wait_for(dir .. '/ready', 20) and M.wait_for(dir .. '/pid', 20),
     'the target did not start: ' .. tostring(C.read_file(dir .. '/out')))

@@ -17,8 +17,14 @@
 ** writing DIR/parked, while DIR/hold exists (20 s at most). DIR/vm1 and
 ** DIR/vm2 hold each VM's main thread's address; DIR/ready is written once
 ** both run.
+**
+** usage: two_vm_host DIR PLUGIN
+** First makes a third VM on PLUGIN's allocator (arena_plugin.c), closes it
+** and unloads PLUGIN: a VM that still looks whole in memory, whose
+** allocator is no longer code; DIR/vm3 holds its main thread's address.
 */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -194,13 +200,30 @@ static void *run_vm2(void *arg)
   return NULL;
 }
 
+/* A VM made on the plugin's allocator, closed, and the plugin unloaded. */
+static int closed_vm(const char *plugin)
+{
+  void *lib = dlopen(plugin, RTLD_NOW | RTLD_LOCAL);
+  lua_Alloc f;
+  lua_State *L;
+  if (lib == NULL || (*(void **)&f = dlsym(lib, "arena_alloc")) == NULL ||
+      (L = lua_newstate(f, NULL)) == NULL)
+    return 0;
+  luaL_openlibs(L);
+  put_vm("vm3", L);
+  lua_close(L);
+  return dlclose(lib) == 0;
+}
+
 int main(int argc, char **argv)
 {
   lua_State *L1, *L2;
   pthread_t t;
-  if (argc != 2)
+  if (argc != 2 && argc != 3)
     return 2;
   dir = argv[1];
+  if (argc == 3 && !closed_vm(argv[2]))
+    return 6;
   L1 = luaL_newstate();
   L2 = lua_newstate(counting_alloc, NULL);
   if (L1 == NULL || L2 == NULL)

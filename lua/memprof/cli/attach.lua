@@ -12,6 +12,9 @@
 --     options.dir, options.load  where memprof.so is (see heap_pid)
 --     info: file, main_thread, vms, tries, pause_ms
 --   attach.stop(pid [, how]) -> path, info | nil, message, errno
+--     how.vm (from 1) or how.main_thread ('0x...'): which VM's profile;
+--     else the first attached.  info.attached: the profiles still
+--     attached (several VMs of a process can be, each into its own file)
 --   attach.attached(pid [, how]) -> path | nil, message, errno
 --   attach.main(args, out, err, how) -> exit code   (memprof attach)
 --   attach.detach_main(args, out, err, how) -> exit code (memprof detach)
@@ -64,12 +67,12 @@ function M.start(pid, options)
 end
 
 -- memprof.so's function name called on pid: the file and what it says.
-local function ask(name, pid, how)
+local function ask(name, pid, how, which)
   local memprof, why = load_module(how)
   if not memprof then
     return nil, why, 2
   end
-  local info, message, errno = memprof[name](pid)
+  local info, message, errno = memprof[name](pid, which)
   if not info then
     return nil, message, errno
   end
@@ -77,7 +80,9 @@ local function ask(name, pid, how)
 end
 
 function M.stop(pid, how)
-  return ask('detach_process', pid, how)
+  how = how or {}
+  return ask('detach_process', pid, how, { vm = how.vm,
+    main_thread = how.main_thread })
 end
 
 function M.attached(pid, how)
@@ -106,7 +111,12 @@ M.OPTIONS = {
   run_option('trace-lines'), option_parser.VM, option_parser.HELP,
 }
 
-M.DETACH_OPTIONS = { option_parser.HELP }
+M.DETACH_OPTIONS = {
+  { name = 'vm', value = 'N', key = 'vm',
+    check = option_parser.whole_number(1, 64),
+    help = 'the profile of the Nth VM only (default: every one attached)' },
+  option_parser.HELP,
+}
 
 local function usage()
   return option_parser.help({
@@ -125,10 +135,10 @@ end
 
 local function detach_usage()
   return option_parser.help({
-    'Usage: memprof detach PID',
+    'Usage: memprof detach [--vm=N] PID',
     '',
-    'Stop the profile memprof attach started in process PID, complete its',
-    'file and put the VM\'s allocator back.',
+    'Stop the profiles memprof attach started in process PID (one per VM',
+    'attached), complete their files and put the VMs\' allocators back.',
     '',
     'Options:',
   }, M.DETACH_OPTIONS, {})
@@ -186,7 +196,8 @@ function M.main(args, out, err, how)
     return 0
   end
   local completed = wait(opts.duration)
-  local file, stopped, errno = M.stop(pid, how)
+  local file, stopped, errno = M.stop(pid, { dir = how.dir, load = how.load,
+    main_thread = info.main_thread })
   if not file then
     err:write(PROGRAM, ': ', stopped, errno == ESRCH and format(
       ': it ended while profiled (an exit completes %s; a kill loses the ' ..
@@ -204,12 +215,19 @@ function M.detach_main(args, out, err, how)
   if not opts then
     return pid
   end
-  local path, info = M.stop(pid, how)
-  if not path then
-    err:write(PROGRAM, ': ', info, '\n')
-    return 1
-  end
-  detached(out, PROGRAM, pid, path, info)
+  how = how or {}
+  local which = { dir = how.dir, load = how.load, vm = opts.vm }
+  -- Without --vm, every profile attached, one stop each (8 at most).
+  local stops = 0
+  repeat
+    stops = stops + 1
+    local path, info = M.stop(pid, which)
+    if not path then
+      err:write(PROGRAM, ': ', info, '\n')
+      return 1
+    end
+    detached(out, PROGRAM, pid, path, info)
+  until opts.vm or info.attached == 0 or stops == 8
   return 0
 end
 
