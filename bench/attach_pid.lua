@@ -37,32 +37,6 @@ local function rss_kb(pid)
   return tonumber(status:match('VmRSS:%s+(%d+)'))
 end
 
--- Resident kB of pid: all, anonymous, of files.
-local function resident(pid)
-  local text = read('/proc/' .. pid .. '/smaps_rollup') or ''
-  local all = tonumber(text:match('\nRss:%s+(%d+)'))
-  local anon = tonumber(text:match('Anonymous:%s+(%d+)'))
-  if not all or not anon then
-    return rss_kb(pid), nil, nil
-  end
-  return all, anon, all - anon
-end
-
--- Once the daemon's own memory has settled (its cache is bounded): two
--- readings 0.3 s apart alike, or the last of 30.
-local function settled(pid)
-  local last = { resident(pid) }
-  for _ = 1, 30 do
-    os.execute('sleep 0.3')
-    local now = { resident(pid) }
-    if now[1] == last[1] then
-      return now
-    end
-    last = now
-  end
-  return last
-end
-
 local function start(lua, dir)
   local f = assert(io.open(dir .. '/daemon.lua', 'w'))
   -- Its cache bounded: the resident memory measured is memprof's.
@@ -108,7 +82,7 @@ function M.run(lua)
   print('\nmemprof attach PID of a luajit daemon (' ..
     (pid and rss_kb(pid) or '?') .. ' kB resident)')
   local firsts, pauses, failed = {}, {}, nil
-  local before = pid and settled(pid)
+  local before = pid and { A.settled(pid) }
   for _ = 1, pid and ROUNDS or 0 do
     local seconds, pause = first_event(lua, pid, dir .. '/p.bin')
     if not seconds then
@@ -132,7 +106,7 @@ function M.run(lua)
       after_first = rss_kb(pid)
     end
   end
-  after = pid and settled(pid)
+  after = pid and { A.settled(pid) }
   if pid then
     os.execute('kill ' .. pid)
   end

@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,18 +46,6 @@
 #define XSTATE_MAX 16384
 /* Below the stack pointer: the red zone and some slack, then the request. */
 #define BELOW_SP 512
-
-static int fail(char *msg, size_t len, int err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *msg, size_t len, int err, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-  return err;
-}
 
 /* ---- Addresses in the target ------------------------------------------- */
 
@@ -240,19 +227,19 @@ static int save_thread(struct thread_state *t, pid_t tid,
   memset(t, 0, sizeof(*t));
   t->tid = tid;
   if (!get_regs(tid, &t->regs))
-    return fail(msg, len, errno, "cannot read thread %d's registers: %s",
-                (int)tid, strerror(errno));
+    return remote_fail(msg, len, errno, "cannot read thread %d's registers: %s",
+                       (int)tid, strerror(errno));
   if ((t->xstate = malloc(XSTATE_MAX)) == NULL)
-    return fail(msg, len, ENOMEM, "out of memory");
+    return remote_fail(msg, len, ENOMEM, "out of memory");
   io.iov_base = t->xstate, io.iov_len = XSTATE_MAX;
   t->xnote = NT_X86_XSTATE;
   if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &io) != 0) {
     io.iov_len = XSTATE_MAX;
     t->xnote = NT_PRFPREG;
     if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_PRFPREG, &io) != 0)
-      return fail(msg, len, errno,
-                  "cannot read thread %d's vector registers: %s", (int)tid,
-                  strerror(errno));
+      return remote_fail(msg, len, errno,
+                         "cannot read thread %d's vector registers: %s",
+                         (int)tid, strerror(errno));
   }
   t->xlen = io.iov_len;
   t->hi = (uintptr_t)t->regs.rsp - BELOW_SP;
@@ -260,14 +247,16 @@ static int save_thread(struct thread_state *t, pid_t tid,
   m = remote_maps_find(maps, t->lo);
   if (m == NULL || m != remote_maps_find(maps, (uintptr_t)t->regs.rsp - 1) ||
       m->perms[1] != 'w')
-    return fail(msg, len, ENOTSUP,
-                "check 'stack room' failed: the %zu bytes below thread %d's "
-                "stack pointer (0x%llx) are not in its stack mapping",
-                need + BELOW_SP, (int)tid, (unsigned long long)t->regs.rsp);
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'stack room' failed: the %zu bytes below thread %d's "
+        "stack pointer (0x%llx) are not in its stack mapping",
+        need + BELOW_SP, (int)tid, (unsigned long long)t->regs.rsp);
   if ((t->mem = malloc(t->hi - t->lo)) == NULL)
-    return fail(msg, len, ENOMEM, "out of memory");
+    return remote_fail(msg, len, ENOMEM, "out of memory");
   if (!remote_read(tid, t->lo, t->mem, t->hi - t->lo))
-    return fail(msg, len, EIO, "cannot read thread %d's stack", (int)tid);
+    return remote_fail(msg, len, EIO, "cannot read thread %d's stack",
+                       (int)tid);
   return 0;
 }
 
@@ -355,7 +344,8 @@ static int call(struct thread_state *t, struct remote_stop *s, uintptr_t fn,
   ** is aligned as at a function's entry. */
   uintptr_t sp = ((t->lo + 64) & ~(uintptr_t)15) - 8;
   if (!write_mem(t->tid, sp, &zero, sizeof(zero)))
-    return fail(msg, len, EIO, "cannot write thread %d's stack", (int)t->tid);
+    return remote_fail(msg, len, EIO, "cannot write thread %d's stack",
+                       (int)t->tid);
   r.rip = fn;
   r.rdi = a0;
   r.rsi = a1;
@@ -364,13 +354,13 @@ static int call(struct thread_state *t, struct remote_stop *s, uintptr_t fn,
   r.rax = 0;
   r.orig_rax = (unsigned long long)-1; /* No system call to restart. */
   if (!set_regs(t->tid, &r) || ptrace(PTRACE_CONT, t->tid, NULL, NULL) != 0)
-    return fail(msg, len, errno, "cannot run thread %d: %s", (int)t->tid,
-                strerror(errno));
+    return remote_fail(msg, len, errno, "cannot run thread %d: %s", (int)t->tid,
+                       strerror(errno));
   for (;;) {
     int st;
     pid_t got = waitpid(t->tid, &st, __WALL | WNOHANG);
     if (got == t->tid && (WIFEXITED(st) || WIFSIGNALED(st)))
-      return fail(msg, len, ESRCH, "the process exited during the call");
+      return remote_fail(msg, len, ESRCH, "the process exited during the call");
     if (got == t->tid && WIFSTOPPED(st)) {
       int sig = WSTOPSIG(st);
       struct user_regs_struct now;
@@ -382,9 +372,9 @@ static int call(struct thread_state *t, struct remote_stop *s, uintptr_t fn,
       if ((st >> 16) == 0 &&
           (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE)) {
         get_regs(t->tid, &now);
-        return fail(msg, len, EFAULT,
-                    "the call in thread %d raised signal %d at 0x%llx",
-                    (int)t->tid, sig, (unsigned long long)now.rip);
+        return remote_fail(msg, len, EFAULT,
+                           "the call in thread %d raised signal %d at 0x%llx",
+                           (int)t->tid, sig, (unsigned long long)now.rip);
       }
       /* Another signal: kept for after the call. A ptrace event stop
       ** (a group stop, say) just goes on. */
@@ -394,7 +384,7 @@ static int call(struct thread_state *t, struct remote_stop *s, uintptr_t fn,
       continue;
     }
     if (got < 0 && errno != EINTR)
-      return fail(msg, len, ESRCH, "thread %d is gone", (int)t->tid);
+      return remote_fail(msg, len, ESRCH, "thread %d is gone", (int)t->tid);
     if (now_ns() > deadline && !grace) {
       /* A stopped thread may hold a lock the call waits for. */
       release_others(s, t->tid, 0);
@@ -402,11 +392,12 @@ static int call(struct thread_state *t, struct remote_stop *s, uintptr_t fn,
       deadline = now_ns() + CALL_NS;
     } else if (now_ns() > deadline) {
       interrupt(t);
-      return fail(msg, len, ETIMEDOUT,
-                  "the call in thread %d did not return within %lld s, nor "
-                  "%lld s after the other threads were let go; it was "
-                  "abandoned",
-                  (int)t->tid, CALL_NS / 1000000000LL, CALL_NS / 1000000000LL);
+      return remote_fail(
+          msg, len, ETIMEDOUT,
+          "the call in thread %d did not return within %lld s, nor "
+          "%lld s after the other threads were let go; it was "
+          "abandoned",
+          (int)t->tid, CALL_NS / 1000000000LL, CALL_NS / 1000000000LL);
     }
     nanosleep(&nap, NULL);
   }
@@ -456,13 +447,15 @@ static int libc_in_target(pid_t pid, const struct remote_maps *maps,
   struct object o;
   if (own == NULL || err == NULL || adv == NULL || !own_object(own, &o) ||
       !own_object(adv, &a) || a.inode != o.inode)
-    return fail(msg, len, ENOTSUP,
-                "check 'dlopen' failed: it is in no file this process maps");
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'dlopen' failed: it is in no file this process maps");
   if (!target_object(pid, maps, &o))
-    return fail(msg, len, ENOTSUP,
-                "check 'same C library' failed: process %d does not map %s "
-                "(this process's dlopen), nor a file with its build-id",
-                (int)pid, o.path);
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'same C library' failed: process %d does not map %s "
+        "(this process's dlopen), nor a file with its build-id",
+        (int)pid, o.path);
   f->dlopen = in_target(&o, own);
   f->dlerror = in_target(&o, err);
   f->madvise = in_target(&o, adv);
@@ -492,6 +485,21 @@ static int sheddable(const struct remote_map *m)
          m->perms[3] == 'p';
 }
 
+/* The pagemap entries of mapping m of pid into *pm (grown to *cap
+** entries as needed). Returns 1, or 0 when they could not be read. */
+static int map_pagemap(pid_t pid, const struct remote_map *m, uint64_t **pm,
+                       size_t *cap)
+{
+  size_t n = (m->hi - m->lo) / PAGE;
+  if (n > *cap) {
+    uint64_t *p = realloc(*pm, n * sizeof(**pm));
+    if (p == NULL)
+      return 0;
+    *pm = p, *cap = n;
+  }
+  return remote_pagemap(pid, m->lo, m->hi, *pm);
+}
+
 /* The clean pages of pid's read-only file mappings, sorted. */
 static void clean_pages(pid_t pid, const struct remote_maps *maps,
                         struct clean_pages *out)
@@ -502,15 +510,7 @@ static void clean_pages(pid_t pid, const struct remote_maps *maps,
   for (i = 0; i < maps->n; i++) {
     const struct remote_map *m = &maps->m[i];
     size_t n = (m->hi - m->lo) / PAGE;
-    if (!sheddable(m))
-      continue;
-    if (n > cap) {
-      uint64_t *p = realloc(pm, n * sizeof(*pm));
-      if (p == NULL)
-        continue;
-      pm = p, cap = n;
-    }
-    if (!remote_pagemap(pid, m->lo, m->hi, pm))
+    if (!sheddable(m) || !map_pagemap(pid, m, &pm, &cap))
       continue;
     for (k = 0; k < n; k++) {
       if ((pm[k] & (PM_PRESENT | PM_FILE)) != (PM_PRESENT | PM_FILE))
@@ -565,15 +565,7 @@ static size_t shed_pages(struct thread_state *t, struct remote_stop *s,
     int own = drop_self && m->inode == self->inode &&
               m->dev_major == self->dev_major &&
               m->dev_minor == self->dev_minor;
-    if (!sheddable(m))
-      continue;
-    if (n > cap) {
-      uint64_t *p = realloc(pm, n * sizeof(*pm));
-      if (p == NULL)
-        continue;
-      pm = p, cap = n;
-    }
-    if (!remote_pagemap(s->pid, m->lo, m->hi, pm))
+    if (!sheddable(m) || !map_pagemap(s->pid, m, &pm, &cap))
       continue;
     for (k = 0; k <= n && calls < SHED_CALLS_MAX; k++) {
       uintptr_t p = m->lo + k * PAGE;
@@ -631,7 +623,8 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   }
   if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0) {
     if (err == ESRCH)
-      fail(msg, len, ESRCH, "process %d exited while it was stopped", (int)pid);
+      remote_fail(msg, len, ESRCH, "process %d exited while it was stopped",
+                  (int)pid);
     goto out;
   }
   /* The C library's functions, where the target maps this one's (dlopen
@@ -639,14 +632,15 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   if (libc_in_target(pid, &maps, &lf, libc_why, sizeof(libc_why)) == 0)
     clean_pages(pid, &maps, &before);
   if ((i = pick_thread(&s)) < 0) {
-    err = fail(msg, len, EAGAIN,
-               "no thread was waiting in a system call (epoll_wait, poll, "
-               "a sleep, a read)");
+    err =
+        remote_fail(msg, len, EAGAIN,
+                    "no thread was waiting in a system call (epoll_wait, poll, "
+                    "a sleep, a read)");
     goto out;
   }
   if (!thread_pcs(&s, c)) {
-    err = fail(msg, len, ENOTSUP, "process %d has more than %d threads",
-               (int)pid, ATTACH_PCS_MAX);
+    err = remote_fail(msg, len, ENOTSUP, "process %d has more than %d threads",
+                      (int)pid, ATTACH_PCS_MAX);
     goto out;
   }
   if ((err = save_thread(&t, s.tid[i], &maps, need + 128, msg, len)) != 0)
@@ -656,17 +650,19 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   at_path = at_call + sizeof(*c);
   if (!target_object(pid, &maps, self)) {
     if (c->op != ATTACH_START) {
-      err = fail(msg, len, ENOENT,
-                 "memprof was never attached to process %d (memprof.so is "
-                 "not loaded there)",
-                 (int)pid);
+      err =
+          remote_fail(msg, len, ENOENT,
+                      "memprof was never attached to process %d (memprof.so is "
+                      "not loaded there)",
+                      (int)pid);
       goto out;
     }
     if (lf.dlopen == 0 &&
         (err = libc_in_target(pid, &maps, &lf, msg, len)) != 0)
       goto out;
     if (!write_mem(t.tid, at_path, so, solen)) {
-      err = fail(msg, len, EIO, "cannot write thread %d's stack", (int)t.tid);
+      err = remote_fail(msg, len, EIO, "cannot write thread %d's stack",
+                        (int)t.tid);
       goto out;
     }
     res->loaded = 1;
@@ -687,27 +683,30 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
       snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
       if ((n = readlink(link, exe, sizeof(exe) - 1)) > 0)
         exe[n] = '\0';
-      err = fail(msg, len, ENOTSUP,
-                 "check 'LuaJIT API' failed: process %d (%s) cannot load "
-                 "memprof.so (%s): memprof attaches to a process whose "
-                 "LuaJIT exports its Lua API to the modules it loads; it "
-                 "runs on untouched",
-                 (int)pid, exe, why[0] ? why : "dlopen failed");
+      err =
+          remote_fail(msg, len, ENOTSUP,
+                      "check 'LuaJIT API' failed: process %d (%s) cannot load "
+                      "memprof.so (%s): memprof attaches to a process whose "
+                      "LuaJIT exports its Lua API to the modules it loads; it "
+                      "runs on untouched",
+                      (int)pid, exe, why[0] ? why : "dlopen failed");
       goto out;
     }
     remote_maps_free(&maps);
     if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0)
       goto out;
     if (!target_object(pid, &maps, self)) {
-      err = fail(msg, len, ENOTSUP,
-                 "process %d holds another file loaded as %s (a memprof.so "
-                 "replaced since?), not this one",
-                 (int)pid, so);
+      err = remote_fail(
+          msg, len, ENOTSUP,
+          "process %d holds another file loaded as %s (a memprof.so "
+          "replaced since?), not this one",
+          (int)pid, so);
       goto out;
     }
   }
   if (!write_mem(t.tid, at_call, c, sizeof(*c))) {
-    err = fail(msg, len, EIO, "cannot write thread %d's stack", (int)t.tid);
+    err = remote_fail(msg, len, EIO, "cannot write thread %d's stack",
+                      (int)t.tid);
     goto out;
   }
   /* Stopping a profile waits for its writer thread. */
@@ -718,7 +717,8 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
     goto out;
   }
   if (!remote_read(t.tid, at_call, c, sizeof(*c)) || c->magic != ATTACH_MAGIC) {
-    err = fail(msg, len, EIO, "cannot read the answer of process %d", (int)pid);
+    err = remote_fail(msg, len, EIO, "cannot read the answer of process %d",
+                      (int)pid);
     goto out;
   }
   c->msg[sizeof(c->msg) - 1] = '\0';
@@ -726,14 +726,15 @@ static int one_stop(pid_t pid, const char *so, struct object *self,
   answered = 1;
   err = (int)(int32_t)ret;
   if (err != 0)
-    fail(msg, len, err, "%s", c->msg[0] ? c->msg : strerror(err));
+    remote_fail(msg, len, err, "%s", c->msg[0] ? c->msg : strerror(err));
 out:
   if (!restored && calls_ok)
     res->shed = shed_pages(&t, &s, lf.madvise, &before, self,
                            answered && c->attached == 0);
   free(before.page);
   if (!restored && !restore_thread(&t) && err == 0)
-    err = fail(msg, len, EIO, "cannot put back thread %d's state", (int)t.tid);
+    err = remote_fail(msg, len, EIO, "cannot put back thread %d's state",
+                      (int)t.tid);
   else if (restored) {
     free(t.xstate);
     free(t.mem);
@@ -760,20 +761,22 @@ static int run(pid_t pid, struct attach_call *c, struct result *res, char *msg,
   int err = EAGAIN;
   memset(res, 0, sizeof(*res));
   if (pid <= 0 || pid == (int)getpid())
-    return fail(msg, len, EINVAL,
-                pid <= 0 ? "no process %d" : "process %d is this one", pid);
+    return remote_fail(msg, len, EINVAL,
+                       pid <= 0 ? "no process %d" : "process %d is this one",
+                       pid);
   if (!dladdr((void *)memprof_attach_call, &info) || info.dli_fname == NULL ||
       realpath(info.dli_fname, so) == NULL ||
       !own_object((void *)memprof_attach_call, &self))
-    return fail(msg, len, ENOTSUP, "cannot find memprof.so's own path");
+    return remote_fail(msg, len, ENOTSUP, "cannot find memprof.so's own path");
   if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0)
     return err;
   if (c->op != ATTACH_START && !target_object(pid, &maps, &self)) {
     remote_maps_free(&maps);
-    return fail(msg, len, ENOENT,
-                "memprof was never attached to process %d (memprof.so is not "
-                "loaded there)",
-                (int)pid);
+    return remote_fail(
+        msg, len, ENOENT,
+        "memprof was never attached to process %d (memprof.so is not "
+        "loaded there)",
+        (int)pid);
   }
   remote_maps_free(&maps);
 #if defined(__x86_64__)
@@ -787,17 +790,19 @@ static int run(pid_t pid, struct attach_call *c, struct result *res, char *msg,
       snprintf(why, sizeof(why), "%s", msg);
   }
   if (err == EAGAIN)
-    return fail(msg, len, EAGAIN,
-                "process %d was never at a safe moment in %d stops (the last "
-                "time: %s); it runs on untouched",
-                (int)pid, res->tries, why);
+    return remote_fail(
+        msg, len, EAGAIN,
+        "process %d was never at a safe moment in %d stops (the last "
+        "time: %s); it runs on untouched",
+        (int)pid, res->tries, why);
   return err;
 #else
   (void)so;
   (void)why;
-  return fail(msg, len, ENOTSUP,
-              "memprof attach runs on x86_64 only for now (a call made by a "
-              "thread of the target is not written for this architecture)");
+  return remote_fail(
+      msg, len, ENOTSUP,
+      "memprof attach runs on x86_64 only for now (a call made by a "
+      "thread of the target is not written for this architecture)");
 #endif
 }
 

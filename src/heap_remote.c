@@ -872,20 +872,6 @@ static void child(const struct job *j, struct child_report *rep)
 
 /* ---- The parent -------------------------------------------------------- */
 
-static int write_all(int fd, const void *p, size_t n)
-{
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return 0;
-    c += w, n -= (size_t)w;
-  }
-  return 1;
-}
-
 static size_t read_all(int fd, void *p, size_t n)
 {
   char *c = p;
@@ -919,7 +905,7 @@ static int run_child(const struct job *j, struct heap_remote_result *res,
   if (c == 0) {
     close(fds[0]);
     child(j, rep);
-    _exit(write_all(fds[1], rep, sizeof(*rep)) ? 0 : 1);
+    _exit(remote_write_all(fds[1], rep, sizeof(*rep)) ? 0 : 1);
   }
   close(fds[1]);
   if (read_all(fds[0], rep, sizeof(*rep)) != sizeof(*rep))

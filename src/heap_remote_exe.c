@@ -22,7 +22,6 @@
 #include <link.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,18 +48,6 @@ struct exe_answer {
   struct heap_layout h;
   struct roots_layout rl;
 };
-
-static int fail(char *msg, size_t len, int err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *msg, size_t len, int err, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-  return err;
-}
 
 /* ---- The executable's dynamic symbols ---------------------------------- */
 
@@ -167,37 +154,38 @@ int heap_exe_has_api(pid_t pid, char *msg, size_t len)
     return 0;
   has = defines(&theirs, "lua_newstate");
   if (has && (so == NULL || !dynsyms_read(so, &ours))) {
-    fail(msg, len, 0, "cannot read memprof.so's own symbols (%s)",
-         so != NULL ? so : "its path unknown");
+    remote_fail(msg, len, 0, "cannot read memprof.so's own symbols (%s)",
+                so != NULL ? so : "its path unknown");
     has = -1;
   } else if (has) {
     for (i = 0; i < ours.n && has == 1; i++) {
       const char *name = sym_name(&ours, i);
       if (ours.sym[i].st_shndx == SHN_UNDEF && strncmp(name, "lua", 3) == 0 &&
           !defines(&theirs, name)) {
-        fail(msg, len, 0,
-             "check 'LuaJIT API' failed: the executable of process %d "
-             "exports no %s, which memprof.so needs to learn its layout",
-             (int)pid, name);
+        remote_fail(msg, len, 0,
+                    "check 'LuaJIT API' failed: the executable of process %d "
+                    "exports no %s, which memprof.so needs to learn its layout",
+                    (int)pid, name);
         has = -1;
       }
     }
     dynsyms_free(&ours);
     if (has == 1 && (strchr(so, ' ') != NULL || strchr(so, ':') != NULL)) {
-      fail(msg, len, 0,
-           "memprof.so's path (%s) has a space or a colon: it cannot be "
-           "preloaded into a helper process",
-           so);
+      remote_fail(msg, len, 0,
+                  "memprof.so's path (%s) has a space or a colon: it cannot be "
+                  "preloaded into a helper process",
+                  so);
       has = -1;
     }
     if (has == 1 &&
         (stat(exe, &st) != 0 || (st.st_mode & (S_ISUID | S_ISGID)) ||
          getxattr(exe, "security.capability", NULL, 0) >= 0)) {
-      fail(msg, len, 0,
-           "check 'helper process' failed: the executable of process %d "
-           "runs set-user-ID, set-group-ID or with file capabilities, so "
-           "memprof.so cannot be preloaded into a helper of it",
-           (int)pid);
+      remote_fail(
+          msg, len, 0,
+          "check 'helper process' failed: the executable of process %d "
+          "runs set-user-ID, set-group-ID or with file capabilities, so "
+          "memprof.so cannot be preloaded into a helper of it",
+          (int)pid);
       has = -1;
     }
   }
@@ -263,11 +251,11 @@ int heap_exe_learn(pid_t pid, struct heap_layout *h, struct roots_layout *rl,
   long long deadline;
   pid_t c;
   if (a == NULL)
-    return fail(msg, len, ENOMEM, "out of memory");
+    return remote_fail(msg, len, ENOMEM, "out of memory");
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
       (c = fork()) < 0) {
-    ret = fail(msg, len, errno, "cannot start a helper process: %s",
-               strerror(errno));
+    ret = remote_fail(msg, len, errno, "cannot start a helper process: %s",
+                      strerror(errno));
     close(out[0]), close(out[1]), close(err[0]), close(err[1]);
     free(a);
     return ret;
@@ -290,17 +278,18 @@ int heap_exe_learn(pid_t pid, struct heap_layout *h, struct roots_layout *rl,
   close(out[0]);
   close(err[0]);
   if (got != sizeof(*a) || a->magic != EXE_MAGIC || a->size != sizeof(*a)) {
-    ret = fail(msg, len, ENOTSUP,
-               "check 'layout helper' failed: a helper process of process "
-               "%d's executable with memprof.so preloaded gave no layout "
-               "(%s%s%s)",
-               (int)pid,
-               now_ms() >= deadline ? "no answer in 30 s"
-               : got > 0            ? "a cut answer"
-                                    : "it ended without answering",
-               errtext[0] ? ": " : "", errtext);
+    ret =
+        remote_fail(msg, len, ENOTSUP,
+                    "check 'layout helper' failed: a helper process of process "
+                    "%d's executable with memprof.so preloaded gave no layout "
+                    "(%s%s%s)",
+                    (int)pid,
+                    now_ms() >= deadline ? "no answer in 30 s"
+                    : got > 0            ? "a cut answer"
+                                         : "it ended without answering",
+                    errtext[0] ? ": " : "", errtext);
   } else if (a->err != 0) {
-    ret = fail(msg, len, a->err, "%s", a->msg);
+    ret = remote_fail(msg, len, a->err, "%s", a->msg);
   } else {
     *h = a->h;
     *rl = a->rl;
@@ -317,20 +306,6 @@ int heap_exe_learn(pid_t pid, struct heap_layout *h, struct roots_layout *rl,
 
 /* ---- Inside the helper ------------------------------------------------- */
 
-static int write_all(int fd, const void *p, size_t n)
-{
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return 0;
-    c += w, n -= (size_t)w;
-  }
-  return 1;
-}
-
 /* The file that holds this process's lua_newstate. */
 static int own_file(struct exe_file *f, char *msg, size_t len)
 {
@@ -338,7 +313,8 @@ static int own_file(struct exe_file *f, char *msg, size_t len)
   const struct remote_map *m;
   void *fn = dlsym(RTLD_DEFAULT, "lua_newstate");
   if (remote_maps_read(0, &maps) != 0)
-    return fail(msg, len, ENOTSUP, "the helper cannot read its mappings");
+    return remote_fail(msg, len, ENOTSUP,
+                       "the helper cannot read its mappings");
   m = fn != NULL ? remote_maps_find(&maps, (uintptr_t)fn) : NULL;
   f->inode = 0;
   if (m != NULL) {
@@ -347,9 +323,10 @@ static int own_file(struct exe_file *f, char *msg, size_t len)
   }
   remote_maps_free(&maps);
   if (f->inode == 0)
-    return fail(msg, len, ENOTSUP,
-                "check 'helper's LuaJIT' failed: its lua_newstate is in no "
-                "file it maps");
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'helper's LuaJIT' failed: its lua_newstate is in no "
+        "file it maps");
   return 0;
 }
 
@@ -372,16 +349,17 @@ static void answer(int fd)
   if (a->err == 0)
     T = luaL_newstate();
   if (a->err == 0 && T == NULL)
-    a->err = fail(a->msg, sizeof(a->msg), ENOTSUP,
-                  "check 'throw-away VM' failed: the helper's luaL_newstate "
-                  "made no VM");
+    a->err =
+        remote_fail(a->msg, sizeof(a->msg), ENOTSUP,
+                    "check 'throw-away VM' failed: the helper's luaL_newstate "
+                    "made no VM");
   else if (T != NULL) {
     a->err = ENOTSUP;
     snprintf(a->msg, sizeof(a->msg), "learning the layout raised an error");
     lua_cpcall(T, learn_in, a);
     lua_close(T);
   }
-  write_all(fd, a, sizeof(*a));
+  remote_write_all(fd, a, sizeof(*a));
   free(a);
 }
 

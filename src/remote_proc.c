@@ -7,6 +7,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,4 +287,27 @@ int remote_pagemap(pid_t pid, uintptr_t lo, uintptr_t hi, uint64_t *out)
   }
   close(fd);
   return got == n * sizeof(*out);
+}
+
+int remote_fail(char *msg, size_t len, int err, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, len, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+int remote_write_all(int fd, const void *p, size_t n)
+{
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return 0;
+    c += w, n -= (size_t)w;
+  }
+  return 1;
 }

@@ -54,4 +54,13 @@ void remote_explain_refusal(pid_t pid, int err, char *msg, size_t len);
 int remote_maps_read_target(pid_t pid, struct remote_maps *maps, char *msg,
                             size_t len);
 
+/* Formats a refusal into msg (len bytes) and returns err: the one form of
+** the messages of attach and heap PID. */
+int remote_fail(char *msg, size_t len, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Writes n bytes to fd (a pipe between memprof's processes), through
+** EINTR. Returns 1, or 0 when it could not. */
+int remote_write_all(int fd, const void *p, size_t n);
+
 #endif

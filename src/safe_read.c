@@ -330,3 +330,24 @@ int safe_read(uintptr_t addr, void *dst, size_t n)
   }
   return read_once(addr, dst, n);
 }
+
+uint64_t copy_u64(const uint8_t *b, size_t o)
+{
+  uint64_t v;
+  memcpy(&v, b + o, 8);
+  return v;
+}
+
+uint32_t copy_u32(const uint8_t *b, size_t o)
+{
+  uint32_t v;
+  memcpy(&v, b + o, 4);
+  return v;
+}
+
+uint16_t copy_u16(const uint8_t *b, size_t o)
+{
+  uint16_t v;
+  memcpy(&v, b + o, 2);
+  return v;
+}

@@ -45,4 +45,9 @@ unsigned long safe_read_calls(void);
 /* After fork(), in the child: safe_read's process id is the child's. */
 void safe_read_forget_pid(void);
 
+/* A number at byte o of a copy that safe_read made (any alignment). */
+uint64_t copy_u64(const uint8_t *b, size_t o);
+uint32_t copy_u32(const uint8_t *b, size_t o);
+uint16_t copy_u16(const uint8_t *b, size_t o);
+
 #endif

@@ -38,25 +38,11 @@ static void copy_window(uintptr_t addr, uint8_t *buf, size_t n)
       memset(buf + i, 0, 8);
 }
 
-static uint64_t get_u64(const uint8_t *b, size_t off)
-{
-  uint64_t v;
-  memcpy(&v, b + off, 8);
-  return v;
-}
-
-static uint32_t get_u32(const uint8_t *b, size_t off)
-{
-  uint32_t v;
-  memcpy(&v, b + off, 4);
-  return v;
-}
-
 /* A GCRef or MRef in a copy. */
 static uintptr_t get_ref(const struct vm_layout *lay, const uint8_t *b,
                          size_t off)
 {
-  return lay->gc64 ? (uintptr_t)get_u64(b, off) : (uintptr_t)get_u32(b, off);
+  return lay->gc64 ? (uintptr_t)copy_u64(b, off) : (uintptr_t)copy_u32(b, off);
 }
 
 static size_t round_up(size_t n, size_t to)
@@ -247,7 +233,7 @@ static int find_gc_total(struct calib *c, const uint8_t *gw, size_t after,
   size_t w = lay->gc64 ? 8 : 4, o;
   struct span s = SPAN(c, g_gctotal, round_up(after, w), 256 - w + 1, w);
   for (o = s.from; o < s.to; o += s.step)
-    if ((lay->gc64 ? get_u64(gw, o) : get_u32(gw, o)) == total) {
+    if ((lay->gc64 ? copy_u64(gw, o) : copy_u32(gw, o)) == total) {
       set16(&lay->g_gctotal, o);
       return 1;
     }
@@ -279,11 +265,11 @@ static int find_global(struct calib *c, lua_State *L, const uint8_t *w)
     copy_window(g, gw, sizeof(gw));
     for (a = sa.from; a < sa.to; a += sa.step) {
       size_t d;
-      if (get_u64(gw, a) != f)
+      if (copy_u64(gw, a) != f)
         continue;
       sd = SPAN(c, g_allocd, a + 8, 256, 8);
       for (d = sd.from; d < sd.to; d += sd.step)
-        if (get_u64(gw, d) == (uint64_t)(uintptr_t)ud) {
+        if (copy_u64(gw, d) == (uint64_t)(uintptr_t)ud) {
           set16(&lay->L_glref, o);
           set16(&lay->g_allocf, a);
           set16(&lay->g_allocd, d);
@@ -314,13 +300,13 @@ static int find_base_top(struct calib *c, lua_State *L)
   copy_window((uintptr_t)L, b, L_WINDOW);
   lua_pop(L, 4);
   for (t = st.from; t < st.to; t += st.step) {
-    if (get_u64(b, t) != get_u64(a, t) + TVALUE_SIZE)
+    if (copy_u64(b, t) != copy_u64(a, t) + TVALUE_SIZE)
       continue;
     sb = SPAN(c, L_base, 16, L_WINDOW - 7, 8);
     for (s = sb.from; s < sb.to; s += sb.step)
-      if (s != t && get_u64(a, s) != 0 &&
-          get_u64(a, s) + (uint64_t)TVALUE_SIZE * n == get_u64(a, t) &&
-          get_u64(b, s) == get_u64(a, s)) {
+      if (s != t && copy_u64(a, s) != 0 &&
+          copy_u64(a, s) + (uint64_t)TVALUE_SIZE * n == copy_u64(a, t) &&
+          copy_u64(b, s) == copy_u64(a, s)) {
         set16(&lay->L_top, t);
         set16(&lay->L_base, s);
         return 1;
@@ -338,8 +324,8 @@ static int stack_fits(const struct vm_layout *lay, const uint8_t *w, size_t s,
                       size_t m, size_t z, unsigned e, int fresh)
 {
   uintptr_t stack = get_ref(lay, w, s), max = get_ref(lay, w, m);
-  uintptr_t base = (uintptr_t)get_u64(w, lay->L_base);
-  uint32_t size = get_u32(w, z);
+  uintptr_t base = (uintptr_t)copy_u64(w, lay->L_base);
+  uint32_t size = copy_u32(w, z);
   if (stack == 0 || size <= e + 1 || size > (1u << 24))
     return 0;
   if (max != stack + (uintptr_t)TVALUE_SIZE * (size - 1 - e))
@@ -417,7 +403,7 @@ static int find_cframe(struct calib *c, lua_State *L)
   size_t o;
   copy_window((uintptr_t)L, w, L_WINDOW);
   for (o = s.from; o < s.to; o += s.step) {
-    uintptr_t cf = (uintptr_t)get_u64(w, o) & ~(uintptr_t)3;
+    uintptr_t cf = (uintptr_t)copy_u64(w, o) & ~(uintptr_t)3;
     uint64_t mask;
     if (cf <= low || cf - low > (1u << 20) || (cf & 7) != 0)
       continue;
@@ -783,13 +769,13 @@ static int find_vmstate(struct calib *c)
   int nfound = 0, i;
   size_t o;
   for (o = s.from; o < s.to && nfound < 31; o += s.step) {
-    int32_t cfn = (int32_t)get_u32(c->probes[0].g, o);
-    int32_t lua = (int32_t)get_u32(c->samples[c->places[0].sample].g, o);
-    int fits = known_numbering(lua, cfn, (int32_t)get_u32(gc->g, o));
+    int32_t cfn = (int32_t)copy_u32(c->probes[0].g, o);
+    int32_t lua = (int32_t)copy_u32(c->samples[c->places[0].sample].g, o);
+    int fits = known_numbering(lua, cfn, (int32_t)copy_u32(gc->g, o));
     for (i = 1; i < c->nprobes && fits; i++)
-      fits = (int32_t)get_u32(c->probes[i].g, o) == cfn;
+      fits = (int32_t)copy_u32(c->probes[i].g, o) == cfn;
     for (i = 1; i < c->nplaces && fits; i++)
-      fits = (int32_t)get_u32(c->samples[c->places[i].sample].g, o) == lua;
+      fits = (int32_t)copy_u32(c->samples[c->places[i].sample].g, o) == lua;
     if (fits)
       found[nfound++] = (uint16_t)o;
   }
@@ -1059,14 +1045,14 @@ static int first_trace_array(struct calib *c, const uint8_t *g, size_t window,
   struct span s = SPAN(c, g_trace, from, window - 16, 8);
   size_t o, z;
   for (o = s.from; o < s.to; o += s.step) {
-    uintptr_t arr = (uintptr_t)get_u64(g, o);
+    uintptr_t arr = (uintptr_t)copy_u64(g, o);
     struct span sz = SPAN(c, g_sizetrace, o + 8, o + 16, 4);
     uint32_t best = 0;
     size_t best_z = 0;
     if (arr == 0 || (arr & 7) != 0)
       continue;
     for (z = sz.from; z < sz.to && z + 4 <= window; z += sz.step) {
-      uint32_t size = get_u32(g, z);
+      uint32_t size = copy_u32(g, z);
       if (size >= 2 && size <= 65536 && size >= best &&
           trace_array_fits(c, arr, size)) {
         best = size;
@@ -1099,8 +1085,8 @@ static void *plant_trace_decoy(struct calib *c, uint8_t *g, size_t window,
     c->lay = keep;
     return NULL;
   }
-  arr = (uintptr_t)get_u64(g, c->lay.g_trace);
-  size = get_u32(g, c->lay.g_sizetrace);
+  arr = (uintptr_t)copy_u64(g, c->lay.g_trace);
+  size = copy_u32(g, c->lay.g_sizetrace);
   c->lay = keep;
   if (!safe_read(arr, decoy, (size_t)size * c->lay.ref_size)) {
     free(decoy);
@@ -1151,7 +1137,7 @@ void discover_parent(struct calib *c, uint32_t root)
   for (k = 0; k + 4 <= CALIB_J_WINDOW; k += 4) {
     int fits = 1, rooted = 0;
     for (i = 0; i < c->nexit_samples && fits; i++) {
-      uint32_t v = get_u32(c->exit_samples[i], k);
+      uint32_t v = copy_u32(c->exit_samples[i], k);
       fits = v > 0 && v < size;
       rooted = rooted || v == root;
     }

@@ -120,25 +120,6 @@ fail:
 
 /* ---- Searches ----------------------------------------------------------- */
 
-static uint64_t win_u64(const uint8_t *w, size_t o)
-{
-  uint64_t v;
-  memcpy(&v, w + o, 8);
-  return v;
-}
-static uint32_t win_u32(const uint8_t *w, size_t o)
-{
-  uint32_t v;
-  memcpy(&v, w + o, 4);
-  return v;
-}
-static uint16_t win_u16(const uint8_t *w, size_t o)
-{
-  uint16_t v;
-  memcpy(&v, w + o, 2);
-  return v;
-}
-
 /* The value trace tr must show at a field, for each kind of field. */
 enum tl_want { WANT_MCODE, WANT_SZMCODE, WANT_NSNAP, WANT_NK, WANT_SPADJUST };
 
@@ -182,9 +163,9 @@ static int find_field(const struct tlc *t, int w, size_t size, int hint)
       if (!want_value(tr, w, &v))
         continue;
       seen++;
-      got = size == 8   ? win_u64(tr->window, (size_t)o)
-            : size == 4 ? win_u32(tr->window, (size_t)o)
-                        : win_u16(tr->window, (size_t)o);
+      got = size == 8   ? copy_u64(tr->window, (size_t)o)
+            : size == 4 ? copy_u32(tr->window, (size_t)o)
+                        : copy_u16(tr->window, (size_t)o);
       fits = got == v;
     }
     if (!fits || seen == 0)
@@ -206,14 +187,14 @@ static int snap_layout_fits(const struct tlc *t, int snapo, int size, int ro,
   uint8_t buf[TLC_SNAPS * 16];
   for (i = 0; i < t->ntraces; i++) {
     const struct tlc_trace *tr = &t->traces[i];
-    uintptr_t p = (uintptr_t)win_u64(tr->window, (size_t)snapo);
+    uintptr_t p = (uintptr_t)copy_u64(tr->window, (size_t)snapo);
     if (tr->nsnap_read == 0)
       continue;
     if (p == 0 || !safe_read(p, buf, (size_t)tr->nsnap_read * (size_t)size))
       return 0;
     for (k = 0; k < tr->nsnap_read; k++) {
       const uint8_t *s = buf + k * size;
-      if (win_u16(s, (size_t)ro) != tr->snap[k].ref ||
+      if (copy_u16(s, (size_t)ro) != tr->snap[k].ref ||
           s[so] != tr->snap[k].nslots || s[no] != tr->snap[k].nent)
         return 0;
     }
@@ -234,8 +215,8 @@ static int map_fits(const struct tlc *t, int mapo, int mofs)
   int i, k, e;
   for (i = 0; i < t->ntraces; i++) {
     const struct tlc_trace *tr = &t->traces[i];
-    uintptr_t map = (uintptr_t)win_u64(tr->window, (size_t)mapo),
-              snap = (uintptr_t)win_u64(tr->window, tl->tr_snap);
+    uintptr_t map = (uintptr_t)copy_u64(tr->window, (size_t)mapo),
+              snap = (uintptr_t)copy_u64(tr->window, tl->tr_snap);
     for (k = 0; k < tr->nsnap_read; k++) {
       uint32_t ofs, got[TLC_ENTRIES];
       int n = tr->snap[k].nent < TLC_ENTRIES ? tr->snap[k].nent : TLC_ENTRIES;
@@ -259,7 +240,7 @@ static int mcofs_fits(const struct tlc *t, int o)
   int i, k, moved = 0;
   for (i = 0; i < t->ntraces; i++) {
     const struct tlc_trace *tr = &t->traces[i];
-    uintptr_t snap = (uintptr_t)win_u64(tr->window, tl->tr_snap);
+    uintptr_t snap = (uintptr_t)copy_u64(tr->window, tl->tr_snap);
     uint16_t prev = 0, v;
     for (k = 0; k < tr->nsnap_read; k++) {
       if (!vm_u16(1, snap + (uintptr_t)k * tl->snap_size + (uintptr_t)o, &v) ||
@@ -393,7 +374,7 @@ static int find_ir(struct tlc *t)
     int oo = o == 8 ? hint : (o == hint ? 8 : o), fits = 1, seen = 0;
     for (i = 0; i < t->ntraces && fits; i++) {
       const struct tlc_trace *tr = &t->traces[i];
-      uintptr_t ir = (uintptr_t)win_u64(tr->window, (size_t)oo);
+      uintptr_t ir = (uintptr_t)copy_u64(tr->window, (size_t)oo);
       for (k = 0; k < tr->nir && fits; k++) {
         uint16_t ot;
         fits =
@@ -444,7 +425,7 @@ int tlc_find_trace_fields(struct tlc *t)
   ** 64-bit word, else one entry: the loop's last snapshot has no frame). */
   for (i = 0; i < t->ntraces; i++) {
     struct tlc_trace *tr = &t->traces[i];
-    uintptr_t snap = (uintptr_t)win_u64(tr->window, tl->tr_snap);
+    uintptr_t snap = (uintptr_t)copy_u64(tr->window, tl->tr_snap);
     uint32_t ofs;
     last = tr->nsnap - 1;
     if (last < 0 || last >= TLC_SNAPS ||
@@ -459,8 +440,9 @@ int tlc_find_trace_fields(struct tlc *t)
       int fits = 1;
       for (i = 0; i < t->ntraces && fits; i++)
         fits =
-            win_u32(t->traces[i].window, (size_t)o) >= t->traces[i].maplen &&
-            win_u32(t->traces[i].window, (size_t)o) <= t->traces[i].maplen + 16;
+            copy_u32(t->traces[i].window, (size_t)o) >= t->traces[i].maplen &&
+            copy_u32(t->traces[i].window, (size_t)o) <=
+                t->traces[i].maplen + 16;
       if (fits && (o == hint || best < 0))
         best = o;
       if (fits && o == hint)
@@ -491,7 +473,7 @@ int tlc_find_stack_adjust(lua_State *L, struct tlc *t)
     int fits = 1;
     for (i = 0; i < t->nsps && fits; i++)
       fits = t->sps[i].adj < 65536 &&
-             win_u16(t->sps[i].window, (size_t)o) == t->sps[i].adj;
+             copy_u16(t->sps[i].window, (size_t)o) == t->sps[i].adj;
     if (fits && o == hint) {
       found = o;
       fits_at = 1;
@@ -529,8 +511,8 @@ void tlc_find_jit_base(struct tlc *t)
     uintptr_t now;
     for (i = 0; i < t->nsamples && fits; i++) {
       const struct tlc_sample *s = &t->samples[i];
-      uintptr_t v =
-          lay->gc64 ? (uintptr_t)win_u64(s->g, o) : (uintptr_t)win_u32(s->g, o);
+      uintptr_t v = lay->gc64 ? (uintptr_t)copy_u64(s->g, o)
+                              : (uintptr_t)copy_u32(s->g, o);
       fits = v > s->stack && v < s->limit && ((v - s->stack) & 7) == 0;
     }
     if (fits && vm_ref(lay, 1, t->c->g + o, &now) && now == 0) {

@@ -152,5 +152,29 @@ end]], C.ROOT, C.ROOT, n, pid, dir .. '/c.bin', vm, pid)))
   return tonumber(done or 0), tonumber(stops or 0), out ~= '' and out or nil
 end
 
+-- Resident kB of pid: all its mappings, anonymous, of files (nil when
+-- smaps_rollup cannot be read).
+function M.resident(pid)
+  local text = C.read_file('/proc/' .. pid .. '/smaps_rollup') or ''
+  local all = tonumber(text:match('\nRss:%s+(%d+)'))
+  local anon = tonumber(text:match('Anonymous:%s+(%d+)'))
+  return all, anon, all and anon and all - anon
+end
+
+-- M.resident of pid once its own memory has settled (a daemon whose cache
+-- is bounded stops growing within a second): two readings 0.3 s apart
+-- alike, or the last of 30.
+function M.settled(pid)
+  local last = { M.resident(pid) }
+  for _ = 1, 30 do
+    os.execute('sleep 0.3')
+    local now = { M.resident(pid) }
+    if now[1] == last[1] then
+      return (table.unpack or unpack)(now, 1, 3)
+    end
+    last = now
+  end
+  return (table.unpack or unpack)(last, 1, 3)
+end
 
 return M
