@@ -18,6 +18,8 @@
 ** is not J->trace), as a build whose memory happens to look so would.
 ** With MEMPROF_FAULT_CHUNKNAME set, the discovery of a prototype's fields
 ** looks for a chunk name one byte off: none fits (seen twice in CI).
+** With MEMPROF_FAULT_VMDEF_TEXT set, jit.vmdef's text is taken as not in
+** the generated shape: the module is run instead, as for any other text.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -63,6 +65,11 @@ static inline int fault_chunkname(void)
 {
   return getenv("MEMPROF_FAULT_CHUNKNAME") != NULL;
 }
+
+static inline int fault_vmdef_text(void)
+{
+  return getenv("MEMPROF_FAULT_VMDEF_TEXT") != NULL;
+}
 #else
 static inline int fault_in_source(const char *name, size_t len)
 {
@@ -97,6 +104,11 @@ static inline int fault_trace_decoy(void)
 }
 
 static inline int fault_chunkname(void)
+{
+  return 0;
+}
+
+static inline int fault_vmdef_text(void)
 {
   return 0;
 }
