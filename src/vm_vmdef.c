@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fault.h"
 #include "lauxlib.h"
@@ -125,16 +126,20 @@ static int from_text(char *buf, size_t len, const char *version,
   return d->ncalls > 0 && i < len && buf[i] == '}';
 }
 
-/* The file's text, at most VMDEF_MAX bytes (malloc'd), or NULL. */
+/* The file's text, at most VMDEF_MAX bytes (malloc'd to its size: a
+** buffer of VMDEF_MAX would be mapped afresh, pages faulted in), or NULL. */
 static char *read_text(const char *path, size_t *len)
 {
   FILE *f = fopen(path, "rb");
-  char *buf;
+  struct stat st;
+  char *buf = NULL;
   if (f == NULL)
     return NULL;
-  if ((buf = malloc(VMDEF_MAX + 1)) != NULL) {
-    *len = fread(buf, 1, VMDEF_MAX + 1, f);
-    if (ferror(f) || *len > VMDEF_MAX) {
+  if (fstat(fileno(f), &st) == 0 && st.st_size > 0 && st.st_size <= VMDEF_MAX &&
+      (buf = malloc((size_t)st.st_size + 1)) != NULL) {
+    /* (One byte more than its size: a file that grew is refused.) */
+    *len = fread(buf, 1, (size_t)st.st_size + 1, f);
+    if (ferror(f) || *len != (size_t)st.st_size) {
       free(buf);
       buf = NULL;
     }
