@@ -30,17 +30,18 @@ local M = {}
 
 -- Sources of memprof.so whose functions are not on the hot path: the
 -- calibration (vm_layout.c, vm_discover.c, vm_dump.c, vm_learn.c,
--- vm_trace_*.c) runs at the first start in a process (and a check of the
+-- vm_trace_*.c, vm_vmdef.c) runs at the first start in a process (and a check of the
 -- layout at each start), the binding (binding.c) at start and stop.
 local HOT_PATH_EXCLUDED = {
   ['vm_layout.c'] = true, ['vm_discover.c'] = true, ['vm_learn.c'] = true,
   ['vm_trace_calib.c'] = true, ['vm_trace_search.c'] = true,
   ['vm_trace_frames.c'] = true, ['vm_dump.c'] = true, ['binding.c'] = true,
+  ['vm_vmdef.c'] = true,
 }
 local CALIBRATION = { ['vm_layout.c'] = true, ['vm_discover.c'] = true,
   ['vm_learn.c'] = true, ['vm_trace_calib.c'] = true,
   ['vm_trace_search.c'] = true, ['vm_trace_frames.c'] = true,
-  ['vm_dump.c'] = true }
+  ['vm_dump.c'] = true, ['vm_vmdef.c'] = true }
 
 -- Instructions of calibration sources in a measured run above which it
 -- is noted (they are left out either way).

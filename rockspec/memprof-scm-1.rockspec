@@ -37,7 +37,7 @@ build = {
         "src/vm_discover.c", "src/vm_dump.c",
         "src/vm_layout.c", "src/vm_learn.c", "src/vm_trace_calib.c",
         "src/vm_trace_frames.c", "src/vm_trace_search.c",
-        "src/writer.c",
+        "src/vm_vmdef.c", "src/writer.c",
       },
       libraries = { "dl", "pthread", "m" },
     },

@@ -43,4 +43,9 @@ int fault_chunkname(void)
 {
   return getenv("MEMPROF_FAULT_CHUNKNAME") != NULL;
 }
+
+int fault_vmdef_text(void)
+{
+  return getenv("MEMPROF_FAULT_VMDEF_TEXT") != NULL;
+}
 #endif

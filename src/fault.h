@@ -18,6 +18,8 @@
 ** is not J->trace), as a build whose memory happens to look so would.
 ** With MEMPROF_FAULT_CHUNKNAME set, the discovery of a prototype's fields
 ** looks for a chunk name one byte off: none fits (seen twice in CI).
+** With MEMPROF_FAULT_VMDEF_TEXT set, jit.vmdef's text is taken as not in
+** the generated shape: the module is run instead, as for any other text.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -33,6 +35,7 @@ int fault_remote_crash(void);
 int fault_attach_crash(void);
 int fault_trace_decoy(void);
 int fault_chunkname(void);
+int fault_vmdef_text(void);
 #else
 /* No fault in a build for use: each test folds away. */
 #define fault_in_source(name, len) ((void)(name), (void)(len), 0)
@@ -42,6 +45,7 @@ int fault_chunkname(void);
 #define fault_attach_crash() 0
 #define fault_trace_decoy() 0
 #define fault_chunkname() 0
+#define fault_vmdef_text() 0
 #endif
 
 #endif

@@ -80,6 +80,25 @@ static int builtin_at(lua_State *L, const struct vm_layout *lay, int idx,
          vm_u8(1, fn + lay->fn_ffid, ffid) && *ffid > FFID_C;
 }
 
+/* "lib.key" (or "key" for lib ""), cut to size as snprintf would: the
+** names of some 200 functions, where snprintf cost half the naming. */
+static void join_name(char *out, size_t size, const char *lib, const char *key)
+{
+  size_t n = 0, k;
+  if (lib[0] != '\0') {
+    k = strlen(lib);
+    n = k < size - 1 ? k : size - 1;
+    memcpy(out, lib, n);
+    if (n < size - 1)
+      out[n++] = '.';
+  }
+  k = strlen(key);
+  if (k > size - 1 - n)
+    k = size - 1 - n;
+  memcpy(out + n, key, k);
+  out[n + k] = '\0';
+}
+
 /* Names the built-ins of the library table on top ("string.rep"), and
 ** its plain C functions. */
 static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
@@ -92,10 +111,7 @@ static void name_builtins_in(lua_State *L, const struct vm_layout *lay,
   lua_pushnil(L);
   while (lua_next(L, -2)) {
     if (lua_type(L, -2) == LUA_TSTRING) {
-      if (lib[0] == '\0')
-        snprintf(name, sizeof(name), "%s", lua_tostring(L, -2));
-      else
-        snprintf(name, sizeof(name), "%s.%s", lib, lua_tostring(L, -2));
+      join_name(name, sizeof(name), lib, lua_tostring(L, -2));
       if (builtin_at(L, lay, -1, &ffid))
         name_builtin(ffid, name);
       else

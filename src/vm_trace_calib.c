@@ -798,7 +798,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
     goto done;
   tl->base_ok = t->based;
   check_exits(L, t);
-  t->vmdef = tlc_load_vmdef(L) ? lua_gettop(L) : 0;
+  vm_vmdef_load(L, &t->vmdef);
   tlc_find_store_after_return(L, t, ju);
   tlc_find_builtin_frames(L, t, ju);
   tlc_find_format_frame(L, t);
@@ -807,6 +807,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);
+  vm_vmdef_free(&t->vmdef);
   free(t);
   if (tl->why[0] != '\0')
     tl->ok = 0;

@@ -14,6 +14,7 @@
 #include "lua.h"
 #include "trace_lines.h"
 #include "vm_calib.h"
+#include "vm_vmdef.h"
 
 #define TLC_TRACES 12
 #define TLC_SNAPS 48
@@ -101,12 +102,12 @@ struct tlc {
   void *orig_ud;
   enum tlc_check check;
   int nsamples, nresults, dropped;
-  int want_results;   /* Results this run resolves, at most TLC_RESULTS. */
-  int want_bases;     /* ... with the frames below their trace (judged in the
-                      ** known chunk's run alone). */
-  int nmemo;          /* Emptied by each run. */
-  int vmdef;          /* The stack index of jit.vmdef, or 0. */
-  int compile_rounds; /* TLC_COMPILE_ROUNDS, or TLC_EARLY_... */
+  int want_results;      /* Results this run resolves, at most TLC_RESULTS. */
+  int want_bases;        /* ... with the frames below their trace (judged in the
+                         ** known chunk's run alone). */
+  int nmemo;             /* Emptied by each run. */
+  struct vm_vmdef vmdef; /* Its names (buf NULL: none). */
+  int compile_rounds;    /* TLC_COMPILE_ROUNDS, or TLC_EARLY_... */
   int resolve_rounds;
   uintptr_t stack_end; /* In the calibration's own C frame. */
   uintptr_t g_end;     /* GG_State reads whole from g up to here. */
@@ -145,7 +146,6 @@ int tlc_find_stack_adjust(lua_State *L, struct tlc *t);
 int tlc_find_header_op(lua_State *L, struct tlc *t, int ju);
 
 /* The refinements of a place (vm_trace_frames.c). */
-int tlc_load_vmdef(lua_State *L);
 void tlc_find_store_after_return(lua_State *L, struct tlc *t, int ju);
 void tlc_find_builtin_frames(lua_State *L, struct tlc *t, int ju);
 void tlc_find_format_frame(lua_State *L, struct tlc *t);

@@ -102,86 +102,6 @@ void tlc_find_store_after_return(lua_State *L, struct tlc *t, int ju)
 
 /* ---- table.concat's frame ---------------------------------------------- */
 
-/* jit.vmdef (the build's names of IR ops and IR calls), loaded from
-** package.path as require would find it, without registering it. Leaves
-** it on the stack, or returns 0 with the stack as it was. */
-int tlc_load_vmdef(lua_State *L)
-{
-  int top = lua_gettop(L);
-  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-  if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, "package");
-    if (lua_istable(L, -1)) {
-      lua_getfield(L, -1, "searchpath");
-      lua_pushstring(L, "jit.vmdef");
-      lua_getfield(L, -3, "path");
-      if (lua_isfunction(L, -3) && lua_isstring(L, -1) &&
-          lua_pcall(L, 2, 1, 0) == 0 && lua_isstring(L, -1) &&
-          luaL_loadfile(L, lua_tostring(L, -1)) == 0 &&
-          lua_pcall(L, 0, 1, 0) == 0 && lua_istable(L, -1)) {
-        lua_replace(L, top + 1);
-        lua_settop(L, top + 1);
-        return 1;
-      }
-    }
-  }
-  lua_settop(L, top);
-  return 0;
-}
-
-/* Pushes jit.vmdef, loaded once by the calibration (t->vmdef: its index,
-** 0 if it could not be). */
-static int push_vmdef(lua_State *L, const struct tlc *t)
-{
-  if (t->vmdef == 0)
-    return 0;
-  lua_pushvalue(L, t->vmdef);
-  return 1;
-}
-
-/* The number of `name` in the list of names vmdef[field] (6 characters a
-** name: irnames, bcnames), or -1. */
-static int vmdef_number(lua_State *L, int vmdef, const char *field,
-                        const char *name)
-{
-  const char *names;
-  size_t len, n = strlen(name), i;
-  int op = -1;
-  lua_getfield(L, vmdef, field);
-  names = lua_tolstring(L, -1, &len);
-  for (i = 0; names != NULL && i + 6 <= len && op < 0; i += 6)
-    if (memcmp(names + i, name, n) == 0 &&
-        (n == 6 || strspn(names + i + n, " ") >= 6 - n))
-      op = (int)(i / 6);
-  lua_pop(L, 1);
-  return op < 256 ? op : -1;
-}
-
-/* The number of IR op `name` in vmdef.irnames, or -1. */
-static int vmdef_op(lua_State *L, int vmdef, const char *name)
-{
-  return vmdef_number(L, vmdef, "irnames", name);
-}
-
-/* The id of IR call `name` in vmdef.ircall (0-based), or -1. */
-static int vmdef_call(lua_State *L, int vmdef, const char *name)
-{
-  int id, found = -1;
-  lua_getfield(L, vmdef, "ircall");
-  for (id = 0; id < 1024 && lua_istable(L, -1); id++) {
-    const char *s;
-    lua_rawgeti(L, -1, id);
-    s = lua_tostring(L, -1);
-    lua_pop(L, 1);
-    if (s == NULL)
-      break;
-    if (strcmp(s, name) == 0)
-      found = id;
-  }
-  lua_pop(L, 1);
-  return found;
-}
-
 /* jit.util.traceir(n, ref): op, op1, op2 (refs unbiased). */
 static int ju_ir(lua_State *L, int ju, uint32_t n, int ref, int *o, int *op1,
                  int *op2)
@@ -350,20 +270,19 @@ void tlc_find_builtin_frames(lua_State *L, struct tlc *t, int ju)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
-  int top = lua_gettop(L), vmdef, fn, ops[4], tostr_id, puttab_id, i, shaped;
+  int top = lua_gettop(L), fn, ops[4], tostr_id, puttab_id, i, shaped;
   int chunk;
   uint32_t n, size;
   uintptr_t pt;
   uint8_t ffid;
-  if (!push_vmdef(L, t))
+  if (t->vmdef.buf == NULL)
     return;
-  vmdef = lua_gettop(L);
-  ops[0] = vmdef_op(L, vmdef, "BUFHDR");
-  ops[1] = vmdef_op(L, vmdef, "BUFSTR");
-  ops[2] = vmdef_op(L, vmdef, "CALLL");
-  ops[3] = vmdef_op(L, vmdef, "CARG");
-  tostr_id = vmdef_call(L, vmdef, "lj_buf_tostr");
-  puttab_id = vmdef_call(L, vmdef, "lj_buf_puttab");
+  ops[0] = vm_vmdef_ir(&t->vmdef, "BUFHDR");
+  ops[1] = vm_vmdef_ir(&t->vmdef, "BUFSTR");
+  ops[2] = vm_vmdef_ir(&t->vmdef, "CALLL");
+  ops[3] = vm_vmdef_ir(&t->vmdef, "CARG");
+  tostr_id = vm_vmdef_call(&t->vmdef, "lj_buf_tostr");
+  puttab_id = vm_vmdef_call(&t->vmdef, "lj_buf_puttab");
   for (i = 0; i < 4; i++)
     if (ops[i] < 0)
       goto done;
@@ -458,18 +377,17 @@ void tlc_find_format_frame(lua_State *L, struct tlc *t)
       "lj_strfmt_putfstr",     "lj_strfmt_putfchar",     "lj_strfmt_putquoted"};
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
-  int top = lua_gettop(L), vmdef, fn, i, bufput, chunk;
+  int top = lua_gettop(L), fn, i, bufput, chunk;
   uintptr_t pt;
   uint8_t ffid;
-  if (!tl->concat_ok || !push_vmdef(L, t))
+  if (!tl->concat_ok || t->vmdef.buf == NULL)
     return;
-  vmdef = lua_gettop(L);
-  bufput = vmdef_op(L, vmdef, "BUFPUT");
+  bufput = vm_vmdef_ir(&t->vmdef, "BUFPUT");
   if (bufput < 0)
     goto done;
   tl->ir_bufput = (uint8_t)bufput;
   for (i = 0; i < TL_FORMAT_IDS; i++) {
-    int id = vmdef_call(L, vmdef, helpers[i]);
+    int id = vm_vmdef_call(&t->vmdef, helpers[i]);
     if (id < 0)
       goto done;
     tl->format_ids[i] = (uint16_t)id;
@@ -510,12 +428,6 @@ done:
 
 /* ---- An event after an inlined call returned ---------------------------- */
 
-/* The number of bytecode op `name` in vmdef.bcnames, or -1. */
-static int vmdef_bc(lua_State *L, int vmdef, const char *name)
-{
-  return vmdef_number(L, vmdef, "bcnames", name);
-}
-
 /* The kinds of the bytecode ops walked (trace_lines.h, TL_BC_*), by their
 ** names in jit.vmdef: those that run straight on without calling, those
 ** that run straight on but may call (a helper, a built-in, a metamethod),
@@ -531,12 +443,12 @@ static const char *const call_ops[] = {"CALL", "CALLM"};
 static const char *const tail_ops[] = {"CALLT", "CALLMT"};
 static const char *const return_ops[] = {"RET", "RET0", "RET1", "RETM"};
 
-static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
+static int set_kinds(const struct vm_vmdef *vmdef, struct vm_trace_layout *tl,
                      const char *const *names, size_t n, uint8_t kind)
 {
   size_t i;
   for (i = 0; i < n; i++) {
-    int op = vmdef_bc(L, vmdef, names[i]);
+    int op = vm_vmdef_bc(vmdef, names[i]);
     if (op < 0 || tl->bc_kind[op] != TL_BC_STOP)
       return 0;
     tl->bc_kind[op] = kind;
@@ -551,37 +463,37 @@ static int set_kinds(lua_State *L, int vmdef, struct vm_trace_layout *tl,
 void tlc_find_after_return(lua_State *L, struct tlc *t)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
-  int top = lua_gettop(L), vmdef, prof, loop, newref;
+  const struct vm_vmdef *vmdef = &t->vmdef;
+  int top = lua_gettop(L), prof, loop, newref;
   memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
   tl->ir_loop = tl->ir_newref = 0xff;
-  if (tl->bc_mov == 0 || !push_vmdef(L, t))
+  if (tl->bc_mov == 0 || t->vmdef.buf == NULL)
     return;
-  vmdef = lua_gettop(L);
-  if (vmdef_bc(L, vmdef, "FUNCF") != tl->bc_funcf ||
-      vmdef_bc(L, vmdef, "MOV") != tl->bc_mov ||
-      vmdef_bc(L, vmdef, "TSETV") != tl->bc_tsetv ||
-      vmdef_bc(L, vmdef, "TSETS") != tl->bc_tsets ||
-      vmdef_bc(L, vmdef, "TSETB") != tl->bc_tsetb ||
-      vmdef_bc(L, vmdef, "RET0") != tl->bc_ret0 ||
-      vmdef_bc(L, vmdef, "RET1") != tl->bc_ret1 ||
-      vmdef_bc(L, vmdef, "RET") != tl->bc_ret)
+  if (vm_vmdef_bc(vmdef, "FUNCF") != tl->bc_funcf ||
+      vm_vmdef_bc(vmdef, "MOV") != tl->bc_mov ||
+      vm_vmdef_bc(vmdef, "TSETV") != tl->bc_tsetv ||
+      vm_vmdef_bc(vmdef, "TSETS") != tl->bc_tsets ||
+      vm_vmdef_bc(vmdef, "TSETB") != tl->bc_tsetb ||
+      vm_vmdef_bc(vmdef, "RET0") != tl->bc_ret0 ||
+      vm_vmdef_bc(vmdef, "RET1") != tl->bc_ret1 ||
+      vm_vmdef_bc(vmdef, "RET") != tl->bc_ret)
     goto done;
-  prof = vmdef_op(L, vmdef, "PROF");
-  if (!set_kinds(L, vmdef, tl, quiet_ops,
+  prof = vm_vmdef_ir(&t->vmdef, "PROF");
+  if (!set_kinds(&t->vmdef, tl, quiet_ops,
                  sizeof(quiet_ops) / sizeof(quiet_ops[0]), TL_BC_QUIET) ||
-      !set_kinds(L, vmdef, tl, effect_ops,
+      !set_kinds(&t->vmdef, tl, effect_ops,
                  sizeof(effect_ops) / sizeof(effect_ops[0]), TL_BC_EFFECT) ||
-      !set_kinds(L, vmdef, tl, call_ops, sizeof(call_ops) / sizeof(call_ops[0]),
-                 TL_BC_CALL) ||
-      !set_kinds(L, vmdef, tl, tail_ops, sizeof(tail_ops) / sizeof(tail_ops[0]),
-                 TL_BC_TAILCALL) ||
-      !set_kinds(L, vmdef, tl, return_ops,
+      !set_kinds(&t->vmdef, tl, call_ops,
+                 sizeof(call_ops) / sizeof(call_ops[0]), TL_BC_CALL) ||
+      !set_kinds(&t->vmdef, tl, tail_ops,
+                 sizeof(tail_ops) / sizeof(tail_ops[0]), TL_BC_TAILCALL) ||
+      !set_kinds(&t->vmdef, tl, return_ops,
                  sizeof(return_ops) / sizeof(return_ops[0]), TL_BC_RETURN))
     goto done;
   /* (Without PROF no trace has per-line snapshots: 0xff is no op.) */
   tl->ir_prof = prof < 0 ? 0xff : (uint8_t)prof;
-  loop = vmdef_op(L, vmdef, "LOOP");
-  newref = vmdef_op(L, vmdef, "NEWREF");
+  loop = vm_vmdef_ir(&t->vmdef, "LOOP");
+  newref = vm_vmdef_ir(&t->vmdef, "NEWREF");
   tl->ir_loop = loop < 0 || newref < 0 ? 0xff : (uint8_t)loop;
   tl->ir_newref = loop < 0 || newref < 0 ? 0xff : (uint8_t)newref;
   tl->after_ok = 1;
@@ -594,10 +506,10 @@ done:
 /* ---- trace_lines 'walk' ------------------------------------------------- */
 
 /* The helper of IR call `name`: its address (jit.util.ircalladdr), or 0. */
-static uintptr_t ircall_address(lua_State *L, int ju, int vmdef,
-                                const char *name)
+static uintptr_t ircall_address(lua_State *L, int ju,
+                                const struct vm_vmdef *vmdef, const char *name)
 {
-  int id = vmdef_call(L, vmdef, name);
+  int id = vm_vmdef_call(vmdef, name);
   uintptr_t a = 0;
   if (id < 0)
     return 0;
@@ -623,16 +535,16 @@ void tlc_find_walk(lua_State *L, struct tlc *t, int ju)
   static const char *const branches[] = {
       "ISLT",  "ISGE",  "ISLE",  "ISGT",  "ISEQV", "ISNEV", "ISEQS", "ISNES",
       "ISEQN", "ISNEN", "ISEQP", "ISNEP", "ISTC",  "ISFC",  "IST",   "ISF"};
-  int top = lua_gettop(L), vmdef, op[7], i, first;
-  if (!tl->after_ok || !tl->newkey_ok || !push_vmdef(L, t))
+  int top = lua_gettop(L), op[7], i, first;
+  const struct vm_vmdef *vmdef = &t->vmdef;
+  if (!tl->after_ok || !tl->newkey_ok || t->vmdef.buf == NULL)
     return;
-  vmdef = lua_gettop(L);
   for (i = 0; i < 7; i++)
-    if ((op[i] = vmdef_bc(L, vmdef, names[i])) < 0)
+    if ((op[i] = vm_vmdef_bc(vmdef, names[i])) < 0)
       goto done;
-  first = vmdef_bc(L, vmdef, branches[0]);
+  first = vm_vmdef_bc(vmdef, branches[0]);
   for (i = 0; i < 16; i++)
-    if (first < 0 || vmdef_bc(L, vmdef, branches[i]) != first + i)
+    if (first < 0 || vm_vmdef_bc(vmdef, branches[i]) != first + i)
       goto done;
   tl->bc_islt = (uint8_t)first;
   tl->bc_isf = (uint8_t)(first + 15);

@@ -210,3 +210,30 @@ print(require('memprof').info().error)
       place:gsub('N', '1') .. '; ' .. place:gsub('N', '2') .. '%)\n$', out)
   end)
 end)
+
+-- jit.vmdef's names are read from the module's text when it has the shape
+-- LuaJIT's build generates, else by running the module: both give the
+-- same numbers, which every refinement checks against jit.util (a wrong
+-- number there turns a refinement off, and the two would differ).
+describe("jit.vmdef's names", function()
+  local function refinements(env)
+    local out, code = h.run_script(string.format([[
+package.cpath = %q .. ';' .. package.cpath
+package.path = %q
+local t = require('memprof').info({ trace_lines = true }).trace_lines
+print('refined', t.resume, t.stores_after_calls, t.builtin_frames,
+  t.format_frames, t.after_returns, t.walk, t.why)
+]], FAULTS, package.path), env)
+    assert.equal(0, code, out)
+    return out
+  end
+
+  it('read from the text are those of the module run', function()
+    local text = refinements('')
+    local t = require('memprof').info({ trace_lines = true }).trace_lines
+    if t.resume and t.stacks then
+      assert.matches('^refined\ttrue\ttrue\ttrue\t', text)
+    end
+    assert.equal(text, refinements('MEMPROF_FAULT_VMDEF_TEXT=1'))
+  end)
+end)
