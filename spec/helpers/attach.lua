@@ -112,8 +112,10 @@ M.ARENA_PLUGIN = C.ROOT .. '/build/arena_plugin.so'
 -- VM of ARENA_PLUGIN); returns its process id and the --vm number (VMs are
 -- numbered by their main thread's address) of its VM 1 and VM 2.
 function M.two_vms(dir, closed)
+  -- It lives 300 s (teardown ends it): 50 attach cycles took over a
+  -- minute on a loaded machine, and the default 60 s ended it mid-spec.
   local pid = start(dir, M.TWO_VM_HOST .. ' ' .. dir ..
-    (closed and ' ' .. M.ARENA_PLUGIN or ''))
+    (closed and ' ' .. M.ARENA_PLUGIN or ''), nil, 300)
   local one = tonumber(C.read_file(dir .. '/vm1'))
   local two = tonumber(C.read_file(dir .. '/vm2'))
   return pid, one < two and 1 or 2, two < one and 1 or 2
