@@ -679,6 +679,9 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl,
   lua_setfield(L, -2, "builtin_frames");
   lua_pushboolean(L, tl->ok && tl->concat_ok && tl->format_ok);
   lua_setfield(L, -2, "format_frames");
+  lua_pushboolean(L, tl->ok && tl->concat_ok && tl->format_ok &&
+                         tl->format_put_ok);
+  lua_setfield(L, -2, "format_puts");
   lua_pushboolean(L, tl->ok && tl->after_ok);
   lua_setfield(L, -2, "after_returns");
   if (!tl->ok) {

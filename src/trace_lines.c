@@ -515,6 +515,37 @@ VM_INLINE int tl_count_op(int safe, uintptr_t ir, uint32_t from, uint32_t to,
   return n;
 }
 
+/* The copies' sources of snapshot sn, in a loop's copied body (LOOP at
+** `loop`), whose PC words are w1 and (sn + 1's) w2: the last snapshot j of
+** the first pass with sn's PC that a later one j2 with sn + 1's PC
+** follows, and their refs. Returns 1 if found. */
+VM_INLINE int tl_loop_source(const struct vm_layout *lay, int safe, uintptr_t T,
+                             uintptr_t snap, uint32_t sn, uint32_t loop,
+                             uint64_t w1, uint64_t w2, uint32_t *j_out,
+                             uint32_t *j2_out, uint16_t *ref_j, uint16_t *ref)
+{
+  uint64_t w = 0;
+  uint32_t j, j2;
+  for (j = sn; j-- > 0;) {
+    if (!tl_snap_key(lay, safe, T, snap, j, ref_j, &w))
+      return 0;
+    if (*ref_j >= loop || w != w1)
+      continue;
+    for (j2 = j + 1; j2 < sn; j2++) {
+      if (!tl_snap_key(lay, safe, T, snap, j2, ref, &w))
+        return 0;
+      if (*ref >= loop || w == w2)
+        break;
+    }
+    if (j2 < sn && *ref < loop && w == w2) {
+      *j_out = j;
+      *j2_out = j2;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /*
 ** A new key stored in the copied body of a loop (after IR LOOP): LuaJIT's
 ** loop optimisation drops a copied snapshot that no guard follows, the
@@ -553,27 +584,9 @@ VM_INLINE int tl_loop_newkey(const struct vm_layout *lay, int safe, uintptr_t T,
       break;
   }
   if (loop == TL_REF_BIAS ||
-      tl_count_op(safe, ir, from, to, tl->ir_newref, &at) != 1)
-    return 0;
-  /* The copies' sources: the last snapshot of the first pass with sn's PC
-  ** that a later one with sn + 1's PC follows. */
-  for (j = (uint32_t)sn; j-- > 0;) {
-    if (!tl_snap_key(lay, safe, T, snap, j, &ref_j, &w))
-      return 0;
-    if (ref_j >= loop || w != w1)
-      continue;
-    for (j2 = j + 1; j2 < (uint32_t)sn; j2++) {
-      if (!tl_snap_key(lay, safe, T, snap, j2, &ref, &w))
-        return 0;
-      if (ref >= loop)
-        break;
-      if (w == w2)
-        break;
-    }
-    if (j2 < (uint32_t)sn && ref < loop && w == w2)
-      break;
-  }
-  if (j == (uint32_t)-1 ||
+      tl_count_op(safe, ir, from, to, tl->ir_newref, &at) != 1 ||
+      !tl_loop_source(lay, safe, T, snap, (uint32_t)sn, loop, w1, w2, &j, &j2,
+                      &ref_j, &ref) ||
       tl_count_op(safe, ir, ref_j, ref, tl->ir_newref, &r) != 1)
     return 0;
   /* The first pass's snapshot of that NEWREF: the last at or before it. */
@@ -645,6 +658,109 @@ VM_INLINE int tl_format_string(const struct vm_trace_layout *tl, int safe,
          o == tl->ir_bufhdr && op2 == tl->bufhdr_reset;
 }
 
+/* Whether the BUFSTR at `ref` reads a chain of BUFPUTs only (an integer's
+** `%d`, a plain `%s`, or a concatenation: the same IR) from `last` down to
+** the freshly reset buffer `hdr`; their number in *nputs. */
+VM_INLINE int tl_put_chain(const struct vm_trace_layout *tl, int safe,
+                           uintptr_t ir, uint32_t ref, uint16_t last,
+                           uint16_t hdr, uint32_t *nputs)
+{
+  uint16_t x = last, op1, op2;
+  uint8_t o;
+  uint32_t k;
+  if (hdr < TL_REF_BIAS || hdr >= ref)
+    return 0;
+  for (k = 0; k < 64 && x != hdr; k++) {
+    if (x <= hdr || x >= ref || !ir_ins(safe, ir, x, &o, &op1, &op2) ||
+        o != tl->ir_bufput)
+      return 0;
+    x = op1;
+  }
+  *nputs = k;
+  return x == hdr && k > 0 && ir_ins(safe, ir, hdr, &o, &op1, &op2) &&
+         o == tl->ir_bufhdr && op2 == tl->bufhdr_reset;
+}
+
+/* Whether the instruction right before the buffer header `hdr`, in the
+** same snapshot region (which begins at `from`), is the guard a call of
+** string.format emits on its callee (IR EQ with the constant of a
+** function whose fast function id is string.format's), which the recorder
+** emits just before the built-in's own IR: a comparison's EQ is followed
+** by a new snapshot. */
+VM_INLINE int tl_format_guard(const struct vm_layout *lay, int safe,
+                              uintptr_t ir, uint32_t from, uint32_t hdr)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t at, fn;
+  uint16_t op1, op2, k;
+  uint8_t o, ffid;
+  if (hdr < from + 1 || !ir_ins(safe, ir, hdr - 1, &o, &op1, &k) ||
+      o != tl->ir_eq || k >= TL_REF_BIAS || k < 2 ||
+      !ir_ins(safe, ir, k, &o, &op1, &op2) || o != tl->ir_kgc)
+    return 0;
+  at = ir + TL_IRINS_SIZE * (uintptr_t)k;
+  if (lay->gc64) {
+    uint64_t v;
+    if (!vm_u64(safe, at + TL_IRINS_SIZE, &v))
+      return 0;
+    fn = (uintptr_t)v;
+  } else {
+    uint32_t v;
+    if (!vm_u32(safe, at, &v))
+      return 0;
+    fn = (uintptr_t)v;
+  }
+  return vm_is_gc(lay, safe, fn, GCT_FUNC) &&
+         vm_u8(safe, fn + lay->fn_ffid, &ffid) && ffid == tl->format_ffid;
+}
+
+/*
+** string.format's string made of puts alone (dual-number builds put an
+** integer's `%d` as a concatenation puts it): proven by the guard on its
+** callee right before its buffer's header (tl_format_guard). In a loop's
+** copied body, where that guard is hoisted, the region must be a copy of
+** a first pass's region (as tl_loop_newkey finds it) whose only BUFSTR,
+** of as many puts, is proven so. Bounded scans of live IR.
+*/
+VM_INLINE int tl_format_puts(const struct vm_layout *lay, int safe, uintptr_t T,
+                             uintptr_t snap, int sn, uintptr_t ir,
+                             uint32_t from, uint32_t hdr, uint32_t nputs)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uint64_t w1, w2;
+  uint32_t loop, j, j2, i, ref, at = 0, n0;
+  uint16_t r, ref_j, ref_j2, op1, op2;
+  uint8_t o;
+  if (!tl->format_put_ok || from <= TL_REF_BIAS ||
+      from - TL_REF_BIAS > TL_MAX_LOOP_SCAN)
+    return 0;
+  /* (The region of the first pass's last snapshot begins at LOOP.) */
+  for (loop = from + 1; --loop > TL_REF_BIAS;) {
+    if (!ir_ins(safe, ir, loop, &o, &op1, &op2))
+      return 0;
+    if (tl->ir_loop != 0xff && o == tl->ir_loop)
+      break;
+  }
+  if (loop == TL_REF_BIAS) /* The first pass. */
+    return tl_format_guard(lay, safe, ir, from, hdr);
+  if (hdr < from || !tl_snap_key(lay, safe, T, snap, (uint32_t)sn, &r, &w1) ||
+      !tl_snap_key(lay, safe, T, snap, (uint32_t)sn + 1, &r, &w2) ||
+      !tl_loop_source(lay, safe, T, snap, (uint32_t)sn, loop, w1, w2, &j, &j2,
+                      &ref_j, &ref_j2) ||
+      tl_count_op(safe, ir, ref_j, ref_j2, tl->ir_bufstr, &at) != 1 ||
+      !ir_ins(safe, ir, at, &o, &op1, &op2) ||
+      !tl_put_chain(tl, safe, ir, at, op1, op2, &n0) || n0 != nputs)
+    return 0;
+  /* The first pass's region that holds the header. */
+  for (ref = ref_j, i = j + 1; i < j2; i++) {
+    if (!tl_snap_key(lay, safe, T, snap, i, &r, &w1))
+      return 0;
+    if (r <= op2)
+      ref = r;
+  }
+  return tl_format_guard(lay, safe, ir, ref, op2);
+}
+
 /*
 ** A built-in called by a tail call (`return table.concat(t)`) takes its
 ** caller's frame in the interpreter: the event is then the caller's
@@ -705,7 +821,7 @@ VM_INLINE void builtin_frame(const struct vm_layout *lay, int safe, uintptr_t T,
   const struct vm_trace_layout *tl = &lay->tl;
   uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
   uint16_t from, to, nsnap, op1, op2;
-  uint32_t ref, concats = 0, formats = 0;
+  uint32_t ref, concats = 0, formats = 0, puts = 0, nputs = 0, hdr = 0;
   uint8_t o, ffid = tl->concat_ffid;
   int i;
   if (!tl->concat_ok || target == 0 || pl->nframes >= TL_MAX_FRAMES ||
@@ -727,9 +843,18 @@ VM_INLINE void builtin_frame(const struct vm_layout *lay, int safe, uintptr_t T,
         concats++;
       else if (tl->format_ok && tl_format_string(tl, safe, ir, ref, op1, op2))
         formats++;
+      else if (tl->format_put_ok &&
+               tl_put_chain(tl, safe, ir, ref, op1, op2, &nputs))
+        puts++, hdr = op2;
       else
         return;
     }
+    /* Puts alone prove nothing but as the region's only string. */
+    if (puts > 0 &&
+        (puts > 1 || concats > 0 || formats > 0 ||
+         !tl_format_puts(lay, safe, T, snap, sn, ir, from, hdr, nputs)))
+      return;
+    formats += puts;
     if ((concats == 0) == (formats == 0))
       return;
     if (formats > 0)

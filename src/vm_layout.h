@@ -80,6 +80,10 @@ struct vm_trace_layout {
   int format_ok;
   uint16_t format_ids[TL_FORMAT_IDS];
   uint8_t ir_bufput, format_ffid;
+  /* string.format's string of puts alone (trace_lines.c): the IR ops EQ
+  ** and KGC of the guard on its callee. */
+  int format_put_ok;
+  uint8_t ir_eq, ir_kgc;
   /* An event after an inlined callee returned, in a snapshot region that
   ** runs on into the caller (trace_lines.c): each bytecode op's kind
   ** (TL_BC_*, from jit.vmdef's names checked against jit.util.funcbc)

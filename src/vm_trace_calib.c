@@ -804,6 +804,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   tlc_find_format_frame(L, t);
   tlc_find_after_return(L, t);
   tlc_find_walk(L, t, ju);
+  tlc_find_format_puts(L, t);
   find_prof_mode(L, c, apart);
 done:
   lua_settop(L, top);

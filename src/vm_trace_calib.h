@@ -149,6 +149,10 @@ int tlc_find_header_op(lua_State *L, struct tlc *t, int ju);
 void tlc_find_store_after_return(lua_State *L, struct tlc *t, int ju);
 void tlc_find_builtin_frames(lua_State *L, struct tlc *t, int ju);
 void tlc_find_format_frame(lua_State *L, struct tlc *t);
+
+/* string.format's frame on its strings of puts alone (an integer's `%d`
+** on dual-number builds): the guard on its callee, proven by a run. */
+void tlc_find_format_puts(lua_State *L, struct tlc *t);
 void tlc_find_after_return(lua_State *L, struct tlc *t);
 void tlc_find_walk(lua_State *L, struct tlc *t, int ju);
 

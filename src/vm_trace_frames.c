@@ -426,6 +426,71 @@ done:
   lua_settop(L, top);
 }
 
+/* ---- string.format's string of puts alone ------------------------------ */
+
+/* The chunk: string.format of integers on one line (puts alone where the
+** build keeps integers, as dual-number builds do), a concatenation of the
+** same integer on another. */
+static const char format_put_chunk[] = "local format, base, rounds = ...\n"
+                                       "local keep, other = {0, 0, 0, 0}, "
+                                       "{0, 0, 0, 0}\n"
+                                       "for i = base, base + rounds - 1 do\n"
+                                       "  keep[i % 4 + 1] = format('%d:%d', "
+                                       "i, i) --@fmt\n"
+                                       "  other[i % 4 + 1] = 'k' .. i --@cat\n"
+                                       "end\n";
+
+/* string.format's frame on its strings of puts alone: the IR ops EQ and
+** KGC by their names in jit.vmdef, then a
+** known-answer run with the helpers' proof (tlc_find_format_frame) turned
+** off, so that only this proof can give the frame: where the build puts
+** an integer's `%d` otherwise, it stays unproven. Needs the loop's ops
+** (tlc_find_after_return). */
+void tlc_find_format_puts(lua_State *L, struct tlc *t)
+{
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  int top = lua_gettop(L), fn, eq, kgc;
+  uintptr_t pt;
+  if (!tl->format_ok || tl->ir_loop == 0xff || t->vmdef.buf == NULL)
+    return;
+  eq = vm_vmdef_ir(&t->vmdef, "EQ");
+  kgc = vm_vmdef_ir(&t->vmdef, "KGC");
+  if (eq < 0 || kgc < 0)
+    goto done;
+  tl->ir_eq = (uint8_t)eq;
+  tl->ir_kgc = (uint8_t)kgc;
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "string");
+  if (!lua_istable(L, -1))
+    goto done;
+  lua_getfield(L, -1, "format");
+  fn = lua_gettop(L);
+  if (!lua_isfunction(L, fn))
+    goto done;
+  push_chunk(L, format_put_chunk, sizeof(format_put_chunk) - 1,
+             "=memprof.calibration.format_put");
+  t->check = TLC_TARGET;
+  t->ntargets = 0;
+  if (run_builtin_chunk(L, t, fn, 5, lua_gettop(L)) == 0)
+    goto done;
+  tl->format_put_ok = 1;
+  tl->format_ok = 0;
+  t->check = TLC_RESOLVE_BUILTIN;
+  t->nresults = t->dropped = 0;
+  t->want_results = TLC_RESULTS;
+  push_chunk(L, format_put_chunk, sizeof(format_put_chunk) - 1,
+             "=memprof.calibration.format_put");
+  pt = run_builtin_chunk(L, t, fn, 6, lua_gettop(L));
+  tl->format_ok = 1;
+  if (pt == 0 ||
+      !builtin_known(t, pt, format_put_chunk, "--@fmt", tl->format_ffid))
+    tl->format_put_ok = 0;
+done:
+  lua_settop(L, top);
+}
+
 /* ---- An event after an inlined call returned ---------------------------- */
 
 /* The kinds of the bytecode ops walked (trace_lines.h, TL_BC_*), by their

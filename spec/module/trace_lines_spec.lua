@@ -559,7 +559,8 @@ end
     for key in pairs(stacks_at(on, line_of(code, 's'), true)) do
       assert.is_nil(key:find('string.format', 1, true), key)
     end
-    -- An integer's `%d` is put as a concatenation puts it: no frame.
+    -- An integer's `%d` is put as a concatenation puts it: without the
+    -- guard on string.format's call proven, no frame.
     code = case([[
     keep[i % 64 + 1] = string.format('%d!', i) --@d
 ]])
@@ -567,8 +568,37 @@ end
       { trace_lines = 'exact', stack_depth = 8 })
     all_at_tags(on, code, { 'd' })
     local line = line_of(code, 'd')
+    local want = (tl.format_puts and 'string.format <- ' or '') ..
+      '@tl_case.lua:' .. line
     for key in pairs(stacks_at(on, line, true)) do
-      assert.equal('@tl_case.lua:' .. line, key)
+      assert.equal(want, key)
+    end
+  end)
+
+  it('gives string.format of integers its frame, not a concatenation of them',
+    function()
+    -- (Where string.format's helpers are proven, dual-number builds, such
+    -- as arm64's, prove its guard too: their integers are always puts.)
+    if jit.arch == 'arm64' and tl.format_frames then
+      assert.is_true(tl.format_puts)
+    end
+    if not tl.format_puts then
+      pending('string.format\'s guard is not verified in this build')
+      return
+    end
+    -- (Dual-number builds, arm64's, put each integer of both as TOSTR and
+    -- BUFPUT: the same IR.)
+    local code = case([[
+    keep[i % 64 + 1] = string.format('%d:%d', i, i) --@f
+    keep[(i + 1) % 64 + 1] = i .. '-' .. i --@s
+]])
+    local on = same_stacks(code, { 'f', 's' })
+    local f, s = line_of(code, 'f'), line_of(code, 's')
+    for key in pairs(stacks_at(on, f, true)) do
+      assert.equal('string.format <- @tl_case.lua:' .. f, key)
+    end
+    for key in pairs(stacks_at(on, s, true)) do
+      assert.equal('@tl_case.lua:' .. s, key)
     end
   end)
 
