@@ -352,11 +352,7 @@ static int check_vm(struct attach_call *c, const struct vm_layout *lay,
                 lay->g_vmstate);
   if (state != lay->st_c)
     return fail(c, EAGAIN, "the VM was not in C code (vmstate %d: %s)",
-                (int)state,
-                state >= 0             ? "compiled code"
-                : state == lay->st_lua ? "the interpreter"
-                : state == lay->st_gc  ? "the collector"
-                                       : "VM-internal work");
+                (int)state, vm_state_what(lay, state));
   *gout = g;
   return 0;
 }
@@ -399,17 +395,6 @@ static int check_free(struct attach_call *c, lua_State *L)
 
 /* ---- Traces ------------------------------------------------------------ */
 
-typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
-
-static int flush_in(lua_State *L)
-{
-  setmode_fn set;
-  *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
-  if (set != NULL)
-    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
-  return 0;
-}
-
 /* Throws the traces away (trace_lines 'exact': the next ones are compiled
 ** with per-line snapshots), in a protected call; the VM's current thread
 ** is put back, since a protected call from C makes L the current one. */
@@ -417,7 +402,7 @@ static void flush_traces(lua_State *L, uintptr_t g, const struct vm_layout *lay)
 {
   uintptr_t cur = 0;
   int saved = vm_ptr(1, g + lay->g_cur_L, &cur);
-  if (lua_cpcall(L, flush_in, NULL) != 0)
+  if (lua_cpcall(L, lifecycle_flush_traces, NULL) != 0)
     lua_pop(L, 1);
   if (saved)
     memcpy((void *)(g + lay->g_cur_L), &cur, lay->ref_size);

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,18 +66,6 @@ static long long now_ns(void)
   return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-static int fail(char *msg, size_t len, int err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *msg, size_t len, int err, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-  return err;
-}
-
 static void hex(const uint8_t *id, size_t n, char *out, size_t len)
 {
   size_t i;
@@ -100,14 +87,15 @@ static int own_luajit(struct luajit_file *f, char *msg, size_t len)
   size_t i;
   int err = remote_maps_read(0, &maps);
   if (err != 0)
-    return fail(msg, len, err, "cannot read this process's mappings: %s",
-                strerror(err));
+    return remote_fail(msg, len, err, "cannot read this process's mappings: %s",
+                       strerror(err));
   m = fn != NULL ? remote_maps_find(&maps, (uintptr_t)fn) : NULL;
   if (m == NULL || m->inode == 0) {
     remote_maps_free(&maps);
-    return fail(msg, len, ENOTSUP,
-                "check 'own LuaJIT' failed: lua_newstate is in no file this "
-                "process maps");
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'own LuaJIT' failed: lua_newstate is in no file this "
+        "process maps");
   }
   memset(f, 0, sizeof(*f));
   f->dev_major = m->dev_major, f->dev_minor = m->dev_minor;
@@ -148,11 +136,12 @@ static int not_this_build(pid_t pid, const struct remote_maps *maps,
       snprintf(theirs, sizeof(theirs), "; it maps %.80s (build-id %s)",
                maps->m[i].path, h);
     }
-  return fail(msg, len, ENOTSUP,
-              "check 'same LuaJIT build' failed: process %d (%s) maps no "
-              "file of the LuaJIT memprof runs on (%s, build-id %s)%s; run "
-              "memprof with a LuaJIT of the target's build",
-              (int)pid, exe, own->path, ours, theirs);
+  return remote_fail(
+      msg, len, ENOTSUP,
+      "check 'same LuaJIT build' failed: process %d (%s) maps no "
+      "file of the LuaJIT memprof runs on (%s, build-id %s)%s; run "
+      "memprof with a LuaJIT of the target's build",
+      (int)pid, exe, own->path, ours, theirs);
 }
 
 /* Finds the file of the target's LuaJIT: the same file as this process's,
@@ -242,10 +231,11 @@ static int learn_in(lua_State *T, const struct heap_layout *h,
         gct == GCT_TAB)
       break;
   if (at + 8 > G_WINDOW)
-    return fail(msg, len, ENOTSUP,
-                "check 'registry in global_State' failed: no TValue in its "
-                "first %d bytes holds the registry",
-                G_WINDOW);
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'registry in global_State' failed: no TValue in its "
+        "first %d bytes holds the registry",
+        G_WINDOW);
   out->g_registry = (uint16_t)at;
   for (kind = 0; kind < HEAP_BASEMT_N; kind++) {
     uintptr_t mt;
@@ -257,20 +247,21 @@ static int learn_in(lua_State *T, const struct heap_layout *h,
     lua_setmetatable(T, -2);
     lua_pop(T, 1);
     if ((at = find_ref(h, g, mt)) < 0 || at == out->g_registry)
-      return fail(msg, len, ENOTSUP,
-                  "check 'base metatables' failed: the metatable of kind %d "
-                  "is not referenced from global_State's first %d bytes",
-                  kind, G_WINDOW);
+      return remote_fail(
+          msg, len, ENOTSUP,
+          "check 'base metatables' failed: the metatable of kind %d "
+          "is not referenced from global_State's first %d bytes",
+          kind, G_WINDOW);
     out->g_basemt[kind] = (uint16_t)at;
     push_kind(T, kind);
     lua_pushnil(T);
     lua_setmetatable(T, -2);
     lua_pop(T, 1);
     if (vm_load_ref(&h->base, g + (uintptr_t)at) != 0)
-      return fail(msg, len, ENOTSUP,
-                  "check 'base metatables' failed: g+%d still holds the "
-                  "metatable of kind %d once it is removed",
-                  at, kind);
+      return remote_fail(msg, len, ENOTSUP,
+                         "check 'base metatables' failed: g+%d still holds the "
+                         "metatable of kind %d once it is removed",
+                         at, kind);
   }
   return 0;
 }
@@ -284,9 +275,10 @@ static int learn_roots(const struct heap_layout *h, struct roots_layout *out,
   int err;
   *(void **)&newstate = dlsym(RTLD_DEFAULT, "luaL_newstate");
   if (newstate == NULL || (T = newstate()) == NULL)
-    return fail(msg, len, ENOTSUP,
-                "check 'roots' failed: no VM could be made to learn where "
-                "global_State keeps the roots (luaL_newstate)");
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'roots' failed: no VM could be made to learn where "
+        "global_State keeps the roots (luaL_newstate)");
   err = learn_in(T, h, out, msg, len);
   lua_close(T);
   return err;
@@ -509,21 +501,21 @@ static int mirror_map(pid_t pid, const struct remote_maps *maps,
       mirror_drop(mr);
       /* A file's data at the same address in both: a program not built as
       ** position-independent (Tarantool), the same every run. */
-      return fail(msg, len, EADDRINUSE,
-                  "check 'address space' failed: the target's memory at "
-                  "0x%llx-0x%llx %s overlaps memprof's own; %s",
-                  (unsigned long long)m->lo, (unsigned long long)m->hi, m->path,
-                  m->inode != 0
-                      ? "that file is mapped at a fixed address (not built "
-                        "as position-independent), in memprof's process "
-                        "too"
-                      : "run memprof again (its addresses are chosen at "
-                        "random)");
+      return remote_fail(
+          msg, len, EADDRINUSE,
+          "check 'address space' failed: the target's memory at "
+          "0x%llx-0x%llx %s overlaps memprof's own; %s",
+          (unsigned long long)m->lo, (unsigned long long)m->hi, m->path,
+          m->inode != 0 ? "that file is mapped at a fixed address (not built "
+                          "as position-independent), in memprof's process "
+                          "too"
+                        : "run memprof again (its addresses are chosen at "
+                          "random)");
     }
     if (!mirror_add(mr, m->lo, m->hi)) {
       munmap(p, size);
       mirror_drop(mr);
-      return fail(msg, len, ENOMEM, "out of memory for the copy's map");
+      return remote_fail(msg, len, ENOMEM, "out of memory for the copy's map");
     }
   }
   each_copied(pid, maps, mr, populate);
@@ -539,8 +531,8 @@ static int mirror_fill(pid_t pid, const struct remote_maps *maps,
   mr->bytes = 0;
   err = each_copied(pid, maps, mr, copy_range);
   if (err == ESRCH)
-    return fail(msg, len, ESRCH, "process %d exited while it was being read",
-                (int)pid);
+    return remote_fail(msg, len, ESRCH,
+                       "process %d exited while it was being read", (int)pid);
   return err;
 }
 
@@ -645,29 +637,33 @@ static int check_vm(const struct mirror *mr, const struct heap_layout *h,
   if ((size_t)lay->g_allocf + 8 > gsize)
     gsize = (size_t)lay->g_allocf + 8;
   if (!mirror_has(mr, g, gsize))
-    return fail(why, len, ENOTSUP,
-                "check 'global_State' failed: its first %zu bytes are not in "
-                "the copy",
-                gsize);
+    return remote_fail(
+        why, len, ENOTSUP,
+        "check 'global_State' failed: its first %zu bytes are not in "
+        "the copy",
+        gsize);
   stack = vm_load_ref(&h->base, L + lay->L_stack);
   memcpy(&size, (const void *)(L + lay->L_stacksize), sizeof(size));
   memcpy(&base, (const void *)(L + lay->L_base), sizeof(base));
   memcpy(&top, (const void *)(L + lay->L_top), sizeof(top));
   if (!mirror_has(mr, stack, (size_t)size * TVALUE_SIZE) || base < stack ||
       top < base || top > stack + (uintptr_t)size * TVALUE_SIZE)
-    return fail(why, len, ENOTSUP,
-                "check 'main thread stack' failed: its stack does not hold "
-                "its base and top");
+    return remote_fail(
+        why, len, ENOTSUP,
+        "check 'main thread stack' failed: its stack does not hold "
+        "its base and top");
   memcpy(&allocf, (const void *)(g + lay->g_allocf), sizeof(allocf));
   if ((m = remote_maps_find(maps, allocf)) == NULL || m->perms[2] != 'x')
-    return fail(why, len, ENOTSUP,
-                "check 'allocator' failed: g+%u (0x%llx) is no code of the "
-                "process",
-                lay->g_allocf, (unsigned long long)allocf);
+    return remote_fail(
+        why, len, ENOTSUP,
+        "check 'allocator' failed: g+%u (0x%llx) is no code of the "
+        "process",
+        lay->g_allocf, (unsigned long long)allocf);
   if (!vm_load_gc(&h->base, g + rl->g_registry, &o, &gct) || gct != GCT_TAB ||
       !mirror_has(mr, o, 8))
-    return fail(why, len, ENOTSUP,
-                "check 'registry' failed: g+%u holds no table", rl->g_registry);
+    return remote_fail(why, len, ENOTSUP,
+                       "check 'registry' failed: g+%u holds no table",
+                       rl->g_registry);
   memset(roots, 0, sizeof(*roots));
   roots->registry = o;
   roots->main = roots->running = L;
@@ -675,19 +671,16 @@ static int check_vm(const struct mirror *mr, const struct heap_layout *h,
     uintptr_t mt = vm_load_ref(&h->base, g + rl->g_basemt[k]);
     if (mt != 0 && (!mirror_has(mr, mt, 8) ||
                     *(const uint8_t *)(mt + lay->gct) != GCT_TAB))
-      return fail(why, len, ENOTSUP,
-                  "check 'base metatables' failed: g+%u holds no table",
-                  rl->g_basemt[k]);
+      return remote_fail(why, len, ENOTSUP,
+                         "check 'base metatables' failed: g+%u holds no table",
+                         rl->g_basemt[k]);
     roots->basemt[k] = mt;
   }
   memcpy(&state, (const void *)(g + lay->g_vmstate), sizeof(state));
   if (state != lay->st_c)
-    return fail(why, len, EAGAIN, "the VM was not in C code (vmstate %d: %s)",
-                (int)state,
-                state >= 0             ? "compiled code"
-                : state == lay->st_lua ? "the interpreter"
-                : state == lay->st_gc  ? "the collector"
-                                       : "VM-internal work");
+    return remote_fail(why, len, EAGAIN,
+                       "the VM was not in C code (vmstate %d: %s)", (int)state,
+                       vm_state_what(lay, state));
   return 0;
 }
 
@@ -824,13 +817,15 @@ static int walk_copy(const struct job *j, struct mirror *mr,
   find_vms(j->pid, j->maps, mr, j->h, &vms);
   res->vms = vms.n;
   if (vms.n == 0)
-    return fail(msg, len, ENOTSUP,
-                "check 'find VMs' failed: no thread in process %d's memory "
-                "is the main thread of its global_State",
-                (int)j->pid);
+    return remote_fail(
+        msg, len, ENOTSUP,
+        "check 'find VMs' failed: no thread in process %d's memory "
+        "is the main thread of its global_State",
+        (int)j->pid);
   if (j->vm > vms.n)
-    return fail(msg, len, EINVAL, "process %d has %d LuaJIT VM%s, not %d",
-                (int)j->pid, vms.n, vms.n == 1 ? "" : "s", j->vm);
+    return remote_fail(msg, len, EINVAL,
+                       "process %d has %d LuaJIT VM%s, not %d", (int)j->pid,
+                       vms.n, vms.n == 1 ? "" : "s", j->vm);
   L = vms.L[j->vm - 1];
   res->main = L;
   if ((err = check_vm(mr, j->h, j->rl, j->maps, L, &roots, msg, len)) != 0)
@@ -896,11 +891,11 @@ static int run_child(const struct job *j, struct heap_remote_result *res,
   int fds[2], st = 0;
   pid_t c;
   if (rep == NULL)
-    return fail(msg, len, ENOMEM, "out of memory");
+    return remote_fail(msg, len, ENOMEM, "out of memory");
   if (pipe2(fds, O_CLOEXEC) != 0 || (c = fork()) < 0) {
     free(rep);
-    return fail(msg, len, errno, "cannot start the reader: %s",
-                strerror(errno));
+    return remote_fail(msg, len, errno, "cannot start the reader: %s",
+                       strerror(errno));
   }
   if (c == 0) {
     close(fds[0]);
@@ -914,12 +909,12 @@ static int run_child(const struct job *j, struct heap_remote_result *res,
   while (waitpid(c, &st, 0) < 0 && errno == EINTR)
     ;
   if (rep->err == -1)
-    rep->err =
-        fail(rep->msg, sizeof(rep->msg), EIO,
-             "the reader of process %d's copy ended (%s %d) before "
-             "it finished; process %d runs on untouched",
-             (int)j->pid, WIFSIGNALED(st) ? "signal" : "status",
-             WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), (int)j->pid);
+    rep->err = remote_fail(
+        rep->msg, sizeof(rep->msg), EIO,
+        "the reader of process %d's copy ended (%s %d) before "
+        "it finished; process %d runs on untouched",
+        (int)j->pid, WIFSIGNALED(st) ? "signal" : "status",
+        WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), (int)j->pid);
   *res = rep->res;
   snprintf(msg, len, "%s", rep->msg);
   st = rep->err;
@@ -942,7 +937,7 @@ static int exe_luajit(pid_t pid, const struct remote_maps *maps,
   if (has == 0)
     return ENOTSUP;
   if (has < 0)
-    return fail(msg, len, ENOTSUP, "%s", why);
+    return remote_fail(msg, len, ENOTSUP, "%s", why);
   if ((err = heap_exe_learn(pid, h, rl, &file, msg, len)) != 0)
     return err;
   for (i = 0; i < maps->n; i++) {
@@ -956,11 +951,11 @@ static int exe_luajit(pid_t pid, const struct remote_maps *maps,
       return 0;
     }
   }
-  return fail(msg, len, ENOTSUP,
-              "check 'same LuaJIT build' failed: the helper process of "
-              "process %d's executable runs a LuaJIT in a file that "
-              "process %d does not map",
-              (int)pid, (int)pid);
+  return remote_fail(msg, len, ENOTSUP,
+                     "check 'same LuaJIT build' failed: the helper process of "
+                     "process %d's executable runs a LuaJIT in a file that "
+                     "process %d does not map",
+                     (int)pid, (int)pid);
 }
 
 int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
@@ -977,10 +972,11 @@ int heap_remote_snapshot(lua_State *L, int pid, const char *path, int vm,
   int err, fd;
   memset(res, 0, sizeof(*res));
   if (pid <= 0 || pid == (int)getpid())
-    return fail(msg, len, EINVAL,
-                pid <= 0 ? "no process %d"
-                         : "process %d is this one: use memprof.snapshot",
-                pid);
+    return remote_fail(msg, len, EINVAL,
+                       pid <= 0
+                           ? "no process %d"
+                           : "process %d is this one: use memprof.snapshot",
+                       pid);
   if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0)
     return err;
   err = target_luajit(pid, &maps, &lj, msg, len);

@@ -360,7 +360,7 @@ static uint8_t attribution_note(const struct vm_layout *lay,
 
 typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
 
-static int flush_in(lua_State *L)
+int lifecycle_flush_traces(lua_State *L)
 {
   setmode_fn set;
   *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
@@ -653,7 +653,7 @@ int lifecycle_collector(lua_State *L)
   /* With an argument: flushes the traces instead (trace_lines 'exact'). */
   int running;
   if (lua_toboolean(L, 1))
-    return flush_in(L);
+    return lifecycle_flush_traces(L);
   /* A full collection restarts a stopped collector: stopped again
   ** (LUA_GCISRUNNING, LuaJIT 2.1's C API; -1 from a VM without it). */
   running = lua_gc(L, LUA_GCISRUNNING, 0);

@@ -109,6 +109,10 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct profile_options *opts,
                                  const char *path, int collector, int *err);
 
+/* A lua_CFunction: throws the VM's compiled traces away (luaJIT_setmode,
+** found at run time: the module links no LuaJIT). Raises nothing. */
+int lifecycle_flush_traces(lua_State *L);
+
 /* The trace_lines mode (TRACE_LINES_*) a start with opts takes on a build
 ** of layout lay: the default resolved, limited to what the build does. */
 int lifecycle_trace_lines_mode(const struct vm_layout *lay,

@@ -760,6 +760,15 @@ unsigned vm_layout_get(const struct vm_layout *lay,
   return f->wide ? *(const uint16_t *)at : *(const uint8_t *)at;
 }
 
+const char *vm_state_what(const struct vm_layout *lay, int32_t state)
+{
+  return state >= 0             ? "compiled code"
+         : state == lay->st_lua ? "the interpreter"
+         : state == lay->st_gc  ? "the collector"
+         : state == lay->st_c   ? "C code"
+                                : "VM-internal work";
+}
+
 static int apply_overrides(struct calib *c, char *err, size_t errlen)
 {
   const char *spec = getenv("MEMPROF_LAYOUT_OVERRIDE");

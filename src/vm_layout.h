@@ -192,6 +192,10 @@ extern const struct vm_layout_field vm_layout_fields[];
 unsigned vm_layout_get(const struct vm_layout *lay,
                        const struct vm_layout_field *f);
 
+/* What a VM whose g->vmstate is `state` is doing, in words (compiled
+** code, the interpreter, the collector, ...), for messages. */
+const char *vm_state_what(const struct vm_layout *lay, int32_t state);
+
 /*
 ** Learns and verifies the layout of the VM that L belongs to. Runs Lua code
 ** and installs a temporary allocator, so it must be called from a C function

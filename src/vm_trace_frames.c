@@ -255,6 +255,20 @@ static void push_chunk(lua_State *L, const char *chunk, size_t size,
   }
 }
 
+/* Run `run` of a chunk (code, len bytes, named name) whose events are
+** resolved and kept (TLC_RESULTS of them), after a run that compiled it.
+** Returns the chunk's prototype, or 0. */
+static uintptr_t resolve_builtin_chunk(lua_State *L, struct tlc *t, int fn,
+                                       int run, const char *code, size_t len,
+                                       const char *name)
+{
+  t->check = TLC_RESOLVE_BUILTIN;
+  t->nresults = t->dropped = 0;
+  t->want_results = TLC_RESULTS;
+  push_chunk(L, code, len, name);
+  return run_builtin_chunk(L, t, fn, run, lua_gettop(L));
+}
+
 static int concat_known(const struct tlc *t, uintptr_t pt)
 {
   return builtin_known(t, pt, concat_chunk, "--@join",
@@ -334,12 +348,9 @@ void tlc_find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   if (!shaped)
     goto done;
   tl->concat_ok = 1;
-  t->check = TLC_RESOLVE_BUILTIN;
-  t->nresults = t->dropped = 0;
-  t->want_results = TLC_RESULTS;
-  push_chunk(L, concat_chunk, sizeof(concat_chunk) - 1,
-             "=memprof.calibration.concat");
-  pt = run_builtin_chunk(L, t, fn, 2, lua_gettop(L));
+  pt =
+      resolve_builtin_chunk(L, t, fn, 2, concat_chunk, sizeof(concat_chunk) - 1,
+                            "=memprof.calibration.concat");
   if (pt == 0 || !concat_known(t, pt))
     tl->concat_ok = 0;
 done:
@@ -414,12 +425,9 @@ void tlc_find_format_frame(lua_State *L, struct tlc *t)
   if (run_builtin_chunk(L, t, fn, 3, chunk) == 0)
     goto done;
   tl->format_ok = 1;
-  t->check = TLC_RESOLVE_BUILTIN;
-  t->nresults = t->dropped = 0;
-  t->want_results = TLC_RESULTS;
-  push_chunk(L, format_chunk, sizeof(format_chunk) - 1,
-             "=memprof.calibration.format");
-  pt = run_builtin_chunk(L, t, fn, 4, lua_gettop(L));
+  pt =
+      resolve_builtin_chunk(L, t, fn, 4, format_chunk, sizeof(format_chunk) - 1,
+                            "=memprof.calibration.format");
   if (pt == 0 || !format_known(t, pt))
     tl->format_ok = 0;
 done:
@@ -477,12 +485,9 @@ void tlc_find_format_puts(lua_State *L, struct tlc *t)
     goto done;
   tl->format_put_ok = 1;
   tl->format_ok = 0;
-  t->check = TLC_RESOLVE_BUILTIN;
-  t->nresults = t->dropped = 0;
-  t->want_results = TLC_RESULTS;
-  push_chunk(L, format_put_chunk, sizeof(format_put_chunk) - 1,
-             "=memprof.calibration.format_put");
-  pt = run_builtin_chunk(L, t, fn, 6, lua_gettop(L));
+  pt = resolve_builtin_chunk(L, t, fn, 6, format_put_chunk,
+                             sizeof(format_put_chunk) - 1,
+                             "=memprof.calibration.format_put");
   tl->format_ok = 1;
   if (pt == 0 ||
       !builtin_known(t, pt, format_put_chunk, "--@fmt", tl->format_ffid))
