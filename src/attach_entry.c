@@ -421,6 +421,7 @@ static void flush_traces(lua_State *L, uintptr_t g, const struct vm_layout *lay)
     lua_pop(L, 1);
   if (saved)
     memcpy((void *)(g + lay->g_cur_L), &cur, lay->ref_size);
+  lifecycle_cold_counters(L, g, lay);
 }
 
 /* ---- Start and stop ---------------------------------------------------- */

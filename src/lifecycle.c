@@ -385,6 +385,21 @@ static void flush_traces(lua_State *L, int collector)
     lua_pop(L, 1);
 }
 
+void lifecycle_cold_counters(lua_State *L, uintptr_t g,
+                             const struct vm_layout *lay)
+{
+  setmode_fn set;
+  uint32_t flags;
+  if (!lay->tl.jit_on_ok || !vm_u32(1, g + lay->tl.g_jit_on, &flags) ||
+      !(flags & 1))
+    return;
+  *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
+  if (set != NULL) {
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_ON);
+  }
+}
+
 /* 'exact': per-line snapshots, as LuaJIT's line profiler asks for them,
 ** unless the program runs that profiler (its mode is left alone). */
 static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
@@ -400,6 +415,7 @@ static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
   *mode = 'l';
   p->prof_mode_set = 1;
   flush_traces(L, collector);
+  lifecycle_cold_counters(L, p->g, &p->layout);
 }
 
 /* At stop, once the profile is complete (the flush is no event of it):
@@ -414,8 +430,10 @@ static void restore_prof_mode(lua_State *L, struct vm_profiles *vm,
   p->prof_mode_set = 0;
   if (*mode == 'l') {
     *mode = 0;
-    if (!vm->closing && collector != 0)
+    if (!vm->closing && collector != 0) {
       flush_traces(L, collector);
+      lifecycle_cold_counters(L, p->g, &p->layout);
+    }
   }
 }
 

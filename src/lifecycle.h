@@ -109,6 +109,14 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct profile_options *opts,
                                  const char *path, int collector, int *err);
 
+/* After a flush of the traces: the VM's hot counters started again, as
+** LuaJIT starts them when its compiler is turned on (luaJIT_setmode's
+** engine off, then on), if it is on; else nothing. An outer loop whose
+** counter ran out before its inner loop was compiled again would abort
+** its recording (an unwind through the C library's unwinder). */
+void lifecycle_cold_counters(lua_State *L, uintptr_t g,
+                             const struct vm_layout *lay);
+
 /* The trace_lines mode (TRACE_LINES_*) a start with opts takes on a build
 ** of layout lay: the default resolved, limited to what the build does. */
 int lifecycle_trace_lines_mode(const struct vm_layout *lay,
