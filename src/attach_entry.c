@@ -402,7 +402,9 @@ static void flush_traces(lua_State *L, uintptr_t g, const struct vm_layout *lay)
 {
   uintptr_t cur = 0;
   int saved = vm_ptr(1, g + lay->g_cur_L, &cur);
-  if (lua_cpcall(L, lifecycle_flush_traces, NULL) != 0)
+  static int cold; /* Its address: start the hot counters again. */
+  if (lua_cpcall(L, lifecycle_flush_traces,
+                 lifecycle_jit_on(g, lay) ? &cold : NULL) != 0)
     lua_pop(L, 1);
   if (saved)
     memcpy((void *)(g + lay->g_cur_L), &cur, lay->ref_size);

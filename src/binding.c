@@ -709,6 +709,7 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl,
     set_int(L, "bc_funcf", tl->bc_funcf);
     set_int(L, "g_prof_mode", tl->prof_ok ? tl->g_prof_mode : -1);
     set_int(L, "g_jit_base", tl->base_ok ? tl->g_jit_base : -1);
+    set_int(L, "g_jit_on", tl->jit_on_ok ? tl->g_jit_on : -1);
     lua_setfield(L, -2, "offsets");
   }
   lua_setfield(L, -2, "trace_lines");

@@ -360,13 +360,33 @@ static uint8_t attribution_note(const struct vm_layout *lay,
 
 typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
 
-int lifecycle_flush_traces(lua_State *L)
+/* The flush, and with `cold` the hot counters started again (engine off,
+** then on). luaJIT_setmode raises in a finalizer: callers run this in a
+** protected call. */
+static void flush_in(lua_State *L, int cold)
 {
   setmode_fn set;
   *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
-  if (set != NULL)
-    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+  if (set == NULL)
+    return;
+  set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+  if (cold) {
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_ON);
+  }
+}
+
+int lifecycle_flush_traces(lua_State *L)
+{
+  flush_in(L, lua_touserdata(L, 1) != NULL);
   return 0;
+}
+
+int lifecycle_jit_on(uintptr_t g, const struct vm_layout *lay)
+{
+  uint32_t flags;
+  return lay->tl.jit_on_ok && vm_u32(1, g + lay->tl.g_jit_on, &flags) &&
+         (flags & 1);
 }
 
 /* Throws away every trace, so that the next ones are compiled with the
@@ -375,13 +395,14 @@ int lifecycle_flush_traces(lua_State *L)
 ** allocates nothing); none without it. LuaJIT refuses a flush in a
 ** finalizer (a stop at lua_close) with an error, caught here: the traces
 ** then stay, and their profiler checks only cost a test each. */
-static void flush_traces(lua_State *L, int collector)
+static void flush_traces(lua_State *L, int collector, int cold)
 {
   if (collector == 0 || lua_tocfunction(L, collector) != lifecycle_collector)
     return;
   lua_pushvalue(L, collector);
   lua_pushboolean(L, 1);
-  if (lua_pcall(L, 1, 0, 0) != 0)
+  lua_pushboolean(L, cold);
+  if (lua_pcall(L, 2, 0, 0) != 0)
     lua_pop(L, 1);
 }
 
@@ -399,7 +420,7 @@ static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
   }
   *mode = 'l';
   p->prof_mode_set = 1;
-  flush_traces(L, collector);
+  flush_traces(L, collector, lifecycle_jit_on(p->g, &p->layout));
 }
 
 /* At stop, once the profile is complete (the flush is no event of it):
@@ -415,7 +436,7 @@ static void restore_prof_mode(lua_State *L, struct vm_profiles *vm,
   if (*mode == 'l') {
     *mode = 0;
     if (!vm->closing && collector != 0)
-      flush_traces(L, collector);
+      flush_traces(L, collector, lifecycle_jit_on(p->g, &p->layout));
   }
 }
 
@@ -652,8 +673,10 @@ int lifecycle_collector(lua_State *L)
 {
   /* With an argument: flushes the traces instead (trace_lines 'exact'). */
   int running;
-  if (lua_toboolean(L, 1))
-    return lifecycle_flush_traces(L);
+  if (lua_toboolean(L, 1)) {
+    flush_in(L, lua_toboolean(L, 2));
+    return 0;
+  }
   /* A full collection restarts a stopped collector: stopped again
   ** (LUA_GCISRUNNING, LuaJIT 2.1's C API; -1 from a VM without it). */
   running = lua_gc(L, LUA_GCISRUNNING, 0);

@@ -109,9 +109,19 @@ enum life_status lifecycle_start(lua_State *L, struct vm_profiles *vm,
                                  const struct profile_options *opts,
                                  const char *path, int collector, int *err);
 
-/* A lua_CFunction: throws the VM's compiled traces away (luaJIT_setmode,
-** found at run time: the module links no LuaJIT). Raises nothing. */
+/* A lua_CFunction, for lua_cpcall: throws the VM's compiled traces away
+** (luaJIT_setmode, found at run time: the module links no LuaJIT), and
+** with a non-NULL userdata starts the hot counters again as LuaJIT does
+** when its compiler is turned on (engine off, then on): else an outer
+** loop whose counter ran out before its inner loop was compiled again
+** aborts its recording (an unwind through the C library's unwinder).
+** Raises in a finalizer. */
 int lifecycle_flush_traces(lua_State *L);
+
+/* Whether the VM's compiler is on (lay's learned word of its flags): the
+** hot counters are started again only then, so that a compiler the program
+** turned off stays off. 0 where the word is not learned. */
+int lifecycle_jit_on(uintptr_t g, const struct vm_layout *lay);
 
 /* The trace_lines mode (TRACE_LINES_*) a start with opts takes on a build
 ** of layout lay: the default resolved, limited to what the build does. */

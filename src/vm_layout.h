@@ -57,6 +57,11 @@ struct vm_trace_layout {
                            trace are walked. */
   uint16_t g_jit_base;  /* g->jit_base (MRef), from g. */
   uint16_t g_exitno;    /* J->exitno (u32), from g. */
+  /* A word whose bit 0 says the JIT compiler is on (J->flags' JIT_F_ON or
+  ** g->dispatchmode's DISPMODE_JIT), from g: seen to follow
+  ** luaJIT_setmode's off and on in a throw-away VM. */
+  int jit_on_ok;
+  uint16_t g_jit_on;
   uint8_t tr_mcode, tr_szmcode, tr_spadjust, tr_nsnap, tr_snap, tr_snapmap;
   uint8_t tr_nsnapmap, tr_ir, tr_nk;
   uint8_t snap_size, snap_mapofs, snap_mcofs, snap_nent;

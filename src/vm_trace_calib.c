@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "lauxlib.h"
+#include "luajit.h"
 #include "vm_trace_calib.h"
 
 /* The chunk. Each allocation the check expects is on a line marked with a
@@ -676,6 +677,41 @@ static void find_prof_mode(lua_State *L, struct calib *c, int apart)
   tl->prof_ok = 1;
 }
 
+/* ---- Whether the JIT compiler is on ----------------------------------- */
+
+typedef int (*setmode_fn)(lua_State *L, int idx, int mode);
+
+/* The last 32-bit word of g up to J->trace whose bit 0 alone is cleared by
+** luaJIT_setmode's engine off and set again by its on, in the throw-away
+** VM (its compiler is on: it compiled the known-answer traces). */
+static void find_jit_on(lua_State *L, struct calib *c, int apart)
+{
+  struct vm_trace_layout *tl = &c->lay.tl;
+  setmode_fn set;
+  size_t len = c->lay.g_trace, o;
+  uint8_t *w;
+  tl->jit_on_ok = 0;
+  *(void **)&set = dlsym(RTLD_DEFAULT, "luaJIT_setmode");
+  if (!apart || set == NULL || len < 4 || len >= 65536 ||
+      (w = malloc(3 * len)) == NULL)
+    return;
+  if (safe_read(c->g, w, len)) {
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+    safe_read(c->g, w + len, len);
+    set(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_ON);
+    safe_read(c->g, w + 2 * len, len);
+    for (o = 0; o + 4 <= len; o += 4) {
+      uint32_t on, off, again;
+      memcpy(&on, w + o, 4);
+      memcpy(&off, w + len + o, 4);
+      memcpy(&again, w + 2 * len + o, 4);
+      if ((on & 1) && off == (on & ~1u) && again == on)
+        tl->jit_on_ok = 1, tl->g_jit_on = (uint16_t)o;
+    }
+  }
+  free(w);
+}
+
 /* ---- The driver --------------------------------------------------------- */
 
 /* In the throw-away VM (ours, closed after the calibration), loops are
@@ -806,6 +842,7 @@ void calibrate_trace_lines(lua_State *L, struct calib *c, int apart)
   tlc_find_walk(L, t, ju);
   tlc_find_format_puts(L, t);
   find_prof_mode(L, c, apart);
+  find_jit_on(L, c, apart);
 done:
   lua_settop(L, top);
   vm_vmdef_free(&t->vmdef);

@@ -1129,4 +1129,65 @@ end
     assert.truthy(err:find("option '--trace-lines': expected exact, walk, " ..
       'resume or start, found line', 1, true), err)
   end)
+  -- A flush of 'exact' starts the hot counters again (as jit.on after
+  -- jit.off does): an outer loop whose counter ran out right after it,
+  -- before its inner loop was compiled again, aborted its recording (an
+  -- unwind, which made the C unwinder's pages resident in a target
+  -- attached to: spec/hosts/attach_rss_spec.lua). 40 rounds of a loop
+  -- before the start and 40 after it compile it (LuaJIT's hotloop is
+  -- 56) only if its counter was not started again; 60 after the stop do.
+  it('starts the hot counters again when it flushes the traces', function()
+    if not tl.exact then
+      return
+    end
+    local dir = C.temp_dir()
+    local code, out, err = C.run(C.command(LUA, '-e', string.format([[
+package.cpath = %q .. '/build/?.so;' .. package.cpath
+local memprof = require('memprof')
+local started = 0
+jit.attach(function(what) if what == 'start' then started = started + 1 end end,
+  'trace')
+local function spin(n) local x = 0 for i = 1, n do x = x + i end return x end
+spin(40)
+assert(memprof.start(%q, { trace_lines = 'exact' }))
+spin(40)
+local during = started
+assert(memprof.stop())
+spin(60)
+io.write(during, ' ', started)]], C.ROOT, dir .. '/p.bin')))
+    C.remove_tree(dir)
+    assert.are.equal(0, code, err)
+    assert.are.equal('0 1', out)
+  end)
+  -- LuaJIT refuses luaJIT_setmode in a finalizer with an error: the flush
+  -- and the counters' start run in one protected call, and a start and a
+  -- stop of 'exact' from a __gc metamethod succeed (the traces then stay).
+  it('starts and stops in a finalizer, where LuaJIT refuses a flush',
+      function()
+    if not tl.exact then
+      return
+    end
+    local dir = C.temp_dir()
+    local code, out, err = C.run(C.command(LUA, '-e', string.format([[
+package.cpath = %q .. '/build/?.so;' .. package.cpath
+local memprof = require('memprof')
+local results = {}
+local function spin(n) local x = 0 for i = 1, n do x = x + i end return x end
+spin(100)
+local u = newproxy(true)
+getmetatable(u).__gc = function()
+  local ok, r, e = pcall(memprof.start, %q, { trace_lines = 'exact' })
+  results[#results + 1] = tostring(ok) .. ':' .. tostring(r or e)
+  spin(100)
+  ok, r, e = pcall(memprof.stop)
+  results[#results + 1] = tostring(ok) .. ':' .. tostring(r or e)
+end
+u = nil
+collectgarbage()
+collectgarbage()
+io.write(table.concat(results, ' '))]], C.ROOT, dir .. '/p.bin')))
+    C.remove_tree(dir)
+    assert.are.equal(0, code, err)
+    assert.are.equal('true:true true:true', out)
+  end)
 end)
