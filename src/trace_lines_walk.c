@@ -111,87 +111,7 @@ struct walk {
   int sn;               /* The event's snapshot. */
   /* The snapshot's innermost frame: its prototype, its depth, and its
   ** closure when the snapshot holds it as a constant (else 0). */
-  uintptr_t inner_pt, inner_fn;
-  int inner_n;
 };
-
-/* GC64 (the only layout with FR2): the offsets of a Lua closure's upvalue
-** pointers after its pc, of an upvalue's `closed` and `immutable` flags
-** after its type byte, of its closed value and of its pointer to its value
-** (after the header, the flags and the union of the closed value and the
-** open upvalue's links). Not verified by calibration: read fault-safe (on
-** a cache miss only), each object checked by its type byte, a closed
-** upvalue's pointer by pointing to its own value. */
-#define WALK_UVPTR_AFTER_PC 8
-#define WALK_UV_CLOSED_AFTER_GCT 1
-#define WALK_UV_IMMUTABLE_AFTER_GCT 2
-#define WALK_UV_TV 16
-#define WALK_UV_V 32
-
-/*
-** FR2: the closure of snapshot sn's innermost frame, when the snapshot
-** holds it as a constant (an inlined callee's function slot, two below its
-** base) of that frame's prototype. Else 0.
-*/
-static uintptr_t inner_closure(const struct walk *k, uintptr_t pt)
-{
-  const struct vm_layout *lay = k->lay;
-  const struct vm_trace_layout *tl = &lay->tl;
-  uintptr_t s = k->snap + (uintptr_t)k->sn * tl->snap_size, map, fn;
-  uint32_t mapofs, e, i;
-  uint64_t pcword;
-  uint8_t nent;
-  if (!lay->fr2 || !lay->gc64 || !vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
-      !vm_u8(0, s + tl->snap_nent, &nent) ||
-      !vm_ptr(0, k->T + tl->tr_snapmap, &map) ||
-      !vm_u64(0, map + 4 * ((uintptr_t)mapofs + nent), &pcword))
-    return 0;
-  for (i = 0; i < nent; i++) {
-    if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
-      return 0;
-    if ((e >> 24) != (uint32_t)(pcword & 0xff))
-      continue;
-    if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
-        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 1, fn, GCT_FUNC) ||
-        vm_func_proto(lay, 1, fn) != pt)
-      return 0;
-    return fn;
-  }
-  return 0;
-}
-
-/*
-** The Lua prototype called through upvalue `uv` of the closure fn: the
-** JIT compiler makes an immutable upvalue of a constant closure a
-** constant and inlines the call without a guard, so when the callee
-** returns before any snapshot nothing else names it. The upvalue's value
-** is read now: immutable, it is the one recorded. 0 for a built-in, or
-** if a check fails.
-*/
-static uintptr_t upvalue_callee(const struct vm_layout *lay, uintptr_t fn,
-                                uint32_t uv)
-{
-  uint64_t u, v, tv;
-  uint8_t n, closed, immutable, ffid;
-  uintptr_t callee;
-  if (fn == 0 || !vm_u8(1, fn + lay->fn_ffid + 1, &n) || uv >= n ||
-      !vm_u64(1, fn + lay->fn_pc + WALK_UVPTR_AFTER_PC + 8 * (uintptr_t)uv,
-              &u) ||
-      !vm_is_gc(lay, 1, (uintptr_t)u, GCT_UPVAL) ||
-      !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_CLOSED_AFTER_GCT, &closed) ||
-      !vm_u8(1, (uintptr_t)u + lay->gct + WALK_UV_IMMUTABLE_AFTER_GCT,
-             &immutable) ||
-      immutable != 1 || closed > 1 ||
-      !vm_u64(1, (uintptr_t)u + WALK_UV_V, &v) || (v & 7) != 0 ||
-      (closed && v != u + WALK_UV_TV) || !vm_u64(1, (uintptr_t)v, &tv) ||
-      ((int64_t)tv >> 47) != (int32_t)TAG_OF(GCT_FUNC))
-    return 0;
-  callee = (uintptr_t)(tv & GC64_ADDR_MASK);
-  if (!vm_is_gc(lay, 1, callee, GCT_FUNC) ||
-      !vm_u8(1, callee + lay->fn_ffid, &ffid) || ffid != FFID_LUA)
-    return 0;
-  return vm_func_proto(lay, 1, callee);
-}
 
 /*
 ** FR2: the prototype the outermost frame tail-called, from the next
@@ -302,8 +222,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
   uintptr_t start, end, callee;
   uint32_t ins;
   uint8_t op, kind;
-  int i, first = 1, ra, rb, reached = 0, uget = -1;
-  uint32_t uv = 0;
+  int i, first = 1, ra, rb, reached = 0;
   match.found = 0;
   if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
     return 0;
@@ -318,13 +237,6 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
     }
     op = (uint8_t)(ins & 0xff);
     kind = tl->bc_kind[op];
-    /* The slot the last UGET loaded, until an op names it again. */
-    if (op == tl->bc_uget) {
-      uget = (int)((ins >> 8) & 0xff);
-      uv = ins >> 16;
-    } else if (kind != TL_BC_CALL && (int)((ins >> 8) & 0xff) == uget) {
-      uget = -1;
-    }
     if (!match.found && walk_matches(tl, k->want, op)) {
       if (!walk_set(lay, &w, pc, start, end, &match))
         return 0;
@@ -364,12 +276,6 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
           (!k->have_next || k->next.base_ofs == w.base_ofs) &&
           (callee = tail_callee_slot(k, &w)) != 0)
         w.base_replaced = 1; /* The stack's slot holds the caller still. */
-      /* (Not for a new key: a store in the callee, to a table made from
-      ** a template with that key, adds none.) */
-      if (callee == 0 && kind == TL_BC_CALL && k->want != WALK_KEY &&
-          (int)((ins >> 8) & 0xff) == uget && w.nframes == k->inner_n &&
-          w.frames[0].obj == k->inner_pt)
-        callee = upvalue_callee(lay, k->inner_fn, uv);
       if (callee != 0 && kind == TL_BC_TAILCALL) {
         /* The callee takes the caller's frame. */
         if (!bc_bounds(lay, callee, &start, &end))
@@ -449,9 +355,6 @@ int tl_walk_forward(const struct vm_layout *lay, uintptr_t T, uintptr_t snap,
   none.found = 0;
   if (!tl->walk_ok || k.want == WALK_NONE)
     return 0;
-  k.inner_pt = pl->frames[0].obj;
-  k.inner_n = pl->nframes;
-  k.inner_fn = pl->nframes > 1 ? inner_closure(&k, k.inner_pt) : 0;
   k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
                 (uint32_t)sn + 1 < nsnap &&
                 tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);

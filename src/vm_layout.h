@@ -105,7 +105,7 @@ struct vm_trace_layout {
   ** (checked by find_after_return). */
   int walk_ok;
   uintptr_t tab_new1, tab_new_ah, tab_dup;
-  uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop, bc_uget;
+  uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop;
   uint8_t bc_islt, bc_isf; /* The conditional branches: ISLT .. ISF. */
 };
 

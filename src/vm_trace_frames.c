@@ -594,22 +594,22 @@ static uintptr_t ircall_address(lua_State *L, int ju,
 
 /* What the walk of trace_lines 'walk' needs beyond tlc_find_after_return's
 ** ops (whose numbers there prove jit.vmdef's): the table helpers of TNEW
-** and TDUP, the ops TNEW, TDUP, CAT, GSET, JMP, LOOP and UGET, and the
+** and TDUP, the ops TNEW, TDUP, CAT, GSET, JMP and LOOP, and the
 ** conditional branches, one run of ops from ISLT to ISF. Without them
 ** 'walk' is refused. */
 void tlc_find_walk(lua_State *L, struct tlc *t, int ju)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
-  static const char *const names[] = {"TNEW", "TDUP", "CAT", "GSET",
-                                      "JMP",  "LOOP", "UGET"};
+  static const char *const names[] = {"TNEW", "TDUP", "CAT",
+                                      "GSET", "JMP",  "LOOP"};
   static const char *const branches[] = {
       "ISLT",  "ISGE",  "ISLE",  "ISGT",  "ISEQV", "ISNEV", "ISEQS", "ISNES",
       "ISEQN", "ISNEN", "ISEQP", "ISNEP", "ISTC",  "ISFC",  "IST",   "ISF"};
-  int top = lua_gettop(L), op[7], i, first;
+  int top = lua_gettop(L), op[6], i, first;
   const struct vm_vmdef *vmdef = &t->vmdef;
   if (!tl->after_ok || !tl->newkey_ok || t->vmdef.buf == NULL)
     return;
-  for (i = 0; i < 7; i++)
+  for (i = 0; i < 6; i++)
     if ((op[i] = vm_vmdef_bc(vmdef, names[i])) < 0)
       goto done;
   first = vm_vmdef_bc(vmdef, branches[0]);
@@ -629,7 +629,6 @@ void tlc_find_walk(lua_State *L, struct tlc *t, int ju)
   tl->bc_gset = (uint8_t)op[3];
   tl->bc_jmp = (uint8_t)op[4];
   tl->bc_loop = (uint8_t)op[5];
-  tl->bc_uget = (uint8_t)op[6];
   tl->walk_ok = 1;
 done:
   lua_settop(L, top);

@@ -904,30 +904,6 @@ end
       assert.is_nil(on.compiled[line_of(code, 'make')])
     end)
 
-    it('enters a callee called through an upvalue before any snapshot',
-      function()
-      if not tl.walk then return pending('no walk on this build') end
-      if not info.gc64 then
-        return pending('only FR2 (GC64) snapshots are read for the closure')
-      end
-      -- point is inlined into record, itself inlined, and returns before
-      -- any snapshot: no snapshot names it, its closure is record's
-      -- immutable upvalue, a constant of the trace.
-      local code = case([[
-    keep[i % 64 + 1] = record(i)
-]], [[
-local function point(x, y)
-  return { x = x, y = y } --@t
-end
-local function record(i)
-  local r = { i } --@r
-  r.where = point(i, -i) --@k
-  return r
-end
-]])
-      agrees(code, { 'r', 't', 'k' }, walk)
-    end)
-
     it('follows the way of a branch the trace took', function()
       if not tl.walk then return pending('no walk on this build') end
       agrees(case([[
