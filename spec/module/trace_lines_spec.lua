@@ -1118,7 +1118,7 @@ end
     end
     local dir = C.temp_dir()
     local code, out, err = C.run(C.command(LUA, '-e', string.format([[
-package.cpath = %q .. '/build/?.so;' .. package.cpath
+package.cpath = %q
 local memprof = require('memprof')
 local started = 0
 jit.attach(function(what) if what == 'start' then started = started + 1 end end,
@@ -1130,7 +1130,7 @@ spin(40)
 local during = started
 assert(memprof.stop())
 spin(60)
-io.write(during, ' ', started)]], C.ROOT, dir .. '/p.bin')))
+io.write(during, ' ', started)]], package.cpath, dir .. '/p.bin')))
     C.remove_tree(dir)
     assert.are.equal(0, code, err)
     assert.are.equal('0 1', out)
@@ -1145,7 +1145,7 @@ io.write(during, ' ', started)]], C.ROOT, dir .. '/p.bin')))
     end
     local dir = C.temp_dir()
     local code, out, err = C.run(C.command(LUA, '-e', string.format([[
-package.cpath = %q .. '/build/?.so;' .. package.cpath
+package.cpath = %q
 local memprof = require('memprof')
 local results = {}
 local function spin(n) local x = 0 for i = 1, n do x = x + i end return x end
@@ -1161,7 +1161,7 @@ end
 u = nil
 collectgarbage()
 collectgarbage()
-io.write(table.concat(results, ' '))]], C.ROOT, dir .. '/p.bin')))
+io.write(table.concat(results, ' '))]], package.cpath, dir .. '/p.bin')))
     C.remove_tree(dir)
     assert.are.equal(0, code, err)
     assert.are.equal('true:true true:true', out)
