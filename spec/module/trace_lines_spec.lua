@@ -1105,6 +1105,19 @@ end
     assert.truthy(err:find("option '--trace-lines': expected exact, walk, " ..
       'resume or start, found line', 1, true), err)
   end)
+  -- Runs `body` in a child LUA that has loaded the module this spec runs
+  -- with (memprof) and `spin`; PATH in body is a profile's path in a
+  -- directory of its own. Returns its exit code, output and errors.
+  local function in_child(body)
+    local dir = C.temp_dir()
+    local prelude = string.format('package.cpath = %q\n' ..
+      "local memprof, PATH = require('memprof'), %q\n" ..
+      'local function spin(n) local x = 0 for i = 1, n do x = x + i end ' ..
+      'return x end\n', package.cpath, dir .. '/p.bin')
+    local code, out, err = C.run(C.command(LUA, '-e', prelude .. body))
+    C.remove_tree(dir)
+    return code, out, err
+  end
   -- A flush of 'exact' starts the hot counters again (as jit.on after
   -- jit.off does): an outer loop whose counter ran out right after it,
   -- before its inner loop was compiled again, aborted its recording (an
@@ -1116,22 +1129,17 @@ end
     if not tl.exact then
       return
     end
-    local dir = C.temp_dir()
-    local code, out, err = C.run(C.command(LUA, '-e', string.format([[
-package.cpath = %q
-local memprof = require('memprof')
+    local code, out, err = in_child([[
 local started = 0
 jit.attach(function(what) if what == 'start' then started = started + 1 end end,
   'trace')
-local function spin(n) local x = 0 for i = 1, n do x = x + i end return x end
 spin(40)
-assert(memprof.start(%q, { trace_lines = 'exact' }))
+assert(memprof.start(PATH, { trace_lines = 'exact' }))
 spin(40)
 local during = started
 assert(memprof.stop())
 spin(60)
-io.write(during, ' ', started)]], package.cpath, dir .. '/p.bin')))
-    C.remove_tree(dir)
+io.write(during, ' ', started)]])
     assert.are.equal(0, code, err)
     assert.are.equal('0 1', out)
   end)
@@ -1143,16 +1151,12 @@ io.write(during, ' ', started)]], package.cpath, dir .. '/p.bin')))
     if not tl.exact then
       return
     end
-    local dir = C.temp_dir()
-    local code, out, err = C.run(C.command(LUA, '-e', string.format([[
-package.cpath = %q
-local memprof = require('memprof')
+    local code, out, err = in_child([[
 local results = {}
-local function spin(n) local x = 0 for i = 1, n do x = x + i end return x end
 spin(100)
 local u = newproxy(true)
 getmetatable(u).__gc = function()
-  local ok, r, e = pcall(memprof.start, %q, { trace_lines = 'exact' })
+  local ok, r, e = pcall(memprof.start, PATH, { trace_lines = 'exact' })
   results[#results + 1] = tostring(ok) .. ':' .. tostring(r or e)
   spin(100)
   ok, r, e = pcall(memprof.stop)
@@ -1161,8 +1165,7 @@ end
 u = nil
 collectgarbage()
 collectgarbage()
-io.write(table.concat(results, ' '))]], package.cpath, dir .. '/p.bin')))
-    C.remove_tree(dir)
+io.write(table.concat(results, ' '))]])
     assert.are.equal(0, code, err)
     assert.are.equal('true:true true:true', out)
   end)
