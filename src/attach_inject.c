@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elf_syms.h"
 #include "fault.h"
 #include "lauxlib.h"
 #include "remote_proc.h"
@@ -770,6 +771,12 @@ static int run(pid_t pid, struct attach_call *c, struct result *res, char *msg,
     return remote_fail(msg, len, ENOTSUP, "cannot find memprof.so's own path");
   if ((err = remote_maps_read_target(pid, &maps, msg, len)) != 0)
     return err;
+  /* Refused from its files, before any stop: no call is made into a
+  ** process that has no LuaJIT to profile. */
+  if (c->op == ATTACH_START && elf_syms_not_luajit(pid, &maps, msg, len)) {
+    remote_maps_free(&maps);
+    return ENOTSUP;
+  }
   if (c->op != ATTACH_START && !target_object(pid, &maps, &self)) {
     remote_maps_free(&maps);
     return remote_fail(

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "attach.h"
+#include "elf_syms.h"
 #include "fault.h"
 #include "heap_layout.h"
 #include "heap_remote_exe.h"
@@ -925,7 +926,8 @@ static int run_child(const struct job *j, struct heap_remote_result *res,
 /* A target whose executable holds another LuaJIT build (Tarantool): the
 ** layout learned in a helper of that executable, which must be the file
 ** whose code the helper's LuaJIT is. Else the refusal of target_luajit,
-** whose message is in msg. */
+** whose message is in msg, or, of a process proven to run no LuaJIT at
+** all, that. */
 static int exe_luajit(pid_t pid, const struct remote_maps *maps,
                       struct luajit_file *lj, struct heap_layout *h,
                       struct roots_layout *rl, char *msg, size_t len)
@@ -934,8 +936,10 @@ static int exe_luajit(pid_t pid, const struct remote_maps *maps,
   char why[600];
   size_t i;
   int has = heap_exe_has_api(pid, why, sizeof(why)), err;
-  if (has == 0)
+  if (has == 0) {
+    elf_syms_not_luajit(pid, maps, msg, len);
     return ENOTSUP;
+  }
   if (has < 0)
     return remote_fail(msg, len, ENOTSUP, "%s", why);
   if ((err = heap_exe_learn(pid, h, rl, &file, msg, len)) != 0)

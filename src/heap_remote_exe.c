@@ -16,10 +16,8 @@
 #include "heap_remote_exe.h"
 
 #include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <link.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elf_syms.h"
 #include "lauxlib.h"
 #include "remote_proc.h"
 
@@ -38,7 +37,6 @@
 #define HELPER_FD_ENV "MEMPROF_LAYOUT_HELPER_FD"
 /* The helper learns in about a second; a loaded machine gets more. */
 #define HELPER_MS 30000
-#define SYMS_MAX (16u << 20)
 
 struct exe_answer {
   uint32_t magic, size;
@@ -48,89 +46,6 @@ struct exe_answer {
   struct heap_layout h;
   struct roots_layout rl;
 };
-
-/* ---- The executable's dynamic symbols ---------------------------------- */
-
-struct dynsyms {
-  ElfW(Sym) * sym;
-  size_t n;
-  char *str;
-  size_t strsize;
-};
-
-static void *read_at(int fd, uint64_t off, uint64_t size)
-{
-  char *p;
-  size_t got = 0;
-  if (size == 0 || size > SYMS_MAX || (p = malloc((size_t)size)) == NULL)
-    return NULL;
-  while (got < size) {
-    ssize_t r = pread(fd, p + got, (size_t)size - got, (off_t)(off + got));
-    if (r <= 0) {
-      free(p);
-      return NULL;
-    }
-    got += (size_t)r;
-  }
-  return p;
-}
-
-/* The .dynsym of the ELF file at path (its section headers). Returns 1. */
-static int dynsyms_read(const char *path, struct dynsyms *d)
-{
-  ElfW(Ehdr) eh;
-  ElfW(Shdr) *sh = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC), ok = 0;
-  unsigned i;
-  memset(d, 0, sizeof(*d));
-  if (fd < 0)
-    return 0;
-  if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) &&
-      memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
-      eh.e_ident[EI_CLASS] == (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) &&
-      eh.e_shentsize == sizeof(ElfW(Shdr)) && eh.e_shnum > 0 &&
-      (sh = read_at(fd, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(*sh))) !=
-          NULL) {
-    for (i = 0; i < eh.e_shnum && !ok; i++) {
-      if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh.e_shnum ||
-          sh[i].sh_entsize != sizeof(ElfW(Sym)))
-        continue;
-      d->sym = read_at(fd, sh[i].sh_offset, sh[i].sh_size);
-      d->str =
-          read_at(fd, sh[sh[i].sh_link].sh_offset, sh[sh[i].sh_link].sh_size);
-      d->n = sh[i].sh_size / sizeof(ElfW(Sym));
-      d->strsize = sh[sh[i].sh_link].sh_size;
-      ok = d->sym != NULL && d->str != NULL && d->strsize > 0;
-    }
-  }
-  free(sh);
-  close(fd);
-  if (ok)
-    d->str[d->strsize - 1] = '\0';
-  return ok;
-}
-
-static void dynsyms_free(struct dynsyms *d)
-{
-  free(d->sym);
-  free(d->str);
-}
-
-static const char *sym_name(const struct dynsyms *d, size_t i)
-{
-  return d->sym[i].st_name < d->strsize ? d->str + d->sym[i].st_name : "";
-}
-
-static int defines(const struct dynsyms *d, const char *name)
-{
-  size_t i;
-  for (i = 0; i < d->n; i++)
-    if (d->sym[i].st_shndx != SHN_UNDEF &&
-        ELF64_ST_TYPE(d->sym[i].st_info) == STT_FUNC &&
-        strcmp(sym_name(d, i), name) == 0)
-      return 1;
-  return 0;
-}
 
 /* This memprof.so's path. */
 static const char *own_path(void)
@@ -144,24 +59,24 @@ static const char *own_path(void)
 int heap_exe_has_api(pid_t pid, char *msg, size_t len)
 {
   char exe[64];
-  struct dynsyms theirs, ours;
+  struct elf_syms theirs, ours;
   struct stat st;
   const char *so = own_path();
   size_t i;
   int has;
   snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)pid);
-  if (!dynsyms_read(exe, &theirs))
+  if (!elf_syms_read(exe, SHT_DYNSYM, &theirs))
     return 0;
-  has = defines(&theirs, "lua_newstate");
-  if (has && (so == NULL || !dynsyms_read(so, &ours))) {
+  has = elf_syms_defines(&theirs, "lua_newstate");
+  if (has && (so == NULL || !elf_syms_read(so, SHT_DYNSYM, &ours))) {
     remote_fail(msg, len, 0, "cannot read memprof.so's own symbols (%s)",
                 so != NULL ? so : "its path unknown");
     has = -1;
   } else if (has) {
     for (i = 0; i < ours.n && has == 1; i++) {
-      const char *name = sym_name(&ours, i);
+      const char *name = elf_syms_name(&ours, i);
       if (ours.sym[i].st_shndx == SHN_UNDEF && strncmp(name, "lua", 3) == 0 &&
-          !defines(&theirs, name)) {
+          !elf_syms_defines(&theirs, name)) {
         remote_fail(msg, len, 0,
                     "check 'LuaJIT API' failed: the executable of process %d "
                     "exports no %s, which memprof.so needs to learn its layout",
@@ -169,7 +84,7 @@ int heap_exe_has_api(pid_t pid, char *msg, size_t len)
         has = -1;
       }
     }
-    dynsyms_free(&ours);
+    elf_syms_free(&ours);
     if (has == 1 && (strchr(so, ' ') != NULL || strchr(so, ':') != NULL)) {
       remote_fail(msg, len, 0,
                   "memprof.so's path (%s) has a space or a colon: it cannot be "
@@ -189,7 +104,7 @@ int heap_exe_has_api(pid_t pid, char *msg, size_t len)
       has = -1;
     }
   }
-  dynsyms_free(&theirs);
+  elf_syms_free(&theirs);
   return has;
 }
 

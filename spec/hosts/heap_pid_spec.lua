@@ -152,23 +152,48 @@ describe('memprof heap PID', function()
     assert.is_nil(C.read_file(dir .. '/vm3.heap'))
   end)
 
-  it('refuses a process that is not LuaJIT, and leaves it running',
-      function()
-    C.write_file(dir .. '/ready', 'ready')
-    pid = start(dir, 'sleep 30')
-    for _ = 1, 100 do -- Until the shell has become sleep.
-      local _, exe = C.run('readlink /proc/' .. pid .. '/exe')
-      if exe == '/usr/bin/sleep\n' then
-        break
+  -- Starts line and waits until its shell has become the program at exe.
+  local function start_exec(line, exe)
+    pid = start(dir, line)
+    for _ = 1, 100 do
+      local _, at = C.run('readlink /proc/' .. pid .. '/exe')
+      if at == exe .. '\n' then
+        return pid
       end
       os.execute('sleep 0.02')
     end
+    error(line .. ' did not start')
+  end
+
+  it('refuses a process that is not LuaJIT, saying so, and leaves it ' ..
+      'running', function()
+    C.write_file(dir .. '/ready', 'ready')
+    start_exec('sleep 30', '/usr/bin/sleep')
     local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' })
     assert.are.equal(1, code)
-    assert.truthy(err:find("check 'same LuaJIT build' failed: process " ..
-      pid .. ' (/usr/bin/sleep) maps no file of the LuaJIT memprof runs on',
-      1, true), err)
+    assert.matches('^memprof heap: process ' .. pid .. ' %(/usr/bin/sleep%) ' ..
+      'does not run LuaJIT: none of the %d+ files it maps code of %(its ' ..
+      'executable and libraries%) defines a luaJIT_ symbol or lua_newstate; ' ..
+      'it runs on untouched\n$', err)
     assert.are.equal('out\npid\nready\n', files_in(dir))
+    assert.is_true(running(pid))
+  end)
+
+  it('tells a Lua that is not LuaJIT from a process without Lua', function()
+    if not C.have('lua5.1') then
+      return
+    end
+    C.write_file(dir .. '/ready', 'ready')
+    local _, path = C.run('readlink -f "$(command -v lua5.1)"')
+    local exe = path:gsub('\n$', '')
+    start_exec('lua5.1 -e "while true do os.execute(\\"sleep 1\\") end"',
+      exe)
+    local code, _, err = memprof_heap({ tostring(pid), '-o', dir .. '/x.heap' })
+    assert.are.equal(1, code)
+    -- Its executable defines lua_newstate, not the rest of LuaJIT's API.
+    assert.are.equal("memprof heap: check 'LuaJIT API' failed: the " ..
+      'executable of process ' .. pid .. ' exports no lua_upvalueid, which ' ..
+      'memprof.so needs to learn its layout\n', err)
     assert.is_true(running(pid))
   end)
 
