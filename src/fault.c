@@ -48,4 +48,10 @@ int fault_vmdef_text(void)
 {
   return getenv("MEMPROF_FAULT_VMDEF_TEXT") != NULL;
 }
+
+int fault_pipe_eintr(void)
+{
+  const char *n = getenv("MEMPROF_FAULT_PIPE_EINTR");
+  return n != NULL ? atoi(n) : 0;
+}
 #endif

@@ -20,6 +20,10 @@
 ** looks for a chunk name one byte off: none fits (seen twice in CI).
 ** With MEMPROF_FAULT_VMDEF_TEXT set, jit.vmdef's text is taken as not in
 ** the generated shape: the module is run instead, as for any other text.
+** With MEMPROF_FAULT_PIPE_EINTR=N, fault-safe reads go through their pipe,
+** as where process_vm_readv is refused, and each write and read of the
+** pipe fails N times with EINTR before it runs, as a signal whose handler
+** was installed without SA_RESTART would interrupt it.
 */
 #ifndef MEMPROF_FAULT_H
 #define MEMPROF_FAULT_H
@@ -36,6 +40,7 @@ int fault_attach_crash(void);
 int fault_trace_decoy(void);
 int fault_chunkname(void);
 int fault_vmdef_text(void);
+int fault_pipe_eintr(void);
 #else
 /* No fault in a build for use: each test folds away. */
 #define fault_in_source(name, len) ((void)(name), (void)(len), 0)
@@ -46,6 +51,7 @@ int fault_vmdef_text(void);
 #define fault_trace_decoy() 0
 #define fault_chunkname() 0
 #define fault_vmdef_text() 0
+#define fault_pipe_eintr() 0
 #endif
 
 #endif

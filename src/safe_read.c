@@ -14,19 +14,53 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* Reads through a pipe: write(2) reports EFAULT instead of faulting. The
-** pipe holds less than some windows, so the copy goes a page at a time. */
+#include "fault.h"
+
+/* Tries of a write or read of the pipe that a signal interrupts (its
+** handler installed without SA_RESTART): a read fails, never loops, if
+** signals come faster than the calls. */
+#define EINTR_TRIES 8
+
+/* A write (to_pipe) or read of k bytes at p through the pipe's end fd,
+** tried again while a signal interrupts it before it transfers anything.
+** Returns what the call returned. */
+static ssize_t pipe_call(int fd, void *p, size_t k, int to_pipe)
+{
+  ssize_t r = -1;
+  int tries;
+  for (tries = 0; tries < EINTR_TRIES; tries++) {
+    if (fault_pipe_eintr() > tries)
+      errno = EINTR;
+    else
+      r = to_pipe ? write(fd, p, k) : read(fd, p, k);
+    if (r >= 0 || errno != EINTR)
+      break;
+  }
+  return r;
+}
+
+/* Reads through a pipe: write(2) reports EFAULT instead of faulting (or
+** writes less: the part before the unreadable byte). The pipe holds less
+** than some windows, so the copy goes a page at a time; a page's write
+** (at most PIPE_BUF bytes to an empty pipe) is whole or fails, and its
+** read takes at most what is left of the page, which the pipe holds. */
 #define PIPE_CHUNK 4096
 static int pipe_read(uintptr_t addr, void *dst, size_t n)
 {
   int fds[2], ok = 1;
-  size_t done, k;
+  size_t done, k, got;
   if (pipe2(fds, O_CLOEXEC) != 0)
     return 0;
   for (done = 0; done < n && ok; done += k) {
     k = n - done < PIPE_CHUNK ? n - done : PIPE_CHUNK;
-    ok = write(fds[1], (const void *)(addr + done), k) == (ssize_t)k &&
-         read(fds[0], (char *)dst + done, k) == (ssize_t)k;
+    ok = pipe_call(fds[1], (void *)(addr + done), k, 1) == (ssize_t)k;
+    for (got = 0; ok && got < k;) {
+      ssize_t r = pipe_call(fds[0], (char *)dst + done + got, k - got, 0);
+      if (r <= 0 || (size_t)r > k - got)
+        ok = 0;
+      else
+        got += (size_t)r;
+    }
   }
   close(fds[0]);
   close(fds[1]);
@@ -59,7 +93,9 @@ static int read_once(uintptr_t addr, void *dst, size_t n)
   int saved = errno, ok;
   ssize_t got;
   __atomic_add_fetch(&read_calls, 1, __ATOMIC_RELAXED);
-  got = process_vm_readv(self_pid(), &local, 1, &remote, 1, 0);
+  got = fault_pipe_eintr() > 0
+            ? (errno = EPERM, -1)
+            : process_vm_readv(self_pid(), &local, 1, &remote, 1, 0);
   if (got == (ssize_t)n)
     ok = 1;
   else if (got < 0 && (errno == ENOSYS || errno == EPERM))
@@ -92,8 +128,11 @@ int safe_readable(uintptr_t addr, size_t n)
     remote.iov_base = (void *)addr;
     remote.iov_len = call;
     __atomic_add_fetch(&read_calls, 1, __ATOMIC_RELAXED);
-    ok = process_vm_readv(self_pid(), local, parts, &remote, 1, 0) ==
-         (ssize_t)call;
+    ok = fault_pipe_eintr() == 0 &&
+         process_vm_readv(self_pid(), local, parts, &remote, 1, 0) ==
+             (ssize_t)call;
+    if (!ok && fault_pipe_eintr() > 0)
+      errno = EPERM;
     if (!ok && (errno == ENOSYS || errno == EPERM)) {
       /* Where the kernel refuses: a part at a time through the pipe. */
       for (k = 0, ok = 1; k < call && ok; k += SCRATCH)

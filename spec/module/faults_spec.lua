@@ -237,3 +237,47 @@ print('refined', t.resume, t.stores_after_calls, t.builtin_frames,
     assert.equal(text, refinements('MEMPROF_FAULT_VMDEF_TEXT=1'))
   end)
 end)
+
+-- Where process_vm_readv is refused, fault-safe reads go through a pipe,
+-- whose write and read a signal can interrupt (its handler installed
+-- without SA_RESTART): each is tried again, a bounded number of times.
+-- MEMPROF_FAULT_PIPE_EINTR=N takes the pipe and interrupts each call N
+-- times first.
+describe('fault-safe reads through the pipe', function()
+  local function profile(interrupts)
+    local path = h.tmpname()
+    local out, code = h.run_script(string.format([[
+package.cpath = %q .. ';' .. package.cpath
+local memprof = require('memprof')
+print('start', memprof.start(%q))
+local made = assert(loadstring(
+  'local t = {} for i = 1, 100 do t[i] = {} end return t', '@made.lua'))
+made()
+print('stop', memprof.stop())
+]], FAULTS, path), 'MEMPROF_FAULT_PIPE_EINTR=' .. interrupts)
+    return out, code, path
+  end
+
+  it('are tried again when a signal interrupts them', function()
+    local out, code, path = profile(1)
+    assert.equal(0, code, out)
+    assert.equal('start\ttrue\nstop\ttrue\n', out)
+    local made = 0
+    for _, ev in ipairs(h.read(path)) do
+      if ev.kind == 'alloc' and ev.name == '@made.lua:1' then
+        made = made + 1
+      end
+    end
+    os.remove(path)
+    assert.is_true(made >= 100, made)
+  end)
+
+  it('fail, and never hang, when every try is interrupted', function()
+    local out, code, path = profile(1000)
+    os.remove(path)
+    assert.equal(0, code, out)
+    assert.matches("^start\tnil\tcannot verify this VM's layout: check " ..
+      "'[^']+' failed: [^\n]+\t95\nstop\tnil\tprofiler is not running\t22\n$",
+      out)
+  end)
+end)
