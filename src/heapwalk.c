@@ -596,6 +596,18 @@ static int64_t frame_pos(const struct vm_layout *lay, uintptr_t pt,
   return (int64_t)((pc - bc) / 4 - 1);
 }
 
+/* The line a Lua frame of prototype pt runs at position pos (pos -1: not
+** known), or 0: not known (no debug info either). */
+static uint32_t frame_line(const struct vm_layout *lay, uintptr_t pt,
+                           int64_t pos)
+{
+  uint32_t line = 0;
+  if (pos < 0 || !vm_proto_line(lay, 0, pt, (uint32_t)pos,
+                                vm_load_u32(pt + lay->pt_sizebc), &line))
+    return 0;
+  return line;
+}
+
 static void walk_thread(struct walk *w, uintptr_t L)
 {
   const struct heap_layout *h = w->h;
@@ -604,6 +616,7 @@ static void walk_thread(struct walk *w, uintptr_t L)
   uintptr_t top, upper, frame, next = 0;
   intptr_t next_link = 0;
   uint32_t size = vm_load_u32(L + lay->L_stacksize), level = 1, steps = 0;
+  uint32_t line = 0;
   int skip = 0;
   th.L = L;
   th.stack = vm_load_ref(&h->base, L + lay->L_stack);
@@ -639,9 +652,13 @@ static void walk_thread(struct walk *w, uintptr_t L)
                 pos >= 0 ? pt : 0, pos >= 0 ? (uint32_t)pos : 0,
                 skip ? "(vararg)" : NULL);
     fslot = lay->fr2 ? frame - TVALUE_SIZE : frame;
+    /* A vararg frame's lower part (skip) is the same call: its line. */
+    if (!skip)
+      line = frame_line(lay, pt, pos);
     ref(w, L, fn, GCT_FUNC, HREF_FRAME_FUNCTION, 0);
     out_uleb(w->out, (fslot - th.stack) / TVALUE_SIZE);
     out_uleb(w->out, level);
+    out_uleb(w->out, line);
     upper = fslot;
     below = vm_frame_below(lay, 0, &th, frame, link, &varg);
     if (!varg)

@@ -25,7 +25,7 @@
 
 /* The file format's constants. */
 #define HEAP_MAGIC "ljh"
-#define HEAP_VERSION 2
+#define HEAP_VERSION 3
 #define HEAP_FLAG_GC64 1
 #define HEAP_FLAG_CDATA_UNKNOWN 2 /* cdata are written with size 0. */
 #define HEAP_RECORD_OBJECT 0x01

@@ -6,6 +6,8 @@
 --   local s = b:string('name', 30)          -- objects: their addresses
 --   local t = b:table(100, { weak = 1 })
 --   b:root('registry', t); b:field(t, s, other); b:index(t, 1, other)
+--   b:stack(thread, v, slot, level, name); b:frame_function(thread, f,
+--   slot, level, line)
 --   b:bytes(), b:write(path)
 
 local M = {}
@@ -39,15 +41,19 @@ Builder.__index = Builder
 -- The time and process id of the snapshots built (unless opts say).
 M.TIME, M.PID = 1795900000, 4242
 
+-- opts.version: the format's version (default 1; from 2 the traces are
+-- written visited, from 3 a frame's function has its line).
 function M.new(opts)
   opts = opts or {}
+  local version = opts.version or 1
   local flags = (opts.gc64 == false and 0 or 1) + (opts.cdata_unknown and 2 or 0)
-  local head = 'ljh' .. char(1) .. uleb(flags)
+  local head = 'ljh' .. char(version) .. uleb(flags)
   head = head .. (opts.profile and uleb(1) .. uleb(opts.profile) or uleb(0))
   head = head .. uleb(opts.traces and opts.traces + 1 or 0)
+  if version >= 2 then head = head .. uleb(1) end
   head = head .. uleb(opts.time or M.TIME) .. uleb(opts.pid or M.PID)
   return setmetatable({ parts = { head }, next_addr = 0x1000, objects = 0,
-    refs = 0 }, Builder)
+    refs = 0, version = version }, Builder)
 end
 
 function Builder:object(t, size, fields)
@@ -120,6 +126,13 @@ end
 
 function Builder:stack(from, to, slot, level, name)
   self:ref(from, to, 'stack', uleb(slot) .. uleb(level) .. text(name or ''))
+end
+
+-- The function of thread `from`'s frame of `level`, running `line` (from
+-- version 3; nil: not known).
+function Builder:frame_function(from, to, slot, level, line)
+  self:ref(from, to, 'frame_function', uleb(slot) .. uleb(level) ..
+    (self.version >= 3 and uleb(line or 0) or ''))
 end
 
 -- A field with a string key: the key string (made here, `key_size` bytes)

@@ -28,7 +28,7 @@ local REF_FIELDS = {
   by_key = { 'key' }, by_number = { 'number' }, by_bool = { 'bool' },
   by_lightud = { 'pointer' }, upvalue = { 'index', 'name' },
   constant = { 'index' }, stack = { 'slot', 'level', 'name' },
-  frame_function = { 'slot', 'level' },
+  frame_function = { 'slot', 'level', 'line' },
 }
 local NONE = {}
 

@@ -48,7 +48,8 @@ describe('memprof attach PID', function()
       'cache%[#cache %+ 1%] = page'), leaks)
     local joined = report('--leaks', '--heap=' .. s.dir .. '/s.heap', profile)
     assert.truthy(joined:find('\n@…/daemon.lua:5: %d+ objects, [%d,]+B %(from ' ..
-      '@…/daemon.lua:18[^\n]*\n    held by main thread<local cache>%[%*%]: '),
+      '@…/daemon.lua:18[^\n]*\n    held by main thread<local cache in main ' ..
+      'chunk of @…/daemon.lua, line %d+>%[%*%]: '),
       joined)
   end)
 

@@ -117,8 +117,13 @@ return function(x) history[#history + 1] = { x } end, tostring(history)
     local record, name = make()
     for i = 1, 5 do record(i) end
     local at = addr(name)
+    local line = debug.getinfo(1, 'l').currentline + 1
     local an, s = analyse()
-    assert.matches('<local record><upvalue history>$', an.path(at))
+    -- The local of this function's frame, at the line of the snapshot.
+    local here = debug.getinfo(1, 'S')
+    assert.equal('main thread<local record in function at ' ..
+      here.source .. ':' .. here.linedefined .. ', line ' .. line ..
+      '><upvalue history>', an.path(at))
     -- The upvalue object and the table share a pattern: one group, whose
     -- bytes are the upvalue's (which retains the table).
     local uv = an.idom[at]
@@ -173,8 +178,8 @@ return function(x) history[#history + 1] = { x } end, tostring(history)
     os.remove(path)
     local trace = an.idom[closure]
     assert.equal('trace', s.objects[trace].type)
-    assert.matches('<local loop><proto><trace><constant %d+>$',
-      an.path(closure))
+    assert.matches('<local loop in function at [^>]+, line %d+>' ..
+      '<proto><trace><constant %d+>$', an.path(closure))
     -- The function, its prototype, the trace and the closure it keeps.
     assert.equal(freed, an.retained[at])
     assert.is_true(an.retained[at] >= size(s, at) + size(s, trace) +

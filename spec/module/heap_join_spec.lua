@@ -78,7 +78,8 @@ for i = 1, 40 do cache[i] = { i } end
     end
     assert.equal(40, row.objects)
     assert.equal(1, #row.holders)
-    assert.matches('<local cache>%[%*%]$', row.holders[1].pattern)
+    assert.matches('<local cache in function at [^>]+_spec%.lua:%d+, ' ..
+      'line %d+>%[%*%]$', row.holders[1].pattern)
     assert.equal(40, row.holders[1].objects)
     assert.equal(row.bytes, row.holders[1].bytes)
     local before

@@ -105,7 +105,8 @@ describe('memprof-report of a heap snapshot of this VM', function()
       'package.loaded["spec_recorder"].record<upvalue history>[*]: ' ..
       '100 tables, '))
     assert.is_not_nil(line_of(text,
-      'package.loaded["spec_worker"].co<local pending>[*]: 50 tables, '))
+      'package.loaded["spec_worker"].co<local pending in function at ' ..
+      '@catalog.lua:10, line 13>[*]: 50 tables, '))
     -- The weak-keyed table holds none of its keys: it retains its own
     -- bytes and its metatable's only.
     local seen = 'package.loaded["spec_weak"].seen'

@@ -442,6 +442,34 @@ return a, b, s, v, k
     assert.equal(2, #refs(s, addr(varargs), 'stack', '(vararg)'))
   end)
 
+  it('writes the line each Lua frame of a thread runs', function()
+    local lines = {}
+    local co = coroutine.create(h.chunk([[
+local lines = ...
+local function inner()
+  lines.inner = debug.getinfo(1, 'l').currentline + 1
+  coroutine.yield()
+end
+local function varargs(...)
+  lines.varargs = debug.getinfo(1, 'l').currentline + 1
+  inner(...)
+end
+lines.body = debug.getinfo(1, 'l').currentline + 1
+varargs(1, 2)
+]], '@frames.lua'))
+    coroutine.resume(co, lines)
+    local s = snapshot()
+    local by_level = {}
+    for _, r in ipairs(refs(s, addr(co), 'frame_function')) do
+      by_level[r.level] = by_level[r.level] or {}
+      table.insert(by_level[r.level], r.line or 0)
+    end
+    -- coroutine.yield, a C function, runs no line; a vararg frame's two
+    -- parts (the chunk's and varargs') the same one.
+    assert.same({ { 0 }, { lines.inner }, { lines.varargs, lines.varargs },
+      { lines.body, lines.body } }, by_level)
+  end)
+
   it('walks functions without debug info', function()
     local stripped = loadstring(string.dump(function()
       local hidden = { 'no name' }
@@ -819,7 +847,15 @@ describe('the heap snapshot reader', function()
     local header = heap_header(good)
     local why = header.traces_why
     local skip = 1 + (why and #uleb(#why) + #why or 0)
-    local old = heap_header('ljh\1' .. good:sub(5, 7) .. good:sub(8 + skip))
+    -- Its header alone: the records of version 1 had no frame's line.
+    local path = h.tmpname('.heap')
+    local f = assert(io.open(path, 'wb'))
+    f:write('ljh\1' .. good:sub(5, 7) .. good:sub(8 + skip))
+    f:close()
+    local r = require('memprof.read.heap_snapshot').open(path)
+    local old = r.header
+    r:close()
+    os.remove(path)
     assert.is_false(old.traces_visited)
     assert.is_nil(old.traces_why)
     assert.same({ header.time, header.pid, header.traces },
@@ -829,7 +865,7 @@ describe('the heap snapshot reader', function()
   it('names the byte of a corrupt header or record', function()
     assert.equal('byte 0: expected the magic "ljh" of a heap snapshot, ' ..
       'got "ljm"', read_error('ljm' .. good:sub(4)))
-    assert.equal('byte 3: expected version 1 or 2, got 9',
+    assert.equal('byte 3: expected version 1 to 3, got 9',
       read_error('ljh\9' .. good:sub(5)))
     -- Magic, version, flags, profile note 0, traces, whether they were
     -- visited (or why not), time, pid.

@@ -284,7 +284,8 @@ function M.analyse_file(path, opts)
   local seen = opts and opts.object
   if opts and opts.keep_graph then g.weak, g.prefix = {}, {} end
   local r = heap.each_record(path, function(addr, t, size, x, text, z, at)
-    add_object(g, addr, t, size, t == 'string' and text or nil, at)
+    add_object(g, addr, t, size, t == 'string' and text or nil, at,
+      t == 'proto' and x or nil)
     if seen then seen(g.n, addr, t, x, text, z) end
   end, function(from, _, _, weak, _, _, _, at)
     count_ref(g, from, weak, at)

@@ -7,7 +7,8 @@
 --
 --   local G = require('memprof.analysis.heap_graph')
 --   local g = G.new(name)        -- name: the file, for messages
---   G.add_object(g, addr, type, size, text, offset)   -- first pass
+--   G.add_object(g, addr, type, size, text, offset, firstline)  -- first
+--                                -- pass (firstline: a prototype's)
 --   G.count_ref(g, from, weak, offset)
 --   G.start_refs(g)              -- between the passes
 --   G.add_ref(g, from, to, kind, weak, a, b, c, offset)  -- second pass
@@ -89,7 +90,9 @@ local function new_graph(name)
     addr = DOUBLES(cap), type = BYTES(cap), size = DOUBLES(cap),
     toff = INT32S(cap), tlen = BYTES(cap), count = INT32S(cap + 1),
     text = BYTES(4096), text_cap = 4096, text_used = 0, nrefs = 0,
-    later = {}, names = {}, name_ids = {}, wide = {} }
+    later = {}, names = {}, name_ids = {}, wide = {},
+    firstline = {}, name_level = {}, frame_fn = {}, frame_line = {},
+    frame_text = {} }
 end
 
 local function grow_nodes(g)
@@ -122,7 +125,7 @@ local function keep_text(g, v, text, offset)
   g.text_used = at + len
 end
 
-local function add_object(g, addr, t, size, text, offset)
+local function add_object(g, addr, t, size, text, offset, firstline)
   local v = g.n + 1
   if v > MOST then
     refuse(g, offset, format('more than %d objects, the most this ' ..
@@ -132,6 +135,7 @@ local function add_object(g, addr, t, size, text, offset)
   g.n = v
   g.addr[v], g.type[v], g.size[v] = addr, TYPE_CODE[t], size
   g.node:put(g.addr, v)
+  if t == 'proto' then g.firstline[v] = firstline end
   if text then
     if #text <= KEEP_TEXT then
       keep_text(g, v, text, offset)
@@ -221,6 +225,30 @@ local function name_id(g, text)
   return (intern(g.names, g.name_ids, text))
 end
 
+-- The number of a local's name in the frame of `level`: a name of its
+-- own per level (g.name_level), so that a path can name the frame's
+-- function; g.names holds the local's name alone.
+local function local_id(g, text, level)
+  local key = text .. '\0' .. level
+  local id = g.name_ids[key]
+  if id == nil then
+    id = #g.names + 1
+    g.names[id], g.name_ids[key], g.name_level[id] = text, id, level
+  end
+  return id
+end
+
+-- Notes the function of thread v's frame of `level` (node w) and the line
+-- it runs (nil: not known).
+local function note_frame(g, v, level, w, line)
+  local fns, lines = g.frame_fn[v], g.frame_line[v]
+  if fns == nil then
+    fns, lines = {}, {}
+    g.frame_fn[v], g.frame_line[v] = fns, lines
+  end
+  fns[level], lines[level] = w, line
+end
+
 -- The second pass puts each strong reference to an object in its row,
 -- with its name, one value: what a path shows of it.  A row already full
 -- means that the file changed between the passes: refused, never written
@@ -235,20 +263,22 @@ local function add_ref(g, from, to, kind, weak, a, b, c, offset)
       'file was first read: it changed while it was read')
   end
   local code = KIND_CODE[kind]
-  local name = a
+  local name, level = a, nil
   if kind == 'upvalue' then
     name = b ~= '' and b or a
   elseif kind == 'stack' then
-    name = c ~= '' and c or a
+    name, level = c ~= '' and c or a, b
   elseif kind == 'frame_function' then
     name = b
+    note_frame(g, v, b, w, c)
   elseif kind == 'by_bool' then
     name = a and 1 or 0
   end
   name = name or 0
   local key = KEYED[kind] and g.node:get(g.addr, name)
   if type(name) == 'string' then
-    code, name = code + NAMED, name_id(g, name)
+    code, name = code + NAMED,
+      level and local_id(g, name, level) or name_id(g, name)
   elseif key then
     name = key
   elseif KEYED[kind] or kind == 'by_number' or name ~= tobit(name) then

@@ -13,6 +13,7 @@
 local G = require('memprof.analysis.heap_graph')
 local ffi = require('ffi')
 local path_patterns = require('memprof.analysis.path_patterns')
+local sources = require('memprof.read.sources')
 
 local format = string.format
 
@@ -37,9 +38,68 @@ local function is_name(text)
   return text:match('^[%a_][%w_]*$') ~= nil
 end
 
+-- The target of node v's first reference of a kind, or nil.
+local function first_ref(g, v, kind)
+  local code = KIND_CODE[kind]
+  for e = g.first[v], g.first[v + 1] - 1 do
+    if g.rkind[e] == code then return g.succ[e] end
+  end
+  return nil
+end
+
+-- A chunk name as a path shows it: on one line (a chunk loaded from a
+-- string is named by its text).
+local function chunk_text(text)
+  if text == nil then return '?' end
+  local line = text:match('^[^\n]*')
+  if line ~= text then return format('[string %q...]', line:sub(1, 40)) end
+  return text
+end
+
+-- The function of prototype node p, named as the reports of profiles name
+-- it (memprof.read.names): 'load (@app.lua:3)' when its source says,
+-- 'function at @app.lua:3', 'main chunk of @app.lua'.
+local function function_name(g, p)
+  local firstline = g.firstline[p] or 0
+  local at = first_ref(g, p, 'chunkname')
+  local chunkname = at and text_of(g, g.addr[at])
+  local chunk = chunk_text(chunkname)
+  if firstline == 0 then return 'main chunk of ' .. chunk end
+  local named = chunkname and sources.function_name(chunkname, firstline)
+  if named then return format('%s (%s:%d)', named, chunk, firstline) end
+  return format('function at %s:%d', chunk, firstline)
+end
+
+-- What a local's step says of its frame in thread node v: ' in' the
+-- function and ', line' the line it runs, when the file has them (name
+-- id: the local's number among the names, which gives its frame's level).
+-- Kept per thread (g.frame_text): a path is written after the rows of
+-- references that name the function are dropped.
+local function frame_of(g, v, id)
+  local texts = g.frame_text[v]
+  if texts and texts[id] then return texts[id] end
+  local level = g.name_level[id]
+  local fns = level and g.frame_fn[v]
+  local fn = fns and fns[level]
+  local proto = fn and first_ref(g, fn, 'proto')
+  local text = ''
+  if proto then
+    local line = g.frame_line[v][level]
+    text = ' in ' .. function_name(g, proto) ..
+      (line and format(', line %d', line) or '')
+  end
+  if texts == nil then
+    texts = {}
+    g.frame_text[v] = texts
+  end
+  texts[id] = text
+  return text
+end
+
 -- The step of a path along a reference of `kind` named `name` (to a table
--- entry, its key; to anything else, what the reference is).
-local function step(g, kind, name, many, under_loaded)
+-- entry, its key; to anything else, what the reference is), from node v
+-- (its name's id: id).
+local function step(g, kind, name, many, under_loaded, v, id)
   if many and ENTRY[kind] then
     return '[*]'
   elseif kind == 'field' then
@@ -66,7 +126,8 @@ local function step(g, kind, name, many, under_loaded)
   elseif kind == 'upvalue_value' then
     return ''
   elseif kind == 'stack' then
-    return type(name) == 'string' and format('<local %s>', name)
+    return type(name) == 'string' and
+      format('<local %s%s>', name, frame_of(g, v, id))
       or format('<stack slot %d>', name)
   elseif kind == 'frame_function' then
     return format('<function of frame %d>', name)
@@ -195,7 +256,8 @@ function M.paths(g)
       if parent[w] == 0 then
         local kind, name = ref_of(g, rkind[e], rname[e])
         parent[w], via_kind[w], via_name[w] = v, rkind[e], rname[e]
-        pid[w] = pats:child(p, step(g, kind, name, is_many, under_loaded))
+        pid[w] = pats:child(p, step(g, kind, name, is_many, under_loaded,
+          v, rname[e]))
         tail = tail + 1
         queue[tail] = w
       end
@@ -212,7 +274,7 @@ function M.path_of(g, p, v)
     local u = p.parent[v]
     local kind, name = ref_of(g, p.via_kind[v], p.via_name[v])
     steps[#steps + 1] = step(g, kind, name, false,
-      p.names[u] == 'package.loaded')
+      p.names[u] == 'package.loaded', u, p.via_name[v])
     v = u
   end
   steps[#steps + 1] = p.names[v]

@@ -18,7 +18,8 @@ local byte, sub = string.byte, string.sub
 
 local M = {}
 
-M.VERSION = 2 -- Version 1 files (no JIT traces) are read too.
+-- Versions 1 (no JIT traces) and 2 (no frame's line) are read too.
+M.VERSION = 3
 local CHUNK = 65536
 
 -- Type bytes of the objects (~LJ_Txxx).
@@ -136,8 +137,8 @@ local function read_header(self)
       magic))
   end
   local version = u8(self, 'the version')
-  if version ~= M.VERSION and version ~= 1 then
-    fail(self, 3, format('expected version 1 or %d, got %d', M.VERSION,
+  if version < 1 or version > M.VERSION then
+    fail(self, 3, format('expected version 1 to %d, got %d', M.VERSION,
       version))
   end
   local flags = uleb(self, 'the flags')
@@ -226,8 +227,12 @@ local NAMES = {
     return uleb(self, 'a stack slot'), uleb(self, "a slot's frame level"),
       text(self, "a slot's local name")
   end,
+  -- The line the frame runs (version 3; nil: not known).
   frame_function = function(self)
-    return uleb(self, 'a stack slot'), uleb(self, "a frame's level")
+    local slot, level = uleb(self, 'a stack slot'),
+      uleb(self, "a frame's level")
+    local line = self.header.version >= 3 and uleb(self, "a frame's line")
+    return slot, level, line ~= 0 and line or nil
   end,
 }
 
@@ -258,7 +263,7 @@ end
 --     root: name; field: key (the key string's address); index: index;
 --     by_key: key; by_number: number; by_bool: bool; by_lightud: pointer;
 --     upvalue: index, name; constant: index; stack: slot, level, name;
---     frame_function: slot, level
+--     frame_function: slot, level, line (nil: not known)
 function Reader:next_values()
   if self.epilogue then
     return nil

@@ -66,6 +66,56 @@ describe('memprof-report of a heap snapshot', function()
     assert.equal(KNOWN_TEXT:format(path), out)
   end)
 
+  -- A thread whose frame of level 2 runs `fn` of a prototype defined at
+  -- `firstline` of chunk `chunk`, at `line`, and holds a local `cache`.
+  local function frame_graph(version, chunk, firstline, line)
+    local H = require('helpers.heap_builder')
+    local b = H.new({ version = version })
+    local thread = b:thread(400, 40, 8)
+    b:root('main thread', thread)
+    local name = b:string(chunk, 40)
+    local proto = b:proto(200, firstline, 10)
+    b:chunkname(proto, name)
+    local fn = b:func(40)
+    b:proto_ref(fn, proto)
+    b:frame_function(thread, fn, 4, 2, line)
+    local cache = b:table(100)
+    b:stack(thread, cache, 5, 2, 'cache')
+    return b:write(temp_path())
+  end
+
+  -- The row of the local `cache` of frame_graph(...).
+  local function cache_row(...)
+    local code, out, err = report(frame_graph(...))
+    assert.equal(0, code, err)
+    return out:match('\n(main thread<local[^\n]*)')
+  end
+
+  it("names a local by its frame's function and the line it runs",
+    function()
+    assert.equal('main thread<local cache in function at @app.lua:12, ' ..
+      'line 20>: 1 table, 100B', cache_row(3, '@app.lua', 12, 20))
+    assert.equal('main thread<local cache in main chunk of @app.lua, ' ..
+      'line 3>: 1 table, 100B', cache_row(3, '@app.lua', 0, 3))
+    -- The name its source gives the function, where the report can read
+    -- it; a chunk loaded from a string, on one line.
+    local source = temp_path('.lua')
+    local f = assert(io.open(source, 'w'))
+    f:write('local function load(n)\n  return n\nend\n')
+    f:close()
+    assert.equal('main thread<local cache in load (@' .. source .. ':1), ' ..
+      'line 2>: 1 table, 100B', cache_row(3, '@' .. source, 1, 2))
+    assert.equal('main thread<local cache in function at [string ' ..
+      '"local t = {}"...]:1, line 2>: 1 table, 100B',
+      cache_row(3, 'local t = {}\nreturn t', 1, 2))
+    -- A file of version 2 knows the function, not the line; a frame whose
+    -- line is not known, nor that.
+    assert.equal('main thread<local cache in function at @app.lua:12>: ' ..
+      '1 table, 100B', cache_row(2, '@app.lua', 12))
+    assert.equal('main thread<local cache in function at @app.lua:12>: ' ..
+      '1 table, 100B', cache_row(3, '@app.lua', 12, nil))
+  end)
+
   it('says when the snapshot could not size its cdata, and when and where ' ..
     'it was taken', function()
     local path = graphs.known({ cdata_unknown = true, traces = 3 }):write(temp_path())
