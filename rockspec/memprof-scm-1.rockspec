@@ -23,7 +23,8 @@ build = {
     memprof = {
       sources = {
         "src/attach_entry.c", "src/attach_inject.c",
-        "src/binding.c", "src/builtin_memprof.c", "src/cnames.c", "src/fault.c",
+        "src/binding.c", "src/builtin_memprof.c", "src/cnames.c",
+        "src/elf_syms.c", "src/fault.c",
         "src/heap_layout.c", "src/heap_objects.c", "src/heap_remote.c",
         "src/heap_remote_exe.c", "src/heap_remote_host.c", "src/heap_traces.c",
         "src/heapwalk.c",
