@@ -39,11 +39,10 @@ static ssize_t pipe_call(int fd, void *p, size_t k, int to_pipe)
   return r;
 }
 
-/* Reads through a pipe: write(2) reports EFAULT instead of faulting (or
-** writes less: the part before the unreadable byte). The pipe holds less
-** than some windows, so the copy goes a page at a time; a page's write
-** (at most PIPE_BUF bytes to an empty pipe) is whole or fails, and its
-** read takes at most what is left of the page, which the pipe holds. */
+/* Reads through a pipe: write(2) of an unreadable range reports EFAULT,
+** or writes less, instead of faulting. The pipe holds less than some
+** windows, so the copy goes a page at a time: a page written whole (else
+** the read fails), then read back, never more than is left of it. */
 #define PIPE_CHUNK 4096
 static int pipe_read(uintptr_t addr, void *dst, size_t n)
 {
