@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 /* The most bytes of one table read (a symbol table or its strings). */
@@ -116,11 +117,12 @@ static int luajit_symbol(const struct elf_syms *d)
   return 0;
 }
 
-/* Whether the file at path, which must be the mapped file m (its inode:
-** a path can name another file in this mount namespace), is a LuaJIT
-** (1), is not (0), or cannot be read as m (-1). A file without a .symtab
-** (stripped) is judged by its .dynsym; one with neither is no ELF file
-** that can be read. */
+/* Whether the file at path, which must be the mapped file m (its device
+** and inode: a path can name another file in this mount namespace; where
+** they differ, as a file system may show them, nothing is proven), is a
+** LuaJIT (1), is not (0), or cannot be read as m (-1). A file without a
+** .symtab (stripped) is judged by its .dynsym; one with neither is no ELF
+** file that can be read. */
 static int file_luajit(const char *path, const struct remote_map *m)
 {
   struct elf_syms d;
@@ -129,7 +131,8 @@ static int file_luajit(const char *path, const struct remote_map *m)
   unsigned types[2] = {SHT_DYNSYM, SHT_SYMTAB}, t;
   if (fd < 0)
     return -1;
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != m->inode) {
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != m->inode ||
+      major(st.st_dev) != m->dev_major || minor(st.st_dev) != m->dev_minor) {
     close(fd);
     return -1;
   }
