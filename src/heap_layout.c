@@ -19,30 +19,42 @@
 #include "vm_inspect.h"
 #include "vm_learn.h"
 
+/* A candidate offset: the first on GC64 builds, the second on the others. */
+static uint8_t by_mode(const struct heap_layout *h, uint8_t gc64, uint8_t gc32)
+{
+  return h->base.gc64 ? gc64 : gc32;
+}
+
 /* The candidates of a mode (lj_obj.h's structures; the base layout gives
 ** the rest). L_size is measured, g_mainth searched. */
 static void candidates(struct heap_layout *h)
 {
   int r = h->base.ref_size;
-  if (h->base.gc64) {
-    h->tab_colo = 11, h->tab_array = 16, h->tab_mt = 32, h->tab_node = 40;
-    h->tab_asize = 48, h->tab_hmask = 52, h->tab_size = 64;
-    h->fn_env = 16, h->fn_nupvalues = 11, h->fnl_uv = 40, h->fnc_up = 48;
-    h->uv_v = 32, h->uv_size = 48;
-    h->pt_k = 32, h->pt_sizekgc = 48, h->pt_sizekn = 52, h->pt_sizept = 56;
-    h->pt_sizeuv = 60;
-    h->ud_env = 16, h->ud_len = 24, h->ud_mt = 32, h->ud_size = 48;
-    h->cd_size = 16, h->cd_ctypeid = 10, h->ct_size = 24;
-  } else {
-    h->tab_colo = 7, h->tab_array = 8, h->tab_mt = 16, h->tab_node = 20;
-    h->tab_asize = 24, h->tab_hmask = 28, h->tab_size = 32;
-    h->fn_env = 8, h->fn_nupvalues = 7, h->fnl_uv = 20, h->fnc_up = 32;
-    h->uv_v = 16, h->uv_size = 24;
-    h->pt_k = 16, h->pt_sizekgc = 24, h->pt_sizekn = 28, h->pt_sizept = 32;
-    h->pt_sizeuv = 36;
-    h->ud_env = 8, h->ud_len = 12, h->ud_mt = 16, h->ud_size = 24;
-    h->cd_size = 8, h->cd_ctypeid = 6, h->ct_size = 16;
-  }
+  h->tab_colo = by_mode(h, 11, 7);
+  h->tab_array = by_mode(h, 16, 8);
+  h->tab_mt = by_mode(h, 32, 16);
+  h->tab_node = by_mode(h, 40, 20);
+  h->tab_asize = by_mode(h, 48, 24);
+  h->tab_hmask = by_mode(h, 52, 28);
+  h->tab_size = by_mode(h, 64, 32);
+  h->fn_env = by_mode(h, 16, 8);
+  h->fn_nupvalues = by_mode(h, 11, 7);
+  h->fnl_uv = by_mode(h, 40, 20);
+  h->fnc_up = by_mode(h, 48, 32);
+  h->uv_v = by_mode(h, 32, 16);
+  h->uv_size = by_mode(h, 48, 24);
+  h->pt_k = by_mode(h, 32, 16);
+  h->pt_sizekgc = by_mode(h, 48, 24);
+  h->pt_sizekn = by_mode(h, 52, 28);
+  h->pt_sizept = by_mode(h, 56, 32);
+  h->pt_sizeuv = by_mode(h, 60, 36);
+  h->ud_env = by_mode(h, 16, 8);
+  h->ud_len = by_mode(h, 24, 12);
+  h->ud_mt = by_mode(h, 32, 16);
+  h->ud_size = by_mode(h, 48, 24);
+  h->cd_size = by_mode(h, 16, 8);
+  h->cd_ctypeid = by_mode(h, 10, 6);
+  h->ct_size = by_mode(h, 24, 16);
   h->node_size = 24, h->node_val = 0, h->node_key = 8;
   h->pt_uvinfo = (uint8_t)(h->base.pt_lineinfo + r);
   h->pt_varinfo = (uint8_t)(h->base.pt_lineinfo + 2 * r);

@@ -868,21 +868,6 @@ static void child(const struct job *j, struct child_report *rep)
 
 /* ---- The parent -------------------------------------------------------- */
 
-static size_t read_all(int fd, void *p, size_t n)
-{
-  char *c = p;
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = read(fd, c + got, n - got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    got += (size_t)r;
-  }
-  return got;
-}
-
 /* Runs the job in a child process: its copy of the target and any fault
 ** of the walk stay there. */
 static int run_child(const struct job *j, struct heap_remote_result *res,
@@ -904,7 +889,8 @@ static int run_child(const struct job *j, struct heap_remote_result *res,
     _exit(remote_write_all(fds[1], rep, sizeof(*rep)) ? 0 : 1);
   }
   close(fds[1]);
-  if (read_all(fds[0], rep, sizeof(*rep)) != sizeof(*rep))
+  if (remote_read_all(fds[0], rep, sizeof(*rep), REMOTE_NO_DEADLINE) !=
+      sizeof(*rep))
     rep->err = -1;
   close(fds[0]);
   while (waitpid(c, &st, 0) < 0 && errno == EINTR)

@@ -18,7 +18,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +25,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "elf_syms.h"
@@ -110,33 +108,6 @@ int heap_exe_has_api(pid_t pid, char *msg, size_t len)
 
 /* ---- The helper -------------------------------------------------------- */
 
-static long long now_ms(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-/* Reads n bytes from fd within the deadline. Returns the bytes read. */
-static size_t read_until(int fd, void *p, size_t n, long long deadline)
-{
-  size_t got = 0;
-  while (got < n) {
-    struct pollfd pf = {fd, POLLIN, 0};
-    long long left = deadline - now_ms();
-    ssize_t r;
-    if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
-      break;
-    r = read(fd, (char *)p + got, n - got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    got += (size_t)r;
-  }
-  return got;
-}
-
 /* In the forked child: the executable of pid, memprof.so preloaded, the
 ** answer on fd 3, every other descriptor /dev/null. */
 static void exec_helper(pid_t pid, int out, int err)
@@ -179,10 +150,11 @@ int heap_exe_learn(pid_t pid, struct heap_layout *h, struct roots_layout *rl,
     exec_helper(pid, out[1], err[1]);
   close(out[1]);
   close(err[1]);
-  deadline = now_ms() + HELPER_MS;
-  got = read_until(out[0], a, sizeof(*a), deadline);
-  errtext[read_until(err[0], errtext, sizeof(errtext) - 1,
-                     got == sizeof(*a) ? now_ms() : now_ms() + 200)] = '\0';
+  deadline = remote_now_ms() + HELPER_MS;
+  got = remote_read_all(out[0], a, sizeof(*a), deadline);
+  errtext[remote_read_all(err[0], errtext, sizeof(errtext) - 1,
+                          got == sizeof(*a) ? remote_now_ms()
+                                            : remote_now_ms() + 200)] = '\0';
   /* It exits once it answered; one that did not is abandoned. */
   if (got != sizeof(*a) || waitpid(c, &st, WNOHANG) != c) {
     kill(c, SIGKILL);
@@ -199,9 +171,9 @@ int heap_exe_learn(pid_t pid, struct heap_layout *h, struct roots_layout *rl,
                     "%d's executable with memprof.so preloaded gave no layout "
                     "(%s%s%s)",
                     (int)pid,
-                    now_ms() >= deadline ? "no answer in 30 s"
-                    : got > 0            ? "a cut answer"
-                                         : "it ended without answering",
+                    remote_now_ms() >= deadline ? "no answer in 30 s"
+                    : got > 0                   ? "a cut answer"
+                                                : "it ended without answering",
                     errtext[0] ? ": " : "", errtext);
   } else if (a->err != 0) {
     ret = remote_fail(msg, len, a->err, "%s", a->msg);

@@ -7,12 +7,14 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* More mappings than any real process has: the list stays bounded. */
@@ -310,4 +312,37 @@ int remote_write_all(int fd, const void *p, size_t n)
     c += w, n -= (size_t)w;
   }
   return 1;
+}
+
+long long remote_now_ms(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Whether fd has something to read (or its end) before the deadline. */
+static int readable_by(int fd, long long deadline)
+{
+  struct pollfd pf = {fd, POLLIN, 0};
+  long long left = deadline - remote_now_ms();
+  return left > 0 && poll(&pf, 1, (int)left) > 0;
+}
+
+size_t remote_read_all(int fd, void *p, size_t n, long long deadline)
+{
+  char *c = p;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r;
+    if (deadline != REMOTE_NO_DEADLINE && !readable_by(fd, deadline))
+      break;
+    r = read(fd, c + got, n - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  return got;
 }

@@ -63,4 +63,16 @@ int remote_fail(char *msg, size_t len, int err, const char *fmt, ...)
 ** EINTR. Returns 1, or 0 when it could not. */
 int remote_write_all(int fd, const void *p, size_t n);
 
+/* Milliseconds of CLOCK_MONOTONIC: the clock of remote_read_all's
+** deadlines. */
+long long remote_now_ms(void);
+
+#define REMOTE_NO_DEADLINE (-1LL)
+
+/* Reads n bytes from fd (a pipe between memprof's processes) into p,
+** through EINTR, until the pipe's end or, unless it is
+** REMOTE_NO_DEADLINE, the deadline (remote_now_ms()). Returns the bytes
+** read. */
+size_t remote_read_all(int fd, void *p, size_t n, long long deadline);
+
 #endif

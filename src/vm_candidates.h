@@ -27,85 +27,52 @@ struct vm_candidate {
 #define CF_PC_GC64 24
 #endif
 
+/* The object offsets of the two modes, a field a line: its name, its
+** value on GC64 builds, then on the others. */
+#define VM_MODE_OFFSETS(X)                                                     \
+  X(gc64, 1, 0)                                                                \
+  X(fr2, 1, 0)                                                                 \
+  X(ref_size, 8, 4)                                                            \
+  X(L_glref, 16, 8)                                                            \
+  X(L_base, 32, 16)                                                            \
+  X(L_top, 40, 24)                                                             \
+  X(L_maxstack, 48, 32)                                                        \
+  X(L_stack, 56, 36)                                                           \
+  X(L_cframe, 80, 48)                                                          \
+  X(L_stacksize, 88, 56)                                                       \
+  X(g_allocf, 0, 48)                                                           \
+  X(g_allocd, 8, 56)                                                           \
+  X(g_vmstate, 184, 120)                                                       \
+  X(g_cur_L, 368, 280)                                                         \
+  X(gct, 9, 5)                                                                 \
+  X(fn_ffid, 10, 6)                                                            \
+  X(fn_pc, 32, 16)                                                             \
+  X(fn_cfunc, 40, 24)                                                          \
+  X(pt_size, 104, 64)                                                          \
+  X(pt_sizebc, 12, 8)                                                          \
+  X(pt_chunkname, 64, 40)                                                      \
+  X(pt_firstline, 72, 44)                                                      \
+  X(pt_numline, 76, 48)                                                        \
+  X(pt_lineinfo, 80, 52)                                                       \
+  X(str_size, 24, 16)                                                          \
+  X(str_len, 20, 12)                                                           \
+  X(cf_pc, CF_PC_GC64, 28)                                                     \
+  X(cf_L, 16, 24)                                                              \
+  X(tr_startpt, 64, 48)                                                        \
+  X(tr_startpc, 72, 52)                                                        \
+  X(tr_traceno, 104, 80)
+
+#define VM_GC64_VALUE(field, gc64, other) .field = gc64,
+#define VM_NONGC64_VALUE(field, gc64, other) .field = other,
+
 static const struct vm_candidate vm_candidates[] = {
-    {
-        /* Upstream LuaJIT 2.1 (2020 and later) and OpenResty's luajit2,
-        ** GC64 on x86_64. OpenResty appends fields at the end of lua_State
-        ** and global_State, which moves only J. */
-        .layout =
-            {
-                .family = "LuaJIT 2.1 GC64",
-                .gc64 = 1,
-                .fr2 = 1,
-                .ref_size = 8,
-                .L_glref = 16,
-                .L_base = 32,
-                .L_top = 40,
-                .L_maxstack = 48,
-                .L_stack = 56,
-                .L_cframe = 80,
-                .L_stacksize = 88,
-                .g_allocf = 0,
-                .g_allocd = 8,
-                .g_vmstate = 184,
-                .g_cur_L = 368,
-                .gct = 9,
-                .fn_ffid = 10,
-                .fn_pc = 32,
-                .fn_cfunc = 40,
-                .pt_size = 104,
-                .pt_sizebc = 12,
-                .pt_chunkname = 64,
-                .pt_firstline = 72,
-                .pt_numline = 76,
-                .pt_lineinfo = 80,
-                .str_size = 24,
-                .str_len = 20,
-                .cf_pc = CF_PC_GC64,
-                .cf_L = 16,
-                .tr_startpt = 64,
-                .tr_startpc = 72,
-                .tr_traceno = 104,
-            },
-    },
-    {
-        /* Tarantool 2.6.0's LuaJIT fork: non-GC64, 32-bit references. */
-        .layout =
-            {
-                .family = "LuaJIT 2.1 non-GC64",
-                .gc64 = 0,
-                .fr2 = 0,
-                .ref_size = 4,
-                .L_glref = 8,
-                .L_base = 16,
-                .L_top = 24,
-                .L_maxstack = 32,
-                .L_stack = 36,
-                .L_cframe = 48,
-                .L_stacksize = 56,
-                .g_allocf = 48,
-                .g_allocd = 56,
-                .g_vmstate = 120,
-                .g_cur_L = 280,
-                .gct = 5,
-                .fn_ffid = 6,
-                .fn_pc = 16,
-                .fn_cfunc = 24,
-                .pt_size = 64,
-                .pt_sizebc = 8,
-                .pt_chunkname = 40,
-                .pt_firstline = 44,
-                .pt_numline = 48,
-                .pt_lineinfo = 52,
-                .str_size = 16,
-                .str_len = 12,
-                .cf_pc = 28,
-                .cf_L = 24,
-                .tr_startpt = 48,
-                .tr_startpc = 52,
-                .tr_traceno = 80,
-            },
-    },
+    /* Upstream LuaJIT 2.1 (2020 and later) and OpenResty's luajit2, GC64
+    ** on x86_64. OpenResty appends fields at the end of lua_State and
+    ** global_State, which moves only J. */
+    {.layout = {.family = "LuaJIT 2.1 GC64", VM_MODE_OFFSETS(VM_GC64_VALUE)}},
+    /* Tarantool 2.6.0's LuaJIT fork: non-GC64, 32-bit references. */
+    {.layout = {.family = "LuaJIT 2.1 non-GC64",
+                VM_MODE_OFFSETS(VM_NONGC64_VALUE)}},
 };
 
 #define VM_CANDIDATE_GC64 0

@@ -172,16 +172,23 @@ static int concat_shape(lua_State *L, int ju, struct tlc *t, uint32_t n)
 /* The chunk: table.concat (given) on one line, a concatenation on another,
 ** each after a store (so a snapshot is taken at its line). Each run makes
 ** strings of its own (from `base`): an interned one is not allocated. */
-static const char concat_chunk[] = "local concat, base, rounds = ...\n"
-                                   "local t, keep = {0, 'b'}, {0, 0, 0, 0}\n"
-                                   "local other = {0, 0, 0, 0}\n"
-                                   "for i = base, base + rounds - 1 do\n"
-                                   "  t[1] = i\n"
-                                   "  local s = concat(t, ',') --@join\n"
-                                   "  keep[i % 4 + 1] = s\n"
-                                   "  local c = 'k' .. i --@cat\n"
-                                   "  other[i % 4 + 1] = c\n"
-                                   "end\n";
+/* A known-answer chunk: its code and its chunk name. */
+struct known_chunk {
+  const char *code, *name;
+};
+
+static const struct known_chunk concat_chunk = {
+    "local concat, base, rounds = ...\n"
+    "local t, keep = {0, 'b'}, {0, 0, 0, 0}\n"
+    "local other = {0, 0, 0, 0}\n"
+    "for i = base, base + rounds - 1 do\n"
+    "  t[1] = i\n"
+    "  local s = concat(t, ',') --@join\n"
+    "  keep[i % 4 + 1] = s\n"
+    "  local c = 'k' .. i --@cat\n"
+    "  other[i % 4 + 1] = c\n"
+    "end\n",
+    "=memprof.calibration.concat"};
 
 /* Runs a known-answer chunk (the function at index `chunk`), given the
 ** built-in at index fn, under the recording allocator: `run` 1 and 2 are
@@ -214,13 +221,14 @@ static uintptr_t run_builtin_chunk(lua_State *L, struct tlc *t, int fn, int run,
 ** found: those on the line marked `mark` have the frame of built-in ffid
 ** above the chunk's, those of the line marked --@cat (a concatenation)
 ** none, and no other gets one. */
-static int builtin_known(const struct tlc *t, uintptr_t pt, const char *chunk,
-                         const char *mark, uint8_t ffid)
+static int builtin_known(const struct tlc *t, uintptr_t pt,
+                         const struct known_chunk *chunk, const char *mark,
+                         uint8_t ffid)
 {
   int i, framed_n = 0, cats = 0, l_mark = 0, l_cat = 0, line = 1;
   size_t mlen = strlen(mark);
   const char *p;
-  for (p = chunk; *p != '\0'; p++) {
+  for (p = chunk->code; *p != '\0'; p++) {
     if (strncmp(p, mark, mlen) == 0)
       l_mark = line;
     if (strncmp(p, "--@cat", 6) == 0)
@@ -244,34 +252,69 @@ static int builtin_known(const struct tlc *t, uintptr_t pt, const char *chunk,
   return framed_n >= 3 && cats >= 3;
 }
 
-/* Pushes a known-answer chunk of `size` bytes as a function named `name`,
-** or nil if it does not load. */
-static void push_chunk(lua_State *L, const char *chunk, size_t size,
-                       const char *name)
+/* Pushes a known-answer chunk as a function, or nil if it does not
+** load. */
+static void push_chunk(lua_State *L, const struct known_chunk *chunk)
 {
-  if (luaL_loadbuffer(L, chunk, size, name) != 0) {
+  if (luaL_loadbuffer(L, chunk->code, strlen(chunk->code), chunk->name) != 0) {
     lua_pop(L, 1);
     lua_pushnil(L);
   }
 }
 
-/* Run `run` of a chunk (code, len bytes, named name) whose events are
-** resolved and kept (TLC_RESULTS of them), after a run that compiled it.
-** Returns the chunk's prototype, or 0. */
+/* The first run (`run`, odd) of a chunk, which compiles it: the helpers
+** its trace's allocations call are noted (TLC_TARGET). Returns the
+** chunk's prototype, or 0. */
+static uintptr_t compile_builtin_chunk(lua_State *L, struct tlc *t, int fn,
+                                       int run, const struct known_chunk *chunk)
+{
+  int at;
+  push_chunk(L, chunk);
+  at = lua_gettop(L);
+  t->check = TLC_TARGET;
+  t->ntargets = 0;
+  return run_builtin_chunk(L, t, fn, run, at);
+}
+
+/* Run `run` of a chunk whose events are resolved and kept (TLC_RESULTS of
+** them), after a run that compiled it. Returns the chunk's prototype, or
+** 0. */
 static uintptr_t resolve_builtin_chunk(lua_State *L, struct tlc *t, int fn,
-                                       int run, const char *code, size_t len,
-                                       const char *name)
+                                       int run, const struct known_chunk *chunk)
 {
   t->check = TLC_RESOLVE_BUILTIN;
   t->nresults = t->dropped = 0;
   t->want_results = TLC_RESULTS;
-  push_chunk(L, code, len, name);
+  push_chunk(L, chunk);
   return run_builtin_chunk(L, t, fn, run, lua_gettop(L));
+}
+
+/* Pushes the built-in package.loaded[lib][name]: its stack index if it is
+** a function, else 0. */
+static int push_builtin(lua_State *L, const char *lib, const char *name)
+{
+  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+  if (!lua_istable(L, -1))
+    return 0;
+  lua_getfield(L, -1, lib);
+  if (!lua_istable(L, -1))
+    return 0;
+  lua_getfield(L, -1, name);
+  return lua_isfunction(L, -1) ? lua_gettop(L) : 0;
+}
+
+/* The fast function id of the built-in at index fn into *ffid: whether
+** it reads as one. */
+static int builtin_ffid(lua_State *L, const struct vm_layout *lay, int fn,
+                        uint8_t *ffid)
+{
+  return vm_u8(1, (uintptr_t)lua_topointer(L, fn) + lay->fn_ffid, ffid) &&
+         *ffid > FFID_C;
 }
 
 static int concat_known(const struct tlc *t, uintptr_t pt)
 {
-  return builtin_known(t, pt, concat_chunk, "--@join",
+  return builtin_known(t, pt, &concat_chunk, "--@join",
                        t->c->lay.tl.concat_ffid);
 }
 
@@ -285,7 +328,6 @@ void tlc_find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
   int top = lua_gettop(L), fn, ops[4], tostr_id, puttab_id, i, shaped;
-  int chunk;
   uint32_t n, size;
   uintptr_t pt;
   uint8_t ffid;
@@ -316,26 +358,12 @@ void tlc_find_builtin_frames(lua_State *L, struct tlc *t, int ju)
     goto done;
   tl->buf_puttab = (uintptr_t)lua_tonumber(L, -1);
   /* table.concat itself, a built-in. */
-  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-  if (!lua_istable(L, -1))
-    goto done;
-  lua_getfield(L, -1, "table");
-  if (!lua_istable(L, -1))
-    goto done;
-  lua_getfield(L, -1, "concat");
-  fn = lua_gettop(L);
-  if (!lua_isfunction(L, fn) ||
-      !vm_u8(1, (uintptr_t)lua_topointer(L, fn) + lay->fn_ffid, &ffid) ||
-      ffid <= FFID_C)
+  fn = push_builtin(L, "table", "concat");
+  if (fn == 0 || !builtin_ffid(L, lay, fn, &ffid))
     goto done;
   tl->concat_ffid = ffid;
-  push_chunk(L, concat_chunk, sizeof(concat_chunk) - 1,
-             "=memprof.calibration.concat");
-  chunk = lua_gettop(L);
   /* Every allocation of the chunk's trace goes to lj_buf_tostr. */
-  t->check = TLC_TARGET;
-  t->ntargets = 0;
-  if (run_builtin_chunk(L, t, fn, 1, chunk) == 0 || t->ntargets < 3)
+  if (compile_builtin_chunk(L, t, fn, 1, &concat_chunk) == 0 || t->ntargets < 3)
     goto done;
   for (i = 0; i < t->ntargets; i++)
     if (t->targets[i] != tl->buf_tostr)
@@ -348,9 +376,7 @@ void tlc_find_builtin_frames(lua_State *L, struct tlc *t, int ju)
   if (!shaped)
     goto done;
   tl->concat_ok = 1;
-  pt =
-      resolve_builtin_chunk(L, t, fn, 2, concat_chunk, sizeof(concat_chunk) - 1,
-                            "=memprof.calibration.concat");
+  pt = resolve_builtin_chunk(L, t, fn, 2, &concat_chunk);
   if (pt == 0 || !concat_known(t, pt))
     tl->concat_ok = 0;
 done:
@@ -359,21 +385,25 @@ done:
 
 /* ---- string.format's frame --------------------------------------------- */
 
-/* The chunk: string.format (given) on one line, a concatenation on
-** another, each stored (so a snapshot is taken at its line); `%5.1f`
-** calls lj_strfmt_putfnum. Each run makes strings of its own. */
-static const char format_chunk[] = "local format, base, rounds = ...\n"
-                                   "local keep, other = {0, 0, 0, 0}, "
-                                   "{0, 0, 0, 0}\n"
-                                   "for i = base, base + rounds - 1 do\n"
-                                   "  keep[i % 4 + 1] = format('%5.1f', i + "
-                                   "0.5) --@fmt\n"
-                                   "  other[i % 4 + 1] = 'k' .. i --@cat\n"
-                                   "end\n";
+/* The chunks of string.format: a call of it (given, as `format`) on one
+** line, a concatenation on another, each stored (so a snapshot is taken
+** at its line). Each run makes strings of its own. */
+#define FORMAT_CHUNK(call)                                                     \
+  "local format, base, rounds = ...\n"                                         \
+  "local keep, other = {0, 0, 0, 0}, {0, 0, 0, 0}\n"                           \
+  "for i = base, base + rounds - 1 do\n"                                       \
+  "  keep[i % 4 + 1] = " call " --@fmt\n"                                      \
+  "  other[i % 4 + 1] = 'k' .. i --@cat\n"                                     \
+  "end\n"
+
+/* `%5.1f` calls lj_strfmt_putfnum. */
+static const struct known_chunk format_chunk = {
+    FORMAT_CHUNK("format('%5.1f', i + 0.5)"), "=memprof.calibration.format"};
 
 static int format_known(const struct tlc *t, uintptr_t pt)
 {
-  return builtin_known(t, pt, format_chunk, "--@fmt", t->c->lay.tl.format_ffid);
+  return builtin_known(t, pt, &format_chunk, "--@fmt",
+                       t->c->lay.tl.format_ffid);
 }
 
 /* string.format's frame on events of its string: the IR call ids of the
@@ -388,7 +418,7 @@ void tlc_find_format_frame(lua_State *L, struct tlc *t)
       "lj_strfmt_putfstr",     "lj_strfmt_putfchar",     "lj_strfmt_putquoted"};
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_layout *lay = &t->c->lay;
-  int top = lua_gettop(L), fn, i, bufput, chunk;
+  int top = lua_gettop(L), fn, i, bufput;
   uintptr_t pt;
   uint8_t ffid;
   if (!tl->concat_ok || t->vmdef.buf == NULL)
@@ -403,31 +433,15 @@ void tlc_find_format_frame(lua_State *L, struct tlc *t)
       goto done;
     tl->format_ids[i] = (uint16_t)id;
   }
-  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-  if (!lua_istable(L, -1))
-    goto done;
-  lua_getfield(L, -1, "string");
-  if (!lua_istable(L, -1))
-    goto done;
-  lua_getfield(L, -1, "format");
-  fn = lua_gettop(L);
-  if (!lua_isfunction(L, fn) ||
-      !vm_u8(1, (uintptr_t)lua_topointer(L, fn) + lay->fn_ffid, &ffid) ||
-      ffid <= FFID_C || ffid == tl->concat_ffid)
+  fn = push_builtin(L, "string", "format");
+  if (fn == 0 || !builtin_ffid(L, lay, fn, &ffid) || ffid == tl->concat_ffid)
     goto done;
   tl->format_ffid = ffid;
-  push_chunk(L, format_chunk, sizeof(format_chunk) - 1,
-             "=memprof.calibration.format");
-  chunk = lua_gettop(L);
   /* A first run compiles the loop; the second is resolved. */
-  t->check = TLC_TARGET;
-  t->ntargets = 0;
-  if (run_builtin_chunk(L, t, fn, 3, chunk) == 0)
+  if (compile_builtin_chunk(L, t, fn, 3, &format_chunk) == 0)
     goto done;
   tl->format_ok = 1;
-  pt =
-      resolve_builtin_chunk(L, t, fn, 4, format_chunk, sizeof(format_chunk) - 1,
-                            "=memprof.calibration.format");
+  pt = resolve_builtin_chunk(L, t, fn, 4, &format_chunk);
   if (pt == 0 || !format_known(t, pt))
     tl->format_ok = 0;
 done:
@@ -436,17 +450,10 @@ done:
 
 /* ---- string.format's string of puts alone ------------------------------ */
 
-/* The chunk: string.format of integers on one line (puts alone where the
-** build keeps integers, as dual-number builds do), a concatenation of the
-** same integer on another. */
-static const char format_put_chunk[] = "local format, base, rounds = ...\n"
-                                       "local keep, other = {0, 0, 0, 0}, "
-                                       "{0, 0, 0, 0}\n"
-                                       "for i = base, base + rounds - 1 do\n"
-                                       "  keep[i % 4 + 1] = format('%d:%d', "
-                                       "i, i) --@fmt\n"
-                                       "  other[i % 4 + 1] = 'k' .. i --@cat\n"
-                                       "end\n";
+/* string.format of integers: puts alone where the build keeps integers,
+** as dual-number builds do. */
+static const struct known_chunk format_put_chunk = {
+    FORMAT_CHUNK("format('%d:%d', i, i)"), "=memprof.calibration.format_put"};
 
 /* string.format's frame on its strings of puts alone: the IR ops EQ and
 ** KGC by their names in jit.vmdef, then a
@@ -467,30 +474,15 @@ void tlc_find_format_puts(lua_State *L, struct tlc *t)
     goto done;
   tl->ir_eq = (uint8_t)eq;
   tl->ir_kgc = (uint8_t)kgc;
-  lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
-  if (!lua_istable(L, -1))
-    goto done;
-  lua_getfield(L, -1, "string");
-  if (!lua_istable(L, -1))
-    goto done;
-  lua_getfield(L, -1, "format");
-  fn = lua_gettop(L);
-  if (!lua_isfunction(L, fn))
-    goto done;
-  push_chunk(L, format_put_chunk, sizeof(format_put_chunk) - 1,
-             "=memprof.calibration.format_put");
-  t->check = TLC_TARGET;
-  t->ntargets = 0;
-  if (run_builtin_chunk(L, t, fn, 5, lua_gettop(L)) == 0)
+  fn = push_builtin(L, "string", "format");
+  if (fn == 0 || compile_builtin_chunk(L, t, fn, 5, &format_put_chunk) == 0)
     goto done;
   tl->format_put_ok = 1;
   tl->format_ok = 0;
-  pt = resolve_builtin_chunk(L, t, fn, 6, format_put_chunk,
-                             sizeof(format_put_chunk) - 1,
-                             "=memprof.calibration.format_put");
+  pt = resolve_builtin_chunk(L, t, fn, 6, &format_put_chunk);
   tl->format_ok = 1;
   if (pt == 0 ||
-      !builtin_known(t, pt, format_put_chunk, "--@fmt", tl->format_ffid))
+      !builtin_known(t, pt, &format_put_chunk, "--@fmt", tl->format_ffid))
     tl->format_put_ok = 0;
 done:
   lua_settop(L, top);

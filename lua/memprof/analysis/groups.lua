@@ -246,18 +246,20 @@ local function aliases_of(sites)
   return list
 end
 
+-- A new group (its id the next one): listed, and found again by `key`
+-- in `index`.
+local function listed(self, index, key, group)
+  self.list[group[M.ID]] = group
+  index[key] = group
+  return group
+end
+
 -- The group called `name`, created if it is new: its site, frames
 -- (or nil), note (or nil) and aliases.
 function Grouper:intern(name, site, frames, note, aliases)
-  local group = self.by_name[name]
-  if not group then
-    local id = #self.list + 1
-    group = Group.make({ id, self.mode, name, site.source,
-      site, frames, note, aliases })
-    self.list[id] = group
-    self.by_name[name] = group
-  end
-  return group
+  return self.by_name[name] or listed(self, self.by_name, name, Group.make({
+    #self.list + 1, self.mode, name, site.source, site, frames, note,
+    aliases }))
 end
 
 -- A row named after one site (or function table), with an optional note.
@@ -266,14 +268,8 @@ function Grouper:site_group(site, note)
   if note then
     name = name .. NOTE_SUFFIX[note]
   elseif not site.alias then
-    local group = self.by_name[name]
-    if not group then
-      local id = #self.list + 1
-      group = setmetatable({ id, site }, self.site_group_meta)
-      self.list[id] = group
-      self.by_name[name] = group
-    end
-    return group
+    return self.by_name[name] or listed(self, self.by_name, name,
+      setmetatable({ #self.list + 1, site }, self.site_group_meta))
   end
   return self:intern(name, site, nil, note, aliases_of({ site }))
 end
@@ -337,15 +333,9 @@ end
 function Grouper:stack_group(stack)
   local frames = stack.frames
   local key = self:frames_key(frames)
-  local group = self.by_frames[key]
-  if not group then
-    local id = #self.list + 1
-    group = StackGroup.make({ id, self.mode, nil, frames[1].source,
-      frames[1], frames, nil, aliases_of(frames) })
-    self.list[id] = group
-    self.by_frames[key] = group
-  end
-  return group
+  return self.by_frames[key] or listed(self, self.by_frames, key,
+    StackGroup.make({ #self.list + 1, self.mode, nil, frames[1].source,
+      frames[1], frames, nil, aliases_of(frames) }))
 end
 
 -- The group of a site alone: in line and function modes, and for events

@@ -111,6 +111,24 @@ local function find_stack(list, by_stack, stack)
   return nil
 end
 
+-- A new record of `stack` (no blocks yet) at the end of row `id`'s
+-- list; a list longer than LISTED_STACKS gets an index by stack.
+function Leaks:new_stack_record(id, list, stack)
+  local record = StackRecord.make({ stack, 0, 0 })
+  list[#list + 1] = record
+  local by_stack = self.by_stack[id]
+  if by_stack then
+    by_stack[stack] = record
+  elseif #list > LISTED_STACKS then
+    by_stack = {}
+    for _, listed in ipairs(list) do
+      by_stack[listed[1]] = listed
+    end
+    self.by_stack[id] = by_stack
+  end
+  return record
+end
+
 -- Counts a block with a stack in row `id`.
 function Leaks:add_stack(id, stack, size, weight)
   local one = self.stack
@@ -130,21 +148,8 @@ function Leaks:add_stack(id, stack, size, weight)
     self.stack_list[id] = list
     one[id], self.stack_count[id], self.stack_bytes[id] = nil, nil, nil
   end
-  local by_stack = self.by_stack[id]
-  local record = find_stack(list, by_stack, stack)
-  if not record then
-    record = StackRecord.make({ stack, 0, 0 })
-    list[#list + 1] = record
-    if by_stack then
-      by_stack[stack] = record
-    elseif #list > LISTED_STACKS then
-      by_stack = {}
-      for _, listed in ipairs(list) do
-        by_stack[listed[1]] = listed
-      end
-      self.by_stack[id] = by_stack
-    end
-  end
+  local record = find_stack(list, self.by_stack[id], stack) or
+    self:new_stack_record(id, list, stack)
   record[COUNT] = record[COUNT] + weight
   record[BYTES] = record[BYTES] + size
 end

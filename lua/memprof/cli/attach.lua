@@ -112,36 +112,39 @@ M.OPTIONS = {
 }
 
 M.DETACH_OPTIONS = {
-  { name = 'vm', value = 'N', key = 'vm',
-    check = option_parser.whole_number(1, 64),
-    help = 'the profile of the Nth VM only (default: every one attached)' },
+  option_parser.with_help(option_parser.VM,
+    'the profile of the Nth VM only (default: every one attached)'),
   option_parser.HELP,
 }
 
+local USAGE = [[
+Usage: memprof attach [OPTIONS] PID
+
+Profile the allocations of running process PID, which need not have
+loaded memprof: its threads are stopped (ptrace) while one of them
+loads memprof.so and wraps its LuaJIT VM's allocator, then it runs
+on, profiled, until --duration ends or `memprof detach PID`, which
+puts the allocator back.  The file is an ordinary profile: read it
+with memprof-report (--leaks --heap= joins it with memprof heap PID).
+
+Options:
+]]
+
 local function usage()
-  return option_parser.help({
-    'Usage: memprof attach [OPTIONS] PID',
-    '',
-    'Profile the allocations of running process PID, which need not have',
-    'loaded memprof: its threads are stopped (ptrace) while one of them',
-    'loads memprof.so and wraps its LuaJIT VM\'s allocator, then it runs',
-    'on, profiled, until --duration ends or `memprof detach PID`, which',
-    'puts the allocator back.  The file is an ordinary profile: read it',
-    'with memprof-report (--leaks --heap= joins it with memprof heap PID).',
-    '',
-    'Options:',
-  }, M.OPTIONS, {})
+  return option_parser.help(USAGE, M.OPTIONS, {})
 end
 
+local DETACH_USAGE = [[
+Usage: memprof detach [--vm=N] PID
+
+Stop the profiles memprof attach started in process PID (one per VM
+attached), complete their files and put the VMs' allocators back.
+
+Options:
+]]
+
 local function detach_usage()
-  return option_parser.help({
-    'Usage: memprof detach [--vm=N] PID',
-    '',
-    'Stop the profiles memprof attach started in process PID (one per VM',
-    'attached), complete their files and put the VMs\' allocators back.',
-    '',
-    'Options:',
-  }, M.DETACH_OPTIONS, {})
+  return option_parser.help(DETACH_USAGE, M.DETACH_OPTIONS, {})
 end
 
 -- Sleeps s seconds (poll); false if interrupted (Ctrl-C).

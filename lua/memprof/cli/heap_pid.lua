@@ -24,19 +24,21 @@ M.OPTIONS = {
   option_parser.VM, option_parser.HELP,
 }
 
+local USAGE = [[
+Usage: memprof heap [OPTIONS] PID
+
+Write a heap snapshot of running process PID, read from outside:
+every thread is stopped for as long as its memory takes to copy
+(ptrace), then runs on; no code is run in it and nothing in it is
+written.  Its LuaJIT must be the build memprof runs on, or a shared
+libluajit (then loaded by a helper process).  Read the file with
+memprof-report (holders, retained sizes, --diff).
+
+Options:
+]]
+
 local function usage()
-  return option_parser.help({
-    'Usage: memprof heap [OPTIONS] PID',
-    '',
-    'Write a heap snapshot of running process PID, read from outside:',
-    'every thread is stopped for as long as its memory takes to copy',
-    '(ptrace), then runs on; no code is run in it and nothing in it is',
-    'written.  Its LuaJIT must be the build memprof runs on, or a shared',
-    'libluajit (then loaded by a helper process).  Read the file with',
-    'memprof-report (holders, retained sizes, --diff).',
-    '',
-    'Options:',
-  }, M.OPTIONS, {})
+  return option_parser.help(USAGE, M.OPTIONS, {})
 end
 
 -- The snapshot function of memprof.so, or nil and why not.

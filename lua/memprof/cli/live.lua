@@ -119,27 +119,29 @@ M.OPTIONS = {
   option_parser.HELP,
 }
 
+local USAGE = [[
+Usage: memprof live [OPTIONS] FILE
+       memprof live [OPTIONS] PID
+
+Watch a profile while it is written (memprof.start, memprof run):
+the places that hold the most live bytes or allocate the most per
+second, the heap and its growth, refreshed every second.  Keys:
+  {keys}
+Leave it and start it again at will: it reads the file from its
+start.  On a terminal it takes the whole screen and gives it back
+on quit; with stdout not a terminal (or --plain) it prints a frame
+of text every interval, reads keys from stdin (q, Enter) and ends
+with the profile.
+
+Given the PID of a running process, it attaches to it first
+(memprof attach PID -o FILE), and detaches when it quits; a process
+attached already is watched as it is and stays attached.
+
+Options:
+]]
+
 local function usage()
-  return option_parser.help({
-    'Usage: memprof live [OPTIONS] FILE',
-    '       memprof live [OPTIONS] PID',
-    '',
-    'Watch a profile while it is written (memprof.start, memprof run):',
-    'the places that hold the most live bytes or allocate the most per',
-    'second, the heap and its growth, refreshed every second.  Keys:',
-    '  ' .. screen.KEYS,
-    'Leave it and start it again at will: it reads the file from its',
-    'start.  On a terminal it takes the whole screen and gives it back',
-    'on quit; with stdout not a terminal (or --plain) it prints a frame',
-    'of text every interval, reads keys from stdin (q, Enter) and ends',
-    'with the profile.',
-    '',
-    'Given the PID of a running process, it attaches to it first',
-    '(memprof attach PID -o FILE), and detaches when it quits; a process',
-    'attached already is watched as it is and stays attached.',
-    '',
-    'Options:',
-  }, M.OPTIONS, {})
+  return option_parser.help(USAGE, M.OPTIONS, {}, { keys = screen.KEYS })
 end
 
 -- The terminal ---------------------------------------------------------------

@@ -87,10 +87,15 @@ function M.lines(options, lines)
   return lines
 end
 
--- The text of --help: the lines of `intro`, those of `options`, a blank
--- line, then the lines of `after`.
-function M.help(intro, options, after)
-  local lines = M.lines(options, intro)
+-- The text of --help: `intro` (text, every line of it ending in a
+-- newline; a {name} in it stands for values[name]), the lines of
+-- `options`, a blank line, then the lines of `after`.
+function M.help(intro, options, after, values)
+  local lines = {}
+  for line in intro:gsub('{(%w+)}', values or {}):gmatch('([^\n]*)\n') do
+    lines[#lines + 1] = line
+  end
+  M.lines(options, lines)
   lines[#lines + 1] = ''
   for _, line in ipairs(after) do
     lines[#lines + 1] = line
@@ -227,6 +232,16 @@ M.HELP = { name = 'help', short = 'h', key = 'help',
 
 M.VM = { name = 'vm', value = 'N', key = 'vm', check = M.whole_number(1, 64),
   help = 'of a process with several LuaJIT VMs, the Nth (default 1)' }
+
+-- The same option as `option`, described by `help` in --help.
+function M.with_help(option, help)
+  local copy = {}
+  for field, value in pairs(option) do
+    copy[field] = value
+  end
+  copy.help = help
+  return copy
+end
 
 local function find_option(options, name, short)
   for _, option in ipairs(options) do

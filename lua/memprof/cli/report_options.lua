@@ -113,36 +113,37 @@ M.OPTIONS = {
     help = 'show the version (and the interpreter) and exit' },
 }
 
+local USAGE = [[
+Usage: {program} [OPTIONS] FILE
+       {program} --diff [OPTIONS] BEFORE AFTER
+       {program} [--profile=PROFILE] [OPTIONS] HEAP
+       {program} --diff [OPTIONS] OLD.heap NEW.heap
+
+Print a report of a memprof profile: allocations, reallocations and
+deallocations per site, and what is still allocated at the end.
+With --leaks, --peak, --temporary or --timeline, print those views
+instead.  --group=caller and --group=stack need a profile recorded
+with call stacks (memprof.start(path, {stack_depth = N})), --timeline
+one recorded with time marks (memprof.start(path, {timestamps = true})).
+Rows are sorted by bytes (--sort=count: by events, Tarantool's order).
+With --diff, print which rows grew or shrank from BEFORE to AFTER,
+by growth in live bytes at the end (--sort=bytes: in bytes allocated).
+The text report and --diff show the first {top} rows of each section
+(--top=N for N, --all for every row).  The report goes to stdout, or
+to the file of --output (--output=- is stdout too).
+Of a heap snapshot (memprof.snapshot(path, {format = 'heap'})), print
+what holds the memory, and with --diff what grew (docs/holders.md).
+
+Options:
+]]
+
 function M.usage()
-  local lines = {
-    'Usage: ' .. PROGRAM .. ' [OPTIONS] FILE',
-    '       ' .. PROGRAM .. ' --diff [OPTIONS] BEFORE AFTER',
-    '       ' .. PROGRAM .. ' [--profile=PROFILE] [OPTIONS] HEAP',
-    '       ' .. PROGRAM .. ' --diff [OPTIONS] OLD.heap NEW.heap',
-    '',
-    'Print a report of a memprof profile: allocations, reallocations and',
-    'deallocations per site, and what is still allocated at the end.',
-    'With --leaks, --peak, --temporary or --timeline, print those views',
-    'instead.  --group=caller and --group=stack need a profile recorded',
-    'with call stacks (memprof.start(path, {stack_depth = N})), --timeline',
-    'one recorded with time marks (memprof.start(path, {timestamps = true})).',
-    'Rows are sorted by bytes (--sort=count: by events, Tarantool\'s order).',
-    'With --diff, print which rows grew or shrank from BEFORE to AFTER,',
-    'by growth in live bytes at the end (--sort=bytes: in bytes allocated).',
-    'The text report and --diff show the first ' .. M.DEFAULT_TOP ..
-      ' rows of each section',
-    '(--top=N for N, --all for every row).  The report goes to stdout, or',
-    'to the file of --output (--output=- is stdout too).',
-    'Of a heap snapshot (memprof.snapshot(path, {format = \'heap\'})), print',
-    'what holds the memory, and with --diff what grew (docs/holders.md).',
-    '',
-    'Options:',
-  }
   local formats = { 'Formats (--format=NAME; docs/formats.md):' }
   for _, entry in ipairs(M.FORMATS) do
     formats[#formats + 1] = format('  %-22s %s', entry.name, entry.help)
   end
-  return option_parser.help(lines, M.OPTIONS, formats)
+  return option_parser.help(USAGE, M.OPTIONS, formats,
+    { program = PROGRAM, top = M.DEFAULT_TOP })
 end
 
 return M

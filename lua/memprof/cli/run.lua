@@ -103,27 +103,29 @@ local function run_options()
   return list
 end
 
+local USAGE = [[
+Usage: {program} run [OPTIONS] SCRIPT [ARGS...]
+       {program} report [OPTIONS] FILE  (as memprof-report)
+       {program} heap [-o FILE] PID     (a running process's heap)
+       {program} live [OPTIONS] FILE|PID (watch a profile being written)
+       {program} attach [OPTIONS] PID   (profile a running process)
+       {program} detach PID             (stop that profile)
+
+Run a Lua script under the profiler, without editing it, then print
+the report of its profile (or the --format asked for) on stderr, or
+into the file of --output: stdout is the script's.  The script runs
+in a child process (--lua, default the interpreter running memprof)
+with its arguments; memprof exits with its exit status.  A %p in
+PROFILE is the process id: processes the script forks write
+profiles of their own, and the report is of the script's.
+
+Options of run:
+]]
+
 local function usage()
-  local lines = {
-    'Usage: ' .. PROGRAM .. ' run [OPTIONS] SCRIPT [ARGS...]',
-    '       ' .. PROGRAM .. ' report [OPTIONS] FILE  (as memprof-report)',
-    '       ' .. PROGRAM .. ' heap [-o FILE] PID     (a running process\'s heap)',
-    '       ' .. PROGRAM .. ' live [OPTIONS] FILE|PID (watch a profile being written)',
-    '       ' .. PROGRAM .. ' attach [OPTIONS] PID   (profile a running process)',
-    '       ' .. PROGRAM .. ' detach PID             (stop that profile)',
-    '',
-    'Run a Lua script under the profiler, without editing it, then print',
-    'the report of its profile (or the --format asked for) on stderr, or',
-    'into the file of --output: stdout is the script\'s.  The script runs',
-    'in a child process (--lua, default the interpreter running memprof)',
-    'with its arguments; memprof exits with its exit status.  A %p in',
-    'PROFILE is the process id: processes the script forks write',
-    'profiles of their own, and the report is of the script\'s.',
-    '',
-    'Options of run:',
-  }
-  return option_parser.help(lines, M.RUN_OPTIONS,
-    { 'And the options of memprof-report (memprof-report --help).' })
+  return option_parser.help(USAGE, M.RUN_OPTIONS,
+    { 'And the options of memprof-report (memprof-report --help).' },
+    { program = PROGRAM })
 end
 
 -- Finding things -----------------------------------------------------------

@@ -36,9 +36,6 @@
 --             would have had to sweep while it went over the analysis)
 --   json_text.custom(write)        write(writer) appends the value's
 --             text itself, through writer:part(text) and writer:value()
---   json_text.number_part(n [, opts])  a number as the writer gathers it
---             for table.concat: the number itself when concat writes it
---             exactly, or its text
 --
 -- opts.script = true also escapes '<', '>' and '&' (text inside an HTML
 -- <script> element).
@@ -120,10 +117,6 @@ local function number_text(n, float)
   return format(float, n)
 end
 
-function M.number(n, opts)
-  return number_text(n, opts and opts.float or '%.14g')
-end
-
 -- Whole numbers below this (in magnitude) go into the parts as numbers:
 -- table.concat writes them as '%.14g' does, exactly, without a string
 -- each (a long document has millions of numbers).
@@ -135,12 +128,6 @@ local function number_part(n, float)
     return n
   end
   return number_text(n, float)
-end
-
--- A number as a part of text gathered for table.concat (as the writer
--- gathers it): the number itself, or its text.
-function M.number_part(n, opts)
-  return number_part(n, opts and opts.float or '%.14g')
 end
 
 -- The writer ---------------------------------------------------------------

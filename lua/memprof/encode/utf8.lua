@@ -5,7 +5,6 @@
 --   utf8.clean(text) -> text with every byte that does not belong to a
 --     valid UTF-8 sequence replaced by U+FFFD (the replacement
 --     character, bytes EF BF BD); valid text is returned as it is
---   utf8.is_valid(text) -> whether text is valid UTF-8
 --   utf8.REPLACEMENT   the bytes of U+FFFD
 --
 -- Valid is RFC 3629's definition: no overlong forms (C0, C1, E0 80..9F,
@@ -56,54 +55,33 @@ local function sequence_length(text, i)
   return lead[1]
 end
 
--- Calls keep(i, j) for each valid stretch text[i..j] and bad(i) for
--- each invalid byte, in order, from the first byte of 80 or more.
-local function scan(text, first, keep, bad)
-  local i = first
-  while i <= #text do
-    local stop = text:find('[\128-\255]', i)
-    if not stop then
-      keep(i, #text)
-      return
-    end
-    if stop > i then
-      keep(i, stop - 1)
-    end
-    local length = sequence_length(text, stop)
-    if length then
-      keep(stop, stop + length - 1)
-      i = stop + length
-    else
-      bad(stop)
-      i = stop + 1
-    end
-  end
-end
-
 function M.clean(text)
   local first = text:find('[\128-\255]')
   if not first then
     return text
   end
-  local parts = { text:sub(1, first - 1) }
-  scan(text, first, function(i, j)
-    parts[#parts + 1] = text:sub(i, j)
-  end, function()
-    parts[#parts + 1] = M.REPLACEMENT
-  end)
-  return concat(parts)
-end
-
-function M.is_valid(text)
-  local first = text:find('[\128-\255]')
-  if not first then
-    return true
+  -- From the first byte of 80 or more: the valid stretches as they are,
+  -- each invalid byte as U+FFFD.
+  local parts, i = { text:sub(1, first - 1) }, first
+  while i <= #text do
+    local stop = text:find('[\128-\255]', i)
+    if not stop then
+      parts[#parts + 1] = text:sub(i)
+      break
+    end
+    if stop > i then
+      parts[#parts + 1] = text:sub(i, stop - 1)
+    end
+    local length = sequence_length(text, stop)
+    if length then
+      parts[#parts + 1] = text:sub(stop, stop + length - 1)
+      i = stop + length
+    else
+      parts[#parts + 1] = M.REPLACEMENT
+      i = stop + 1
+    end
   end
-  local valid = true
-  scan(text, first, function() end, function()
-    valid = false
-  end)
-  return valid
+  return concat(parts)
 end
 
 return M

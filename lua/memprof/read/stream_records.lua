@@ -13,20 +13,6 @@ local words = require('memprof.words')
 local trace_stacks = require('memprof.read.trace_stacks')
 local record = require('memprof.record')
 local F = require('memprof.read.stream_format')
-local MAX_SCALE, SYMTAB_VERSIONS, SUPPORTED_VERSIONS, EXTENDED_VERSION =
-  F.MAX_SCALE, F.SYMTAB_VERSIONS, F.SUPPORTED_VERSIONS, F.EXTENDED_VERSION
-local SOURCE_LUA, SOURCE_C, SOURCE_TRACE, SOURCE_STACK, SOURCE_TIME =
-  F.SOURCE_LUA, F.SOURCE_C, F.SOURCE_TRACE, F.SOURCE_STACK, F.SOURCE_TIME
-local SOURCE_NOTE, NOTE_HEAP_AT_START, NOTE_COLLECTED_AT_STOP =
-  F.SOURCE_NOTE, F.NOTE_HEAP_AT_START, F.NOTE_COLLECTED_AT_STOP
-local NOTE_COMPILED_CODE, COMPILED_MODES, COMPILED_WHYS, KIND_SYMBOL =
-  F.NOTE_COMPILED_CODE, F.COMPILED_MODES, F.COMPILED_WHYS, F.KIND_SYMBOL
-local EPILOGUE, SAMPLING_RECORD, SAMPLING_POISSON_BYTES, STACK_BIT =
-  F.EPILOGUE, F.SAMPLING_RECORD, F.SAMPLING_POISSON_BYTES, F.STACK_BIT
-local MAX_FRAMES, FRAME_LUA, FRAME_C, HEADER_SOURCE, HEADER_KIND_EXTENDED =
-  F.MAX_FRAMES, F.FRAME_LUA, F.FRAME_C, F.HEADER_SOURCE, F.HEADER_KIND_EXTENDED
-local VALID_HEADERS, VALID_WITH_SOURCE, VALID_RECORDS =
-  F.VALID_HEADERS, F.VALID_WITH_SOURCE, F.VALID_RECORDS
 
 local format = string.format
 local floor = math.floor
@@ -61,7 +47,7 @@ function common:read_uleb(what)
     local c = self:byte_at(self.cursor.pos)
     self.cursor.pos = self.cursor.pos + 1
     if c < 128 then
-      if scale == MAX_SCALE and c > 1 then
+      if scale == F.MAX_SCALE and c > 1 then
         self:fail(start, 'expected ' .. what ..
           ', found a number above 2^64 - 1')
       end
@@ -69,7 +55,7 @@ function common:read_uleb(what)
     end
     value = value + (c - 128) * scale
     scale = scale * 128
-    if scale > MAX_SCALE then
+    if scale > F.MAX_SCALE then
       self:fail(start, 'expected ' .. what ..
         ', found a number longer than 10 bytes')
     end
@@ -127,24 +113,40 @@ end
 
 -- Symbols -------------------------------------------------------------
 
-function common:read_lfunc_body()
-  local addr = self:read_uleb('the address of a Lua function')
-  local chunkname = self:read_string('a chunk name')
-  local firstline = self:read_uleb('the first line of a Lua function')
-  self:define_lfunc(addr, chunkname, firstline)
+-- What a symbol's body holds, by its source: the reader and the name of
+-- each of its fields, in order, then the method that defines the symbol
+-- from them.  The symbol table and the symbol records of the event
+-- stream both read bodies this way.
+local SYMBOL_BODIES = {
+  [F.SOURCE_LUA] = { define = 'define_lfunc',
+    { 'read_uleb', 'the address of a Lua function' },
+    { 'read_string', 'a chunk name' },
+    { 'read_uleb', 'the first line of a Lua function' } },
+  [F.SOURCE_C] = { define = 'define_cfunc',
+    { 'read_uleb', 'the address of a C function' },
+    { 'read_string', 'the name of a C function' } },
+  [F.SOURCE_TRACE] = { define = 'define_trace',
+    { 'read_uleb', 'a trace number' },
+    { 'read_uleb', 'the address of the Lua function of a trace' },
+    { 'read_uleb', 'the start line of a trace' } },
+}
+
+-- The sources of the symbol table's kinds (its header's low two bits).
+local TABLE_KIND_SOURCES = { [0] = F.SOURCE_LUA, F.SOURCE_C, F.SOURCE_TRACE }
+
+local function read_field(self, field)
+  if field then
+    return self[field[1]](self, field[2])
+  end
+  return nil
 end
 
-function common:read_cfunc_body()
-  local addr = self:read_uleb('the address of a C function')
-  local name = self:read_string('the name of a C function')
-  self:define_cfunc(addr, name)
-end
-
-function common:read_trace_body()
-  local traceno = self:read_uleb('a trace number')
-  local proto_addr = self:read_uleb('the address of the Lua function of a trace')
-  local line = self:read_uleb('the start line of a trace')
-  self:define_trace(traceno, proto_addr, line)
+function common:read_symbol_body(source)
+  local body = SYMBOL_BODIES[source]
+  local a = read_field(self, body[1])
+  local b = read_field(self, body[2])
+  local c = read_field(self, body[3])
+  self[body.define](self, a, b, c)
 end
 
 function common:read_symbol_table()
@@ -154,17 +156,12 @@ function common:read_symbol_table()
     if header >= 0x80 then
       return
     end
-    local kind = header % 4
-    if kind == 0 then
-      self:read_lfunc_body()
-    elseif kind == 1 then
-      self:read_cfunc_body()
-    elseif kind == 2 then
-      self:read_trace_body()
-    else
+    local source = TABLE_KIND_SOURCES[header % 4]
+    if not source then
       self:fail(start, format('expected a symbol header (type 0, 1 or 2, ' ..
         'or 0x80 to end the table), found %s', format('0x%02x', header)))
     end
+    self:read_symbol_body(source)
   end
 end
 
@@ -174,9 +171,9 @@ function common:read_sampling()
   self.cursor.pos = self.cursor.pos + 1
   local scheme_at = self:offset_of(self.cursor.pos)
   local scheme = self:read_byte('the sampling scheme')
-  if scheme ~= SAMPLING_POISSON_BYTES then
+  if scheme ~= F.SAMPLING_POISSON_BYTES then
     self:fail(scheme_at, format('expected sampling scheme %d (a Poisson ' ..
-      'process over allocated bytes), found %d', SAMPLING_POISSON_BYTES,
+      'process over allocated bytes), found %d', F.SAMPLING_POISSON_BYTES,
       scheme))
   end
   local mean_at = self:offset_of(self.cursor.pos)
@@ -203,17 +200,17 @@ function common:read_headers()
     return
   end
   self:expect_magic('ljs', 'the symbol table magic')
-  self.symtab_version = self:expect_version('symbol table', SYMTAB_VERSIONS)
+  self.symtab_version = self:expect_version('symbol table', F.SYMTAB_VERSIONS)
   self:skip_reserved('the symbol table header')
   self:read_symbol_table()
   self:expect_magic('ljm', 'the event stream magic')
-  self.version = self:expect_version('event stream', SUPPORTED_VERSIONS)
+  self.version = self:expect_version('event stream', F.SUPPORTED_VERSIONS)
   self.cursor.version = self.version
-  if self.version == EXTENDED_VERSION then
-    self.header_kind = HEADER_KIND_EXTENDED
+  if self.version == F.EXTENDED_VERSION then
+    self.header_kind = F.HEADER_KIND_EXTENDED
   end
   self:skip_reserved('the event stream header')
-  if self.version == EXTENDED_VERSION then
+  if self.version == F.EXTENDED_VERSION then
     self:fill(1)
     local cursor = self.cursor
     if self.follow and cursor.pos > cursor.last then
@@ -222,7 +219,7 @@ function common:read_headers()
       error(TRUNCATED, 0)
     end
     if cursor.pos <= cursor.last and
-        self:byte_at(cursor.pos) == SAMPLING_RECORD then
+        self:byte_at(cursor.pos) == F.SAMPLING_RECORD then
       self:read_sampling()
     end
   end
@@ -235,7 +232,7 @@ end
 -- stream begins with them: read now, so that both are known before the
 -- first event.
 function common:read_heap_at_start()
-  if self.version ~= EXTENDED_VERSION then
+  if self.version ~= F.EXTENDED_VERSION then
     return
   end
   for i = 1, 2 do
@@ -243,7 +240,7 @@ function common:read_heap_at_start()
     local cursor = self.cursor
     if cursor.pos > cursor.last or self:byte_at(cursor.pos) ~= 0x1c or
         (i == 2 and (cursor.pos + 1 > cursor.last or
-          self:byte_at(cursor.pos + 1) ~= NOTE_COMPILED_CODE)) then
+          self:byte_at(cursor.pos + 1) ~= F.NOTE_COMPILED_CODE)) then
       return
     end
     self:record(0x1c, cursor.pos)
@@ -319,16 +316,16 @@ end
 -- Why an invalid header of the extended format is invalid, if there is
 -- more to say than that it is.
 local function extended_header_note(header)
-  if header == SAMPLING_RECORD then
+  if header == F.SAMPLING_RECORD then
     return ', a sampling record, which is valid only right after the ' ..
       'event stream header, before the note of the heap at start'
   elseif header % 0x80 >= 0x40 then
     return ', a reserved header (bit 6 set, valid only on a Lua-line ' ..
       'event) that this reader cannot skip'
   end
-  local kind, source = header % 4, (header % STACK_BIT - header % 4) / 4
-  if header >= STACK_BIT and header < 0x80 and kind ~= KIND_SYMBOL and
-      source == SOURCE_TRACE then
+  local kind, source = header % 4, (header % F.STACK_BIT - header % 4) / 4
+  if header >= F.STACK_BIT and header < 0x80 and kind ~= F.KIND_SYMBOL and
+      source == F.SOURCE_TRACE then
     return ': trace events carry no stack'
   end
   return ''
@@ -337,38 +334,38 @@ end
 -- A header that is not an allocation event: a record of kind 0 (read it,
 -- then go on to the next event), the epilogue, or an error.
 function common:other_header(header, pos)
-  if self.header_kind[header] == KIND_SYMBOL then
+  if self.header_kind[header] == F.KIND_SYMBOL then
     if self:record(header, pos) then
       return self:next()
     end
     return nil
   end
-  if header == EPILOGUE then
+  if header == F.EPILOGUE then
     return self:stop_at_epilogue(pos)
   end
   local note = ''
-  if self.version == EXTENDED_VERSION then
+  if self.version == F.EXTENDED_VERSION then
     note = extended_header_note(header)
   end
   if header <= 0x03 then
     self:fail(self:offset_of(pos), format('expected an event header with ' ..
-      'a source (%s), found 0x%02x%s', VALID_WITH_SOURCE[self.version],
+      'a source (%s), found 0x%02x%s', F.VALID_WITH_SOURCE[self.version],
       header, note))
   end
   self:fail(self:offset_of(pos), format('expected an event header ' ..
-    '(%s), found 0x%02x%s', VALID_HEADERS[self.version], header, note))
+    '(%s), found 0x%02x%s', F.VALID_HEADERS[self.version], header, note))
 end
 
 -- One frame of a stack definition: the interned site it names.
 function common:read_frame()
   local start = self:offset_of(self.cursor.pos)
   local kind = self:read_byte('the kind of a stack frame')
-  if kind == FRAME_LUA then
+  if kind == F.FRAME_LUA then
     local addr = self:read_uleb('the address of the Lua function of a frame')
     local line = self:read_uleb('the line of a frame')
     local sym = self.lfuncs[addr]
     return sym and sym.sites[line] or self:lua_site(addr, line)
-  elseif kind == FRAME_C then
+  elseif kind == F.FRAME_C then
     local addr = self:read_uleb('the address of the C function of a frame')
     return self.c_sites[addr] or self:c_site(addr)
   end
@@ -404,9 +401,9 @@ function common:read_stack_body()
   end
   local count_at = self:offset_of(self.cursor.pos)
   local count = self:read_uleb('the number of frames of a stack')
-  if count < 1 or count > MAX_FRAMES then
+  if count < 1 or count > F.MAX_FRAMES then
     self:fail(count_at, format('expected the number of frames of a stack ' ..
-      '(1 to %d), found %d', MAX_FRAMES, count))
+      '(1 to %d), found %d', F.MAX_FRAMES, count))
   end
   local stack = record.array(count)
   for i = 1, count do
@@ -437,7 +434,8 @@ function common:read_compiled_note(pos)
     self:fail(self:offset_of(pos), 'expected the note of compiled code ' ..
       'only once, before any event')
   end
-  local mode, why = COMPILED_MODES[value % 4], COMPILED_WHYS[floor(value / 4)]
+  local mode = F.COMPILED_MODES[value % 4]
+  local why = F.COMPILED_WHYS[floor(value / 4)]
   if not mode or not why then
     self:fail(value_at, format('expected the attribution of compiled ' ..
       'code (a mode 0 to 3 plus 4 times a reason 0 to 4), found %d', value))
@@ -448,7 +446,7 @@ end
 function common:read_note_body(pos)
   local kind_at = self:offset_of(self.cursor.pos)
   local kind = self:read_uleb('the kind of a note')
-  if kind == NOTE_HEAP_AT_START then
+  if kind == F.NOTE_HEAP_AT_START then
     local heap = self:read_uleb('the heap at start of a note')
     if self.heap_at_start or self.cursor.events > 0 or self.has_time or
         self.has_stacks then
@@ -456,7 +454,7 @@ function common:read_note_body(pos)
         'start only once, first after the event stream header')
     end
     self.heap_at_start = heap
-  elseif kind == NOTE_COLLECTED_AT_STOP then
+  elseif kind == F.NOTE_COLLECTED_AT_STOP then
     local heap = self:read_uleb('the heap after the collection of a note')
     if self.collected_at_stop then
       self:fail(self:offset_of(pos), 'expected the note of the ' ..
@@ -464,7 +462,7 @@ function common:read_note_body(pos)
     end
     self.collected_at_stop = true
     self.heap_after_collection = heap
-  elseif kind == NOTE_COMPILED_CODE then
+  elseif kind == F.NOTE_COMPILED_CODE then
     self:read_compiled_note(pos)
   else
     self:fail(kind_at, format('expected the kind of a note (1 for the ' ..
@@ -474,23 +472,19 @@ function common:read_note_body(pos)
 end
 
 function common:read_record_body(header, pos)
-  local source = HEADER_SOURCE[header]
+  local source = F.HEADER_SOURCE[header]
   self.cursor.pos = pos + 1
-  if source == SOURCE_LUA then
-    self:read_lfunc_body()
-  elseif source == SOURCE_C then
-    self:read_cfunc_body()
-  elseif source == SOURCE_TRACE then
-    self:read_trace_body()
-  elseif source == SOURCE_STACK then
+  if SYMBOL_BODIES[source] then
+    self:read_symbol_body(source)
+  elseif source == F.SOURCE_STACK then
     self:read_stack_body()
-  elseif source == SOURCE_TIME then
+  elseif source == F.SOURCE_TIME then
     self:read_time_body()
-  elseif source == SOURCE_NOTE then
+  elseif source == F.SOURCE_NOTE then
     self:read_note_body(pos)
   else
     self:fail(self:offset_of(pos), format('expected %s, found 0x%02x',
-      VALID_RECORDS[self.version], header))
+      F.VALID_RECORDS[self.version], header))
   end
 end
 

@@ -5,8 +5,6 @@
 local layout = require('memprof.report.layout')
 local utf8 = require('memprof.encode.utf8')
 
-local M = {}
-
 local format = string.format
 
 -- Text with every byte that is not valid UTF-8 replaced by U+FFFD (chunk
@@ -77,14 +75,14 @@ local function size_html(bytes)
     human_size(bytes))
 end
 
-M.clean_text = clean_text
-M.escape = escape
-M.human_size = human_size
-M.with_commas = with_commas
-M.percent = percent
-M.percent_text = percent_text
-M.time_unit = time_unit
-M.human_time = human_time
-M.size_html = size_html
-
-return M
+return {
+  clean_text = clean_text,
+  escape = escape,
+  human_size = human_size,
+  with_commas = with_commas,
+  percent = percent,
+  percent_text = percent_text,
+  time_unit = time_unit,
+  human_time = human_time,
+  size_html = size_html,
+}
