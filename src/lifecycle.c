@@ -471,6 +471,8 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
     sampler_init(&p->sampler, opts->sample_bytes,
                  opts->has_seed ? opts->seed : sampler_default_seed());
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
+  p->vmstate_at = p->g + p->layout.g_vmstate;
+  p->cur_L_at = p->g + p->layout.g_cur_L;
   if ((p->path = lifecycle_file_name(path)) == NULL ||
       (lifecycle_path_follows_fork(path) &&
        (p->path_template = strdup(path)) == NULL) ||

@@ -66,6 +66,7 @@ static const struct vm_candidate vm_candidates[] = {
                 .tr_startpt = 64,
                 .tr_startpc = 72,
                 .tr_traceno = 104,
+                .tl = {.tr_spadjust = 102},
             },
     },
     {
@@ -104,6 +105,7 @@ static const struct vm_candidate vm_candidates[] = {
                 .tr_startpt = 48,
                 .tr_startpc = 52,
                 .tr_traceno = 80,
+                .tl = {.tr_spadjust = 78},
             },
     },
 };

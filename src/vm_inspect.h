@@ -679,18 +679,17 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
 /* Full classification of one allocator call. `lay` gives the offsets (it
 ** may be a family's constant table); `rt` is the verified layout, for what
 ** is learned at run time: the vmstate classes and the trace offsets. */
-VM_INLINE void vm_locate(const struct vm_layout *lay,
-                         const struct vm_layout *rt, int safe, uintptr_t g,
-                         uintptr_t ptr, struct vm_line_memo *memo,
-                         struct vm_site *site)
+/* vm_locate with the VM's state st already read (the hook's dispatcher
+** reads it once). */
+VM_INLINE void vm_locate_state(const struct vm_layout *lay,
+                               const struct vm_layout *rt, int safe,
+                               uintptr_t g, int32_t st, uintptr_t ptr,
+                               struct vm_line_memo *memo, struct vm_site *site)
 {
-  int32_t st;
   site->ffid = 0;
   site->traceno = 0;
   site->exit = site->compiled = 0;
   site->source = SOURCE_INTERNAL;
-  if (!vm_i32(safe, g + rt->g_vmstate, &st))
-    return;
   /* A trace is running: never walk frames. Traces are numbered from 1;
   ** 0 is what arm64 stores in every trace (it does not store numbers). */
   if (st >= 0) {
@@ -719,6 +718,22 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   default:
     break;
   }
+}
+
+VM_INLINE void vm_locate(const struct vm_layout *lay,
+                         const struct vm_layout *rt, int safe, uintptr_t g,
+                         uintptr_t ptr, struct vm_line_memo *memo,
+                         struct vm_site *site)
+{
+  int32_t st;
+  if (!vm_i32(safe, g + rt->g_vmstate, &st)) {
+    site->ffid = 0;
+    site->traceno = 0;
+    site->exit = site->compiled = 0;
+    site->source = SOURCE_INTERNAL;
+    return;
+  }
+  vm_locate_state(lay, rt, safe, g, st, ptr, memo, site);
 }
 
 /* What the VM is doing, for an event vm_locate() found internal: the
