@@ -304,9 +304,9 @@ HOT_INLINE struct tl_place *cached_site(struct profiler *p,
   if (site->exit || TL_MCODE_UNIT != 1)
     return NULL; /* (arm64: found by an unwind, on the full path.) */
   return at_place(site,
-                  tl_cached_place(&p->tlines, lay, p->cur_L_at,
-                                  site->traceno, hook_frame_low(),
-                                  s->trace_obj[site->traceno], s->generation));
+                  tl_cached_place(&p->tlines, lay, p->cur_L_at, site->traceno,
+                                  hook_frame_low(), s->trace_obj[site->traceno],
+                                  s->generation));
 }
 
 /* The stack of an event of compiled code: its place's frames, the
@@ -499,11 +499,12 @@ HOT_INLINE int vm_state_internal(const struct profiler *p, int32_t st)
 ** out of the hooks of Tarantool's format all that the extended format
 ** adds.
 */
-HOT_INLINE uint8_t *
-record_before(struct profiler *p, const struct vm_layout *lay,
-              stack_fn stack_of, int pdep, int ext, int fast, int32_t st,
-              void *ptr, size_t osize, size_t nsize, struct recorded_as *as,
-              int *full)
+HOT_INLINE uint8_t *record_before(struct profiler *p,
+                                  const struct vm_layout *lay,
+                                  stack_fn stack_of, int pdep, int ext,
+                                  int fast, int32_t st, void *ptr, size_t osize,
+                                  size_t nsize, struct recorded_as *as,
+                                  int *full)
 {
   struct vm_site site;
   struct tl_place *compiled = NULL;
@@ -661,8 +662,7 @@ HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
   uint64_t at = fast ? 0 : writer_total(&p->out);
   int to_full = 0;
   uint8_t *event = record_before(p, lay, stack_of, pdep, ext, fast, st, ptr,
-                                 osize,
-                                 0, NULL, &to_full);
+                                 osize, 0, NULL, &to_full);
   if (fast && to_full)
     return full(p, ptr, osize);
   if (event != NULL && (fast || within_cap(p, event)))
@@ -678,11 +678,11 @@ HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
 /* An allocation or reallocation is committed once it has succeeded (a
 ** failed one changes nothing; LuaJIT raises the error itself). The fast
 ** path leaves what it cannot record to `full`. */
-HOT_INLINE void *
-record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
-             int pdep, int ext, int fast, int32_t st, void *ptr, size_t osize,
-             size_t nsize,
-             void *(*full)(struct profiler *, void *, size_t, size_t))
+HOT_INLINE void *record_alloc(struct profiler *p, const struct vm_layout *lay,
+                              stack_fn stack_of, int pdep, int ext, int fast,
+                              int32_t st, void *ptr, size_t osize, size_t nsize,
+                              void *(*full)(struct profiler *, void *, size_t,
+                                            size_t))
 {
   uint64_t at = fast ? 0 : writer_total(&p->out);
   uint8_t *event, *end;
@@ -691,8 +691,7 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   if (nsize == 0)
     __builtin_unreachable(); /* The hooks send frees to record_free. */
   event = record_before(p, lay, stack_of, pdep, ext, fast, st, ptr, osize,
-                        nsize,
-                        NULL, &to_full);
+                        nsize, NULL, &to_full);
   if (fast && to_full)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
@@ -785,8 +784,7 @@ HOT_INLINE void *record_sampled(struct profiler *p, const struct vm_layout *lay,
   as.nsize = fresh ? nsize : 0;
   as.place = as.stack = 0;
   /* Sampling forces the extended format. */
-  event = record_before(p, lay, stack_of, pdep, 1, 0, 0, ptr, osize, nsize,
-                        &as,
+  event = record_before(p, lay, stack_of, pdep, 1, 0, 0, ptr, osize, nsize, &as,
                         &to_full);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   if (nsize != 0 && nptr == NULL)
@@ -885,7 +883,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,   \
                         ptr, osize, nsize, name##_alloc);                      \
   }                                                                            \
-  /* A new block while trace number st runs (the arguments as they come). */  \
+  /* A new block while trace number st runs (the arguments as they come). */   \
   static __attribute__((noinline, noclone)) void *name##_new_trace(            \
       struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
   {                                                                            \
@@ -933,7 +931,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     if (ptr == NULL)                                                           \
       return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, 0);            \
     if (st >= 0)                                                               \
-      return name##_free_trace(p, ptr, osize, st);                                     \
+      return name##_free_trace(p, ptr, osize, st);                             \
     if (!vm_state_internal(p, st))                                             \
       return name##_free_located(p, ptr, osize, st);                           \
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_INTERNAL,   \
@@ -951,11 +949,11 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     if (nsize == 0)                                                            \
       return name##_free_fast(p, ptr, osize, st);                              \
     if (ptr == NULL && st >= 0)                                                \
-      return name##_new_trace(p, ptr, osize, nsize, st);                               \
+      return name##_new_trace(p, ptr, osize, nsize, st);                       \
     if (ptr == NULL)                                                           \
       return name##_new_fast(p, ptr, osize, nsize, st);                        \
     if (st >= 0)                                                               \
-      return name##_alloc_trace(p, ptr, osize, nsize, st);                             \
+      return name##_alloc_trace(p, ptr, osize, nsize, st);                     \
     return name##_alloc_fast(p, ptr, osize, nsize, st);                        \
   }
 /* The sampling twin of a hook of the extended format (sampling forces

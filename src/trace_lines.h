@@ -340,11 +340,11 @@ VM_INLINE size_t tl_slot_of(uintptr_t key)
 ** once the stream has described their prototype and trace. The stack
 ** slot is read only inside the range tl_return_address checks.
 */
-VM_INLINE struct tl_place *
-tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
-                uintptr_t cur_L_at,
-                uint32_t traceno, uintptr_t low, uintptr_t described,
-                unsigned generation)
+VM_INLINE struct tl_place *tl_cached_place(struct trace_lines *t,
+                                           const struct vm_layout *lay,
+                                           uintptr_t cur_L_at, uint32_t traceno,
+                                           uintptr_t low, uintptr_t described,
+                                           unsigned generation)
 {
   struct tl_cache_slot *s;
   uintptr_t T = described, L, cf, slot, ret;
