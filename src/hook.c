@@ -129,7 +129,9 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
   if (stack)
     p = uleb128_put_with(p, stack, pdep);
   if (kind != EVENT_ALLOC) {
-    p = uleb128_put_block(p, ptr, pdep);
+    /* (The fast paths know the old block is not NULL: the test folds.) */
+    p = ptr != 0 ? uleb128_put_block_nonzero(p, ptr, pdep)
+                 : uleb128_put_block(p, 0, pdep);
     p = uleb128_put_block(p, osize, pdep);
   }
   return p;
