@@ -468,14 +468,10 @@ HOT_INLINE int32_t vm_state(const struct profiler *p)
 ** and its class walks no frames and leaves no trace. */
 HOT_INLINE int vm_state_internal(const struct profiler *p, int32_t st)
 {
-  const struct vm_layout *rt = &p->layout;
-  uint8_t cls;
+  uint32_t k = ~(uint32_t)st;
   if (st >= 0)
     return 0;
-  if ((uint32_t)~st >= VM_STATE_SLOTS)
-    return 1;
-  cls = rt->state_class[(uint32_t)~st];
-  return cls != STATE_WALK && cls != STATE_EXIT;
+  return k >= VM_STATE_SLOTS || !((p->located_states >> k) & 1);
 }
 
 /* What the fast path does with an event it leaves to the full one: sets

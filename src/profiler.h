@@ -65,6 +65,7 @@ struct profiler {
   uintptr_t g;
   /* Where g's vmstate and cur_L are: the hook reads them on every call. */
   uintptr_t vmstate_at, cur_L_at;
+  uint32_t located_states; /* See lifecycle.c, located_states. */
   struct vm_layout layout;
   struct writer out;
   struct symbols syms;
