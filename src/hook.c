@@ -453,7 +453,12 @@ static void model_place(struct profiler *p, struct recorded_as *as,
 ** trace runs, whose code reads no frame. */
 #define FAST_ANY 1
 #define FAST_INTERNAL 2
-#define FAST_TRACE 3 /* One made while a trace runs. */
+/* One made while a trace whose places may be cached runs: its number is
+** below place_cap (the dispatcher checks). */
+#define FAST_TRACE 3
+/* One made while any other trace runs: charged to the trace's start
+** (trace lines off), or left to the full path. */
+#define FAST_START 4
 
 /* The VM's state (vmstate) as vm_locate reads it: a trace's number while
 ** one runs. */
@@ -523,7 +528,7 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
     site.ffid = 0;
     site.traceno = 0;
     site.exit = site.compiled = 0;
-  } else if (fast == FAST_TRACE) {
+  } else if (fast == FAST_TRACE || fast == FAST_START) {
     /* (st: the VM's state as vm_locate reads it, a trace's number.) */
     site.source = SOURCE_TRACE;
     site.traceno = (uint32_t)st;
@@ -538,7 +543,8 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
   }
   /* Compiled code by line: the fast path takes a cached place of a trace
   ** the stream has described, the full one resolves and describes. */
-  if (site.source == SOURCE_TRACE && fast && site.traceno < p->syms.place_cap) {
+  if (site.source == SOURCE_TRACE && fast != FAST_START && fast &&
+      (fast == FAST_TRACE || site.traceno < p->syms.place_cap)) {
     compiled = cached_site(p, lay, &site);
     /* (Its stack is the place's frames: the full path writes it once.) */
     if (compiled == NULL ||
@@ -862,13 +868,22 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     check_cap(p, at);                                                          \
     return r;                                                                  \
   }                                                                            \
-  /* A resize while trace number st runs. */                                   \
+  /* A resize while trace number st runs, below place_cap. */                  \
   static __attribute__((noinline)) void *name##_alloc_trace(                   \
       struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
   {                                                                            \
     if (ptr == NULL || st < 0)                                                 \
       __builtin_unreachable();                                                 \
     return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st, \
+                        ptr, osize, nsize, name##_alloc);                      \
+  }                                                                            \
+  /* A resize while a trace at or above place_cap runs. */                     \
+  static __attribute__((noinline)) void *name##_alloc_start(                   \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    if (ptr == NULL || st < 0)                                                 \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_START, st, \
                         ptr, osize, nsize, name##_alloc);                      \
   }                                                                            \
   /* A resize (the dispatcher sends new blocks to _new_fast): the tests */     \
@@ -881,7 +896,8 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,   \
                         ptr, osize, nsize, name##_alloc);                      \
   }                                                                            \
-  /* A new block while trace number st runs (the arguments as they come). */   \
+  /* A new block while trace number st runs, below place_cap (the */           \
+  /* arguments as they come). */                                               \
   static __attribute__((noinline, noclone)) void *name##_new_trace(            \
       struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
   {                                                                            \
@@ -889,6 +905,16 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     if (st < 0)                                                                \
       __builtin_unreachable();                                                 \
     return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st, \
+                        NULL, osize, nsize, name##_alloc);                     \
+  }                                                                            \
+  /* A new block while a trace at or above place_cap runs. */                  \
+  static __attribute__((noinline, noclone)) void *name##_new_start(            \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    (void)ptr;                                                                 \
+    if (st < 0)                                                                \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_START, st, \
                         NULL, osize, nsize, name##_alloc);                     \
   }                                                                            \
   /* A new block (no old one): what depends on the old block folds away. */    \
@@ -912,13 +938,22 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,    \
                        ptr, osize, name##_free);                               \
   }                                                                            \
-  /* A free while trace number st runs. */                                     \
+  /* A free while trace number st runs, below place_cap. */                    \
   static __attribute__((noinline)) void *name##_free_trace(                    \
       struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
   {                                                                            \
     if (ptr == NULL || st < 0)                                                 \
       __builtin_unreachable(); /* (See _free_fast.) */                         \
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st,  \
+                       ptr, osize, name##_free);                               \
+  }                                                                            \
+  /* A free while a trace at or above place_cap runs. */                       \
+  static __attribute__((noinline)) void *name##_free_start(                    \
+      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
+  {                                                                            \
+    if (ptr == NULL || st < 0)                                                 \
+      __builtin_unreachable(); /* (See _free_fast.) */                         \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_START, st,  \
                        ptr, osize, name##_free);                               \
   }                                                                            \
   /* An internal free (the collector's, mostly) needs few registers, and */    \
@@ -928,8 +963,10 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
   {                                                                            \
     if (ptr == NULL)                                                           \
       return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, 0);            \
-    if (st >= 0)                                                               \
+    if ((uint32_t)st < p->syms.place_cap)                                      \
       return name##_free_trace(p, ptr, osize, st);                             \
+    if (st >= 0)                                                               \
+      return name##_free_start(p, ptr, osize, st);                             \
     if (!vm_state_internal(p, st))                                             \
       return name##_free_located(p, ptr, osize, st);                           \
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_INTERNAL,   \
@@ -946,12 +983,17 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     st = vm_state(p);                                                          \
     if (nsize == 0)                                                            \
       return name##_free_fast(p, ptr, osize, st);                              \
-    if (ptr == NULL && st >= 0)                                                \
+    /* (A trace's number below place_cap: st is not negative.) */              \
+    if (ptr == NULL && (uint32_t)st < p->syms.place_cap)                       \
       return name##_new_trace(p, ptr, osize, nsize, st);                       \
+    if (ptr == NULL && st >= 0)                                                \
+      return name##_new_start(p, ptr, osize, nsize, st);                       \
     if (ptr == NULL)                                                           \
       return name##_new_fast(p, ptr, osize, nsize, st);                        \
-    if (st >= 0)                                                               \
+    if ((uint32_t)st < p->syms.place_cap)                                      \
       return name##_alloc_trace(p, ptr, osize, nsize, st);                     \
+    if (st >= 0)                                                               \
+      return name##_alloc_start(p, ptr, osize, nsize, st);                     \
     return name##_alloc_fast(p, ptr, osize, nsize, st);                        \
   }
 /* The sampling twin of a hook of the extended format (sampling forces

@@ -423,7 +423,6 @@ static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
   flush_traces(L, collector, lifecycle_jit_on(p->g, &p->layout));
 }
 
-
 /* The VM states whose events the hook locates (their frames, or a trace
 ** exit): a bit per state slot (hook.c, vm_state_internal). */
 static uint32_t located_states(const struct vm_layout *lay)
