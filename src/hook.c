@@ -52,6 +52,7 @@ static __attribute__((noinline)) void encode_place(struct tl_place *pl)
   end = uleb128_put(end, pl->line);
   memcpy(pl->loc, bytes, sizeof(pl->loc));
   pl->loc_len = (uint8_t)(end - bytes);
+  tl_place_encoded(pl);
 }
 
 /* Writes the location of the place of an event of compiled code: the
@@ -128,7 +129,9 @@ HOT_INLINE uint8_t *begin_event(struct writer *w, struct location_cache *lc,
   if (stack)
     p = uleb128_put_with(p, stack, pdep);
   if (kind != EVENT_ALLOC) {
-    p = uleb128_put_block(p, ptr, pdep);
+    /* (The fast paths know the old block is not NULL: the test folds.) */
+    p = ptr != 0 ? uleb128_put_block_nonzero(p, ptr, pdep)
+                 : uleb128_put_block(p, 0, pdep);
     p = uleb128_put_block(p, osize, pdep);
   }
   return p;
@@ -303,9 +306,9 @@ HOT_INLINE struct tl_place *cached_site(struct profiler *p,
   if (site->exit || TL_MCODE_UNIT != 1)
     return NULL; /* (arm64: found by an unwind, on the full path.) */
   return at_place(site,
-                  tl_cached_place(&p->tlines, lay, &p->layout, p->g,
-                                  site->traceno, hook_frame_low(),
-                                  s->trace_obj[site->traceno], s->generation));
+                  tl_cached_place(&p->tlines, lay, p->cur_L_at, site->traceno,
+                                  hook_frame_low(), s->trace_obj[site->traceno],
+                                  s->generation));
 }
 
 /* The stack of an event of compiled code: its place's frames, the
@@ -450,31 +453,30 @@ static void model_place(struct profiler *p, struct recorded_as *as,
 ** trace runs, whose code reads no frame. */
 #define FAST_ANY 1
 #define FAST_INTERNAL 2
-#define FAST_TRACE 3 /* One made while a trace runs. */
+/* One made while a trace whose places may be cached runs: its number is
+** below place_cap (the dispatcher checks). */
+#define FAST_TRACE 3
+/* One made while any other trace runs: charged to the trace's start
+** (trace lines off), or left to the full path. */
+#define FAST_START 4
 
-/* Whether a trace runs (vmstate holds its number), as vm_locate reads
-** it. */
-HOT_INLINE int in_trace(const struct profiler *p)
+/* The VM's state (vmstate) as vm_locate reads it: a trace's number while
+** one runs. */
+HOT_INLINE int32_t vm_state(const struct profiler *p)
 {
   int32_t st;
-  memcpy(&st, (const void *)(p->g + p->layout.g_vmstate), sizeof(st));
-  return st >= 0;
+  memcpy(&st, (const void *)p->vmstate_at, sizeof(st));
+  return st;
 }
 
-/* Whether vm_locate would find the VM's state internal: no trace runs,
+/* Whether vm_locate would find the VM's state st internal: no trace runs,
 ** and its class walks no frames and leaves no trace. */
-HOT_INLINE int vm_state_internal(const struct profiler *p)
+HOT_INLINE int vm_state_internal(const struct profiler *p, int32_t st)
 {
-  const struct vm_layout *rt = &p->layout;
-  int32_t st;
-  uint8_t cls;
-  memcpy(&st, (const void *)(p->g + rt->g_vmstate), sizeof(st));
+  uint32_t k = ~(uint32_t)st;
   if (st >= 0)
     return 0;
-  if ((uint32_t)~st >= VM_STATE_SLOTS)
-    return 1;
-  cls = rt->state_class[(uint32_t)~st];
-  return cls != STATE_WALK && cls != STATE_EXIT;
+  return k >= VM_STATE_SLOTS || !((p->located_states >> k) & 1);
 }
 
 /* What the fast path does with an event it leaves to the full one: sets
@@ -500,10 +502,12 @@ HOT_INLINE int vm_state_internal(const struct profiler *p)
 ** out of the hooks of Tarantool's format all that the extended format
 ** adds.
 */
-HOT_INLINE uint8_t *
-record_before(struct profiler *p, const struct vm_layout *lay,
-              stack_fn stack_of, int pdep, int ext, int fast, void *ptr,
-              size_t osize, size_t nsize, struct recorded_as *as, int *full)
+HOT_INLINE uint8_t *record_before(struct profiler *p,
+                                  const struct vm_layout *lay,
+                                  stack_fn stack_of, int pdep, int ext,
+                                  int fast, int32_t st, void *ptr, size_t osize,
+                                  size_t nsize, struct recorded_as *as,
+                                  int *full)
 {
   struct vm_site site;
   struct tl_place *compiled = NULL;
@@ -524,22 +528,23 @@ record_before(struct profiler *p, const struct vm_layout *lay,
     site.ffid = 0;
     site.traceno = 0;
     site.exit = site.compiled = 0;
-  } else if (fast == FAST_TRACE) {
-    int32_t st; /* (As vm_locate reads it.) */
-    memcpy(&st, (const void *)(p->g + p->layout.g_vmstate), sizeof(st));
-    if (st < 0)
-      return FULL_PATH;
+  } else if (fast == FAST_TRACE || fast == FAST_START) {
+    /* (st: the VM's state as vm_locate reads it, a trace's number.) */
     site.source = SOURCE_TRACE;
     site.traceno = (uint32_t)st;
     site.ffid = 0;
     site.exit = site.compiled = 0;
+  } else if (fast) {
+    vm_locate_state(lay, &p->layout, 0, p->g, st, (uintptr_t)ptr,
+                    &p->syms.line_memo, &site);
   } else {
     vm_locate(lay, &p->layout, 0, p->g, (uintptr_t)ptr, &p->syms.line_memo,
               &site);
   }
   /* Compiled code by line: the fast path takes a cached place of a trace
   ** the stream has described, the full one resolves and describes. */
-  if (site.source == SOURCE_TRACE && fast && site.traceno < p->syms.place_cap) {
+  if (site.source == SOURCE_TRACE && fast != FAST_START && fast &&
+      (fast == FAST_TRACE || site.traceno < p->syms.place_cap)) {
     compiled = cached_site(p, lay, &site);
     /* (Its stack is the place's frames: the full path writes it once.) */
     if (compiled == NULL ||
@@ -568,8 +573,12 @@ record_before(struct profiler *p, const struct vm_layout *lay,
   if (fast && ext && p->timestamps && time_mark_due(p))
     return FULL_PATH;
   /* Only prototypes and traces are cached, and no block smaller than a
-  ** GCproto can be one of them. */
-  if (ptr != NULL && osize >= lay->pt_size &&
+  ** GCproto can be one of them. Neither is freed or moved while a trace
+  ** runs: the collector frees both under vmstate GC (lj_gc_step sets it,
+  ** lj_gc_step_jit included), a flush only unlinks traces, and neither
+  ** is ever reallocated; so an event with a cached place of compiled
+  ** code (vmstate a trace's number) skips the filter. */
+  if (ptr != NULL && osize >= lay->pt_size && !(fast && compiled != NULL) &&
       symbols_may_hold(&p->syms, (uintptr_t)ptr)) {
     if (fast)
       return FULL_PATH;
@@ -651,13 +660,13 @@ static void check_cap(struct profiler *p, uint64_t at)
 ** it cannot record to `full`. */
 HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
                              stack_fn stack_of, int pdep, int ext, int fast,
-                             void *ptr, size_t osize,
+                             int32_t st, void *ptr, size_t osize,
                              void *(*full)(struct profiler *, void *, size_t))
 {
   uint64_t at = fast ? 0 : writer_total(&p->out);
   int to_full = 0;
-  uint8_t *event = record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize,
-                                 0, NULL, &to_full);
+  uint8_t *event = record_before(p, lay, stack_of, pdep, ext, fast, st, ptr,
+                                 osize, 0, NULL, &to_full);
   if (fast && to_full)
     return full(p, ptr, osize);
   if (event != NULL && (fast || within_cap(p, event)))
@@ -673,10 +682,11 @@ HOT_INLINE void *record_free(struct profiler *p, const struct vm_layout *lay,
 /* An allocation or reallocation is committed once it has succeeded (a
 ** failed one changes nothing; LuaJIT raises the error itself). The fast
 ** path leaves what it cannot record to `full`. */
-HOT_INLINE void *
-record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
-             int pdep, int ext, int fast, void *ptr, size_t osize, size_t nsize,
-             void *(*full)(struct profiler *, void *, size_t, size_t))
+HOT_INLINE void *record_alloc(struct profiler *p, const struct vm_layout *lay,
+                              stack_fn stack_of, int pdep, int ext, int fast,
+                              int32_t st, void *ptr, size_t osize, size_t nsize,
+                              void *(*full)(struct profiler *, void *, size_t,
+                                            size_t))
 {
   uint64_t at = fast ? 0 : writer_total(&p->out);
   uint8_t *event, *end;
@@ -684,8 +694,8 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   int to_full = 0;
   if (nsize == 0)
     __builtin_unreachable(); /* The hooks send frees to record_free. */
-  event = record_before(p, lay, stack_of, pdep, ext, fast, ptr, osize, nsize,
-                        NULL, &to_full);
+  event = record_before(p, lay, stack_of, pdep, ext, fast, st, ptr, osize,
+                        nsize, NULL, &to_full);
   if (fast && to_full)
     return full(p, ptr, osize, nsize);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
@@ -693,7 +703,9 @@ record_alloc(struct profiler *p, const struct vm_layout *lay, stack_fn stack_of,
   if (event == NULL)
     return nptr;
   if (nptr == NULL) {
-    uncount_event(p, osize, nsize); /* Failed: not recorded. */
+    /* Failed: not recorded. (A new block's event frees nothing: then
+    ** osize is not kept across the call.) */
+    uncount_event(p, ptr != NULL ? osize : 0, nsize);
     return nptr;
   }
   end = put_new_block(event, (uintptr_t)nptr, nsize, pdep);
@@ -776,7 +788,7 @@ HOT_INLINE void *record_sampled(struct profiler *p, const struct vm_layout *lay,
   as.nsize = fresh ? nsize : 0;
   as.place = as.stack = 0;
   /* Sampling forces the extended format. */
-  event = record_before(p, lay, stack_of, pdep, 1, 0, ptr, osize, nsize, &as,
+  event = record_before(p, lay, stack_of, pdep, 1, 0, 0, ptr, osize, nsize, &as,
                         &to_full);
   nptr = p->orig_alloc(p->orig_ud, ptr, osize, nsize);
   if (nsize != 0 && nptr == NULL)
@@ -844,82 +856,145 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
   static __attribute__((noinline)) void *name##_free(struct profiler *p,       \
                                                      void *ptr, size_t osize)  \
   {                                                                            \
-    return record_free(p, family_layout, stack_of, pdep, ext, 0, ptr, osize,   \
-                       NULL);                                                  \
+    return record_free(p, family_layout, stack_of, pdep, ext, 0, 0, ptr,       \
+                       osize, NULL);                                           \
   }                                                                            \
   static __attribute__((noinline)) void *name##_alloc(                         \
       struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
   {                                                                            \
     uint64_t at = writer_total(&p->out);                                       \
-    void *r = record_alloc(p, family_layout, stack_of, pdep, ext, 0, ptr,      \
+    void *r = record_alloc(p, family_layout, stack_of, pdep, ext, 0, 0, ptr,   \
                            osize, nsize, NULL);                                \
     check_cap(p, at);                                                          \
     return r;                                                                  \
   }                                                                            \
+  /* A resize while trace number st runs, below place_cap. */                  \
+  static __attribute__((noinline)) void *name##_alloc_trace(                   \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    if (ptr == NULL || st < 0)                                                 \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st, \
+                        ptr, osize, nsize, name##_alloc);                      \
+  }                                                                            \
+  /* A resize while a trace at or above place_cap runs. */                     \
+  static __attribute__((noinline)) void *name##_alloc_start(                   \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    if (ptr == NULL || st < 0)                                                 \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_START, st, \
+                        ptr, osize, nsize, name##_alloc);                      \
+  }                                                                            \
   /* A resize (the dispatcher sends new blocks to _new_fast): the tests */     \
   /* of a missing old block fold away. */                                      \
   static __attribute__((noinline)) void *name##_alloc_fast(                    \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
   {                                                                            \
-    if (ptr == NULL)                                                           \
+    if (ptr == NULL || st >= 0)                                                \
       __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, ptr,  \
-                        osize, nsize, name##_alloc);                           \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,   \
+                        ptr, osize, nsize, name##_alloc);                      \
+  }                                                                            \
+  /* A new block while trace number st runs, below place_cap (the */           \
+  /* arguments as they come). */                                               \
+  static __attribute__((noinline, noclone)) void *name##_new_trace(            \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    (void)ptr;                                                                 \
+    if (st < 0)                                                                \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st, \
+                        NULL, osize, nsize, name##_alloc);                     \
+  }                                                                            \
+  /* A new block while a trace at or above place_cap runs. */                  \
+  static __attribute__((noinline, noclone)) void *name##_new_start(            \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    (void)ptr;                                                                 \
+    if (st < 0)                                                                \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_START, st, \
+                        NULL, osize, nsize, name##_alloc);                     \
   }                                                                            \
   /* A new block (no old one): what depends on the old block folds away. */    \
   /* (It takes the hook's arguments as they come, ptr NULL.) */                \
   /* (Not cloned: the dispatcher's arguments pass through unmoved.) */         \
   static __attribute__((noinline, noclone)) void *name##_new_fast(             \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize)               \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
   {                                                                            \
     (void)ptr;                                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, NULL, \
-                        osize, nsize, name##_alloc);                           \
+    if (st >= 0)                                                               \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,   \
+                        NULL, osize, nsize, name##_alloc);                     \
   }                                                                            \
   /* A free in Lua or C code, or in a trace's exit. */                         \
   static __attribute__((noinline)) void *name##_free_located(                  \
-      struct profiler *p, void *ptr, size_t osize)                             \
+      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
   {                                                                            \
-    if (ptr == NULL)                                                           \
+    if (ptr == NULL || st >= 0)                                                \
       __builtin_unreachable(); /* (See _free_fast.) */                         \
-    return record_free(p, family_layout, stack_of, pdep, ext, FAST_ANY, ptr,   \
-                       osize, name##_free);                                    \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,    \
+                       ptr, osize, name##_free);                               \
   }                                                                            \
-  /* A free while a trace runs. */                                             \
+  /* A free while trace number st runs, below place_cap. */                    \
   static __attribute__((noinline)) void *name##_free_trace(                    \
-      struct profiler *p, void *ptr, size_t osize)                             \
+      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
   {                                                                            \
-    if (ptr == NULL)                                                           \
+    if (ptr == NULL || st < 0)                                                 \
       __builtin_unreachable(); /* (See _free_fast.) */                         \
-    return record_free(p, family_layout, stack_of, pdep, ext, FAST_TRACE, ptr, \
-                       osize, name##_free);                                    \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st,  \
+                       ptr, osize, name##_free);                               \
+  }                                                                            \
+  /* A free while a trace at or above place_cap runs. */                       \
+  static __attribute__((noinline)) void *name##_free_start(                    \
+      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
+  {                                                                            \
+    if (ptr == NULL || st < 0)                                                 \
+      __builtin_unreachable(); /* (See _free_fast.) */                         \
+    return record_free(p, family_layout, stack_of, pdep, ext, FAST_START, st,  \
+                       ptr, osize, name##_free);                               \
   }                                                                            \
   /* An internal free (the collector's, mostly) needs few registers, and */    \
   /* saves none, without the others' code. */                                  \
   static __attribute__((noinline)) void *name##_free_fast(                     \
-      struct profiler *p, void *ptr, size_t osize)                             \
+      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
   {                                                                            \
     if (ptr == NULL)                                                           \
       return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, 0);            \
-    if (in_trace(p))                                                           \
-      return name##_free_trace(p, ptr, osize);                                 \
-    if (!vm_state_internal(p))                                                 \
-      return name##_free_located(p, ptr, osize);                               \
+    if ((uint32_t)st < p->syms.place_cap)                                      \
+      return name##_free_trace(p, ptr, osize, st);                             \
+    if (st >= 0)                                                               \
+      return name##_free_start(p, ptr, osize, st);                             \
+    if (!vm_state_internal(p, st))                                             \
+      return name##_free_located(p, ptr, osize, st);                           \
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_INTERNAL,   \
-                       ptr, osize, name##_free);                               \
+                       0, ptr, osize, name##_free);                            \
   }                                                                            \
   /* Saves no register: the fast paths are tail calls. */                      \
   static void *name(void *ud, void *ptr, size_t osize, size_t nsize)           \
   {                                                                            \
     struct profiler *p = ud;                                                   \
+    int32_t st;                                                                \
     p->busy = 1;                                                               \
     if (forward_only(p))                                                       \
       return forward(p, ptr, osize, nsize);                                    \
+    st = vm_state(p);                                                          \
     if (nsize == 0)                                                            \
-      return name##_free_fast(p, ptr, osize);                                  \
+      return name##_free_fast(p, ptr, osize, st);                              \
+    /* (A trace's number below place_cap: st is not negative.) */              \
+    if (ptr == NULL && (uint32_t)st < p->syms.place_cap)                       \
+      return name##_new_trace(p, ptr, osize, nsize, st);                       \
+    if (ptr == NULL && st >= 0)                                                \
+      return name##_new_start(p, ptr, osize, nsize, st);                       \
     if (ptr == NULL)                                                           \
-      return name##_new_fast(p, ptr, osize, nsize);                            \
-    return name##_alloc_fast(p, ptr, osize, nsize);                            \
+      return name##_new_fast(p, ptr, osize, nsize, st);                        \
+    if ((uint32_t)st < p->syms.place_cap)                                      \
+      return name##_alloc_trace(p, ptr, osize, nsize, st);                     \
+    if (st >= 0)                                                               \
+      return name##_alloc_start(p, ptr, osize, nsize, st);                     \
+    return name##_alloc_fast(p, ptr, osize, nsize, st);                        \
   }
 /* The sampling twin of a hook of the extended format (sampling forces
 ** it). */
@@ -1020,6 +1095,16 @@ static const lua_Alloc modelled_hooks[3][2] = {
     {hook_nongc64_modelled, hook_nongc64_pdep_modelled},
 };
 
+/* Whether a family's hook may read the trace offsets its fast path reads
+** (tl_cached_place) from the family's table: they are the layout's, or
+** trace lines are off (no place is cached). */
+static int trace_offsets_match(const struct vm_layout *lay)
+{
+  const struct vm_layout *k = &vm_candidates[lay->candidate].layout;
+  return !lay->tl.ok || (lay->tr_traceno == k->tr_traceno &&
+                         lay->tl.tr_spadjust == k->tl.tr_spadjust);
+}
+
 lua_Alloc profiler_hook_for(const struct profiler *p)
 {
   const struct vm_layout *lay = &p->layout;
@@ -1029,9 +1114,11 @@ lua_Alloc profiler_hook_for(const struct profiler *p)
   ** so that the benchmark can compare the two on one build. */
   if (force != NULL && strcmp(force, "generic") == 0)
     family = 0;
-  else if (lay->exact && lay->candidate == VM_CANDIDATE_GC64)
+  else if (!lay->exact || !trace_offsets_match(lay))
+    family = 0;
+  else if (lay->candidate == VM_CANDIDATE_GC64)
     family = 1;
-  else if (lay->exact && lay->candidate == VM_CANDIDATE_NONGC64)
+  else if (lay->candidate == VM_CANDIDATE_NONGC64)
     family = 2;
   if (p->sampler.mean != 0)
     return sampled_hooks[family][writer_fast_pdep != 0];

@@ -423,6 +423,17 @@ static void set_prof_mode(lua_State *L, struct profiler *p, int collector)
   flush_traces(L, collector, lifecycle_jit_on(p->g, &p->layout));
 }
 
+/* The VM states whose events the hook locates (their frames, or a trace
+** exit): a bit per state slot (hook.c, vm_state_internal). */
+static uint32_t located_states(const struct vm_layout *lay)
+{
+  uint32_t mask = 0;
+  unsigned k;
+  for (k = 0; k < VM_STATE_SLOTS; k++)
+    if (lay->state_class[k] == STATE_WALK || lay->state_class[k] == STATE_EXIT)
+      mask |= (uint32_t)1 << k;
+  return mask;
+}
 /* At stop, once the profile is complete (the flush is no event of it):
 ** the VM's own mode again, if it is still ours. A VM being closed gets
 ** its mode back, and no flush: its traces go with it. */
@@ -471,6 +482,9 @@ static struct chain_link *new_link(lua_State *L, const struct vm_layout *lay,
     sampler_init(&p->sampler, opts->sample_bytes,
                  opts->has_seed ? opts->seed : sampler_default_seed());
   vm_ref(lay, 0, (uintptr_t)L + lay->L_glref, &p->g);
+  p->vmstate_at = p->g + p->layout.g_vmstate;
+  p->cur_L_at = p->g + p->layout.g_cur_L;
+  p->located_states = located_states(&p->layout);
   if ((p->path = lifecycle_file_name(path)) == NULL ||
       (lifecycle_path_follows_fork(path) &&
        (p->path_template = strdup(path)) == NULL) ||

@@ -63,6 +63,9 @@ struct profiler {
                              with snapshots). */
   struct sampler sampler;
   uintptr_t g;
+  /* Where g's vmstate and cur_L are: the hook reads them on every call. */
+  uintptr_t vmstate_at, cur_L_at;
+  uint32_t located_states; /* See lifecycle.c, located_states. */
   struct vm_layout layout;
   struct writer out;
   struct symbols syms;

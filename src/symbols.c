@@ -51,6 +51,15 @@ int symbols_name_builtin(struct symbols *s, unsigned ffid, const char *name)
 
 /* ---- Address cache: open addressing, linear probing ------------------- */
 
+/* The hook's line memos name prototype pt no more. */
+static void forget_line_memos(struct symbols *s, uintptr_t pt)
+{
+  if (s->line_memo.top.pt == pt)
+    s->line_memo.top.pt = 0;
+  if (s->line_memo.caller.pt == pt)
+    s->line_memo.caller.pt = 0;
+}
+
 static size_t slot_of(const struct symbols *s, uintptr_t addr)
 {
   uint64_t h = (uint64_t)(addr >> 3) * 0x9e3779b97f4a7c15ULL;
@@ -122,8 +131,7 @@ void symbols_forget_slow(struct symbols *s, uintptr_t addr)
     s->last_proto = 0;
   if (s->proto_memo[symbols_proto_slot(addr)] == addr)
     s->proto_memo[symbols_proto_slot(addr)] = 0;
-  if (s->line_memo.pt == addr)
-    s->line_memo.pt = 0;
+  forget_line_memos(s, addr);
   if (s->last_c == addr)
     s->last_c = 0;
   s->generation++;
@@ -166,8 +174,7 @@ int symbols_describe_proto(struct symbols *s, struct writer *w,
   if (!vm_proto_source(lay, 0, pt, &name, &len, &firstline) ||
       !writer_reserve(w, 1 + 2 * ULEB128_MAX)) {
     /* Not cached, so its free would not reach the hook's line memo. */
-    if (s->line_memo.pt == pt)
-      s->line_memo.pt = 0;
+    forget_line_memos(s, pt);
     return 0;
   }
   writer_put_byte(w, EVENT_SYMBOL | SOURCE_LUA);

@@ -60,9 +60,9 @@ struct symbols {
   ** path knows them described (a loop cycles through a few: coroutines,
   ** three). 0: none. */
   uintptr_t proto_memo[SYMBOL_PROTO_MEMO];
-  struct vm_line_memo line_memo; /* The hook's; its pt is a cached one. */
-  uintptr_t last_c;              /* The C function described most recently. */
-  uintptr_t *trace_obj;          /* Per trace number: the trace described. */
+  struct vm_line_memos line_memo; /* The hook's; their pt a cached one. */
+  uintptr_t last_c;               /* The C function described most recently. */
+  uintptr_t *trace_obj;           /* Per trace number: the trace described. */
   uint32_t trace_cap;
   /* 0, or trace_cap as the hook last saw it with trace lines on: its fast
   ** path looks for cached places of traces numbered below it. */

@@ -1081,7 +1081,7 @@ replay_cached(struct trace_lines *t, const struct vm_layout *lay, uintptr_t g,
       !unwind_replay(t->steps, ip0, cfa0, cf, &ret, &cfa))
     return NULL;
   s = &t->slot[tl_slot_of(ret)];
-  if (ret == 0 || s->key != ret || s->frees != frees ||
+  if (ret == 0 || !tl_slot_holds(s, ret) || s->frees != frees ||
       s->traceno >= ndescribed || described[s->traceno] != s->T ||
       vm_trace_object(lay, 0, g, s->traceno) != s->T ||
       cfa != tl_trace_sp(lay, 0, cf, s->T))
@@ -1136,7 +1136,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
   s = &t->slot[tl_slot_of(key)];
   if (desc != T)
     s = &t->scratch; /* Not followed: resolved, not kept. */
-  else if (s->key == key && s->T == T && s->frees == frees)
+  else if (tl_slot_holds(s, key) && s->T == T && s->frees == frees)
     return &s->place;
   if (exitno < 0) {
     sn = snapshot_at(lay, 0, T, mcode_ofs(ret, mcode), &snap);
@@ -1162,7 +1162,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     builtin_frame(lay, 0, T, snap, sn, target, &s->place);
   }
   s->place.loc_len = 0; /* (Its pt and line are final here.) */
-  s->key = key;
+  s->key = key | TL_KEY_PENDING;
   s->T = T;
   s->traceno = *traceno;
   s->frees = frees;

@@ -19,6 +19,7 @@
 #ifndef MEMPROF_TRACE_LINES_H
 #define MEMPROF_TRACE_LINES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "unwind.h"
@@ -294,6 +295,27 @@ struct trace_lines {
   struct tl_cache_slot scratch; /* For a trace not described yet. */
 };
 
+/* A slot's key while its place has no location yet (loc_len 0): the
+** return address with this bit set, which no user-space address has, so
+** that the fast path's compare of the key also proves the location
+** written (tl_place_encoded clears it). */
+#define TL_KEY_PENDING ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 1))
+
+/* Whether slot s holds key, its location written or not. */
+VM_INLINE int tl_slot_holds(const struct tl_cache_slot *s, uintptr_t key)
+{
+  return (s->key & ~TL_KEY_PENDING) == key;
+}
+
+/* Place pl (of a slot, or the scratch one) has its location now. */
+VM_INLINE void tl_place_encoded(struct tl_place *pl)
+{
+  struct tl_cache_slot *s =
+      (struct tl_cache_slot *)(void *)((char *)pl -
+                                       offsetof(struct tl_cache_slot, place));
+  s->key &= ~TL_KEY_PENDING;
+}
+
 /* The cache slot of a key: the top bits of a multiplicative hash (one
 ** multiply and a shift on the hook's fast path). */
 VM_INLINE size_t tl_slot_of(uintptr_t key)
@@ -305,33 +327,35 @@ VM_INLINE size_t tl_slot_of(uintptr_t key)
 /*
 ** The hook's fast path: the cached place of the helper call now running in
 ** trace `traceno`, or NULL (then trace_lines_place decides). `lay` gives
-** the object offsets (it may be a family's constant table), `rt` the
-** verified layout's global and trace offsets. Only loads. `described` is
+** the object and trace offsets (it may be a family's constant table: see
+** profiler_hook_for), `cur_L_at` where g->cur_L is. Only loads.
+** `described` is
 ** the trace the symbols describe under that number (0: none), live: the
 ** symbols forget it when it is freed. It is J->trace[traceno] while its
 ** own number is still traceno: a trace leaves the array only when it is
 ** freed or flushed, and a flush sets its number to 0. A slot holds while
 ** `generation` (the symbols', bumped whenever a described object goes
 ** away) is the one it was filled under; the hook marks the places it may
-** take here by writing their location (loc_len), once the stream has
-** described their prototype and trace. The stack slot is read only inside
-** the range tl_return_address checks.
+** take here by writing their location (loc_len, then tl_place_encoded),
+** once the stream has described their prototype and trace. The stack
+** slot is read only inside the range tl_return_address checks.
 */
-VM_INLINE struct tl_place *
-tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
-                const struct vm_layout *rt, uintptr_t g, uint32_t traceno,
-                uintptr_t low, uintptr_t described, unsigned generation)
+VM_INLINE struct tl_place *tl_cached_place(struct trace_lines *t,
+                                           const struct vm_layout *lay,
+                                           uintptr_t cur_L_at, uint32_t traceno,
+                                           uintptr_t low, uintptr_t described,
+                                           unsigned generation)
 {
   struct tl_cache_slot *s;
   uintptr_t T = described, L, cf, slot, ret;
   uint16_t spadjust, no;
   if (T == 0)
     return NULL;
-  memcpy(&no, (const void *)(T + rt->tr_traceno), 2);
+  memcpy(&no, (const void *)(T + lay->tr_traceno), 2);
   if (no != traceno)
     return NULL;
-  memcpy(&spadjust, (const void *)(T + rt->tl.tr_spadjust), 2);
-  if (!vm_ref(lay, 0, g + rt->g_cur_L, &L) || L == 0 ||
+  memcpy(&spadjust, (const void *)(T + lay->tl.tr_spadjust), 2);
+  if (!vm_ref(lay, 0, cur_L_at, &L) || L == 0 ||
       !vm_ptr(0, L + lay->L_cframe, &cf))
     return NULL;
   /* (A C frame too low for the slot wraps it far above `low`.) */
@@ -340,8 +364,8 @@ tl_cached_place(struct trace_lines *t, const struct vm_layout *lay,
     return NULL;
   memcpy(&ret, (const void *)slot, sizeof(ret));
   s = &t->slot[tl_slot_of(ret)];
-  if (s->key != ret || s->T != T || s->frees != generation ||
-      s->place.loc_len == 0)
+  /* (A key without TL_KEY_PENDING: the location is written.) */
+  if (s->key != ret || s->T != T || s->frees != generation)
     return NULL;
   return &s->place;
 }

@@ -60,7 +60,8 @@ struct vm_candidate {
   X(cf_L, 16, 24)                                                              \
   X(tr_startpt, 64, 48)                                                        \
   X(tr_startpc, 72, 52)                                                        \
-  X(tr_traceno, 104, 80)
+  X(tr_traceno, 104, 80)                                                       \
+  X(tl.tr_spadjust, 102, 78)
 
 #define VM_GC64_VALUE(field, gc64, other) .field = gc64,
 #define VM_NONGC64_VALUE(field, gc64, other) .field = other,

@@ -198,6 +198,14 @@ struct vm_line_memo {
   uint32_t line;
 };
 
+/* The hook's memos: the line of the last top Lua frame's PC, and the
+** prototype and line of the last call instruction a built-in was called
+** from (a return PC lies in one live prototype's bytecode: its frame's).
+** Whoever frees or forgets a memo's pt clears it. */
+struct vm_line_memos {
+  struct vm_line_memo top, caller;
+};
+
 /* A Lua function on top of the stack: its line comes from the C frame's
 ** saved PC. `memo` may be NULL. */
 VM_INLINE int vm_locate_lua_top(const struct vm_layout *lay, int safe,
@@ -223,13 +231,21 @@ VM_INLINE int vm_locate_lua_top(const struct vm_layout *lay, int safe,
   return 1;
 }
 
-/* A built-in called from Lua is charged to the calling Lua line. */
+/* A built-in called from Lua is charged to the calling Lua line. `memo`
+** may be NULL. */
 VM_INLINE int vm_locate_lua_caller(const struct vm_layout *lay, int safe,
                                    const struct vm_thread *th, uintptr_t frame,
-                                   intptr_t link, struct vm_site *site)
+                                   intptr_t link, struct vm_line_memo *memo,
+                                   struct vm_site *site)
 {
   uintptr_t ins = vm_link_pc(lay, link), caller, fn, pt;
   uint32_t call;
+  if (memo != NULL && ins == memo->pc && memo->pt != 0) {
+    site->line = memo->line;
+    site->source = SOURCE_LUA;
+    site->addr = memo->pt;
+    return 1;
+  }
   if (ins < 4 || (ins & 3) != 0 || !vm_u32(safe, ins - 4, &call))
     return 0;
   caller =
@@ -241,6 +257,11 @@ VM_INLINE int vm_locate_lua_caller(const struct vm_layout *lay, int safe,
     return 0;
   if (!vm_pc_line(lay, safe, pt, ins, &site->line))
     return 0;
+  if (memo != NULL) {
+    memo->pt = pt;
+    memo->pc = ins;
+    memo->line = site->line;
+  }
   site->source = SOURCE_LUA;
   site->addr = pt;
   return 1;
@@ -273,7 +294,7 @@ VM_INLINE int vm_locate_cont_caller(const struct vm_layout *lay, int safe,
 ** reallocated or freed (NULL for a new allocation). */
 VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
                                uintptr_t cur_L_at, uintptr_t ptr,
-                               struct vm_line_memo *memo, struct vm_site *site)
+                               struct vm_line_memos *memo, struct vm_site *site)
 {
   struct vm_thread th;
   uintptr_t frame, fn;
@@ -294,7 +315,8 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
   if (fn == 0 || !vm_u8(safe, fn + lay->fn_ffid, &ffid))
     return; /* Host code: the bottom frame holds the thread itself. */
   if (ffid == FFID_LUA) {
-    vm_locate_lua_top(lay, safe, &th, fn, memo, site);
+    vm_locate_lua_top(lay, safe, &th, fn, memo != NULL ? &memo->top : NULL,
+                      site);
     return;
   }
   if (ffid == FFID_C) {
@@ -304,7 +326,8 @@ VM_INLINE void vm_locate_frame(const struct vm_layout *lay, int safe,
   }
   if (vm_frame_link(lay, safe, frame, &link) &&
       ((link & 3) == 0
-           ? vm_locate_lua_caller(lay, safe, &th, frame, link, site)
+           ? vm_locate_lua_caller(lay, safe, &th, frame, link,
+                                  memo != NULL ? &memo->caller : NULL, site)
            : (link & 7) == FRAME_CONT &&
                  vm_locate_cont_caller(lay, safe, &th, frame, link, site)))
     return;
@@ -679,18 +702,17 @@ VM_INLINE int vm_walk_stack(const struct vm_layout *lay, int safe,
 /* Full classification of one allocator call. `lay` gives the offsets (it
 ** may be a family's constant table); `rt` is the verified layout, for what
 ** is learned at run time: the vmstate classes and the trace offsets. */
-VM_INLINE void vm_locate(const struct vm_layout *lay,
-                         const struct vm_layout *rt, int safe, uintptr_t g,
-                         uintptr_t ptr, struct vm_line_memo *memo,
-                         struct vm_site *site)
+/* vm_locate with the VM's state st already read (the hook's dispatcher
+** reads it once). */
+VM_INLINE void vm_locate_state(const struct vm_layout *lay,
+                               const struct vm_layout *rt, int safe,
+                               uintptr_t g, int32_t st, uintptr_t ptr,
+                               struct vm_line_memos *memo, struct vm_site *site)
 {
-  int32_t st;
   site->ffid = 0;
   site->traceno = 0;
   site->exit = site->compiled = 0;
   site->source = SOURCE_INTERNAL;
-  if (!vm_i32(safe, g + rt->g_vmstate, &st))
-    return;
   /* A trace is running: never walk frames. Traces are numbered from 1;
   ** 0 is what arm64 stores in every trace (it does not store numbers). */
   if (st >= 0) {
@@ -719,6 +741,22 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
   default:
     break;
   }
+}
+
+VM_INLINE void vm_locate(const struct vm_layout *lay,
+                         const struct vm_layout *rt, int safe, uintptr_t g,
+                         uintptr_t ptr, struct vm_line_memos *memo,
+                         struct vm_site *site)
+{
+  int32_t st;
+  if (!vm_i32(safe, g + rt->g_vmstate, &st)) {
+    site->ffid = 0;
+    site->traceno = 0;
+    site->exit = site->compiled = 0;
+    site->source = SOURCE_INTERNAL;
+    return;
+  }
+  vm_locate_state(lay, rt, safe, g, st, ptr, memo, site);
 }
 
 /* What the VM is doing, for an event vm_locate() found internal: the

@@ -269,7 +269,7 @@ static int check_frames(struct calib *c, lua_State *L, lua_CFunction self)
     return calib_fail(c, "frame link",
                       "a C function called from Lua has no Lua link");
   memset(&site, 0, sizeof(site));
-  if (!vm_locate_lua_caller(lay, 1, &th, frame, link, &site))
+  if (!vm_locate_lua_caller(lay, 1, &th, frame, link, NULL, &site))
     return calib_fail(c, "caller frame", "the Lua caller cannot be located");
   if (!lua_getstack(L, 1, &ar) || !lua_getinfo(L, "fSl", &ar))
     return calib_fail(c, "caller frame", "lua_getstack(1) failed");

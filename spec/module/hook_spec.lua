@@ -226,6 +226,32 @@ return rec(20000)
       assert.equal(20, #h.at(events, '=same place:3', 'alloc'))
     end)
 
+  it('finds a built-in\'s calling line afresh when a new prototype takes ' ..
+    'a freed one\'s place', function()
+      -- As above, but the string is made by a built-in, charged to the
+      -- line of its call instruction, which both chunks have at the same
+      -- offset of their bytecode (the hook keeps the last one's line).
+      -- Loaded and collected through pcall, so that no other built-in is
+      -- charged to a Lua line in between.
+      local _ = string.rep('b', 4096) -- The temporary buffer is big enough.
+      local events = h.profile(function()
+        for i = 1, 40 do
+          local _, f = pcall(loadstring, (i % 2 == 0 and '\n\n' or '') ..
+            'local s = string.rep("m", 61) return s', '=same call')
+          f()
+          f = nil
+          pcall(collectgarbage)
+        end
+      end)
+      assert.same(h.sizes(h.at(events, '=same call:1', 'alloc')),
+        (function()
+          local sizes = {}
+          for i = 1, 20 do sizes[i] = string_block(61) end
+          return sizes
+        end)())
+      assert.equal(20, #h.at(events, '=same call:3', 'alloc'))
+    end)
+
   it('names a C function of a C module', function()
     local cmod = require('test_cmodule')
     local events = h.profile(function() cmod.make_tables(5) end)
