@@ -1155,7 +1155,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     return NULL;
   if (exitno < 0) {
     uintptr_t target = call_target(0, ret, mcode);
-    if (!(t->walk && tl_walk_forward(lay, T, snap, sn, target, &s->place)) &&
+    if (!(t->walk && tl_walk_forward(lay, g, T, snap, sn, target, &s->place)) &&
         !tl_loop_newkey(lay, 0, T, snap, sn, target, &s->place) &&
         !tl_after_return(lay, 0, T, snap, sn, &s->place))
       tl_store_after_return(lay, 0, target, &s->place);

@@ -105,8 +105,13 @@ struct vm_trace_layout {
   ** (checked by find_after_return). */
   int walk_ok;
   uintptr_t tab_new1, tab_new_ah, tab_dup;
-  uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop;
+  uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop, bc_uget, bc_knil;
   uint8_t bc_islt, bc_isf; /* The conditional branches: ISLT .. ISF. */
+  /* A callee the walk reads from an immutable upvalue: a Lua closure's
+  ** upvalue refs, an upvalue's pointer to its value and its immutable
+  ** flag, verified against lua_upvalueid and lua_getupvalue. */
+  int upval_ok;
+  uint8_t fn_uv, uv_v, uv_immutable;
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */
