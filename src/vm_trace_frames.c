@@ -615,7 +615,7 @@ static void find_upvalues(lua_State *L, struct tlc *t)
   uintptr_t fn, uv, val, obj;
   uint64_t tv;
   uint8_t imm;
-  int i, top = lua_gettop(L);
+  int i, top = lua_gettop(L), batch = 0;
   tl->fn_uv = (uint8_t)(lay->fn_pc + lay->ref_size);
   tl->uv_v = lay->gc64 ? 32 : 16;
   tl->uv_immutable = (uint8_t)(lay->gct + 2);
@@ -625,6 +625,8 @@ static void find_upvalues(lua_State *L, struct tlc *t)
       !lua_isfunction(L, -1))
     goto done;
   fn = (uintptr_t)lua_topointer(L, -1);
+  /* (The closure and its upvalues stand still: one batch of reads.) */
+  batch = safe_read_batch_begin();
   if (!vm_u8(1, fn + lay->fn_ffid + 1, &imm) || imm != 3)
     goto done;
   for (i = 0; i < 3; i++) {
@@ -643,6 +645,7 @@ static void find_upvalues(lua_State *L, struct tlc *t)
   }
   tl->upval_ok = 1;
 done:
+  safe_read_batch_end(batch);
   lua_settop(L, top);
 }
 
