@@ -824,7 +824,9 @@ VM_INLINE void builtin_frame(const struct vm_layout *lay, int safe, uintptr_t T,
   uint32_t ref, concats = 0, formats = 0, puts = 0, nputs = 0, hdr = 0;
   uint8_t o, ffid = tl->concat_ffid;
   int i;
+  /* (Not again where the walk gave the place a built-in's frame.) */
   if (!tl->concat_ok || target == 0 || pl->nframes >= TL_MAX_FRAMES ||
+      pl->frames[0].ffid != FFID_LUA ||
       (target != tl->buf_tostr && target != tl->buf_puttab))
     return;
   if (target == tl->buf_tostr) {

@@ -113,11 +113,12 @@ struct walk {
 
 /*
 ** The closure of snapshot sn's innermost frame, of prototype pt: with FR2,
-** for an inlined frame, the snapshot's constant for its function slot (two
-** below its base); for the trace's base frame (the only frame), the
-** function slot of the Lua stack below g->jit_base, which the trace does
-** not write while it runs but for a tail call there (base_replaced). Else
-** 0.
+** the snapshot's entry for that frame's function slot (two below its
+** base), a constant (an inlined callee's closure; in the trace's base
+** frame, the closure the recording specialised the trace to, or the one
+** a tail call put there); without such an entry, for the trace's base
+** frame (the only frame), the function slot of the Lua stack below
+** g->jit_base, which the trace does not write while it runs. Else 0.
 */
 static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
                                const struct tl_place *pl)
@@ -130,51 +131,50 @@ static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
   uint64_t pcword;
   uint8_t nent;
   struct vm_thread th;
-  if (pl->nframes == 1) {
-    if (pl->base_ofs < 0 || pl->base_replaced || !tl->base_ok ||
-        !vm_current_thread(lay, 0, g + lay->g_cur_L, &th) ||
-        !tl_jit_base(lay, 0, g, &th, &base) ||
-        (base += TVALUE_SIZE * (uintptr_t)pl->base_ofs) >= th.limit)
+  if (lay->fr2) {
+    if (!vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
+        !vm_u8(0, s + tl->snap_nent, &nent) ||
+        !vm_ptr(0, k->T + tl->tr_snapmap, &map) ||
+        !vm_u64(0, map + 4 * ((uintptr_t)mapofs + nent), &pcword))
       return 0;
-    fn = vm_frame_func(lay, 0, base - TVALUE_SIZE);
-    return fn != 0 && vm_func_proto(lay, 0, fn) == pt ? fn : 0;
+    for (i = 0; i < nent; i++) {
+      if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
+        return 0;
+      if ((e >> 24) != (uint32_t)(pcword & 0xff))
+        continue;
+      if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
+          !tl_fr2_link(lay, 0, k->T, e, &fn) ||
+          !vm_is_gc(lay, 0, fn, GCT_FUNC) || vm_func_proto(lay, 0, fn) != pt)
+        return 0;
+      return fn;
+    }
   }
-  if (!lay->fr2 || !vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
-      !vm_u8(0, s + tl->snap_nent, &nent) ||
-      !vm_ptr(0, k->T + tl->tr_snapmap, &map) ||
-      !vm_u64(0, map + 4 * ((uintptr_t)mapofs + nent), &pcword))
+  if (pl->nframes != 1 || pl->base_ofs < 0 || pl->base_replaced ||
+      !tl->base_ok || !vm_current_thread(lay, 0, g + lay->g_cur_L, &th) ||
+      !tl_jit_base(lay, 0, g, &th, &base) ||
+      (base += TVALUE_SIZE * (uintptr_t)pl->base_ofs) >= th.limit)
     return 0;
-  for (i = 0; i < nent; i++) {
-    if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
-      return 0;
-    if ((e >> 24) != (uint32_t)(pcword & 0xff))
-      continue;
-    if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
-        !tl_fr2_link(lay, 0, k->T, e, &fn) || !vm_is_gc(lay, 0, fn, GCT_FUNC) ||
-        vm_func_proto(lay, 0, fn) != pt)
-      return 0;
-    return fn;
-  }
-  return 0;
+  fn = vm_frame_func(lay, 0, base - TVALUE_SIZE);
+  return fn != 0 && vm_func_proto(lay, 0, fn) == pt ? fn : 0;
 }
 
 /*
-** The Lua closure called through upvalue `uv` of the closure fn, when that
+** The function called through upvalue `uv` of the closure fn, when that
 ** upvalue is immutable (never assigned after its declaration, so it holds
 ** the value the recording called: the JIT compiler specialises every
-** inlined Lua call to its callee, by a constant or a guard, and inlines a
+** call in a trace to its callee, by a constant or a guard, and inlines a
 ** call through an immutable upvalue of a constant closure without a
-** guard, so when the callee returns before any snapshot nothing else
-** names it). Offsets verified by the calibration (upval_ok). 0 for a
-** built-in, or if a check fails.
+** guard, so when a Lua callee returns before any snapshot nothing else
+** names it), with its function id in *ffid. Offsets verified by the
+** calibration (upval_ok). 0 if a check fails.
 */
 static uintptr_t upvalue_callee(const struct vm_layout *lay, uintptr_t fn,
-                                uint32_t uv)
+                                uint32_t uv, uint8_t *ffid)
 {
   const struct vm_trace_layout *tl = &lay->tl;
   uintptr_t u, v, callee;
   uint64_t tv;
-  uint8_t n, immutable, ffid;
+  uint8_t n, immutable;
   if (fn == 0 || !tl->upval_ok || !vm_u8(0, fn + lay->fn_ffid + 1, &n) ||
       uv >= n ||
       !vm_ref(lay, 0, fn + tl->fn_uv + (uintptr_t)uv * lay->ref_size, &u) ||
@@ -184,9 +184,21 @@ static uintptr_t upvalue_callee(const struct vm_layout *lay, uintptr_t fn,
       !vm_u64(0, v, &tv) ||
       vm_tv_split(lay->gc64, tv, &callee) != TAG_OF(GCT_FUNC) ||
       !vm_is_gc(lay, 0, callee, GCT_FUNC) ||
-      !vm_u8(0, callee + lay->fn_ffid, &ffid) || ffid != FFID_LUA)
+      !vm_u8(0, callee + lay->fn_ffid, ffid))
     return 0;
   return callee;
+}
+
+/* Whether built-in `ffid` is one that makes a string, found by the
+** calibration (tostring, string.sub...): a string charged to its call is
+** made in its frame. */
+static int string_builtin(const struct vm_trace_layout *tl, uint8_t ffid)
+{
+  int i;
+  for (i = 0; i < TL_STRING_BUILTINS; i++)
+    if (tl->string_ffids[i] == ffid && ffid > FFID_C)
+      return 1;
+  return 0;
 }
 
 /*
@@ -238,9 +250,11 @@ static int entry_is_next(const struct walk *k, struct tl_place *w,
   return k->have_next && at_next(w, &k->next);
 }
 
-/* Where a path found its event: the place, or none. */
+/* Where a path found its event: the place, or none, and the built-in a
+** string was charged to the call of (proven by its upvalue), or 0. */
 struct walk_found {
   int found;
+  uint8_t ffid;
   struct tl_place at;
 };
 
@@ -253,6 +267,7 @@ static int walk_set(const struct vm_layout *lay, const struct tl_place *w,
                      (uint32_t)((end - start) / 4), &line))
     return 0;
   f->found = 1;
+  f->ffid = 0;
   f->at = *w;
   f->at.frames[0].pc = pc + 4;
   f->at.pt = w->frames[0].obj;
@@ -375,6 +390,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
     } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL) {
       int d = 0;
       uintptr_t callee_fn = 0;
+      uint8_t ffid = FFID_C;
       callee = !k->have_next        ? 0
                : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
                                     : proven_tail_callee(&w, &k->next, &d);
@@ -384,9 +400,10 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
         w.base_replaced = 1; /* The stack's slot holds the caller still. */
       /* (Not for a new key: a store in the callee, to a table made from
       ** a template with that key, adds none.) */
-      if (callee == 0 && kind == TL_BC_CALL && k->want != WALK_KEY &&
+      if (callee == 0 && kind == TL_BC_CALL &&
           (int)((ins >> 8) & 0xff) == before.slot &&
-          (callee_fn = upvalue_callee(lay, fn, before.uv)) != 0)
+          (callee_fn = upvalue_callee(lay, fn, before.uv, &ffid)) != 0 &&
+          ffid == FFID_LUA && k->want != WALK_KEY)
         callee = vm_func_proto(lay, 0, callee_fn);
       if (callee != 0 && kind == TL_BC_TAILCALL) {
         /* The callee takes the caller's frame. */
@@ -409,6 +426,8 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
         if (!match.found && k->want == WALK_OTHER && !branched) {
           if (!walk_set(lay, &w, pc, start, end, &match))
             return 0;
+          if (kind == TL_BC_CALL && string_builtin(tl, ffid))
+            match.ffid = ffid;
           break;
         }
         if (!call.found && !walk_set(lay, &w, pc, start, end, &call))
@@ -481,5 +500,15 @@ int tl_walk_forward(const struct vm_layout *lay, uintptr_t g, uintptr_t T,
     return 0;
   out.at.stack_id = pl->stack_id;
   *pl = out.at;
+  if (out.ffid != 0 && pl->nframes < TL_MAX_FRAMES) {
+    /* The built-in's frame above its caller, as the interpreter's. */
+    int i;
+    for (i = pl->nframes; i > 0; i--)
+      pl->frames[i] = pl->frames[i - 1];
+    pl->frames[0].obj = BUILTIN_ADDR(out.ffid);
+    pl->frames[0].pc = 0;
+    pl->frames[0].ffid = out.ffid;
+    pl->nframes++;
+  }
   return 1;
 }

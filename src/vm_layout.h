@@ -44,6 +44,8 @@ enum vm_internal_kind {
 ** object, of SnapShot fields from a snapshot. */
 /* lj_strfmt_putfnum_int, _uint, putfnum, putfstr, putfchar, putquoted. */
 #define TL_FORMAT_IDS 6
+/* Built-ins that make a string (vm_trace_layout.string_ffids). */
+#define TL_STRING_BUILTINS 7
 
 struct vm_trace_layout {
   int ok;        /* Every check passed, the known-answer run too. */
@@ -112,6 +114,9 @@ struct vm_trace_layout {
   ** flag, verified against lua_upvalueid and lua_getupvalue. */
   int upval_ok;
   uint8_t fn_uv, uv_v, uv_immutable;
+  /* The built-ins that make a string, by id (0: not found): tostring,
+  ** string.sub, .rep, .char, .lower, .upper, .reverse. */
+  uint8_t string_ffids[TL_STRING_BUILTINS];
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

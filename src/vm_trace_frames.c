@@ -598,6 +598,35 @@ static const char upvalue_chunk[] = "local a, b, c = {}, {}, {}\n"
                                     "b = {}\n"
                                     "return function() return a, b, c end\n";
 
+/* The built-ins that make a string (vm_trace_layout.string_ffids), by
+** their ids read from the functions of the libraries loaded. */
+static void string_builtins(lua_State *L, struct tlc *t)
+{
+  static const char *const names[TL_STRING_BUILTINS][2] = {
+      {"_G", "tostring"},   {"string", "sub"},   {"string", "rep"},
+      {"string", "char"},   {"string", "lower"}, {"string", "upper"},
+      {"string", "reverse"}};
+  const struct vm_layout *lay = &t->c->lay;
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  int i, top = lua_gettop(L);
+  uint8_t ffid;
+  for (i = 0; i < TL_STRING_BUILTINS; i++) {
+    tl->string_ffids[i] = 0;
+    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, names[i][0]);
+      if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, names[i][1]);
+        if (lua_isfunction(L, -1) &&
+            vm_u8(1, (uintptr_t)lua_topointer(L, -1) + lay->fn_ffid, &ffid) &&
+            ffid > FFID_C)
+          tl->string_ffids[i] = ffid;
+      }
+    }
+    lua_settop(L, top);
+  }
+}
+
 /*
 ** Where the walk reads a callee from a closure's upvalue (trace_lines_walk.c):
 ** a Lua closure's upvalue refs (after its pc), an upvalue's pointer to its
@@ -644,6 +673,7 @@ static void find_upvalues(lua_State *L, struct tlc *t)
       goto done;
   }
   tl->upval_ok = 1;
+  string_builtins(L, t);
 done:
   safe_read_batch_end(batch);
   lua_settop(L, top);

@@ -964,6 +964,32 @@ return run
       agrees(code, { 'r', 't', 'k' }, walk)
     end)
 
+    it('gives a built-in called through an upvalue its frame', function()
+      if not tl.walk_upvalues or not tl.stacks then
+        return pending('no walk through upvalues or stacks on this build')
+      end
+      if not info.gc64 then
+        -- (The loop's snapshots hold the base frame's closure, specialised
+        -- by the recording, in its frame slot: read with FR2 alone.)
+        return pending('only FR2 (GC64) snapshots are read for the closure')
+      end
+      -- tostr and sub are immutable upvalues holding built-ins that
+      -- compiled code runs inline: the string each makes is charged to its
+      -- call, under the built-in's frame, as the interpreter's stack has it.
+      local code = case([[
+    local n = tostr(i + 0.5) --@n
+    keep[i % 64 + 1] = n
+    keep[(i + 1) % 64 + 1] = sub(n, 1, -2) --@s
+]], 'local tostr, sub = tostring, string.sub\n')
+      local on, off = agrees(code, { 'n', 's' },
+        { trace_lines = 'walk', stack_depth = 8 })
+      for _, tag in ipairs({ 'n', 's' }) do
+        local line = line_of(code, tag)
+        assert.is_true(next(stacks_at(on, line, true)) ~= nil, tag)
+        assert.same(stacks_at(off, line), stacks_at(on, line), tag)
+      end
+    end)
+
     it('follows the way of a branch the trace took', function()
       if not tl.walk then return pending('no walk on this build') end
       agrees(case([[
