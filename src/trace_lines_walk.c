@@ -142,9 +142,11 @@ static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
         return 0;
       if ((e >> 24) != (uint32_t)(pcword & 0xff))
         continue;
+      /* (The constant's type is checked fault-safe: the entry's ref is
+      ** not checked to be a KGC.) */
       if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
           !tl_fr2_link(lay, 0, k->T, e, &fn) ||
-          !vm_is_gc(lay, 0, fn, GCT_FUNC) || vm_func_proto(lay, 0, fn) != pt)
+          !vm_is_gc(lay, 1, fn, GCT_FUNC) || vm_func_proto(lay, 0, fn) != pt)
         return 0;
       return fn;
     }
