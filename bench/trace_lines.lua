@@ -43,7 +43,8 @@
 --   BENCH_TRACE_LINES=only          this section alone
 --   BENCH_TRACE_MISSES=N            the N places where each mode's
 --                                   profile by line differs most from
---                                   the JIT-off one, with both shares
+--                                   the JIT-off one, with both shares,
+--                                   then the N stacks
 --   BENCH_TRACE_HOSTS='luajit openresty-sid tarantool-master-gc64 ...'
 --                                   the agreements under each of these
 --                                   (`luajit`: the Lua running the bench,
@@ -232,6 +233,10 @@ local function compare(lua, program, mode, off, off_stacks, profile)
     bytes, total, too_deep, compiler = distribution(profile, true,
       STACK_DEPTH)
     by_stack = agreement(off_stacks.bytes, off_stacks.total, bytes, total)
+    if MISSES > 0 then
+      print('    by stack:')
+      print_misses(off_stacks.bytes, off_stacks.total, bytes, total, MISSES)
+    end
   end
   os.remove(profile)
   return by_line, by_stack, too_deep, compiler

@@ -669,6 +669,8 @@ static void push_trace_lines(lua_State *L, const struct vm_trace_layout *tl,
   lua_setfield(L, -2, "exact");
   lua_pushboolean(L, tl->ok && tl->walk_ok);
   lua_setfield(L, -2, "walk");
+  lua_pushboolean(L, tl->ok && tl->walk_ok && tl->upval_ok);
+  lua_setfield(L, -2, "walk_upvalues");
   lua_pushboolean(L, tl->ok && tl->exit_ok);
   lua_setfield(L, -2, "exits");
   lua_pushboolean(L, tl->ok && tl->base_ok);

@@ -824,7 +824,9 @@ VM_INLINE void builtin_frame(const struct vm_layout *lay, int safe, uintptr_t T,
   uint32_t ref, concats = 0, formats = 0, puts = 0, nputs = 0, hdr = 0;
   uint8_t o, ffid = tl->concat_ffid;
   int i;
+  /* (Not again where the walk gave the place a built-in's frame.) */
   if (!tl->concat_ok || target == 0 || pl->nframes >= TL_MAX_FRAMES ||
+      pl->frames[0].ffid != FFID_LUA ||
       (target != tl->buf_tostr && target != tl->buf_puttab))
     return;
   if (target == tl->buf_tostr) {
@@ -1155,7 +1157,7 @@ struct tl_place *trace_lines_place(struct trace_lines *t,
     return NULL;
   if (exitno < 0) {
     uintptr_t target = call_target(0, ret, mcode);
-    if (!(t->walk && tl_walk_forward(lay, T, snap, sn, target, &s->place)) &&
+    if (!(t->walk && tl_walk_forward(lay, g, T, snap, sn, target, &s->place)) &&
         !tl_loop_newkey(lay, 0, T, snap, sn, target, &s->place) &&
         !tl_after_return(lay, 0, T, snap, sn, &s->place))
       tl_store_after_return(lay, 0, target, &s->place);

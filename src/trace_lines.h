@@ -192,8 +192,11 @@ VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
 ** often lines before it and in a caller of an inlined function. The
 ** walk goes on from that PC, as the recorder did, to the first bytecode
 ** whose recording calls that kind of helper: into an inlined callee
-** where the next snapshot runs in it (its frames prove the callee),
-** back to the caller at a return, through JMP, and both ways of a
+** where the next snapshot runs in it (its frames prove the callee), or
+** whose closure an immutable upvalue of the running closure holds (of the
+** snapshot's innermost frame, or of a callee so entered; g gives the
+** trace's base frame's), back to the caller at a return, through JMP, and both
+*ways of a
 ** conditional branch, of which the one that reaches the next snapshot's
 ** PC counts. A call whose callee is not proven is taken to be a
 ** built-in's, run inline: a string is its; a table or a new key is its
@@ -201,8 +204,9 @@ VM_INLINE int tl_is_store(const struct vm_trace_layout *tl, uint8_t op)
 ** at an op it cannot follow, at the next snapshot's PC, past the frames
 ** it knows, after TL_MAX_WALK ops in all. Returns 1 if the place moved.
 */
-int tl_walk_forward(const struct vm_layout *lay, uintptr_t T, uintptr_t snap,
-                    int sn, uintptr_t target, struct tl_place *pl);
+int tl_walk_forward(const struct vm_layout *lay, uintptr_t g, uintptr_t T,
+                    uintptr_t snap, int sn, uintptr_t target,
+                    struct tl_place *pl);
 
 /* ---- Inline: the hook's full path reads these at each compiled event -- */
 

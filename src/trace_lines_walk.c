@@ -109,9 +109,99 @@ struct walk {
   uint32_t steps;       /* Ops walked, on every path. */
   uintptr_t T, snap;    /* The trace, its snapshots. */
   int sn;               /* The event's snapshot. */
-  /* The snapshot's innermost frame: its prototype, its depth, and its
-  ** closure when the snapshot holds it as a constant (else 0). */
 };
+
+/*
+** The closure of snapshot sn's innermost frame, of prototype pt: with FR2,
+** the snapshot's entry for that frame's function slot (two below its
+** base), a constant (an inlined callee's closure; in the trace's base
+** frame, the closure the recording specialised the trace to, or the one
+** a tail call put there); without such an entry, for the trace's base
+** frame (the only frame), the function slot of the Lua stack below
+** g->jit_base, which the trace does not write while it runs. Else 0.
+*/
+static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
+                               const struct tl_place *pl)
+{
+  const struct vm_layout *lay = k->lay;
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = k->snap + (uintptr_t)k->sn * tl->snap_size, map, fn = 0, base;
+  uintptr_t pt = pl->frames[0].obj;
+  uint32_t mapofs, e, i;
+  uint64_t pcword;
+  uint8_t nent;
+  struct vm_thread th;
+  if (lay->fr2) {
+    if (!vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
+        !vm_u8(0, s + tl->snap_nent, &nent) ||
+        !vm_ptr(0, k->T + tl->tr_snapmap, &map) ||
+        !vm_u64(0, map + 4 * ((uintptr_t)mapofs + nent), &pcword))
+      return 0;
+    for (i = 0; i < nent; i++) {
+      if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
+        return 0;
+      if ((e >> 24) != (uint32_t)(pcword & 0xff))
+        continue;
+      /* (The constant's type is checked fault-safe: the entry's ref is
+      ** not checked to be a KGC.) */
+      if ((e & (TL_SNAP_FRAME | TL_SNAP_CONT)) != 0 ||
+          !tl_fr2_link(lay, 0, k->T, e, &fn) ||
+          !vm_is_gc(lay, 1, fn, GCT_FUNC) || vm_func_proto(lay, 0, fn) != pt)
+        return 0;
+      return fn;
+    }
+  }
+  if (pl->nframes != 1 || pl->base_ofs < 0 || pl->base_replaced ||
+      !tl->base_ok || !vm_current_thread(lay, 0, g + lay->g_cur_L, &th) ||
+      !tl_jit_base(lay, 0, g, &th, &base) ||
+      (base += TVALUE_SIZE * (uintptr_t)pl->base_ofs) >= th.limit)
+    return 0;
+  fn = vm_frame_func(lay, 0, base - TVALUE_SIZE);
+  return fn != 0 && vm_func_proto(lay, 0, fn) == pt ? fn : 0;
+}
+
+/*
+** The function called through upvalue `uv` of the closure fn, when that
+** upvalue is immutable (never assigned after its declaration, so it holds
+** the value the recording called: the JIT compiler specialises every
+** call in a trace to its callee, by a constant or a guard, and inlines a
+** call through an immutable upvalue of a constant closure without a
+** guard, so when a Lua callee returns before any snapshot nothing else
+** names it), with its function id in *ffid. Offsets verified by the
+** calibration (upval_ok). 0 if a check fails.
+*/
+static uintptr_t upvalue_callee(const struct vm_layout *lay, uintptr_t fn,
+                                uint32_t uv, uint8_t *ffid)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t u, v, callee;
+  uint64_t tv;
+  uint8_t n, immutable;
+  if (fn == 0 || !tl->upval_ok || !vm_u8(0, fn + lay->fn_ffid + 1, &n) ||
+      uv >= n ||
+      !vm_ref(lay, 0, fn + tl->fn_uv + (uintptr_t)uv * lay->ref_size, &u) ||
+      !vm_is_gc(lay, 0, u, GCT_UPVAL) ||
+      !vm_u8(0, u + tl->uv_immutable, &immutable) || immutable != 1 ||
+      !vm_ref(lay, 0, u + tl->uv_v, &v) || v == 0 || (v & 7) != 0 ||
+      !vm_u64(0, v, &tv) ||
+      vm_tv_split(lay->gc64, tv, &callee) != TAG_OF(GCT_FUNC) ||
+      !vm_is_gc(lay, 0, callee, GCT_FUNC) ||
+      !vm_u8(0, callee + lay->fn_ffid, ffid))
+    return 0;
+  return callee;
+}
+
+/* Whether built-in `ffid` is one that makes a string, found by the
+** calibration (tostring, string.sub...): a string charged to its call is
+** made in its frame. */
+static int string_builtin(const struct vm_trace_layout *tl, uint8_t ffid)
+{
+  int i;
+  for (i = 0; i < TL_STRING_BUILTINS; i++)
+    if (tl->string_ffids[i] == ffid && ffid > FFID_C)
+      return 1;
+  return 0;
+}
 
 /*
 ** FR2: the prototype the outermost frame tail-called, from the next
@@ -162,9 +252,11 @@ static int entry_is_next(const struct walk *k, struct tl_place *w,
   return k->have_next && at_next(w, &k->next);
 }
 
-/* Where a path found its event: the place, or none. */
+/* Where a path found its event: the place, or none, and the built-in a
+** string was charged to the call of (proven by its upvalue), or 0. */
 struct walk_found {
   int found;
+  uint8_t ffid;
   struct tl_place at;
 };
 
@@ -177,6 +269,7 @@ static int walk_set(const struct vm_layout *lay, const struct tl_place *w,
                      (uint32_t)((end - start) / 4), &line))
     return 0;
   f->found = 1;
+  f->ffid = 0;
   f->at = *w;
   f->at.frames[0].pc = pc + 4;
   f->at.pt = w->frames[0].obj;
@@ -204,17 +297,43 @@ static int walk_rank(int r)
          (r & WALK_CALL ? 1 : 0);
 }
 
+/* The slot a UGET loaded, and the upvalue, while the op at hand is still
+** in the frame of that UGET and no op wrote that slot since. */
+struct walk_uget {
+  int slot; /* -1: none. */
+  uint32_t uv;
+};
+
+/* What op `ins` (of kind `kind`) leaves of u: a call's results, KNIL's
+** range or any other op's A operand may write its slot. (An op that reads
+** A, a store, forgets it too.) */
+static void uget_after(const struct vm_trace_layout *tl, struct walk_uget *u,
+                       uint32_t ins, uint8_t op, uint8_t kind)
+{
+  int a = (int)((ins >> 8) & 0xff);
+  if (op == tl->bc_uget) {
+    u->slot = a;
+    u->uv = ins >> 16;
+  } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL ||
+             kind == TL_BC_RETURN || a == u->slot ||
+             (op == tl->bc_knil && a <= u->slot &&
+              u->slot <= (int)(ins >> 16))) {
+    u->slot = -1;
+  }
+}
+
 /*
-** One path of the walk, from pc in w's innermost frame, with `call`, the
+** One path of the walk, from pc in w's innermost frame (of closure fn, 0
+** if not known), with `call`, the
 ** first call passed whose callee is not proven (where the event is when
 ** nothing else is found). Returns WALK_* bits, *out set if any. A path
 ** ends at the next snapshot's PC: what the event is lies before it. On a
 ** path past a conditional branch (`branched`) the walk goes on after the
 ** event's bytecode, to tell whether that way reaches the next snapshot.
 */
-static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
-                     int branches, int branched, struct walk_found call,
-                     struct walk_found *out)
+static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
+                     uintptr_t pc, int branches, int branched,
+                     struct walk_found call, struct walk_found *out)
 {
   const struct vm_layout *lay = k->lay;
   const struct vm_trace_layout *tl = &lay->tl;
@@ -223,6 +342,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
   uint32_t ins;
   uint8_t op, kind;
   int i, first = 1, ra, rb, reached = 0;
+  struct walk_uget uget = {-1, 0}, before;
   match.found = 0;
   if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
     return 0;
@@ -237,6 +357,8 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
     }
     op = (uint8_t)(ins & 0xff);
     kind = tl->bc_kind[op];
+    before = uget;
+    uget_after(tl, &uget, ins, op, kind);
     if (!match.found && walk_matches(tl, k->want, op)) {
       if (!walk_set(lay, &w, pc, start, end, &match))
         return 0;
@@ -250,8 +372,8 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       ** event's kind of bytecode (a tie: the same one, or none). */
       if (branches == 0)
         break;
-      ra = walk_path(k, w, pc + 4, branches - 1, 1, call, &a);
-      rb = walk_path(k, w, pc + 8, branches - 1, 1, call, &b);
+      ra = walk_path(k, w, fn, pc + 4, branches - 1, 1, call, &a);
+      rb = walk_path(k, w, fn, pc + 8, branches - 1, 1, call, &b);
       if (match.found) { /* Only whether this path reaches it. */
         reached = (ra | rb) & WALK_REACHED;
         break;
@@ -269,6 +391,8 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       pc += 4;
     } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL) {
       int d = 0;
+      uintptr_t callee_fn = 0;
+      uint8_t ffid = FFID_C;
       callee = !k->have_next        ? 0
                : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
                                     : proven_tail_callee(&w, &k->next, &d);
@@ -276,11 +400,19 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
           (!k->have_next || k->next.base_ofs == w.base_ofs) &&
           (callee = tail_callee_slot(k, &w)) != 0)
         w.base_replaced = 1; /* The stack's slot holds the caller still. */
+      /* (Not for a new key: a store in the callee, to a table made from
+      ** a template with that key, adds none.) */
+      if (callee == 0 && kind == TL_BC_CALL &&
+          (int)((ins >> 8) & 0xff) == before.slot &&
+          (callee_fn = upvalue_callee(lay, fn, before.uv, &ffid)) != 0 &&
+          ffid == FFID_LUA && k->want != WALK_KEY)
+        callee = vm_func_proto(lay, 0, callee_fn);
       if (callee != 0 && kind == TL_BC_TAILCALL) {
         /* The callee takes the caller's frame. */
         if (!bc_bounds(lay, callee, &start, &end))
           return 0;
         w.frames[0].obj = callee;
+        fn = 0;
         if (entry_is_next(k, &w, start)) {
           reached = WALK_REACHED;
           break;
@@ -296,6 +428,8 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
         if (!match.found && k->want == WALK_OTHER && !branched) {
           if (!walk_set(lay, &w, pc, start, end, &match))
             return 0;
+          if (kind == TL_BC_CALL && string_builtin(tl, ffid))
+            match.ffid = ffid;
           break;
         }
         if (!call.found && !walk_set(lay, &w, pc, start, end, &call))
@@ -312,6 +446,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       w.nframes++;
       w.frames[0].obj = callee;
       w.frames[0].ffid = FFID_LUA;
+      fn = callee_fn;
       if (entry_is_next(k, &w, start)) {
         reached = WALK_REACHED;
         break;
@@ -321,6 +456,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
       for (i = 1; i < w.nframes; i++)
         w.frames[i - 1] = w.frames[i];
       w.nframes--;
+      fn = 0;
       if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
         return 0;
       pc = w.frames[0].pc; /* The op after the call. */
@@ -338,12 +474,14 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t pc,
   return WALK_CALL | reached;
 }
 
-int tl_walk_forward(const struct vm_layout *lay, uintptr_t T, uintptr_t snap,
-                    int sn, uintptr_t target, struct tl_place *pl)
+int tl_walk_forward(const struct vm_layout *lay, uintptr_t g, uintptr_t T,
+                    uintptr_t snap, int sn, uintptr_t target,
+                    struct tl_place *pl)
 {
   const struct vm_trace_layout *tl = &lay->tl;
   struct walk k;
   struct walk_found none, out;
+  uintptr_t fn;
   uint16_t nsnap;
   k.lay = lay;
   k.T = T;
@@ -355,12 +493,24 @@ int tl_walk_forward(const struct vm_layout *lay, uintptr_t T, uintptr_t snap,
   none.found = 0;
   if (!tl->walk_ok || k.want == WALK_NONE)
     return 0;
+  fn = tl->upval_ok ? inner_closure(&k, g, pl) : 0;
   k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
                 (uint32_t)sn + 1 < nsnap &&
                 tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
-  if (!walk_path(&k, *pl, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none, &out))
+  if (!walk_path(&k, *pl, fn, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none,
+                 &out))
     return 0;
   out.at.stack_id = pl->stack_id;
   *pl = out.at;
+  if (out.ffid != 0 && pl->nframes < TL_MAX_FRAMES) {
+    /* The built-in's frame above its caller, as the interpreter's. */
+    int i;
+    for (i = pl->nframes; i > 0; i--)
+      pl->frames[i] = pl->frames[i - 1];
+    pl->frames[0].obj = BUILTIN_ADDR(out.ffid);
+    pl->frames[0].pc = 0;
+    pl->frames[0].ffid = out.ffid;
+    pl->nframes++;
+  }
   return 1;
 }

@@ -44,6 +44,8 @@ enum vm_internal_kind {
 ** object, of SnapShot fields from a snapshot. */
 /* lj_strfmt_putfnum_int, _uint, putfnum, putfstr, putfchar, putquoted. */
 #define TL_FORMAT_IDS 6
+/* Built-ins that make a string (vm_trace_layout.string_ffids). */
+#define TL_STRING_BUILTINS 7
 
 struct vm_trace_layout {
   int ok;        /* Every check passed, the known-answer run too. */
@@ -105,8 +107,16 @@ struct vm_trace_layout {
   ** (checked by find_after_return). */
   int walk_ok;
   uintptr_t tab_new1, tab_new_ah, tab_dup;
-  uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop;
+  uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop, bc_uget, bc_knil;
   uint8_t bc_islt, bc_isf; /* The conditional branches: ISLT .. ISF. */
+  /* A callee the walk reads from an immutable upvalue: a Lua closure's
+  ** upvalue refs, an upvalue's pointer to its value and its immutable
+  ** flag, verified against lua_upvalueid and lua_getupvalue. */
+  int upval_ok;
+  uint8_t fn_uv, uv_v, uv_immutable;
+  /* The built-ins that make a string, by id (0: not found): tostring,
+  ** string.sub, .rep, .char, .lower, .upper, .reverse. */
+  uint8_t string_ffids[TL_STRING_BUILTINS];
 };
 
 /* Number of negative vmstate values the hook can classify (~vmstate). */

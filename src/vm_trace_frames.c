@@ -584,24 +584,111 @@ static uintptr_t ircall_address(lua_State *L, int ju,
   return a;
 }
 
+/* A closure of three upvalues, the second assigned after its declaration:
+** the parser makes the first and third immutable, the second not. */
+static const char upvalue_chunk[] = "local a, b, c = {}, {}, {}\n"
+                                    "b = {}\n"
+                                    "return function() return a, b, c end\n";
+
+/* The built-ins that make a string (vm_trace_layout.string_ffids), by
+** their ids read from the functions of the libraries loaded. */
+static void string_builtins(lua_State *L, struct tlc *t)
+{
+  static const char *const names[TL_STRING_BUILTINS][2] = {
+      {"_G", "tostring"},   {"string", "sub"},   {"string", "rep"},
+      {"string", "char"},   {"string", "lower"}, {"string", "upper"},
+      {"string", "reverse"}};
+  const struct vm_layout *lay = &t->c->lay;
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  int i, top = lua_gettop(L);
+  uint8_t ffid;
+  for (i = 0; i < TL_STRING_BUILTINS; i++) {
+    tl->string_ffids[i] = 0;
+    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, names[i][0]);
+      if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, names[i][1]);
+        if (lua_isfunction(L, -1) &&
+            vm_u8(1, (uintptr_t)lua_topointer(L, -1) + lay->fn_ffid, &ffid) &&
+            ffid > FFID_C)
+          tl->string_ffids[i] = ffid;
+      }
+    }
+    lua_settop(L, top);
+  }
+}
+
+/*
+** Where the walk reads a callee from a closure's upvalue (trace_lines_walk.c):
+** a Lua closure's upvalue refs (after its pc), an upvalue's pointer to its
+** value and its immutable flag (two bytes after its type byte), the
+** candidates of lj_obj.h's GCfuncL and GCupval. Verified on the closure of
+** upvalue_chunk: the count is 3, each ref is the upvalue lua_upvalueid names,
+*each value
+** pointer leads to the table lua_getupvalue gives, and the flag reads 1, 0,
+** 1. Without them the walk reads no upvalue.
+*/
+static void find_upvalues(lua_State *L, struct tlc *t)
+{
+  const struct vm_layout *lay = &t->c->lay;
+  struct vm_trace_layout *tl = &t->c->lay.tl;
+  uintptr_t fn, uv, val, obj;
+  uint64_t tv;
+  uint8_t imm;
+  int i, top = lua_gettop(L), batch = 0;
+  tl->fn_uv = (uint8_t)(lay->fn_pc + lay->ref_size);
+  tl->uv_v = lay->gc64 ? 32 : 16;
+  tl->uv_immutable = (uint8_t)(lay->gct + 2);
+  push_chunk(L, upvalue_chunk, sizeof(upvalue_chunk) - 1,
+             "=memprof.calibration.upvalues");
+  if (!lua_isfunction(L, -1) || lua_pcall(L, 0, 1, 0) != 0 ||
+      !lua_isfunction(L, -1))
+    goto done;
+  fn = (uintptr_t)lua_topointer(L, -1);
+  /* (The closure and its upvalues stand still: one batch of reads.) */
+  batch = safe_read_batch_begin();
+  if (!vm_u8(1, fn + lay->fn_ffid + 1, &imm) || imm != 3)
+    goto done;
+  for (i = 0; i < 3; i++) {
+    if (!vm_ref(lay, 1, fn + tl->fn_uv + (uintptr_t)i * lay->ref_size, &uv) ||
+        uv != (uintptr_t)lua_upvalueid(L, -1, i + 1) ||
+        !vm_is_gc(lay, 1, uv, GCT_UPVAL) ||
+        !vm_ref(lay, 1, uv + tl->uv_v, &val) || !vm_u64(1, val, &tv) ||
+        vm_tv_split(lay->gc64, tv, &obj) != TAG_OF(GCT_TAB) ||
+        !vm_u8(1, uv + tl->uv_immutable, &imm) || imm != (i != 1) ||
+        lua_getupvalue(L, -1, i + 1) == NULL)
+      goto done;
+    val = (uintptr_t)lua_topointer(L, -1);
+    lua_pop(L, 1);
+    if (val != obj)
+      goto done;
+  }
+  tl->upval_ok = 1;
+  string_builtins(L, t);
+done:
+  safe_read_batch_end(batch);
+  lua_settop(L, top);
+}
+
 /* What the walk of trace_lines 'walk' needs beyond tlc_find_after_return's
 ** ops (whose numbers there prove jit.vmdef's): the table helpers of TNEW
-** and TDUP, the ops TNEW, TDUP, CAT, GSET, JMP and LOOP, and the
+** and TDUP, the ops TNEW, TDUP, CAT, GSET, JMP, LOOP, UGET and KNIL, and the
 ** conditional branches, one run of ops from ISLT to ISF. Without them
-** 'walk' is refused. */
+** 'walk' is refused. Then where a closure's upvalues are read. */
 void tlc_find_walk(lua_State *L, struct tlc *t, int ju)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
-  static const char *const names[] = {"TNEW", "TDUP", "CAT",
-                                      "GSET", "JMP",  "LOOP"};
+  static const char *const names[] = {"TNEW", "TDUP", "CAT",  "GSET",
+                                      "JMP",  "LOOP", "UGET", "KNIL"};
   static const char *const branches[] = {
       "ISLT",  "ISGE",  "ISLE",  "ISGT",  "ISEQV", "ISNEV", "ISEQS", "ISNES",
       "ISEQN", "ISNEN", "ISEQP", "ISNEP", "ISTC",  "ISFC",  "IST",   "ISF"};
-  int top = lua_gettop(L), op[6], i, first;
+  int top = lua_gettop(L), op[8], i, first;
   const struct vm_vmdef *vmdef = &t->vmdef;
   if (!tl->after_ok || !tl->newkey_ok || t->vmdef.buf == NULL)
     return;
-  for (i = 0; i < 6; i++)
+  for (i = 0; i < 8; i++)
     if ((op[i] = vm_vmdef_bc(vmdef, names[i])) < 0)
       goto done;
   first = vm_vmdef_bc(vmdef, branches[0]);
@@ -621,7 +708,10 @@ void tlc_find_walk(lua_State *L, struct tlc *t, int ju)
   tl->bc_gset = (uint8_t)op[3];
   tl->bc_jmp = (uint8_t)op[4];
   tl->bc_loop = (uint8_t)op[5];
+  tl->bc_uget = (uint8_t)op[6];
+  tl->bc_knil = (uint8_t)op[7];
   tl->walk_ok = 1;
+  find_upvalues(L, t);
 done:
   lua_settop(L, top);
 }

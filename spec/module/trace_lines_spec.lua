@@ -904,6 +904,92 @@ end
       assert.is_nil(on.compiled[line_of(code, 'make')])
     end)
 
+    it('enters a callee called through an upvalue before any snapshot',
+      function()
+      if not tl.walk_upvalues then
+        return pending('no walk through upvalues on this build')
+      end
+      if not info.gc64 then
+        return pending('only FR2 (GC64) snapshots are read for the closure')
+      end
+      -- point is inlined into record, itself inlined, and returns before
+      -- any snapshot: no snapshot names it, its closure is record's
+      -- immutable upvalue, a constant of the trace.
+      local code = case([[
+    keep[i % 64 + 1] = record(i)
+]], [[
+local function point(x, y)
+  return { x = x, y = y } --@t
+end
+local function record(i)
+  local r = { i } --@r
+  r.where = point(i, -i) --@k
+  return r
+end
+]])
+      agrees(code, { 'r', 't', 'k' }, walk)
+    end)
+
+    it('enters a callee called through an upvalue of the base frame',
+      function()
+      if not tl.walk_upvalues then
+        return pending('no walk through upvalues on this build')
+      end
+      -- The loop is not compiled: record gets a trace of its own, from its
+      -- entry, so record is that trace's base frame (no snapshot holds its
+      -- closure: the Lua stack's function slot does). The upvalue's
+      -- callee was once read only in an inlined frame, and point's table
+      -- went to the call (line @k) whenever record's hot counter, shared
+      -- with other bytecode by a hash of its address, fired first.
+      local code = [[
+local function point(x, y)
+  return { x = x, y = y } --@t
+end
+local function record(i)
+  local r = { i } --@r
+  r.where = point(i, -i) --@k
+  return r
+end
+local keep = {}
+for k = 1, 64 do keep[k] = false end
+local function run(n)
+  for i = 1, n do
+    keep[i % 64 + 1] = record(i)
+  end
+  return keep
+end
+jit.off(run)
+return run
+]]
+      agrees(code, { 'r', 't', 'k' }, walk)
+    end)
+
+    it('gives a built-in called through an upvalue its frame', function()
+      if not tl.walk_upvalues or not tl.stacks then
+        return pending('no walk through upvalues or stacks on this build')
+      end
+      if not info.gc64 then
+        -- (The loop's snapshots hold the base frame's closure, specialised
+        -- by the recording, in its frame slot: read with FR2 alone.)
+        return pending('only FR2 (GC64) snapshots are read for the closure')
+      end
+      -- tostr and sub are immutable upvalues holding built-ins that
+      -- compiled code runs inline: the string each makes is charged to its
+      -- call, under the built-in's frame, as the interpreter's stack has it.
+      local code = case([[
+    local n = tostr(i + 0.5) --@n
+    keep[i % 64 + 1] = n
+    keep[(i + 1) % 64 + 1] = sub(n, 1, -2) --@s
+]], 'local tostr, sub = tostring, string.sub\n')
+      local on, off = agrees(code, { 'n', 's' },
+        { trace_lines = 'walk', stack_depth = 8 })
+      for _, tag in ipairs({ 'n', 's' }) do
+        local line = line_of(code, tag)
+        assert.is_true(next(stacks_at(on, line, true)) ~= nil, tag)
+        assert.same(stacks_at(off, line), stacks_at(on, line), tag)
+      end
+    end)
+
     it('follows the way of a branch the trace took', function()
       if not tl.walk then return pending('no walk on this build') end
       agrees(case([[
