@@ -586,9 +586,11 @@ static uintptr_t ircall_address(lua_State *L, int ju,
 
 /* A closure of three upvalues, the second assigned after its declaration:
 ** the parser makes the first and third immutable, the second not. */
-static const char upvalue_chunk[] = "local a, b, c = {}, {}, {}\n"
-                                    "b = {}\n"
-                                    "return function() return a, b, c end\n";
+static const struct known_chunk upvalue_chunk = {
+    "local a, b, c = {}, {}, {}\n"
+    "b = {}\n"
+    "return function() return a, b, c end\n",
+    "=memprof.calibration.upvalues"};
 
 /* The built-ins that make a string (vm_trace_layout.string_ffids), by
 ** their ids read from the functions of the libraries loaded. */
@@ -640,8 +642,7 @@ static void find_upvalues(lua_State *L, struct tlc *t)
   tl->fn_uv = (uint8_t)(lay->fn_pc + lay->ref_size);
   tl->uv_v = lay->gc64 ? 32 : 16;
   tl->uv_immutable = (uint8_t)(lay->gct + 2);
-  push_chunk(L, upvalue_chunk, sizeof(upvalue_chunk) - 1,
-             "=memprof.calibration.upvalues");
+  push_chunk(L, &upvalue_chunk);
   if (!lua_isfunction(L, -1) || lua_pcall(L, 0, 1, 0) != 0 ||
       !lua_isfunction(L, -1))
     goto done;
