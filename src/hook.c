@@ -842,6 +842,39 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
       return p->busy = 0, p->orig_alloc(p->orig_ud, ptr, osize, nsize);        \
   } while (0)
 
+/* The fast paths of one kind of event (`mode`, a FAST_ value; `st_ok`,
+** what the dispatcher proved of the VM's state st): a resize, a new block
+** (the hook's arguments as they come; not cloned, so that they pass
+** through unmoved) and a free (of a block, never NULL: see _free_fast).
+** What they cannot record goes to the full path. */
+#define STATE_PATHS(name, kind, mode, st_ok, family_layout, stack_of, pdep,    \
+                    ext)                                                       \
+  static __attribute__((noinline)) void *name##_alloc_##kind(                  \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    if (ptr == NULL || !(st_ok))                                               \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, mode, st, ptr,  \
+                        osize, nsize, name##_alloc);                           \
+  }                                                                            \
+  static __attribute__((noinline, noclone)) void *name##_new_##kind(           \
+      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
+  {                                                                            \
+    (void)ptr;                                                                 \
+    if (!(st_ok))                                                              \
+      __builtin_unreachable();                                                 \
+    return record_alloc(p, family_layout, stack_of, pdep, ext, mode, st, NULL, \
+                        osize, nsize, name##_alloc);                           \
+  }                                                                            \
+  static __attribute__((noinline)) void *name##_free_##kind(                   \
+      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
+  {                                                                            \
+    if (ptr == NULL || !(st_ok))                                               \
+      __builtin_unreachable();                                                 \
+    return record_free(p, family_layout, stack_of, pdep, ext, mode, st, ptr,   \
+                       osize, name##_free);                                    \
+  }
+
 /*
 ** The hooks: the generic one, for any verified layout, and one per build
 ** family with constant offsets; each with and without PDEP for LEB128
@@ -868,94 +901,14 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     check_cap(p, at);                                                          \
     return r;                                                                  \
   }                                                                            \
-  /* A resize while trace number st runs, below place_cap. */                  \
-  static __attribute__((noinline)) void *name##_alloc_trace(                   \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
-  {                                                                            \
-    if (ptr == NULL || st < 0)                                                 \
-      __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st, \
-                        ptr, osize, nsize, name##_alloc);                      \
-  }                                                                            \
-  /* A resize while a trace at or above place_cap runs. */                     \
-  static __attribute__((noinline)) void *name##_alloc_start(                   \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
-  {                                                                            \
-    if (ptr == NULL || st < 0)                                                 \
-      __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_START, st, \
-                        ptr, osize, nsize, name##_alloc);                      \
-  }                                                                            \
-  /* A resize (the dispatcher sends new blocks to _new_fast): the tests */     \
-  /* of a missing old block fold away. */                                      \
-  static __attribute__((noinline)) void *name##_alloc_fast(                    \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
-  {                                                                            \
-    if (ptr == NULL || st >= 0)                                                \
-      __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,   \
-                        ptr, osize, nsize, name##_alloc);                      \
-  }                                                                            \
-  /* A new block while trace number st runs, below place_cap (the */           \
-  /* arguments as they come). */                                               \
-  static __attribute__((noinline, noclone)) void *name##_new_trace(            \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
-  {                                                                            \
-    (void)ptr;                                                                 \
-    if (st < 0)                                                                \
-      __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st, \
-                        NULL, osize, nsize, name##_alloc);                     \
-  }                                                                            \
-  /* A new block while a trace at or above place_cap runs. */                  \
-  static __attribute__((noinline, noclone)) void *name##_new_start(            \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
-  {                                                                            \
-    (void)ptr;                                                                 \
-    if (st < 0)                                                                \
-      __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_START, st, \
-                        NULL, osize, nsize, name##_alloc);                     \
-  }                                                                            \
-  /* A new block (no old one): what depends on the old block folds away. */    \
-  /* (It takes the hook's arguments as they come, ptr NULL.) */                \
-  /* (Not cloned: the dispatcher's arguments pass through unmoved.) */         \
-  static __attribute__((noinline, noclone)) void *name##_new_fast(             \
-      struct profiler *p, void *ptr, size_t osize, size_t nsize, int32_t st)   \
-  {                                                                            \
-    (void)ptr;                                                                 \
-    if (st >= 0)                                                               \
-      __builtin_unreachable();                                                 \
-    return record_alloc(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,   \
-                        NULL, osize, nsize, name##_alloc);                     \
-  }                                                                            \
-  /* A free in Lua or C code, or in a trace's exit. */                         \
-  static __attribute__((noinline)) void *name##_free_located(                  \
-      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
-  {                                                                            \
-    if (ptr == NULL || st >= 0)                                                \
-      __builtin_unreachable(); /* (See _free_fast.) */                         \
-    return record_free(p, family_layout, stack_of, pdep, ext, FAST_ANY, st,    \
-                       ptr, osize, name##_free);                               \
-  }                                                                            \
-  /* A free while trace number st runs, below place_cap. */                    \
-  static __attribute__((noinline)) void *name##_free_trace(                    \
-      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
-  {                                                                            \
-    if (ptr == NULL || st < 0)                                                 \
-      __builtin_unreachable(); /* (See _free_fast.) */                         \
-    return record_free(p, family_layout, stack_of, pdep, ext, FAST_TRACE, st,  \
-                       ptr, osize, name##_free);                               \
-  }                                                                            \
-  /* A free while a trace at or above place_cap runs. */                       \
-  static __attribute__((noinline)) void *name##_free_start(                    \
-      struct profiler *p, void *ptr, size_t osize, int32_t st)                 \
-  {                                                                            \
-    if (ptr == NULL || st < 0)                                                 \
-      __builtin_unreachable(); /* (See _free_fast.) */                         \
-    return record_free(p, family_layout, stack_of, pdep, ext, FAST_START, st,  \
-                       ptr, osize, name##_free);                               \
-  }                                                                            \
+  /* A trace below place_cap: its places may be cached. */                     \
+  STATE_PATHS(name, trace, FAST_TRACE, st >= 0, family_layout, stack_of, pdep, \
+              ext)                                                             \
+  /* Any other trace: charged to its start, or left to the full path. */       \
+  STATE_PATHS(name, start, FAST_START, st >= 0, family_layout, stack_of, pdep, \
+              ext)                                                             \
+  /* Lua or C code, or a trace's exit: the event is located. */                \
+  STATE_PATHS(name, any, FAST_ANY, st < 0, family_layout, stack_of, pdep, ext) \
   /* An internal free (the collector's, mostly) needs few registers, and */    \
   /* saves none, without the others' code. */                                  \
   static __attribute__((noinline)) void *name##_free_fast(                     \
@@ -968,7 +921,7 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     if (st >= 0)                                                               \
       return name##_free_start(p, ptr, osize, st);                             \
     if (!vm_state_internal(p, st))                                             \
-      return name##_free_located(p, ptr, osize, st);                           \
+      return name##_free_any(p, ptr, osize, st);                               \
     return record_free(p, family_layout, stack_of, pdep, ext, FAST_INTERNAL,   \
                        0, ptr, osize, name##_free);                            \
   }                                                                            \
@@ -989,12 +942,12 @@ forget_prototype(struct profiler *p, void *ptr, size_t osize, size_t nsize)
     if (ptr == NULL && st >= 0)                                                \
       return name##_new_start(p, ptr, osize, nsize, st);                       \
     if (ptr == NULL)                                                           \
-      return name##_new_fast(p, ptr, osize, nsize, st);                        \
+      return name##_new_any(p, ptr, osize, nsize, st);                         \
     if ((uint32_t)st < p->syms.place_cap)                                      \
       return name##_alloc_trace(p, ptr, osize, nsize, st);                     \
     if (st >= 0)                                                               \
       return name##_alloc_start(p, ptr, osize, nsize, st);                     \
-    return name##_alloc_fast(p, ptr, osize, nsize, st);                        \
+    return name##_alloc_any(p, ptr, osize, nsize, st);                         \
   }
 /* The sampling twin of a hook of the extended format (sampling forces
 ** it). */
@@ -1070,6 +1023,7 @@ HOOKS(hook_nongc64_pdep, &vm_candidates[VM_CANDIDATE_NONGC64].layout,
 #undef MODELLED_HOOK
 #undef SAMPLED_HOOK
 #undef HOOK
+#undef STATE_PATHS
 
 /* By layout (generic, or a family's), without or with PDEP, for
 ** Tarantool's format or the extended one. */
