@@ -904,6 +904,19 @@ end
       assert.is_nil(on.compiled[line_of(code, 'make')])
     end)
 
+    -- record calls point through an immutable upvalue; point returns a
+    -- table before any snapshot of a trace that inlines it.
+    local POINT_RECORD = [[
+local function point(x, y)
+  return { x = x, y = y } --@t
+end
+local function record(i)
+  local r = { i } --@r
+  r.where = point(i, -i) --@k
+  return r
+end
+]]
+
     it('enters a callee called through an upvalue before any snapshot',
       function()
       if not tl.walk_upvalues then
@@ -917,16 +930,7 @@ end
       -- immutable upvalue, a constant of the trace.
       local code = case([[
     keep[i % 64 + 1] = record(i)
-]], [[
-local function point(x, y)
-  return { x = x, y = y } --@t
-end
-local function record(i)
-  local r = { i } --@r
-  r.where = point(i, -i) --@k
-  return r
-end
-]])
+]], POINT_RECORD)
       agrees(code, { 'r', 't', 'k' }, walk)
     end)
 
@@ -941,15 +945,7 @@ end
       -- callee was once read only in an inlined frame, and point's table
       -- went to the call (line @k) whenever record's hot counter, shared
       -- with other bytecode by a hash of its address, fired first.
-      local code = [[
-local function point(x, y)
-  return { x = x, y = y } --@t
-end
-local function record(i)
-  local r = { i } --@r
-  r.where = point(i, -i) --@k
-  return r
-end
+      local code = POINT_RECORD .. [[
 local keep = {}
 for k = 1, 64 do keep[k] = false end
 local function run(n)
