@@ -195,8 +195,8 @@ HOT_INLINE uint32_t record_stack(struct profiler *p,
     vm_walk_clear(&p->stacks.walk);
     p->stacks.walk_generation = p->syms.generation;
   }
-  n = vm_walk_stack(lay, 0, p->g + p->layout.g_cur_L, (uintptr_t)ptr, frames,
-                    p->stack_depth, &p->stacks.walk, &e, &same);
+  n = vm_walk_stack(lay, 0, p->cur_L_at, (uintptr_t)ptr, frames, p->stack_depth,
+                    &p->stacks.walk, &e, &same);
   if (n == 0)
     return 0;
   if (same && e->stack_id != 0)
@@ -284,7 +284,7 @@ compiled_site(struct profiler *p, struct vm_site *site)
     struct vm_thread th;
     uintptr_t pt;
     uint32_t line;
-    if (vm_current_thread(&p->layout, 0, p->g + p->layout.g_cur_L, &th) &&
+    if (vm_current_thread(&p->layout, 0, p->cur_L_at, &th) &&
         tl_base_caller(&p->layout, 0, p->g, &th, pl, &pt, &line)) {
       site->addr = pt;
       site->line = line;
@@ -337,13 +337,13 @@ compiled_stack(struct profiler *p, struct tl_place *pl, int *err)
   }
   /* The walk's first frame is the base frame, already there with its
   ** line (its PC in the C frame is not the trace's). */
-  if (vm_current_thread(&p->layout, 0, p->g + p->layout.g_cur_L, &th) &&
+  if (vm_current_thread(&p->layout, 0, p->cur_L_at, &th) &&
       tl_jit_base(&p->layout, 0, p->g, &th, &base) &&
       (base += TVALUE_SIZE * (uintptr_t)(pl->base_ofs > 0 ? pl->base_ofs : 0)) <
           th.limit) {
-    below = vm_walk_stack_at(&p->layout, 0, p->g + p->layout.g_cur_L, base, 0,
-                             frames + n - 1, p->stack_depth - n + 1,
-                             &p->stacks.walk, &e, &same);
+    below =
+        vm_walk_stack_at(&p->layout, 0, p->cur_L_at, base, 0, frames + n - 1,
+                         p->stack_depth - n + 1, &p->stacks.walk, &e, &same);
     if (below > 0 && same)
       below = vm_walk_output(e, frames + n - 1);
     if (below > 0 &&
@@ -469,13 +469,12 @@ HOT_INLINE int32_t vm_state(const struct profiler *p)
   return st;
 }
 
-/* Whether vm_locate would find the VM's state st internal: no trace runs,
-** and its class walks no frames and leaves no trace. */
+/* Whether vm_locate would find the VM's state st internal: st is not a
+** trace's (the dispatcher sent those elsewhere), and its class walks no
+** frames and leaves no trace. */
 HOT_INLINE int vm_state_internal(const struct profiler *p, int32_t st)
 {
   uint32_t k = ~(uint32_t)st;
-  if (st >= 0)
-    return 0;
   return k >= VM_STATE_SLOTS || !((p->located_states >> k) & 1);
 }
 
@@ -543,8 +542,7 @@ HOT_INLINE uint8_t *record_before(struct profiler *p,
   }
   /* Compiled code by line: the fast path takes a cached place of a trace
   ** the stream has described, the full one resolves and describes. */
-  if (site.source == SOURCE_TRACE && fast != FAST_START && fast &&
-      (fast == FAST_TRACE || site.traceno < p->syms.place_cap)) {
+  if (fast == FAST_TRACE) {
     compiled = cached_site(p, lay, &site);
     /* (Its stack is the place's frames: the full path writes it once.) */
     if (compiled == NULL ||

@@ -749,13 +749,9 @@ VM_INLINE void vm_locate(const struct vm_layout *lay,
                          struct vm_site *site)
 {
   int32_t st;
-  if (!vm_i32(safe, g + rt->g_vmstate, &st)) {
-    site->ffid = 0;
-    site->traceno = 0;
-    site->exit = site->compiled = 0;
-    site->source = SOURCE_INTERNAL;
-    return;
-  }
+  /* (Unreadable: a state past the slots, which is internal.) */
+  if (!vm_i32(safe, g + rt->g_vmstate, &st))
+    st = -1 - VM_STATE_SLOTS;
   vm_locate_state(lay, rt, safe, g, st, ptr, memo, site);
 }
 
