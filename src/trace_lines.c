@@ -262,8 +262,6 @@ VM_INLINE uintptr_t call_target(int safe, uintptr_t ret, uintptr_t mcode)
 #endif
 }
 
-/* IR instructions of a snapshot's region scanned (table.concat, PROF). */
-#define TL_MAX_REGION 1024
 /* Bytecodes walked after an inlined call returns. */
 #define TL_MAX_AFTER 32
 
@@ -331,14 +329,6 @@ VM_INLINE void tl_store_after_return(const struct vm_layout *lay, int safe,
   if (!vm_proto_line(lay, safe, pt, pos, sizebc, &line))
     return;
   tl_returned_to(pl, pt, pc, line);
-}
-
-VM_INLINE int ir_ins(int safe, uintptr_t ir, uint32_t ref, uint8_t *o,
-                     uint16_t *op1, uint16_t *op2)
-{
-  uintptr_t at = ir + TL_IRINS_SIZE * (uintptr_t)ref;
-  return vm_u16(safe, at, op1) && vm_u16(safe, at + 2, op2) &&
-         vm_u8(safe, at + 5, o);
 }
 
 VM_INLINE int concat_string(const struct vm_trace_layout *tl, int safe,

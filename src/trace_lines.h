@@ -165,6 +165,19 @@ uintptr_t tl_locate(const struct vm_layout *lay, int safe, uintptr_t g,
 #define TL_SNAP_FRAME 0x10000u
 #define TL_SNAP_CONT 0x20000u
 
+/* IR instructions of a snapshot's region scanned (table.concat, PROF, a
+** new key's). */
+#define TL_MAX_REGION 1024
+
+/* IR instruction ref's op (o) and operands. */
+VM_INLINE int ir_ins(int safe, uintptr_t ir, uint32_t ref, uint8_t *o,
+                     uint16_t *op1, uint16_t *op2)
+{
+  uintptr_t at = ir + TL_IRINS_SIZE * (uintptr_t)ref;
+  return vm_u16(safe, at, op1) && vm_u16(safe, at + 2, op2) &&
+         vm_u8(safe, at + 5, o);
+}
+
 /* The FR2 frame link of a snapshot entry: a 64-bit IR constant. */
 VM_INLINE int tl_fr2_link(const struct vm_layout *lay, int safe, uintptr_t T,
                           uint32_t entry, uintptr_t *link)

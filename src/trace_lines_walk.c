@@ -27,12 +27,16 @@ static int helper_kind(const struct vm_trace_layout *tl, uintptr_t target)
   return target == tl->newkey ? WALK_KEY : WALK_OTHER;
 }
 
-static int walk_matches(const struct vm_trace_layout *tl, int kind, uint8_t op)
+/* (`string_keys`: a new key's store is not a TSETB, whose key is a
+** number.) */
+static int walk_matches(const struct vm_trace_layout *tl, int kind,
+                        int string_keys, uint8_t op)
 {
   if (kind == WALK_TABLE)
     return op == tl->bc_tnew || op == tl->bc_tdup;
   if (kind == WALK_KEY)
-    return tl_is_store(tl, op) || op == tl->bc_gset;
+    return (tl_is_store(tl, op) && !(string_keys && op == tl->bc_tsetb)) ||
+           op == tl->bc_gset;
   return op == tl->bc_cat;
 }
 
@@ -109,7 +113,45 @@ struct walk {
   uint32_t steps;       /* Ops walked, on every path. */
   uintptr_t T, snap;    /* The trace, its snapshots. */
   int sn;               /* The event's snapshot. */
+  int string_keys;      /* Every new key of sn's region is a GC constant. */
 };
+
+/*
+** Whether every NEWREF of snapshot sn's region (there is one at least)
+** has a GC object constant for its key (KGC: a TSETS's or a GSET's
+** string). lj_tab_newkey is called from compiled code by NEWREF alone, so
+** a new key's event is one of them, and a TSETB (a number key, which the
+** recorder makes a number constant or a conversion) cannot be its store.
+** Not for the last snapshot, whose region's end is not read.
+*/
+static int region_string_keys(const struct vm_layout *lay, uintptr_t T,
+                              uintptr_t snap, int sn, uint16_t nsnap)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
+  uint16_t from, to, op1, key;
+  uint32_t ref, nk;
+  uint8_t o;
+  int n = 0;
+  if (tl->ir_newref == 0xff || tl->ir_kgc == 0xff ||
+      (uint32_t)sn + 1 >= nsnap || !vm_u16(0, s + tl->snap_ref, &from) ||
+      !vm_u16(0, s + tl->snap_size + tl->snap_ref, &to) || from < TL_REF_BIAS ||
+      to < from || to - from > TL_MAX_REGION ||
+      !vm_ptr(0, T + tl->tr_ir, &ir) || ir == 0 ||
+      !vm_u32(0, T + tl->tr_nk, &nk))
+    return 0;
+  for (ref = from; ref < to; ref++) {
+    if (!ir_ins(0, ir, ref, &o, &op1, &key))
+      return 0;
+    if (o != tl->ir_newref)
+      continue;
+    if (key >= TL_REF_BIAS || key < nk || !ir_ins(0, ir, key, &o, &op1, &op1) ||
+        o != tl->ir_kgc)
+      return 0;
+    n++;
+  }
+  return n > 0;
+}
 
 /*
 ** The closure of snapshot sn's innermost frame, of prototype pt: with FR2,
@@ -359,7 +401,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
     kind = tl->bc_kind[op];
     before = uget;
     uget_after(tl, &uget, ins, op, kind);
-    if (!match.found && walk_matches(tl, k->want, op)) {
+    if (!match.found && walk_matches(tl, k->want, k->string_keys, op)) {
       if (!walk_set(lay, &w, pc, start, end, &match))
         return 0;
       if (!branched)
@@ -497,6 +539,8 @@ int tl_walk_forward(const struct vm_layout *lay, uintptr_t g, uintptr_t T,
   k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
                 (uint32_t)sn + 1 < nsnap &&
                 tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
+  k.string_keys = k.want == WALK_KEY && k.have_next &&
+                  region_string_keys(lay, T, snap, sn, nsnap);
   if (!walk_path(&k, *pl, fn, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none,
                  &out))
     return 0;

@@ -88,7 +88,8 @@ struct vm_trace_layout {
   uint16_t format_ids[TL_FORMAT_IDS];
   uint8_t ir_bufput, format_ffid;
   /* string.format's string of puts alone (trace_lines.c): the IR ops EQ
-  ** and KGC of the guard on its callee. */
+  ** and KGC of the guard on its callee (KGC also a new key's constant key,
+  ** for the walk: 0xff where jit.vmdef does not name it). */
   int format_put_ok;
   uint8_t ir_eq, ir_kgc;
   /* An event after an inlined callee returned, in a snapshot region that

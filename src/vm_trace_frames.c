@@ -526,9 +526,9 @@ void tlc_find_after_return(lua_State *L, struct tlc *t)
 {
   struct vm_trace_layout *tl = &t->c->lay.tl;
   const struct vm_vmdef *vmdef = &t->vmdef;
-  int top = lua_gettop(L), prof, loop, newref;
+  int top = lua_gettop(L), prof, loop, newref, kgc;
   memset(tl->bc_kind, TL_BC_STOP, sizeof(tl->bc_kind));
-  tl->ir_loop = tl->ir_newref = 0xff;
+  tl->ir_loop = tl->ir_newref = tl->ir_kgc = 0xff;
   if (tl->bc_mov == 0 || t->vmdef.buf == NULL)
     return;
   if (vm_vmdef_bc(vmdef, "FUNCF") != tl->bc_funcf ||
@@ -558,6 +558,8 @@ void tlc_find_after_return(lua_State *L, struct tlc *t)
   newref = vm_vmdef_ir(&t->vmdef, "NEWREF");
   tl->ir_loop = loop < 0 || newref < 0 ? 0xff : (uint8_t)loop;
   tl->ir_newref = loop < 0 || newref < 0 ? 0xff : (uint8_t)newref;
+  kgc = vm_vmdef_ir(&t->vmdef, "KGC");
+  tl->ir_kgc = kgc < 0 ? 0xff : (uint8_t)kgc;
   tl->after_ok = 1;
 done:
   if (!tl->after_ok)

@@ -986,6 +986,19 @@ return run
       end
     end)
 
+    it('charges a new key past a constructor\'s numbered stores to its store',
+      function()
+      if not tl.walk then return pending('no walk on this build') end
+      -- The snapshot after the constructor's stores is merged into the one
+      -- after the new key, so the key's region resumes at the constructor,
+      -- whose stores (TSETB, a number key) the walk once took for it.
+      agrees(case([[
+    local t = { i, i + 1, i + 2 } --@t
+    t.name = i --@k
+    keep[i % 64 + 1] = t
+]]), { 't', 'k' }, walk)
+    end)
+
     it('follows the way of a branch the trace took', function()
       if not tl.walk then return pending('no walk on this build') end
       agrees(case([[
