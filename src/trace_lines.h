@@ -90,12 +90,20 @@ uintptr_t tl_unwind_trace(const struct vm_layout *lay, int safe, uintptr_t g,
 
 /* The kinds of bytecode ops (vm_trace_layout.bc_kind). */
 enum {
-  TL_BC_STOP = 0, /* Anything else: a branch, a loop, a closure... */
+  TL_BC_STOP = 0, /* Anything else: a branch, a closure, a varg... */
   TL_BC_QUIET,    /* Moves and constants: no call, no allocation. */
   TL_BC_EFFECT,   /* Straight on, but may call a helper or a metamethod. */
   TL_BC_RETURN,   /* RET, RET0, RET1, RETM. */
   TL_BC_CALL,     /* CALL, CALLM: straight on once the callee returns. */
-  TL_BC_TAILCALL  /* CALLT, CALLMT: the callee takes the caller's frame. */
+  TL_BC_TAILCALL, /* CALLT, CALLMT: the callee takes the caller's frame. */
+  /* Loops, for the walk alone (each op where the build has it): */
+  TL_BC_ITERC,     /* ITERC: a call of the iterator. */
+  TL_BC_NEXT,      /* ITERN: next, which compiled code runs inline. */
+  TL_BC_JUMP,      /* ISNEXT: a jump to D. */
+  TL_BC_LOOPBACK,  /* FORL, ITERL: back to the body at D, or on. */
+  TL_BC_JLOOPBACK, /* JFORL, JITERL: the same, their D a trace's number. */
+  TL_BC_LOOPIN,    /* FORI, JFORI: into the body, or past the loop at D. */
+  TL_BC_LINK       /* JLOOP: a LOOP or an ITERN whose loop has a trace. */
 };
 
 /* The snapshot whose region of T's machine code holds byte `ofs`: the last

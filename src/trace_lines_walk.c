@@ -6,8 +6,8 @@
 */
 #include "trace_lines.h"
 
-/* Bytecodes walked from a snapshot's PC to the event's. */
-#define TL_MAX_WALK 512
+/* Bytecodes walked from a snapshot's PC to the event's, on every path. */
+#define TL_MAX_WALK 16384
 
 /* What a helper makes, by the bytecodes whose recording calls it. */
 enum {
@@ -100,6 +100,9 @@ static int bc_bounds(const struct vm_layout *lay, uintptr_t pt,
   *end = *start + 4 * (uintptr_t)sizebc;
   return 1;
 }
+
+/* Ops scanned back from a compiled loop's op to its start. */
+#define TL_MAX_LOOP_SCAN 4096
 
 /* Conditional branches (each followed by a JMP) the walk follows. */
 #define TL_MAX_BRANCHES 8
@@ -357,11 +360,38 @@ static void uget_after(const struct vm_trace_layout *tl, struct walk_uget *u,
     u->slot = a;
     u->uv = ins >> 16;
   } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL ||
-             kind == TL_BC_RETURN || a == u->slot ||
+             kind == TL_BC_RETURN || kind >= TL_BC_ITERC || a == u->slot ||
              (op == tl->bc_knil && a <= u->slot &&
               u->slot <= (int)(ins >> 16))) {
     u->slot = -1;
   }
+}
+
+/* The body of the loop whose JFORL or JITERL is at pc (its D is a trace's
+** number): after the FORI or JFORI whose D is the op after a JFORL; after
+** the first JMP or ISNEXT to the op before a JITERL (its ITERC or ITERN:
+** a goto to the body's end, later, goes there too, and none can come from
+** before the loop). A bounded scan back to the prototype's start; 0 if
+** not found. */
+static uintptr_t loop_body(const struct vm_trace_layout *tl, uint8_t op,
+                           uintptr_t pc, uintptr_t start)
+{
+  uintptr_t at, to, body = 0;
+  uint32_t ins, n;
+  uint8_t o, kind;
+  for (at = pc - 4, n = 0; at > start; at -= 4, n++) {
+    if (n == TL_MAX_LOOP_SCAN || !vm_u32(0, at, &ins))
+      return 0;
+    o = (uint8_t)(ins & 0xff);
+    kind = tl->bc_kind[o];
+    to = at + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
+    if (op == tl->bc_jforl && kind == TL_BC_LOOPIN && to == pc + 4)
+      return at + 4;
+    if (op != tl->bc_jforl && (o == tl->bc_jmp || kind == TL_BC_JUMP) &&
+        to == pc - 4)
+      body = at + 4;
+  }
+  return body;
 }
 
 /*
@@ -380,7 +410,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
   const struct vm_layout *lay = k->lay;
   const struct vm_trace_layout *tl = &lay->tl;
   struct walk_found a, b, match;
-  uintptr_t start, end, callee;
+  uintptr_t start, end, callee, jump;
   uint32_t ins;
   uint8_t op, kind;
   int i, first = 1, ra, rb, reached = 0;
@@ -407,15 +437,26 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
       if (!branched)
         break;
     }
-    if (op == tl->bc_jmp) {
-      pc = pc + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
-    } else if ((uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt) {
-      /* Both ways: the one that reaches the next snapshot, that finds the
-      ** event's kind of bytecode (a tie: the same one, or none). */
+    jump = pc + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
+    if (op == tl->bc_jmp || kind == TL_BC_JUMP) {
+      pc = jump;
+    } else if ((uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt ||
+               kind == TL_BC_LOOPBACK || kind == TL_BC_JLOOPBACK ||
+               kind == TL_BC_LOOPIN) {
+      /* Both ways (a condition's JMP, or past it; a loop's D, or on): the
+      ** one that reaches the next snapshot, that finds the event's kind of
+      ** bytecode (a tie: the same one, or none). */
+      int cond = kind != TL_BC_LOOPBACK && kind != TL_BC_JLOOPBACK &&
+                 kind != TL_BC_LOOPIN;
+      if (kind == TL_BC_JLOOPBACK && (jump = loop_body(tl, op, pc, start)) == 0)
+        break;
       if (branches == 0)
         break;
-      ra = walk_path(k, w, fn, pc + 4, branches - 1, 1, call, &a);
-      rb = walk_path(k, w, fn, pc + 8, branches - 1, 1, call, &b);
+      ra = walk_path(k, w, fn, cond ? pc + 4 : jump, branches - 1, 1, call, &a);
+      rb = walk_path(k, w, fn, cond ? pc + 8 : pc + 4, branches - 1, 1, call,
+                     &b);
+      if (k->steps >= TL_MAX_WALK)
+        return 0; /* A way cut short: which one the trace took is unknown. */
       if (match.found) { /* Only whether this path reaches it. */
         reached = (ra | rb) & WALK_REACHED;
         break;
@@ -429,15 +470,24 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
       *out = a;
       return ra;
     } else if (kind == TL_BC_QUIET || kind == TL_BC_EFFECT ||
-               op == tl->bc_loop) {
+               kind == TL_BC_NEXT || op == tl->bc_loop) {
       pc += 4;
-    } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL) {
+    } else if (kind == TL_BC_LINK) {
+      /* JLOOP: a LOOP or an ITERN, then, that went on at the next op (the
+      ** bytecode is patched when a loop gets a trace, so this trace may
+      ** have run either); or a link to that loop's trace, where this
+      ** trace's last snapshot is, at this op or the next. */
+      if (!k->have_next)
+        break;
+      pc += 4;
+    } else if (kind == TL_BC_CALL || kind == TL_BC_TAILCALL ||
+               kind == TL_BC_ITERC) {
       int d = 0;
       uintptr_t callee_fn = 0;
       uint8_t ffid = FFID_C;
-      callee = !k->have_next        ? 0
-               : kind == TL_BC_CALL ? proven_callee(&w, &k->next, pc)
-                                    : proven_tail_callee(&w, &k->next, &d);
+      callee = !k->have_next            ? 0
+               : kind != TL_BC_TAILCALL ? proven_callee(&w, &k->next, pc)
+                                        : proven_tail_callee(&w, &k->next, &d);
       if (callee == 0 && kind == TL_BC_TAILCALL &&
           (!k->have_next || k->next.base_ofs == w.base_ofs) &&
           (callee = tail_callee_slot(k, &w)) != 0)
@@ -466,8 +516,10 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
         /* A built-in's call, run inline: a string is its (past a
         ** branch, only if that way holds no CAT: a built-in the JIT
         ** compiler does not compile stitches, and its way is not the
-        ** trace's); a table or a key is its only if nothing else is. */
-        if (!match.found && k->want == WALK_OTHER && !branched) {
+        ** trace's; not an iterator's, ipairs' or next's, which make
+        ** nothing); a table or a key is its only if nothing else is. */
+        if (!match.found && k->want == WALK_OTHER && !branched &&
+            kind != TL_BC_ITERC) {
           if (!walk_set(lay, &w, pc, start, end, &match))
             return 0;
           if (kind == TL_BC_CALL && string_builtin(tl, ffid))

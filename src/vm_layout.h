@@ -110,6 +110,7 @@ struct vm_trace_layout {
   uintptr_t tab_new1, tab_new_ah, tab_dup;
   uint8_t bc_tnew, bc_tdup, bc_cat, bc_gset, bc_jmp, bc_loop, bc_uget, bc_knil;
   uint8_t bc_islt, bc_isf; /* The conditional branches: ISLT .. ISF. */
+  uint8_t bc_jforl;        /* JFORL, for the loop's body (0: none). */
   /* A callee the walk reads from an immutable upvalue: a Lua closure's
   ** upvalue refs, an upvalue's pointer to its value and its immutable
   ** flag, verified against lua_upvalueid and lua_getupvalue. */

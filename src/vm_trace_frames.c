@@ -674,6 +674,32 @@ done:
   lua_settop(L, top);
 }
 
+/* The loop ops the walk follows (TL_BC_ITERC ..), each where jit.vmdef
+** names it and no other kind has it (ITERN and ISNEXT are newer than
+** 2.1's first builds): one missing leaves that op stopping a walk. */
+static void set_loop_kinds(const struct vm_vmdef *vmdef,
+                           struct vm_trace_layout *tl)
+{
+  static const struct {
+    const char *name;
+    uint8_t kind;
+  } loops[] = {{"ITERC", TL_BC_ITERC},     {"ITERN", TL_BC_NEXT},
+               {"ISNEXT", TL_BC_JUMP},     {"FORL", TL_BC_LOOPBACK},
+               {"ITERL", TL_BC_LOOPBACK},  {"FORI", TL_BC_LOOPIN},
+               {"JFORL", TL_BC_JLOOPBACK}, {"JITERL", TL_BC_JLOOPBACK},
+               {"JFORI", TL_BC_LOOPIN},    {"JLOOP", TL_BC_LINK}};
+  size_t i;
+  int jforl;
+  for (i = 0; i < sizeof(loops) / sizeof(loops[0]); i++) {
+    int op = vm_vmdef_bc(vmdef, loops[i].name);
+    if (op >= 0 && tl->bc_kind[op] == TL_BC_STOP)
+      tl->bc_kind[op] = loops[i].kind;
+  }
+  jforl = vm_vmdef_bc(vmdef, "JFORL");
+  tl->bc_jforl =
+      jforl > 0 && tl->bc_kind[jforl] == TL_BC_JLOOPBACK ? (uint8_t)jforl : 0;
+}
+
 /* What the walk of trace_lines 'walk' needs beyond tlc_find_after_return's
 ** ops (whose numbers there prove jit.vmdef's): the table helpers of TNEW
 ** and TDUP, the ops TNEW, TDUP, CAT, GSET, JMP, LOOP, UGET and KNIL, and the
@@ -713,6 +739,7 @@ void tlc_find_walk(lua_State *L, struct tlc *t, int ju)
   tl->bc_loop = (uint8_t)op[5];
   tl->bc_uget = (uint8_t)op[6];
   tl->bc_knil = (uint8_t)op[7];
+  set_loop_kinds(vmdef, tl);
   tl->walk_ok = 1;
   find_upvalues(L, t);
 done:
