@@ -171,8 +171,8 @@ static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
   const struct vm_layout *lay = k->lay;
   const struct vm_trace_layout *tl = &lay->tl;
   uintptr_t s = k->snap + (uintptr_t)k->sn * tl->snap_size, map, fn = 0, base;
-  uintptr_t pt = pl->frames[0].obj;
-  uint32_t mapofs, e, i;
+  uintptr_t pt = pl->frames[0].obj, ir;
+  uint32_t mapofs, e, i, nk;
   uint64_t pcword;
   uint8_t nent;
   struct vm_thread th;
@@ -195,6 +195,30 @@ static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
         return 0;
       return fn;
     }
+  } else if (vm_u32(0, s + tl->snap_mapofs, &mapofs) &&
+             vm_u8(0, s + tl->snap_nent, &nent) &&
+             vm_ptr(0, k->T + tl->tr_snapmap, &map) &&
+             vm_ptr(0, k->T + tl->tr_ir, &ir) &&
+             vm_u32(0, k->T + tl->tr_nk, &nk)) {
+    /* Without FR2 each frame's function slot is an entry flagged
+    ** SNAP_FRAME, the innermost frame's the highest; an inlined callee's
+    ** holds its closure, a 32-bit GC constant. */
+    uint32_t top = 0, ref, v;
+    int have = 0;
+    for (i = 0; i < nent; i++) {
+      if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
+        return 0;
+      if ((e & TL_SNAP_FRAME) != 0 && (!have || (e >> 24) > (top >> 24))) {
+        top = e;
+        have = 1;
+      }
+    }
+    ref = top & 0xffff;
+    if (have && (top & TL_SNAP_CONT) == 0 && ref < TL_REF_BIAS && ref >= nk &&
+        vm_u32(0, ir + TL_IRINS_SIZE * (uintptr_t)ref, &v) &&
+        vm_is_gc(lay, 1, (uintptr_t)v, GCT_FUNC) &&
+        vm_func_proto(lay, 0, (uintptr_t)v) == pt)
+      return (uintptr_t)v;
   }
   if (pl->nframes != 1 || pl->base_ofs < 0 || pl->base_replaced ||
       !tl->base_ok || !vm_current_thread(lay, 0, g + lay->g_cur_L, &th) ||

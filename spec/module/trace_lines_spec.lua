@@ -922,12 +922,10 @@ end
       if not tl.walk_upvalues then
         return pending('no walk through upvalues on this build')
       end
-      if not info.gc64 then
-        return pending('only FR2 (GC64) snapshots are read for the closure')
-      end
       -- point is inlined into record, itself inlined, and returns before
       -- any snapshot: no snapshot names it, its closure is record's
-      -- immutable upvalue, a constant of the trace.
+      -- immutable upvalue, a constant of the trace (FR2: two slots below
+      -- record's frame; else its function slot, flagged SNAP_FRAME).
       local code = case([[
     keep[i % 64 + 1] = record(i)
 ]], POINT_RECORD)
@@ -963,11 +961,6 @@ return run
     it('gives a built-in called through an upvalue its frame', function()
       if not tl.walk_upvalues or not tl.stacks then
         return pending('no walk through upvalues or stacks on this build')
-      end
-      if not info.gc64 then
-        -- (The loop's snapshots hold the base frame's closure, specialised
-        -- by the recording, in its frame slot: read with FR2 alone.)
-        return pending('only FR2 (GC64) snapshots are read for the closure')
       end
       -- tostr and sub are immutable upvalues holding built-ins that
       -- compiled code runs inline: the string each makes is charged to its
