@@ -157,11 +157,12 @@ static int region_string_keys(const struct vm_layout *lay, uintptr_t T,
 }
 
 /*
-** The closure of snapshot sn's innermost frame, of prototype pt: with FR2,
-** the snapshot's entry for that frame's function slot (two below its
-** base), a constant (an inlined callee's closure; in the trace's base
-** frame, the closure the recording specialised the trace to, or the one
-** a tail call put there); without such an entry, for the trace's base
+** The closure of snapshot sn's innermost frame, of prototype pt: the
+** snapshot's entry for that frame's function slot (with FR2 two below its
+** base; without, the highest entry flagged SNAP_FRAME), a constant (an
+** inlined callee's closure; in the trace's base frame, the closure the
+** recording specialised the trace to, or the one a tail call put there),
+** checked to be a closure of pt; without such an entry, for the trace's base
 ** frame (the only frame), the function slot of the Lua stack below
 ** g->jit_base, which the trace does not write while it runs. Else 0.
 */
