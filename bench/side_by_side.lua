@@ -46,6 +46,10 @@
 -- /dev/null, and its cost divided by the events of memprof's profile of
 -- the same round: both record every allocator call of the same work, so
 -- the same events are counted for both, and each pays what a user pays.
+--
+-- BENCH_SIDE_TRACE_LINES=walk (or another trace_lines mode) starts memprof
+-- with that mode instead of the default, to see what a mode costs; the
+-- target is about the default.
 local M = {}
 
 local toolkit = require('toolkit')
@@ -100,7 +104,9 @@ local function profiler(kind)
       function() assert(builtin.stop()) end
   elseif kind == 'memprof' then
     local memprof = require('memprof')
-    return function(path) assert(memprof.start(path)) end,
+    local mode = os.getenv('BENCH_SIDE_TRACE_LINES')
+    local options = mode and { trace_lines = mode } or nil
+    return function(path) assert(memprof.start(path, options)) end,
       function() assert(memprof.stop()) end
   end
 end
@@ -348,6 +354,11 @@ local function report(results, config, seconds)
     end
   end
   local worst = worst_of(results, function(r) return r.ratio end)
+  local mode = os.getenv('BENCH_SIDE_TRACE_LINES')
+  if mode then
+    print(string.format('(memprof with trace_lines = %q, not the default: ' ..
+      'the verdicts below are not the target\'s)', mode))
+  end
   if worst then
     print(string.format('memprof at most %.1f of the built-in\'s ' ..
       'instructions per event, the start included, on every workload: %s ' ..
