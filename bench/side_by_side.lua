@@ -105,7 +105,7 @@ local function profiler(kind)
   elseif kind == 'memprof' then
     local memprof = require('memprof')
     local mode = os.getenv('BENCH_SIDE_TRACE_LINES')
-    local options = mode and { trace_lines = mode } or nil
+    local options = mode and mode ~= '' and { trace_lines = mode } or nil
     return function(path) assert(memprof.start(path, options)) end,
       function() assert(memprof.stop()) end
   end
@@ -355,7 +355,7 @@ local function report(results, config, seconds)
   end
   local worst = worst_of(results, function(r) return r.ratio end)
   local mode = os.getenv('BENCH_SIDE_TRACE_LINES')
-  if mode then
+  if mode and mode ~= '' then
     print(string.format('(memprof with trace_lines = %q, not the default: ' ..
       'the verdicts below are not the target\'s)', mode))
   end
