@@ -357,21 +357,17 @@ VM_INLINE int concat_string(const struct vm_trace_layout *tl, int safe,
 VM_INLINE int tl_region_profs(const struct vm_layout *lay, int safe,
                               uintptr_t T, uintptr_t snap, int sn)
 {
-  const struct vm_trace_layout *tl = &lay->tl;
-  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
+  uintptr_t ir;
   uint16_t from, to, op1, op2;
   uint32_t ref;
   uint8_t o;
   int n = 0;
-  if (!vm_u16(safe, s + tl->snap_ref, &from) ||
-      !vm_u16(safe, s + tl->snap_size + tl->snap_ref, &to) ||
-      from < TL_REF_BIAS || to < from || to - from > TL_MAX_REGION ||
-      !vm_ptr(safe, T + tl->tr_ir, &ir) || ir == 0)
+  if (!tl_region(lay, safe, T, snap, sn, &from, &to, &ir))
     return -1;
   for (ref = from; ref < to; ref++) {
     if (!ir_ins(safe, ir, ref, &o, &op1, &op2))
       return -1;
-    n += o == tl->ir_prof;
+    n += o == lay->tl.ir_prof;
   }
   return n;
 }
@@ -809,8 +805,8 @@ VM_INLINE void builtin_frame(const struct vm_layout *lay, int safe, uintptr_t T,
                              struct tl_place *pl)
 {
   const struct vm_trace_layout *tl = &lay->tl;
-  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
-  uint16_t from, to, nsnap, op1, op2;
+  uintptr_t ir;
+  uint16_t from, to, op1, op2;
   uint32_t ref, concats = 0, formats = 0, puts = 0, nputs = 0, hdr = 0;
   uint8_t o, ffid = tl->concat_ffid;
   int i;
@@ -820,11 +816,7 @@ VM_INLINE void builtin_frame(const struct vm_layout *lay, int safe, uintptr_t T,
       (target != tl->buf_tostr && target != tl->buf_puttab))
     return;
   if (target == tl->buf_tostr) {
-    if (!vm_u16(safe, T + tl->tr_nsnap, &nsnap) || (uint32_t)sn + 1 >= nsnap ||
-        !vm_u16(safe, s + tl->snap_ref, &from) ||
-        !vm_u16(safe, s + tl->snap_size + tl->snap_ref, &to) ||
-        from < TL_REF_BIAS || to <= from || to - from > TL_MAX_REGION ||
-        !vm_ptr(safe, T + tl->tr_ir, &ir) || ir == 0)
+    if (!tl_region(lay, safe, T, snap, sn, &from, &to, &ir) || to == from)
       return;
     for (ref = from; ref < to; ref++) {
       if (!ir_ins(safe, ir, ref, &o, &op1, &op2))

@@ -186,6 +186,23 @@ VM_INLINE int ir_ins(int safe, uintptr_t ir, uint32_t ref, uint8_t *o,
          vm_u8(safe, at + 5, o);
 }
 
+/* The IR of snapshot sn's region of trace T: refs [*from, *to), up to the
+** next snapshot's (so not for the last snapshot), at most TL_MAX_REGION of
+** them, and the IR array. Returns 1 if read. */
+VM_INLINE int tl_region(const struct vm_layout *lay, int safe, uintptr_t T,
+                        uintptr_t snap, int sn, uint16_t *from, uint16_t *to,
+                        uintptr_t *ir)
+{
+  const struct vm_trace_layout *tl = &lay->tl;
+  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size;
+  uint16_t nsnap;
+  return vm_u16(safe, T + tl->tr_nsnap, &nsnap) && (uint32_t)sn + 1 < nsnap &&
+         vm_u16(safe, s + tl->snap_ref, from) &&
+         vm_u16(safe, s + tl->snap_size + tl->snap_ref, to) &&
+         *from >= TL_REF_BIAS && *to >= *from && *to - *from <= TL_MAX_REGION &&
+         vm_ptr(safe, T + tl->tr_ir, ir) && *ir != 0;
+}
+
 /* The FR2 frame link of a snapshot entry: a 64-bit IR constant. */
 VM_INLINE int tl_fr2_link(const struct vm_layout *lay, int safe, uintptr_t T,
                           uint32_t entry, uintptr_t *link)

@@ -128,19 +128,16 @@ struct walk {
 ** Not for the last snapshot, whose region's end is not read.
 */
 static int region_string_keys(const struct vm_layout *lay, uintptr_t T,
-                              uintptr_t snap, int sn, uint16_t nsnap)
+                              uintptr_t snap, int sn)
 {
   const struct vm_trace_layout *tl = &lay->tl;
-  uintptr_t s = snap + (uintptr_t)sn * tl->snap_size, ir;
+  uintptr_t ir;
   uint16_t from, to, op1, key;
   uint32_t ref, nk;
   uint8_t o;
   int n = 0;
   if (tl->ir_newref == 0xff || tl->ir_kgc == 0xff ||
-      (uint32_t)sn + 1 >= nsnap || !vm_u16(0, s + tl->snap_ref, &from) ||
-      !vm_u16(0, s + tl->snap_size + tl->snap_ref, &to) || from < TL_REF_BIAS ||
-      to < from || to - from > TL_MAX_REGION ||
-      !vm_ptr(0, T + tl->tr_ir, &ir) || ir == 0 ||
+      !tl_region(lay, 0, T, snap, sn, &from, &to, &ir) ||
       !vm_u32(0, T + tl->tr_nk, &nk))
     return 0;
   for (ref = from; ref < to; ref++) {
@@ -177,11 +174,12 @@ static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
   uint64_t pcword;
   uint8_t nent;
   struct vm_thread th;
+  if (!vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
+      !vm_u8(0, s + tl->snap_nent, &nent) ||
+      !vm_ptr(0, k->T + tl->tr_snapmap, &map))
+    return 0;
   if (lay->fr2) {
-    if (!vm_u32(0, s + tl->snap_mapofs, &mapofs) ||
-        !vm_u8(0, s + tl->snap_nent, &nent) ||
-        !vm_ptr(0, k->T + tl->tr_snapmap, &map) ||
-        !vm_u64(0, map + 4 * ((uintptr_t)mapofs + nent), &pcword))
+    if (!vm_u64(0, map + 4 * ((uintptr_t)mapofs + nent), &pcword))
       return 0;
     for (i = 0; i < nent; i++) {
       if (!vm_u32(0, map + 4 * ((uintptr_t)mapofs + i), &e))
@@ -196,10 +194,7 @@ static uintptr_t inner_closure(const struct walk *k, uintptr_t g,
         return 0;
       return fn;
     }
-  } else if (vm_u32(0, s + tl->snap_mapofs, &mapofs) &&
-             vm_u8(0, s + tl->snap_nent, &nent) &&
-             vm_ptr(0, k->T + tl->tr_snapmap, &map) &&
-             vm_ptr(0, k->T + tl->tr_ir, &ir) &&
+  } else if (vm_ptr(0, k->T + tl->tr_ir, &ir) &&
              vm_u32(0, k->T + tl->tr_nk, &nk)) {
     /* Without FR2 each frame's function slot is an entry flagged
     ** SNAP_FRAME, the innermost frame's the highest; an inlined callee's
@@ -438,7 +433,7 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
   uintptr_t start, end, callee, jump;
   uint32_t ins;
   uint8_t op, kind;
-  int i, first = 1, ra, rb, reached = 0;
+  int i, first = 1, ra, rb, reached = 0, loop;
   struct walk_uget uget = {-1, 0}, before;
   match.found = 0;
   if (!bc_bounds(lay, w.frames[0].obj, &start, &end))
@@ -465,20 +460,18 @@ static int walk_path(struct walk *k, struct tl_place w, uintptr_t fn,
     jump = pc + 4 + ((uintptr_t)(ins >> 16) - 0x8000) * 4;
     if (op == tl->bc_jmp || kind == TL_BC_JUMP) {
       pc = jump;
-    } else if ((uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt ||
-               kind == TL_BC_LOOPBACK || kind == TL_BC_JLOOPBACK ||
-               kind == TL_BC_LOOPIN) {
-      /* Both ways (a condition's JMP, or past it; a loop's D, or on): the
+    } else if ((loop = kind == TL_BC_LOOPBACK || kind == TL_BC_JLOOPBACK ||
+                       kind == TL_BC_LOOPIN) ||
+               (uint8_t)(op - tl->bc_islt) <= tl->bc_isf - tl->bc_islt) {
+      /* Both ways (a loop's D, or on; a condition's JMP, or past it): the
       ** one that reaches the next snapshot, that finds the event's kind of
       ** bytecode (a tie: the same one, or none). */
-      int cond = kind != TL_BC_LOOPBACK && kind != TL_BC_JLOOPBACK &&
-                 kind != TL_BC_LOOPIN;
       if (kind == TL_BC_JLOOPBACK && (jump = loop_body(tl, op, pc, start)) == 0)
         break;
       if (branches == 0)
         break;
-      ra = walk_path(k, w, fn, cond ? pc + 4 : jump, branches - 1, 1, call, &a);
-      rb = walk_path(k, w, fn, cond ? pc + 8 : pc + 4, branches - 1, 1, call,
+      ra = walk_path(k, w, fn, loop ? jump : pc + 4, branches - 1, 1, call, &a);
+      rb = walk_path(k, w, fn, loop ? pc + 4 : pc + 8, branches - 1, 1, call,
                      &b);
       if (k->steps >= TL_MAX_WALK)
         return 0; /* A way cut short: which one the trace took is unknown. */
@@ -616,8 +609,8 @@ int tl_walk_forward(const struct vm_layout *lay, uintptr_t g, uintptr_t T,
   k.have_next = vm_u16(0, T + tl->tr_nsnap, &nsnap) &&
                 (uint32_t)sn + 1 < nsnap &&
                 tl_snapshot_place(lay, 0, T, snap, sn + 1, &k.next);
-  k.string_keys = k.want == WALK_KEY && k.have_next &&
-                  region_string_keys(lay, T, snap, sn, nsnap);
+  k.string_keys =
+      k.want == WALK_KEY && k.have_next && region_string_keys(lay, T, snap, sn);
   if (!walk_path(&k, *pl, fn, pl->frames[0].pc - 4, TL_MAX_BRANCHES, 0, none,
                  &out))
     return 0;
